@@ -1,0 +1,56 @@
+# sessionq developer entry points. Everything runs from a local virtual environment (.venv).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PG15_URL ?= postgresql://postgres@127.0.0.1:5432/postgres
+PYTEST_ARGS ?=
+
+.PHONY: up test test-embedded test-pg15 install install-test lint proto bench soak clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test
+
+## make up: install and run the embedded default (PostgreSQL, migrations, API, workers, simulator)
+up: install
+	$(VENV)/bin/sessionq up
+
+## make test: the whole suite on the embedded PostgreSQL 18, then on PostgreSQL 15 at 127.0.0.1:5432 if it answers
+test: install-test
+	$(MAKE) --no-print-directory test-embedded
+	@if $(PY) -c "import psycopg,sys; psycopg.connect('$(PG15_URL)', connect_timeout=3).close()" 2>/dev/null; then \
+		$(MAKE) --no-print-directory test-pg15; \
+	else echo "PostgreSQL at 127.0.0.1:5432 does not answer: skipping the PostgreSQL 15 run"; fi
+
+test-embedded: install-test
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-pg15: install-test
+	SESSIONQ_TEST_DATABASE_URL=$(PG15_URL) $(PY) -m pytest $(PYTEST_ARGS)
+
+lint: install-test
+	$(VENV)/bin/ruff check src jobs cli tests scripts
+	$(VENV)/bin/mypy src/sessionq jobs cli
+
+proto: install-test
+	$(PY) scripts/gen_proto.py
+
+## make bench: benchmarks, reported as ratios against baselines measured in the same run
+bench: install-test
+	$(PY) -m tests.bench
+
+## make soak DURATION=30m: the fault and soak harness (not part of make test)
+soak: install-test
+	$(PY) -m tests.soak --duration $(or $(DURATION),60s)
+
+clean:
+	rm -rf $(VENV) .sessionq build *.egg-info

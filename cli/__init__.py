@@ -1,0 +1,1 @@
+"""The sessionq command line (installed as sessionq.cli)."""

@@ -1,0 +1,1 @@
+"""procrastinate tasks of sessionq (installed as sessionq.jobs)."""

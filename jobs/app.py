@@ -1,0 +1,28 @@
+"""The procrastinate app of sessionq: every task, with its queue and retry policy.
+
+SQL defers these tasks by name (schema/05_jobs.sql), so the names here are the contract.
+"""
+
+from __future__ import annotations
+
+from procrastinate import App, PsycopgConnector, RetryStrategy
+
+from sessionq.db import conninfo
+from sessionq.jobs import agents, operations
+
+QUEUES = ("operations", "agents")
+
+# Lifecycle work must eventually finish even when no client retries: retry for a few minutes
+# with growing waits (0, 1, 2, ... s); after that a client retry (or `sessionq jobs retry`) re-queues it.
+OPERATION_RETRY = RetryStrategy(max_attempts=25, linear_wait=1)
+
+
+def build_app(url: str, *, pool_size: int = 4) -> App:
+    app = App(connector=PsycopgConnector(conninfo=conninfo(url), min_size=1, max_size=pool_size))
+    app.task(name="execute_operation", queue="operations", pass_context=True, retry=OPERATION_RETRY)(
+        operations.execute_operation
+    )
+    app.task(name="prepare_revision", queue="agents", pass_context=True, retry=OPERATION_RETRY)(
+        agents.prepare_revision
+    )
+    return app

@@ -1,0 +1,26 @@
+"""What jobs need at run time, handed to them through the worker's job context."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from procrastinate import JobContext
+
+from sessionq.config import Settings
+from sessionq.operations import OperationExecutor
+from sessionq.store import Store
+from sessionq.substrate.base import Substrate
+
+
+@dataclass
+class Deps:
+    settings: Settings
+    store: Store
+    runtime: Substrate
+    executor: OperationExecutor
+
+
+def deps(context: JobContext) -> Deps:
+    d = context.additional_context.get("deps")
+    assert isinstance(d, Deps), "the worker must be started with additional_context={'deps': Deps(...)}"
+    return d

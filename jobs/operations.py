@@ -1,0 +1,26 @@
+"""Job: execute the current lifecycle operation of one Session (queue ``operations``)."""
+
+from __future__ import annotations
+
+import logging
+from uuid import UUID
+
+from procrastinate import JobContext
+
+from sessionq.jobs.deps import deps
+
+log = logging.getLogger(__name__)
+
+
+async def execute_operation(context: JobContext, session_id: str) -> str:
+    """Deferred by admission (queueing lock ``operation:<session id>``). Runs the claim protocol;
+    when another attempt holds a live claim, re-queues itself for when that claim lapses (a
+    crashed executor's claim expires, and this job then takes over). Errors after the claim
+    release it and raise, so procrastinate retries with backoff."""
+    d = deps(context)
+    outcome = await d.executor.run(UUID(session_id))
+    if outcome.status == "busy" and outcome.retry_at is not None:
+        await d.store.queue_operation(UUID(session_id), outcome.retry_at)
+    log.debug("execute_operation %s: %s", session_id, outcome.status,
+              extra={"session_id": session_id, "job_id": context.job.id if context.job else None})
+    return outcome.status

@@ -1,0 +1,38 @@
+-- sessionq base: the schema, identifiers and the error vocabulary.
+--
+-- Procedures raise sessionq's own SQLSTATEs (class SQ); src/sessionq/errors.py maps each to one
+-- gRPC status code:
+--   SQ400 invalid argument      SQ403 permission denied     SQ404 not found
+--   SQ409 conflict (ABORTED)    SQ412 failed precondition   SQ422 already exists (idempotency)
+--   SQ503 unavailable (retry)
+-- An ErrorInfo reason, when there is one, travels in the HINT field.
+
+CREATE SCHEMA IF NOT EXISTS sessionq;
+COMMENT ON SCHEMA sessionq IS
+  'sessionq control plane: agents, revisions, sessions, operations and executor claims. Tables are changed only through the procedures in this schema.';
+
+-- uuid_v7: time-ordered UUIDs (RFC 9562 version 7), so ids sort by creation like the kagent ids.
+CREATE OR REPLACE FUNCTION sessionq.uuid_v7() RETURNS uuid
+LANGUAGE sql VOLATILE PARALLEL SAFE AS $$
+  SELECT encode(
+    set_bit(set_bit(
+      overlay(uuid_send(gen_random_uuid())
+              PLACING substring(int8send((extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)
+              FROM 1 FOR 6),
+      52, 1), 53, 1), 'hex')::uuid
+$$;
+COMMENT ON FUNCTION sessionq.uuid_v7() IS
+  'A new time-ordered UUID (version 7): 48 bits of Unix milliseconds, then random bits.';
+
+-- fail: raise one of the sessionq SQLSTATEs with a message for a person and an optional reason.
+CREATE OR REPLACE FUNCTION sessionq.fail(p_code text, p_message text, p_reason text DEFAULT NULL)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  IF p_reason IS NULL THEN
+    RAISE EXCEPTION USING ERRCODE = p_code, MESSAGE = p_message;
+  ELSE
+    RAISE EXCEPTION USING ERRCODE = p_code, MESSAGE = p_message, HINT = p_reason;
+  END IF;
+END $$;
+COMMENT ON FUNCTION sessionq.fail(text, text, text) IS
+  'Raise a sessionq error: p_code is an SQ SQLSTATE (see the header of 00_base.sql), p_reason an optional ErrorInfo reason carried in HINT.';

@@ -1,0 +1,176 @@
+-- Agents and their runtime revisions.
+--
+-- Applying an Agent spec that differs from its desired revision creates a new revision and
+-- queues a job that prepares it in the runtime (creates its actor template). Preparation marks
+-- the revision READY or FAILED; the Agent's latest successful revision only ever moves to a
+-- newer READY revision, so pending or failed edits leave the last good one in use (CRE-2).
+
+CREATE TABLE sessionq.revisions (
+  id                uuid PRIMARY KEY DEFAULT sessionq.uuid_v7(),
+  agent_namespace   text NOT NULL,
+  agent_name        text NOT NULL,
+  number            integer NOT NULL CHECK (number > 0),
+  spec              jsonb NOT NULL,
+  spec_hash         text NOT NULL,
+  image             text NOT NULL,
+  template_atespace text NOT NULL,
+  template_name     text NOT NULL,
+  template_uid      text,
+  egress            jsonb NOT NULL DEFAULT '[]',
+  state             text NOT NULL DEFAULT 'PENDING' CHECK (state IN ('PENDING', 'READY', 'FAILED')),
+  failure_message   text,
+  created_at        timestamptz NOT NULL DEFAULT clock_timestamp(),
+  prepared_at       timestamptz,
+  gc_marked_at      timestamptz,
+  gc_collected_at   timestamptz,
+  UNIQUE (agent_namespace, agent_name, number),
+  UNIQUE (template_atespace, template_name),
+  CHECK (state <> 'READY' OR template_uid IS NOT NULL)
+);
+COMMENT ON TABLE sessionq.revisions IS
+  'Runtime revisions of Agents: one prepared actor template each. Sessions pin one (sessions.revision_id). gc_marked_at is a deletion marker that is never cleared.';
+COMMENT ON COLUMN sessionq.revisions.egress IS 'The persisted intended egress policy: compiled runtime rules [{protocol, hostname, port, credential_headers}].';
+COMMENT ON COLUMN sessionq.revisions.state IS 'PENDING until the prepare job ran; READY once its actor template exists; FAILED with failure_message.';
+
+CREATE TABLE sessionq.agents (
+  namespace                     text NOT NULL,
+  name                          text NOT NULL,
+  spec                          jsonb NOT NULL,
+  desired_revision_id           uuid NOT NULL REFERENCES sessionq.revisions (id),
+  latest_successful_revision_id uuid REFERENCES sessionq.revisions (id),
+  conditions                    jsonb NOT NULL DEFAULT '[]',
+  created_by                    text NOT NULL,
+  created_at                    timestamptz NOT NULL DEFAULT clock_timestamp(),
+  updated_at                    timestamptz NOT NULL DEFAULT clock_timestamp(),
+  PRIMARY KEY (namespace, name)
+);
+COMMENT ON TABLE sessionq.agents IS
+  'Agent definitions. desired_revision_id is the newest applied spec; latest_successful_revision_id is what new Sessions pin. conditions: Accepted, ResolvedRefs, Compatible, Ready.';
+
+-- agent_conditions: the four conditions of an Agent, derived from its revisions.
+CREATE OR REPLACE FUNCTION sessionq.agent_conditions(p_desired sessionq.revisions, p_latest_ok uuid)
+RETURNS jsonb LANGUAGE sql STABLE AS $$
+  SELECT jsonb_build_array(
+    jsonb_build_object('type', 'Accepted', 'status', 'True', 'reason', 'Accepted', 'message', 'spec accepted',
+                       'lastTransitionTime', p_desired.created_at),
+    jsonb_build_object('type', 'ResolvedRefs', 'status', 'True', 'reason', 'ResolvedRefs', 'message', 'references resolved',
+                       'lastTransitionTime', p_desired.created_at),
+    jsonb_build_object('type', 'Compatible',
+                       'status', CASE WHEN p_desired.state = 'FAILED' THEN 'False' ELSE 'True' END,
+                       'reason', CASE WHEN p_desired.state = 'FAILED' THEN 'RevisionFailed' ELSE 'Compatible' END,
+                       'message', coalesce(p_desired.failure_message, 'revision ' || p_desired.number || ' is ' || lower(p_desired.state)),
+                       'lastTransitionTime', coalesce(p_desired.prepared_at, p_desired.created_at)),
+    jsonb_build_object('type', 'Ready',
+                       'status', CASE WHEN p_latest_ok IS NOT NULL THEN 'True'
+                                      WHEN p_desired.state = 'FAILED' THEN 'False' ELSE 'Unknown' END,
+                       'reason', CASE WHEN p_latest_ok IS NOT NULL THEN 'RevisionReady'
+                                      WHEN p_desired.state = 'FAILED' THEN 'RevisionFailed' ELSE 'RevisionPreparing' END,
+                       'message', CASE WHEN p_latest_ok IS NOT NULL THEN 'a prepared revision is available for new sessions'
+                                       WHEN p_desired.state = 'FAILED' THEN 'no revision could be prepared'
+                                       ELSE 'the first revision is being prepared' END,
+                       'lastTransitionTime', coalesce(p_desired.prepared_at, p_desired.created_at)))
+$$;
+COMMENT ON FUNCTION sessionq.agent_conditions(sessionq.revisions, uuid) IS
+  'Compute the Accepted, ResolvedRefs, Compatible and Ready conditions from the desired revision and the latest successful revision id.';
+
+-- apply_agent: create or update an Agent; a changed spec makes a new revision and queues its preparation.
+CREATE OR REPLACE FUNCTION sessionq.apply_agent(
+  p_namespace text, p_name text, p_spec jsonb, p_spec_hash text, p_image text, p_egress jsonb, p_caller text
+) RETURNS TABLE (agent_namespace text, agent_name text, revision_created boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_agent sessionq.agents;
+  v_desired sessionq.revisions;
+  v_rev sessionq.revisions;
+  v_number integer;
+BEGIN
+  -- serialize appliers of one Agent name (the row may not exist yet)
+  PERFORM pg_advisory_xact_lock(hashtextextended('sessionq.agent:' || p_namespace || '/' || p_name, 0));
+  SELECT * INTO v_agent FROM sessionq.agents a WHERE a.namespace = p_namespace AND a.name = p_name FOR UPDATE;
+  IF FOUND THEN
+    SELECT * INTO v_desired FROM sessionq.revisions r WHERE r.id = v_agent.desired_revision_id;
+    IF v_desired.spec_hash = p_spec_hash THEN
+      RETURN QUERY SELECT p_namespace, p_name, false;
+      RETURN;
+    END IF;
+  END IF;
+  SELECT coalesce(max(r.number), 0) + 1 INTO v_number
+    FROM sessionq.revisions r WHERE r.agent_namespace = p_namespace AND r.agent_name = p_name;
+  INSERT INTO sessionq.revisions (agent_namespace, agent_name, number, spec, spec_hash, image,
+                                  template_atespace, template_name, egress)
+  VALUES (p_namespace, p_name, v_number, p_spec, p_spec_hash, p_image, p_namespace,
+          -- one template per revision: <agent>-<12 hex of the revision identity>
+          left(p_name, 50) || '-' || left(md5(p_namespace || '/' || p_name || '#' || v_number), 12),
+          p_egress)
+  RETURNING * INTO v_rev;
+  IF v_agent.name IS NULL THEN
+    INSERT INTO sessionq.agents (namespace, name, spec, desired_revision_id, conditions, created_by)
+    VALUES (p_namespace, p_name, p_spec, v_rev.id, sessionq.agent_conditions(v_rev, NULL), p_caller);
+  ELSE
+    UPDATE sessionq.agents a
+       SET spec = p_spec, desired_revision_id = v_rev.id,
+           conditions = sessionq.agent_conditions(v_rev, a.latest_successful_revision_id),
+           updated_at = clock_timestamp()
+     WHERE a.namespace = p_namespace AND a.name = p_name;
+  END IF;
+  PERFORM sessionq.defer_job('agents', 'prepare_revision', jsonb_build_object('revision_id', v_rev.id),
+                             'revision:' || v_rev.id);
+  RETURN QUERY SELECT p_namespace, p_name, true;
+END $$;
+COMMENT ON FUNCTION sessionq.apply_agent(text, text, jsonb, text, text, jsonb, text) IS
+  'Create or update an Agent. A spec whose hash differs from the desired revision creates revision n+1 (PENDING) and queues its prepare_revision job in the same transaction.';
+
+-- finish_revision: record the outcome of preparing a revision in the runtime.
+CREATE OR REPLACE FUNCTION sessionq.finish_revision(p_revision uuid, p_template_uid text, p_failure text)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+  v_rev sessionq.revisions;
+  v_agent sessionq.agents;
+  v_latest sessionq.revisions;
+  v_desired sessionq.revisions;
+BEGIN
+  SELECT * INTO v_rev FROM sessionq.revisions WHERE id = p_revision FOR UPDATE;
+  IF NOT FOUND THEN
+    PERFORM sessionq.fail('SQ404', format('revision %s does not exist', p_revision));
+  END IF;
+  IF v_rev.state <> 'PENDING' THEN
+    RETURN;  -- already recorded (a retried job)
+  END IF;
+  IF p_failure IS NULL THEN
+    UPDATE sessionq.revisions SET state = 'READY', template_uid = p_template_uid, prepared_at = clock_timestamp()
+     WHERE id = p_revision RETURNING * INTO v_rev;
+  ELSE
+    UPDATE sessionq.revisions SET state = 'FAILED', failure_message = p_failure, prepared_at = clock_timestamp()
+     WHERE id = p_revision RETURNING * INTO v_rev;
+  END IF;
+  SELECT * INTO v_agent FROM sessionq.agents a
+   WHERE a.namespace = v_rev.agent_namespace AND a.name = v_rev.agent_name FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN;  -- the Agent was deleted meanwhile
+  END IF;
+  IF v_rev.state = 'READY' THEN
+    SELECT * INTO v_latest FROM sessionq.revisions WHERE id = v_agent.latest_successful_revision_id;
+    IF v_latest.id IS NULL OR v_latest.number < v_rev.number THEN
+      v_agent.latest_successful_revision_id := v_rev.id;
+    END IF;
+  END IF;
+  SELECT * INTO v_desired FROM sessionq.revisions WHERE id = v_agent.desired_revision_id;
+  UPDATE sessionq.agents a
+     SET latest_successful_revision_id = v_agent.latest_successful_revision_id,
+         conditions = sessionq.agent_conditions(v_desired, v_agent.latest_successful_revision_id),
+         updated_at = clock_timestamp()
+   WHERE a.namespace = v_agent.namespace AND a.name = v_agent.name;
+END $$;
+COMMENT ON FUNCTION sessionq.finish_revision(uuid, text, text) IS
+  'Record a prepared revision (template uid, READY) or its failure (FAILED); move the Agent''s latest successful revision forward only, and refresh its conditions. Idempotent.';
+
+CREATE OR REPLACE FUNCTION sessionq.delete_agent(p_namespace text, p_name text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  DELETE FROM sessionq.agents WHERE namespace = p_namespace AND name = p_name;
+  IF NOT FOUND THEN
+    PERFORM sessionq.fail('SQ404', format('agent %s/%s not found', p_namespace, p_name));
+  END IF;
+END $$;
+COMMENT ON FUNCTION sessionq.delete_agent(text, text) IS
+  'Delete an Agent definition. Its revisions stay while Sessions or checkpoints pin them; revision GC collects the rest.';

@@ -1,0 +1,541 @@
+-- Sessions: one lifecycle row per Session, its operations and executor claims, and its shares.
+--
+-- A lifecycle intent (Create, Suspend, Resume, Delete) is admitted under the row lock: it writes
+-- the operation kind and a fresh operation UUID (the generation) and queues the
+-- execute_operation job in the same transaction. An attempt to execute it claims the generation
+-- (executor_id + executor_expires_at, at most sessions.claimLifetime), issues runtime calls with
+-- no transaction open, then completes (or releases the claim on error). A released claim keeps
+-- executor_id: it records that runtime work may have been issued.
+
+CREATE TABLE sessionq.sessions (
+  id                   uuid PRIMARY KEY DEFAULT sessionq.uuid_v7(),
+  creator              text NOT NULL,
+  request_kind         text NOT NULL CHECK (request_kind IN ('create', 'fork')),
+  request_id           text NOT NULL CHECK (length(request_id) BETWEEN 1 AND 128),
+  request_fingerprint  text NOT NULL,
+  agent_namespace      text NOT NULL,
+  agent_name           text NOT NULL,
+  revision_id          uuid REFERENCES sessionq.revisions (id),
+  name                 text NOT NULL DEFAULT '' CHECK (length(name) <= 200),
+  state                text NOT NULL DEFAULT 'CREATING'
+                       CHECK (state IN ('CREATING', 'READY', 'SUSPENDED', 'FAILED', 'DELETING', 'DELETED')),
+  operation            text NOT NULL DEFAULT 'CREATE'
+                       CHECK (operation IN ('NONE', 'CREATE', 'SUSPEND', 'RESUME', 'DELETE')),
+  operation_id         uuid,
+  executor_id          uuid,
+  executor_expires_at  timestamptz,
+  failure_reason       text,
+  failure_message      text,
+  failed_operation_id  uuid,
+  actor_atespace       text NOT NULL,
+  actor_name           text NOT NULL,
+  actor_template       text NOT NULL,
+  actor_uid            text,
+  snapshot_generation  bigint,
+  snapshot_uri         text,
+  deletion_reason      text CHECK (deletion_reason IN ('user_requested', 'idle_timeout')),
+  source_checkpoint_id uuid,
+  pinned_checkpoint_id uuid GENERATED ALWAYS AS (CASE WHEN state <> 'DELETED' THEN source_checkpoint_id END) STORED,
+  created_at           timestamptz NOT NULL DEFAULT clock_timestamp(),
+  updated_at           timestamptz NOT NULL DEFAULT clock_timestamp(),
+  CONSTRAINT sessions_request_unique UNIQUE (creator, request_kind, request_id),
+  CONSTRAINT executor_only_in_flight CHECK (executor_id IS NULL OR operation <> 'NONE'),
+  CONSTRAINT claim_has_expiry CHECK ((executor_id IS NULL) = (executor_expires_at IS NULL)),
+  CONSTRAINT deleted_is_released CHECK (state <> 'DELETED' OR (revision_id IS NULL AND operation = 'NONE' AND actor_uid IS NULL)),
+  CONSTRAINT live_has_revision CHECK (state = 'DELETED' OR revision_id IS NOT NULL),
+  CONSTRAINT deleting_iff_delete CHECK ((state = 'DELETING') = (operation = 'DELETE')),
+  CONSTRAINT generation_only_with_operation CHECK (operation <> 'NONE' OR executor_id IS NULL)
+);
+CREATE INDEX sessions_creator_idx ON sessionq.sessions (creator, id);
+CREATE INDEX sessions_pending_idx ON sessionq.sessions (updated_at) WHERE operation <> 'NONE';
+CREATE INDEX sessions_revision_idx ON sessionq.sessions (revision_id);
+COMMENT ON TABLE sessionq.sessions IS
+  'One row per Session: its pinned revision, its Actor, the lifecycle state and the operation in flight with its generation (operation_id) and executor claim. DELETED rows are kept forever as tombstones of explicit deletions.';
+COMMENT ON COLUMN sessionq.sessions.operation_id IS 'The generation: a fresh UUID per admitted operation, kept after completion until a later operation supersedes it.';
+COMMENT ON COLUMN sessionq.sessions.executor_id IS 'The attempt that claimed the generation. Kept when the claim is released: runtime work may have been issued.';
+COMMENT ON COLUMN sessionq.sessions.executor_expires_at IS 'When the claim lapses (at most sessions.claimLifetime after the claim); a retry may then claim with a new executor id.';
+COMMENT ON COLUMN sessionq.sessions.request_fingerprint IS 'The parameters of the creating request (agent and name, or checkpoint); a reused request id with other parameters is an idempotency conflict.';
+COMMENT ON COLUMN sessionq.sessions.pinned_checkpoint_id IS 'Generated: the source checkpoint while the Session is live (a RESTRICT foreign key pins it); NULL once DELETED.';
+COMMENT ON COLUMN sessionq.sessions.failed_operation_id IS 'The generation whose preparation failed (failure_reason, failure_message say why); waiting callers of it are told.';
+
+CREATE TABLE sessionq.session_shares (
+  id          uuid PRIMARY KEY DEFAULT sessionq.uuid_v7(),
+  session_id  uuid NOT NULL REFERENCES sessionq.sessions (id) ON DELETE CASCADE,
+  permission  text NOT NULL CHECK (permission IN ('READ_ONLY', 'READ_WRITE')),
+  token_hash  text NOT NULL UNIQUE,
+  created_by  text NOT NULL,
+  created_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+  expires_at  timestamptz NOT NULL
+);
+CREATE INDEX session_shares_session_idx ON sessionq.session_shares (session_id, id);
+COMMENT ON TABLE sessionq.session_shares IS
+  'Bearer shares of a Session: the token is shown once and only its SHA-256 is stored. READ_ONLY reads; READ_WRITE also sends and cancels. Revoked by deletion of the Session.';
+
+-- Every change of a Session row wakes the callers waiting on it (API waiters LISTEN on this channel).
+CREATE OR REPLACE FUNCTION sessionq.notify_session_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_notify('sessionq_session', coalesce(NEW.id, OLD.id)::text);
+  RETURN NULL;
+END $$;
+COMMENT ON FUNCTION sessionq.notify_session_change() IS
+  'Trigger: NOTIFY sessionq_session with the Session id after every insert, update or delete (delivered at commit).';
+CREATE TRIGGER sessions_notify AFTER INSERT OR UPDATE OR DELETE ON sessionq.sessions
+  FOR EACH ROW EXECUTE FUNCTION sessionq.notify_session_change();
+
+-- access: how the caller may use a Session: 'owner', 'READ_WRITE', 'READ_ONLY' or NULL (invisible).
+CREATE OR REPLACE FUNCTION sessionq.access(p_session sessionq.sessions, p_caller text, p_share_hash text)
+RETURNS text LANGUAGE sql STABLE AS $$
+  SELECT CASE
+    WHEN p_session.id IS NULL OR p_session.state = 'DELETED' THEN NULL
+    WHEN p_session.creator = p_caller THEN 'owner'
+    ELSE (SELECT max(sh.permission) FROM sessionq.session_shares sh
+           WHERE sh.session_id = p_session.id AND sh.token_hash = p_share_hash AND sh.expires_at > clock_timestamp())
+  END
+$$;
+COMMENT ON FUNCTION sessionq.access(sessionq.sessions, text, text) IS
+  'The caller''s access to a live Session: owner, READ_WRITE or READ_ONLY (by an unexpired share token hash), or NULL. Deleted Sessions are invisible to everyone.';
+
+-- visible_session: lock and return a Session the caller may see, or raise NOT_FOUND / PERMISSION_DENIED.
+CREATE OR REPLACE FUNCTION sessionq.visible_session(p_session uuid, p_caller text, p_share_hash text, p_need text)
+RETURNS sessionq.sessions LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+  v_access text;
+BEGIN
+  SELECT * INTO v FROM sessionq.sessions WHERE id = p_session FOR UPDATE;
+  v_access := sessionq.access(v, p_caller, p_share_hash);
+  IF v_access IS NULL THEN
+    -- a missing, deleted and another user's Session answer alike
+    PERFORM sessionq.fail('SQ404', format('session %s not found', p_session));
+  END IF;
+  IF p_need = 'owner' AND v_access <> 'owner'
+     OR p_need = 'write' AND v_access NOT IN ('owner', 'READ_WRITE') THEN
+    PERFORM sessionq.fail('SQ403', format('a %s share of session %s does not allow this', v_access, p_session));
+  END IF;
+  RETURN v;
+END $$;
+COMMENT ON FUNCTION sessionq.visible_session(uuid, text, text, text) IS
+  'Lock a Session FOR UPDATE for a caller who needs p_need (read, write or owner) access; NOT_FOUND when missing, deleted or not visible, PERMISSION_DENIED when a share is too weak.';
+
+-- queue_operation: make sure an execute_operation job is waiting for this Session.
+CREATE OR REPLACE FUNCTION sessionq.queue_operation(p_session uuid, p_at timestamptz DEFAULT NULL)
+RETURNS bigint LANGUAGE sql AS $$
+  SELECT sessionq.defer_job('operations', 'execute_operation', jsonb_build_object('session_id', p_session),
+                            'operation:' || p_session, p_at)
+$$;
+COMMENT ON FUNCTION sessionq.queue_operation(uuid, timestamptz) IS
+  'Queue the execute_operation job of a Session (at most one waiting per Session: queueing lock operation:<id>). The job executes whatever operation is current when it runs.';
+
+-- new_generation: start a new generation of p_kind on a locked row (admission's common tail).
+CREATE OR REPLACE FUNCTION sessionq.new_generation(p_session uuid, p_kind text, p_reason text)
+RETURNS sessionq.sessions LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+BEGIN
+  UPDATE sessionq.sessions s
+     SET operation = p_kind,
+         operation_id = sessionq.uuid_v7(),
+         executor_id = NULL, executor_expires_at = NULL,
+         failure_reason = NULL, failure_message = NULL, failed_operation_id = NULL,
+         state = CASE WHEN p_kind = 'DELETE' THEN 'DELETING' ELSE s.state END,
+         deletion_reason = CASE WHEN p_kind = 'DELETE' THEN coalesce(s.deletion_reason, p_reason) ELSE s.deletion_reason END,
+         updated_at = clock_timestamp()
+   WHERE s.id = p_session
+  RETURNING * INTO v;
+  PERFORM sessionq.queue_operation(p_session);
+  RETURN v;
+END $$;
+COMMENT ON FUNCTION sessionq.new_generation(uuid, text, text) IS
+  'Internal to admission: write operation kind, a fresh generation and no executor; DELETE enters DELETING keeping an earlier deletion reason; queue the job.';
+
+-- admit_create: admit the creation of a Session, or answer a retry of one.
+CREATE OR REPLACE FUNCTION sessionq.admit_create(
+  p_caller text, p_request_id text, p_namespace text, p_agent text, p_name text
+) RETURNS TABLE (outcome text, generation uuid, session jsonb)
+LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+  v_agent sessionq.agents;
+  v_rev sessionq.revisions;
+  v_fp text := p_namespace || '/' || p_agent || '|' || coalesce(p_name, '');
+  v_id uuid;
+BEGIN
+  IF p_request_id IS NULL OR length(p_request_id) NOT BETWEEN 1 AND 128 THEN
+    PERFORM sessionq.fail('SQ400', 'request_id must be 1 to 128 characters');
+  END IF;
+  LOOP
+    SELECT * INTO v FROM sessionq.sessions s
+     WHERE s.creator = p_caller AND s.request_kind = 'create' AND s.request_id = p_request_id FOR UPDATE;
+    IF FOUND THEN
+      IF v.state = 'DELETED' THEN
+        PERFORM sessionq.fail('SQ412', format(
+          'request_id %s belongs to session %s, which was deleted; a deleted session cannot be recreated, use a new request_id',
+          p_request_id, v.id));
+      END IF;
+      IF v.request_fingerprint <> v_fp THEN
+        PERFORM sessionq.fail('SQ422', format(
+          'request_id %s was already used to create session %s with different parameters', p_request_id, v.id));
+      END IF;
+      IF v.operation = 'CREATE' THEN
+        IF v.operation_id IS NULL THEN  -- its preparation failed: retry it under a new generation
+          v := sessionq.new_generation(v.id, 'CREATE', NULL);
+          RETURN QUERY SELECT 'admitted'::text, v.operation_id, to_jsonb(v);
+        ELSE
+          PERFORM sessionq.queue_operation(v.id);
+          RETURN QUERY SELECT 'joined'::text, v.operation_id, to_jsonb(v);
+        END IF;
+        RETURN;
+      END IF;
+      RETURN QUERY SELECT 'existing'::text, v.operation_id, to_jsonb(v);
+      RETURN;
+    END IF;
+
+    SELECT * INTO v_agent FROM sessionq.agents a WHERE a.namespace = p_namespace AND a.name = p_agent;
+    IF NOT FOUND THEN
+      PERFORM sessionq.fail('SQ404', format('agent %s/%s not found', p_namespace, p_agent));
+    END IF;
+    IF v_agent.latest_successful_revision_id IS NULL THEN
+      PERFORM sessionq.fail('SQ412', format(
+        'agent %s/%s has no successfully prepared revision; sessions cannot be created until one is ready',
+        p_namespace, p_agent));
+    END IF;
+    SELECT * INTO v_rev FROM sessionq.revisions r WHERE r.id = v_agent.latest_successful_revision_id;
+    v_id := sessionq.uuid_v7();
+    INSERT INTO sessionq.sessions AS s (id, creator, request_kind, request_id, request_fingerprint,
+                                        agent_namespace, agent_name, revision_id, name, state, operation,
+                                        operation_id, actor_atespace, actor_name, actor_template)
+    VALUES (v_id, p_caller, 'create', p_request_id, v_fp, p_namespace, p_agent, v_rev.id, coalesce(p_name, ''),
+            'CREATING', 'CREATE', sessionq.uuid_v7(), v_rev.template_atespace, 'session-' || v_id,
+            v_rev.template_atespace || '/' || v_rev.template_name)
+    ON CONFLICT ON CONSTRAINT sessions_request_unique DO NOTHING
+    RETURNING * INTO v;
+    IF FOUND THEN
+      PERFORM sessionq.queue_operation(v.id);
+      RETURN QUERY SELECT 'admitted'::text, v.operation_id, to_jsonb(v);
+      RETURN;
+    END IF;
+    -- a concurrent creation with the same request id won the insert: answer as its retry
+  END LOOP;
+END $$;
+COMMENT ON FUNCTION sessionq.admit_create(text, text, text, text, text) IS
+  'Admit a Session creation pinning the Agent''s latest successful revision, with a deterministic Actor name session-<id>, and queue its job. A retry (same caller and request id) joins the pending creation or returns the existing Session; other parameters: ALREADY_EXISTS; a deleted Session''s request id: FAILED_PRECONDITION. outcome: admitted, joined or existing.';
+
+-- admit_operation: admit Suspend, Resume or Delete on a Session.
+CREATE OR REPLACE FUNCTION sessionq.admit_operation(
+  p_session uuid, p_caller text, p_share_hash text, p_kind text, p_reason text DEFAULT 'user_requested'
+) RETURNS TABLE (outcome text, generation uuid, session jsonb)
+LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+BEGIN
+  IF p_kind NOT IN ('SUSPEND', 'RESUME', 'DELETE') THEN
+    PERFORM sessionq.fail('SQ400', format('unknown operation %s', p_kind));
+  END IF;
+  v := sessionq.visible_session(p_session, p_caller, p_share_hash, 'owner');
+
+  IF v.operation <> 'NONE' THEN
+    IF v.operation = p_kind THEN
+      IF v.operation_id IS NULL THEN  -- its preparation failed: a retry starts a new generation
+        v := sessionq.new_generation(v.id, p_kind, p_reason);
+        RETURN QUERY SELECT 'admitted'::text, v.operation_id, to_jsonb(v);
+      ELSE
+        PERFORM sessionq.queue_operation(v.id);
+        RETURN QUERY SELECT 'joined'::text, v.operation_id, to_jsonb(v);
+      END IF;
+      RETURN;
+    END IF;
+    IF p_kind = 'DELETE' AND v.executor_id IS NULL THEN
+      -- nothing was ever issued for the pending operation: the delete supersedes it
+      v := sessionq.new_generation(v.id, 'DELETE', p_reason);
+      RETURN QUERY SELECT 'admitted'::text, v.operation_id, to_jsonb(v);
+      RETURN;
+    END IF;
+    PERFORM sessionq.fail('SQ409', format(
+      'session %s has a pending %s operation; retry after it completes', v.id, lower(v.operation)));
+  END IF;
+
+  PERFORM sessionq.check_lifecycle_blockers(v, p_kind);
+
+  IF p_kind = 'SUSPEND' AND v.state = 'SUSPENDED' OR p_kind = 'RESUME' AND v.state = 'READY' THEN
+    RETURN QUERY SELECT 'noop'::text, v.operation_id, to_jsonb(v);  -- already at the target state
+    RETURN;
+  END IF;
+  IF p_kind = 'SUSPEND' AND v.state <> 'READY' OR p_kind = 'RESUME' AND v.state <> 'SUSPENDED' THEN
+    PERFORM sessionq.fail('SQ412', format('session %s is %s and cannot be %s', v.id, v.state,
+                                          CASE p_kind WHEN 'SUSPEND' THEN 'suspended' ELSE 'resumed' END));
+  END IF;
+  v := sessionq.new_generation(v.id, p_kind, p_reason);
+  RETURN QUERY SELECT 'admitted'::text, v.operation_id, to_jsonb(v);
+END $$;
+COMMENT ON FUNCTION sessionq.admit_operation(uuid, text, text, text, text) IS
+  'Admit SUSPEND, RESUME or DELETE under the Session row lock. Same kind pending: join. Another kind pending: ABORTED, except a DELETE supersedes an operation that never had an executor. Already at target: noop. DELETE enters DELETING. outcome: admitted, joined or noop.';
+
+-- check_lifecycle_blockers: work that blocks explicit lifecycle changes. Turns, quiescence and
+-- checkpoints add their rules here (30_tasks.sql, 40_checkpoints.sql redefine it).
+CREATE OR REPLACE FUNCTION sessionq.check_lifecycle_blockers(p_session sessionq.sessions, p_kind text)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  RETURN;
+END $$;
+COMMENT ON FUNCTION sessionq.check_lifecycle_blockers(sessionq.sessions, text) IS
+  'Raise ABORTED when running turns, unsettled cleanup, claimed quiescence or a checkpoint being created block an explicit lifecycle change.';
+
+-- claim_operation: take the execution claim of a generation for one attempt.
+CREATE OR REPLACE FUNCTION sessionq.claim_operation(
+  p_session uuid, p_generation uuid, p_executor uuid, p_lifetime double precision
+) RETURNS TABLE (status text, previous_executor uuid, expires_at timestamptz, session jsonb)
+LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+  v_prev uuid;
+BEGIN
+  IF p_lifetime IS NULL OR p_lifetime <= 0 THEN
+    PERFORM sessionq.fail('SQ400', 'claim lifetime must be positive');
+  END IF;
+  SELECT * INTO v FROM sessionq.sessions s WHERE s.id = p_session FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN QUERY SELECT 'gone'::text, NULL::uuid, NULL::timestamptz, NULL::jsonb;
+    RETURN;
+  END IF;
+  IF v.operation_id IS DISTINCT FROM p_generation THEN
+    RETURN QUERY SELECT 'superseded'::text, v.executor_id, v.executor_expires_at, to_jsonb(v);
+    RETURN;
+  END IF;
+  IF v.operation = 'NONE' THEN
+    RETURN QUERY SELECT 'done'::text, v.executor_id, v.executor_expires_at, to_jsonb(v);
+    RETURN;
+  END IF;
+  IF v.executor_id IS NOT NULL AND v.executor_expires_at > clock_timestamp() THEN
+    RETURN QUERY SELECT 'busy'::text, v.executor_id, v.executor_expires_at, to_jsonb(v);
+    RETURN;
+  END IF;
+  v_prev := v.executor_id;
+  UPDATE sessionq.sessions s
+     SET executor_id = p_executor,
+         executor_expires_at = clock_timestamp() + make_interval(secs => p_lifetime),
+         updated_at = clock_timestamp()
+   WHERE s.id = p_session
+  RETURNING * INTO v;
+  RETURN QUERY SELECT 'claimed'::text, v_prev, v.executor_expires_at, to_jsonb(v);
+END $$;
+COMMENT ON FUNCTION sessionq.claim_operation(uuid, uuid, uuid, double precision) IS
+  'Claim generation p_generation for executor p_executor for p_lifetime seconds. status: claimed (previous_executor set means earlier runtime work may have been issued: inspect before acting), busy (another live claim, until expires_at), superseded, done, gone.';
+
+-- record_actor: remember the Actor UID as soon as the runtime returns it (before completion).
+CREATE OR REPLACE FUNCTION sessionq.record_actor(p_session uuid, p_generation uuid, p_executor uuid, p_uid text)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  UPDATE sessionq.sessions s SET actor_uid = p_uid, updated_at = clock_timestamp()
+   WHERE s.id = p_session AND s.operation_id = p_generation AND s.executor_id = p_executor
+     AND s.operation = 'CREATE' AND (s.actor_uid IS NULL OR s.actor_uid = p_uid);
+  IF NOT FOUND THEN
+    PERFORM sessionq.fail('SQ409', format('executor %s does not hold the creation claim of session %s', p_executor, p_session));
+  END IF;
+END $$;
+COMMENT ON FUNCTION sessionq.record_actor(uuid, uuid, uuid, text) IS
+  'Record the Actor UID of a creation as soon as it is known, by the claim holder only; a different UID is never adopted.';
+
+-- release_operation: an attempt ends with an error; keep the intent and the executor id.
+CREATE OR REPLACE FUNCTION sessionq.release_operation(p_session uuid, p_generation uuid, p_executor uuid)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  UPDATE sessionq.sessions s SET executor_expires_at = least(s.executor_expires_at, clock_timestamp()),
+                                 updated_at = clock_timestamp()
+   WHERE s.id = p_session AND s.operation_id = p_generation AND s.executor_id = p_executor;
+  IF NOT FOUND THEN
+    PERFORM sessionq.fail('SQ409', format('executor %s no longer holds the claim of session %s', p_executor, p_session));
+  END IF;
+END $$;
+COMMENT ON FUNCTION sessionq.release_operation(uuid, uuid, uuid) IS
+  'End an attempt without completing: the claim lapses now so a retry can claim at once, but executor_id, the operation and all pins stay. A stale executor gets ABORTED.';
+
+-- complete_operation: record the successful outcome of the claim holder.
+CREATE OR REPLACE FUNCTION sessionq.complete_operation(
+  p_session uuid, p_generation uuid, p_executor uuid, p_result jsonb DEFAULT '{}'
+) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+BEGIN
+  SELECT * INTO v FROM sessionq.sessions s
+   WHERE s.id = p_session AND s.operation_id = p_generation AND s.executor_id = p_executor
+     AND s.operation <> 'NONE'
+   FOR UPDATE;
+  IF NOT FOUND THEN
+    PERFORM sessionq.fail('SQ409', format('executor %s no longer holds the claim of session %s', p_executor, p_session));
+  END IF;
+  IF v.operation = 'DELETE' AND v.deletion_reason = 'idle_timeout' THEN
+    -- idle expiry leaves no tombstone: the row, its shares and its creation receipt go
+    DELETE FROM sessionq.sessions WHERE id = v.id;
+    PERFORM sessionq.on_session_removed(v);
+    RETURN NULL;
+  END IF;
+  UPDATE sessionq.sessions s
+     SET state = CASE v.operation WHEN 'CREATE' THEN 'READY' WHEN 'RESUME' THEN 'READY'
+                                  WHEN 'SUSPEND' THEN 'SUSPENDED' WHEN 'DELETE' THEN 'DELETED' END,
+         operation = 'NONE',
+         executor_id = NULL, executor_expires_at = NULL,
+         failure_reason = NULL, failure_message = NULL,
+         actor_uid = CASE WHEN v.operation = 'DELETE' THEN NULL ELSE coalesce(p_result ->> 'actor_uid', s.actor_uid) END,
+         revision_id = CASE WHEN v.operation = 'DELETE' THEN NULL ELSE s.revision_id END,
+         snapshot_generation = coalesce((p_result -> 'snapshot' ->> 'generation')::bigint, s.snapshot_generation),
+         snapshot_uri = coalesce(p_result -> 'snapshot' ->> 'uri', s.snapshot_uri),
+         updated_at = clock_timestamp()
+   WHERE s.id = v.id
+  RETURNING * INTO v;
+  IF v.state = 'DELETED' THEN
+    DELETE FROM sessionq.session_shares WHERE session_id = v.id;  -- revoke shares with the tombstone
+  END IF;
+  PERFORM sessionq.on_operation_completed(v);
+  RETURN to_jsonb(v);
+END $$;
+COMMENT ON FUNCTION sessionq.complete_operation(uuid, uuid, uuid, jsonb) IS
+  'Complete the generation by its claim holder, atomically: CREATE and RESUME -> READY, SUSPEND -> SUSPENDED, DELETE -> DELETED tombstone (revision pin, runtime routing, checkpoint pin and shares released) or, for idle_timeout, removal of the row. The operation UUID stays. A stale executor gets ABORTED.';
+
+-- Hooks other domains extend (30_tasks.sql and later files redefine them).
+CREATE OR REPLACE FUNCTION sessionq.on_operation_completed(p_session sessionq.sessions) RETURNS void
+LANGUAGE plpgsql AS $$ BEGIN RETURN; END $$;
+COMMENT ON FUNCTION sessionq.on_operation_completed(sessionq.sessions) IS
+  'Hook run inside complete_operation after the row changed (e.g. wake quiescence workers when a Session returns to READY).';
+CREATE OR REPLACE FUNCTION sessionq.on_session_removed(p_session sessionq.sessions) RETURNS void
+LANGUAGE plpgsql AS $$ BEGIN RETURN; END $$;
+COMMENT ON FUNCTION sessionq.on_session_removed(sessionq.sessions) IS
+  'Hook run inside complete_operation when an idle deletion removed the row.';
+
+-- fail_preparation: a generation that never had an executor failed before issuing anything.
+CREATE OR REPLACE FUNCTION sessionq.fail_preparation(
+  p_session uuid, p_generation uuid, p_reason text, p_message text
+) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+BEGIN
+  SELECT * INTO v FROM sessionq.sessions s
+   WHERE s.id = p_session AND s.operation_id = p_generation AND s.executor_id IS NULL FOR UPDATE;
+  IF NOT FOUND THEN
+    PERFORM sessionq.fail('SQ409', format('generation %s of session %s is no longer unclaimed and current', p_generation, p_session));
+  END IF;
+  UPDATE sessionq.sessions s
+     SET operation_id = NULL,
+         -- CREATE and DELETE stay pending (CREATING / DELETING keep task admission closed) for a retry;
+         -- SUSPEND and RESUME are dropped
+         operation = CASE WHEN v.operation IN ('CREATE', 'DELETE') THEN v.operation ELSE 'NONE' END,
+         failure_reason = p_reason, failure_message = p_message, failed_operation_id = p_generation,
+         updated_at = clock_timestamp()
+   WHERE s.id = v.id
+  RETURNING * INTO v;
+  RETURN to_jsonb(v);
+END $$;
+COMMENT ON FUNCTION sessionq.fail_preparation(uuid, uuid, text, text) IS
+  'Invalidate an unclaimed generation whose read-only preparation failed. CREATE and DELETE stay pending without a generation (a retry admits a new one; DELETING keeps task admission closed); SUSPEND and RESUME are dropped.';
+
+-- observe: what a caller joined to a generation sees (no visibility filter: it was authorized at admission).
+CREATE OR REPLACE FUNCTION sessionq.observe(p_session uuid, p_generation uuid)
+RETURNS TABLE (status text, session jsonb) LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  v sessionq.sessions;
+BEGIN
+  SELECT * INTO v FROM sessionq.sessions s WHERE s.id = p_session;
+  IF NOT FOUND THEN
+    RETURN QUERY SELECT 'gone'::text, NULL::jsonb;
+  ELSIF v.operation_id = p_generation AND v.operation <> 'NONE' THEN
+    RETURN QUERY SELECT 'pending'::text, to_jsonb(v);
+  ELSIF v.operation_id = p_generation THEN
+    RETURN QUERY SELECT 'done'::text, to_jsonb(v);
+  ELSIF v.failed_operation_id = p_generation THEN
+    RETURN QUERY SELECT 'failed'::text, to_jsonb(v);
+  ELSE
+    RETURN QUERY SELECT 'superseded'::text, to_jsonb(v);
+  END IF;
+END $$;
+COMMENT ON FUNCTION sessionq.observe(uuid, uuid) IS
+  'The state of generation p_generation for a joined caller: pending, done (with the Session, a tombstone included), failed (preparation), superseded, or gone (idle-deleted).';
+
+CREATE OR REPLACE FUNCTION sessionq.get_session(p_session uuid, p_caller text, p_share_hash text)
+RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  v sessionq.sessions;
+BEGIN
+  SELECT * INTO v FROM sessionq.sessions s WHERE s.id = p_session;
+  IF sessionq.access(v, p_caller, p_share_hash) IS NULL THEN
+    PERFORM sessionq.fail('SQ404', format('session %s not found', p_session));
+  END IF;
+  RETURN to_jsonb(v);
+END $$;
+COMMENT ON FUNCTION sessionq.get_session(uuid, text, text) IS
+  'Read a Session the caller may see (owner or share); NOT_FOUND otherwise. Reads change nothing.';
+
+CREATE OR REPLACE FUNCTION sessionq.list_sessions(
+  p_caller text, p_all_creators boolean, p_namespace text, p_agent text, p_after uuid, p_limit integer
+) RETURNS SETOF jsonb LANGUAGE sql STABLE AS $$
+  SELECT to_jsonb(s) FROM sessionq.sessions s
+   WHERE (p_all_creators OR s.creator = p_caller)
+     AND s.state <> 'DELETED'
+     AND (p_namespace IS NULL OR s.agent_namespace = p_namespace)
+     AND (p_agent IS NULL OR s.agent_name = p_agent)
+     AND (p_after IS NULL OR s.id > p_after)
+   ORDER BY s.id
+   LIMIT p_limit
+$$;
+COMMENT ON FUNCTION sessionq.list_sessions(text, boolean, text, text, uuid, integer) IS
+  'Live Sessions of the caller (or of everyone), optionally of one Agent, in id order after p_after; callers ask limit+1 rows to know whether a next page exists.';
+
+CREATE OR REPLACE FUNCTION sessionq.rename_session(p_session uuid, p_caller text, p_share_hash text, p_name text)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+BEGIN
+  v := sessionq.visible_session(p_session, p_caller, p_share_hash, 'owner');
+  UPDATE sessionq.sessions s SET name = coalesce(p_name, ''), updated_at = clock_timestamp()
+   WHERE s.id = v.id RETURNING * INTO v;
+  RETURN to_jsonb(v);
+END $$;
+COMMENT ON FUNCTION sessionq.rename_session(uuid, text, text, text) IS
+  'Rename a Session (empty clears the name). Owner only. Does not touch the idle clock.';
+
+CREATE OR REPLACE FUNCTION sessionq.create_share(
+  p_session uuid, p_caller text, p_permission text, p_ttl double precision, p_token_hash text
+) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+  v_share sessionq.session_shares;
+BEGIN
+  v := sessionq.visible_session(p_session, p_caller, NULL, 'owner');
+  IF v.state = 'DELETING' THEN
+    PERFORM sessionq.fail('SQ412', format('session %s is being deleted', v.id));
+  END IF;
+  INSERT INTO sessionq.session_shares (session_id, permission, token_hash, created_by, expires_at)
+  VALUES (v.id, p_permission, p_token_hash, p_caller, clock_timestamp() + make_interval(secs => p_ttl))
+  RETURNING * INTO v_share;
+  RETURN to_jsonb(v_share);
+END $$;
+COMMENT ON FUNCTION sessionq.create_share(uuid, text, text, double precision, text) IS
+  'Share a Session for p_ttl seconds with whoever holds the token whose SHA-256 is p_token_hash. Owner only.';
+
+CREATE OR REPLACE FUNCTION sessionq.list_shares(p_session uuid, p_caller text, p_after uuid, p_limit integer)
+RETURNS SETOF jsonb LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  v sessionq.sessions;
+BEGIN
+  SELECT * INTO v FROM sessionq.sessions s WHERE s.id = p_session;
+  IF sessionq.access(v, p_caller, NULL) IS DISTINCT FROM 'owner' THEN
+    PERFORM sessionq.fail('SQ404', format('session %s not found', p_session));
+  END IF;
+  RETURN QUERY SELECT to_jsonb(sh) - 'token_hash' FROM sessionq.session_shares sh
+    WHERE sh.session_id = p_session AND (p_after IS NULL OR sh.id > p_after)
+    ORDER BY sh.id LIMIT p_limit;
+END $$;
+COMMENT ON FUNCTION sessionq.list_shares(uuid, text, uuid, integer) IS
+  'Shares of a Session, for its owner, in id order after p_after.';
+
+CREATE OR REPLACE FUNCTION sessionq.revoke_share(p_share uuid, p_caller text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  DELETE FROM sessionq.session_shares sh
+   USING sessionq.sessions s
+   WHERE sh.id = p_share AND s.id = sh.session_id AND s.creator = p_caller AND s.state <> 'DELETED';
+  IF NOT FOUND THEN
+    PERFORM sessionq.fail('SQ404', format('share %s not found', p_share));
+  END IF;
+END $$;
+COMMENT ON FUNCTION sessionq.revoke_share(uuid, text) IS 'Revoke a share of one of the caller''s Sessions.';

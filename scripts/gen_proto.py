@@ -1,0 +1,223 @@
+#!/usr/bin/env python
+"""Regenerate the Python protobuf/gRPC modules from proto/ into src/sessionq/_pb.
+
+Usage (from anywhere; paths are resolved from this file):
+
+    python scripts/gen_proto.py          # regenerate in place
+    python scripts/gen_proto.py --check  # regenerate into a temp dir; exit 1 if src/ differs
+
+How it works:
+
+* The A2A types (package ``lf.a2a.v1``) come from the ``a2a-sdk``, whose module
+  ``a2a.types.a2a_pb2`` registers the file ``a2a.proto``. We dump that file and its
+  transitive dependencies into a FileDescriptorSet and hand it to protoc with
+  ``--descriptor_set_in`` so ``import "a2a.proto";`` resolves without a copy of the source.
+* protoc emits ``import a2a_pb2 as a2a__pb2``; we rewrite every such import to
+  ``from a2a.types import a2a_pb2 ...`` so the SDK's module (and its single registration of
+  ``a2a.proto`` in the default descriptor pool) is reused.
+* Our own protos live under ``proto/sessionq/_pb/...`` so that protoc's import paths become
+  ``sessionq._pb.kagent.api.v1alpha1.*`` while the wire package stays ``kagent.api.v1alpha1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PROTO_ROOT = REPO / "proto"
+SRC_ROOT = REPO / "src"
+# Path of our protos below PROTO_ROOT; also the generated package's path below SRC_ROOT.
+PKG_REL = Path("sessionq/_pb/kagent/api/v1alpha1")
+# Package directories (below SRC_ROOT) that get an __init__.py.
+INIT_DIRS = [
+    Path("sessionq/_pb"),
+    Path("sessionq/_pb/kagent"),
+    Path("sessionq/_pb/kagent/api"),
+    Path("sessionq/_pb/kagent/api/v1alpha1"),
+]
+INIT_TEXT = '"""Generated code; run scripts/gen_proto.py"""\n'
+GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
+
+# protoc writes imports of a2a.proto as a top-level module `a2a_pb2`; the SDK has it at a2a.types.
+_A2A_REWRITES = [
+    (re.compile(r"^(\s*)import a2a_pb2 as (\w+)\s*$", re.M), r"\1from a2a.types import a2a_pb2 as \2"),
+    (re.compile(r"^(\s*)import a2a_pb2\s*$", re.M), r"\1from a2a.types import a2a_pb2"),
+    (re.compile(r"^(\s*)from a2a_pb2 import ", re.M), r"\1from a2a.types.a2a_pb2 import "),
+]
+_BARE_A2A_IMPORT = re.compile(r"^\s*(import a2a_pb2\b|from a2a_pb2\b)", re.M)
+
+
+def _proto_files() -> list[str]:
+    """Our .proto files, as protoc import paths, in a stable order."""
+    files = sorted((PROTO_ROOT / PKG_REL).glob("*.proto"))
+    if not files:
+        raise SystemExit(f"no .proto files under {PROTO_ROOT / PKG_REL}")
+    return [f.relative_to(PROTO_ROOT).as_posix() for f in files]
+
+
+def _write_a2a_descriptor_set(path: Path) -> None:
+    """Dump a2a.proto (as registered by a2a-sdk) and its transitive deps, dependencies first."""
+    from a2a.types import a2a_pb2
+    from google.protobuf import descriptor_pb2
+    from google.protobuf.descriptor import FileDescriptor
+
+    fds = descriptor_pb2.FileDescriptorSet()
+    seen: set[str] = set()
+
+    def add(fd: FileDescriptor) -> None:
+        if fd.name in seen:
+            return
+        seen.add(fd.name)
+        for dep in fd.dependencies:
+            add(dep)
+        proto = descriptor_pb2.FileDescriptorProto()
+        fd.CopyToProto(proto)
+        fds.file.append(proto)
+
+    add(a2a_pb2.DESCRIPTOR)
+    path.write_bytes(fds.SerializeToString(deterministic=True))
+
+
+def _a2a_proto_name() -> str:
+    from a2a.types import a2a_pb2
+
+    return str(a2a_pb2.DESCRIPTOR.name)
+
+
+def _run_protoc(out_dir: Path, descriptor_set: Path) -> None:
+    import grpc_tools
+    from grpc_tools import protoc
+
+    well_known = Path(grpc_tools.__file__).resolve().parent / "_proto"
+    args = [
+        "grpc_tools.protoc",
+        f"-I{PROTO_ROOT}",
+        f"-I{well_known}",
+        f"--descriptor_set_in={descriptor_set}",
+        f"--python_out={out_dir}",
+        f"--pyi_out={out_dir}",
+        f"--grpc_python_out={out_dir}",
+        *_proto_files(),
+    ]
+    rc = protoc.main(args)
+    if rc != 0:
+        raise SystemExit(f"protoc failed with exit code {rc}")
+
+
+def _postprocess(pkg_dir: Path) -> None:
+    """Rewrite a2a imports and verify the sibling imports are absolute."""
+    for f in sorted(pkg_dir.iterdir()):
+        if not f.name.endswith(GENERATED_SUFFIXES):
+            continue
+        text = f.read_text()
+        for pattern, repl in _A2A_REWRITES:
+            text = pattern.sub(repl, text)
+        if _BARE_A2A_IMPORT.search(text):
+            raise SystemExit(f"{f.name}: unrewritten a2a_pb2 import left")
+        # Sibling modules must be imported by their full package path (never `import x_pb2`).
+        for m in re.finditer(r"^\s*(?:from (\S+) )?import (\w+_pb2)\b", text, re.M):
+            module, name = m.group(1), m.group(2)
+            if module is None:
+                raise SystemExit(f"{f.name}: relative/top-level import of {name}")
+        f.write_text(text)
+
+
+def _generate(out_root: Path) -> Path:
+    """Generate everything below out_root (mirroring src/); return the generated package dir."""
+    a2a_name = _a2a_proto_name()
+    if a2a_name != "a2a.proto":
+        raise SystemExit(f"a2a-sdk registers {a2a_name!r}, but taskstore.proto imports 'a2a.proto'")
+    with tempfile.TemporaryDirectory(prefix="sessionq-proto-") as tmp:
+        descriptor_set = Path(tmp) / "a2a.fds"
+        _write_a2a_descriptor_set(descriptor_set)
+        _run_protoc(out_root, descriptor_set)
+    for rel in INIT_DIRS:
+        (out_root / rel).mkdir(parents=True, exist_ok=True)
+        (out_root / rel / "__init__.py").write_text(INIT_TEXT)
+    pkg_dir = out_root / PKG_REL
+    _postprocess(pkg_dir)
+    return pkg_dir
+
+
+def _managed_files(root: Path) -> dict[str, Path]:
+    """Files this script owns below root (relative path -> path)."""
+    found: dict[str, Path] = {}
+    for rel in INIT_DIRS:
+        init = root / rel / "__init__.py"
+        if init.exists():
+            found[(rel / "__init__.py").as_posix()] = init
+    pkg_dir = root / PKG_REL
+    if pkg_dir.is_dir():
+        for f in sorted(pkg_dir.iterdir()):
+            if f.is_file() and f.name.endswith(GENERATED_SUFFIXES):
+                found[(PKG_REL / f.name).as_posix()] = f
+    return found
+
+
+def _diff(expected_root: Path, actual_root: Path) -> list[str]:
+    expected = _managed_files(expected_root)
+    actual = _managed_files(actual_root)
+    problems: list[str] = []
+    for rel in sorted(expected.keys() | actual.keys()):
+        if rel not in actual:
+            problems.append(f"missing: src/{rel}")
+        elif rel not in expected:
+            problems.append(f"stale (no longer generated): src/{rel}")
+        else:
+            want, have = expected[rel].read_text(), actual[rel].read_text()
+            if want != have:
+                diff = difflib.unified_diff(
+                    have.splitlines(keepends=True),
+                    want.splitlines(keepends=True),
+                    f"src/{rel} (committed)",
+                    f"src/{rel} (regenerated)",
+                    n=1,
+                )
+                problems.append(f"differs: src/{rel}\n" + "".join(list(diff)[:40]))
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="regenerate into a temp dir and exit 1 if the committed files differ",
+    )
+    args = parser.parse_args(argv)
+
+    with tempfile.TemporaryDirectory(prefix="sessionq-gen-") as tmp:
+        out_root = Path(tmp)
+        _generate(out_root)
+        if args.check:
+            problems = _diff(out_root, SRC_ROOT)
+            if problems:
+                print("generated protobuf code is out of date; run scripts/gen_proto.py", file=sys.stderr)
+                for p in problems:
+                    print(p, file=sys.stderr)
+                return 1
+            print("generated protobuf code is up to date")
+            return 0
+        # Sync: drop stale generated files, then copy the fresh ones over.
+        fresh = _managed_files(out_root)
+        for rel, path in _managed_files(SRC_ROOT).items():
+            if rel not in fresh:
+                path.unlink()
+                print(f"removed stale src/{rel}")
+        for rel, path in fresh.items():
+            dest = SRC_ROOT / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if not dest.exists() or dest.read_bytes() != path.read_bytes():
+                shutil.copyfile(path, dest)
+                print(f"wrote src/{rel}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

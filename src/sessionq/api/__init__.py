@@ -1,0 +1,1 @@
+"""gRPC frontend: server wiring and one servicer module per service."""

@@ -1,0 +1,175 @@
+"""What every servicer shares: identity, validation, paging, error mapping, conversions."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import logging
+import re
+import time
+import unicodedata
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+from uuid import UUID
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+from google.rpc import error_details_pb2, status_pb2
+
+from sessionq import errors, metrics
+from sessionq.errors import SessionqError
+
+log = logging.getLogger("sessionq.api")
+
+SHARE_TOKEN_HEADER = "x-kagent-share-token"
+DEFAULT_PAGE = 50
+MAX_PAGE = 100
+# how long a mutation waits for its generation when the client set no deadline
+DEFAULT_WAIT = 30.0
+
+
+@dataclass(frozen=True)
+class Identity:
+    user: str
+    share_hash: str | None = None
+
+
+class Authenticator:
+    """`authorization: Bearer <token>` -> user, by configuration. Without a token the call is the
+    anonymous user's when one is configured (`sessionq up`), else UNAUTHENTICATED."""
+
+    def __init__(self, tokens: dict[str, str], anonymous_user: str = "") -> None:
+        self.tokens = dict(tokens)
+        self.anonymous_user = anonymous_user
+
+    def identify(self, context: grpc.aio.ServicerContext) -> Identity:
+        md = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+        share = md.get(SHARE_TOKEN_HEADER)
+        share_hash = hash_token(share) if share else None
+        auth = md.get("authorization", "")
+        if auth:
+            scheme, _, token = auth.partition(" ")
+            user = self.tokens.get(token.strip()) if scheme.lower() == "bearer" else None
+            if not user:
+                raise errors.unauthenticated("the bearer token is not recognised")
+            return Identity(user, share_hash)
+        if self.anonymous_user:
+            return Identity(self.anonymous_user, share_hash)
+        raise errors.unauthenticated("an authorization bearer token is required")
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+# -- validation ---------------------------------------------------------------------------------
+
+def parse_uuid(value: str, field: str) -> UUID:
+    if not value:
+        raise errors.invalid(f"{field} is required")
+    try:
+        return UUID(value)
+    except ValueError:
+        raise errors.invalid(f"{field} {value[:80]!r} is not a valid UUID") from None
+
+
+def check_request_id(value: str) -> str:
+    if not 1 <= len(value) <= 128:
+        raise errors.invalid(f"request_id must be 1 to 128 characters (got {len(value)})")
+    return value
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_display_name(value: str, field: str = "name") -> str:
+    if len(value) > 200:
+        raise errors.invalid(f"{field} must be at most 200 characters (got {len(value)})")
+    if value != value.strip():
+        raise errors.invalid(f"{field} must not start or end with white space")
+    if _CONTROL.search(value) or any(unicodedata.category(c) == "Cc" for c in value):
+        raise errors.invalid(f"{field} must not contain control characters")
+    return value
+
+
+def page_limit(limit: int) -> int:
+    if limit < 0 or limit > MAX_PAGE:
+        raise errors.invalid(f"page.limit must be between 0 and {MAX_PAGE} (got {limit})")
+    return limit or DEFAULT_PAGE
+
+
+def encode_token(*parts: str) -> str:
+    raw = "\x1f".join(("v1", *parts)).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_token(token: str, count: int) -> list[str]:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+    except (ValueError, UnicodeDecodeError):
+        raise errors.invalid("page_token is not valid") from None
+    parts = raw.split("\x1f")
+    if len(parts) != count + 1 or parts[0] != "v1":
+        raise errors.invalid("page_token is not valid")
+    return parts[1:]
+
+
+def ts(value: datetime | None) -> Timestamp | None:
+    if value is None:
+        return None
+    t = Timestamp()
+    t.FromDatetime(value)
+    return t
+
+
+def wait_budget(context: grpc.aio.ServicerContext) -> float:
+    remaining = context.time_remaining()
+    if remaining is None:
+        return DEFAULT_WAIT
+    return max(0.0, remaining - 0.1)
+
+
+# -- error mapping --------------------------------------------------------------------------------
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+def rpc(method: F) -> F:
+    """Servicer method wrapper: SessionqError -> its status (with ErrorInfo when it has a reason);
+    anything unexpected -> INTERNAL, logged. Also counts requests by method and code."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        started = time.monotonic()
+        code = grpc.StatusCode.OK
+        try:
+            return await method(self, request, context)
+        except SessionqError as e:
+            code = e.code
+            await abort(context, e)
+        except Exception:
+            if isinstance(context.code(), grpc.StatusCode) and context.code() != grpc.StatusCode.OK:
+                code = context.code()
+                raise
+            code = grpc.StatusCode.INTERNAL
+            log.exception("unexpected error in %s", name)
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the server log")
+        finally:
+            metrics.GRPC_REQUESTS.labels(method=name, code=code.name).inc()
+            metrics.GRPC_LATENCY.labels(method=name).observe(time.monotonic() - started)
+
+    return wrapper  # type: ignore[return-value]
+
+
+async def abort(context: grpc.aio.ServicerContext, e: SessionqError) -> None:
+    trailing: tuple[tuple[str, bytes], ...] = ()
+    if e.reason:
+        status = status_pb2.Status(code=e.code.value[0], message=e.message)
+        info = error_details_pb2.ErrorInfo(reason=e.reason, domain="kagent.dev")
+        status.details.add().Pack(info)
+        trailing = (("grpc-status-details-bin", status.SerializeToString()),)
+    await context.abort(e.code, e.message, trailing_metadata=trailing)

@@ -1,0 +1,56 @@
+"""The gRPC server: services, reflection and health on one port."""
+
+from __future__ import annotations
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from sessionq.api.agents import AgentService
+from sessionq.api.common import Authenticator
+from sessionq.api.sessions import SessionService
+from sessionq.config import Settings
+from sessionq.store import Store
+from sessionq._pb.kagent.api.v1alpha1 import agent_pb2, agent_pb2_grpc, session_pb2, session_pb2_grpc
+
+SERVICE_NAMES = [
+    session_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name,
+    agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
+]
+
+
+class ApiServer:
+    def __init__(self, settings: Settings, store: Store, *, address: str | None = None) -> None:
+        self.settings = settings
+        self.store = store
+        self.server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        auth = Authenticator(settings["auth.tokens"], settings["auth.anonymousUser"])
+        session_pb2_grpc.add_SessionServiceServicer_to_server(
+            SessionService(store, auth, settings["auth.admins"]), self.server
+        )
+        agent_pb2_grpc.add_AgentServiceServicer_to_server(
+            AgentService(store, auth, settings["global.clusterDomain"]), self.server
+        )
+        self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection(
+            [*SERVICE_NAMES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
+            self.server,
+        )
+        self.port = self.server.add_insecure_port(address or settings["server.address"])
+        if self.port == 0:
+            raise OSError(f"cannot listen on {address or settings['server.address']}")
+
+    async def start(self) -> None:
+        await self.server.start()
+        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
+
+    async def stop(self, grace: float = 5.0) -> None:
+        await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        await self.server.stop(grace)
+
+    async def _set_health(self, status: int) -> None:
+        for name in ("", *SERVICE_NAMES):
+            result = self.health.set(name, status)
+            if hasattr(result, "__await__"):
+                await result

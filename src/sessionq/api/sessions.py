@@ -1,0 +1,202 @@
+"""kagent.api.v1alpha1.SessionService: admit lifecycle operations and read Sessions.
+
+Servicers validate, call one store method, map, respond. Mutations admit their operation, then
+wait (within the request deadline) for that generation to finish, woken by NOTIFY; past the
+deadline they answer UNAVAILABLE and the client retries the same call (OP-16).
+"""
+
+from __future__ import annotations
+
+import secrets
+from uuid import UUID
+
+import grpc
+
+from sessionq import errors
+from sessionq.api.common import (
+    Authenticator,
+    check_display_name,
+    check_request_id,
+    decode_token,
+    encode_token,
+    hash_token,
+    page_limit,
+    parse_uuid,
+    rpc,
+    ts,
+    wait_budget,
+)
+from sessionq.agents import check_name, check_namespace
+from sessionq.metrics import OPERATIONS
+from sessionq.models import Admission, Session, Share
+from sessionq.store import Store
+from sessionq._pb.kagent.api.v1alpha1 import common_pb2, session_pb2, session_pb2_grpc
+
+PERMISSIONS = {
+    common_pb2.SESSION_SHARE_PERMISSION_READ_ONLY: "READ_ONLY",
+    common_pb2.SESSION_SHARE_PERMISSION_READ_WRITE: "READ_WRITE",
+}
+
+
+def session_to_proto(s: Session) -> session_pb2.Session:
+    msg = session_pb2.Session(
+        id=str(s.id),
+        creator=s.creator,
+        prepared_revision=str(s.revision_id) if s.revision_id else "",
+        a2a_authority=f"{s.agent_namespace}/{s.agent_name}",
+        state=common_pb2.RuntimeState.Value(f"RUNTIME_STATE_{s.state}"),
+        operation=common_pb2.RuntimeOperation.Value(f"RUNTIME_OPERATION_{s.operation}"),
+        created_at=ts(s.created_at),
+        updated_at=ts(s.updated_at),
+        name=s.name,
+        context_id=str(s.id),
+        agent=common_pb2.ResourceReference(namespace=s.agent_namespace, name=s.agent_name),
+    )
+    if s.failure_message:
+        msg.failure.CopyFrom(common_pb2.Failure(reason=s.failure_reason or "", message=s.failure_message))
+    return msg
+
+
+def share_to_proto(sh: Share) -> session_pb2.SessionShare:
+    return session_pb2.SessionShare(
+        id=str(sh.id), session_id=str(sh.session_id),
+        permission=common_pb2.SessionSharePermission.Value(f"SESSION_SHARE_PERMISSION_{sh.permission}"),
+        created_at=ts(sh.created_at), expires_at=ts(sh.expires_at),
+    )
+
+
+async def await_generation(store: Store, admission: Admission, context: grpc.aio.ServicerContext) -> Session:
+    """Wait for the admitted or joined generation and translate what happened to it."""
+    s = admission.session
+    kind = s.operation.lower()
+    if admission.outcome in ("existing", "noop") or admission.generation is None:
+        return s
+    if admission.outcome == "admitted":
+        OPERATIONS.labels(kind=s.operation, outcome="admitted").inc()
+    obs = await store.wait_for_generation(s.id, admission.generation, wait_budget(context))
+    if obs.status == "done":
+        assert obs.session is not None
+        return obs.session
+    if obs.status == "pending":
+        raise errors.unavailable(
+            f"the {kind} operation of session {s.id} is still in progress; retry the same call to follow it"
+        )
+    if obs.status == "failed":
+        assert obs.session is not None
+        message = f"the {kind} operation of session {s.id} failed before it changed anything: {obs.session.failure_message}"
+        if obs.session.failure_reason == "RuntimeUnavailable":
+            raise errors.unavailable(message + "; retry the same call")
+        raise errors.precondition(message)
+    if obs.status == "gone" or obs.session is None or obs.session.state in ("DELETING", "DELETED") and kind != "delete":
+        raise errors.not_found(f"session {s.id} not found (it was deleted)")
+    raise errors.conflict(
+        f"the {kind} operation of session {s.id} was superseded by a newer "
+        f"{obs.session.operation.lower() if obs.session.operation != 'NONE' else 'operation'}"
+    )
+
+
+class SessionService(session_pb2_grpc.SessionServiceServicer):
+    def __init__(self, store: Store, auth: Authenticator, admins: list[str] | None = None) -> None:
+        self.store = store
+        self.auth = auth
+        self.admins = set(admins or ())
+
+    @rpc
+    async def CreateSession(self, request: session_pb2.CreateSessionRequest, context: grpc.aio.ServicerContext) -> session_pb2.CreateSessionResponse:
+        who = self.auth.identify(context)
+        check_request_id(request.request_id)
+        check_display_name(request.name)
+        if not request.HasField("agent") or not request.agent.name:
+            raise errors.invalid("agent is required")
+        namespace = check_namespace(request.agent.namespace or "kagent", "agent.namespace")
+        name = check_name(request.agent.name, "agent.name")
+        admission = await self.store.admit_create(who.user, request.request_id, namespace, name, request.name)
+        session = await await_generation(self.store, admission, context)
+        return session_pb2.CreateSessionResponse(session=session_to_proto(session))
+
+    @rpc
+    async def GetSession(self, request: session_pb2.GetSessionRequest, context: grpc.aio.ServicerContext) -> session_pb2.GetSessionResponse:
+        who = self.auth.identify(context)
+        sid = parse_uuid(request.session_id, "session_id")
+        session = await self.store.get_session(sid, who.user, who.share_hash)
+        return session_pb2.GetSessionResponse(session=session_to_proto(session))
+
+    @rpc
+    async def ListSessions(self, request: session_pb2.ListSessionsRequest, context: grpc.aio.ServicerContext) -> session_pb2.ListSessionsResponse:
+        who = self.auth.identify(context)
+        limit = page_limit(request.page.limit)
+        if request.all_creators and who.user not in self.admins:
+            raise errors.permission_denied("listing every creator's sessions needs an administrator")
+        after = parse_uuid(decode_token(request.page.page_token, 1)[0], "page_token") if request.page.page_token else None
+        namespace = agent = None
+        if request.HasField("agent") and (request.agent.name or request.agent.namespace):
+            namespace = check_namespace(request.agent.namespace or "kagent", "agent.namespace")
+            agent = check_name(request.agent.name, "agent.name") if request.agent.name else None
+        rows = await self.store.list_sessions(who.user, request.all_creators, namespace, agent, after, limit + 1)
+        token = encode_token(str(rows[limit - 1].id)) if len(rows) > limit else ""
+        return session_pb2.ListSessionsResponse(
+            sessions=[session_to_proto(s) for s in rows[:limit]],
+            page=common_pb2.PageResponse(next_page_token=token),
+        )
+
+    @rpc
+    async def UpdateSessionName(self, request: session_pb2.UpdateSessionNameRequest, context: grpc.aio.ServicerContext) -> session_pb2.UpdateSessionNameResponse:
+        who = self.auth.identify(context)
+        sid = parse_uuid(request.session_id, "session_id")
+        check_display_name(request.name)
+        session = await self.store.rename_session(sid, who.user, who.share_hash, request.name)
+        return session_pb2.UpdateSessionNameResponse(session=session_to_proto(session))
+
+    async def _lifecycle(self, session_id: str, kind: str, context: grpc.aio.ServicerContext) -> session_pb2.Session:
+        who = self.auth.identify(context)
+        sid = parse_uuid(session_id, "session_id")
+        admission = await self.store.admit_operation(sid, who.user, who.share_hash, kind)
+        return session_to_proto(await await_generation(self.store, admission, context))
+
+    @rpc
+    async def SuspendSession(self, request: session_pb2.SuspendSessionRequest, context: grpc.aio.ServicerContext) -> session_pb2.SuspendSessionResponse:
+        return session_pb2.SuspendSessionResponse(session=await self._lifecycle(request.session_id, "SUSPEND", context))
+
+    @rpc
+    async def ResumeSession(self, request: session_pb2.ResumeSessionRequest, context: grpc.aio.ServicerContext) -> session_pb2.ResumeSessionResponse:
+        return session_pb2.ResumeSessionResponse(session=await self._lifecycle(request.session_id, "RESUME", context))
+
+    @rpc
+    async def DeleteSession(self, request: session_pb2.DeleteSessionRequest, context: grpc.aio.ServicerContext) -> session_pb2.DeleteSessionResponse:
+        return session_pb2.DeleteSessionResponse(session=await self._lifecycle(request.session_id, "DELETE", context))
+
+    @rpc
+    async def CreateSessionShare(self, request: session_pb2.CreateSessionShareRequest, context: grpc.aio.ServicerContext) -> session_pb2.CreateSessionShareResponse:
+        who = self.auth.identify(context)
+        sid = parse_uuid(request.session_id, "session_id")
+        permission = PERMISSIONS.get(request.permission)
+        if permission is None:
+            raise errors.invalid("permission must be READ_ONLY or READ_WRITE")
+        ttl = request.ttl.seconds + request.ttl.nanos / 1e9
+        if ttl <= 0:
+            raise errors.invalid("ttl must be greater than zero")
+        if ttl > 366 * 86400:
+            raise errors.invalid("ttl must be at most 366 days")
+        token = "sqs_" + secrets.token_urlsafe(32)
+        share = await self.store.create_share(sid, who.user, permission, ttl, hash_token(token))
+        return session_pb2.CreateSessionShareResponse(share=share_to_proto(share), token=token)
+
+    @rpc
+    async def ListSessionShares(self, request: session_pb2.ListSessionSharesRequest, context: grpc.aio.ServicerContext) -> session_pb2.ListSessionSharesResponse:
+        who = self.auth.identify(context)
+        sid = parse_uuid(request.session_id, "session_id")
+        limit = page_limit(request.page.limit)
+        after: UUID | None = None
+        if request.page.page_token:
+            after = parse_uuid(decode_token(request.page.page_token, 1)[0], "page_token")
+        rows = await self.store.list_shares(sid, who.user, after, limit + 1)
+        token = encode_token(str(rows[limit - 1].id)) if len(rows) > limit else ""
+        return session_pb2.ListSessionSharesResponse(
+            shares=[share_to_proto(s) for s in rows[:limit]], page=common_pb2.PageResponse(next_page_token=token)
+        )
+
+    @rpc
+    async def RevokeSessionShare(self, request: session_pb2.RevokeSessionShareRequest, context: grpc.aio.ServicerContext) -> session_pb2.RevokeSessionShareResponse:
+        who = self.auth.identify(context)
+        await self.store.revoke_share(parse_uuid(request.share_id, "share_id"), who.user)
+        return session_pb2.RevokeSessionShareResponse()

@@ -1,0 +1,233 @@
+"""Configuration: one YAML file plus environment variables, validated at start.
+
+Keys follow the requirements' names (``sessions.idleTtl``). Every key can also be set by an
+environment variable: ``SESSIONQ_`` + the key path in upper snake case, dots becoming double
+underscores, e.g. ``sessions.idleTtl`` -> ``SESSIONQ_SESSIONS__IDLE_TTL``. Environment variables
+win over the file. See ``docs/configuration.md`` (generated from `KEYS`) for the full list.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the key."""
+
+
+_DURATION = re.compile(r"^(-?)(\d+)(?:\.(\d{1,9}))?s$")
+
+
+def parse_duration(value: str, key: str = "duration") -> float:
+    """Parse a protobuf JSON duration ("604800s", "0.5s") into seconds. Negative values are refused."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{key}: expected a duration string like \"60s\", got {value!r}")
+    m = _DURATION.match(value.strip())
+    if not m:
+        raise ConfigError(f"{key}: {value!r} is not a protobuf duration (use seconds with an 's' suffix, e.g. \"604800s\")")
+    if m.group(1):
+        raise ConfigError(f"{key}: {value!r} is negative; durations must be zero or positive")
+    frac = m.group(3) or ""
+    return int(m.group(2)) + (int(frac) / 10 ** len(frac) if frac else 0.0)
+
+
+def format_duration(seconds: float) -> str:
+    if float(seconds).is_integer():
+        return f"{int(seconds)}s"
+    return f"{seconds:.9f}".rstrip("0") + "s"
+
+
+def _bool(value: Any, key: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on"):
+        return True
+    if isinstance(value, str) and value.lower() in ("false", "0", "no", "off", ""):
+        return False
+    raise ConfigError(f"{key}: expected true or false, got {value!r}")
+
+
+def _int(lo: int, hi: int) -> Callable[[Any, str], int]:
+    def parse(value: Any, key: str) -> int:
+        try:
+            n = int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}") from None
+        if not lo <= n <= hi:
+            raise ConfigError(f"{key}: {n} is outside {lo}..{hi}")
+        return n
+
+    return parse
+
+
+def _str(value: Any, key: str) -> str:
+    if not isinstance(value, str | int | float):
+        raise ConfigError(f"{key}: expected a string, got {value!r}")
+    return str(value)
+
+
+def _choice(*choices: str) -> Callable[[Any, str], str]:
+    def parse(value: Any, key: str) -> str:
+        v = _str(value, key)
+        if v not in choices:
+            raise ConfigError(f"{key}: {v!r} is not one of {', '.join(choices)}")
+        return v
+
+    return parse
+
+
+def _address(value: Any, key: str) -> str:
+    v = _str(value, key)
+    host, sep, port = v.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"{key}: {v!r} is not HOST:PORT")
+    return v
+
+
+def _duration(value: Any, key: str) -> float:
+    return parse_duration(value, key)
+
+
+def _positive_duration(value: Any, key: str) -> float:
+    d = parse_duration(value, key)
+    if d <= 0:
+        raise ConfigError(f"{key}: must be greater than 0s")
+    return d
+
+
+def _tokens(value: Any, key: str) -> dict[str, str]:
+    if isinstance(value, str):  # env form: "token1=alice,token2=bob"
+        out: dict[str, str] = {}
+        for item in filter(None, (p.strip() for p in value.split(","))):
+            token, sep, user = item.partition("=")
+            if not sep or not token or not user:
+                raise ConfigError(f"{key}: expected TOKEN=USER pairs separated by commas")
+            out[token] = user
+        return out
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise ConfigError(f"{key}: expected a mapping of token to user name")
+    return dict(value)
+
+
+@dataclass(frozen=True)
+class Key:
+    path: str
+    parse: Callable[[Any, str], Any]
+    default: Any
+    doc: str
+
+    @property
+    def env(self) -> str:
+        parts = [re.sub(r"(?<!^)([A-Z])", r"_\1", p).upper() for p in self.path.split(".")]
+        return "SESSIONQ_" + "__".join(parts)
+
+
+KEYS: tuple[Key, ...] = (
+    Key("database.url", _str, "", "PostgreSQL URL; empty means the embedded server (sessionq up only)."),
+    Key("database.poolSize", _int(2, 200), 10, "Connections per process in the sessionq pool."),
+    Key("server.address", _address, "127.0.0.1:8083", "gRPC listen address (native gRPC, reflection, health)."),
+    Key("sessions.idleTtl", _duration, 604800.0, "Idle expiration TTL (protobuf duration); 0s disables the expiry worker."),
+    Key("sessions.quiescenceRecoveryInterval", _positive_duration, 60.0, "Quiescence recovery scan interval."),
+    Key("sessions.claimLifetime", _positive_duration, 120.0, "Maximum lifetime of an execution claim (at most 120s)."),
+    Key("sessions.quiescenceWorkers", _int(1, 64), 4, "Quiescence workers per worker process."),
+    Key("sessions.dispatchTimeout", _positive_duration, 600.0, "Lifetime of a turn's dispatch reservation."),
+    Key("workers.concurrency", _int(1, 256), 16, "Concurrent procrastinate jobs per worker process."),
+    Key("workers.pollInterval", _positive_duration, 5.0, "Fallback poll interval for jobs (LISTEN/NOTIFY wakes sooner)."),
+    Key("workers.shutdownTimeout", _duration, 30.0, "How long a draining worker waits for running jobs."),
+    Key("metrics.enabled", _bool, False, "Serve Prometheus metrics over HTTP."),
+    Key("metrics.address", _address, "127.0.0.1:9464", "Metrics listen address."),
+    Key("auth.tokens", _tokens, {}, "Bearer tokens mapped to user names."),
+    Key("auth.admins", lambda v, k: [u for u in (v.split(",") if isinstance(v, str) else v or []) if u], [],
+        "Users who may list every creator's Sessions (all_creators)."),
+    Key("auth.anonymousUser", _str, "", "User for calls without a token (set by `sessionq up`; empty: reject)."),
+    Key("runtime.kind", _choice("simulator"), "simulator", "The Substrate implementation."),
+    Key("runtime.simulator.workers", _int(1, 100000), 256, "Size of the simulated worker pool."),
+    Key("global.clusterDomain", _str, "cluster.local", "Cluster DNS domain for generated in-cluster URLs."),
+    Key("logging.format", _choice("json", "text"), "json", "Log format: JSON lines or human-readable text."),
+    Key("logging.level", _choice("debug", "info", "warning", "error"), "info", "Log level."),
+)
+_BY_PATH = {k.path: k for k in KEYS}
+
+
+@dataclass(frozen=True)
+class Settings:
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def __getitem__(self, path: str) -> Any:
+        return self.values[path]
+
+    def with_overrides(self, **overrides: Any) -> Settings:
+        """Copy with values given by key path, e.g. with_overrides(**{"sessions.claimLifetime": 5.0})."""
+        v = dict(self.values)
+        for path, value in overrides.items():
+            if path not in _BY_PATH:
+                raise ConfigError(f"{path}: unknown configuration key")
+            v[path] = value
+        return Settings(v)
+
+    # typed accessors for the commonly used values
+    @property
+    def database_url(self) -> str:
+        return str(self.values["database.url"])
+
+    @property
+    def claim_lifetime(self) -> float:
+        return float(self.values["sessions.claimLifetime"])
+
+
+def _flatten(prefix: str, data: Mapping[str, Any], out: dict[str, Any]) -> None:
+    for k, v in data.items():
+        path = f"{prefix}.{k}" if prefix else str(k)
+        if path in _BY_PATH:
+            out[path] = v
+        elif isinstance(v, Mapping):
+            _flatten(path, v, out)
+        else:
+            raise ConfigError(f"{path}: unknown configuration key")
+
+
+def load(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Settings:
+    """Load defaults, then the YAML file, then environment variables; validate every value."""
+    env = os.environ if env is None else env
+    raw: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except OSError as e:
+            raise ConfigError(f"cannot read configuration file {path}: {e.strerror}") from None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"configuration file {path} is not valid YAML: {e}") from None
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"configuration file {path}: the top level must be a mapping")
+        _flatten("", data, raw)
+    for key in KEYS:
+        if key.env in env:
+            raw[key.path] = env[key.env]
+    values: dict[str, Any] = {}
+    for key in KEYS:
+        values[key.path] = key.parse(raw[key.path], key.path) if key.path in raw else key.default
+    if values["sessions.claimLifetime"] > 120:
+        raise ConfigError("sessions.claimLifetime: must be at most 120s (a crashed executor's claim expires within two minutes)")
+    return Settings(values)
+
+
+def defaults() -> Settings:
+    return Settings({k.path: k.default for k in KEYS})
+
+
+def reference_markdown() -> str:
+    """The documented list of keys, defaults and environment variables."""
+    lines = ["| key | environment variable | default | meaning |", "| --- | --- | --- | --- |"]
+    for k in KEYS:
+        d = k.default
+        if k.parse in (_duration, _positive_duration):
+            d = format_duration(d)
+        lines.append(f"| `{k.path}` | `{k.env}` | `{d!r}` | {k.doc} |" if not isinstance(d, str) else f"| `{k.path}` | `{k.env}` | `{d}` | {k.doc} |")
+    return "\n".join(lines) + "\n"

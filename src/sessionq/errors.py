@@ -1,0 +1,80 @@
+"""One error vocabulary: SQLSTATE -> domain error -> gRPC status, in one table.
+
+Stored procedures raise sessionq's own SQLSTATEs (class ``SQ``, see schema/00_base.sql). The
+store turns a database error carrying one of them into `SessionqError`; servicers turn that into
+the gRPC status of `GRPC_CODES`. Anything else that escapes is a server fault.
+"""
+
+from __future__ import annotations
+
+import grpc
+import psycopg
+
+# SQLSTATE -> (gRPC status code, name used in logs and metrics)
+GRPC_CODES: dict[str, grpc.StatusCode] = {
+    "SQ400": grpc.StatusCode.INVALID_ARGUMENT,
+    "SQ403": grpc.StatusCode.PERMISSION_DENIED,
+    "SQ404": grpc.StatusCode.NOT_FOUND,
+    "SQ409": grpc.StatusCode.ABORTED,
+    "SQ412": grpc.StatusCode.FAILED_PRECONDITION,
+    "SQ422": grpc.StatusCode.ALREADY_EXISTS,
+    "SQ503": grpc.StatusCode.UNAVAILABLE,
+    # our own codes raised from Python
+    "SQ401": grpc.StatusCode.UNAUTHENTICATED,
+    "SQ504": grpc.StatusCode.DEADLINE_EXCEEDED,
+    "SQ429": grpc.StatusCode.RESOURCE_EXHAUSTED,
+}
+
+
+class SessionqError(Exception):
+    """A failure with a defined status: a client mistake, a conflict or a retryable condition."""
+
+    def __init__(self, sqlstate: str, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+        self.message = message
+        self.reason = reason  # ErrorInfo reason, e.g. KAGENT_CHECKPOINT_SNAPSHOT_PENDING
+
+    @property
+    def code(self) -> grpc.StatusCode:
+        return GRPC_CODES.get(self.sqlstate, grpc.StatusCode.INTERNAL)
+
+    def __repr__(self) -> str:
+        return f"SessionqError({self.sqlstate!r}, {self.message!r}, reason={self.reason!r})"
+
+
+def invalid(message: str) -> SessionqError:
+    return SessionqError("SQ400", message)
+
+
+def not_found(message: str) -> SessionqError:
+    return SessionqError("SQ404", message)
+
+
+def conflict(message: str) -> SessionqError:
+    return SessionqError("SQ409", message)
+
+
+def precondition(message: str, reason: str | None = None) -> SessionqError:
+    return SessionqError("SQ412", message, reason)
+
+
+def unavailable(message: str) -> SessionqError:
+    return SessionqError("SQ503", message)
+
+
+def unauthenticated(message: str) -> SessionqError:
+    return SessionqError("SQ401", message)
+
+
+def permission_denied(message: str) -> SessionqError:
+    return SessionqError("SQ403", message)
+
+
+def from_database(error: psycopg.Error) -> SessionqError | None:
+    """The domain error a procedure raised, or None when the error is not one of ours."""
+    state = error.sqlstate or ""
+    if state.startswith("SQ") and state in GRPC_CODES:
+        diag = error.diag
+        return SessionqError(state, diag.message_primary or str(error), diag.message_hint)
+    return None

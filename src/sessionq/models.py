@@ -1,0 +1,130 @@
+"""Typed rows that the store returns. Built from the JSON the procedures return."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any, Self
+from uuid import UUID
+
+
+def _ts(v: Any) -> datetime | None:
+    if v is None or isinstance(v, datetime):
+        return v
+    return datetime.fromisoformat(v)
+
+
+def _uuid(v: Any) -> UUID | None:
+    if v is None or isinstance(v, UUID):
+        return v
+    return UUID(v)
+
+
+class Row:
+    """Build a dataclass from a dict, converting uuid and timestamp columns by their annotation."""
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Self:
+        kwargs: dict[str, Any] = {}
+        for f in fields(cls):  # type: ignore[arg-type]
+            v = data.get(f.name)
+            t = str(f.type)
+            if "UUID" in t:
+                v = _uuid(v)
+            elif "datetime" in t:
+                v = _ts(v)
+            kwargs[f.name] = v
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class Session(Row):
+    id: UUID
+    creator: str
+    request_kind: str
+    request_id: str
+    agent_namespace: str
+    agent_name: str
+    revision_id: UUID | None
+    name: str
+    state: str
+    operation: str
+    operation_id: UUID | None
+    executor_id: UUID | None
+    executor_expires_at: datetime | None
+    failure_reason: str | None
+    failure_message: str | None
+    failed_operation_id: UUID | None
+    actor_atespace: str
+    actor_name: str
+    actor_template: str
+    actor_uid: str | None
+    snapshot_generation: int | None
+    snapshot_uri: str | None
+    deletion_reason: str | None
+    source_checkpoint_id: UUID | None
+    pinned_checkpoint_id: UUID | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class Admission:
+    outcome: str  # admitted | joined | existing | noop
+    generation: UUID | None
+    session: Session
+
+
+@dataclass(frozen=True)
+class Claim:
+    status: str  # claimed | busy | superseded | done | gone
+    previous_executor: UUID | None
+    expires_at: datetime | None
+    session: Session | None
+
+
+@dataclass(frozen=True)
+class Observation:
+    status: str  # pending | done | failed | superseded | gone
+    session: Session | None
+
+
+@dataclass(frozen=True)
+class Revision(Row):
+    id: UUID
+    agent_namespace: str
+    agent_name: str
+    number: int
+    spec: dict[str, Any]
+    image: str
+    template_atespace: str
+    template_name: str
+    template_uid: str | None
+    egress: list[dict[str, Any]]
+    state: str
+    failure_message: str | None
+    created_at: datetime
+    prepared_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Agent(Row):
+    namespace: str
+    name: str
+    spec: dict[str, Any]
+    desired_revision_id: UUID
+    latest_successful_revision_id: UUID | None
+    conditions: list[dict[str, Any]]
+    created_by: str
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class Share(Row):
+    id: UUID
+    session_id: UUID
+    permission: str
+    created_by: str
+    created_at: datetime
+    expires_at: datetime

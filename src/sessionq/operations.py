@@ -1,0 +1,305 @@
+"""Executing lifecycle operations: prepare -> claim -> runtime I/O -> complete.
+
+`OperationExecutor.run(session_id)` executes whatever operation is current on the Session. It is
+called by the ``execute_operation`` job (jobs/operations.py); every retry of that job, on any
+worker replica, runs the same steps, and the claim in PostgreSQL lets exactly one attempt at a
+time issue runtime mutations for a generation (clause OP-2).
+
+- Preparation is read-only (the revision, the Actor as the runtime reports it). A preparation
+  that fails for good invalidates the generation through ``fail_preparation``.
+- The claim lives at most ``sessions.claimLifetime``; the runtime calls of an attempt run under
+  a deadline no longer than that (OP-12), so an attempt whose claim lapsed cannot issue a late
+  mutation (a delayed creation cannot resurrect a deleted Actor).
+- No transaction is open while the runtime is called (OP-3): every store call is its own
+  transaction.
+- An attempt that ends in an error releases its claim (the executor id stays recorded) and the
+  job retries; a retry that finds a previous executor inspects the deterministic Actor and
+  continues from what exists (OP-14).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+from uuid import UUID, uuid4
+
+import psycopg
+
+from sessionq import errors
+from sessionq.models import Revision, Session
+from sessionq.store import Store
+from sessionq.substrate.base import (
+    Actor,
+    ActorState,
+    Code,
+    EgressRule,
+    SnapshotFidelity,
+    SnapshotStatus,
+    Substrate,
+    SubstrateError,
+)
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+TRANSIENT = {Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.ABORTED, Code.RESOURCE_EXHAUSTED, Code.INTERNAL}
+PREPARATION_ATTEMPTS = 3
+
+
+class PreparationFailed(Exception):
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+class RuntimeConflict(Exception):
+    """The runtime holds something we must not adopt or overwrite (e.g. a replaced Actor)."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str  # completed | busy | superseded | done | gone | failed_preparation | nothing
+    session: Session | None = None
+    retry_at: datetime | None = None
+
+
+async def detached(coro: Awaitable[T]) -> T:
+    """Run to completion even if the caller is cancelled: a known outcome is never discarded."""
+    task = asyncio.ensure_future(coro)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await task
+        raise
+
+
+async def with_db_retry(call: Callable[[], Awaitable[T]], *, budget: float = 30.0) -> T:
+    """Retry a store call on connection failures (100 ms doubling to 5 s), never the runtime call
+    that preceded it."""
+    delay, deadline = 0.1, time.monotonic() + budget
+    while True:
+        try:
+            return await call()
+        except (psycopg.OperationalError, psycopg.InterfaceError) as e:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning("database unavailable while recording an outcome (%s); retrying", e)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+def egress_rules(revision: Revision) -> list[EgressRule]:
+    return [
+        EgressRule(r["protocol"], r["hostname"], int(r["port"]), dict(r.get("credential_headers") or {}))
+        for r in revision.egress
+    ]
+
+
+class OperationExecutor:
+    def __init__(self, store: Store, runtime: Substrate, claim_lifetime: float) -> None:
+        self.store = store
+        self.runtime = runtime
+        self.claim_lifetime = claim_lifetime
+
+    async def run(self, session_id: UUID) -> Outcome:
+        session = await self.store.session_by_id(session_id)
+        if session is None or session.operation == "NONE" or session.operation_id is None:
+            return Outcome("nothing", session)
+        generation = session.operation_id
+        log_extra = {"session_id": str(session_id), "operation_id": str(generation)}
+
+        # 1. read-only preparation
+        try:
+            revision = await self._prepare(session)
+        except PreparationFailed as e:
+            log.warning("operation preparation failed: %s", e.message, extra=log_extra)
+            try:
+                failed = await self.store.fail_preparation(session_id, generation, e.reason, e.message)
+            except errors.SessionqError:
+                return Outcome("superseded")  # claimed or superseded meanwhile: not ours to fail
+            return Outcome("failed_preparation", failed)
+
+        # 2. the execution claim
+        executor = uuid4()
+        started = time.monotonic()
+        lifetime = self.claim_lifetime
+        claim = await self.store.claim_operation(session_id, generation, executor, lifetime)
+        if claim.status == "busy":
+            return Outcome("busy", claim.session, claim.expires_at)
+        if claim.status != "claimed":
+            return Outcome(claim.status, claim.session)
+        assert claim.session is not None
+        log.info("claimed %s operation", claim.session.operation.lower(), extra={**log_extra, "executor_id": str(executor)})
+
+        # 3. runtime I/O, bounded by the claim lifetime, no transaction open
+        uncertain = claim.previous_executor is not None
+        try:
+            async with asyncio.timeout_at(asyncio.get_running_loop().time() + lifetime - (time.monotonic() - started)):
+                result = await self._execute(claim.session, revision, generation, executor, uncertain)
+        except BaseException as e:
+            try:
+                await detached(with_db_retry(lambda: self.store.release_operation(session_id, generation, executor)))
+            except Exception:
+                log.exception("could not release the claim", extra=log_extra)
+            if isinstance(e, TimeoutError):
+                raise SubstrateError(Code.DEADLINE_EXCEEDED, "attempt exceeded its claim lifetime") from e
+            raise
+
+        # 4. completion, atomically, by the claim holder
+        completed = await detached(
+            with_db_retry(lambda: self.store.complete_operation(session_id, generation, executor, result))
+        )
+        log.info("completed %s operation", claim.session.operation.lower(), extra=log_extra)
+        return Outcome("completed", completed)
+
+    # -- preparation --------------------------------------------------------------------------
+
+    async def _prepare(self, session: Session) -> Revision | None:
+        revision = None
+        if session.revision_id is not None:
+            revision = await self.store.get_revision(session.revision_id)
+        if session.operation == "CREATE":
+            if revision is None or revision.state != "READY":
+                raise PreparationFailed("RevisionUnavailable", f"revision {session.revision_id} is not prepared")
+        # read the Actor as the runtime reports it (read-only); transient errors are retried
+        actor = await self._inspect_with_retries(session)
+        if actor is not None and session.actor_uid and actor.uid != session.actor_uid:
+            raise PreparationFailed(
+                "ActorReplaced",
+                f"actor {session.actor_atespace}/{session.actor_name} has uid {actor.uid}, "
+                f"not the recorded {session.actor_uid}; it is never adopted",
+            )
+        return revision
+
+    async def _inspect_with_retries(self, session: Session) -> Actor | None:
+        for attempt in range(PREPARATION_ATTEMPTS):
+            try:
+                return await self.runtime.get_actor(session.actor_atespace, session.actor_name)
+            except SubstrateError as e:
+                if e.code == Code.NOT_FOUND:
+                    return None
+                if e.code not in TRANSIENT or attempt == PREPARATION_ATTEMPTS - 1:
+                    raise PreparationFailed("RuntimeUnavailable", f"cannot inspect the actor: {e.message}") from e
+                await asyncio.sleep(0.1 * 2**attempt)
+        return None
+
+    # -- execution ------------------------------------------------------------------------------
+
+    async def _execute(
+        self, session: Session, revision: Revision | None, generation: UUID, executor: UUID, uncertain: bool
+    ) -> dict[str, Any]:
+        if session.operation == "CREATE":
+            assert revision is not None
+            return await self._create(session, revision, generation, executor, uncertain)
+        if session.operation == "SUSPEND":
+            return await self._suspend(session)
+        if session.operation == "RESUME":
+            return await self._resume(session)
+        if session.operation == "DELETE":
+            return await self._delete(session)
+        raise AssertionError(f"unknown operation {session.operation}")
+
+    async def _get_actor(self, session: Session) -> Actor | None:
+        try:
+            actor = await self.runtime.get_actor(session.actor_atespace, session.actor_name)
+        except SubstrateError as e:
+            if e.code == Code.NOT_FOUND:
+                return None
+            raise
+        if session.actor_uid and actor.uid != session.actor_uid:
+            raise RuntimeConflict(f"actor {session.actor_name} was replaced (uid {actor.uid}, recorded {session.actor_uid})")
+        return actor
+
+    async def _create(
+        self, session: Session, revision: Revision, generation: UUID, executor: UUID, uncertain: bool
+    ) -> dict[str, Any]:
+        actor: Actor | None = None
+        if session.actor_uid or uncertain:
+            # an earlier attempt may have created it: continue from what exists
+            actor = await self._get_actor(session)
+            if actor is not None and actor.template != session.actor_template:
+                raise RuntimeConflict(
+                    f"actor {session.actor_name} exists with template {actor.template}, "
+                    f"not {session.actor_template}; it is never adopted"
+                )
+        if actor is None:
+            try:
+                actor = await self.runtime.create_actor(
+                    session.actor_atespace, session.actor_name, session.actor_template,
+                    from_tag=self._source_tag(session),
+                    env={"SESSIONQ_SESSION_ID": str(session.id)},
+                )
+            except SubstrateError as e:
+                if e.code == Code.ALREADY_EXISTS and not uncertain:
+                    # nothing of ours was ever issued: an existing Actor is not ours to adopt
+                    raise RuntimeConflict(f"actor {session.actor_name} already exists; an unissued creation never adopts it") from e
+                raise
+        if not session.actor_uid:
+            await with_db_retry(lambda: self.store.record_actor(session.id, generation, executor, actor.uid))
+        await self._ensure_egress(session, actor, egress_rules(revision))
+        return {"actor_uid": actor.uid}
+
+    def _source_tag(self, session: Session) -> str | None:
+        return f"checkpoint-{session.source_checkpoint_id}" if session.source_checkpoint_id else None
+
+    async def _ensure_egress(self, session: Session, actor: Actor, rules: list[EgressRule]) -> None:
+        """Apply the persisted egress policy before the Actor ever runs; a retry finishes this step
+        instead of repeating it."""
+        try:
+            current = await self.runtime.get_egress_policy(session.actor_atespace, session.actor_name)
+        except SubstrateError as e:
+            if e.code != Code.NOT_FOUND:
+                raise
+            await self.runtime.create_egress_policy(session.actor_atespace, session.actor_name, actor.uid, rules)
+            return
+        if frozenset(current.rules) != frozenset(rules):
+            await self.runtime.update_egress_policy(session.actor_atespace, session.actor_name, actor.uid, rules)
+
+    async def _suspend(self, session: Session) -> dict[str, Any]:
+        actor = await self._get_actor(session)
+        if actor is None:
+            raise RuntimeConflict(f"actor {session.actor_name} does not exist")
+        if actor.state != ActorState.SUSPENDED:
+            actor = await self.runtime.suspend_actor(
+                session.actor_atespace, session.actor_name, actor.uid, SnapshotFidelity.VOLUMES
+            )
+        return {"snapshot": latest_snapshot(actor)}
+
+    async def _resume(self, session: Session) -> dict[str, Any]:
+        actor = await self._get_actor(session)
+        if actor is None:
+            raise RuntimeConflict(f"actor {session.actor_name} does not exist")
+        await self.runtime.resume_actor(session.actor_atespace, session.actor_name, actor.uid)
+        return {}
+
+    async def _delete(self, session: Session) -> dict[str, Any]:
+        actor = await self._get_actor(session)
+        if actor is None:
+            return {}
+        if actor.state not in (ActorState.SUSPENDED, ActorState.CRASHED, ActorState.DELETING):
+            await self.runtime.suspend_actor(session.actor_atespace, session.actor_name, actor.uid, SnapshotFidelity.VOLUMES)
+        try:
+            await self.runtime.delete_actor(session.actor_atespace, session.actor_name, actor.uid)
+        except SubstrateError as e:
+            if e.code != Code.NOT_FOUND:  # already gone counts as done
+                raise
+        return {}
+
+
+def latest_snapshot(actor: Actor) -> dict[str, Any] | None:
+    """The snapshot to record: the highest generation, and only once it is durably COMPLETED
+    (a pending generation never falls back to an older one); VOLUMES fidelity only."""
+    if not actor.snapshots:
+        return None
+    top = max(actor.snapshots, key=lambda s: s.generation)
+    if top.fidelity != SnapshotFidelity.VOLUMES:
+        raise RuntimeConflict(f"snapshot generation {top.generation} has fidelity {top.fidelity}; only VOLUMES is accepted")
+    if top.status != SnapshotStatus.COMPLETED:
+        return None
+    return {"generation": top.generation, "uri": top.uri}

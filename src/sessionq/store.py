@@ -1,0 +1,255 @@
+"""The store: the only place that talks to sessionq's tables. One method per procedure.
+
+Every method is one short transaction (autocommit calls of a stored procedure); no method is
+ever awaited while a runtime call is in flight, and no transaction spans a runtime call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from sessionq import errors
+from sessionq.db import Listener, make_pool
+from sessionq.models import Admission, Agent, Claim, Observation, Revision, Session, Share
+
+SESSION_CHANNEL = "sessionq_session"
+
+
+class Store:
+    def __init__(self, pool: AsyncConnectionPool, listener: Listener | None = None) -> None:
+        self.pool = pool
+        self.listener = listener
+
+    @classmethod
+    async def open(cls, url: str, *, pool_size: int = 10, listen: bool = True, name: str = "sessionq") -> Store:
+        pool = make_pool(url, min_size=1, max_size=pool_size, name=name)
+        await pool.open(wait=True, timeout=30)
+        listener = None
+        if listen:
+            listener = Listener(url, [SESSION_CHANNEL])
+            await listener.start()
+        return cls(pool, listener)
+
+    async def close(self) -> None:
+        if self.listener:
+            await self.listener.stop()
+        await self.pool.close()
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        try:
+            async with self.pool.connection() as conn:
+                yield conn
+        except psycopg.Error as e:
+            domain = errors.from_database(e)
+            if domain is not None:
+                raise domain from None
+            raise
+
+    async def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        async with self._conn() as conn:
+            cur = await conn.execute(sql, params)
+            return list(await cur.fetchall())
+
+    async def _one(self, sql: str, params: Sequence[Any] = ()) -> dict[str, Any]:
+        rows = await self._rows(sql, params)
+        assert len(rows) == 1, f"expected one row from {sql!r}"
+        return rows[0]
+
+    async def _value(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        row = await self._one(sql, params)
+        return next(iter(row.values()))
+
+    # -- agents and revisions -----------------------------------------------------------------
+
+    async def apply_agent(
+        self, namespace: str, name: str, spec: dict[str, Any], spec_hash: str, image: str,
+        egress: list[dict[str, Any]], caller: str,
+    ) -> bool:
+        row = await self._one(
+            "SELECT revision_created FROM sessionq.apply_agent(%s, %s, %s, %s, %s, %s, %s)",
+            (namespace, name, Jsonb(spec), spec_hash, image, Jsonb(egress), caller),
+        )
+        return bool(row["revision_created"])
+
+    async def get_agent(self, namespace: str, name: str) -> Agent:
+        rows = await self._rows(
+            "SELECT to_jsonb(a) AS a FROM sessionq.agents a WHERE namespace = %s AND name = %s", (namespace, name)
+        )
+        if not rows:
+            raise errors.not_found(f"agent {namespace}/{name} not found")
+        return Agent.from_json(rows[0]["a"])
+
+    async def list_agents(self, namespace: str | None, after: tuple[str, str] | None, limit: int) -> list[Agent]:
+        rows = await self._rows(
+            "SELECT to_jsonb(a) AS a FROM sessionq.agents a"
+            " WHERE (%(ns)s::text IS NULL OR namespace = %(ns)s)"
+            "   AND (%(an)s::text IS NULL OR (namespace, name) > (%(an)s, %(nn)s))"
+            " ORDER BY namespace, name LIMIT %(limit)s",
+            {"ns": namespace, "an": after[0] if after else None, "nn": after[1] if after else None, "limit": limit},
+        )
+        return [Agent.from_json(r["a"]) for r in rows]
+
+    async def delete_agent(self, namespace: str, name: str) -> None:
+        await self._rows("SELECT sessionq.delete_agent(%s, %s)", (namespace, name))
+
+    async def agent_revisions(self, namespace: str, name: str) -> list[Revision]:
+        rows = await self._rows(
+            "SELECT to_jsonb(r) AS r FROM sessionq.revisions r WHERE agent_namespace = %s AND agent_name = %s"
+            " ORDER BY number",
+            (namespace, name),
+        )
+        return [Revision.from_json(r["r"]) for r in rows]
+
+    async def get_revision(self, revision_id: UUID) -> Revision:
+        rows = await self._rows("SELECT to_jsonb(r) AS r FROM sessionq.revisions r WHERE id = %s", (revision_id,))
+        if not rows:
+            raise errors.not_found(f"revision {revision_id} not found")
+        return Revision.from_json(rows[0]["r"])
+
+    async def finish_revision(self, revision_id: UUID, template_uid: str | None, failure: str | None) -> None:
+        await self._rows("SELECT sessionq.finish_revision(%s, %s, %s)", (revision_id, template_uid, failure))
+
+    # -- session lifecycle ----------------------------------------------------------------------
+
+    @staticmethod
+    def _admission(row: dict[str, Any]) -> Admission:
+        return Admission(row["outcome"], row["generation"], Session.from_json(row["session"]))
+
+    async def admit_create(
+        self, caller: str, request_id: str, namespace: str, agent: str, name: str
+    ) -> Admission:
+        row = await self._one(
+            "SELECT * FROM sessionq.admit_create(%s, %s, %s, %s, %s)", (caller, request_id, namespace, agent, name)
+        )
+        return self._admission(row)
+
+    async def admit_operation(
+        self, session_id: UUID, caller: str, share_hash: str | None, kind: str, reason: str = "user_requested"
+    ) -> Admission:
+        row = await self._one(
+            "SELECT * FROM sessionq.admit_operation(%s, %s, %s, %s, %s)", (session_id, caller, share_hash, kind, reason)
+        )
+        return self._admission(row)
+
+    async def claim_operation(self, session_id: UUID, generation: UUID, executor: UUID, lifetime: float) -> Claim:
+        row = await self._one(
+            "SELECT * FROM sessionq.claim_operation(%s, %s, %s, %s)", (session_id, generation, executor, lifetime)
+        )
+        s = row["session"]
+        return Claim(row["status"], row["previous_executor"], row["expires_at"], Session.from_json(s) if s else None)
+
+    async def record_actor(self, session_id: UUID, generation: UUID, executor: UUID, uid: str) -> None:
+        await self._rows("SELECT sessionq.record_actor(%s, %s, %s, %s)", (session_id, generation, executor, uid))
+
+    async def release_operation(self, session_id: UUID, generation: UUID, executor: UUID) -> None:
+        await self._rows("SELECT sessionq.release_operation(%s, %s, %s)", (session_id, generation, executor))
+
+    async def complete_operation(
+        self, session_id: UUID, generation: UUID, executor: UUID, result: dict[str, Any] | None = None
+    ) -> Session | None:
+        value = await self._value(
+            "SELECT sessionq.complete_operation(%s, %s, %s, %s)",
+            (session_id, generation, executor, Jsonb(result or {})),
+        )
+        return Session.from_json(value) if value else None
+
+    async def queue_operation(self, session_id: UUID, at: Any = None) -> None:
+        await self._rows("SELECT sessionq.queue_operation(%s, %s)", (session_id, at))
+
+    async def fail_preparation(self, session_id: UUID, generation: UUID, reason: str, message: str) -> Session:
+        value = await self._value(
+            "SELECT sessionq.fail_preparation(%s, %s, %s, %s)", (session_id, generation, reason, message)
+        )
+        return Session.from_json(value)
+
+    async def observe(self, session_id: UUID, generation: UUID) -> Observation:
+        row = await self._one("SELECT * FROM sessionq.observe(%s, %s)", (session_id, generation))
+        s = row["session"]
+        return Observation(row["status"], Session.from_json(s) if s else None)
+
+    async def wait_for_generation(self, session_id: UUID, generation: UUID, timeout: float) -> Observation:
+        """Wait until the generation is no longer pending (woken by NOTIFY on the Session row),
+        or until timeout; returns the last observation (status 'pending' on timeout)."""
+        woke = asyncio.Event()
+        key = str(session_id)
+
+        def on_notify(payload: str | None) -> None:
+            if payload is None or payload == key:
+                woke.set()
+
+        unsubscribe = self.listener.subscribe(SESSION_CHANNEL, on_notify) if self.listener else None
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                woke.clear()
+                obs = await self.observe(session_id, generation)
+                remaining = deadline - time.monotonic()
+                if obs.status != "pending" or remaining <= 0:
+                    return obs
+                # without a listener (or if a notification is lost) poll now and then
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woke.wait(), timeout=min(remaining, 1.0 if self.listener else 0.05))
+        finally:
+            if unsubscribe:
+                unsubscribe()
+
+    async def get_session(self, session_id: UUID, caller: str, share_hash: str | None = None) -> Session:
+        value = await self._value("SELECT sessionq.get_session(%s, %s, %s)", (session_id, caller, share_hash))
+        return Session.from_json(value)
+
+    async def session_by_id(self, session_id: UUID) -> Session | None:
+        """Unfiltered read for executors and operators (never for client-facing calls)."""
+        rows = await self._rows("SELECT to_jsonb(s) AS s FROM sessionq.sessions s WHERE id = %s", (session_id,))
+        return Session.from_json(rows[0]["s"]) if rows else None
+
+    async def list_sessions(
+        self, caller: str, all_creators: bool, namespace: str | None, agent: str | None,
+        after: UUID | None, limit: int,
+    ) -> list[Session]:
+        rows = await self._rows(
+            "SELECT s FROM sessionq.list_sessions(%s, %s, %s, %s, %s, %s) s",
+            (caller, all_creators, namespace, agent, after, limit),
+        )
+        return [Session.from_json(r["s"]) for r in rows]
+
+    async def rename_session(self, session_id: UUID, caller: str, share_hash: str | None, name: str) -> Session:
+        value = await self._value(
+            "SELECT sessionq.rename_session(%s, %s, %s, %s)", (session_id, caller, share_hash, name)
+        )
+        return Session.from_json(value)
+
+    # -- shares ---------------------------------------------------------------------------------
+
+    async def create_share(
+        self, session_id: UUID, caller: str, permission: str, ttl: float, token_hash: str
+    ) -> Share:
+        value = await self._value(
+            "SELECT sessionq.create_share(%s, %s, %s, %s, %s)", (session_id, caller, permission, ttl, token_hash)
+        )
+        return Share.from_json(value)
+
+    async def list_shares(self, session_id: UUID, caller: str, after: UUID | None, limit: int) -> list[Share]:
+        rows = await self._rows(
+            "SELECT s FROM sessionq.list_shares(%s, %s, %s, %s) s", (session_id, caller, after, limit)
+        )
+        return [Share.from_json(r["s"]) for r in rows]
+
+    async def revoke_share(self, share_id: UUID, caller: str) -> None:
+        await self._rows("SELECT sessionq.revoke_share(%s, %s)", (share_id, caller))
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))

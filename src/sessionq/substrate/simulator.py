@@ -1,0 +1,1267 @@
+"""A simulated Substrate runtime backed by PostgreSQL.
+
+`SimulatedSubstrate` implements the `Substrate` Protocol (base.py). Its state lives in the schema
+``substrate_sim`` (sim_schema.sql) of the same database as the control plane but OUTSIDE the
+control plane's transactions: the simulator has its own small connection pool and every call is a
+short transaction of its own that locks (``SELECT ... FOR UPDATE``) the rows it changes. Every
+process on the database (API, workers, tests) therefore sees one runtime.
+
+Besides the Protocol the simulator offers test hooks: the durable directory of an Actor
+(`read_durable` / `write_durable`), pending snapshots (`set_option("snapshot_pending", True)` and
+`complete_snapshots`), a log of the mutations that took effect (`calls`, `mutation_count`) and fault
+injection (`inject`, `release`, `wait_blocked`, `clear_faults`) stored in the database so that it
+works across processes.
+
+Fault semantics: faults match a Protocol method name and, optionally, a resource name (the Actor
+name for actor and egress calls and create_tag; the tag name for get_tag/delete_tag; the template
+name for template calls; list calls only match faults without a name). Each call consumes, under a
+row lock, at most one *wait* fault (``delay``, ``block``) and at most one *outcome* fault
+(``fail_before``, ``lose_after``, ``empty_page``, ``stuck_token``), the oldest matching of each, so
+several outcome faults on one method script consecutive calls. Waits never hold a transaction or a
+connection: blocked calls poll the faults table every 10 ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import hashlib
+import importlib.resources
+import inspect
+import json
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.rows import DictRow, dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from sessionq.substrate.base import (
+    Actor,
+    ActorState,
+    ActorTemplate,
+    Code,
+    EgressPolicy,
+    EgressRule,
+    Page,
+    Snapshot,
+    SnapshotFidelity,
+    SnapshotStatus,
+    Substrate,
+    SubstrateError,
+    Tag,
+    Worker,
+)
+
+__all__ = [
+    "FAULT_KINDS",
+    "PROTOCOL_METHODS",
+    "SimulatedSubstrate",
+    "decode_actor_token",
+    "encode_actor_token",
+    "install_schema",
+    "worker_identity",
+]
+
+T = TypeVar("T")
+
+SCHEMA = "substrate_sim"
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
+POLL_INTERVAL = 0.01  # seconds between polls of the faults table while blocked or waiting
+
+WORKER_ATESPACE = "kagent"
+WORKER_PREFIX = "kagent-default-7c9f8b6d54-"
+WORKER_STATE = "WORKER_STATE_READY"
+_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the alphabet of Kubernetes' generated name suffixes
+
+# pg_advisory_xact_lock key serialising install_schema across processes ("SubstrSm").
+_INSTALL_LOCK_KEY = 0x5375627374725353
+
+EGRESS_PROTOCOLS = frozenset({"http", "https", "tls_passthrough"})
+
+PROTOCOL_METHODS: frozenset[str] = frozenset(
+    name
+    for name, value in vars(Substrate).items()
+    if not name.startswith("_") and inspect.iscoroutinefunction(value)
+)
+LIST_METHODS = frozenset({"list_actors", "list_workers"})
+
+_WAIT_KINDS = frozenset({"delay", "block"})
+_LIST_KINDS = frozenset({"empty_page", "stuck_token"})
+FAULT_KINDS = frozenset({"delay", "fail_before", "lose_after", "block"}) | _LIST_KINDS
+
+_WORKER_HOLDING_STATES = (ActorState.RUNNING, ActorState.PAUSED)
+
+
+# --------------------------------------------------------------------------------------------
+# schema installation
+
+
+def _schema_sql() -> str:
+    return importlib.resources.files("sessionq.substrate").joinpath("sim_schema.sql").read_text("utf-8")
+
+
+def worker_identity(index: int, taken: set[str] | None = None) -> tuple[str, str]:
+    """The (name, ip) of the worker with this pool index: deterministic from the index.
+
+    `taken` holds names already given to lower indices; a (very unlikely) suffix collision is
+    resolved deterministically by hashing again."""
+    attempt = 0
+    while True:
+        digest = hashlib.sha256(f"substrate-sim-worker:{index}:{attempt}".encode()).digest()
+        suffix = "".join(_SUFFIX_ALPHABET[b % len(_SUFFIX_ALPHABET)] for b in digest[:5])
+        name = WORKER_PREFIX + suffix
+        if taken is None or name not in taken:
+            return name, f"10.244.{index // 250}.{index % 250 + 2}"
+        attempt += 1
+
+
+def _worker_rows(count: int) -> list[tuple[str, int, str, str]]:
+    taken: set[str] = set()
+    rows = []
+    for i in range(count):
+        name, ip = worker_identity(i, taken)
+        taken.add(name)
+        rows.append((name, i, WORKER_ATESPACE, ip))
+    return rows
+
+
+async def install_schema(conninfo: str, *, worker_pool_size: int = 256) -> None:
+    """Create the simulator schema and the worker pool rows that are missing. Idempotent and safe
+    when several processes run it at once (transaction-level advisory lock)."""
+    if worker_pool_size < 0:
+        raise ValueError("worker_pool_size must be >= 0")
+    async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_INSTALL_LOCK_KEY,))
+            await conn.execute(_schema_sql().encode())
+            async with conn.cursor() as cur:
+                await cur.execute("SELECT count(*) FROM substrate_sim.workers")
+                row = await cur.fetchone()
+                existing = int(row[0]) if row else 0
+                if existing < worker_pool_size:
+                    await cur.executemany(
+                        "INSERT INTO substrate_sim.workers (name, idx, atespace, ip, state)"
+                        " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                        [(*r, WORKER_STATE) for r in _worker_rows(worker_pool_size)[existing:]],
+                    )
+
+
+# --------------------------------------------------------------------------------------------
+# page tokens (the runtime's keyset format)
+
+
+def encode_actor_token(atespace: str | None, name: str) -> str:
+    """Keyset token resuming strictly after (atespace, name); atespace None for a listing within
+    one atespace and for workers: urlsafe base64 (no padding) of compact JSON."""
+    payload: dict[str, Any] = {"v": 1}
+    if atespace is not None:
+        payload["atespace"] = atespace
+    payload["name"] = name
+    raw = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def decode_actor_token(token: str, *, global_listing: bool) -> tuple[str | None, str]:
+    """Inverse of `encode_actor_token`: (atespace or None, name). `global_listing` says whether the
+    token must carry an atespace (a ListActors over all atespaces). Raises INVALID_ARGUMENT."""
+
+    def bad(why: str) -> SubstrateError:
+        return SubstrateError(Code.INVALID_ARGUMENT, f"invalid page token {token!r}: {why}")
+
+    if not token or not isinstance(token, str):
+        raise bad("empty")
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        payload = json.loads(raw.decode("utf-8"))
+    except (binascii.Error, ValueError, UnicodeDecodeError) as exc:
+        raise bad("not base64 JSON") from exc
+    if not isinstance(payload, dict) or payload.get("v") != 1:
+        raise bad("unsupported version")
+    name = payload.get("name")
+    if not isinstance(name, str):
+        raise bad("missing name")
+    expected = {"v", "name", "atespace"} if global_listing else {"v", "name"}
+    if set(payload) != expected:
+        known = set(payload) <= {"v", "name", "atespace"}
+        raise bad("wrong keys for this listing" if known else "unknown keys")
+    if global_listing:
+        atespace = payload["atespace"]
+        if not isinstance(atespace, str):
+            raise bad("atespace is not a string")
+        return atespace, name
+    return None, name
+
+
+# --------------------------------------------------------------------------------------------
+# row conversion helpers
+
+
+def _rule_to_json(rule: EgressRule) -> dict[str, Any]:
+    return {
+        "protocol": rule.protocol,
+        "hostname": rule.hostname,
+        "port": rule.port,
+        "credential_headers": dict(sorted(rule.credential_headers.items())),
+    }
+
+
+def _rule_from_json(data: dict[str, Any]) -> EgressRule:
+    return EgressRule(
+        protocol=data["protocol"],
+        hostname=data["hostname"],
+        port=int(data["port"]),
+        credential_headers=dict(data.get("credential_headers") or {}),
+    )
+
+
+def _rule_sort_key(rule: dict[str, Any]) -> tuple[str, str, int, str]:
+    return (rule["protocol"], rule["hostname"], rule["port"], json.dumps(rule["credential_headers"]))
+
+
+def _canonical_rules(rules: Iterable[EgressRule], *, actor: str) -> list[dict[str, Any]]:
+    """Validate and de-duplicate an allow-set; conflicting rules for one host and port are rejected."""
+    seen: dict[tuple[str, int], dict[str, Any]] = {}
+    for rule in rules:
+        if not isinstance(rule, EgressRule):
+            raise SubstrateError(Code.INVALID_ARGUMENT, f"egress policy of actor {actor}: not an EgressRule")
+        if rule.protocol not in EGRESS_PROTOCOLS:
+            raise SubstrateError(
+                Code.INVALID_ARGUMENT,
+                f"egress policy of actor {actor}: unsupported protocol {rule.protocol!r}",
+            )
+        if not rule.hostname or not isinstance(rule.port, int) or not 0 < rule.port < 65536:
+            raise SubstrateError(
+                Code.INVALID_ARGUMENT,
+                f"egress policy of actor {actor}: invalid destination {rule.hostname!r}:{rule.port!r}",
+            )
+        data = _rule_to_json(rule)
+        key = (rule.hostname.lower(), rule.port)
+        if key in seen and seen[key] != data:
+            raise SubstrateError(
+                Code.INVALID_ARGUMENT,
+                f"egress policy of actor {actor}: conflicting rules for {rule.hostname}:{rule.port}",
+            )
+        seen[key] = data
+    return sorted(seen.values(), key=_rule_sort_key)
+
+
+def _rule_collection(data: list[dict[str, Any]]) -> frozenset[EgressRule] | tuple[EgressRule, ...]:
+    rules = [_rule_from_json(d) for d in data]
+    try:
+        return frozenset(rules)
+    except TypeError:
+        # EgressRule is a frozen dataclass holding a dict (credential_headers), so it is unhashable
+        # and cannot go into a frozenset; fall back to a tuple in canonical order.
+        return tuple(rules)
+
+
+def _snapshot(row: DictRow) -> Snapshot:
+    return Snapshot(
+        generation=row["generation"],
+        fidelity=SnapshotFidelity(row["fidelity"]),
+        status=SnapshotStatus(row["status"]),
+        uri=row["uri"],
+        created_at=row["created_at"],
+    )
+
+
+def _actor(row: DictRow, snapshots: Iterable[Snapshot] = ()) -> Actor:
+    return Actor(
+        atespace=row["atespace"],
+        name=row["name"],
+        uid=row["uid"],
+        template=row["template"],
+        state=ActorState(row["state"]),
+        worker=row["worker"],
+        worker_ip=row["worker_ip"],
+        version=row["version"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        snapshots=tuple(snapshots),
+    )
+
+
+def _template(row: DictRow) -> ActorTemplate:
+    return ActorTemplate(
+        atespace=row["atespace"],
+        name=row["name"],
+        uid=row["uid"],
+        image=row["image"],
+        version=row["version"],
+        created_at=row["created_at"],
+    )
+
+
+def _tag(row: DictRow) -> Tag:
+    return Tag(
+        atespace=row["atespace"],
+        name=row["name"],
+        actor_name=row["actor_name"],
+        actor_uid=row["actor_uid"],
+        snapshot_generation=row["snapshot_generation"],
+        snapshot_uri=row["uri"],
+        created_at=row["created_at"],
+    )
+
+
+def _policy(row: DictRow) -> EgressPolicy:
+    return EgressPolicy(
+        actor_uid=row["actor_uid"], rules=_rule_collection(row["rules"]), version=row["version"]
+    )
+
+
+def _worker(row: DictRow) -> Worker:
+    holder = f"{row['holder_atespace']}/{row['holder_name']}" if row["holder_name"] is not None else None
+    return Worker(name=row["name"], atespace=row["atespace"], ip=row["ip"], actor=holder, state=row["state"])
+
+
+def _page_size(page_size: int) -> int:
+    if page_size < 0:
+        raise SubstrateError(Code.INVALID_ARGUMENT, f"negative page_size {page_size}")
+    if page_size == 0:
+        return DEFAULT_PAGE_SIZE
+    return min(page_size, MAX_PAGE_SIZE)
+
+
+def _require_name(kind: str, value: str) -> None:
+    if not isinstance(value, str) or not value or "/" in value:
+        raise SubstrateError(Code.INVALID_ARGUMENT, f"invalid {kind} {value!r}")
+
+
+def _split_template(template: str) -> tuple[str, str]:
+    atespace, sep, name = template.partition("/")
+    if not sep or not atespace or not name or "/" in name:
+        raise SubstrateError(Code.INVALID_ARGUMENT, f"template must be '<atespace>/<name>', got {template!r}")
+    return atespace, name
+
+
+@dataclass(frozen=True)
+class _Fault:
+    id: int
+    kind: str
+    code: Code
+    delay: float
+
+
+_ACTOR_SELECT = (
+    "SELECT a.atespace, a.name, a.uid, a.template, a.state, a.worker, a.version, a.durable,"
+    " a.created_at, a.updated_at, w.ip AS worker_ip"
+    " FROM substrate_sim.actors a LEFT JOIN substrate_sim.workers w ON w.name = a.worker"
+)
+
+Cursor = psycopg.AsyncCursor[DictRow]
+
+
+# --------------------------------------------------------------------------------------------
+# the simulator
+
+
+class SimulatedSubstrate:
+    """The runtime simulator; see the module docstring. Use ``async with SimulatedSubstrate(url)``
+    or call `open` / `close`. `worker_pool_size` bounds the workers this instance allocates and lists
+    (the pool rows are created by `install_schema`; `open` adds missing ones); every process on one
+    database should use the same size."""
+
+    def __init__(self, conninfo: str, *, worker_pool_size: int = 256) -> None:
+        if worker_pool_size < 0:
+            raise ValueError("worker_pool_size must be >= 0")
+        self._conninfo = conninfo
+        self.worker_pool_size = worker_pool_size
+        self._pool: AsyncConnectionPool | None = None
+
+    # lifecycle ------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._pool is not None:
+            return
+        pool = AsyncConnectionPool(
+            self._conninfo,
+            min_size=1,
+            max_size=4,
+            open=False,
+            name="substrate_sim",
+            kwargs={"autocommit": True, "application_name": "substrate_sim"},
+        )
+        await pool.open(wait=True, timeout=30.0)
+        self._pool = pool
+        try:
+            await self._ensure_installed()
+        except BaseException:
+            self._pool = None
+            await pool.close()
+            raise
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    async def __aenter__(self) -> SimulatedSubstrate:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def _ensure_installed(self) -> None:
+        async with self._tx() as cur:
+            await cur.execute("SELECT to_regclass('substrate_sim.workers') IS NOT NULL AS present")
+            row = await cur.fetchone()
+            present = bool(row and row["present"])
+            count = 0
+            if present:
+                await cur.execute("SELECT count(*) AS n FROM substrate_sim.workers")
+                row = await cur.fetchone()
+                count = int(row["n"]) if row else 0
+        if not present or count < self.worker_pool_size:
+            await install_schema(self._conninfo, worker_pool_size=self.worker_pool_size)
+
+    @contextlib.asynccontextmanager
+    async def _tx(self) -> AsyncIterator[Cursor]:
+        """One short transaction on a pooled connection."""
+        if self._pool is None:
+            raise RuntimeError("SimulatedSubstrate is not open")
+        try:
+            async with self._pool.connection() as conn, conn.transaction():
+                async with conn.cursor(row_factory=dict_row) as cur:
+                    yield cur
+        except pg_errors.TransactionRollback as exc:
+            raise SubstrateError(Code.ABORTED, f"simulated runtime transaction aborted: {exc}") from exc
+        except psycopg.OperationalError as exc:
+            raise SubstrateError(Code.UNAVAILABLE, f"simulated runtime store unavailable: {exc}") from exc
+
+    # faults ---------------------------------------------------------------------------------
+
+    async def _take_faults(self, method: str, target: str | None) -> list[_Fault]:
+        """Atomically consume the oldest matching wait fault and the oldest matching outcome fault."""
+        async with self._tx() as cur:
+            await cur.execute(
+                "SELECT id, kind, code, delay FROM substrate_sim.faults"
+                " WHERE method = %s AND (actor IS NULL OR actor = %s)"
+                " AND (remaining IS NULL OR remaining > 0)"
+                " ORDER BY id FOR UPDATE",
+                (method, target),
+            )
+            rows = await cur.fetchall()
+            if not rows:
+                return []
+            wait = next((r for r in rows if r["kind"] in _WAIT_KINDS), None)
+            outcome = next((r for r in rows if r["kind"] not in _WAIT_KINDS), None)
+            chosen = [r for r in (wait, outcome) if r is not None]
+            await cur.execute(
+                "UPDATE substrate_sim.faults SET remaining = remaining - 1, hits = hits + 1"
+                " WHERE id = ANY(%s)",
+                ([r["id"] for r in chosen],),
+            )
+        return [
+            _Fault(id=r["id"], kind=r["kind"], code=Code(r["code"]), delay=float(r["delay"])) for r in chosen
+        ]
+
+    async def _block_on(self, fault_id: int) -> None:
+        async with self._tx() as cur:
+            await cur.execute(
+                "UPDATE substrate_sim.faults SET blocked = blocked + 1, blocked_total = blocked_total + 1"
+                " WHERE id = %s",
+                (fault_id,),
+            )
+        try:
+            while True:
+                async with self._tx() as cur:
+                    await cur.execute("SELECT released FROM substrate_sim.faults WHERE id = %s", (fault_id,))
+                    row = await cur.fetchone()
+                if row is None or row["released"]:
+                    return
+                await asyncio.sleep(POLL_INTERVAL)
+        finally:
+            with contextlib.suppress(Exception):
+                async with self._tx() as cur:
+                    await cur.execute(
+                        "UPDATE substrate_sim.faults SET blocked = greatest(blocked - 1, 0) WHERE id = %s",
+                        (fault_id,),
+                    )
+
+    async def _call(
+        self,
+        method: str,
+        target: str | None,
+        op: Callable[[], Awaitable[T]],
+        fake_page: Callable[[str], T] | None = None,
+    ) -> T:
+        faults = await self._take_faults(method, target)
+        for fault in faults:
+            if fault.kind == "delay":
+                await asyncio.sleep(fault.delay)
+            elif fault.kind == "block":
+                await self._block_on(fault.id)
+        outcome = next((f for f in faults if f.kind not in _WAIT_KINDS), None)
+        where = f"{method}({target})" if target is not None else method
+        if outcome is not None and outcome.kind == "fail_before":
+            raise SubstrateError(outcome.code, f"injected failure before {where}")
+        if outcome is not None and outcome.kind in _LIST_KINDS and fake_page is not None:
+            return fake_page(outcome.kind)
+        result = await op()
+        if outcome is not None and outcome.kind == "lose_after":
+            raise SubstrateError(outcome.code, f"response lost: {where} took effect")
+        return result
+
+    async def inject(
+        self,
+        method: str,
+        kind: str,
+        *,
+        actor: str | None = None,
+        code: Code = Code.UNAVAILABLE,
+        delay: float = 0.0,
+        times: int | None = 1,
+    ) -> int:
+        """Inject a fault for `method` (a Protocol method name), optionally only for calls naming
+        `actor`; it affects `times` calls (None: until cleared). Returns the fault id."""
+        if method not in PROTOCOL_METHODS:
+            raise ValueError(f"unknown Substrate method {method!r}")
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault kind {kind!r}")
+        if kind in _LIST_KINDS and method not in LIST_METHODS:
+            raise ValueError(f"fault kind {kind!r} applies only to list methods")
+        if times is not None and times < 1:
+            raise ValueError("times must be >= 1 or None")
+        if delay < 0:
+            raise ValueError("delay must be >= 0")
+        async with self._tx() as cur:
+            await cur.execute(
+                "INSERT INTO substrate_sim.faults (method, kind, actor, code, delay, remaining)"
+                " VALUES (%s, %s, %s, %s, %s, %s) RETURNING id",
+                (method, kind, actor, Code(code).value, float(delay), times),
+            )
+            row = await cur.fetchone()
+        assert row is not None
+        return int(row["id"])
+
+    async def release(self, fault_id: int) -> None:
+        """Let every call blocked (now or later) on this block fault proceed."""
+        async with self._tx() as cur:
+            await cur.execute("UPDATE substrate_sim.faults SET released = true WHERE id = %s", (fault_id,))
+
+    async def clear_faults(self) -> None:
+        """Remove every fault; calls blocked on one proceed."""
+        async with self._tx() as cur:
+            await cur.execute("DELETE FROM substrate_sim.faults")
+
+    async def wait_blocked(self, fault_id: int, timeout: float = 5.0, *, count: int = 1) -> None:  # noqa: ASYNC109
+        """Return once at least `count` calls are blocked on the fault; TimeoutError otherwise."""
+        deadline = time.monotonic() + timeout
+        while True:
+            async with self._tx() as cur:
+                await cur.execute("SELECT blocked FROM substrate_sim.faults WHERE id = %s", (fault_id,))
+                row = await cur.fetchone()
+            if row is None:
+                raise SubstrateError(Code.NOT_FOUND, f"fault {fault_id} not found")
+            if row["blocked"] >= count:
+                return
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"no call blocked on fault {fault_id} within {timeout}s")
+            await asyncio.sleep(POLL_INTERVAL)
+
+    async def fault_hits(self, fault_id: int) -> int:
+        """How many calls consumed the fault so far."""
+        async with self._tx() as cur:
+            await cur.execute("SELECT hits FROM substrate_sim.faults WHERE id = %s", (fault_id,))
+            row = await cur.fetchone()
+        if row is None:
+            raise SubstrateError(Code.NOT_FOUND, f"fault {fault_id} not found")
+        return int(row["hits"])
+
+    # options, call log ---------------------------------------------------------------------
+
+    async def set_option(self, key: str, value: Any) -> None:
+        async with self._tx() as cur:
+            await cur.execute(
+                "INSERT INTO substrate_sim.options (key, value) VALUES (%s, %s)"
+                " ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = clock_timestamp()",
+                (key, Jsonb(value)),
+            )
+
+    async def get_option(self, key: str) -> Any:
+        """The option's value, None when unset."""
+        async with self._tx() as cur:
+            await cur.execute("SELECT value FROM substrate_sim.options WHERE key = %s", (key,))
+            row = await cur.fetchone()
+        return None if row is None else row["value"]
+
+    async def mutation_count(self, *, actor: str | None = None, method: str | None = None) -> int:
+        """Mutations that took effect, optionally for one resource name and/or one method."""
+        async with self._tx() as cur:
+            await cur.execute(
+                "SELECT count(*) AS n FROM substrate_sim.calls"
+                " WHERE (%(actor)s::text IS NULL OR name = %(actor)s)"
+                " AND (%(method)s::text IS NULL OR method = %(method)s)",
+                {"actor": actor, "method": method},
+            )
+            row = await cur.fetchone()
+        return int(row["n"]) if row else 0
+
+    async def calls(self, actor: str | None = None) -> list[dict[str, Any]]:
+        """The mutation log in order: dicts with id, method, atespace, name, uid, detail, pid, at."""
+        async with self._tx() as cur:
+            await cur.execute(
+                "SELECT id, method, atespace, name, uid, detail, pid, at FROM substrate_sim.calls"
+                " WHERE (%(actor)s::text IS NULL OR name = %(actor)s) ORDER BY id",
+                {"actor": actor},
+            )
+            return [dict(r) for r in await cur.fetchall()]
+
+    @staticmethod
+    async def _log(
+        cur: Cursor,
+        method: str,
+        atespace: str | None,
+        name: str | None,
+        uid: str | None,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        await cur.execute(
+            "INSERT INTO substrate_sim.calls (method, atespace, name, uid, detail, pid)"
+            " VALUES (%s, %s, %s, %s, %s, %s)",
+            (method, atespace, name, uid, Jsonb(detail) if detail is not None else None, os.getpid()),
+        )
+
+    # shared actor helpers ------------------------------------------------------------------
+
+    @staticmethod
+    async def _lock_actor(cur: Cursor, atespace: str, name: str, uid: str | None) -> DictRow:
+        """Lock the Actor row; NOT_FOUND if missing, FAILED_PRECONDITION if `uid` differs."""
+        await cur.execute(
+            _ACTOR_SELECT + " WHERE a.atespace = %s AND a.name = %s FOR UPDATE OF a", (atespace, name)
+        )
+        row = await cur.fetchone()
+        if row is None:
+            raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{name} not found")
+        if uid is not None and row["uid"] != uid:
+            raise SubstrateError(
+                Code.FAILED_PRECONDITION,
+                f"actor uid mismatch for {atespace}/{name}: expected {uid}, found {row['uid']}",
+            )
+        return row
+
+    @staticmethod
+    async def _snapshots_of(cur: Cursor, uids: list[str]) -> dict[str, list[Snapshot]]:
+        result: dict[str, list[Snapshot]] = {u: [] for u in uids}
+        if uids:
+            await cur.execute(
+                "SELECT actor_uid, generation, fidelity, status, uri, created_at FROM substrate_sim.snapshots"
+                " WHERE actor_uid = ANY(%s) ORDER BY actor_uid, generation",
+                (uids,),
+            )
+            for row in await cur.fetchall():
+                result[row["actor_uid"]].append(_snapshot(row))
+        return result
+
+    async def _load_actor(self, cur: Cursor, atespace: str, name: str) -> Actor:
+        await cur.execute(_ACTOR_SELECT + " WHERE a.atespace = %s AND a.name = %s", (atespace, name))
+        row = await cur.fetchone()
+        if row is None:
+            raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{name} not found")
+        snaps = await self._snapshots_of(cur, [row["uid"]])
+        return _actor(row, snaps[row["uid"]])
+
+    @staticmethod
+    async def _release_worker(cur: Cursor, row: DictRow) -> None:
+        if row["worker"] is not None:
+            await cur.execute(
+                "UPDATE substrate_sim.workers"
+                " SET holder_atespace = NULL, holder_name = NULL, holder_uid = NULL"
+                " WHERE name = %s AND holder_uid = %s",
+                (row["worker"], row["uid"]),
+            )
+
+    # templates -----------------------------------------------------------------------------
+
+    async def create_actor_template(self, atespace: str, name: str, image: str) -> ActorTemplate:
+        async def op() -> ActorTemplate:
+            _require_name("atespace", atespace)
+            _require_name("template name", name)
+            async with self._tx() as cur:
+                await cur.execute(
+                    "INSERT INTO substrate_sim.templates (atespace, name, uid, image) VALUES (%s, %s, %s, %s)"
+                    " ON CONFLICT (atespace, name) DO NOTHING RETURNING *",
+                    (atespace, name, str(uuid.uuid4()), image),
+                )
+                row = await cur.fetchone()
+                if row is None:
+                    raise SubstrateError(
+                        Code.ALREADY_EXISTS, f"actor template {atespace}/{name} already exists"
+                    )
+                await self._log(cur, "create_actor_template", atespace, name, row["uid"], {"image": image})
+                return _template(row)
+
+        return await self._call("create_actor_template", name, op)
+
+    async def get_actor_template(self, atespace: str, name: str) -> ActorTemplate:
+        async def op() -> ActorTemplate:
+            async with self._tx() as cur:
+                await cur.execute(
+                    "SELECT * FROM substrate_sim.templates WHERE atespace = %s AND name = %s",
+                    (atespace, name),
+                )
+                row = await cur.fetchone()
+            if row is None:
+                raise SubstrateError(Code.NOT_FOUND, f"actor template {atespace}/{name} not found")
+            return _template(row)
+
+        return await self._call("get_actor_template", name, op)
+
+    async def delete_actor_template(self, atespace: str, name: str, uid: str) -> None:
+        async def op() -> None:
+            async with self._tx() as cur:
+                await cur.execute(
+                    "SELECT uid FROM substrate_sim.templates WHERE atespace = %s AND name = %s FOR UPDATE",
+                    (atespace, name),
+                )
+                row = await cur.fetchone()
+                if row is None:
+                    raise SubstrateError(Code.NOT_FOUND, f"actor template {atespace}/{name} not found")
+                if row["uid"] != uid:
+                    raise SubstrateError(
+                        Code.FAILED_PRECONDITION,
+                        f"actor template uid mismatch for {atespace}/{name}:"
+                        f" expected {uid}, found {row['uid']}",
+                    )
+                await cur.execute(
+                    "DELETE FROM substrate_sim.templates WHERE atespace = %s AND name = %s", (atespace, name)
+                )
+                await self._log(cur, "delete_actor_template", atespace, name, uid)
+
+        await self._call("delete_actor_template", name, op)
+
+    # actors --------------------------------------------------------------------------------
+
+    async def create_actor(
+        self,
+        atespace: str,
+        name: str,
+        template: str,
+        *,
+        from_tag: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Actor:
+        async def op() -> Actor:
+            _require_name("atespace", atespace)
+            _require_name("actor name", name)
+            t_atespace, t_name = _split_template(template)
+            async with self._tx() as cur:
+                await cur.execute(
+                    "SELECT 1 FROM substrate_sim.templates WHERE atespace = %s AND name = %s FOR KEY SHARE",
+                    (t_atespace, t_name),
+                )
+                if await cur.fetchone() is None:
+                    raise SubstrateError(
+                        Code.NOT_FOUND,
+                        f"actor template {template} not found (creating actor {atespace}/{name})",
+                    )
+                tag: DictRow | None = None
+                if from_tag is not None:
+                    await cur.execute(
+                        "SELECT * FROM substrate_sim.tags WHERE atespace = %s AND name = %s FOR KEY SHARE",
+                        (atespace, from_tag),
+                    )
+                    tag = await cur.fetchone()
+                    if tag is None:
+                        raise SubstrateError(
+                            Code.NOT_FOUND,
+                            f"tag {atespace}/{from_tag} not found (creating actor {atespace}/{name})",
+                        )
+                uid = str(uuid.uuid4())
+                await cur.execute(
+                    "INSERT INTO substrate_sim.actors (atespace, name, uid, template, state, env, durable)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s)"
+                    " ON CONFLICT (atespace, name) DO NOTHING RETURNING uid",
+                    (
+                        atespace,
+                        name,
+                        uid,
+                        template,
+                        ActorState.SUSPENDED.value,
+                        Jsonb(dict(env or {})),
+                        Jsonb(tag["durable"]) if tag is not None else None,
+                    ),
+                )
+                if await cur.fetchone() is None:
+                    raise SubstrateError(Code.ALREADY_EXISTS, f"actor {atespace}/{name} already exists")
+                if tag is not None:
+                    await cur.execute(
+                        "INSERT INTO substrate_sim.snapshots (actor_uid, atespace, actor_name, generation,"
+                        " fidelity, status, uri, durable, completed_at)"
+                        " VALUES (%s, %s, %s, 1, %s, %s, %s, %s, clock_timestamp())",
+                        (
+                            uid,
+                            atespace,
+                            name,
+                            tag["fidelity"],
+                            SnapshotStatus.COMPLETED.value,
+                            f"sim://snapshots/{uid}/1",
+                            Jsonb(tag["durable"]),
+                        ),
+                    )
+                detail = {"template": template, "from_tag": from_tag}
+                await self._log(cur, "create_actor", atespace, name, uid, detail)
+                return await self._load_actor(cur, atespace, name)
+
+        return await self._call("create_actor", name, op)
+
+    async def get_actor(self, atespace: str, name: str) -> Actor:
+        async def op() -> Actor:
+            async with self._tx() as cur:
+                return await self._load_actor(cur, atespace, name)
+
+        return await self._call("get_actor", name, op)
+
+    async def resume_actor(self, atespace: str, name: str, uid: str) -> tuple[Actor, bool]:
+        async def op() -> tuple[Actor, bool]:
+            async with self._tx() as cur:
+                row = await self._lock_actor(cur, atespace, name, uid)
+                state = ActorState(row["state"])
+                if state == ActorState.RUNNING:
+                    return await self._load_actor(cur, atespace, name), False
+                if state not in (ActorState.SUSPENDED, ActorState.PAUSED, ActorState.CRASHED):
+                    raise SubstrateError(
+                        Code.FAILED_PRECONDITION, f"actor {atespace}/{name} cannot resume from {state.value}"
+                    )
+                worker = row["worker"]
+                if worker is None:
+                    await cur.execute(
+                        "SELECT name FROM substrate_sim.workers WHERE holder_uid IS NULL AND idx < %s"
+                        " ORDER BY idx LIMIT 1 FOR UPDATE SKIP LOCKED",
+                        (self.worker_pool_size,),
+                    )
+                    free = await cur.fetchone()
+                    if free is None:
+                        raise SubstrateError(
+                            Code.RESOURCE_EXHAUSTED, f"no free worker to resume actor {atespace}/{name}"
+                        )
+                    worker = free["name"]
+                    await cur.execute(
+                        "UPDATE substrate_sim.workers"
+                        " SET holder_atespace = %s, holder_name = %s, holder_uid = %s WHERE name = %s",
+                        (atespace, name, uid, worker),
+                    )
+                restored: Any = None
+                if row["durable"] is None:
+                    await cur.execute(
+                        "SELECT durable FROM substrate_sim.snapshots WHERE actor_uid = %s AND status = %s"
+                        " ORDER BY generation DESC LIMIT 1",
+                        (uid, SnapshotStatus.COMPLETED.value),
+                    )
+                    snap = await cur.fetchone()
+                    restored = snap["durable"] if snap is not None else {}
+                await cur.execute(
+                    "UPDATE substrate_sim.actors SET state = %s, worker = %s,"
+                    " durable = coalesce(durable, %s), version = version + 1, updated_at = clock_timestamp()"
+                    " WHERE uid = %s",
+                    (ActorState.RUNNING.value, worker, Jsonb(restored), uid),
+                )
+                detail = {"from": state.value, "worker": worker}
+                await self._log(cur, "resume_actor", atespace, name, uid, detail)
+                return await self._load_actor(cur, atespace, name), True
+
+        return await self._call("resume_actor", name, op)
+
+    async def suspend_actor(
+        self, atespace: str, name: str, uid: str, fidelity: SnapshotFidelity = SnapshotFidelity.VOLUMES
+    ) -> Actor:
+        async def op() -> Actor:
+            fid = SnapshotFidelity(fidelity)
+            if fid in (SnapshotFidelity.ROOTFS, SnapshotFidelity.UNSPECIFIED):
+                raise SubstrateError(
+                    Code.INVALID_ARGUMENT,
+                    f"snapshot fidelity {fid.value} rejected (suspending {atespace}/{name})",
+                )
+            async with self._tx() as cur:
+                row = await self._lock_actor(cur, atespace, name, uid)
+                state = ActorState(row["state"])
+                if state == ActorState.SUSPENDED:
+                    return await self._load_actor(cur, atespace, name)
+                if state not in _WORKER_HOLDING_STATES:
+                    raise SubstrateError(
+                        Code.FAILED_PRECONDITION, f"actor {atespace}/{name} cannot suspend from {state.value}"
+                    )
+                await self._release_worker(cur, row)
+                await cur.execute(
+                    "SELECT coalesce(max(generation), 0) + 1 AS g"
+                    " FROM substrate_sim.snapshots WHERE actor_uid = %s",
+                    (uid,),
+                )
+                gen_row = await cur.fetchone()
+                assert gen_row is not None
+                generation = int(gen_row["g"])
+                await cur.execute("SELECT value FROM substrate_sim.options WHERE key = 'snapshot_pending'")
+                opt = await cur.fetchone()
+                pending = opt is not None and opt["value"] is True
+                status = SnapshotStatus.IN_PROGRESS if pending else SnapshotStatus.COMPLETED
+                await cur.execute(
+                    "INSERT INTO substrate_sim.snapshots (actor_uid, atespace, actor_name, generation,"
+                    " fidelity, status, uri, durable, completed_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s,"
+                    " CASE WHEN %s THEN NULL ELSE clock_timestamp() END)",
+                    (
+                        uid,
+                        atespace,
+                        name,
+                        generation,
+                        fid.value,
+                        status.value,
+                        f"sim://snapshots/{uid}/{generation}",
+                        Jsonb(row["durable"] if row["durable"] is not None else {}),
+                        pending,
+                    ),
+                )
+                await cur.execute(
+                    "UPDATE substrate_sim.actors SET state = %s, worker = NULL, version = version + 1,"
+                    " updated_at = clock_timestamp() WHERE uid = %s",
+                    (ActorState.SUSPENDED.value, uid),
+                )
+                detail = {"from": state.value, "generation": generation, "fidelity": fid.value}
+                await self._log(cur, "suspend_actor", atespace, name, uid, detail)
+                return await self._load_actor(cur, atespace, name)
+
+        return await self._call("suspend_actor", name, op)
+
+    async def pause_actor(self, atespace: str, name: str, uid: str) -> Actor:
+        async def op() -> Actor:
+            async with self._tx() as cur:
+                row = await self._lock_actor(cur, atespace, name, uid)
+                state = ActorState(row["state"])
+                if state == ActorState.PAUSED:
+                    return await self._load_actor(cur, atespace, name)
+                if state != ActorState.RUNNING:
+                    raise SubstrateError(
+                        Code.FAILED_PRECONDITION, f"actor {atespace}/{name} cannot pause from {state.value}"
+                    )
+                await cur.execute(
+                    "UPDATE substrate_sim.actors SET state = %s, version = version + 1,"
+                    " updated_at = clock_timestamp() WHERE uid = %s",
+                    (ActorState.PAUSED.value, uid),
+                )
+                await self._log(cur, "pause_actor", atespace, name, uid)
+                return await self._load_actor(cur, atespace, name)
+
+        return await self._call("pause_actor", name, op)
+
+    async def delete_actor(self, atespace: str, name: str, uid: str, *, any_state: bool = False) -> None:
+        async def op() -> None:
+            async with self._tx() as cur:
+                row = await self._lock_actor(cur, atespace, name, uid)
+                state = ActorState(row["state"])
+                if not any_state and state not in (ActorState.SUSPENDED, ActorState.CRASHED):
+                    raise SubstrateError(
+                        Code.FAILED_PRECONDITION,
+                        f"actor {atespace}/{name} is {state.value};"
+                        " only SUSPENDED or CRASHED actors can be deleted",
+                    )
+                await self._release_worker(cur, row)
+                await cur.execute("DELETE FROM substrate_sim.egress_policies WHERE actor_uid = %s", (uid,))
+                await cur.execute(
+                    "DELETE FROM substrate_sim.snapshots s WHERE s.actor_uid = %s AND NOT EXISTS ("
+                    " SELECT 1 FROM substrate_sim.tags t"
+                    " WHERE t.actor_uid = s.actor_uid AND t.snapshot_generation = s.generation)",
+                    (uid,),
+                )
+                await cur.execute("DELETE FROM substrate_sim.actors WHERE uid = %s", (uid,))
+                await self._log(cur, "delete_actor", atespace, name, uid, {"from": state.value})
+
+        await self._call("delete_actor", name, op)
+
+    # egress --------------------------------------------------------------------------------
+
+    async def create_egress_policy(
+        self, atespace: str, actor: str, uid: str, rules: list[EgressRule]
+    ) -> EgressPolicy:
+        async def op() -> EgressPolicy:
+            data = _canonical_rules(rules, actor=f"{atespace}/{actor}")
+            async with self._tx() as cur:
+                await self._lock_actor(cur, atespace, actor, uid)
+                await cur.execute(
+                    "INSERT INTO substrate_sim.egress_policies (actor_uid, atespace, actor_name, rules)"
+                    " VALUES (%s, %s, %s, %s) ON CONFLICT (actor_uid) DO NOTHING RETURNING *",
+                    (uid, atespace, actor, Jsonb(data)),
+                )
+                row = await cur.fetchone()
+                if row is None:
+                    raise SubstrateError(
+                        Code.ALREADY_EXISTS,
+                        f"egress policy default of actor {atespace}/{actor} already exists",
+                    )
+                await self._log(cur, "create_egress_policy", atespace, actor, uid, {"rules": data})
+                return _policy(row)
+
+        return await self._call("create_egress_policy", actor, op)
+
+    async def get_egress_policy(self, atespace: str, actor: str) -> EgressPolicy:
+        async def op() -> EgressPolicy:
+            async with self._tx() as cur:
+                await cur.execute(
+                    "SELECT a.uid, p.* FROM substrate_sim.actors a"
+                    " LEFT JOIN substrate_sim.egress_policies p ON p.actor_uid = a.uid"
+                    " WHERE a.atespace = %s AND a.name = %s",
+                    (atespace, actor),
+                )
+                row = await cur.fetchone()
+            if row is None:
+                raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{actor} not found")
+            if row["actor_uid"] is None:
+                raise SubstrateError(
+                    Code.NOT_FOUND, f"egress policy default of actor {atespace}/{actor} not found"
+                )
+            return _policy(row)
+
+        return await self._call("get_egress_policy", actor, op)
+
+    async def update_egress_policy(
+        self, atespace: str, actor: str, uid: str, rules: list[EgressRule]
+    ) -> EgressPolicy:
+        async def op() -> EgressPolicy:
+            data = _canonical_rules(rules, actor=f"{atespace}/{actor}")
+            async with self._tx() as cur:
+                await self._lock_actor(cur, atespace, actor, uid)
+                await cur.execute(
+                    "UPDATE substrate_sim.egress_policies SET rules = %s, version = version + 1,"
+                    " updated_at = clock_timestamp() WHERE actor_uid = %s RETURNING *",
+                    (Jsonb(data), uid),
+                )
+                row = await cur.fetchone()
+                if row is None:
+                    raise SubstrateError(
+                        Code.NOT_FOUND, f"egress policy default of actor {atespace}/{actor} not found"
+                    )
+                await self._log(cur, "update_egress_policy", atespace, actor, uid, {"rules": data})
+                return _policy(row)
+
+        return await self._call("update_egress_policy", actor, op)
+
+    # tags ----------------------------------------------------------------------------------
+
+    async def create_tag(self, atespace: str, name: str, actor: str, uid: str) -> Tag:
+        async def op() -> Tag:
+            _require_name("tag name", name)
+            async with self._tx() as cur:
+                row = await self._lock_actor(cur, atespace, actor, uid)
+                if row["state"] != ActorState.SUSPENDED.value:
+                    raise SubstrateError(
+                        Code.FAILED_PRECONDITION,
+                        f"actor {atespace}/{actor} is {row['state']}; only a SUSPENDED actor can be tagged",
+                    )
+                await cur.execute(
+                    "SELECT generation, fidelity, status, uri, durable FROM substrate_sim.snapshots"
+                    " WHERE actor_uid = %s ORDER BY generation DESC LIMIT 1",
+                    (uid,),
+                )
+                snap = await cur.fetchone()
+                if snap is None:
+                    raise SubstrateError(
+                        Code.FAILED_PRECONDITION, f"actor {atespace}/{actor} has no snapshot to tag"
+                    )
+                if snap["status"] != SnapshotStatus.COMPLETED.value:
+                    raise SubstrateError(
+                        Code.FAILED_PRECONDITION,
+                        f"snapshot generation {snap['generation']} of actor {atespace}/{actor}"
+                        " is not completed",
+                    )
+                await cur.execute(
+                    "INSERT INTO substrate_sim.tags (atespace, name, actor_name, actor_uid,"
+                    " snapshot_generation, fidelity, uri, durable) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+                    " ON CONFLICT (atespace, name) DO NOTHING RETURNING *",
+                    (
+                        atespace,
+                        name,
+                        actor,
+                        uid,
+                        snap["generation"],
+                        snap["fidelity"],
+                        snap["uri"],
+                        Jsonb(snap["durable"]),
+                    ),
+                )
+                tag = await cur.fetchone()
+                if tag is None:
+                    raise SubstrateError(Code.ALREADY_EXISTS, f"tag {atespace}/{name} already exists")
+                detail = {"tag": name, "generation": snap["generation"]}
+                await self._log(cur, "create_tag", atespace, actor, uid, detail)
+                return _tag(tag)
+
+        return await self._call("create_tag", actor, op)
+
+    async def get_tag(self, atespace: str, name: str) -> Tag:
+        async def op() -> Tag:
+            async with self._tx() as cur:
+                await cur.execute(
+                    "SELECT * FROM substrate_sim.tags WHERE atespace = %s AND name = %s", (atespace, name)
+                )
+                row = await cur.fetchone()
+            if row is None:
+                raise SubstrateError(Code.NOT_FOUND, f"tag {atespace}/{name} not found")
+            return _tag(row)
+
+        return await self._call("get_tag", name, op)
+
+    async def delete_tag(self, atespace: str, name: str) -> None:
+        async def op() -> None:
+            async with self._tx() as cur:
+                await cur.execute(
+                    "DELETE FROM substrate_sim.tags WHERE atespace = %s AND name = %s"
+                    " RETURNING actor_uid, snapshot_generation",
+                    (atespace, name),
+                )
+                row = await cur.fetchone()
+                if row is None:
+                    raise SubstrateError(Code.NOT_FOUND, f"tag {atespace}/{name} not found")
+                # collect the snapshot the tag kept alive once its actor is gone and nothing else pins it
+                await cur.execute(
+                    "DELETE FROM substrate_sim.snapshots s"
+                    " WHERE s.actor_uid = %(uid)s AND s.generation = %(g)s"
+                    " AND NOT EXISTS (SELECT 1 FROM substrate_sim.actors a WHERE a.uid = %(uid)s)"
+                    " AND NOT EXISTS (SELECT 1 FROM substrate_sim.tags t"
+                    "   WHERE t.actor_uid = %(uid)s AND t.snapshot_generation = %(g)s)",
+                    {"uid": row["actor_uid"], "g": row["snapshot_generation"]},
+                )
+                await self._log(cur, "delete_tag", atespace, name, None, {"actor_uid": row["actor_uid"]})
+
+        await self._call("delete_tag", name, op)
+
+    # inventory -----------------------------------------------------------------------------
+
+    async def list_actors(self, atespace: str | None, page_size: int, page_token: str) -> Page[Actor]:
+        global_listing = atespace is None
+        size = _page_size(page_size)
+        boundary = decode_actor_token(page_token, global_listing=global_listing) if page_token else None
+
+        def fake_page(kind: str) -> Page[Actor]:
+            if kind == "stuck_token" and page_token:
+                return Page(items=[], next_page_token=page_token)
+            key = boundary or (("" if global_listing else None), "")
+            return Page(items=[], next_page_token=encode_actor_token(key[0], key[1]))
+
+        async def op() -> Page[Actor]:
+            async with self._tx() as cur:
+                if global_listing:
+                    b_atespace, b_name = boundary if boundary is not None else ("", "")
+                    await cur.execute(
+                        _ACTOR_SELECT + " WHERE (a.atespace, a.name) > (%s, %s)"
+                        " ORDER BY a.atespace, a.name LIMIT %s",
+                        (b_atespace, b_name, size + 1),
+                    )
+                else:
+                    b_name = boundary[1] if boundary is not None else ""
+                    await cur.execute(
+                        _ACTOR_SELECT + " WHERE a.atespace = %s AND a.name > %s ORDER BY a.name LIMIT %s",
+                        (atespace, b_name, size + 1),
+                    )
+                rows = await cur.fetchall()
+                more = len(rows) > size
+                rows = rows[:size]
+                snaps = await self._snapshots_of(cur, [r["uid"] for r in rows])
+            items = [_actor(r, snaps[r["uid"]]) for r in rows]
+            token = ""
+            if more:
+                last = items[-1]
+                token = encode_actor_token(last.atespace if global_listing else None, last.name)
+            return Page(items=items, next_page_token=token)
+
+        return await self._call("list_actors", None, op, fake_page)
+
+    async def list_workers(self, page_size: int, page_token: str) -> Page[Worker]:
+        size = _page_size(page_size)
+        boundary = decode_actor_token(page_token, global_listing=False)[1] if page_token else None
+
+        def fake_page(kind: str) -> Page[Worker]:
+            if kind == "stuck_token" and page_token:
+                return Page(items=[], next_page_token=page_token)
+            return Page(items=[], next_page_token=encode_actor_token(None, boundary or ""))
+
+        async def op() -> Page[Worker]:
+            async with self._tx() as cur:
+                await cur.execute(
+                    "SELECT * FROM substrate_sim.workers WHERE idx < %s AND name > %s ORDER BY name LIMIT %s",
+                    (self.worker_pool_size, boundary or "", size + 1),
+                )
+                rows = await cur.fetchall()
+            more = len(rows) > size
+            items = [_worker(r) for r in rows[:size]]
+            return Page(items=items, next_page_token=encode_actor_token(None, items[-1].name) if more else "")
+
+        return await self._call("list_workers", None, op, fake_page)
+
+    # simulator-only hooks ------------------------------------------------------------------
+
+    async def read_durable(self, atespace: str, name: str) -> dict[str, Any]:
+        """The Actor's durable directory /data (a JSON object), in any state."""
+        async with self._tx() as cur:
+            await cur.execute(
+                "SELECT durable FROM substrate_sim.actors WHERE atespace = %s AND name = %s", (atespace, name)
+            )
+            row = await cur.fetchone()
+        if row is None:
+            raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{name} not found")
+        return dict(row["durable"] or {})
+
+    async def write_durable(self, atespace: str, name: str, uid: str, data: dict[str, Any]) -> None:
+        """Replace the durable directory of a RUNNING Actor (what the agent inside does); not a
+        counted mutation."""
+        async with self._tx() as cur:
+            row = await self._lock_actor(cur, atespace, name, uid)
+            if row["state"] != ActorState.RUNNING.value:
+                raise SubstrateError(
+                    Code.FAILED_PRECONDITION,
+                    f"actor {atespace}/{name} is {row['state']};"
+                    " its durable directory is writable only while RUNNING",
+                )
+            await cur.execute(
+                "UPDATE substrate_sim.actors SET durable = %s WHERE uid = %s", (Jsonb(dict(data)), uid)
+            )
+
+    async def read_env(self, atespace: str, name: str) -> dict[str, str]:
+        """The env the Actor was created with."""
+        async with self._tx() as cur:
+            await cur.execute(
+                "SELECT env FROM substrate_sim.actors WHERE atespace = %s AND name = %s", (atespace, name)
+            )
+            row = await cur.fetchone()
+        if row is None:
+            raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{name} not found")
+        return dict(row["env"])
+
+    async def complete_snapshots(self, atespace: str, name: str) -> int:
+        """Mark the Actor's IN_PROGRESS snapshots COMPLETED; returns how many changed."""
+        async with self._tx() as cur:
+            row = await self._lock_actor(cur, atespace, name, None)
+            await cur.execute(
+                "UPDATE substrate_sim.snapshots SET status = %s, completed_at = clock_timestamp()"
+                " WHERE actor_uid = %s AND status = %s",
+                (SnapshotStatus.COMPLETED.value, row["uid"], SnapshotStatus.IN_PROGRESS.value),
+            )
+            return cur.rowcount
+
+    async def crash_actor(self, atespace: str, name: str) -> Actor:
+        """Simulate a crash: the Actor becomes CRASHED and loses its worker (a counted mutation,
+        logged with method "crash")."""
+        async with self._tx() as cur:
+            row = await self._lock_actor(cur, atespace, name, None)
+            await self._release_worker(cur, row)
+            await cur.execute(
+                "UPDATE substrate_sim.actors SET state = %s, worker = NULL, version = version + 1,"
+                " updated_at = clock_timestamp() WHERE uid = %s",
+                (ActorState.CRASHED.value, row["uid"]),
+            )
+            await self._log(cur, "crash", atespace, name, row["uid"], {"from": row["state"]})
+            return await self._load_actor(cur, atespace, name)
+
+
+def _conforms(sim: SimulatedSubstrate) -> Substrate:
+    """Static check (mypy) that the simulator implements the Protocol."""
+    return sim

@@ -1,0 +1,76 @@
+"""The worker process: procrastinate workers that execute sessionq's jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import AsyncIterator
+
+from sessionq.config import Settings
+from sessionq.operations import OperationExecutor
+from sessionq.store import Store
+from sessionq.substrate.base import Substrate
+
+log = logging.getLogger(__name__)
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@contextlib.asynccontextmanager
+async def open_runtime(settings: Settings, url: str) -> AsyncIterator[Substrate]:
+    from sessionq.substrate.simulator import SimulatedSubstrate
+
+    sim = SimulatedSubstrate(url, worker_pool_size=int(settings["runtime.simulator.workers"]))
+    await sim.open()
+    try:
+        yield sim
+    finally:
+        await sim.close()
+
+
+async def run_worker(
+    settings: Settings,
+    url: str,
+    store: Store,
+    runtime: Substrate,
+    *,
+    stop: asyncio.Event,
+    name: str | None = None,
+    queues: list[str] | None = None,
+) -> None:
+    """Run the job workers until `stop` is set, then drain: stop fetching, let running jobs
+    finish (up to workers.shutdownTimeout) and return."""
+    from sessionq.jobs.app import build_app
+    from sessionq.jobs.deps import Deps
+
+    executor = OperationExecutor(store, runtime, settings.claim_lifetime)
+    app = build_app(url)
+    async with app.open_async():
+        worker_task = asyncio.create_task(
+            app.run_worker_async(
+                name=name or worker_name(),
+                queues=queues,
+                concurrency=int(settings["workers.concurrency"]),
+                fetch_job_polling_interval=float(settings["workers.pollInterval"]),
+                shutdown_graceful_timeout=float(settings["workers.shutdownTimeout"]),
+                install_signal_handlers=False,
+                additional_context={"deps": Deps(settings, store, runtime, executor)},
+                delete_jobs="successful",
+            ),
+            name="procrastinate-worker",
+        )
+        stop_task = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait({worker_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+        if worker_task in done:
+            stop_task.cancel()
+            worker_task.result()
+            log.error("the procrastinate worker stopped on its own")
+            return
+        worker_task.cancel()  # once: graceful stop (stop fetching, wait for running jobs)
+        with contextlib.suppress(asyncio.CancelledError):
+            await worker_task

@@ -1,0 +1,189 @@
+"""Test infrastructure: a real PostgreSQL, the schema built once, a fresh database per test.
+
+By default the suite starts the embedded PostgreSQL 18 in a temporary directory. With
+SESSIONQ_TEST_DATABASE_URL set (an admin URL such as postgresql://postgres@127.0.0.1:5432/postgres)
+it uses that server instead. The schema (migrations + the simulator's schema) is built once into
+a template database; every test gets its own database cloned from it (CREATE DATABASE ...
+TEMPLATE), which takes a few milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from sessionq import migrate
+
+
+def _with_database(url: str, name: str) -> str:
+    """The same server URL with another database name (URLs only: postgresql://...)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + name))
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    url = os.environ.get("SESSIONQ_TEST_DATABASE_URL")
+    if url:
+        yield url
+        return
+    from sessionq import embedded
+
+    server = embedded.start(tmp_path_factory.mktemp("pg"), cleanup="delete")
+    yield server.admin_url
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def template_database(pg_admin_url: str) -> Iterator[str]:
+    name = f"sq_tpl_{os.getpid()}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = _with_database(pg_admin_url, name)
+    migrate.upgrade(url)
+    from sessionq.substrate.simulator import install_schema
+
+    asyncio.run(install_schema(url))
+    yield name
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def database_url(pg_admin_url: str, template_database: str) -> Iterator[str]:
+    """A fresh database with the whole schema, for this test only."""
+    name = f"sq_t_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
+    yield _with_database(pg_admin_url, name)
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def empty_database_url(pg_admin_url: str) -> Iterator[str]:
+    """A fresh database with no schema at all (for migration tests)."""
+    name = f"sq_e_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield _with_database(pg_admin_url, name)
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+async def aconn(database_url: str) -> AsyncIterator[psycopg.AsyncConnection]:
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        yield conn
+
+
+
+
+# -- the running pieces: store, simulated runtime, workers, API -------------------------------------
+
+import contextlib  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from typing import Any  # noqa: E402
+
+import grpc  # noqa: E402
+
+from sessionq import config  # noqa: E402
+from sessionq.store import Store  # noqa: E402
+
+
+def make_settings(**overrides: Any) -> config.Settings:
+    base = {
+        "workers.pollInterval": 0.2,
+        "workers.shutdownTimeout": 5.0,
+        "auth.tokens": {"alice-token": "alice", "bob-token": "bob", "admin-token": "admin"},
+        "auth.anonymousUser": "",
+        "auth.admins": ["admin"],
+        "runtime.simulator.workers": 64,
+    }
+    base.update(overrides)
+    return config.defaults().with_overrides(**base)
+
+
+@pytest.fixture
+def settings() -> config.Settings:
+    return make_settings()
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[Store]:
+    s = await Store.open(database_url, pool_size=8)
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+async def sim(database_url: str) -> AsyncIterator[Any]:
+    from sessionq.substrate.simulator import SimulatedSubstrate
+
+    s = SimulatedSubstrate(database_url)
+    await s.open()
+    yield s
+    await s.close()
+
+
+@contextlib.asynccontextmanager
+async def running_worker(settings: config.Settings, url: str, store: Store, runtime: Any, name: str = "test-worker") -> AsyncIterator[None]:
+    from sessionq.worker import run_worker
+
+    stop = asyncio.Event()
+    task = asyncio.create_task(run_worker(settings, url, store, runtime, stop=stop, name=name))
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=30)
+
+
+@pytest.fixture
+async def worker(settings: config.Settings, database_url: str, store: Store, sim: Any) -> AsyncIterator[None]:
+    async with running_worker(settings, database_url, store, sim):
+        yield
+
+
+@dataclass
+class Api:
+    channel: grpc.aio.Channel
+    address: str
+
+    def md(self, user: str = "alice") -> list[tuple[str, str]]:
+        return [("authorization", f"Bearer {user}-token")]
+
+
+@pytest.fixture
+async def api(settings: config.Settings, store: Store, worker: None) -> AsyncIterator[Api]:
+    from sessionq.api.server import ApiServer
+
+    server = ApiServer(settings, store, address="127.0.0.1:0")
+    await server.start()
+    address = f"127.0.0.1:{server.port}"
+    channel = grpc.aio.insecure_channel(address)
+    yield Api(channel, address)
+    await channel.close()
+    await server.stop(0)
+
+
+async def apply_agent(store: Store, sim: Any, name: str = "my-first-agent", namespace: str = "kagent",
+                      egress: list[dict[str, Any]] | None = None) -> Any:
+    """Apply an Agent and prepare its revision in-line (no worker needed)."""
+    from sessionq.agents import compile_egress, parse_spec, prepare_revision
+
+    spec = parse_spec({"name": name, "namespace": namespace, "egress": egress or []})
+    await store.apply_agent(spec.namespace, spec.name, spec.to_json(), spec.spec_hash(), spec.image,
+                            compile_egress(spec), "alice")
+    agent = await store.get_agent(namespace, name)
+    await prepare_revision(store, sim, agent.desired_revision_id)
+    return await store.get_agent(namespace, name)
