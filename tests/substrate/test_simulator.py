@@ -499,7 +499,7 @@ async def test_times_and_fault_sequence(sim: SimulatedSubstrate) -> None:
     await sim.create_actor(NS, "s1", TEMPLATE)
     await sim.inject("get_actor", "fail_before", times=2, code=Code.INTERNAL)
     await sim.inject("get_actor", "fail_before", times=1, code=Code.ABORTED)
-    codes = []
+    codes: list[Code | None] = []
     for _ in range(4):
         try:
             await sim.get_actor(NS, "s1")

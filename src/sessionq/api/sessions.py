@@ -87,7 +87,7 @@ async def await_generation(store: Store, admission: Admission, context: grpc.aio
         if obs.session.failure_reason == "RuntimeUnavailable":
             raise errors.unavailable(message + "; retry the same call")
         raise errors.precondition(message)
-    if obs.status == "gone" or obs.session is None or obs.session.state in ("DELETING", "DELETED") and kind != "delete":
+    if obs.status == "gone" or obs.session is None or kind == "create" and obs.session.state in ("DELETING", "DELETED"):
         raise errors.not_found(f"session {s.id} not found (it was deleted)")
     raise errors.conflict(
         f"the {kind} operation of session {s.id} was superseded by a newer "

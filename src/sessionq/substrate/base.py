@@ -111,7 +111,8 @@ class EgressRule:
     protocol: str
     hostname: str
     port: int
-    credential_headers: dict[str, str] = field(default_factory=dict)
+    # excluded from the hash (a dict is unhashable) but not from equality
+    credential_headers: dict[str, str] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)
@@ -190,9 +191,13 @@ class Substrate(Protocol):
         ...
 
     # egress policy (one named "default" per Actor)
-    async def create_egress_policy(self, atespace: str, actor: str, uid: str, rules: list[EgressRule]) -> EgressPolicy: ...
+    async def create_egress_policy(
+        self, atespace: str, actor: str, uid: str, rules: list[EgressRule]
+    ) -> EgressPolicy: ...
     async def get_egress_policy(self, atespace: str, actor: str) -> EgressPolicy: ...
-    async def update_egress_policy(self, atespace: str, actor: str, uid: str, rules: list[EgressRule]) -> EgressPolicy: ...
+    async def update_egress_policy(
+        self, atespace: str, actor: str, uid: str, rules: list[EgressRule]
+    ) -> EgressPolicy: ...
 
     # tags
     async def create_tag(self, atespace: str, name: str, actor: str, uid: str) -> Tag:

@@ -359,7 +359,7 @@ _ACTOR_SELECT = (
     " FROM substrate_sim.actors a LEFT JOIN substrate_sim.workers w ON w.name = a.worker"
 )
 
-Cursor = psycopg.AsyncCursor[DictRow]
+_Cursor = psycopg.AsyncCursor[DictRow]
 
 
 # --------------------------------------------------------------------------------------------
@@ -427,7 +427,7 @@ class SimulatedSubstrate:
             await install_schema(self._conninfo, worker_pool_size=self.worker_pool_size)
 
     @contextlib.asynccontextmanager
-    async def _tx(self) -> AsyncIterator[Cursor]:
+    async def _tx(self) -> AsyncIterator[_Cursor]:
         """One short transaction on a pooled connection."""
         if self._pool is None:
             raise RuntimeError("SimulatedSubstrate is not open")
@@ -621,7 +621,7 @@ class SimulatedSubstrate:
 
     @staticmethod
     async def _log(
-        cur: Cursor,
+        cur: _Cursor,
         method: str,
         atespace: str | None,
         name: str | None,
@@ -637,7 +637,7 @@ class SimulatedSubstrate:
     # shared actor helpers ------------------------------------------------------------------
 
     @staticmethod
-    async def _lock_actor(cur: Cursor, atespace: str, name: str, uid: str | None) -> DictRow:
+    async def _lock_actor(cur: _Cursor, atespace: str, name: str, uid: str | None) -> DictRow:
         """Lock the Actor row; NOT_FOUND if missing, FAILED_PRECONDITION if `uid` differs."""
         await cur.execute(
             _ACTOR_SELECT + " WHERE a.atespace = %s AND a.name = %s FOR UPDATE OF a", (atespace, name)
@@ -653,7 +653,7 @@ class SimulatedSubstrate:
         return row
 
     @staticmethod
-    async def _snapshots_of(cur: Cursor, uids: list[str]) -> dict[str, list[Snapshot]]:
+    async def _snapshots_of(cur: _Cursor, uids: list[str]) -> dict[str, list[Snapshot]]:
         result: dict[str, list[Snapshot]] = {u: [] for u in uids}
         if uids:
             await cur.execute(
@@ -665,7 +665,7 @@ class SimulatedSubstrate:
                 result[row["actor_uid"]].append(_snapshot(row))
         return result
 
-    async def _load_actor(self, cur: Cursor, atespace: str, name: str) -> Actor:
+    async def _load_actor(self, cur: _Cursor, atespace: str, name: str) -> Actor:
         await cur.execute(_ACTOR_SELECT + " WHERE a.atespace = %s AND a.name = %s", (atespace, name))
         row = await cur.fetchone()
         if row is None:
@@ -674,7 +674,7 @@ class SimulatedSubstrate:
         return _actor(row, snaps[row["uid"]])
 
     @staticmethod
-    async def _release_worker(cur: Cursor, row: DictRow) -> None:
+    async def _release_worker(cur: _Cursor, row: DictRow) -> None:
         if row["worker"] is not None:
             await cur.execute(
                 "UPDATE substrate_sim.workers"
@@ -1113,6 +1113,15 @@ class SimulatedSubstrate:
     async def delete_tag(self, atespace: str, name: str) -> None:
         async def op() -> None:
             async with self._tx() as cur:
+                # Lock the tagged actor (if it still exists) before the tag, the order create_tag and
+                # delete_actor use, so a concurrent delete_actor cannot leave the snapshot orphaned.
+                await cur.execute(
+                    "SELECT a.uid FROM substrate_sim.tags t"
+                    " JOIN substrate_sim.actors a ON a.uid = t.actor_uid"
+                    " WHERE t.atespace = %s AND t.name = %s FOR UPDATE OF a",
+                    (atespace, name),
+                )
+                await cur.fetchall()
                 await cur.execute(
                     "DELETE FROM substrate_sim.tags WHERE atespace = %s AND name = %s"
                     " RETURNING actor_uid, snapshot_generation",

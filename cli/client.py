@@ -1,0 +1,316 @@
+"""What every client command shares: the client config, the channel, calls, errors and output.
+
+Client config lookup: --client-config, $SESSIONQ_CLIENT_CONFIG, ./.sessionq/client.yaml,
+~/.config/sessionq/client.yaml ($XDG_CONFIG_HOME respected). `sessionq up` writes the last two.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import grpc
+import yaml
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from google.protobuf.timestamp_pb2 import Timestamp
+
+DEFAULT_SERVER = "127.0.0.1:8083"
+DEFAULT_TIMEOUT = 30.0
+CLIENT_CONFIG = "client.yaml"
+LOCAL_CLIENT_CONFIG = Path(".sessionq") / CLIENT_CONFIG
+
+# the status codes a mutation retries with the same request (the client contract, OP-16)
+RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+# gRPC core's wording when no connection could be made at all
+_CONNECT_FAILURES = re.compile(
+    r"failed to connect|connection refused|errors resolving|dns resolution failed|"
+    r"connections to all backends failing|name resolution",
+    re.IGNORECASE,
+)
+
+
+class CliError(click.ClickException):
+    """One line on stderr, `error: ...`, exit status 1."""
+
+    exit_code = 1
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"error: {self.format_message()}", err=True, file=file)
+
+
+def user_client_config() -> Path:
+    """~/.config/sessionq/client.yaml (XDG_CONFIG_HOME respected); as sessionq.process writes it."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "sessionq" / CLIENT_CONFIG
+
+
+def find_client_config(explicit: str | None) -> Path | None:
+    """The client config file to read: the explicit one (option or environment), else the first
+    of ./.sessionq/client.yaml and the user's that exists, else None."""
+    if explicit:
+        return Path(explicit)
+    for path in (LOCAL_CLIENT_CONFIG, user_client_config()):
+        if path.is_file():
+            return path
+    return None
+
+
+def load_client_config(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except OSError as e:
+        raise CliError(f"cannot read the client config {path}: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        raise CliError(f"the client config {path} is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise CliError(f"the client config {path} must be a mapping (server, user, ...)")
+    return data
+
+
+# -- the connection -------------------------------------------------------------------------------
+
+S = TypeVar("S")
+
+
+@dataclass
+class Client:
+    """A lazily opened channel to one server, with the caller's token and per-call timeout."""
+
+    server: str = DEFAULT_SERVER
+    token: str | None = None
+    timeout: float = DEFAULT_TIMEOUT
+    config_path: Path | None = None
+    _channel: grpc.Channel | None = field(default=None, repr=False)
+    _reached: bool = field(default=False, repr=False)
+
+    @classmethod
+    def from_options(cls, server: str | None, token: str | None, client_config: str | None,
+                     timeout: float) -> Client:
+        path = find_client_config(client_config)
+        data = load_client_config(path)
+        return cls(
+            server=server or str(data.get("server") or DEFAULT_SERVER),
+            token=token or (str(data["token"]) if data.get("token") else None),
+            timeout=timeout,
+            config_path=path,
+        )
+
+    @property
+    def channel(self) -> grpc.Channel:
+        if self._channel is None:
+            self._channel = grpc.insecure_channel(self.server)
+        return self._channel
+
+    def close(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+
+    def stub(self, factory: Callable[[grpc.Channel], S]) -> S:
+        return factory(self.channel)
+
+    @property
+    def metadata(self) -> list[tuple[str, str]]:
+        return [("authorization", f"Bearer {self.token}")] if self.token else []
+
+    def call(self, method: Callable[..., Any], request: Message, *, timeout: float | None = None) -> Any:
+        """One unary call; a failure becomes a CliError with one clear line."""
+        try:
+            response = method(request, metadata=self.metadata, timeout=timeout or self.timeout)
+        except grpc.RpcError as e:
+            raise self.error(e) from None
+        self._reached = True
+        return response
+
+    def call_retrying(self, method: Callable[..., Any], request: Message) -> Any:
+        """The same call, repeated on UNAVAILABLE / DEADLINE_EXCEEDED until --timeout has passed.
+
+        This is how a client drives a pending operation: the server answers UNAVAILABLE when the
+        operation outlives the call, and the identical retry joins it. A server that was never
+        reached is reported at once rather than retried."""
+        deadline = time.monotonic() + self.timeout
+        delay = 0.2
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                response = method(request, metadata=self.metadata, timeout=max(remaining, 0.05))
+            except grpc.RpcError as e:
+                unreachable = is_connection_failure(e)
+                if e.code() not in RETRYABLE or (unreachable and not self._reached):
+                    raise self.error(e) from None
+                if not unreachable:
+                    self._reached = True
+                remaining = deadline - time.monotonic()
+                if remaining <= delay:
+                    raise self.error(e, retried=True) from None
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            self._reached = True
+            return response
+
+    def error(self, e: grpc.RpcError, *, retried: bool = False) -> CliError:
+        code = e.code()
+        details = (e.details() or "").strip()
+        if code == grpc.StatusCode.UNAVAILABLE and is_connection_failure(e):
+            return CliError(
+                f"the sessionq server at {self.server} is not reachable ({details}); "
+                "start one with `sessionq up`, or point --server / SESSIONQ_SERVER at it"
+            )
+        name = code.name if code is not None else "UNKNOWN"
+        line = f"{name}: {details}" if details else name
+        if retried:
+            line += f" (still failing after retrying for {self.timeout:g}s)"
+        return CliError(" ".join(line.split()))
+
+
+def is_connection_failure(e: grpc.RpcError) -> bool:
+    return e.code() == grpc.StatusCode.UNAVAILABLE and bool(_CONNECT_FAILURES.search(e.details() or ""))
+
+
+def get_client(ctx: click.Context) -> Client:
+    """The Client of the root context (built on first use from the group's options)."""
+    root = ctx.find_root()
+    obj = root.obj if isinstance(root.obj, dict) else {}
+    client = obj.get("client")
+    if client is None:
+        client = Client.from_options(obj.get("server"), obj.get("token"), obj.get("client_config"),
+                                     float(obj.get("timeout") or DEFAULT_TIMEOUT))
+        obj["client"] = client
+        root.obj = obj
+        root.call_on_close(client.close)
+    assert isinstance(client, Client)
+    return client
+
+
+# -- output -----------------------------------------------------------------------------------------
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def output_option(f: F) -> F:
+    """`-o table|json` (default table)."""
+    return click.option(
+        "-o", "--output", "output", type=click.Choice(["table", "json"]), default="table", show_default=True,
+        help="Output format: a table, or the response message as JSON.",
+    )(f)
+
+
+def to_dict(message: Message) -> dict[str, Any]:
+    return json_format.MessageToDict(message)
+
+
+def print_json(message: Message) -> None:
+    click.echo(json.dumps(to_dict(message), indent=2))
+
+
+def boxed_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A table with `+----+` borders, like the kagent CLI's."""
+    body = [[str(c) for c in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in body:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+
+    def line(cells: Sequence[str]) -> str:
+        return "|" + "|".join(f" {c:<{w}} " for c, w in zip(cells, widths, strict=True)) + "|"
+
+    out = [rule, line(list(headers)), rule]
+    out += [line(row) for row in body]
+    out.append(rule)
+    return "\n".join(out)
+
+
+def plain_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], gap: int = 3) -> str:
+    """Space-aligned columns, like kubectl's."""
+    body = [[str(c) for c in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in body:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    sep = " " * gap
+
+    def line(cells: Sequence[str]) -> str:
+        return sep.join(f"{c:<{w}}" for c, w in zip(cells, widths, strict=True)).rstrip()
+
+    return "\n".join([line(list(headers)), *(line(row) for row in body)])
+
+
+def has_time(t: Timestamp) -> bool:
+    return bool(t.seconds or t.nanos)
+
+
+def fmt_time(t: Timestamp) -> str:
+    """`2026-08-31T15:02:10Z` (empty when unset)."""
+    if not has_time(t):
+        return ""
+    return t.ToDatetime(tzinfo=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def fmt_age(t: Timestamp, now: datetime | None = None) -> str:
+    """kubectl-style age: 45s, 11m, 2h, 3d (`<unknown>` when unset)."""
+    if not has_time(t):
+        return "<unknown>"
+    now = now or datetime.now(UTC)
+    seconds = max(0, int((now - t.ToDatetime(tzinfo=UTC)).total_seconds()))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m"
+    if seconds < 86400:
+        return f"{seconds // 3600}h"
+    return f"{seconds // 86400}d"
+
+
+def strip_prefix(value: str, prefix: str) -> str:
+    return value[len(prefix):] if value.startswith(prefix) else value
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> float:
+    """`90s`, `30m`, `1h`, `1h30m`, `7d` -> seconds; ValueError when malformed."""
+    value = text.strip().lower()
+    pos = 0
+    total = 0.0
+    for m in _DURATION.finditer(value):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNITS[m.group(2)]
+        pos = m.end()
+    if not value or pos != len(value):
+        raise ValueError(f"{text!r} is not a duration like 90s, 30m, 1h or 1h30m")
+    return total
+
+
+class DurationType(click.ParamType):
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, int | float):
+            return float(value)
+        try:
+            seconds = parse_duration(str(value))
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+        if seconds <= 0:
+            self.fail(f"{value!r} must be longer than zero", param, ctx)
+        return seconds
+
+
+DURATION = DurationType()

@@ -1,0 +1,72 @@
+"""Server-side commands: up, serve, worker, migrate."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import click
+
+from sessionq import config, logs
+
+
+def load_settings(config_file: str | None) -> config.Settings:
+    try:
+        return config.load(config_file)
+    except config.ConfigError as e:
+        raise click.ClickException(f"invalid configuration: {e}") from None
+
+
+@click.command()
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="YAML configuration file.")
+@click.option("--data-dir", type=click.Path(file_okay=False), default=".sessionq", show_default=True,
+              help="Where the embedded PostgreSQL keeps its data (reused by the next up).")
+@click.option("--database-url", help="Use this PostgreSQL instead of the embedded one.")
+def up(config_file: str | None, data_dir: str, database_url: str | None) -> None:
+    """Run everything locally: embedded PostgreSQL, migrations, API on 127.0.0.1:8083, workers, simulator."""
+    from sessionq import process
+
+    settings = load_settings(config_file)
+    logs.setup("text", settings["logging.level"])
+    asyncio.run(process.up(settings, Path(data_dir), database_url or settings.database_url or None, click.echo))
+
+
+@click.command()
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="YAML configuration file.")
+def serve(config_file: str | None) -> None:
+    """Run the gRPC API only (for multi-process deployments)."""
+    from sessionq import process
+
+    settings = load_settings(config_file)
+    logs.setup(settings["logging.format"], settings["logging.level"])
+    asyncio.run(process.serve(settings, api=True, workers=False))
+
+
+@click.command()
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="YAML configuration file.")
+def worker(config_file: str | None) -> None:
+    """Run the job workers only; SIGTERM drains them (running jobs finish) before exiting."""
+    from sessionq import process
+
+    settings = load_settings(config_file)
+    logs.setup(settings["logging.format"], settings["logging.level"])
+    asyncio.run(process.serve(settings, api=False, workers=True))
+
+
+@click.command()
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="YAML configuration file.")
+@click.option("--database-url", help="Database to migrate (default: database.url).")
+def migrate(config_file: str | None, database_url: str | None) -> None:
+    """Apply pending migrations (procrastinate's schema, then sessionq's). Idempotent."""
+    from sessionq import migrate as m
+    from sessionq.substrate.simulator import install_schema
+
+    settings = load_settings(config_file)
+    url = database_url or settings.database_url
+    if not url:
+        raise click.ClickException("a database URL is required (--database-url or database.url)")
+    before = m.current(url)
+    m.upgrade(url)
+    asyncio.run(install_schema(url))
+    after = m.current(url)
+    click.echo(f"database at {after}" + (" (already current)" if before == after else f" (was {before or 'empty'})"))

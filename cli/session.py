@@ -1,0 +1,254 @@
+"""`sessionq session ...` (also `sessionq agent session ...`): Sessions and their shares."""
+
+from __future__ import annotations
+
+import uuid
+
+import click
+from google.protobuf.duration_pb2 import Duration
+
+from sessionq._pb.kagent.api.v1alpha1 import common_pb2, session_pb2, session_pb2_grpc
+from sessionq.cli.client import (
+    DURATION,
+    boxed_table,
+    fmt_time,
+    get_client,
+    output_option,
+    print_json,
+    strip_prefix,
+)
+
+PAGE = 100
+PERMISSIONS = {
+    "read-only": common_pb2.SESSION_SHARE_PERMISSION_READ_ONLY,
+    "read-write": common_pb2.SESSION_SHARE_PERMISSION_READ_WRITE,
+}
+
+
+def _stub(ctx: click.Context) -> session_pb2_grpc.SessionServiceStub:
+    return get_client(ctx).stub(session_pb2_grpc.SessionServiceStub)
+
+
+def state_name(s: session_pb2.Session) -> str:
+    return strip_prefix(common_pb2.RuntimeState.Name(s.state), "RUNTIME_STATE_")
+
+
+def operation_name(s: session_pb2.Session) -> str:
+    return strip_prefix(common_pb2.RuntimeOperation.Name(s.operation), "RUNTIME_OPERATION_")
+
+
+def sessions_table(sessions: list[session_pb2.Session]) -> str:
+    """ID AGENT STATE CREATED, boxed, as `kagent agent session list` prints them."""
+    return boxed_table(
+        ["ID", "AGENT", "STATE", "CREATED"],
+        [[s.id, s.agent.name, state_name(s), fmt_time(s.created_at)] for s in sessions],
+    )
+
+
+def session_detail(s: session_pb2.Session) -> str:
+    rows = [
+        ("ID", s.id),
+        ("NAME", s.name),
+        ("AGENT", f"{s.agent.namespace}/{s.agent.name}" if s.agent.name else ""),
+        ("STATE", state_name(s)),
+        ("OPERATION", operation_name(s)),
+        ("CREATOR", s.creator),
+        ("REVISION", s.prepared_revision),
+        ("CREATED", fmt_time(s.created_at)),
+        ("UPDATED", fmt_time(s.updated_at)),
+    ]
+    if s.HasField("failure"):
+        rows.append(("FAILURE", f"{s.failure.reason}: {s.failure.message}" if s.failure.reason else s.failure.message))
+    return boxed_table(["FIELD", "VALUE"], rows)
+
+
+def shares_table(shares: list[session_pb2.SessionShare]) -> str:
+    return boxed_table(
+        ["ID", "SESSION", "PERMISSION", "CREATED", "EXPIRES"],
+        [[sh.id, sh.session_id,
+          strip_prefix(common_pb2.SessionSharePermission.Name(sh.permission), "SESSION_SHARE_PERMISSION_"),
+          fmt_time(sh.created_at), fmt_time(sh.expires_at)] for sh in shares],
+    )
+
+
+def _show_session(response: session_pb2.CreateSessionResponse, output: str, detail: bool = False) -> None:
+    if output == "json":
+        print_json(response)
+    elif detail:
+        click.echo(session_detail(response.session))
+    else:
+        click.echo(sessions_table([response.session]))
+
+
+@click.group()
+def session() -> None:
+    """Create, inspect, suspend, resume, delete and share Sessions."""
+
+
+@session.command()
+@click.option("--agent", "agent_name", required=True, help="The Agent to talk to.")
+@click.option("--namespace", default="kagent", show_default=True, help="The Agent's namespace.")
+@click.option("--name", default="", help="A display name for the Session.")
+@click.option("--request-id", default=None,
+              help="Idempotency key (1-128 characters; default: a fresh UUID). Repeating it returns the same Session.")
+@output_option
+@click.pass_context
+def create(ctx: click.Context, agent_name: str, namespace: str, name: str, request_id: str | None,
+           output: str) -> None:
+    """Create a Session with an Agent (retried with the same request id while the server is busy)."""
+    request = session_pb2.CreateSessionRequest(
+        request_id=request_id or str(uuid.uuid4()),
+        name=name,
+        agent=common_pb2.ResourceReference(namespace=namespace, name=agent_name),
+    )
+    client = get_client(ctx)
+    response = client.call_retrying(_stub(ctx).CreateSession, request)
+    _show_session(response, output)
+
+
+@session.command()
+@click.argument("session_id")
+@output_option
+@click.pass_context
+def get(ctx: click.Context, session_id: str, output: str) -> None:
+    """Show one Session."""
+    response = get_client(ctx).call(_stub(ctx).GetSession, session_pb2.GetSessionRequest(session_id=session_id))
+    _show_session(response, output, detail=True)
+
+
+@session.command("list")
+@click.option("--agent", "agent_name", default="", help="Only this Agent's Sessions.")
+@click.option("--namespace", default="", help="The Agent's namespace (default kagent when --agent is given).")
+@click.option("--all-creators", is_flag=True, help="Every creator's Sessions (administrators only).")
+@output_option
+@click.pass_context
+def list_(ctx: click.Context, agent_name: str, namespace: str, all_creators: bool, output: str) -> None:
+    """List your Sessions (every page)."""
+    client = get_client(ctx)
+    stub = _stub(ctx)
+    request = session_pb2.ListSessionsRequest(all_creators=all_creators, page=common_pb2.PageRequest(limit=PAGE))
+    if agent_name or namespace:
+        request.agent.CopyFrom(common_pb2.ResourceReference(namespace=namespace, name=agent_name))
+    result = session_pb2.ListSessionsResponse()
+    while True:
+        response = client.call(stub.ListSessions, request)
+        result.sessions.extend(response.sessions)
+        if not response.page.next_page_token:
+            break
+        request.page.page_token = response.page.next_page_token
+    if output == "json":
+        print_json(result)
+    elif not result.sessions:
+        click.echo("No sessions found.", err=True)
+    else:
+        click.echo(sessions_table(list(result.sessions)))
+
+
+@session.command()
+@click.argument("session_id")
+@click.argument("name")
+@output_option
+@click.pass_context
+def rename(ctx: click.Context, session_id: str, name: str, output: str) -> None:
+    """Set a Session's display name ("" clears it)."""
+    request = session_pb2.UpdateSessionNameRequest(session_id=session_id, name=name)
+    response = get_client(ctx).call(_stub(ctx).UpdateSessionName, request)
+    _show_session(response, output, detail=True)
+
+
+@session.command()
+@click.argument("session_id")
+@output_option
+@click.pass_context
+def suspend(ctx: click.Context, session_id: str, output: str) -> None:
+    """Suspend a Session's runtime."""
+    request = session_pb2.SuspendSessionRequest(session_id=session_id)
+    _show_session(get_client(ctx).call_retrying(_stub(ctx).SuspendSession, request), output)
+
+
+@session.command()
+@click.argument("session_id")
+@output_option
+@click.pass_context
+def resume(ctx: click.Context, session_id: str, output: str) -> None:
+    """Resume a suspended Session's runtime."""
+    request = session_pb2.ResumeSessionRequest(session_id=session_id)
+    _show_session(get_client(ctx).call_retrying(_stub(ctx).ResumeSession, request), output)
+
+
+@session.command()
+@click.argument("session_id")
+@output_option
+@click.pass_context
+def delete(ctx: click.Context, session_id: str, output: str) -> None:
+    """Delete a Session and its runtime."""
+    request = session_pb2.DeleteSessionRequest(session_id=session_id)
+    _show_session(get_client(ctx).call_retrying(_stub(ctx).DeleteSession, request), output)
+
+
+# -- shares -----------------------------------------------------------------------------------------
+
+@session.group()
+def share() -> None:
+    """Share tokens that grant access to a Session."""
+
+
+@share.command("create")
+@click.argument("session_id")
+@click.option("--permission", type=click.Choice(sorted(PERMISSIONS), case_sensitive=False), required=True,
+              help="read-only: get, list, subscribe; read-write: also send and cancel.")
+@click.option("--ttl", type=DURATION, default="1h", show_default=True, help="Lifetime, e.g. 30m, 1h, 7d.")
+@output_option
+@click.pass_context
+def share_create(ctx: click.Context, session_id: str, permission: str, ttl: float, output: str) -> None:
+    """Create a share token for a Session (the token is shown only once)."""
+    duration = Duration()
+    duration.FromNanoseconds(int(ttl * 1e9))
+    request = session_pb2.CreateSessionShareRequest(
+        session_id=session_id, permission=PERMISSIONS[permission.lower()], ttl=duration,
+    )
+    response = get_client(ctx).call(_stub(ctx).CreateSessionShare, request)
+    if output == "json":
+        print_json(response)
+        return
+    click.echo(shares_table([response.share]))
+    click.echo(f"token: {response.token}")
+    click.echo("(the token is shown only this once; send it as the x-kagent-share-token header)")
+
+
+@share.command("list")
+@click.argument("session_id")
+@output_option
+@click.pass_context
+def share_list(ctx: click.Context, session_id: str, output: str) -> None:
+    """List a Session's shares (every page)."""
+    client = get_client(ctx)
+    stub = _stub(ctx)
+    request = session_pb2.ListSessionSharesRequest(session_id=session_id, page=common_pb2.PageRequest(limit=PAGE))
+    result = session_pb2.ListSessionSharesResponse()
+    while True:
+        response = client.call(stub.ListSessionShares, request)
+        result.shares.extend(response.shares)
+        if not response.page.next_page_token:
+            break
+        request.page.page_token = response.page.next_page_token
+    if output == "json":
+        print_json(result)
+    elif not result.shares:
+        click.echo("No shares found.", err=True)
+    else:
+        click.echo(shares_table(list(result.shares)))
+
+
+@share.command("revoke")
+@click.argument("share_id")
+@output_option
+@click.pass_context
+def share_revoke(ctx: click.Context, share_id: str, output: str) -> None:
+    """Revoke a share."""
+    response = get_client(ctx).call(_stub(ctx).RevokeSessionShare,
+                                    session_pb2.RevokeSessionShareRequest(share_id=share_id))
+    if output == "json":
+        print_json(response)
+    else:
+        click.echo(f"share {share_id} revoked")

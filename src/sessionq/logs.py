@@ -1,0 +1,50 @@
+"""Logging: JSON lines (serve, worker) or human-readable text (up). Lifecycle lines carry
+session_id, operation_id and job_id as fields."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+FIELDS = ("session_id", "operation_id", "executor_id", "job_id", "revision", "idle_time",
+          "actor_template_atespace", "actor_template_name", "error")
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for f in FIELDS:
+            v = getattr(record, f, None)
+            if v is not None:
+                out[f] = v
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+class TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        base = f"{time.strftime('%H:%M:%S', time.localtime(record.created))} {record.levelname:<7} {record.getMessage()}"
+        extras = " ".join(f"{f}={getattr(record, f)}" for f in FIELDS if getattr(record, f, None) is not None)
+        if extras:
+            base += "  " + extras
+        if record.exc_info:
+            base += "\n" + self.formatException(record.exc_info)
+        return base
+
+
+def setup(fmt: str = "json", level: str = "info") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # procrastinate is chatty at info level
+    logging.getLogger("procrastinate").setLevel(max(logging.WARNING, root.level))
