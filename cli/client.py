@@ -166,7 +166,7 @@ class Client:
         details = (e.details() or "").strip()
         if code == grpc.StatusCode.UNAVAILABLE and is_connection_failure(e):
             return CliError(
-                f"the sessionq server at {self.server} is not reachable ({details}); "
+                f"the sessionq server at {self.server} is not reachable ({connection_reason(details)}); "
                 "start one with `sessionq up`, or point --server / SESSIONQ_SERVER at it"
             )
         name = code.name if code is not None else "UNKNOWN"
@@ -178,6 +178,15 @@ class Client:
 
 def is_connection_failure(e: grpc.RpcError) -> bool:
     return e.code() == grpc.StatusCode.UNAVAILABLE and bool(_CONNECT_FAILURES.search(e.details() or ""))
+
+
+def connection_reason(details: str) -> str:
+    low = details.lower()
+    if "connection refused" in low:
+        return "connection refused"
+    if "resolv" in low or "lookup" in low:
+        return "cannot resolve its host name"
+    return " ".join(details.split()) or "no connection"
 
 
 def get_client(ctx: click.Context) -> Client:

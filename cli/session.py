@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import click
 from google.protobuf.duration_pb2 import Duration
-
-from sessionq._pb.kagent.api.v1alpha1 import common_pb2, session_pb2, session_pb2_grpc
 from sessionq.cli.client import (
     DURATION,
     boxed_table,
@@ -17,6 +16,8 @@ from sessionq.cli.client import (
     print_json,
     strip_prefix,
 )
+
+from sessionq._pb.kagent.api.v1alpha1 import common_pb2, session_pb2, session_pb2_grpc
 
 PAGE = 100
 PERMISSIONS = {
@@ -58,7 +59,8 @@ def session_detail(s: session_pb2.Session) -> str:
         ("UPDATED", fmt_time(s.updated_at)),
     ]
     if s.HasField("failure"):
-        rows.append(("FAILURE", f"{s.failure.reason}: {s.failure.message}" if s.failure.reason else s.failure.message))
+        failure = f"{s.failure.reason}: {s.failure.message}" if s.failure.reason else s.failure.message
+        rows.append(("FAILURE", failure))
     return boxed_table(["FIELD", "VALUE"], rows)
 
 
@@ -71,7 +73,8 @@ def shares_table(shares: list[session_pb2.SessionShare]) -> str:
     )
 
 
-def _show_session(response: session_pb2.CreateSessionResponse, output: str, detail: bool = False) -> None:
+def _show_session(response: Any, output: str, detail: bool = False) -> None:
+    """A response holding one `session`: as JSON, a one-row table, or (detail) every field."""
     if output == "json":
         print_json(response)
     elif detail:
@@ -90,7 +93,8 @@ def session() -> None:
 @click.option("--namespace", default="kagent", show_default=True, help="The Agent's namespace.")
 @click.option("--name", default="", help="A display name for the Session.")
 @click.option("--request-id", default=None,
-              help="Idempotency key (1-128 characters; default: a fresh UUID). Repeating it returns the same Session.")
+              help="Idempotency key (1-128 characters; default: a fresh UUID). "
+                   "Repeating it returns the same Session.")
 @output_option
 @click.pass_context
 def create(ctx: click.Context, agent_name: str, namespace: str, name: str, request_id: str | None,
@@ -112,7 +116,8 @@ def create(ctx: click.Context, agent_name: str, namespace: str, name: str, reque
 @click.pass_context
 def get(ctx: click.Context, session_id: str, output: str) -> None:
     """Show one Session."""
-    response = get_client(ctx).call(_stub(ctx).GetSession, session_pb2.GetSessionRequest(session_id=session_id))
+    request = session_pb2.GetSessionRequest(session_id=session_id)
+    response = get_client(ctx).call(_stub(ctx).GetSession, request)
     _show_session(response, output, detail=True)
 
 
@@ -126,7 +131,8 @@ def list_(ctx: click.Context, agent_name: str, namespace: str, all_creators: boo
     """List your Sessions (every page)."""
     client = get_client(ctx)
     stub = _stub(ctx)
-    request = session_pb2.ListSessionsRequest(all_creators=all_creators, page=common_pb2.PageRequest(limit=PAGE))
+    request = session_pb2.ListSessionsRequest(all_creators=all_creators,
+                                              page=common_pb2.PageRequest(limit=PAGE))
     if agent_name or namespace:
         request.agent.CopyFrom(common_pb2.ResourceReference(namespace=namespace, name=agent_name))
     result = session_pb2.ListSessionsResponse()
@@ -224,7 +230,8 @@ def share_list(ctx: click.Context, session_id: str, output: str) -> None:
     """List a Session's shares (every page)."""
     client = get_client(ctx)
     stub = _stub(ctx)
-    request = session_pb2.ListSessionSharesRequest(session_id=session_id, page=common_pb2.PageRequest(limit=PAGE))
+    request = session_pb2.ListSessionSharesRequest(session_id=session_id,
+                                                   page=common_pb2.PageRequest(limit=PAGE))
     result = session_pb2.ListSessionSharesResponse()
     while True:
         response = client.call(stub.ListSessionShares, request)

@@ -1,0 +1,43 @@
+"""The `sessionq` command: server commands (up, serve, worker, migrate) and client nouns."""
+
+from __future__ import annotations
+
+import click
+from sessionq.cli.actors import actors
+from sessionq.cli.agent import agent
+from sessionq.cli.client import DEFAULT_SERVER, DEFAULT_TIMEOUT
+from sessionq.cli.server import migrate, serve, up, worker
+from sessionq.cli.session import session
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--server", envvar="SESSIONQ_SERVER", metavar="HOST:PORT",
+              help=f"The sessionq API (default: the client config's server, else {DEFAULT_SERVER}).")
+@click.option("--token", envvar="SESSIONQ_TOKEN", metavar="TOKEN",
+              help="Bearer token sent as `authorization: Bearer TOKEN` (none: the server's anonymous user).")
+@click.option("--client-config", envvar="SESSIONQ_CLIENT_CONFIG",
+              type=click.Path(exists=True, dir_okay=False),
+              help="Client config YAML (default: ./.sessionq/client.yaml, else "
+                   "~/.config/sessionq/client.yaml).")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_TIMEOUT,
+              show_default=True, metavar="SECONDS",
+              help="Per-call deadline; mutations retry the same call until it passes.")
+@click.pass_context
+def main(ctx: click.Context, server: str | None, token: str | None, client_config: str | None,
+         timeout: float) -> None:
+    """sessionq: a PostgreSQL-backed control plane for agent Sessions."""
+    ctx.obj = {"server": server, "token": token, "client_config": client_config, "timeout": timeout}
+
+
+for command in (up, serve, worker, migrate):
+    main.add_command(command)
+
+main.add_command(agent)
+main.add_command(session)
+main.add_command(actors)
+# the kagent spelling: `sessionq agent session create ...` is the same group as `sessionq session ...`
+agent.add_command(session)
+
+
+if __name__ == "__main__":
+    main()
