@@ -19,6 +19,7 @@ from sessionq.cli.client import (
     get_client,
     output_option,
     print_json,
+    yaml_problem,
 )
 
 from sessionq._pb.kagent.api.v1alpha1 import agent_pb2, agent_pb2_grpc, common_pb2
@@ -37,7 +38,7 @@ def spec_from_yaml(text: str, source: str) -> agent_pb2.AgentSpec:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise CliError(f"{source} is not valid YAML: {' '.join(str(e).split())}") from None
+        raise CliError(f"{source} is not valid YAML: {yaml_problem(e)}") from None
     if not isinstance(data, dict):
         raise CliError(f"{source} must hold a mapping with at least a name")
     unknown = set(data) - SPEC_KEYS
@@ -151,13 +152,14 @@ def wait_until_prepared(ctx: click.Context, ref: common_pb2.ResourceReference,
             return agent
         if desired is None and ready is not None and ready.status == "True":
             return agent
-        if time.monotonic() + POLL_INTERVAL > deadline:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
             state = f"revision {desired.number} is {desired.state}" if desired else "no revision is prepared"
             raise CliError(
                 f"agent {ref_name(agent)} is not ready after {timeout:g}s ({state}); "
                 "is a sessionq worker running? (`sessionq agent get` shows its conditions)"
             )
-        time.sleep(POLL_INTERVAL)
+        time.sleep(min(POLL_INTERVAL, remaining))
 
 
 @click.group()

@@ -30,6 +30,8 @@ LOCAL_CLIENT_CONFIG = Path(".sessionq") / CLIENT_CONFIG
 
 # the status codes a mutation retries with the same request (the client contract, OP-16)
 RETRYABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+ATTEMPTS = 3  # a retried call's budget is split into (at least) this many attempts
+MIN_ATTEMPT = 1.0  # seconds
 
 # gRPC core's wording when no connection could be made at all
 _CONNECT_FAILURES = re.compile(
@@ -45,7 +47,16 @@ class CliError(click.ClickException):
     exit_code = 1
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"error: {self.format_message()}", err=True, file=file)
+        click.echo(f"error: {' '.join(self.format_message().split())}", err=True, file=file)
+
+
+def yaml_problem(e: yaml.YAMLError) -> str:
+    """A YAML error in one line: what is wrong and where."""
+    if isinstance(e, yaml.MarkedYAMLError):
+        mark = e.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        return f"{e.problem or e.context or 'invalid YAML'}{where}"
+    return " ".join(str(e).split())
 
 
 def user_client_config() -> Path:
@@ -73,7 +84,7 @@ def load_client_config(path: Path | None) -> dict[str, Any]:
     except OSError as e:
         raise CliError(f"cannot read the client config {path}: {e.strerror or e}") from None
     except yaml.YAMLError as e:
-        raise CliError(f"the client config {path} is not valid YAML: {e}") from None
+        raise CliError(f"the client config {path} is not valid YAML: {yaml_problem(e)}") from None
     if not isinstance(data, dict):
         raise CliError(f"the client config {path} must be a mapping (server, user, ...)")
     return data
@@ -138,14 +149,16 @@ class Client:
         """The same call, repeated on UNAVAILABLE / DEADLINE_EXCEEDED until --timeout has passed.
 
         This is how a client drives a pending operation: the server answers UNAVAILABLE when the
-        operation outlives the call, and the identical retry joins it. A server that was never
-        reached is reported at once rather than retried."""
+        operation outlives the call, and the identical retry joins it. Each attempt gets a slice of
+        the budget (a third, at least a second) so that a slow operation is followed by several
+        calls. A server that was never reached is reported at once rather than retried."""
         deadline = time.monotonic() + self.timeout
+        attempt = max(self.timeout / ATTEMPTS, min(self.timeout, MIN_ATTEMPT))
         delay = 0.2
         while True:
             remaining = deadline - time.monotonic()
             try:
-                response = method(request, metadata=self.metadata, timeout=max(remaining, 0.05))
+                response = method(request, metadata=self.metadata, timeout=max(min(remaining, attempt), 0.05))
             except grpc.RpcError as e:
                 unreachable = is_connection_failure(e)
                 if e.code() not in RETRYABLE or (unreachable and not self._reached):

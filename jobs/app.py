@@ -8,9 +8,9 @@ from __future__ import annotations
 from procrastinate import App, PsycopgConnector, RetryStrategy
 
 from sessionq.db import conninfo
-from sessionq.jobs import agents, operations
+from sessionq.jobs import agents, dispatch, operations
 
-QUEUES = ("operations", "agents")
+QUEUES = ("operations", "dispatch", "agents")
 
 # Lifecycle work must eventually finish even when no client retries: retry for a few minutes
 # with growing waits (0, 1, 2, ... s); after that a client retry (or `sessionq jobs retry`) re-queues it.
@@ -25,4 +25,6 @@ def build_app(url: str, *, pool_size: int = 4) -> App:
     app.task(name="prepare_revision", queue="agents", pass_context=True, retry=OPERATION_RETRY)(
         agents.prepare_revision
     )
+    # a failed dispatch is ended (its task abandoned) rather than retried: the user sends again
+    app.task(name="dispatch_turn", queue="dispatch", pass_context=True, retry=False)(dispatch.dispatch_turn)
     return app

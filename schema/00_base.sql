@@ -36,3 +36,15 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION sessionq.fail(text, text, text) IS
   'Raise a sessionq error: p_code is an SQ SQLSTATE (see the header of 00_base.sql), p_reason an optional ErrorInfo reason carried in HINT.';
+
+-- secrets: server-side secrets shared by every sessionq process on this database.
+CREATE TABLE IF NOT EXISTS sessionq.secrets (
+  name       text PRIMARY KEY,
+  value      text NOT NULL,
+  created_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+COMMENT ON TABLE sessionq.secrets IS
+  'Server secrets (e.g. "workload": the HMAC key of the workload credentials given to Actors for the task store). Never shown to clients.';
+INSERT INTO sessionq.secrets (name, value)
+VALUES ('workload', replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''))
+ON CONFLICT (name) DO NOTHING;

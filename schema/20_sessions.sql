@@ -35,6 +35,22 @@ CREATE TABLE sessionq.sessions (
   snapshot_uri         text,
   deletion_reason      text CHECK (deletion_reason IN ('user_requested', 'idle_timeout')),
   source_checkpoint_id uuid,
+  -- turns (30_tasks.sql): the dispatch reservation, the running and the unsettled task
+  dispatch_id          uuid,
+  dispatch_expires_at  timestamptz,
+  dispatch_message     jsonb,
+  dispatch_task_id     text,
+  dispatch_failure     jsonb,
+  active_task_id       text,
+  unsettled_task_id    text,
+  last_event_seq       bigint NOT NULL DEFAULT 0,
+  last_event_at        timestamptz,
+  -- automatic quiescence: the idle boundary a settlement marks and the worker that claimed it
+  idle_boundary_id     uuid,
+  idle_boundary_at     timestamptz,
+  idle_executor        uuid,
+  idle_claimed_at      timestamptz,
+  snapshot_status      text,
   pinned_checkpoint_id uuid GENERATED ALWAYS AS (CASE WHEN state <> 'DELETED' THEN source_checkpoint_id END) STORED,
   created_at           timestamptz NOT NULL DEFAULT clock_timestamp(),
   updated_at           timestamptz NOT NULL DEFAULT clock_timestamp(),
@@ -44,8 +60,12 @@ CREATE TABLE sessionq.sessions (
   CONSTRAINT deleted_is_released CHECK (state <> 'DELETED' OR (revision_id IS NULL AND operation = 'NONE' AND actor_uid IS NULL)),
   CONSTRAINT live_has_revision CHECK (state = 'DELETED' OR revision_id IS NOT NULL),
   CONSTRAINT deleting_iff_delete CHECK ((state = 'DELETING') = (operation = 'DELETE')),
-  CONSTRAINT generation_only_with_operation CHECK (operation <> 'NONE' OR executor_id IS NULL)
+  CONSTRAINT generation_only_with_operation CHECK (operation <> 'NONE' OR executor_id IS NULL),
+  CONSTRAINT idle_claim_needs_boundary CHECK (idle_executor IS NULL OR idle_boundary_id IS NOT NULL),
+  CONSTRAINT dispatch_has_expiry CHECK ((dispatch_id IS NULL) = (dispatch_expires_at IS NULL))
 );
+CREATE INDEX sessions_idle_boundary_idx ON sessionq.sessions (idle_boundary_at)
+  WHERE idle_boundary_id IS NOT NULL AND idle_executor IS NULL;
 CREATE INDEX sessions_creator_idx ON sessionq.sessions (creator, id);
 CREATE INDEX sessions_pending_idx ON sessionq.sessions (updated_at) WHERE operation <> 'NONE';
 CREATE INDEX sessions_revision_idx ON sessionq.sessions (revision_id);
@@ -56,6 +76,10 @@ COMMENT ON COLUMN sessionq.sessions.executor_id IS 'The attempt that claimed the
 COMMENT ON COLUMN sessionq.sessions.executor_expires_at IS 'When the claim lapses (at most sessions.claimLifetime after the claim); a retry may then claim with a new executor id.';
 COMMENT ON COLUMN sessionq.sessions.request_fingerprint IS 'The parameters of the creating request (agent and name, or checkpoint); a reused request id with other parameters is an idempotency conflict.';
 COMMENT ON COLUMN sessionq.sessions.pinned_checkpoint_id IS 'Generated: the source checkpoint while the Session is live (a RESTRICT foreign key pins it); NULL once DELETED.';
+COMMENT ON COLUMN sessionq.sessions.dispatch_id IS 'The dispatch reservation of an admitted turn: the dispatch job delivers dispatch_message to the Actor, whose task writes must carry this id. Expires at dispatch_expires_at.';
+COMMENT ON COLUMN sessionq.sessions.unsettled_task_id IS 'A task whose final update is staged but not yet settled (native cleanup unfinished): blocks task writes and explicit lifecycle changes.';
+COMMENT ON COLUMN sessionq.sessions.idle_boundary_id IS 'Set by a settlement (or a Resume): the Actor may be suspended. Claimed by a quiescence worker (idle_executor); a claim for possibly issued runtime work never expires.';
+COMMENT ON COLUMN sessionq.sessions.last_event_at IS 'Database time of the newest stored event of this Session (the idle clock runs from the later of this and created_at).';
 COMMENT ON COLUMN sessionq.sessions.failed_operation_id IS 'The generation whose preparation failed (failure_reason, failure_message say why); waiting callers of it are told.';
 
 CREATE TABLE sessionq.session_shares (
@@ -138,6 +162,10 @@ BEGIN
          executor_id = NULL, executor_expires_at = NULL,
          failure_reason = NULL, failure_message = NULL, failed_operation_id = NULL,
          state = CASE WHEN p_kind = 'DELETE' THEN 'DELETING' ELSE s.state END,
+         idle_boundary_id = CASE WHEN p_kind IN ('SUSPEND', 'DELETE') AND s.idle_executor IS NULL
+                                 THEN NULL ELSE s.idle_boundary_id END,
+         idle_boundary_at = CASE WHEN p_kind IN ('SUSPEND', 'DELETE') AND s.idle_executor IS NULL
+                                 THEN NULL ELSE s.idle_boundary_at END,
          deletion_reason = CASE WHEN p_kind = 'DELETE' THEN coalesce(s.deletion_reason, p_reason) ELSE s.deletion_reason END,
          updated_at = clock_timestamp()
    WHERE s.id = p_session

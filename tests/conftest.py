@@ -30,16 +30,22 @@ def _with_database(url: str, name: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def pg_admin_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def pg_admin_url() -> Iterator[str]:
     url = os.environ.get("SESSIONQ_TEST_DATABASE_URL")
     if url:
         yield url
         return
+    import shutil
+    import tempfile
+
     from sessionq import embedded
 
-    server = embedded.start(tmp_path_factory.mktemp("pg"), cleanup="delete")
+    # not under pytest's basetemp: pytest prunes old basetemps, which must not touch a live server
+    data = Path(tempfile.mkdtemp(prefix="sessionq-test-pg-"))
+    server = embedded.start(data, cleanup="stop")
     yield server.admin_url
     server.stop()
+    shutil.rmtree(data, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

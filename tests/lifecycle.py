@@ -38,3 +38,31 @@ async def raw_session(store: Store, session_id: UUID) -> Session:
     s = await store.session_by_id(session_id)
     assert s is not None
     return s
+
+
+def task_json(task_id: str, session_id: Any, state: str, text: str = "hi") -> dict[str, Any]:
+    return {
+        "id": task_id,
+        "contextId": str(session_id),
+        "status": {"state": state, "message": {"messageId": f"m-{task_id}-{state}", "role": "ROLE_AGENT",
+                                               "parts": [{"text": text}]}},
+        "history": [{"messageId": f"u-{task_id}", "role": "ROLE_USER", "parts": [{"text": text}]}],
+    }
+
+
+async def turn_by_store(store: Store, sim: Any, session: Session, final: str = "TASK_STATE_COMPLETED",
+                        task_id: str | None = None, settle: bool = True) -> str:
+    """Play one turn as the frontend, the dispatcher and the Actor would, through the store."""
+    import uuid
+
+    msg = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": "q"}]}
+    admitted = await store.admit_turn(session.id, session.creator, None, msg, None, 600)
+    actor = await sim.get_actor(session.actor_atespace, session.actor_name)
+    if actor.state.value != "ACTOR_STATE_RUNNING":
+        await sim.resume_actor(session.actor_atespace, session.actor_name, actor.uid)
+    tid = task_id or str(uuid.uuid4())
+    v = await store.task_create(session.id, tid, task_json(tid, session.id, "TASK_STATE_WORKING"), admitted.dispatch_id)
+    v = await store.task_update(session.id, tid, task_json(tid, session.id, final, "done"), v, None, admitted.dispatch_id)
+    if settle:
+        await store.task_settle(session.id, tid, v)
+    return tid

@@ -20,6 +20,11 @@ CLAIM_CONFLICTS = Counter(
     ["status"],
 )
 
+QUIESCENCE_LATENCY = Histogram(
+    "sessionq_quiescence_latency_seconds", "From a turn's settlement (idle boundary) to its recorded suspension",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)
+
 
 def serve(address: str, registry: CollectorRegistry = REGISTRY) -> None:
     host, _, port = address.rpartition(":")

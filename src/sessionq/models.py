@@ -64,6 +64,36 @@ class Session(Row):
     deletion_reason: str | None
     source_checkpoint_id: UUID | None
     pinned_checkpoint_id: UUID | None
+    dispatch_id: UUID | None
+    dispatch_expires_at: datetime | None
+    dispatch_message: dict[str, Any] | None
+    dispatch_task_id: str | None
+    dispatch_failure: dict[str, Any] | None
+    active_task_id: str | None
+    unsettled_task_id: str | None
+    last_event_seq: int
+    last_event_at: datetime | None
+    idle_boundary_id: UUID | None
+    idle_boundary_at: datetime | None
+    idle_executor: UUID | None
+    idle_claimed_at: datetime | None
+    snapshot_status: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class Task(Row):
+    id: str
+    session_id: UUID
+    seq: int
+    state: str
+    task: dict[str, Any]
+    version: int
+    published_version: int
+    staged_task: dict[str, Any] | None
+    dispatch_id: UUID | None
+    phase: str
     created_at: datetime
     updated_at: datetime
 

@@ -30,7 +30,7 @@ from uuid import UUID, uuid4
 
 import psycopg
 
-from sessionq import errors
+from sessionq import errors, workload
 from sessionq.models import Revision, Session
 from sessionq.store import Store
 from sessionq.substrate.base import (
@@ -106,6 +106,13 @@ class OperationExecutor:
         self.store = store
         self.runtime = runtime
         self.claim_lifetime = claim_lifetime
+        self._workload_secret: str | None = None
+
+    async def _actor_env(self, session: Session) -> dict[str, str]:
+        if self._workload_secret is None:
+            self._workload_secret = await self.store.secret("workload")
+        return {"SESSIONQ_SESSION_ID": str(session.id),
+                workload.ENV: workload.token_for(self._workload_secret, session.id)}
 
     async def run(self, session_id: UUID) -> Outcome:
         session = await self.store.session_by_id(session_id)
@@ -229,11 +236,12 @@ class OperationExecutor:
                     f"not {session.actor_template}; it is never adopted"
                 )
         if actor is None:
+            env = await self._actor_env(session)
             try:
                 actor = await self.runtime.create_actor(
                     session.actor_atespace, session.actor_name, session.actor_template,
                     from_tag=self._source_tag(session),
-                    env={"SESSIONQ_SESSION_ID": str(session.id)},
+                    env=env,
                 )
             except SubstrateError as e:
                 if e.code == Code.ALREADY_EXISTS and not uncertain:

@@ -20,9 +20,11 @@ from psycopg_pool import AsyncConnectionPool
 
 from sessionq import errors
 from sessionq.db import Listener, make_pool
-from sessionq.models import Admission, Agent, Claim, Observation, Revision, Session, Share
+from sessionq.models import Admission, Agent, Claim, Observation, Revision, Session, Share, Task
 
 SESSION_CHANNEL = "sessionq_session"
+TASK_CHANNEL = "sessionq_task"
+IDLE_CHANNEL = "sessionq_idle"
 
 
 class Store:
@@ -36,7 +38,7 @@ class Store:
         await pool.open(wait=True, timeout=30)
         listener = None
         if listen:
-            listener = Listener(url, [SESSION_CHANNEL])
+            listener = Listener(url, [SESSION_CHANNEL, TASK_CHANNEL])
             await listener.start()
         return cls(pool, listener)
 
@@ -249,6 +251,132 @@ class Store:
 
     async def revoke_share(self, share_id: UUID, caller: str) -> None:
         await self._rows("SELECT sessionq.revoke_share(%s, %s)", (share_id, caller))
+
+
+    # -- turns and the task store -------------------------------------------------------------
+
+    async def secret(self, name: str) -> str:
+        return str(await self._value("SELECT value FROM sessionq.secrets WHERE name = %s", (name,)))
+
+    async def admit_turn(
+        self, session_id: UUID, caller: str, share_hash: str | None, message: dict[str, Any],
+        task_id: str | None, ttl: float,
+    ) -> Session:
+        value = await self._value(
+            "SELECT sessionq.admit_turn(%s, %s, %s, %s, %s, %s)",
+            (session_id, caller, share_hash, Jsonb(message), task_id, ttl),
+        )
+        return Session.from_json(value)
+
+    async def task_create(
+        self, session_id: UUID, task_id: str, task: dict[str, Any], dispatch_id: UUID | None
+    ) -> int:
+        return int(await self._value(
+            "SELECT sessionq.task_create(%s, %s, %s, %s, %s)",
+            (session_id, task_id, Jsonb(task), dispatch_id, payload_hash(task, None, dispatch_id)),
+        ))
+
+    async def task_update(
+        self, session_id: UUID, task_id: str, task: dict[str, Any], expected_version: int,
+        event: dict[str, Any] | None, dispatch_id: UUID | None,
+    ) -> int:
+        return int(await self._value(
+            "SELECT sessionq.task_update(%s, %s, %s, %s, %s, %s, %s)",
+            (session_id, task_id, Jsonb(task), expected_version, Jsonb(event) if event is not None else None,
+             dispatch_id, payload_hash(task, event, dispatch_id)),
+        ))
+
+    async def task_settle(self, session_id: UUID, task_id: str, version: int) -> None:
+        await self._rows("SELECT sessionq.task_settle(%s, %s, %s)", (session_id, task_id, version))
+
+    async def fail_dispatch(self, session_id: UUID, dispatch_id: UUID, message: str, issued: bool) -> None:
+        await self._rows("SELECT sessionq.fail_dispatch(%s, %s, %s, %s)", (session_id, dispatch_id, message, issued))
+
+    async def get_task(self, task_id: str) -> Task | None:
+        value = await self._value("SELECT sessionq.get_task(%s)", (task_id,))
+        return Task.from_json(value) if value else None
+
+    async def task_of_dispatch(self, session_id: UUID, dispatch_id: UUID) -> Task | None:
+        rows = await self._rows(
+            "SELECT to_jsonb(t) AS t FROM sessionq.tasks t WHERE session_id = %s AND dispatch_id = %s",
+            (session_id, dispatch_id),
+        )
+        return Task.from_json(rows[0]["t"]) if rows else None
+
+    async def list_tasks(
+        self, session_id: UUID, state: str | None, after_seq: int | None, limit: int
+    ) -> list[Task]:
+        rows = await self._rows(
+            "SELECT to_jsonb(t) AS t FROM sessionq.tasks t WHERE session_id = %s"
+            " AND (%s::text IS NULL OR state = %s) AND (%s::int IS NULL OR seq < %s)"
+            " ORDER BY seq DESC LIMIT %s",
+            (session_id, state, state, after_seq, after_seq, limit),
+        )
+        return [Task.from_json(r["t"]) for r in rows]
+
+    async def count_tasks(self, session_id: UUID, state: str | None) -> int:
+        return int(await self._value(
+            "SELECT count(*) FROM sessionq.tasks WHERE session_id = %s AND (%s::text IS NULL OR state = %s)",
+            (session_id, state, state),
+        ))
+
+    async def wait_for_turn(self, session_id: UUID, dispatch_id: UUID, timeout: float) -> tuple[str, Any]:
+        """Wait until the turn of a dispatch ends: ("task", Task) once its task is published in a
+        final or waiting state, ("failed", message) if the dispatch failed, ("pending", None) on
+        timeout. Woken by NOTIFY sessionq_task."""
+        woke = asyncio.Event()
+        key = str(session_id)
+
+        def on_notify(payload: str | None) -> None:
+            if payload is None or payload == key:
+                woke.set()
+
+        unsubscribe = self.listener.subscribe(TASK_CHANNEL, on_notify) if self.listener else None
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                woke.clear()
+                task = await self.task_of_dispatch(session_id, dispatch_id)
+                if task is not None and task.phase in ("settled", "abandoned"):
+                    return ("task", task)
+                session = await self.session_by_id(session_id)
+                if session is None:
+                    return ("failed", "the session no longer exists")
+                failure = session.dispatch_failure or {}
+                if failure.get("dispatch_id") == str(dispatch_id):
+                    return ("failed", failure.get("message"))
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return ("pending", None)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woke.wait(), timeout=min(remaining, 1.0 if self.listener else 0.05))
+        finally:
+            if unsubscribe:
+                unsubscribe()
+
+    # -- quiescence -----------------------------------------------------------------------------
+
+    async def claim_idle(self, executor: UUID) -> Session | None:
+        value = await self._value("SELECT sessionq.claim_idle(%s)", (executor,))
+        return Session.from_json(value) if value else None
+
+    async def idle_work_blocked(self) -> bool:
+        return bool(await self._value("SELECT sessionq.idle_work_blocked()"))
+
+    async def finish_idle(
+        self, session_id: UUID, boundary: UUID, executor: UUID, snapshot: dict[str, Any] | None
+    ) -> Session:
+        value = await self._value(
+            "SELECT sessionq.finish_idle(%s, %s, %s, %s)", (session_id, boundary, executor, Jsonb(snapshot or {}))
+        )
+        return Session.from_json(value)
+
+
+def payload_hash(task: dict[str, Any], event: dict[str, Any] | None, dispatch_id: UUID | None) -> str:
+    """Identity of a task write: an identical retry has the same hash."""
+    import hashlib
+
+    return hashlib.sha256(dumps([task, event, str(dispatch_id) if dispatch_id else None]).encode()).hexdigest()
 
 
 def dumps(value: Any) -> str:

@@ -8,6 +8,7 @@ import logging
 import os
 import socket
 from collections.abc import AsyncIterator
+from typing import Any
 
 from sessionq.config import Settings
 from sessionq.operations import OperationExecutor
@@ -46,10 +47,31 @@ async def run_worker(
     """Run the job workers until `stop` is set, then drain: stop fetching, let running jobs
     finish (up to workers.shutdownTimeout) and return."""
     from sessionq.jobs.app import build_app
-    from sessionq.jobs.deps import Deps
+
+    from sessionq.quiescence import QuiescencePool
 
     executor = OperationExecutor(store, runtime, settings.claim_lifetime)
     app = build_app(url)
+    quiescence = QuiescencePool(
+        store, runtime, url,
+        workers=int(settings["sessions.quiescenceWorkers"]),
+        recovery_interval=float(settings["sessions.quiescenceRecoveryInterval"]),
+    )
+    quiescence_stop = asyncio.Event()
+    quiescence_task = asyncio.create_task(quiescence.run(quiescence_stop), name="quiescence")
+    try:
+        await _run_procrastinate(app, settings, store, runtime, executor, stop=stop, name=name, queues=queues)
+    finally:
+        quiescence_stop.set()
+        await quiescence_task
+
+
+async def _run_procrastinate(
+    app: Any, settings: Settings, store: Store, runtime: Substrate, executor: OperationExecutor, *,
+    stop: asyncio.Event, name: str | None, queues: list[str] | None,
+) -> None:
+    from sessionq.jobs.deps import Deps
+
     async with app.open_async():
         worker_task = asyncio.create_task(
             app.run_worker_async(

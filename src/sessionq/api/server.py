@@ -6,16 +6,26 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from a2a.types import a2a_pb2, a2a_pb2_grpc
+
+from sessionq.api.a2a import A2AService
 from sessionq.api.agents import AgentService
 from sessionq.api.common import Authenticator
+from sessionq.api.inventory import InventoryService
 from sessionq.api.sessions import SessionService
+from sessionq.api.taskstore import TaskStoreService
 from sessionq.config import Settings
 from sessionq.store import Store
 from sessionq._pb.kagent.api.v1alpha1 import agent_pb2, agent_pb2_grpc, session_pb2, session_pb2_grpc
+from sessionq._pb.kagent.api.v1alpha1 import inventory_pb2, inventory_pb2_grpc
+from sessionq._pb.kagent.api.v1alpha1 import taskstore_pb2, taskstore_pb2_grpc
 
 SERVICE_NAMES = [
     session_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name,
     agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
+    inventory_pb2.DESCRIPTOR.services_by_name["InventoryService"].full_name,
+    taskstore_pb2.DESCRIPTOR.services_by_name["TaskStoreService"].full_name,
+    a2a_pb2.DESCRIPTOR.services_by_name["A2AService"].full_name,
 ]
 
 
@@ -30,6 +40,13 @@ class ApiServer:
         )
         agent_pb2_grpc.add_AgentServiceServicer_to_server(
             AgentService(store, auth, settings["global.clusterDomain"]), self.server
+        )
+        inventory_pb2_grpc.add_InventoryServiceServicer_to_server(
+            InventoryService.from_settings(settings, store, auth), self.server
+        )
+        taskstore_pb2_grpc.add_TaskStoreServiceServicer_to_server(TaskStoreService(store), self.server)
+        a2a_pb2_grpc.add_A2AServiceServicer_to_server(
+            A2AService(store, auth, float(settings["sessions.dispatchTimeout"])), self.server
         )
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 T = TypeVar("T")
 
@@ -145,6 +145,20 @@ class Worker:
 
 
 @dataclass(frozen=True)
+class InvokeRequest:
+    """One message delivered to an Actor's private A2A endpoint (port 80).
+
+    message: the A2A Message in protobuf JSON form (camelCase, as json_format.MessageToDict
+    gives); task_id: the task a continuation continues (None for a new turn); dispatch_id: the
+    dispatch reservation the Actor passes back to the task store with its writes."""
+
+    session_id: str
+    dispatch_id: str
+    message: dict[str, Any]
+    task_id: str | None = None
+
+
+@dataclass(frozen=True)
 class Page(Generic[T]):
     items: list[T]
     next_page_token: str  # empty: last page
@@ -210,3 +224,10 @@ class Substrate(Protocol):
     # inventory
     async def list_actors(self, atespace: str | None, page_size: int, page_token: str) -> Page[Actor]: ...
     async def list_workers(self, page_size: int, page_token: str) -> Page[Worker]: ...
+
+    # the Actor's private A2A endpoint: run one turn and return when it ended
+    async def invoke(self, atespace: str, name: str, uid: str, request: InvokeRequest) -> None:
+        """Deliver a message to a RUNNING Actor (FAILED_PRECONDITION otherwise) and wait for the
+        turn: the Actor reports the task through the TaskStore API with its workload credential
+        (env SESSIONQ_WORKLOAD_TOKEN given at creation) and settles it before this returns."""
+        ...

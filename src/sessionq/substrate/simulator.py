@@ -12,6 +12,10 @@ Besides the Protocol the simulator offers test hooks: the durable directory of a
 injection (`inject`, `release`, `wait_blocked`, `clear_faults`) stored in the database so that it
 works across processes.
 
+`invoke` runs the deterministic agent of agent.py as the Actor would: its memory is the Actor's
+durable directory, and it reports the turn to the TaskStoreService at `taskstore_address` (settable
+after construction) with the workload token of its env (SESSIONQ_WORKLOAD_TOKEN).
+
 Fault semantics: faults match a Protocol method name and, optionally, a resource name (the Actor
 name for actor and egress calls and create_tag; the tag name for get_tag/delete_tag; the template
 name for template calls; list calls only match faults without a name). Each call consumes, under a
@@ -39,11 +43,15 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import psycopg
+from a2a.types import a2a_pb2
+from google.protobuf import json_format
+from google.protobuf.timestamp_pb2 import Timestamp
 from psycopg import errors as pg_errors
 from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
+from sessionq.substrate.agent import TurnResult, run_turn
 from sessionq.substrate.base import (
     Actor,
     ActorState,
@@ -51,6 +59,7 @@ from sessionq.substrate.base import (
     Code,
     EgressPolicy,
     EgressRule,
+    InvokeRequest,
     Page,
     Snapshot,
     SnapshotFidelity,
@@ -60,10 +69,12 @@ from sessionq.substrate.base import (
     Tag,
     Worker,
 )
+from sessionq.substrate.taskstore_client import TaskStoreClient, TaskStoreError
 
 __all__ = [
     "FAULT_KINDS",
     "PROTOCOL_METHODS",
+    "WORKLOAD_TOKEN_ENV",
     "SimulatedSubstrate",
     "decode_actor_token",
     "encode_actor_token",
@@ -85,6 +96,9 @@ _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the alphabet of Kubernetes' 
 
 # pg_advisory_xact_lock key serialising install_schema across processes ("SubstrSm").
 _INSTALL_LOCK_KEY = 0x5375627374725353
+
+# the env variable holding the Actor's workload credential for the TaskStoreService
+WORKLOAD_TOKEN_ENV = "SESSIONQ_WORKLOAD_TOKEN"
 
 EGRESS_PROTOCOLS = frozenset({"http", "https", "tls_passthrough"})
 
@@ -372,11 +386,15 @@ class SimulatedSubstrate:
     (the pool rows are created by `install_schema`; `open` adds missing ones); every process on one
     database should use the same size."""
 
-    def __init__(self, conninfo: str, *, worker_pool_size: int = 256) -> None:
+    def __init__(
+        self, conninfo: str, *, worker_pool_size: int = 256, taskstore_address: str | None = None
+    ) -> None:
         if worker_pool_size < 0:
             raise ValueError("worker_pool_size must be >= 0")
         self._conninfo = conninfo
         self.worker_pool_size = worker_pool_size
+        # "host:port" of the TaskStoreService the simulated agents report to; may be set later
+        self.taskstore_address = taskstore_address
         self._pool: AsyncConnectionPool | None = None
 
     # lifecycle ------------------------------------------------------------------------------
@@ -1206,6 +1224,132 @@ class SimulatedSubstrate:
 
         return await self._call("list_workers", None, op, fake_page)
 
+    # the Actor's private A2A endpoint ------------------------------------------------------
+
+    async def invoke(self, atespace: str, name: str, uid: str, request: InvokeRequest) -> None:
+        """Run one turn of the simulated agent (sessionq.substrate.agent) inside the RUNNING Actor.
+
+        The agent reports through the TaskStoreService at `taskstore_address` with the workload
+        token of its env (SESSIONQ_WORKLOAD_TOKEN): CreateTask (WORKING) for a new turn, or GetTask
+        and UpdateTask (WORKING) for a continuation; then, after the turn's delay and the write of
+        its memory to the durable directory, UpdateTask with the final task and SettleTask with
+        that version. A task store error becomes a SubstrateError with the same code (INTERNAL for
+        codes the runtime does not use)."""
+
+        async def op() -> None:
+            async with self._tx() as cur:
+                await cur.execute(
+                    "SELECT uid, state, env, durable FROM substrate_sim.actors"
+                    " WHERE atespace = %s AND name = %s",
+                    (atespace, name),
+                )
+                row = await cur.fetchone()
+            if row is None:
+                raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{name} not found")
+            if row["uid"] != uid:
+                raise SubstrateError(
+                    Code.FAILED_PRECONDITION,
+                    f"actor uid mismatch for {atespace}/{name}: expected {uid}, found {row['uid']}",
+                )
+            if row["state"] != ActorState.RUNNING.value:
+                raise SubstrateError(
+                    Code.FAILED_PRECONDITION, f"actor {atespace}/{name} is not running ({row['state']})"
+                )
+            address = self.taskstore_address
+            if not address:
+                raise SubstrateError(
+                    Code.FAILED_PRECONDITION,
+                    f"actor {atespace}/{name} cannot report its turn: no task store address configured",
+                )
+            token = dict(row["env"] or {}).get(WORKLOAD_TOKEN_ENV)
+            if not token:
+                raise SubstrateError(
+                    Code.FAILED_PRECONDITION,
+                    f"actor {atespace}/{name} has no workload credential ({WORKLOAD_TOKEN_ENV} unset)",
+                )
+            message = _parse_message(request.message)
+            text = "\n".join(p.text for p in message.parts if p.WhichOneof("content") == "text")
+            turn = run_turn(dict(row["durable"] or {}), text, continuation=request.task_id is not None)
+            client = TaskStoreClient(address, token)
+            try:
+                await self._agent_turn(client, atespace, name, uid, request, message, turn)
+            except TaskStoreError as exc:
+                code = Code.__members__.get(exc.code.name, Code.INTERNAL)
+                raise SubstrateError(code, f"actor {atespace}/{name}: {exc}") from exc
+            finally:
+                await client.close()
+
+        await self._call("invoke", name, op)
+
+    async def _agent_turn(
+        self,
+        client: TaskStoreClient,
+        atespace: str,
+        name: str,
+        uid: str,
+        request: InvokeRequest,
+        message: a2a_pb2.Message,
+        turn: TurnResult,
+    ) -> None:
+        session_id = request.session_id
+        user = a2a_pb2.Message()
+        user.CopyFrom(message)
+        user.role = a2a_pb2.ROLE_USER
+        if not user.message_id:
+            user.message_id = str(uuid.uuid4())
+
+        # 1. the task is WORKING
+        if request.task_id is None:
+            task_id = str(uuid.uuid4())
+            context_id = session_id
+            user.context_id, user.task_id = context_id, task_id
+            task = a2a_pb2.Task(
+                id=task_id,
+                context_id=context_id,
+                status=a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_WORKING, timestamp=_now()),
+            )
+            task.history.append(user)
+            version = await client.create_task(session_id, task, request.dispatch_id)
+        else:
+            task_id = request.task_id
+            task, version = await client.get_task(session_id, task_id)
+            context_id = task.context_id or session_id
+            user.context_id, user.task_id = context_id, task_id
+            task.history.append(user)
+            task.status.CopyFrom(a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_WORKING, timestamp=_now()))
+            version = await client.update_task(
+                session_id, task, version, _status_event(task), request.dispatch_id
+            )
+
+        # 2. the turn takes its time (the Actor stays RUNNING), then the agent saves its memory
+        if turn.delay > 0:
+            await asyncio.sleep(turn.delay)
+        await self.write_durable(atespace, name, uid, turn.memory)
+
+        # 3. the final update (the task store stages it until the task is settled)
+        state = a2a_pb2.TaskState.Value(turn.state)
+        answer = a2a_pb2.Message(
+            message_id=str(uuid.uuid4()),
+            context_id=context_id,
+            task_id=task_id,
+            role=a2a_pb2.ROLE_AGENT,
+            parts=[a2a_pb2.Part(text=turn.answer)],
+        )
+        task.status.CopyFrom(a2a_pb2.TaskStatus(state=state, message=answer, timestamp=_now()))
+        task.history.append(answer)
+        if state == a2a_pb2.TASK_STATE_COMPLETED:
+            task.artifacts.append(
+                a2a_pb2.Artifact(
+                    artifact_id=str(uuid.uuid4()), name="answer", parts=[a2a_pb2.Part(text=turn.answer)]
+                )
+            )
+        version = await client.update_task(
+            session_id, task, version, _status_event(task), request.dispatch_id
+        )
+
+        # 4. native cleanup (nothing to release in the simulator), then settle at the final version
+        await client.settle_task(session_id, task_id, version)
+
     # simulator-only hooks ------------------------------------------------------------------
 
     async def read_durable(self, atespace: str, name: str) -> dict[str, Any]:
@@ -1269,6 +1413,30 @@ class SimulatedSubstrate:
             )
             await self._log(cur, "crash", atespace, name, row["uid"], {"from": row["state"]})
             return await self._load_actor(cur, atespace, name)
+
+
+def _now() -> Timestamp:
+    ts = Timestamp()
+    ts.GetCurrentTime()
+    return ts
+
+
+def _status_event(task: a2a_pb2.Task) -> a2a_pb2.StreamResponse:
+    return a2a_pb2.StreamResponse(
+        status_update=a2a_pb2.TaskStatusUpdateEvent(
+            task_id=task.id, context_id=task.context_id, status=task.status
+        )
+    )
+
+
+def _parse_message(data: Any) -> a2a_pb2.Message:
+    """The A2A Message of an InvokeRequest (protobuf JSON, camelCase; unknown fields ignored)."""
+    if not isinstance(data, dict):
+        raise SubstrateError(Code.INVALID_ARGUMENT, "invoke: message must be a protobuf JSON object")
+    try:
+        return json_format.ParseDict(data, a2a_pb2.Message(), ignore_unknown_fields=True)
+    except json_format.ParseError as exc:
+        raise SubstrateError(Code.INVALID_ARGUMENT, f"invoke: invalid message: {exc}") from exc
 
 
 def _conforms(sim: SimulatedSubstrate) -> Substrate:

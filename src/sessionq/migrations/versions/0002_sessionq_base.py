@@ -1,4 +1,4 @@
-"""sessionq base: agents, revisions, sessions, shares, the job wrapper.
+"""sessionq base: agents, revisions, sessions, shares, tasks and quiescence, the job wrapper.
 
 Revision ID: 0002_sessionq_base
 Revises: 0001_procrastinate
@@ -13,7 +13,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    apply_sql_files(["00_base.sql", "05_jobs.sql", "10_agents.sql", "20_sessions.sql"])
+    apply_sql_files(["00_base.sql", "05_jobs.sql", "10_agents.sql", "20_sessions.sql", "30_tasks.sql"])
 
 
 def downgrade() -> None:

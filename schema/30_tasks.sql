@@ -1,0 +1,469 @@
+-- Turns: tasks, their versions and the per-Session event history; dispatch reservations;
+-- staged final updates and settlement; automatic quiescence (idle boundaries and their claims).
+--
+-- Every rule runs under the Session row lock that lifecycle admission and idle expiration use
+-- (SELECT ... FOR UPDATE on sessionq.sessions). A turn is admitted by the frontend
+-- (admit_turn: a dispatch reservation and a dispatch job), executed by the Actor, which
+-- reports through the task store (task_create / task_update / task_settle, authenticated as
+-- the Actor). A final update is staged; settlement publishes the task and its history in one
+-- transaction, marks the idle boundary and wakes the quiescence workers (NOTIFY sessionq_idle).
+
+CREATE TABLE sessionq.tasks (
+  id                text PRIMARY KEY CHECK (length(id) BETWEEN 1 AND 128),
+  session_id        uuid NOT NULL,  -- no foreign key: tasks outlive an idle-expired Session
+  seq               integer NOT NULL,
+  state             text NOT NULL,
+  task              jsonb NOT NULL,
+  version           bigint NOT NULL CHECK (version > 0),
+  published_version bigint NOT NULL,
+  staged_task       jsonb,
+  staged_event      jsonb,
+  dispatch_id       uuid,
+  phase             text NOT NULL DEFAULT 'active' CHECK (phase IN ('active', 'settled', 'abandoned')),
+  created_at        timestamptz NOT NULL DEFAULT clock_timestamp(),
+  updated_at        timestamptz NOT NULL DEFAULT clock_timestamp(),
+  UNIQUE (session_id, seq),
+  CHECK ((staged_task IS NULL) = (version = published_version))
+);
+CREATE INDEX tasks_dispatch_idx ON sessionq.tasks (dispatch_id) WHERE dispatch_id IS NOT NULL;
+COMMENT ON TABLE sessionq.tasks IS
+  'A2A tasks (turns) of Sessions. task is the published A2A Task (protobuf JSON); a final update waits in staged_task until the Actor settles it. phase: active, settled, or abandoned (an interrupted turn that must not be continued). Kept after the Session expires.';
+
+CREATE TABLE sessionq.task_versions (
+  task_id      text NOT NULL,
+  version      bigint NOT NULL,
+  payload_hash text NOT NULL,
+  created_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
+  PRIMARY KEY (task_id, version)
+);
+COMMENT ON TABLE sessionq.task_versions IS
+  'One row per committed task version with the hash of the write that made it: an identical retry returns the committed version, anything else with a stale expected version is ABORTED.';
+
+CREATE TABLE sessionq.events (
+  session_id  uuid NOT NULL,
+  seq         bigint NOT NULL,
+  task_id     text,
+  kind        text NOT NULL,
+  payload     jsonb NOT NULL,
+  created_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+  PRIMARY KEY (session_id, seq)
+);
+COMMENT ON TABLE sessionq.events IS
+  'The event history of each Session in a per-Session sequence, each with its database timestamp. Forks copy the history with the original timestamps. Kept after the Session expires.';
+
+CREATE OR REPLACE FUNCTION sessionq.notify_task_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_notify('sessionq_task', NEW.session_id::text);
+  RETURN NULL;
+END $$;
+COMMENT ON FUNCTION sessionq.notify_task_change() IS
+  'Trigger: NOTIFY sessionq_task with the Session id when one of its tasks changes (waiting SendMessage calls re-read).';
+CREATE TRIGGER tasks_notify AFTER INSERT OR UPDATE ON sessionq.tasks
+  FOR EACH ROW EXECUTE FUNCTION sessionq.notify_task_change();
+
+-- append_event: add one event to a locked Session's history (the idle clock moves with it).
+CREATE OR REPLACE FUNCTION sessionq.append_event(p_session uuid, p_task text, p_kind text, p_payload jsonb)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+  v_seq bigint;
+  v_now timestamptz := clock_timestamp();
+BEGIN
+  UPDATE sessionq.sessions SET last_event_seq = last_event_seq + 1, last_event_at = v_now
+   WHERE id = p_session RETURNING last_event_seq INTO v_seq;
+  INSERT INTO sessionq.events (session_id, seq, task_id, kind, payload, created_at)
+  VALUES (p_session, v_seq, p_task, p_kind, p_payload, v_now);
+  RETURN v_seq;
+END $$;
+COMMENT ON FUNCTION sessionq.append_event(uuid, text, text, jsonb) IS
+  'Internal: append an event to the Session''s history with the next sequence number and the database time; moves last_event_at (the idle clock). Call with the Session row locked.';
+
+CREATE OR REPLACE FUNCTION sessionq.is_boundary_state(p_state text) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT p_state IN ('TASK_STATE_COMPLETED', 'TASK_STATE_FAILED', 'TASK_STATE_CANCELED', 'TASK_STATE_REJECTED',
+                     'TASK_STATE_INPUT_REQUIRED', 'TASK_STATE_AUTH_REQUIRED')
+$$;
+COMMENT ON FUNCTION sessionq.is_boundary_state(text) IS
+  'True for the states that end a turn: terminal (COMPLETED, FAILED, CANCELED, REJECTED) and waiting (INPUT_REQUIRED, AUTH_REQUIRED).';
+
+-- check_turn_blockers: work that blocks a new turn's execution.
+CREATE OR REPLACE FUNCTION sessionq.check_turn_blockers(v sessionq.sessions) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF v.state = 'DELETING' THEN
+    PERFORM sessionq.fail('SQ412', format('session %s is being deleted and admits no new turn', v.id));
+  END IF;
+  IF v.state = 'CREATING' THEN
+    PERFORM sessionq.fail('SQ409', format('session %s is still being created; retry shortly', v.id));
+  END IF;
+  IF v.operation <> 'NONE' THEN
+    PERFORM sessionq.fail('SQ409', format('session %s has a pending %s operation; retry after it completes', v.id, lower(v.operation)));
+  END IF;
+  IF v.state = 'SUSPENDED' THEN
+    PERFORM sessionq.fail('SQ412', format('session %s is suspended; resume it before sending a message', v.id));
+  END IF;
+  IF v.state <> 'READY' THEN
+    PERFORM sessionq.fail('SQ412', format('session %s is %s', v.id, v.state));
+  END IF;
+  IF v.unsettled_task_id IS NOT NULL THEN
+    PERFORM sessionq.fail('SQ409', format('the previous turn of session %s is still finishing (task %s is not settled)', v.id, v.unsettled_task_id));
+  END IF;
+  IF v.active_task_id IS NOT NULL OR v.dispatch_id IS NOT NULL AND v.dispatch_expires_at > clock_timestamp() THEN
+    PERFORM sessionq.fail('SQ409', format('a turn is already running on session %s', v.id));
+  END IF;
+  PERFORM sessionq.check_checkpoint_blockers(v);
+END $$;
+COMMENT ON FUNCTION sessionq.check_turn_blockers(sessionq.sessions) IS
+  'Raise unless a locked Session can take a new turn: READY, no pending operation, no running or unsettled turn, no checkpoint being created.';
+
+-- check_checkpoint_blockers: redefined by 40_checkpoints.sql; a checkpoint being created blocks turns and idle work.
+CREATE OR REPLACE FUNCTION sessionq.check_checkpoint_blockers(v sessionq.sessions) RETURNS void
+LANGUAGE plpgsql AS $$ BEGIN RETURN; END $$;
+COMMENT ON FUNCTION sessionq.check_checkpoint_blockers(sessionq.sessions) IS
+  'Raise ABORTED when a checkpoint of the Session is being created (see 40_checkpoints.sql).';
+
+-- admit_turn: record a user message as a turn with a dispatch reservation and queue its dispatch.
+CREATE OR REPLACE FUNCTION sessionq.admit_turn(
+  p_session uuid, p_caller text, p_share_hash text, p_message jsonb, p_task_id text, p_ttl double precision
+) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+  t sessionq.tasks;
+BEGIN
+  v := sessionq.visible_session(p_session, p_caller, p_share_hash, 'write');
+  PERFORM sessionq.check_turn_blockers(v);
+  IF p_task_id IS NOT NULL THEN
+    SELECT * INTO t FROM sessionq.tasks WHERE id = p_task_id AND session_id = v.id;
+    IF NOT FOUND THEN
+      PERFORM sessionq.fail('SQ404', format('task %s not found', p_task_id), 'TaskNotFound');
+    END IF;
+    IF t.phase = 'abandoned' THEN
+      PERFORM sessionq.fail('SQ412', format(
+        'task %s was interrupted and cannot be continued; start a new session (send without a context or task ID)', t.id));
+    END IF;
+    IF t.state NOT IN ('TASK_STATE_INPUT_REQUIRED', 'TASK_STATE_AUTH_REQUIRED') THEN
+      PERFORM sessionq.fail('SQ412', format('task %s is %s and is not waiting for input', t.id, t.state));
+    END IF;
+  END IF;
+  UPDATE sessionq.sessions s
+     SET dispatch_id = sessionq.uuid_v7(),
+         dispatch_expires_at = clock_timestamp() + make_interval(secs => p_ttl),
+         dispatch_message = p_message,
+         dispatch_task_id = p_task_id,
+         dispatch_failure = NULL,
+         -- a new turn supersedes idle work nobody claimed yet; claimed work blocks the dispatch until recorded
+         idle_boundary_id = CASE WHEN s.idle_executor IS NULL THEN NULL ELSE s.idle_boundary_id END,
+         idle_boundary_at = CASE WHEN s.idle_executor IS NULL THEN NULL ELSE s.idle_boundary_at END,
+         updated_at = clock_timestamp()
+   WHERE s.id = v.id
+  RETURNING * INTO v;
+  PERFORM sessionq.defer_job('dispatch', 'dispatch_turn',
+                             jsonb_build_object('session_id', v.id, 'dispatch_id', v.dispatch_id), 'dispatch:' || v.id);
+  RETURN to_jsonb(v);
+END $$;
+COMMENT ON FUNCTION sessionq.admit_turn(uuid, text, text, jsonb, text, double precision) IS
+  'Admit a user message as a turn under the Session row lock: write access, READY, nothing running or unsettled, no pending operation or checkpoint; a continuation names a waiting task (an abandoned one is refused: start a new session). Records the dispatch reservation and queues dispatch_turn.';
+
+-- task_create: the Actor stores a new task of the current dispatch.
+CREATE OR REPLACE FUNCTION sessionq.task_create(
+  p_session uuid, p_task_id text, p_task jsonb, p_dispatch uuid, p_hash text
+) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+  t sessionq.tasks;
+  v_state text := coalesce(p_task #>> '{status,state}', 'TASK_STATE_SUBMITTED');
+  v_seq integer;
+BEGIN
+  SELECT * INTO v FROM sessionq.sessions WHERE id = p_session FOR UPDATE;
+  IF NOT FOUND OR v.state = 'DELETED' THEN
+    PERFORM sessionq.fail('SQ404', format('session %s not found', p_session));
+  END IF;
+  SELECT * INTO t FROM sessionq.tasks WHERE id = p_task_id;
+  IF FOUND THEN
+    IF t.session_id = p_session AND EXISTS (SELECT 1 FROM sessionq.task_versions tv
+                                             WHERE tv.task_id = p_task_id AND tv.version = 1 AND tv.payload_hash = p_hash) THEN
+      RETURN 1;  -- a retry of the same creation
+    END IF;
+    PERFORM sessionq.fail('SQ409', format('task %s already exists with a different payload', p_task_id));
+  END IF;
+  IF v.state = 'DELETING' THEN
+    PERFORM sessionq.fail('SQ412', format('session %s is being deleted and admits no task writes', v.id));
+  END IF;
+  IF v.unsettled_task_id IS NOT NULL THEN
+    PERFORM sessionq.fail('SQ409', format('task %s of session %s is not settled yet', v.unsettled_task_id, v.id));
+  END IF;
+  IF p_dispatch IS NULL OR v.dispatch_id IS DISTINCT FROM p_dispatch OR v.dispatch_task_id IS NOT NULL THEN
+    PERFORM sessionq.fail('SQ412', format('dispatch %s is not the current turn of session %s', p_dispatch, v.id));
+  END IF;
+  IF v.idle_executor IS NOT NULL THEN
+    PERFORM sessionq.fail('SQ409', format('session %s is being quiesced; retry', v.id));
+  END IF;
+  SELECT coalesce(max(seq), 0) + 1 INTO v_seq FROM sessionq.tasks WHERE session_id = v.id;
+  INSERT INTO sessionq.tasks (id, session_id, seq, state, task, version, published_version, dispatch_id)
+  VALUES (p_task_id, v.id, v_seq, v_state, p_task, 1, 1, p_dispatch);
+  INSERT INTO sessionq.task_versions (task_id, version, payload_hash) VALUES (p_task_id, 1, p_hash);
+  PERFORM sessionq.append_event(v.id, p_task_id, 'task', p_task);
+  UPDATE sessionq.sessions SET active_task_id = p_task_id, dispatch_task_id = p_task_id, updated_at = clock_timestamp()
+   WHERE id = v.id;
+  RETURN 1;
+END $$;
+COMMENT ON FUNCTION sessionq.task_create(uuid, text, jsonb, uuid, text) IS
+  'Task store CreateTask: store version 1 of a new task of the current dispatch reservation and its first event. An identical retry returns 1; another payload under the same id is ABORTED. Refused for DELETING or deleted Sessions, while a task is unsettled, or while idle work is claimed.';
+
+-- task_update: a versioned update; a final one is staged until settlement.
+CREATE OR REPLACE FUNCTION sessionq.task_update(
+  p_session uuid, p_task_id text, p_task jsonb, p_expected bigint, p_event jsonb, p_dispatch uuid, p_hash text
+) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+  t sessionq.tasks;
+  v_state text := coalesce(p_task #>> '{status,state}', 'TASK_STATE_WORKING');
+  v_version bigint;
+BEGIN
+  IF p_expected IS NULL OR p_expected <= 0 THEN
+    PERFORM sessionq.fail('SQ400', 'expected_version must be greater than 0');
+  END IF;
+  SELECT * INTO v FROM sessionq.sessions WHERE id = p_session FOR UPDATE;
+  IF NOT FOUND OR v.state = 'DELETED' THEN
+    PERFORM sessionq.fail('SQ404', format('session %s not found', p_session));
+  END IF;
+  SELECT * INTO t FROM sessionq.tasks WHERE id = p_task_id AND session_id = p_session FOR UPDATE;
+  IF NOT FOUND THEN
+    PERFORM sessionq.fail('SQ404', format('task %s not found', p_task_id));
+  END IF;
+  IF t.version > p_expected THEN
+    IF EXISTS (SELECT 1 FROM sessionq.task_versions tv
+                WHERE tv.task_id = p_task_id AND tv.version = p_expected + 1 AND tv.payload_hash = p_hash) THEN
+      RETURN p_expected + 1;  -- a retry of a committed write: same answer, no new event
+    END IF;
+    PERFORM sessionq.fail('SQ409', format('task %s is at version %s; version %s is stale', p_task_id, t.version, p_expected));
+  END IF;
+  IF t.version < p_expected THEN
+    PERFORM sessionq.fail('SQ409', format('task %s is at version %s, not %s', p_task_id, t.version, p_expected));
+  END IF;
+  IF v.state = 'DELETING' THEN
+    PERFORM sessionq.fail('SQ412', format('session %s is being deleted and admits no task writes', v.id));
+  END IF;
+  IF t.staged_task IS NOT NULL THEN
+    PERFORM sessionq.fail('SQ409', format('task %s has a staged final update; settle it first', p_task_id));
+  END IF;
+  IF t.phase = 'abandoned' THEN
+    PERFORM sessionq.fail('SQ412', format('task %s was interrupted and cannot be continued; start a new session', p_task_id));
+  END IF;
+  IF t.phase = 'settled' THEN
+    -- only the continuation that the current dispatch carries may reopen a settled waiting task
+    IF p_dispatch IS NULL OR v.dispatch_id IS DISTINCT FROM p_dispatch OR v.dispatch_task_id IS DISTINCT FROM p_task_id THEN
+      PERFORM sessionq.fail('SQ412', format('task %s is settled', p_task_id));
+    END IF;
+    IF v.unsettled_task_id IS NOT NULL THEN
+      PERFORM sessionq.fail('SQ409', format('task %s of session %s is not settled yet', v.unsettled_task_id, v.id));
+    END IF;
+    IF v.idle_executor IS NOT NULL THEN
+      PERFORM sessionq.fail('SQ409', format('session %s is being quiesced; retry', v.id));
+    END IF;
+  END IF;
+  v_version := t.version + 1;
+  INSERT INTO sessionq.task_versions (task_id, version, payload_hash) VALUES (p_task_id, v_version, p_hash);
+  IF sessionq.is_boundary_state(v_state) THEN
+    UPDATE sessionq.tasks SET staged_task = p_task, staged_event = p_event, version = v_version,
+                              phase = 'active', updated_at = clock_timestamp()
+     WHERE id = p_task_id;
+    UPDATE sessionq.sessions SET unsettled_task_id = p_task_id, active_task_id = p_task_id, updated_at = clock_timestamp()
+     WHERE id = v.id;
+  ELSE
+    UPDATE sessionq.tasks SET task = p_task, state = v_state, version = v_version, published_version = v_version,
+                              phase = 'active', updated_at = clock_timestamp()
+     WHERE id = p_task_id;
+    PERFORM sessionq.append_event(v.id, p_task_id, CASE WHEN p_event IS NULL THEN 'task' ELSE 'event' END,
+                                  coalesce(p_event, p_task));
+    UPDATE sessionq.sessions SET active_task_id = p_task_id, updated_at = clock_timestamp() WHERE id = v.id;
+  END IF;
+  RETURN v_version;
+END $$;
+COMMENT ON FUNCTION sessionq.task_update(uuid, text, jsonb, bigint, jsonb, uuid, text) IS
+  'Task store UpdateTask under optimistic concurrency: expected_version must be current (an identical retry of a committed write returns its version; otherwise stale: ABORTED). A final or waiting state is staged (published at settlement); other updates publish with their event.';
+
+-- task_settle: native execution stopped; publish the staged update and mark the idle boundary.
+CREATE OR REPLACE FUNCTION sessionq.task_settle(p_session uuid, p_task_id text, p_version bigint)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+  t sessionq.tasks;
+BEGIN
+  SELECT * INTO v FROM sessionq.sessions WHERE id = p_session FOR UPDATE;
+  IF NOT FOUND OR v.state = 'DELETED' THEN
+    PERFORM sessionq.fail('SQ404', format('session %s not found', p_session));
+  END IF;
+  SELECT * INTO t FROM sessionq.tasks WHERE id = p_task_id AND session_id = p_session FOR UPDATE;
+  IF NOT FOUND THEN
+    PERFORM sessionq.fail('SQ404', format('task %s not found', p_task_id));
+  END IF;
+  IF t.staged_task IS NULL THEN
+    IF t.phase IN ('settled', 'abandoned') AND t.published_version = p_version THEN
+      RETURN;  -- a retried settlement: already published, nothing moves
+    END IF;
+    PERFORM sessionq.fail('SQ409', format('task %s has no staged update at version %s', p_task_id, p_version));
+  END IF;
+  IF t.version <> p_version THEN
+    PERFORM sessionq.fail('SQ409', format('task %s is staged at version %s, not %s', p_task_id, t.version, p_version));
+  END IF;
+  UPDATE sessionq.tasks
+     SET task = t.staged_task, state = coalesce(t.staged_task #>> '{status,state}', t.state),
+         published_version = t.version, staged_task = NULL, staged_event = NULL, phase = 'settled',
+         updated_at = clock_timestamp()
+   WHERE id = p_task_id;
+  PERFORM sessionq.append_event(v.id, p_task_id, CASE WHEN t.staged_event IS NULL THEN 'task' ELSE 'event' END,
+                                coalesce(t.staged_event, t.staged_task));
+  UPDATE sessionq.sessions
+     SET active_task_id = NULL, unsettled_task_id = NULL,
+         dispatch_id = NULL, dispatch_expires_at = NULL, dispatch_message = NULL, dispatch_task_id = NULL,
+         idle_boundary_id = sessionq.uuid_v7(), idle_boundary_at = clock_timestamp(),
+         updated_at = clock_timestamp()
+   WHERE id = v.id;
+  PERFORM pg_notify('sessionq_idle', v.id::text);
+END $$;
+COMMENT ON FUNCTION sessionq.task_settle(uuid, text, bigint) IS
+  'Task store SettleTask: the Actor''s native execution stopped at p_version. Publishes the staged task and its event atomically, ends the turn, marks the idle boundary and wakes quiescence workers. Does not wait for suspension; a retry is a no-op.';
+
+-- fail_dispatch: the dispatch job could not run the turn; end it so the Session is usable again.
+CREATE OR REPLACE FUNCTION sessionq.fail_dispatch(p_session uuid, p_dispatch uuid, p_message text, p_issued boolean)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+  t sessionq.tasks;
+  v_task jsonb;
+BEGIN
+  SELECT * INTO v FROM sessionq.sessions WHERE id = p_session FOR UPDATE;
+  IF NOT FOUND OR v.dispatch_id IS DISTINCT FROM p_dispatch THEN
+    RETURN;  -- already ended or superseded
+  END IF;
+  IF v.dispatch_task_id IS NOT NULL THEN
+    SELECT * INTO t FROM sessionq.tasks WHERE id = v.dispatch_task_id FOR UPDATE;
+  END IF;
+  IF t.id IS NOT NULL AND t.phase <> 'settled' OR t.id IS NOT NULL AND v.active_task_id = t.id THEN
+    -- the turn started in the Actor and did not finish: it is abandoned, never resumed
+    v_task := jsonb_set(coalesce(t.staged_task, t.task), '{status}',
+                        jsonb_build_object('state', 'TASK_STATE_FAILED', 'timestamp',
+                                           to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+                                           'message', jsonb_build_object('role', 'ROLE_AGENT', 'messageId', sessionq.uuid_v7()::text,
+                                             'contextId', v.id::text, 'taskId', t.id,
+                                             'parts', jsonb_build_array(jsonb_build_object('text', 'the turn was interrupted: ' || p_message)))));
+    UPDATE sessionq.tasks SET task = v_task, state = 'TASK_STATE_FAILED', staged_task = NULL, staged_event = NULL,
+                              version = t.version + 1, published_version = t.version + 1, phase = 'abandoned',
+                              updated_at = clock_timestamp()
+     WHERE id = t.id;
+    INSERT INTO sessionq.task_versions (task_id, version, payload_hash) VALUES (t.id, t.version + 1, 'abandoned');
+    PERFORM sessionq.append_event(v.id, t.id, 'task', v_task);
+  END IF;
+  UPDATE sessionq.sessions
+     SET dispatch_id = NULL, dispatch_expires_at = NULL, dispatch_message = NULL, dispatch_task_id = NULL,
+         dispatch_failure = jsonb_build_object('dispatch_id', p_dispatch, 'message', p_message, 'task_id', t.id),
+         active_task_id = NULL, unsettled_task_id = NULL,
+         -- the Actor may have been resumed: let the quiescence workers suspend it
+         idle_boundary_id = CASE WHEN p_issued AND idle_executor IS NULL THEN sessionq.uuid_v7() ELSE idle_boundary_id END,
+         idle_boundary_at = CASE WHEN p_issued AND idle_executor IS NULL THEN clock_timestamp() ELSE idle_boundary_at END,
+         updated_at = clock_timestamp()
+   WHERE id = v.id;
+  PERFORM pg_notify('sessionq_task', v.id::text);
+  IF p_issued THEN
+    PERFORM pg_notify('sessionq_idle', v.id::text);
+  END IF;
+END $$;
+COMMENT ON FUNCTION sessionq.fail_dispatch(uuid, uuid, text, boolean) IS
+  'End a dispatch that could not complete: an unfinished task of it is published FAILED and marked abandoned (it can never be continued), the reservation is cleared with the failure recorded for the waiting caller, and, if the Actor may have been resumed (p_issued), an idle boundary is marked.';
+
+-- claim_idle: a quiescence worker takes the oldest eligible idle boundary.
+CREATE OR REPLACE FUNCTION sessionq.claim_idle(p_executor uuid) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+BEGIN
+  SELECT * INTO v FROM sessionq.sessions s
+   WHERE s.idle_boundary_id IS NOT NULL AND s.idle_executor IS NULL
+     AND s.state = 'READY' AND s.operation = 'NONE'
+     AND s.dispatch_id IS NULL AND s.active_task_id IS NULL AND s.unsettled_task_id IS NULL
+     AND NOT sessionq.checkpoint_in_progress(s.id)
+   ORDER BY s.idle_boundary_at
+   LIMIT 1
+   FOR UPDATE SKIP LOCKED;
+  IF NOT FOUND THEN
+    RETURN NULL;
+  END IF;
+  UPDATE sessionq.sessions SET idle_executor = p_executor, idle_claimed_at = clock_timestamp()
+   WHERE id = v.id RETURNING * INTO v;
+  RETURN to_jsonb(v);
+END $$;
+COMMENT ON FUNCTION sessionq.claim_idle(uuid) IS
+  'Claim the oldest idle boundary of a READY Session with nothing running, dispatched, unsettled, pending or being checkpointed (FOR UPDATE SKIP LOCKED, so replicas never take the same one). NULL when none is eligible now.';
+
+CREATE OR REPLACE FUNCTION sessionq.checkpoint_in_progress(p_session uuid) RETURNS boolean
+LANGUAGE sql STABLE AS $$ SELECT false $$;
+COMMENT ON FUNCTION sessionq.checkpoint_in_progress(uuid) IS
+  'True while a checkpoint of the Session is being created (redefined by 40_checkpoints.sql).';
+
+-- idle_work_blocked: after an empty claim, is unclaimed idle work waiting on something?
+CREATE OR REPLACE FUNCTION sessionq.idle_work_blocked() RETURNS boolean
+LANGUAGE sql STABLE AS $$
+  SELECT EXISTS (SELECT 1 FROM sessionq.sessions s
+                  WHERE s.idle_boundary_id IS NOT NULL AND s.idle_executor IS NULL AND s.state = 'READY')
+$$;
+COMMENT ON FUNCTION sessionq.idle_work_blocked() IS
+  'True when unclaimed idle boundaries of READY Sessions exist that the last claim could not take (blocked by a dispatch, a checkpoint, an operation or a row lock): workers then retry within a second. Suspended or deleted Sessions and claimed work do not count.';
+
+-- finish_idle: record the outcome of a claimed idle boundary (the exact snapshot).
+CREATE OR REPLACE FUNCTION sessionq.finish_idle(p_session uuid, p_boundary uuid, p_executor uuid, p_snapshot jsonb)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+BEGIN
+  UPDATE sessionq.sessions s
+     SET idle_boundary_id = NULL, idle_boundary_at = NULL, idle_executor = NULL, idle_claimed_at = NULL,
+         snapshot_generation = coalesce((p_snapshot ->> 'generation')::bigint, s.snapshot_generation),
+         snapshot_uri = CASE WHEN p_snapshot ? 'generation' THEN p_snapshot ->> 'uri' ELSE s.snapshot_uri END,
+         snapshot_status = coalesce(p_snapshot ->> 'status', s.snapshot_status),
+         updated_at = clock_timestamp()
+   WHERE s.id = p_session AND s.idle_boundary_id = p_boundary AND s.idle_executor = p_executor
+  RETURNING * INTO v;
+  IF NOT FOUND THEN
+    PERFORM sessionq.fail('SQ409', format('executor %s does not hold the idle claim of session %s', p_executor, p_session));
+  END IF;
+  RETURN to_jsonb(v);
+END $$;
+COMMENT ON FUNCTION sessionq.finish_idle(uuid, uuid, uuid, jsonb) IS
+  'Record a quiescence outcome by the claim holder: the exact snapshot (generation, uri, status) and the end of the idle claim. Retried on database failure without repeating the runtime call.';
+
+-- Lifecycle completion that returns a Session to READY marks an idle boundary and wakes the workers
+-- (an explicit Resume leaves the Actor running until the workers suspend it).
+CREATE OR REPLACE FUNCTION sessionq.on_operation_completed(p_session sessionq.sessions) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF p_session.state = 'READY' THEN
+    IF p_session.idle_boundary_id IS NULL THEN
+      UPDATE sessionq.sessions SET idle_boundary_id = sessionq.uuid_v7(), idle_boundary_at = clock_timestamp()
+       WHERE id = p_session.id;
+    END IF;
+    PERFORM pg_notify('sessionq_idle', p_session.id::text);
+  END IF;
+END $$;
+
+-- Explicit lifecycle changes wait for running turns, unsettled cleanup, claimed idle work and checkpoints.
+CREATE OR REPLACE FUNCTION sessionq.check_lifecycle_blockers(p_session sessionq.sessions, p_kind text)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  IF p_session.unsettled_task_id IS NOT NULL THEN
+    PERFORM sessionq.fail('SQ409', format('the last turn of session %s is still finishing (task %s is not settled); retry',
+                                          p_session.id, p_session.unsettled_task_id));
+  END IF;
+  IF p_session.idle_executor IS NOT NULL THEN
+    PERFORM sessionq.fail('SQ409', format('session %s is being quiesced; retry after it is recorded', p_session.id));
+  END IF;
+  IF p_kind = 'SUSPEND' AND (p_session.active_task_id IS NOT NULL
+                             OR p_session.dispatch_id IS NOT NULL AND p_session.dispatch_expires_at > clock_timestamp()) THEN
+    PERFORM sessionq.fail('SQ409', format('a turn is running on session %s; it cannot be suspended now', p_session.id));
+  END IF;
+  PERFORM sessionq.check_checkpoint_blockers(p_session);
+END $$;
+
+-- task reads for the task store and the A2A frontend
+CREATE OR REPLACE FUNCTION sessionq.get_task(p_task_id text) RETURNS jsonb
+LANGUAGE sql STABLE AS $$ SELECT to_jsonb(t) FROM sessionq.tasks t WHERE t.id = p_task_id $$;
+COMMENT ON FUNCTION sessionq.get_task(text) IS 'One task row (published task, version, phase) by id.';

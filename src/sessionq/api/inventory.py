@@ -1,0 +1,236 @@
+"""InventoryService: the runtime's Actors and Workers, as the caller may see them (INV-*).
+
+Authorization (evaluated anew on every page, one store query per runtime batch):
+- admins (``auth.admins``) see every Actor and every Worker;
+- others see an Actor when it is the Actor of a live (not DELETED) Session they own, or that is
+  shared with them (the share token of the call), and a Worker only while it holds such an Actor.
+
+Watched atespaces (empty: all) come from the configuration key ``inventory.watchedAtespaces`` and
+the cursor secret from ``inventory.cursorSecret`` (empty: a random secret per process, so page
+tokens do not survive a restart or move between replicas), when those keys exist.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+import grpc
+
+from sessionq import errors
+from sessionq._pb.kagent.api.v1alpha1 import common_pb2, inventory_pb2, inventory_pb2_grpc
+from sessionq.agents import check_namespace
+from sessionq.api.common import Authenticator, Identity, page_limit, rpc, ts
+from sessionq.config import Settings
+from sessionq.inventory import (
+    MAX_PAGES,
+    MAX_ROWS,
+    TIMEOUT,
+    UNAVAILABLE_MESSAGE,
+    ActorAuthorizer,
+    ActorKey,
+    Inventory,
+    WorkerAuthorizer,
+)
+from sessionq.store import Store
+from sessionq.substrate.base import Actor, Substrate, Worker
+
+log = logging.getLogger("sessionq.api")
+
+RuntimeFactory = Callable[[], AbstractAsyncContextManager[Substrate]]
+
+# The Actors among a batch (atespace, name, uid or None) that belong to a live Session the caller
+# owns or holds a valid share of. One query per runtime batch.
+VISIBLE_ACTORS_SQL = """
+SELECT DISTINCT s.actor_atespace, s.actor_name
+  FROM unnest(%(atespaces)s::text[], %(names)s::text[], %(uids)s::text[]) AS r(atespace, name, uid)
+  JOIN sessionq.sessions s ON s.actor_atespace = r.atespace AND s.actor_name = r.name
+ WHERE s.state <> 'DELETED'
+   AND (r.uid IS NULL OR s.actor_uid IS NULL OR s.actor_uid = r.uid)
+   AND sessionq.access(s, %(caller)s, %(share_hash)s) IS NOT NULL
+"""
+
+
+async def visible_actors(
+    store: Store, caller: str, share_hash: str | None, actors: Sequence[tuple[str, str, str | None]]
+) -> set[ActorKey]:
+    """(atespace, name) of the given Actors the caller may see (a same-name Actor with another
+    UID than the Session recorded is not theirs)."""
+    if not actors:
+        return set()
+    params = {
+        "atespaces": [a[0] for a in actors],
+        "names": [a[1] for a in actors],
+        "uids": [a[2] for a in actors],
+        "caller": caller,
+        "share_hash": share_hash,
+    }
+    async with store.pool.connection() as conn:
+        cur = await conn.execute(VISIBLE_ACTORS_SQL, params)
+        rows: list[Any] = await cur.fetchall()
+    return {(r["actor_atespace"], r["actor_name"]) for r in rows}
+
+
+def actor_authorizer(store: Store, who: Identity, admin: bool) -> ActorAuthorizer:
+    async def authorize(rows: Sequence[Actor]) -> set[ActorKey]:
+        if admin:
+            return {(r.atespace, r.name) for r in rows}
+        batch = [(r.atespace, r.name, r.uid) for r in rows]
+        return await visible_actors(store, who.user, who.share_hash, batch)
+
+    return authorize
+
+
+def worker_authorizer(store: Store, who: Identity, admin: bool) -> WorkerAuthorizer:
+    async def authorize(rows: Sequence[Worker]) -> set[str]:
+        if admin:
+            return {r.name for r in rows}
+        held: dict[ActorKey, list[str]] = {}
+        for r in rows:
+            atespace, sep, name = (r.actor or "").partition("/")
+            if sep and atespace and name:
+                held.setdefault((atespace, name), []).append(r.name)
+        if not held:
+            return set()
+        visible = await visible_actors(store, who.user, who.share_hash, [(a, n, None) for a, n in held])
+        return {w for key in visible for w in held.get(key, [])}
+
+    return authorize
+
+
+def actor_to_proto(a: Actor) -> inventory_pb2.Actor:
+    return inventory_pb2.Actor(
+        atespace=a.atespace, name=a.name, uid=a.uid, template=a.template, state=str(a.state),
+        worker=a.worker or "", worker_ip=a.worker_ip or "", version=a.version,
+        created_at=ts(a.created_at), updated_at=ts(a.updated_at),
+    )
+
+
+def worker_to_proto(w: Worker) -> inventory_pb2.Worker:
+    return inventory_pb2.Worker(name=w.name, atespace=w.atespace, ip=w.ip, actor=w.actor or "", state=w.state)
+
+
+def _string_list(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return [str(v) for v in value or []]
+
+
+class InventoryService(inventory_pb2_grpc.InventoryServiceServicer):
+    """`runtime`: the process's runtime; without one, each request opens `runtime_factory()`."""
+
+    def __init__(
+        self,
+        store: Store,
+        auth: Authenticator,
+        *,
+        admins: Iterable[str] = (),
+        watched_atespaces: Iterable[str] = (),
+        cursor_secret: bytes | None = None,
+        runtime: Substrate | None = None,
+        runtime_factory: RuntimeFactory | None = None,
+        max_rows: int = MAX_ROWS,
+        max_pages: int = MAX_PAGES,
+        timeout: float = TIMEOUT,
+    ) -> None:
+        if runtime is None and runtime_factory is None:
+            raise ValueError("InventoryService needs a runtime or a runtime factory")
+        self.store = store
+        self.auth = auth
+        self.admins = frozenset(admins)
+        self.watched = tuple(watched_atespaces)
+        self.cursor_secret = cursor_secret or os.urandom(32)
+        self.runtime = runtime
+        self.runtime_factory = runtime_factory
+        self.max_rows = max_rows
+        self.max_pages = max_pages
+        self.timeout = timeout
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, store: Store, auth: Authenticator, runtime: Substrate | None = None
+    ) -> InventoryService:
+        factory: RuntimeFactory | None = None
+        if runtime is None:
+            from sessionq.worker import open_runtime
+
+            url = str(store.pool.conninfo)
+
+            def factory() -> AbstractAsyncContextManager[Substrate]:
+                return open_runtime(settings, url)
+
+        secret = str(settings.values.get("inventory.cursorSecret") or "")
+        return cls(
+            store, auth,
+            admins=settings["auth.admins"],
+            watched_atespaces=_string_list(settings.values.get("inventory.watchedAtespaces")),
+            cursor_secret=secret.encode("utf-8") if secret else None,
+            runtime=runtime,
+            runtime_factory=factory,
+        )
+
+    @contextlib.asynccontextmanager
+    async def _inventory(self) -> AsyncIterator[Inventory]:
+        def engine(runtime: Substrate) -> Inventory:
+            return Inventory(
+                runtime, cursor_secret=self.cursor_secret, watched_atespaces=self.watched,
+                max_rows=self.max_rows, max_pages=self.max_pages, timeout=self.timeout,
+            )
+
+        if self.runtime is not None:
+            yield engine(self.runtime)
+            return
+        assert self.runtime_factory is not None
+        stack = contextlib.AsyncExitStack()
+        try:
+            runtime = await stack.enter_async_context(self.runtime_factory())
+        except Exception as e:
+            log.warning("inventory: cannot reach the runtime: %s", e)
+            raise errors.unavailable(UNAVAILABLE_MESSAGE) from None
+        async with stack:
+            yield engine(runtime)
+
+    def _request(self, atespace: str, page: common_pb2.PageRequest) -> tuple[str, int]:
+        scope = check_namespace(atespace, "atespace") if atespace else ""
+        return scope, page_limit(page.limit)
+
+    @rpc
+    async def ListActors(
+        self, request: inventory_pb2.ListActorsRequest, context: grpc.aio.ServicerContext
+    ) -> inventory_pb2.ListActorsResponse:
+        who = self.auth.identify(context)
+        scope, limit = self._request(request.atespace, request.page)
+        async with self._inventory() as inventory:
+            page = await inventory.list_actors(
+                authorize=actor_authorizer(self.store, who, who.user in self.admins),
+                atespace=scope, limit=limit, page_token=request.page.page_token,
+                time_remaining=context.time_remaining(),
+            )
+        return inventory_pb2.ListActorsResponse(
+            actors=[actor_to_proto(a) for a in page.items],
+            page=common_pb2.PageResponse(next_page_token=page.next_page_token),
+        )
+
+    @rpc
+    async def ListWorkers(
+        self, request: inventory_pb2.ListWorkersRequest, context: grpc.aio.ServicerContext
+    ) -> inventory_pb2.ListWorkersResponse:
+        who = self.auth.identify(context)
+        scope, limit = self._request(request.atespace, request.page)
+        async with self._inventory() as inventory:
+            page = await inventory.list_workers(
+                authorize=worker_authorizer(self.store, who, who.user in self.admins),
+                atespace=scope, limit=limit, page_token=request.page.page_token,
+                time_remaining=context.time_remaining(),
+            )
+        return inventory_pb2.ListWorkersResponse(
+            workers=[worker_to_proto(w) for w in page.items],
+            page=common_pb2.PageResponse(next_page_token=page.next_page_token),
+        )
+
+
+__all__ = ["InventoryService", "actor_authorizer", "visible_actors", "worker_authorizer"]

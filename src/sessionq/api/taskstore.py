@@ -1,0 +1,135 @@
+"""kagent.api.v1alpha1.TaskStoreService: the runtime's private API.
+
+Callers authenticate as the Session's Actor with the workload credential the runtime was given
+when the Actor was created (sessionq.workload); a user's token is refused. Every rule (versions,
+staging, settlement, admission under the Session row lock) lives in the stored procedures of
+schema/30_tasks.sql.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+import grpc
+from a2a.types import a2a_pb2
+from google.protobuf import json_format
+
+from sessionq import errors, workload
+from sessionq.api.common import decode_token, encode_token, parse_uuid, rpc
+from sessionq.models import Task
+from sessionq.store import Store
+from sessionq._pb.kagent.api.v1alpha1 import taskstore_pb2, taskstore_pb2_grpc
+
+STATE_NAMES = {v: k for k, v in a2a_pb2.TaskState.items()}
+
+
+def to_json(message: Any) -> dict[str, Any]:
+    return json_format.MessageToDict(message, preserving_proto_field_name=False)
+
+
+def task_from_json(data: dict[str, Any], history_length: int | None = None) -> a2a_pb2.Task:
+    task = json_format.ParseDict(data, a2a_pb2.Task(), ignore_unknown_fields=True)
+    if history_length is not None and history_length >= 0 and len(task.history) > history_length:
+        keep = list(task.history)[len(task.history) - history_length:] if history_length else []
+        del task.history[:]
+        task.history.extend(keep)
+    return task
+
+
+class TaskStoreService(taskstore_pb2_grpc.TaskStoreServiceServicer):
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._secret: str | None = None
+
+    async def _session(self, context: grpc.aio.ServicerContext, session_id: str) -> UUID:
+        sid = parse_uuid(session_id, "session_id")
+        md = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+        scheme, _, token = md.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            raise errors.unauthenticated("the task store needs the Actor's workload credential")
+        if self._secret is None:
+            self._secret = await self.store.secret("workload")
+        holder = workload.verify(self._secret, token.strip())
+        if holder is None:
+            raise errors.unauthenticated("the task store accepts only an Actor's workload credential")
+        if holder != sid:
+            raise errors.permission_denied(f"this workload credential is not for session {sid}")
+        return sid
+
+    async def _task(self, sid: UUID, task_id: str) -> Task:
+        task = await self.store.get_task(task_id) if task_id else None
+        if task is None or task.session_id != sid:
+            raise errors.not_found(f"task {task_id} not found")
+        return task
+
+    @staticmethod
+    def _dispatch(value: str | None, present: bool) -> UUID | None:
+        return parse_uuid(value or "", "dispatch_id") if present else None
+
+    @rpc
+    async def CreateTask(self, request: taskstore_pb2.TaskStoreServiceCreateTaskRequest, context: grpc.aio.ServicerContext) -> taskstore_pb2.TaskStoreServiceCreateTaskResponse:
+        sid = await self._session(context, request.session_id)
+        if not 1 <= len(request.task.id) <= 128:
+            raise errors.invalid("task.id must be 1 to 128 characters")
+        dispatch = self._dispatch(request.dispatch_id, request.HasField("dispatch_id"))
+        version = await self.store.task_create(sid, request.task.id, to_json(request.task), dispatch)
+        return taskstore_pb2.TaskStoreServiceCreateTaskResponse(version=version)
+
+    @rpc
+    async def GetTask(self, request: taskstore_pb2.TaskStoreServiceGetTaskRequest, context: grpc.aio.ServicerContext) -> taskstore_pb2.TaskStoreServiceGetTaskResponse:
+        sid = await self._session(context, request.session_id)
+        task = await self._task(sid, request.task_id)
+        current = task.staged_task or task.task  # the Actor sees its own latest write
+        return taskstore_pb2.TaskStoreServiceGetTaskResponse(
+            stored=taskstore_pb2.StoredTask(task=task_from_json(current), version=task.version))
+
+    @rpc
+    async def UpdateTask(self, request: taskstore_pb2.TaskStoreServiceUpdateTaskRequest, context: grpc.aio.ServicerContext) -> taskstore_pb2.TaskStoreServiceUpdateTaskResponse:
+        sid = await self._session(context, request.session_id)
+        if request.expected_version <= 0:
+            raise errors.invalid("expected_version must be greater than 0")
+        if not request.task.id:
+            raise errors.invalid("task.id is required")
+        dispatch = self._dispatch(request.dispatch_id, request.HasField("dispatch_id"))
+        event = to_json(request.event) if request.HasField("event") else None
+        version = await self.store.task_update(sid, request.task.id, to_json(request.task), request.expected_version,
+                                               event, dispatch)
+        return taskstore_pb2.TaskStoreServiceUpdateTaskResponse(version=version)
+
+    @rpc
+    async def ListTasks(self, request: taskstore_pb2.TaskStoreServiceListTasksRequest, context: grpc.aio.ServicerContext) -> taskstore_pb2.TaskStoreServiceListTasksResponse:
+        sid = await self._session(context, request.session_id)
+        result = await list_tasks(self.store, sid, request.request)
+        return taskstore_pb2.TaskStoreServiceListTasksResponse(result=result)
+
+    @rpc
+    async def SettleTask(self, request: taskstore_pb2.TaskStoreServiceSettleTaskRequest, context: grpc.aio.ServicerContext) -> taskstore_pb2.TaskStoreServiceSettleTaskResponse:
+        sid = await self._session(context, request.session_id)
+        if request.version <= 0:
+            raise errors.invalid("version must be greater than 0")
+        await self._task(sid, request.task_id)
+        await self.store.task_settle(sid, request.task_id, request.version)
+        return taskstore_pb2.TaskStoreServiceSettleTaskResponse()
+
+
+async def list_tasks(store: Store, sid: UUID, req: a2a_pb2.ListTasksRequest) -> a2a_pb2.ListTasksResponse:
+    """A2A ListTasks over one Session: newest first, page_size 1..100 (default 50)."""
+    size = req.page_size if req.HasField("page_size") else 50
+    if not 1 <= size <= 100:
+        raise errors.invalid("page_size must be between 1 and 100")
+    if req.context_id and req.context_id != str(sid):
+        raise errors.invalid("context_id must be the session's own")
+    state = STATE_NAMES.get(req.status) if req.status else None
+    after = int(decode_token(req.page_token, 1)[0]) if req.page_token else None
+    rows = await store.list_tasks(sid, state, after, size + 1)
+    history = req.history_length if req.HasField("history_length") else None
+    tasks = []
+    for t in rows[:size]:
+        task = task_from_json(t.task, history)
+        if req.HasField("include_artifacts") and not req.include_artifacts:
+            del task.artifacts[:]
+        tasks.append(task)
+    token = encode_token(str(rows[size - 1].seq)) if len(rows) > size else ""
+    return a2a_pb2.ListTasksResponse(tasks=tasks, next_page_token=token, page_size=size,
+                                     total_size=await store.count_tasks(sid, state))

@@ -1,0 +1,176 @@
+"""Automatic quiescence: after every turn the Actor gives its worker back.
+
+A settlement marks the Session's idle boundary and sends NOTIFY sessionq_idle in the same
+transaction. Every worker process runs `QuiescencePool`: one LISTEN connection and N workers
+(sessions.quiescenceWorkers, default 4) that claim boundaries with FOR UPDATE SKIP LOCKED,
+suspend the Actor with a VOLUMES snapshot, and record the exact snapshot.
+
+Waking: a notification sets one shared event (wake-ups coalesce); a worker that claimed work
+sets it again before its runtime I/O (hands the wake-up on), so a burst is drained by all
+workers. With nothing to claim a worker checks for blocked work: if some exists it retries
+within a second, otherwise it waits for the recovery interval (sessions.quiescenceRecoveryInterval,
+default 60 s) - the only polling, which recovers a lost notification or a crashed replica.
+
+A claim may have issued runtime work, so it never expires: a failed or crashed attempt leaves it
+in place, blocking new work on that Session until its outcome is recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+from uuid import UUID, uuid4
+
+import psycopg
+
+from sessionq import metrics
+from sessionq.db import Listener
+from sessionq.models import Session
+from sessionq.operations import with_db_retry
+from sessionq.store import IDLE_CHANNEL, Store
+from sessionq.substrate.base import ActorState, Code, SnapshotFidelity, SnapshotStatus, Substrate, SubstrateError
+
+log = logging.getLogger(__name__)
+
+SHORT_RETRY = 1.0
+RUNTIME_ATTEMPTS = 5
+SUSPEND_BOUND = 120.0
+SNAPSHOT_WAIT = 2.0
+
+
+class IdentityMismatch(Exception):
+    pass
+
+
+def pick_snapshot(actor: Any) -> dict[str, Any] | None:
+    """The exact snapshot to record: the highest generation. Its URI is accepted only once its
+    durable status is COMPLETED; a pending generation never falls back to an older one.
+    Only VOLUMES snapshots are accepted (ROOTFS and MEMORY would restore more than files)."""
+    if not actor.snapshots:
+        return None
+    top = max(actor.snapshots, key=lambda s: s.generation)
+    if top.fidelity != SnapshotFidelity.VOLUMES:
+        raise IdentityMismatch(f"snapshot generation {top.generation} is {top.fidelity}, not VOLUMES")
+    done = top.status == SnapshotStatus.COMPLETED
+    return {"generation": top.generation, "uri": top.uri if done else None,
+            "status": "COMPLETED" if done else "IN_PROGRESS"}
+
+
+class QuiescencePool:
+    def __init__(
+        self, store: Store, runtime: Substrate, url: str, *, workers: int = 4,
+        recovery_interval: float = 60.0, short_retry: float = SHORT_RETRY, listen: bool = True,
+    ) -> None:
+        self.store = store
+        self.runtime = runtime
+        self.url = url
+        self.workers = workers
+        self.recovery_interval = recovery_interval
+        self.short_retry = min(short_retry, recovery_interval)
+        self.listen = listen
+        self.wake = asyncio.Event()
+        self.claims = 0  # for tests and metrics: claims taken by this pool
+        self.queries = 0  # claim attempts + blocked checks made by this pool
+
+    async def run(self, stop: asyncio.Event) -> None:
+        listener = None
+        if self.listen:
+            listener = Listener(self.url, [IDLE_CHANNEL])
+            listener.subscribe(IDLE_CHANNEL, lambda _payload: self.wake.set())
+            await listener.start()
+        try:
+            tasks = [asyncio.create_task(self._worker(i, stop), name=f"quiescence-{i}") for i in range(self.workers)]
+            await stop.wait()
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+        finally:
+            if listener:
+                await listener.stop()
+
+    async def _worker(self, index: int, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            self.wake.clear()
+            try:
+                self.queries += 1
+                session = await self.store.claim_idle(uuid4())
+                if session is not None:
+                    self.claims += 1
+                    self.wake.set()  # hand the wake-up on before runtime I/O: siblings join a burst
+                    await self.quiesce(session)
+                    continue
+                self.queries += 1
+                blocked = await self.store.idle_work_blocked()
+            except (psycopg.OperationalError, psycopg.InterfaceError) as e:
+                log.warning("quiescence worker %d: database error (%s); retrying shortly", index, e)
+                blocked = True
+            except Exception:
+                log.exception("quiescence worker %d failed; retrying shortly", index)
+                blocked = True
+            timeout = self.short_retry if blocked else self.recovery_interval
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), timeout=timeout)
+
+    async def quiesce(self, session: Session) -> Session | None:
+        """Suspend the claimed Session's Actor and record the exact snapshot. On failure the
+        claim stays (it may have issued runtime work) and the error is logged."""
+        assert session.idle_boundary_id is not None and session.idle_executor is not None
+        extra = {"session_id": str(session.id)}
+        try:
+            snapshot = await asyncio.wait_for(self._suspend(session), timeout=SUSPEND_BOUND)
+        except IdentityMismatch as e:
+            log.error("quiescence refused: %s; the idle claim stays until an operator resolves it", e, extra=extra)
+            return None
+        except (SubstrateError, TimeoutError) as e:
+            log.error("quiescence runtime call failed (%s); the idle claim stays (the suspend may have been issued)",
+                      e, extra=extra)
+            return None
+        recorded = await with_db_retry(
+            lambda: self.store.finish_idle(session.id, session.idle_boundary_id, session.idle_executor, snapshot),  # type: ignore[arg-type]
+            budget=60.0,
+        )
+        if session.idle_boundary_at is not None:
+            lag = time.time() - session.idle_boundary_at.timestamp()
+            metrics.QUIESCENCE_LATENCY.observe(max(lag, 0.0))
+        log.debug("quiesced session", extra=extra)
+        return recorded
+
+    async def _suspend(self, session: Session) -> dict[str, Any] | None:
+        delay = 0.1
+        for attempt in range(RUNTIME_ATTEMPTS):
+            try:
+                actor = await self.runtime.get_actor(session.actor_atespace, session.actor_name)
+                if session.actor_uid and actor.uid != session.actor_uid:
+                    raise IdentityMismatch(
+                        f"actor {session.actor_name} has uid {actor.uid}, not the recorded {session.actor_uid}")
+                if actor.state in (ActorState.RUNNING, ActorState.PAUSED, ActorState.RESUMING):
+                    actor = await self.runtime.suspend_actor(
+                        session.actor_atespace, session.actor_name, actor.uid, SnapshotFidelity.VOLUMES)
+                snapshot = pick_snapshot(actor)
+                waited = 0.0
+                while snapshot is not None and snapshot["status"] != "COMPLETED" and waited < SNAPSHOT_WAIT:
+                    await asyncio.sleep(0.1)
+                    waited += 0.1
+                    actor = await self.runtime.get_actor(session.actor_atespace, session.actor_name)
+                    snapshot = pick_snapshot(actor)
+                return snapshot
+            except SubstrateError as e:
+                if e.code == Code.NOT_FOUND or attempt == RUNTIME_ATTEMPTS - 1 or e.code == Code.FAILED_PRECONDITION:
+                    raise
+                await asyncio.sleep(delay)
+                delay *= 2
+        return None
+
+
+async def claim_and_quiesce(pool: QuiescencePool) -> UUID | None:
+    """One claim attempt and, if it got one, the quiescence of that Session (tests, benchmarks)."""
+    session = await pool.store.claim_idle(uuid4())
+    if session is None:
+        return None
+    await pool.quiesce(session)
+    return session.id

@@ -1,0 +1,63 @@
+"""Dispatching a turn to its Actor: resume if suspended, invoke, let the Actor settle.
+
+The frontend only admits (sessionq.admit_turn records the dispatch reservation and queues the
+``dispatch_turn`` job). The job runs here, on a worker: it waits while idle work is claimed
+(claimed quiescence blocks new execution), resumes the Actor when it is not running, and
+delivers the message. The Actor reports through the task store and settles the task before
+`invoke` returns. If anything fails the dispatch is ended with fail_dispatch: an unfinished task
+becomes FAILED and abandoned (never continued), and the waiting caller is told.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from uuid import UUID
+
+from sessionq.store import Store
+from sessionq.substrate.base import ActorState, Code, InvokeRequest, Substrate, SubstrateError
+
+log = logging.getLogger(__name__)
+
+
+async def dispatch_turn(store: Store, runtime: Substrate, session_id: UUID, dispatch_id: UUID) -> str:
+    session = await store.session_by_id(session_id)
+    if session is None or session.dispatch_id != dispatch_id:
+        return "superseded"
+    extra = {"session_id": str(session_id)}
+    deadline = session.dispatch_expires_at.timestamp() if session.dispatch_expires_at else time.time() + 600
+    # claimed idle work blocks new execution until its outcome is recorded
+    while session.idle_executor is not None:
+        if time.time() >= deadline:
+            await store.fail_dispatch(session_id, dispatch_id, "the session's actor stayed busy quiescing", False)
+            return "failed"
+        await asyncio.sleep(0.05)
+        session = await store.session_by_id(session_id)
+        if session is None or session.dispatch_id != dispatch_id:
+            return "superseded"
+    issued = False
+    try:
+        async with asyncio.timeout(max(deadline - time.time(), 0.1)):
+            actor = await runtime.get_actor(session.actor_atespace, session.actor_name)
+            if session.actor_uid and actor.uid != session.actor_uid:
+                raise SubstrateError(Code.FAILED_PRECONDITION, f"actor {session.actor_name} was replaced; it is never adopted")
+            if actor.state != ActorState.RUNNING:
+                issued = True
+                actor, _ = await runtime.resume_actor(session.actor_atespace, session.actor_name, actor.uid)
+            issued = True
+            await runtime.invoke(
+                session.actor_atespace, session.actor_name, actor.uid,
+                InvokeRequest(str(session_id), str(dispatch_id), session.dispatch_message or {}, session.dispatch_task_id),
+            )
+    except (SubstrateError, TimeoutError) as e:
+        message = e.message if isinstance(e, SubstrateError) else "the turn exceeded its dispatch deadline"
+        log.warning("dispatch failed: %s", message, extra=extra)
+        await store.fail_dispatch(session_id, dispatch_id, message, issued)
+        return "failed"
+    after = await store.session_by_id(session_id)
+    if after is not None and after.dispatch_id == dispatch_id:
+        await store.fail_dispatch(session_id, dispatch_id, "the agent ended the turn without settling it", True)
+        return "failed"
+    return "done"
+

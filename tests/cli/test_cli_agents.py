@@ -1,0 +1,177 @@
+"""`sessionq agent apply|list|get` against the in-process API (the `worker` fixture prepares revisions).
+
+The in-process server runs on the test's event loop, so the CLI runs in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+from sessionq.cli import agent as cli_agent
+from sessionq.cli.main import main
+
+from sessionq.substrate.base import Code
+
+SPEC = """\
+name: my-first-agent
+namespace: kagent
+template: example.com/agents/helper:1.0
+egress:
+  - url: https://api.openai.example.com
+    credentialHeaders:
+      Authorization: Bearer sk-test
+"""
+
+
+class Cli:
+    def __init__(self, address: str, home: Path) -> None:
+        self.address = address
+        self.home = home
+        empty = home / "empty-client.yaml"
+        empty.write_text("{}\n")
+        self.env = {"XDG_CONFIG_HOME": str(home / "xdg"), "SESSIONQ_CLIENT_CONFIG": str(empty),
+                    "SESSIONQ_SERVER": None, "SESSIONQ_TOKEN": None}
+
+    def spec(self, text: str, name: str = "agent.yaml") -> str:
+        path = self.home / name
+        path.write_text(text)
+        return str(path)
+
+    async def __call__(self, *args: str, token: str | None = "alice-token") -> Result:
+        argv = ["--server", self.address, "--timeout", "10"]
+        if token:
+            argv += ["--token", token]
+        return await asyncio.to_thread(CliRunner().invoke, main, [*argv, *args], env=self.env)
+
+
+def ok(result: Result) -> Result:
+    assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr, result.exception)
+    return result
+
+
+def one_error_line(result: Result) -> str:
+    assert result.exit_code == 1, (result.exit_code, result.stdout, result.stderr, result.exception)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    return lines[0]
+
+
+def table_rows(text: str) -> list[list[str]]:
+    lines = [line for line in text.splitlines() if line.startswith("|")]
+    return [[c.strip() for c in line.strip("|").split("|")] for line in lines]
+
+
+@pytest.fixture
+def cli(api: Any, tmp_path: Path) -> Cli:
+    return Cli(api.address, tmp_path)
+
+
+async def test_apply_waits_for_the_revision_then_sessions_can_be_created(cli):
+    path = cli.spec(SPEC)
+    applied = ok(await cli("agent", "apply", "-f", path))
+    assert applied.stdout.strip() == "agent kagent/my-first-agent applied (revision 1 created; READY)"
+
+    again = json.loads(ok(await cli("agent", "apply", "-f", path, "-o", "json")).stdout)
+    assert "revisionCreated" not in again  # unchanged spec: no new revision (false is omitted)
+    assert again["agent"]["ref"] == {"namespace": "kagent", "name": "my-first-agent"}
+    ready = next(c for c in again["agent"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True"
+    assert again["agent"]["spec"]["egress"] == [
+        {"url": "https://api.openai.example.com", "credentialHeaders": {"Authorization": "Bearer sk-test"}}
+    ]
+
+    created = json.loads(ok(await cli("session", "create", "--agent", "my-first-agent", "-o", "json")).stdout)
+    assert created["session"]["state"] == "RUNTIME_STATE_READY"
+
+    # a changed spec makes revision 2, and apply waits for that one, not for the serving revision 1
+    changed = json.loads(ok(await cli("agent", "apply", "-f", cli.spec(SPEC.replace(":1.0", ":2.0")),
+                                      "-o", "json")).stdout)
+    assert changed["revisionCreated"] is True
+    desired = next(r for r in changed["agent"]["revisions"] if r["id"] == changed["agent"]["desiredRevision"])
+    assert desired["number"] == 2 and desired["state"] == "READY"
+
+
+async def test_apply_no_wait_returns_at_once_and_defaults_the_namespace(cli):
+    result = ok(await cli("agent", "apply", "--no-wait", "-f", cli.spec("name: quick\n"), "-o", "json"))
+    body = json.loads(result.stdout)
+    assert body["agent"]["ref"] == {"namespace": "kagent", "name": "quick"}
+    assert body["revisionCreated"] is True
+
+
+async def test_apply_reports_a_failed_revision(cli, sim):
+    await sim.inject("create_actor_template", "fail_before", code=Code.INVALID_ARGUMENT, times=None)
+    line = one_error_line(await cli("agent", "apply", "-f", cli.spec("name: broken\n")))
+    assert line.startswith("error: agent kagent/broken revision 1 failed: ")
+    assert "injected failure" in line
+
+
+async def test_apply_times_out_naming_the_pending_revision(cli, sim):
+    fault = await sim.inject("get_actor_template", "block", times=None)
+    try:
+        result = await cli("agent", "apply", "--wait-timeout", "0.5", "-f", cli.spec("name: slow\n"))
+        line = one_error_line(result)
+        assert "agent kagent/slow is not ready after 0.5s (revision 1 is PENDING)" in line
+    finally:
+        await sim.release(fault)
+
+
+async def test_apply_rejects_bad_specs(cli):
+    bad_yaml = one_error_line(await cli("agent", "apply", "-f", cli.spec("name: [x\n")))
+    assert "is not valid YAML" in bad_yaml
+    unknown = one_error_line(await cli("agent", "apply", "-f", cli.spec("name: a\nimage: x\n")))
+    assert "unknown keys: image" in unknown
+    assert "has no name" in one_error_line(await cli("agent", "apply", "-f", cli.spec("template: x\n")))
+    egress = "name: a\negress:\n  - url: https://10.0.0.1\n"
+    assert one_error_line(await cli("agent", "apply", "-f", cli.spec(egress))).startswith(
+        "error: INVALID_ARGUMENT: egress[0] (https://10.0.0.1): literal IP addresses are not supported"
+    )
+    assert one_error_line(await cli("agent", "apply", "-f", cli.spec("name: Not_A_Name\n"))).startswith(
+        "error: INVALID_ARGUMENT: "
+    )
+    missing = await cli("agent", "apply", "-f", str(cli.home / "missing.yaml"))
+    assert missing.exit_code == 2 and "Usage:" in missing.stderr
+    assert (await cli("agent", "apply")).exit_code == 2  # -f is required
+
+
+async def test_list_and_get(cli, store, sim, monkeypatch):
+    from conftest import apply_agent
+
+    await apply_agent(store, sim)
+    await apply_agent(store, sim, name="other", namespace="team-a")
+    await apply_agent(store, sim, name="third", namespace="team-a")
+    monkeypatch.setattr(cli_agent, "PAGE", 2)  # several pages
+
+    rows = table_rows(ok(await cli("agent", "list")).stdout)
+    assert rows[0][:4] == ["NAMESPACE", "NAME", "TEMPLATE", "READY"]
+    assert sorted((r[0], r[1], r[3]) for r in rows[1:]) == [
+        ("kagent", "my-first-agent", "True"), ("team-a", "other", "True"), ("team-a", "third", "True"),
+    ]
+    body = json.loads(ok(await cli("agent", "list", "--namespace", "team-a", "-o", "json")).stdout)
+    assert sorted(a["ref"]["name"] for a in body["agents"]) == ["other", "third"]
+    nobody = ok(await cli("agent", "list", "--namespace", "empty"))
+    assert nobody.stdout == "" and "No agents found" in nobody.stderr
+
+    detail = ok(await cli("agent", "get", "my-first-agent")).stdout
+    assert detail.startswith("Agent:     kagent/my-first-agent\n")
+    tables = detail.split("Revisions:\n")
+    conditions = {r[0]: r[1] for r in table_rows(tables[0].split("Conditions:\n")[1])[1:]}
+    assert conditions == {"Accepted": "True", "ResolvedRefs": "True", "Compatible": "True", "Ready": "True"}
+    revisions = table_rows(tables[-1])
+    assert revisions[0][:3] == ["NUMBER", "ID", "STATE"]
+    assert revisions[1][0] == "1" and revisions[1][2] == "READY"
+    got = json.loads(ok(await cli("agent", "get", "other", "--namespace", "team-a", "-o", "json")).stdout)
+    assert got["agent"]["ref"] == {"namespace": "team-a", "name": "other"}
+
+    assert one_error_line(await cli("agent", "get", "ghost")).startswith("error: NOT_FOUND: ")
+
+
+def test_agent_group_is_importable_and_mounts_session():
+    from sessionq.cli.agent import agent
+    from sessionq.cli.session import session
+
+    assert agent.commands["session"] is session

@@ -1,0 +1,167 @@
+"""Turns and the task store rules (TASK-*)."""
+
+import asyncio
+import uuid
+
+import pytest
+
+from lifecycle import count, raw_session, ready_session, task_json, turn_by_store
+from sessionq.errors import SessionqError
+from sessionq.operations import OperationExecutor
+
+MSG = {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "What is 2+2?"}]}
+
+
+async def expect(call, sqlstate):
+    with pytest.raises(SessionqError) as e:
+        await call
+    assert e.value.sqlstate == sqlstate, e.value
+    return e.value
+
+
+@pytest.mark.clause("TASK-1")
+async def test_deleting_or_deleted_session_admits_no_turn(store, sim):
+    s = await ready_session(store, sim)
+    await store.admit_operation(s.id, "alice", None, "DELETE")
+    err = await expect(store.admit_turn(s.id, "alice", None, MSG, None, 600), "SQ412")
+    assert "being deleted" in err.message
+    await OperationExecutor(store, sim, 30).run(s.id)
+    await expect(store.admit_turn(s.id, "alice", None, MSG, None, 600), "SQ404")
+    await expect(store.task_create(s.id, "t1", task_json("t1", s.id, "TASK_STATE_WORKING"), uuid.uuid4()), "SQ404")
+
+
+@pytest.mark.clause("TASK-1")
+async def test_turn_admission_and_lifecycle_admission_share_the_row_lock(store, sim, database_url):
+    """A turn and a delete racing for one Session: exactly one order wins, never both half-way."""
+    import psycopg
+
+    s = await ready_session(store, sim)
+    async with await psycopg.AsyncConnection.connect(database_url) as holder:
+        await holder.execute("SELECT 1 FROM sessionq.sessions WHERE id = %s FOR UPDATE", (s.id,))
+        turn = asyncio.create_task(store.admit_turn(s.id, "alice", None, MSG, None, 600))
+        await asyncio.sleep(0.2)
+        assert not turn.done()  # admission waits for the same row lock
+        await holder.execute(
+            "UPDATE sessionq.sessions SET state = 'DELETING', operation = 'DELETE', operation_id = sessionq.uuid_v7() WHERE id = %s",
+            (s.id,))
+        await holder.commit()
+    with pytest.raises(SessionqError) as e:
+        await turn
+    assert e.value.sqlstate == "SQ412"
+
+
+@pytest.mark.clause("TASK-2")
+async def test_versioned_updates_stale_is_aborted_and_retry_is_idempotent(store, sim):
+    s = await ready_session(store, sim)
+    adm = await store.admit_turn(s.id, "alice", None, MSG, None, 600)
+    working = task_json("t1", s.id, "TASK_STATE_WORKING")
+    assert await store.task_create(s.id, "t1", working, adm.dispatch_id) == 1
+    assert await store.task_create(s.id, "t1", working, adm.dispatch_id) == 1  # retried creation
+    await expect(store.task_create(s.id, "t1", task_json("t1", s.id, "TASK_STATE_SUBMITTED"), adm.dispatch_id), "SQ409")
+    step = task_json("t1", s.id, "TASK_STATE_WORKING", "step 2")
+    v2 = await store.task_update(s.id, "t1", step, 1, {"statusUpdate": {"taskId": "t1"}}, adm.dispatch_id)
+    assert v2 == 2
+    events_before = await count(store, "SELECT count(*) FROM sessionq.events WHERE session_id = %s", s.id)
+    clock_before = (await raw_session(store, s.id)).last_event_at
+    assert await store.task_update(s.id, "t1", step, 1, {"statusUpdate": {"taskId": "t1"}}, adm.dispatch_id) == 2
+    assert await count(store, "SELECT count(*) FROM sessionq.events WHERE session_id = %s", s.id) == events_before
+    assert (await raw_session(store, s.id)).last_event_at == clock_before  # a retry does not extend the idle clock
+    await expect(store.task_update(s.id, "t1", task_json("t1", s.id, "TASK_STATE_WORKING", "other"), 1, None,
+                                   adm.dispatch_id), "SQ409")
+    await expect(store.task_update(s.id, "t1", step, 7, None, adm.dispatch_id), "SQ409")
+    await expect(store.task_update(s.id, "t1", step, 0, None, adm.dispatch_id), "SQ400")
+
+
+@pytest.mark.clause("TASK-3")
+async def test_final_update_is_staged_and_settlement_publishes_atomically(store, sim):
+    s = await ready_session(store, sim)
+    adm = await store.admit_turn(s.id, "alice", None, MSG, None, 600)
+    await store.task_create(s.id, "t1", task_json("t1", s.id, "TASK_STATE_WORKING"), adm.dispatch_id)
+    v = await store.task_update(s.id, "t1", task_json("t1", s.id, "TASK_STATE_COMPLETED", "4"), 1,
+                                {"statusUpdate": {"taskId": "t1", "status": {"state": "TASK_STATE_COMPLETED"}}},
+                                adm.dispatch_id)
+    staged = await store.get_task("t1")
+    assert staged.state == "TASK_STATE_WORKING" and staged.phase == "active"  # not published yet
+    assert staged.staged_task["status"]["state"] == "TASK_STATE_COMPLETED"
+    events = await count(store, "SELECT count(*) FROM sessionq.events WHERE session_id = %s", s.id)
+    row = await raw_session(store, s.id)
+    assert row.idle_boundary_id is None and row.unsettled_task_id == "t1"
+    await store.task_settle(s.id, "t1", v)
+    done = await store.get_task("t1")
+    assert done.state == "TASK_STATE_COMPLETED" and done.phase == "settled" and done.published_version == v
+    assert await count(store, "SELECT count(*) FROM sessionq.events WHERE session_id = %s", s.id) == events + 1
+    row = await raw_session(store, s.id)
+    # settlement ends the turn and marks the idle boundary; it does not wait for any suspension
+    assert row.idle_boundary_id is not None and row.unsettled_task_id is None and row.dispatch_id is None
+    assert row.state == "READY"
+    await store.task_settle(s.id, "t1", v)  # a retried settlement is a no-op
+    assert await count(store, "SELECT count(*) FROM sessionq.events WHERE session_id = %s", s.id) == events + 1
+
+
+@pytest.mark.clause("TASK-4")
+async def test_events_have_database_timestamps_and_per_session_sequence(store, sim):
+    a = await ready_session(store, sim, "a")
+    b = await ready_session(store, sim, "b")
+    for s in (a, b, a):
+        await turn_by_store(store, sim, s)
+        claimed = await store.claim_idle(uuid.uuid4())
+        await store.finish_idle(claimed.id, claimed.idle_boundary_id, claimed.idle_executor, None)
+    async with store.pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT seq, created_at, created_at <= now() + interval '1 second' AS db_time FROM sessionq.events"
+            " WHERE session_id = %s ORDER BY seq", (a.id,))
+        rows = await cur.fetchall()
+    assert [r["seq"] for r in rows] == list(range(1, len(rows) + 1))
+    assert all(r["db_time"] for r in rows)
+    assert [r["created_at"] for r in rows] == sorted(r["created_at"] for r in rows)
+    assert (await raw_session(store, a.id)).last_event_at == rows[-1]["created_at"]
+    assert await count(store, "SELECT max(seq) FROM sessionq.events WHERE session_id = %s", b.id) == 2
+
+
+@pytest.mark.clause("TASK-5")
+async def test_unsettled_cleanup_blocks_task_writes_and_lifecycle(store, sim):
+    s = await ready_session(store, sim)
+    tid = await turn_by_store(store, sim, s, settle=False)
+    await expect(store.task_update(s.id, tid, task_json(tid, s.id, "TASK_STATE_WORKING", "more"), 2, None, None), "SQ409")
+    await expect(store.admit_turn(s.id, "alice", None, MSG, None, 600), "SQ409")
+    for kind in ("SUSPEND", "DELETE"):
+        err = await expect(store.admit_operation(s.id, "alice", None, kind), "SQ409")
+        assert "not settled" in err.message
+    await store.task_settle(s.id, tid, 2)
+    await store.admit_operation(s.id, "alice", None, "SUSPEND")
+
+
+@pytest.mark.clause("TASK-6")
+async def test_abandoned_phase_cannot_be_continued(store, sim):
+    s = await ready_session(store, sim)
+    adm = await store.admit_turn(s.id, "alice", None, MSG, None, 600)
+    await store.task_create(s.id, "t1", task_json("t1", s.id, "TASK_STATE_WORKING"), adm.dispatch_id)
+    await store.task_update(s.id, "t1", task_json("t1", s.id, "TASK_STATE_INPUT_REQUIRED", "which?"), 1, None, adm.dispatch_id)
+    # the Actor died during native cleanup: the dispatcher ends the turn as abandoned
+    await store.fail_dispatch(s.id, adm.dispatch_id, "actor crashed", True)
+    t = await store.get_task("t1")
+    assert t.phase == "abandoned" and t.state == "TASK_STATE_FAILED"
+    err = await expect(store.admit_turn(s.id, "alice", None, MSG, "t1", 600), "SQ412")
+    assert "start a new session" in err.message
+    # a fresh turn in the same Session is still possible
+    again = await store.admit_turn(s.id, "alice", None, MSG, None, 600)
+    assert again.dispatch_id is not None
+
+
+@pytest.mark.clause("TASK-6")
+async def test_waiting_task_can_be_continued_once(store, sim):
+    s = await ready_session(store, sim)
+    tid = await turn_by_store(store, sim, s, final="TASK_STATE_INPUT_REQUIRED")
+    row = await raw_session(store, s.id)
+    if row.idle_boundary_id:  # nobody quiesces here; drop the boundary through a claim
+        claimed = await store.claim_idle(uuid.uuid4())
+        await store.finish_idle(s.id, claimed.idle_boundary_id, claimed.idle_executor, None)
+    cont = await store.admit_turn(s.id, "alice", None, MSG, tid, 600)
+    t = await store.get_task(tid)
+    v = await store.task_update(s.id, tid, task_json(tid, s.id, "TASK_STATE_WORKING", "answer"), t.version, None, cont.dispatch_id)
+    v = await store.task_update(s.id, tid, task_json(tid, s.id, "TASK_STATE_COMPLETED", "thanks"), v, None, cont.dispatch_id)
+    await store.task_settle(s.id, tid, v)
+    assert (await store.get_task(tid)).state == "TASK_STATE_COMPLETED"
+    err = await expect(store.admit_turn(s.id, "alice", None, MSG, tid, 600), "SQ412")
+    assert "not waiting for input" in err.message
+    await expect(store.admit_turn(s.id, "alice", None, MSG, "no-such-task", 600), "SQ404")
