@@ -63,7 +63,9 @@ class QuiescencePool:
     def __init__(
         self, store: Store, runtime: Substrate, url: str, *, workers: int = 4,
         recovery_interval: float = 60.0, short_retry: float = SHORT_RETRY, listen: bool = True,
+        snapshot_wait: float = SNAPSHOT_WAIT,
     ) -> None:
+        self.snapshot_wait = snapshot_wait
         self.store = store
         self.runtime = runtime
         self.url = url
@@ -153,7 +155,7 @@ class QuiescencePool:
                         session.actor_atespace, session.actor_name, actor.uid, SnapshotFidelity.VOLUMES)
                 snapshot = pick_snapshot(actor)
                 waited = 0.0
-                while snapshot is not None and snapshot["status"] != "COMPLETED" and waited < SNAPSHOT_WAIT:
+                while snapshot is not None and snapshot["status"] != "COMPLETED" and waited < self.snapshot_wait:
                     await asyncio.sleep(0.1)
                     waited += 0.1
                     actor = await self.runtime.get_actor(session.actor_atespace, session.actor_name)

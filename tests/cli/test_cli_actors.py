@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from conftest import apply_agent
 from google.protobuf.timestamp_pb2 import Timestamp
 from sessionq.cli.actors import actors_table
 from sessionq.cli.client import fmt_age
@@ -78,6 +77,25 @@ def test_actor_table_columns_are_space_aligned():
     assert "   NAME" in lines[0]
 
 
+async def prepared_agent(store: Any, name: str = "my-first-agent", namespace: str = "kagent") -> Any:
+    """Apply an Agent and let the running worker prepare its revision.
+
+    (conftest's `apply_agent` prepares in-line, which races the `worker` fixture's prepare job
+    for the same revision: the loser's create_actor_template gets ALREADY_EXISTS and can mark the
+    revision FAILED. The `api` fixture always runs a worker, so these tests wait for it instead.)"""
+    from sessionq.agents import compile_egress, parse_spec
+
+    spec = parse_spec({"name": name, "namespace": namespace})
+    await store.apply_agent(spec.namespace, spec.name, spec.to_json(), spec.spec_hash(), spec.image,
+                            compile_egress(spec), "alice")
+    for _ in range(200):
+        agent = await store.get_agent(namespace, name)
+        if agent.latest_successful_revision_id:
+            return agent
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"agent {namespace}/{name} was not prepared within 10 s")
+
+
 def ok(result: Result) -> Result:
     assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr, result.exception)
     return result
@@ -93,7 +111,7 @@ async def _cli(api: Any, tmp_path: Path, *args: str) -> Result:
 
 @needs_inventory
 async def test_actors_list_shows_the_session_actor_suspended_without_a_worker(api, store, sim, tmp_path):
-    await apply_agent(store, sim)
+    await prepared_agent(store)
     ids = []
     for _ in range(3):
         created = ok(await _cli(api, tmp_path, "session", "create", "--agent", "my-first-agent",

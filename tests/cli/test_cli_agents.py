@@ -49,6 +49,25 @@ class Cli:
         return await asyncio.to_thread(CliRunner().invoke, main, [*argv, *args], env=self.env)
 
 
+async def prepared_agent(store: Any, name: str = "my-first-agent", namespace: str = "kagent") -> Any:
+    """Apply an Agent and let the running worker prepare its revision.
+
+    (conftest's `apply_agent` prepares in-line, which races the `worker` fixture's prepare job
+    for the same revision: the loser's create_actor_template gets ALREADY_EXISTS and can mark the
+    revision FAILED. The `api` fixture always runs a worker, so these tests wait for it instead.)"""
+    from sessionq.agents import compile_egress, parse_spec
+
+    spec = parse_spec({"name": name, "namespace": namespace})
+    await store.apply_agent(spec.namespace, spec.name, spec.to_json(), spec.spec_hash(), spec.image,
+                            compile_egress(spec), "alice")
+    for _ in range(200):
+        agent = await store.get_agent(namespace, name)
+        if agent.latest_successful_revision_id:
+            return agent
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"agent {namespace}/{name} was not prepared within 10 s")
+
+
 def ok(result: Result) -> Result:
     assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr, result.exception)
     return result
@@ -139,11 +158,10 @@ async def test_apply_rejects_bad_specs(cli):
 
 
 async def test_list_and_get(cli, store, sim, monkeypatch):
-    from conftest import apply_agent
 
-    await apply_agent(store, sim)
-    await apply_agent(store, sim, name="other", namespace="team-a")
-    await apply_agent(store, sim, name="third", namespace="team-a")
+    await prepared_agent(store)
+    await prepared_agent(store, name="other", namespace="team-a")
+    await prepared_agent(store, name="third", namespace="team-a")
     monkeypatch.setattr(cli_agent, "PAGE", 2)  # several pages
 
     rows = table_rows(ok(await cli("agent", "list")).stdout)

@@ -18,7 +18,6 @@ from typing import Any
 import grpc
 import pytest
 from click.testing import CliRunner, Result
-from conftest import apply_agent
 from sessionq.cli import session as cli_session
 from sessionq.cli.client import Client, CliError, parse_duration
 from sessionq.cli.main import main
@@ -42,6 +41,38 @@ class Cli:
         if token:
             argv += ["--token", token]
         return await asyncio.to_thread(CliRunner().invoke, main, [*argv, *args], env=self.env)
+
+
+async def prepared_agent(store: Any, name: str = "my-first-agent", namespace: str = "kagent") -> Any:
+    """Apply an Agent and let the running worker prepare its revision.
+
+    (conftest's `apply_agent` prepares in-line, which races the `worker` fixture's prepare job
+    for the same revision: the loser's create_actor_template gets ALREADY_EXISTS and can mark the
+    revision FAILED. The `api` fixture always runs a worker, so these tests wait for it instead.)"""
+    from sessionq.agents import compile_egress, parse_spec
+
+    spec = parse_spec({"name": name, "namespace": namespace})
+    await store.apply_agent(spec.namespace, spec.name, spec.to_json(), spec.spec_hash(), spec.image,
+                            compile_egress(spec), "alice")
+    for _ in range(200):
+        agent = await store.get_agent(namespace, name)
+        if agent.latest_successful_revision_id:
+            return agent
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"agent {namespace}/{name} was not prepared within 10 s")
+
+
+async def lifecycle(cli: Cli, *args: str) -> Result:
+    """An explicit suspend/resume/delete. While the workers' automatic quiescence holds its claim
+    (right after create or resume), the server answers ABORTED "being quiesced; retry after it is
+    recorded" (Q-4); like a user, try again then."""
+    for _ in range(100):
+        result = await cli(*args)
+        if result.exit_code == 1 and "is being quiesced" in result.stderr:
+            await asyncio.sleep(0.1)
+            continue
+        return result
+    raise AssertionError(f"{args}: the session stayed quiesced for 10 s")
 
 
 def ok(result: Result) -> Result:
@@ -76,7 +107,7 @@ async def create(cli: Cli, *extra: str) -> dict[str, Any]:
 
 @pytest.mark.clause("TUT-1")
 async def test_tut1_session_part_create_json_prints_session_id_and_list_shows_ready(cli, store, sim):
-    await apply_agent(store, sim)
+    await prepared_agent(store)
     # the tutorial's spelling:
     #   kagent agent session create --agent my-first-agent -o json | jq -r .session.id
     result = ok(await cli("agent", "session", "create", "--agent", "my-first-agent", "-o", "json"))
@@ -101,7 +132,7 @@ async def test_tut1_session_part_create_json_prints_session_id_and_list_shows_re
 
 
 async def test_session_get_rename_suspend_resume_delete(cli, store, sim):
-    await apply_agent(store, sim)
+    await prepared_agent(store)
     created = ok(await cli("session", "create", "--agent", "my-first-agent", "--name", "first"))
     rows = table_rows(created.stdout)
     assert rows[0] == ["ID", "AGENT", "STATE", "CREATED"] and rows[1][2] == "READY"
@@ -119,11 +150,11 @@ async def test_session_get_rename_suspend_resume_delete(cli, store, sim):
     cleared = ok(await cli("session", "rename", sid, ""))
     assert dict(table_rows(cleared.stdout)[1:])["NAME"] == ""
 
-    suspended = ok(await cli("session", "suspend", sid))
+    suspended = ok(await lifecycle(cli, "session", "suspend", sid))
     assert table_rows(suspended.stdout)[1][:3] == [sid, "my-first-agent", "SUSPENDED"]
-    resumed = json.loads(ok(await cli("session", "resume", sid, "-o", "json")).stdout)
+    resumed = json.loads(ok(await lifecycle(cli, "session", "resume", sid, "-o", "json")).stdout)
     assert resumed["session"]["state"] == "RUNTIME_STATE_READY"
-    deleted = ok(await cli("session", "delete", sid))
+    deleted = ok(await lifecycle(cli, "session", "delete", sid))
     assert table_rows(deleted.stdout)[1][2] == "DELETED"
 
     line = one_error_line(await cli("session", "get", sid))
@@ -131,7 +162,7 @@ async def test_session_get_rename_suspend_resume_delete(cli, store, sim):
 
 
 async def test_create_retry_with_same_request_id_returns_the_same_session(cli, store, sim):
-    await apply_agent(store, sim)
+    await prepared_agent(store)
     first = await create(cli, "--request-id", "req-1")
     again = await create(cli, "--request-id", "req-1")
     assert again["id"] == first["id"]
@@ -144,7 +175,7 @@ async def test_create_retry_with_same_request_id_returns_the_same_session(cli, s
 
 
 async def test_create_follows_a_slow_operation_by_retrying_the_same_call(cli, store, sim):
-    await apply_agent(store, sim)
+    await prepared_agent(store)
     fault = await sim.inject("create_actor", "block", times=None)
     # --timeout 3: attempts of 1 s; the first ends UNAVAILABLE ("still in progress"), a retry joins
     task = asyncio.create_task(cli("session", "create", "--agent", "my-first-agent", "--request-id", "slow",
@@ -159,8 +190,8 @@ async def test_create_follows_a_slow_operation_by_retrying_the_same_call(cli, st
 
 
 async def test_list_pages_through_everything_and_filters_by_agent(cli, store, sim, monkeypatch):
-    await apply_agent(store, sim)
-    await apply_agent(store, sim, name="other-agent")
+    await prepared_agent(store)
+    await prepared_agent(store, name="other-agent")
     ids = {(await create(cli))["id"] for _ in range(3)}
     other = (await create(cli, "--agent", "other-agent"))["id"]  # the last --agent wins
     monkeypatch.setattr(cli_session, "PAGE", 2)  # force several pages
@@ -185,7 +216,7 @@ async def test_list_pages_through_everything_and_filters_by_agent(cli, store, si
 
 
 async def test_shares_create_list_revoke(cli, store, sim):
-    await apply_agent(store, sim)
+    await prepared_agent(store)
     sid = (await create(cli))["id"]
     made = json.loads(ok(await cli("session", "share", "create", sid, "--permission", "read-only",
                                    "--ttl", "1h", "-o", "json")).stdout)

@@ -225,7 +225,8 @@ def test_continuation_flag_overrides_memory() -> None:
 
 
 def test_tolerates_foreign_memory() -> None:
-    r = run_turn({"questions": "not a list", "remembered_number": "x"}, "What number did I ask you to remember?")
+    foreign = {"questions": "not a list", "remembered_number": "x"}
+    r = run_turn(foreign, "What number did I ask you to remember?")
     assert r.answer == "You have not asked me to remember a number."
     assert r.memory["questions"] == ["What number did I ask you to remember?"]
     assert run_turn({}, "[fail]").memory.get("questions") is None  # nothing to record

@@ -41,6 +41,7 @@ from sessionq.substrate.base import Actor, Substrate, Worker
 
 log = logging.getLogger("sessionq.api")
 
+DEADLINE_MARGIN = 0.1  # seconds
 RuntimeFactory = Callable[[], AbstractAsyncContextManager[Substrate]]
 
 # The Actors among a batch (atespace, name, uid or None) that belong to a live Session the caller
@@ -112,6 +113,12 @@ def actor_to_proto(a: Actor) -> inventory_pb2.Actor:
 
 def worker_to_proto(w: Worker) -> inventory_pb2.Worker:
     return inventory_pb2.Worker(name=w.name, atespace=w.atespace, ip=w.ip, actor=w.actor or "", state=w.state)
+
+
+def _time_left(context: grpc.aio.ServicerContext) -> float | None:
+    """The caller's remaining time, less a margin so that we answer before gRPC cancels us."""
+    remaining = context.time_remaining()
+    return None if remaining is None else max(0.0, remaining - DEADLINE_MARGIN)
 
 
 def _string_list(value: Any) -> list[str]:
@@ -208,7 +215,7 @@ class InventoryService(inventory_pb2_grpc.InventoryServiceServicer):
             page = await inventory.list_actors(
                 authorize=actor_authorizer(self.store, who, who.user in self.admins),
                 atespace=scope, limit=limit, page_token=request.page.page_token,
-                time_remaining=context.time_remaining(),
+                time_remaining=_time_left(context),
             )
         return inventory_pb2.ListActorsResponse(
             actors=[actor_to_proto(a) for a in page.items],
@@ -225,7 +232,7 @@ class InventoryService(inventory_pb2_grpc.InventoryServiceServicer):
             page = await inventory.list_workers(
                 authorize=worker_authorizer(self.store, who, who.user in self.admins),
                 atespace=scope, limit=limit, page_token=request.page.page_token,
-                time_remaining=context.time_remaining(),
+                time_remaining=_time_left(context),
             )
         return inventory_pb2.ListWorkersResponse(
             workers=[worker_to_proto(w) for w in page.items],
