@@ -263,6 +263,9 @@ BEGIN
   END IF;
   v_version := t.version + 1;
   INSERT INTO sessionq.task_versions (task_id, version, payload_hash) VALUES (p_task_id, v_version, p_hash);
+  IF p_dispatch IS NOT NULL AND t.dispatch_id IS DISTINCT FROM p_dispatch THEN
+    UPDATE sessionq.tasks SET dispatch_id = p_dispatch WHERE id = p_task_id;  -- a continuation's turn
+  END IF;
   IF sessionq.is_boundary_state(v_state) THEN
     UPDATE sessionq.tasks SET staged_task = p_task, staged_event = p_event, version = v_version,
                               phase = 'active', updated_at = clock_timestamp()

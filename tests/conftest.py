@@ -170,12 +170,13 @@ class Api:
 
 
 @pytest.fixture
-async def api(settings: config.Settings, store: Store, worker: None) -> AsyncIterator[Api]:
+async def api(settings: config.Settings, store: Store, sim: Any, worker: None) -> AsyncIterator[Api]:
     from sessionq.api.server import ApiServer
 
     server = ApiServer(settings, store, address="127.0.0.1:0")
     await server.start()
     address = f"127.0.0.1:{server.port}"
+    sim.taskstore_address = address  # the simulated Actors report to this API
     channel = grpc.aio.insecure_channel(address)
     yield Api(channel, address)
     await channel.close()

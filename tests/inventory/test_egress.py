@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from psycopg.types.json import Jsonb
-
 from conftest import apply_agent, make_settings
 from lifecycle import AGENT, count
+from psycopg.types.json import Jsonb
+
 from sessionq._pb.kagent.api.v1alpha1 import agent_pb2, agent_pb2_grpc, common_pb2
 from sessionq.agents import compile_egress, parse_spec
 from sessionq.api.server import ApiServer
@@ -223,7 +223,8 @@ async def test_apply_agent_rejects_bad_egress_and_writes_nothing(store, sim):
             "http://kagent-controller:8083": "egress[0] (http://kagent-controller:8083)",
         }
         for urls, named in cases.items():
-            spec = agent_pb2.AgentSpec(ref=ref, egress=[agent_pb2.EgressDestination(url=u) for u in urls.split("|")])
+            egress = [agent_pb2.EgressDestination(url=u) for u in urls.split("|")]
+            spec = agent_pb2.AgentSpec(ref=ref, egress=egress)
             with pytest.raises(grpc.aio.AioRpcError) as e:
                 await stub.ApplyAgent(agent_pb2.ApplyAgentRequest(spec=spec), metadata=md, timeout=10)
             assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
