@@ -5,9 +5,9 @@ from __future__ import annotations
 from uuid import UUID
 
 from procrastinate import JobContext
+from sessionq.jobs.deps import deps
 
 from sessionq.agents import prepare_revision as prepare
-from sessionq.jobs.deps import deps
 
 
 async def prepare_revision(context: JobContext, revision_id: str) -> str:

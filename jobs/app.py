@@ -6,9 +6,9 @@ SQL defers these tasks by name (schema/05_jobs.sql), so the names here are the c
 from __future__ import annotations
 
 from procrastinate import App, PsycopgConnector, RetryStrategy
+from sessionq.jobs import agents, dispatch, operations
 
 from sessionq.db import conninfo
-from sessionq.jobs import agents, dispatch, operations
 
 QUEUES = ("operations", "dispatch", "agents")
 

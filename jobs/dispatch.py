@@ -5,8 +5,8 @@ from __future__ import annotations
 from uuid import UUID
 
 from procrastinate import JobContext
-
 from sessionq.jobs.deps import deps
+
 from sessionq.turns import dispatch_turn as dispatch
 
 

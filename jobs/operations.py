@@ -6,7 +6,6 @@ import logging
 from uuid import UUID
 
 from procrastinate import JobContext
-
 from sessionq.jobs.deps import deps
 
 log = logging.getLogger(__name__)

@@ -69,6 +69,7 @@ CREATE INDEX sessions_idle_boundary_idx ON sessionq.sessions (idle_boundary_at)
 CREATE INDEX sessions_creator_idx ON sessionq.sessions (creator, id);
 CREATE INDEX sessions_pending_idx ON sessionq.sessions (updated_at) WHERE operation <> 'NONE';
 CREATE INDEX sessions_revision_idx ON sessionq.sessions (revision_id);
+CREATE INDEX sessions_actor_idx ON sessionq.sessions (actor_atespace, actor_name);
 COMMENT ON TABLE sessionq.sessions IS
   'One row per Session: its pinned revision, its Actor, the lifecycle state and the operation in flight with its generation (operation_id) and executor claim. DELETED rows are kept forever as tombstones of explicit deletions.';
 COMMENT ON COLUMN sessionq.sessions.operation_id IS 'The generation: a fresh UUID per admitted operation, kept after completion until a later operation supersedes it.';
@@ -384,6 +385,7 @@ CREATE OR REPLACE FUNCTION sessionq.complete_operation(
 LANGUAGE plpgsql AS $$
 DECLARE
   v sessionq.sessions;
+  v_kind text;
 BEGIN
   SELECT * INTO v FROM sessionq.sessions s
    WHERE s.id = p_session AND s.operation_id = p_generation AND s.executor_id = p_executor
@@ -392,6 +394,7 @@ BEGIN
   IF NOT FOUND THEN
     PERFORM sessionq.fail('SQ409', format('executor %s no longer holds the claim of session %s', p_executor, p_session));
   END IF;
+  v_kind := v.operation;
   IF v.operation = 'DELETE' AND v.deletion_reason = 'idle_timeout' THEN
     -- idle expiry leaves no tombstone: the row, its shares and its creation receipt go
     DELETE FROM sessionq.sessions WHERE id = v.id;
@@ -414,16 +417,16 @@ BEGIN
   IF v.state = 'DELETED' THEN
     DELETE FROM sessionq.session_shares WHERE session_id = v.id;  -- revoke shares with the tombstone
   END IF;
-  PERFORM sessionq.on_operation_completed(v);
+  PERFORM sessionq.on_operation_completed(v, v_kind);
   RETURN to_jsonb(v);
 END $$;
 COMMENT ON FUNCTION sessionq.complete_operation(uuid, uuid, uuid, jsonb) IS
   'Complete the generation by its claim holder, atomically: CREATE and RESUME -> READY, SUSPEND -> SUSPENDED, DELETE -> DELETED tombstone (revision pin, runtime routing, checkpoint pin and shares released) or, for idle_timeout, removal of the row. The operation UUID stays. A stale executor gets ABORTED.';
 
 -- Hooks other domains extend (30_tasks.sql and later files redefine them).
-CREATE OR REPLACE FUNCTION sessionq.on_operation_completed(p_session sessionq.sessions) RETURNS void
+CREATE OR REPLACE FUNCTION sessionq.on_operation_completed(p_session sessionq.sessions, p_kind text) RETURNS void
 LANGUAGE plpgsql AS $$ BEGIN RETURN; END $$;
-COMMENT ON FUNCTION sessionq.on_operation_completed(sessionq.sessions) IS
+COMMENT ON FUNCTION sessionq.on_operation_completed(sessionq.sessions, text) IS
   'Hook run inside complete_operation after the row changed (e.g. wake quiescence workers when a Session returns to READY).';
 CREATE OR REPLACE FUNCTION sessionq.on_session_removed(p_session sessionq.sessions) RETURNS void
 LANGUAGE plpgsql AS $$ BEGIN RETURN; END $$;
@@ -567,3 +570,17 @@ BEGIN
   END IF;
 END $$;
 COMMENT ON FUNCTION sessionq.revoke_share(uuid, text) IS 'Revoke a share of one of the caller''s Sessions.';
+
+-- visible_actors: which of a batch of runtime Actors the caller may see in an inventory listing.
+CREATE OR REPLACE FUNCTION sessionq.visible_actors(
+  p_caller text, p_share_hash text, p_atespaces text[], p_names text[], p_uids text[]
+) RETURNS TABLE (actor_atespace text, actor_name text) LANGUAGE sql STABLE AS $$
+  SELECT DISTINCT s.actor_atespace, s.actor_name
+    FROM unnest(p_atespaces, p_names, p_uids) AS r(atespace, name, uid)
+    JOIN sessionq.sessions s ON s.actor_atespace = r.atespace AND s.actor_name = r.name
+   WHERE s.state <> 'DELETED'
+     AND (r.uid IS NULL OR s.actor_uid IS NULL OR s.actor_uid = r.uid)
+     AND sessionq.access(s, p_caller, p_share_hash) IS NOT NULL
+$$;
+COMMENT ON FUNCTION sessionq.visible_actors(text, text, text[], text[], text[]) IS
+  'Of a batch of runtime Actors (atespace, name, uid), those that are the Actor of a live Session the caller owns or holds a valid share of; a same-name Actor with another UID than recorded is not theirs. One query per inventory batch.';

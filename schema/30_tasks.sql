@@ -434,12 +434,12 @@ END $$;
 COMMENT ON FUNCTION sessionq.finish_idle(uuid, uuid, uuid, jsonb) IS
   'Record a quiescence outcome by the claim holder: the exact snapshot (generation, uri, status) and the end of the idle claim. Retried on database failure without repeating the runtime call.';
 
--- Lifecycle completion that returns a Session to READY marks an idle boundary and wakes the workers
--- (an explicit Resume leaves the Actor running until the workers suspend it).
-CREATE OR REPLACE FUNCTION sessionq.on_operation_completed(p_session sessionq.sessions) RETURNS void
+-- An explicit Resume that returns a Session to READY marks an idle boundary and wakes the workers
+-- (it leaves the Actor running until the workers suspend it). A creation leaves the Actor suspended.
+CREATE OR REPLACE FUNCTION sessionq.on_operation_completed(p_session sessionq.sessions, p_kind text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-  IF p_session.state = 'READY' THEN
+  IF p_session.state = 'READY' AND p_kind = 'RESUME' THEN
     IF p_session.idle_boundary_id IS NULL THEN
       UPDATE sessionq.sessions SET idle_boundary_id = sessionq.uuid_v7(), idle_boundary_at = clock_timestamp()
        WHERE id = p_session.id;
@@ -454,10 +454,11 @@ RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
   IF p_session.unsettled_task_id IS NOT NULL THEN
     PERFORM sessionq.fail('SQ409', format('the last turn of session %s is still finishing (task %s is not settled); retry',
-                                          p_session.id, p_session.unsettled_task_id));
+                                          p_session.id, p_session.unsettled_task_id), 'KAGENT_SESSION_BUSY');
   END IF;
   IF p_session.idle_executor IS NOT NULL THEN
-    PERFORM sessionq.fail('SQ409', format('session %s is being quiesced; retry after it is recorded', p_session.id));
+    PERFORM sessionq.fail('SQ409', format('session %s is being quiesced; retry after it is recorded', p_session.id),
+                          'KAGENT_SESSION_BUSY');
   END IF;
   IF p_kind = 'SUSPEND' AND (p_session.active_task_id IS NOT NULL
                              OR p_session.dispatch_id IS NOT NULL AND p_session.dispatch_expires_at > clock_timestamp()) THEN

@@ -135,7 +135,7 @@ async def store(database_url: str) -> AsyncIterator[Store]:
 async def sim(database_url: str) -> AsyncIterator[Any]:
     from sessionq.substrate.simulator import SimulatedSubstrate
 
-    s = SimulatedSubstrate(database_url)
+    s = SimulatedSubstrate(database_url, worker_pool_size=64)  # as make_settings: runtime.simulator.workers
     await s.open()
     yield s
     await s.close()
@@ -173,7 +173,7 @@ class Api:
 async def api(settings: config.Settings, store: Store, sim: Any, worker: None) -> AsyncIterator[Api]:
     from sessionq.api.server import ApiServer
 
-    server = ApiServer(settings, store, address="127.0.0.1:0")
+    server = ApiServer(settings, store, address="127.0.0.1:0", runtime=sim)
     await server.start()
     address = f"127.0.0.1:{server.port}"
     sim.taskstore_address = address  # the simulated Actors report to this API

@@ -6,6 +6,7 @@ from typing import Any
 from uuid import UUID
 
 from conftest import apply_agent
+
 from sessionq.models import Session
 from sessionq.operations import OperationExecutor
 from sessionq.store import Store

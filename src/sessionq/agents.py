@@ -121,6 +121,9 @@ def compile_egress(spec: AgentSpec, cluster_domain: str = "cluster.local") -> li
             pass
         else:
             raise errors.invalid(f"{where}: literal IP addresses are not supported; use a DNS name")
+        if re.fullmatch(r"[0-9]+|0x[0-9a-f]*", host.split(".")[-1]):
+            # short or numeric IPv4 spellings (127.1, 0x7f.0.0.1, 0177.0.0.1) are addresses too
+            raise errors.invalid(f"{where}: literal IP addresses are not supported; use a DNS name")
         if not _DNS_SUBDOMAIN.match(host):
             raise errors.invalid(f"{where}: {host!r} is not a valid DNS name")
         if "." not in host or _is_partial_cluster_name(host, cluster_domain):
@@ -129,9 +132,11 @@ def compile_egress(spec: AgentSpec, cluster_domain: str = "cluster.local") -> li
                 f"e.g. <service>.<namespace>.svc.{cluster_domain}"
             )
         try:
-            port = parts.port or (443 if parts.scheme == "https" else 80)
+            port = parts.port if parts.port is not None else (443 if parts.scheme == "https" else 80)
         except ValueError:
             raise errors.invalid(f"{where}: invalid port") from None
+        if not 0 < port < 65536:
+            raise errors.invalid(f"{where}: invalid port {port}")
         for header in dest.credential_headers:
             if not _HEADER.match(header):
                 raise errors.invalid(f"{where}: {header!r} is not a valid header name")
@@ -167,9 +172,15 @@ async def prepare_revision(store: Store, runtime: Substrate, revision_id: UUID) 
         except SubstrateError as e:
             if e.code != Code.NOT_FOUND:
                 raise
-            template = await runtime.create_actor_template(rev.template_atespace, rev.template_name, rev.image)
+            try:
+                template = await runtime.create_actor_template(rev.template_atespace, rev.template_name, rev.image)
+            except SubstrateError as again:
+                if again.code != Code.ALREADY_EXISTS:
+                    raise
+                # a concurrent preparation of this revision made it: the template is this revision's own
+                template = await runtime.get_actor_template(rev.template_atespace, rev.template_name)
     except SubstrateError as e:
-        if e.code in (Code.INVALID_ARGUMENT, Code.FAILED_PRECONDITION, Code.ALREADY_EXISTS):
+        if e.code in (Code.INVALID_ARGUMENT, Code.FAILED_PRECONDITION):
             log.warning("revision %s failed: %s", revision_id, e.message)
             await store.finish_revision(revision_id, None, f"actor template {rev.template_name}: {e.message}")
             return "FAILED"

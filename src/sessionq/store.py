@@ -60,7 +60,7 @@ class Store:
                 raise domain from None
             raise
 
-    async def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+    async def _rows(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
         async with self._conn() as conn:
             cur = await conn.execute(sql, params)
             return list(await cur.fetchall())
@@ -232,6 +232,17 @@ class Store:
             "SELECT sessionq.rename_session(%s, %s, %s, %s)", (session_id, caller, share_hash, name)
         )
         return Session.from_json(value)
+
+    async def visible_actors(
+        self, caller: str, share_hash: str | None, actors: Sequence[tuple[str, str, str | None]]
+    ) -> set[tuple[str, str]]:
+        if not actors:
+            return set()
+        rows = await self._rows(
+            "SELECT actor_atespace, actor_name FROM sessionq.visible_actors(%s, %s, %s, %s, %s)",
+            (caller, share_hash, [a[0] for a in actors], [a[1] for a in actors], [a[2] for a in actors]),
+        )
+        return {(r["actor_atespace"], r["actor_name"]) for r in rows}
 
     # -- shares ---------------------------------------------------------------------------------
 

@@ -26,7 +26,10 @@ def worker_name() -> str:
 async def open_runtime(settings: Settings, url: str) -> AsyncIterator[Substrate]:
     from sessionq.substrate.simulator import SimulatedSubstrate
 
-    sim = SimulatedSubstrate(url, worker_pool_size=int(settings["runtime.simulator.workers"]))
+    sim = SimulatedSubstrate(
+        url, worker_pool_size=int(settings["runtime.simulator.workers"]),
+        taskstore_address=settings["runtime.simulator.taskStoreAddress"] or settings["server.address"],
+    )
     await sim.open()
     try:
         yield sim
@@ -47,7 +50,6 @@ async def run_worker(
     """Run the job workers until `stop` is set, then drain: stop fetching, let running jobs
     finish (up to workers.shutdownTimeout) and return."""
     from sessionq.jobs.app import build_app
-
     from sessionq.quiescence import QuiescencePool
 
     executor = OperationExecutor(store, runtime, settings.claim_lifetime)

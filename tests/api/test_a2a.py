@@ -5,8 +5,8 @@ import asyncio
 import grpc
 import pytest
 from a2a.types import a2a_pb2, a2a_pb2_grpc
-
 from conftest import apply_agent
+
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, session_pb2, session_pb2_grpc
 
 TENANT = "kagent/my-first-agent"

@@ -4,9 +4,9 @@ import asyncio
 
 import grpc
 import pytest
-
 from conftest import apply_agent, running_worker
 from lifecycle import count
+
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, session_pb2, session_pb2_grpc
 from sessionq.api.server import ApiServer
 

@@ -1,7 +1,7 @@
 import grpc
 import pytest
-
 from conftest import apply_agent
+
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, session_pb2, session_pb2_grpc
 
 

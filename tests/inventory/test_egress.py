@@ -248,13 +248,11 @@ async def test_apply_agent_rejects_bad_egress_and_writes_nothing(store, sim):
 
 
 @pytest.mark.clause("EGR-4")
-@pytest.mark.xfail(strict=True, reason="compile_egress accepts inet_aton IPv4 forms (127.1, 0x7f.0.0.1)")
 @pytest.mark.parametrize("url", ["http://127.1:8080", "http://0x7f.0.0.1", "http://0177.0.0.1"])
 def test_shorthand_ipv4_literals_are_rejected(url):
     rejected(url)
 
 
 @pytest.mark.clause("EGR-2")
-@pytest.mark.xfail(strict=True, reason="compile_egress turns port 0 into the scheme's default port")
 def test_port_zero_is_not_silently_the_default_port():
     rejected("http://api.example.com:0")

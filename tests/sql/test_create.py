@@ -1,9 +1,9 @@
 """Creating Sessions and preparing Agent revisions (CRE-*, AGT-*)."""
 
 import pytest
-
 from conftest import apply_agent
 from lifecycle import AGENT, count, ready_session
+
 from sessionq.agents import compile_egress, parse_spec, prepare_revision
 from sessionq.errors import SessionqError
 from sessionq.operations import OperationExecutor

@@ -1,8 +1,8 @@
 """Deletion, tombstones, explicit suspend and resume (DEL-*, SUS-*)."""
 
 import pytest
-
 from lifecycle import AGENT, count, raw_session, ready_session
+
 from sessionq.errors import SessionqError
 from sessionq.operations import OperationExecutor
 

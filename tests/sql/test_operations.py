@@ -6,9 +6,9 @@ from uuid import uuid4
 
 import psycopg
 import pytest
-
 from conftest import apply_agent
 from lifecycle import AGENT, count, raw_session, ready_session
+
 from sessionq import config
 from sessionq.errors import SessionqError
 from sessionq.operations import OperationExecutor

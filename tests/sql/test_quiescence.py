@@ -7,8 +7,8 @@ import uuid
 
 import psycopg
 import pytest
-
 from lifecycle import raw_session, ready_session, turn_by_store
+
 from sessionq.errors import SessionqError
 from sessionq.operations import OperationExecutor
 from sessionq.quiescence import QuiescencePool, claim_and_quiesce, pick_snapshot

@@ -4,8 +4,8 @@ import asyncio
 import uuid
 
 import pytest
-
 from lifecycle import count, raw_session, ready_session, task_json, turn_by_store
+
 from sessionq.errors import SessionqError
 from sessionq.operations import OperationExecutor
 

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import grpc
 
 from sessionq import errors
+from sessionq._pb.kagent.api.v1alpha1 import agent_pb2, agent_pb2_grpc, common_pb2
 from sessionq.agents import AgentSpec, EgressDestination, check_name, check_namespace, compile_egress, parse_spec
 from sessionq.api.common import Authenticator, decode_token, encode_token, page_limit, rpc, ts
 from sessionq.models import Agent, Revision
 from sessionq.store import Store
-from sessionq._pb.kagent.api.v1alpha1 import agent_pb2, agent_pb2_grpc, common_pb2
 
 
 def spec_from_proto(msg: agent_pb2.AgentSpec) -> AgentSpec:
@@ -24,7 +25,7 @@ def spec_from_proto(msg: agent_pb2.AgentSpec) -> AgentSpec:
     return parse_spec(data)
 
 
-def spec_to_proto(spec: dict) -> agent_pb2.AgentSpec:  # type: ignore[type-arg]
+def spec_to_proto(spec: dict[str, Any]) -> agent_pb2.AgentSpec:
     return agent_pb2.AgentSpec(
         ref=common_pb2.ResourceReference(namespace=spec.get("namespace", ""), name=spec.get("name", "")),
         template=spec.get("template", ""),

@@ -44,36 +44,11 @@ log = logging.getLogger("sessionq.api")
 DEADLINE_MARGIN = 0.1  # seconds
 RuntimeFactory = Callable[[], AbstractAsyncContextManager[Substrate]]
 
-# The Actors among a batch (atespace, name, uid or None) that belong to a live Session the caller
-# owns or holds a valid share of. One query per runtime batch.
-VISIBLE_ACTORS_SQL = """
-SELECT DISTINCT s.actor_atespace, s.actor_name
-  FROM unnest(%(atespaces)s::text[], %(names)s::text[], %(uids)s::text[]) AS r(atespace, name, uid)
-  JOIN sessionq.sessions s ON s.actor_atespace = r.atespace AND s.actor_name = r.name
- WHERE s.state <> 'DELETED'
-   AND (r.uid IS NULL OR s.actor_uid IS NULL OR s.actor_uid = r.uid)
-   AND sessionq.access(s, %(caller)s, %(share_hash)s) IS NOT NULL
-"""
-
-
 async def visible_actors(
     store: Store, caller: str, share_hash: str | None, actors: Sequence[tuple[str, str, str | None]]
 ) -> set[ActorKey]:
-    """(atespace, name) of the given Actors the caller may see (a same-name Actor with another
-    UID than the Session recorded is not theirs)."""
-    if not actors:
-        return set()
-    params = {
-        "atespaces": [a[0] for a in actors],
-        "names": [a[1] for a in actors],
-        "uids": [a[2] for a in actors],
-        "caller": caller,
-        "share_hash": share_hash,
-    }
-    async with store.pool.connection() as conn:
-        cur = await conn.execute(VISIBLE_ACTORS_SQL, params)
-        rows: list[Any] = await cur.fetchall()
-    return {(r["actor_atespace"], r["actor_name"]) for r in rows}
+    """(atespace, name) of the given Actors the caller may see (sessionq.visible_actors)."""
+    return await store.visible_actors(caller, share_hash, actors)
 
 
 def actor_authorizer(store: Store, who: Identity, admin: bool) -> ActorAuthorizer:

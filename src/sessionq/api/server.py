@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import grpc
+from a2a.types import a2a_pb2, a2a_pb2_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from a2a.types import a2a_pb2, a2a_pb2_grpc
-
+from sessionq._pb.kagent.api.v1alpha1 import (
+    agent_pb2,
+    agent_pb2_grpc,
+    inventory_pb2,
+    inventory_pb2_grpc,
+    session_pb2,
+    session_pb2_grpc,
+    taskstore_pb2,
+    taskstore_pb2_grpc,
+)
 from sessionq.api.a2a import A2AService
 from sessionq.api.agents import AgentService
 from sessionq.api.common import Authenticator
@@ -16,9 +25,7 @@ from sessionq.api.sessions import SessionService
 from sessionq.api.taskstore import TaskStoreService
 from sessionq.config import Settings
 from sessionq.store import Store
-from sessionq._pb.kagent.api.v1alpha1 import agent_pb2, agent_pb2_grpc, session_pb2, session_pb2_grpc
-from sessionq._pb.kagent.api.v1alpha1 import inventory_pb2, inventory_pb2_grpc
-from sessionq._pb.kagent.api.v1alpha1 import taskstore_pb2, taskstore_pb2_grpc
+from sessionq.substrate.base import Substrate
 
 SERVICE_NAMES = [
     session_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name,
@@ -30,7 +37,9 @@ SERVICE_NAMES = [
 
 
 class ApiServer:
-    def __init__(self, settings: Settings, store: Store, *, address: str | None = None) -> None:
+    def __init__(
+        self, settings: Settings, store: Store, *, address: str | None = None, runtime: Substrate | None = None
+    ) -> None:
         self.settings = settings
         self.store = store
         self.server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
@@ -42,7 +51,7 @@ class ApiServer:
             AgentService(store, auth, settings["global.clusterDomain"]), self.server
         )
         inventory_pb2_grpc.add_InventoryServiceServicer_to_server(
-            InventoryService.from_settings(settings, store, auth), self.server
+            InventoryService.from_settings(settings, store, auth, runtime), self.server
         )
         taskstore_pb2_grpc.add_TaskStoreServiceServicer_to_server(TaskStoreService(store), self.server)
         a2a_pb2_grpc.add_A2AServiceServicer_to_server(

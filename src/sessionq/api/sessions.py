@@ -7,12 +7,16 @@ deadline they answer UNAVAILABLE and the client retries the same call (OP-16).
 
 from __future__ import annotations
 
+import asyncio
 import secrets
+import time
 from uuid import UUID
 
 import grpc
 
 from sessionq import errors
+from sessionq._pb.kagent.api.v1alpha1 import common_pb2, session_pb2, session_pb2_grpc
+from sessionq.agents import check_name, check_namespace
 from sessionq.api.common import (
     Authenticator,
     check_display_name,
@@ -26,11 +30,11 @@ from sessionq.api.common import (
     ts,
     wait_budget,
 )
-from sessionq.agents import check_name, check_namespace
 from sessionq.metrics import OPERATIONS
 from sessionq.models import Admission, Session, Share
 from sessionq.store import Store
-from sessionq._pb.kagent.api.v1alpha1 import common_pb2, session_pb2, session_pb2_grpc
+
+BUSY_WAIT = 5.0  # how long a lifecycle call waits out a turn's cleanup or quiescence
 
 PERMISSIONS = {
     common_pb2.SESSION_SHARE_PERMISSION_READ_ONLY: "READ_ONLY",
@@ -87,7 +91,7 @@ async def await_generation(store: Store, admission: Admission, context: grpc.aio
         if obs.session.failure_reason == "RuntimeUnavailable":
             raise errors.unavailable(message + "; retry the same call")
         raise errors.precondition(message)
-    if obs.status == "gone" or obs.session is None or kind == "create" and obs.session.state in ("DELETING", "DELETED"):
+    if obs.status == "gone" or obs.session is None or (kind == "create" and obs.session.state in ("DELETING", "DELETED")):
         raise errors.not_found(f"session {s.id} not found (it was deleted)")
     raise errors.conflict(
         f"the {kind} operation of session {s.id} was superseded by a newer "
@@ -150,7 +154,16 @@ class SessionService(session_pb2_grpc.SessionServiceServicer):
     async def _lifecycle(self, session_id: str, kind: str, context: grpc.aio.ServicerContext) -> session_pb2.Session:
         who = self.auth.identify(context)
         sid = parse_uuid(session_id, "session_id")
-        admission = await self.store.admit_operation(sid, who.user, who.share_hash, kind)
+        # a turn's cleanup or its quiescence is brief: wait for it (within the deadline) rather than fail
+        deadline = time.monotonic() + min(BUSY_WAIT, wait_budget(context))
+        while True:
+            try:
+                admission = await self.store.admit_operation(sid, who.user, who.share_hash, kind)
+                break
+            except errors.SessionqError as e:
+                if e.reason != "KAGENT_SESSION_BUSY" or time.monotonic() >= deadline:
+                    raise
+                await asyncio.sleep(0.05)
         return session_to_proto(await await_generation(self.store, admission, context))
 
     @rpc

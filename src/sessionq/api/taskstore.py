@@ -16,10 +16,10 @@ from a2a.types import a2a_pb2
 from google.protobuf import json_format
 
 from sessionq import errors, workload
+from sessionq._pb.kagent.api.v1alpha1 import taskstore_pb2, taskstore_pb2_grpc
 from sessionq.api.common import decode_token, encode_token, parse_uuid, rpc
 from sessionq.models import Task
 from sessionq.store import Store
-from sessionq._pb.kagent.api.v1alpha1 import taskstore_pb2, taskstore_pb2_grpc
 
 STATE_NAMES = {v: k for k, v in a2a_pb2.TaskState.items()}
 

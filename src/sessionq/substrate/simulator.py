@@ -574,7 +574,7 @@ class SimulatedSubstrate:
         async with self._tx() as cur:
             await cur.execute("DELETE FROM substrate_sim.faults")
 
-    async def wait_blocked(self, fault_id: int, timeout: float = 5.0, *, count: int = 1) -> None:  # noqa: ASYNC109
+    async def wait_blocked(self, fault_id: int, timeout: float = 5.0, *, count: int = 1) -> None:
         """Return once at least `count` calls are blocked on the fault; TimeoutError otherwise."""
         deadline = time.monotonic() + timeout
         while True:
@@ -1172,7 +1172,9 @@ class SimulatedSubstrate:
             if kind == "stuck_token" and page_token:
                 return Page(items=[], next_page_token=page_token)
             key = boundary or (("" if global_listing else None), "")
-            return Page(items=[], next_page_token=encode_actor_token(key[0], key[1]))
+            # an empty page that still advances: just past the boundary ("\x01" sorts before any name character)
+            name = key[1] + "\x01" if boundary else key[1]
+            return Page(items=[], next_page_token=encode_actor_token(key[0], name))
 
         async def op() -> Page[Actor]:
             async with self._tx() as cur:
@@ -1209,7 +1211,7 @@ class SimulatedSubstrate:
         def fake_page(kind: str) -> Page[Worker]:
             if kind == "stuck_token" and page_token:
                 return Page(items=[], next_page_token=page_token)
-            return Page(items=[], next_page_token=encode_actor_token(None, boundary or ""))
+            return Page(items=[], next_page_token=encode_actor_token(None, boundary + "\x01" if boundary else ""))
 
         async def op() -> Page[Worker]:
             async with self._tx() as cur:

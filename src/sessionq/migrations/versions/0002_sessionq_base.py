@@ -1,8 +1,14 @@
-"""sessionq base: agents, revisions, sessions, shares, tasks and quiescence, the job wrapper.
+"""sessionq base schema: every file of schema/ in name order.
 
 Revision ID: 0002_sessionq_base
 Revises: 0001_procrastinate
+
+The schema is unreleased and requires a clean database (as the requirements say of the
+reference system): until the first release this revision applies all of schema/. After the
+first release, every change gets a revision of its own.
 """
+
+from importlib import resources
 
 from sessionq.migrations.sqlfiles import apply_sql_files
 
@@ -13,7 +19,8 @@ depends_on = None
 
 
 def upgrade() -> None:
-    apply_sql_files(["00_base.sql", "05_jobs.sql", "10_agents.sql", "20_sessions.sql", "30_tasks.sql"])
+    names = sorted(f.name for f in resources.files("sessionq.schema").iterdir() if f.name.endswith(".sql"))
+    apply_sql_files(names)
 
 
 def downgrade() -> None:
