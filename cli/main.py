@@ -6,6 +6,7 @@ import click
 from sessionq.cli.actors import actors
 from sessionq.cli.agent import agent
 from sessionq.cli.client import DEFAULT_SERVER, DEFAULT_TIMEOUT
+from sessionq.cli.invoke import invoke
 from sessionq.cli.server import migrate, serve, up, worker
 from sessionq.cli.session import session
 
@@ -37,6 +38,7 @@ main.add_command(session)
 main.add_command(actors)
 # the kagent spelling: `sessionq agent session create ...` is the same group as `sessionq session ...`
 agent.add_command(session)
+agent.add_command(invoke)
 
 
 if __name__ == "__main__":

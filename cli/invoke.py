@@ -1,0 +1,42 @@
+"""`sessionq agent invoke`: send one message to a Session's agent and print the answer."""
+
+from __future__ import annotations
+
+import uuid
+
+import click
+from a2a.types import a2a_pb2, a2a_pb2_grpc
+
+from sessionq._pb.kagent.api.v1alpha1 import session_pb2, session_pb2_grpc
+from sessionq.cli.client import get_client, output_option, print_json
+
+
+def answer_text(task: a2a_pb2.Task) -> str:
+    return "\n".join(p.text for p in task.status.message.parts if p.text)
+
+
+@click.command()
+@click.option("--session", "session_id", required=True, help="The Session (its ID is the conversation's context ID).")
+@click.option("--task", "text", required=True, help="The message to send.")
+@click.option("--task-id", default="", help="Continue this task (one that waits for input).")
+@output_option
+@click.pass_context
+def invoke(ctx: click.Context, session_id: str, text: str, task_id: str, output: str) -> None:
+    """Send TEXT to the Session's agent and wait for the turn to finish. A suspended Actor is
+    resumed automatically. `-o json` prints the SendMessage response (`.task.id`)."""
+    client = get_client(ctx)
+    session = client.call(session_pb2_grpc.SessionServiceStub(client.channel).GetSession,
+                          session_pb2.GetSessionRequest(session_id=session_id)).session
+    message = a2a_pb2.Message(message_id=str(uuid.uuid4()), role=a2a_pb2.ROLE_USER, context_id=session.id,
+                              task_id=task_id, parts=[a2a_pb2.Part(text=text)])
+    request = a2a_pb2.SendMessageRequest(tenant=f"{session.agent.namespace}/{session.agent.name}", message=message)
+    # not retried: sending the message again would be a second turn
+    response = client.call(a2a_pb2_grpc.A2AServiceStub(client.channel).SendMessage, request)
+    if output == "json":
+        print_json(response)
+        return
+    task = response.task
+    state = a2a_pb2.TaskState.Name(task.status.state).removeprefix("TASK_STATE_")
+    click.echo(answer_text(task))
+    if state != "COMPLETED":
+        click.echo(f"(task {task.id} is {state})", err=True)
