@@ -6,7 +6,7 @@ SQL defers these tasks by name (schema/05_jobs.sql), so the names here are the c
 from __future__ import annotations
 
 from procrastinate import App, PsycopgConnector, RetryStrategy
-from sessionq.jobs import agents, dispatch, operations
+from sessionq.jobs import agents, checkpoints, dispatch, operations
 
 from sessionq.db import conninfo
 
@@ -25,6 +25,10 @@ def build_app(url: str, *, pool_size: int = 4) -> App:
     app.task(name="prepare_revision", queue="agents", pass_context=True, retry=OPERATION_RETRY)(
         agents.prepare_revision
     )
+    for fn in (checkpoints.create_checkpoint, checkpoints.delete_checkpoint):
+        app.task(name=fn.__name__, queue="operations", pass_context=True, retry=OPERATION_RETRY)(fn)
+    app.task(name="refresh_snapshot", queue="operations", pass_context=True,
+             retry=RetryStrategy(max_attempts=60, wait=1))(checkpoints.refresh_snapshot)
     # a failed dispatch is ended (its task abandoned) rather than retried: the user sends again
     app.task(name="dispatch_turn", queue="dispatch", pass_context=True, retry=False)(dispatch.dispatch_turn)
     return app

@@ -51,6 +51,7 @@ CREATE TABLE sessionq.sessions (
   idle_executor        uuid,
   idle_claimed_at      timestamptz,
   snapshot_status      text,
+  snapshot_event_seq   bigint,
   pinned_checkpoint_id uuid GENERATED ALWAYS AS (CASE WHEN state <> 'DELETED' THEN source_checkpoint_id END) STORED,
   created_at           timestamptz NOT NULL DEFAULT clock_timestamp(),
   updated_at           timestamptz NOT NULL DEFAULT clock_timestamp(),
@@ -80,6 +81,7 @@ COMMENT ON COLUMN sessionq.sessions.pinned_checkpoint_id IS 'Generated: the sour
 COMMENT ON COLUMN sessionq.sessions.dispatch_id IS 'The dispatch reservation of an admitted turn: the dispatch job delivers dispatch_message to the Actor, whose task writes must carry this id. Expires at dispatch_expires_at.';
 COMMENT ON COLUMN sessionq.sessions.unsettled_task_id IS 'A task whose final update is staged but not yet settled (native cleanup unfinished): blocks task writes and explicit lifecycle changes.';
 COMMENT ON COLUMN sessionq.sessions.idle_boundary_id IS 'Set by a settlement (or a Resume): the Actor may be suspended. Claimed by a quiescence worker (idle_executor); a claim for possibly issued runtime work never expires.';
+COMMENT ON COLUMN sessionq.sessions.snapshot_event_seq IS 'The history sequence the recorded snapshot covers: a checkpoint of the head turn needs snapshot_event_seq = last_event_seq and snapshot_status COMPLETED.';
 COMMENT ON COLUMN sessionq.sessions.last_event_at IS 'Database time of the newest stored event of this Session (the idle clock runs from the later of this and created_at).';
 COMMENT ON COLUMN sessionq.sessions.failed_operation_id IS 'The generation whose preparation failed (failure_reason, failure_message say why); waiting callers of it are told.';
 
@@ -410,7 +412,11 @@ BEGIN
          actor_uid = CASE WHEN v.operation = 'DELETE' THEN NULL ELSE coalesce(p_result ->> 'actor_uid', s.actor_uid) END,
          revision_id = CASE WHEN v.operation = 'DELETE' THEN NULL ELSE s.revision_id END,
          snapshot_generation = coalesce((p_result -> 'snapshot' ->> 'generation')::bigint, s.snapshot_generation),
-         snapshot_uri = coalesce(p_result -> 'snapshot' ->> 'uri', s.snapshot_uri),
+         snapshot_uri = CASE WHEN p_result -> 'snapshot' ? 'generation' THEN p_result -> 'snapshot' ->> 'uri'
+                             ELSE s.snapshot_uri END,
+         snapshot_status = coalesce(p_result -> 'snapshot' ->> 'status', s.snapshot_status),
+         snapshot_event_seq = CASE WHEN p_result -> 'snapshot' ? 'generation' THEN s.last_event_seq
+                                   ELSE s.snapshot_event_seq END,
          updated_at = clock_timestamp()
    WHERE s.id = v.id
   RETURNING * INTO v;

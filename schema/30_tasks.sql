@@ -423,11 +423,18 @@ BEGIN
          snapshot_generation = coalesce((p_snapshot ->> 'generation')::bigint, s.snapshot_generation),
          snapshot_uri = CASE WHEN p_snapshot ? 'generation' THEN p_snapshot ->> 'uri' ELSE s.snapshot_uri END,
          snapshot_status = coalesce(p_snapshot ->> 'status', s.snapshot_status),
+         snapshot_event_seq = CASE WHEN p_snapshot ? 'generation' THEN s.last_event_seq ELSE s.snapshot_event_seq END,
          updated_at = clock_timestamp()
    WHERE s.id = p_session AND s.idle_boundary_id = p_boundary AND s.idle_executor = p_executor
   RETURNING * INTO v;
   IF NOT FOUND THEN
     PERFORM sessionq.fail('SQ409', format('executor %s does not hold the idle claim of session %s', p_executor, p_session));
+  END IF;
+  IF v.snapshot_status = 'IN_PROGRESS' THEN
+    -- the runtime is still writing it: look again until it is durable (never fall back to an older one)
+    PERFORM sessionq.defer_job('operations', 'refresh_snapshot',
+                               jsonb_build_object('session_id', v.id, 'generation', v.snapshot_generation),
+                               'snapshot:' || v.id, clock_timestamp() + interval '1 second');
   END IF;
   RETURN to_jsonb(v);
 END $$;
@@ -471,3 +478,14 @@ END $$;
 CREATE OR REPLACE FUNCTION sessionq.get_task(p_task_id text) RETURNS jsonb
 LANGUAGE sql STABLE AS $$ SELECT to_jsonb(t) FROM sessionq.tasks t WHERE t.id = p_task_id $$;
 COMMENT ON FUNCTION sessionq.get_task(text) IS 'One task row (published task, version, phase) by id.';
+
+-- record_snapshot_completed: a pending snapshot generation became durable.
+CREATE OR REPLACE FUNCTION sessionq.record_snapshot_completed(p_session uuid, p_generation bigint, p_uri text)
+RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+  UPDATE sessionq.sessions SET snapshot_uri = p_uri, snapshot_status = 'COMPLETED', updated_at = clock_timestamp()
+   WHERE id = p_session AND snapshot_generation = p_generation AND snapshot_status = 'IN_PROGRESS';
+  RETURN FOUND;
+END $$;
+COMMENT ON FUNCTION sessionq.record_snapshot_completed(uuid, bigint, text) IS
+  'Record that the exact pending snapshot generation is now COMPLETED (with its URI). False when the Session has moved on to another generation.';

@@ -78,6 +78,7 @@ class Session(Row):
     idle_executor: UUID | None
     idle_claimed_at: datetime | None
     snapshot_status: str | None
+    snapshot_event_seq: int | None
     created_at: datetime
     updated_at: datetime
 
@@ -158,3 +159,38 @@ class Share(Row):
     created_by: str
     created_at: datetime
     expires_at: datetime
+
+
+@dataclass(frozen=True)
+class Checkpoint(Row):
+    id: UUID
+    session_id: UUID
+    creator: str
+    request_id: str
+    head_task_id: str
+    history_sequence: int
+    state: str
+    name: str
+    default_name: str
+    agent_namespace: str
+    agent_name: str
+    revision_id: UUID | None
+    actor_atespace: str
+    actor_name: str
+    actor_uid: str
+    snapshot_generation: int
+    snapshot_uri: str
+    tag_name: str
+    executor_id: UUID | None
+    executor_expires_at: datetime | None
+    failure_message: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class CheckpointClaim:
+    status: str  # claimed | busy | done | gone
+    previous_executor: UUID | None
+    expires_at: datetime | None
+    checkpoint: Checkpoint | None

@@ -39,7 +39,6 @@ from sessionq.substrate.base import (
     Code,
     EgressRule,
     SnapshotFidelity,
-    SnapshotStatus,
     Substrate,
     SubstrateError,
 )
@@ -174,6 +173,8 @@ class OperationExecutor:
         if session.operation == "CREATE":
             if revision is None or revision.state != "READY":
                 raise PreparationFailed("RevisionUnavailable", f"revision {session.revision_id} is not prepared")
+            if session.source_checkpoint_id is not None:
+                await self._prepare_fork(session)
         # read the Actor as the runtime reports it (read-only); transient errors are retried
         actor = await self._inspect_with_retries(session)
         if actor is not None and session.actor_uid and actor.uid != session.actor_uid:
@@ -183,6 +184,25 @@ class OperationExecutor:
                 f"not the recorded {session.actor_uid}; it is never adopted",
             )
         return revision
+
+    async def _prepare_fork(self, session: Session) -> None:
+        """A fork loads its checkpoint from PostgreSQL; the tag must still hold exactly the
+        checkpoint's snapshot (also on every retry)."""
+        assert session.source_checkpoint_id is not None
+        checkpoint = await self.store.checkpoint_by_id(session.source_checkpoint_id)
+        if checkpoint is None or checkpoint.state != "READY":
+            raise PreparationFailed("CheckpointUnavailable", f"checkpoint {session.source_checkpoint_id} is not ready")
+        try:
+            tag = await self.runtime.get_tag(checkpoint.actor_atespace, checkpoint.tag_name)
+        except SubstrateError as e:
+            code = "RuntimeUnavailable" if e.code in TRANSIENT else "CheckpointUnavailable"
+            raise PreparationFailed(code, f"cannot read tag {checkpoint.tag_name}: {e.message}") from e
+        if tag.snapshot_generation != checkpoint.snapshot_generation or tag.snapshot_uri != checkpoint.snapshot_uri:
+            raise PreparationFailed(
+                "CheckpointMismatch",
+                f"tag {checkpoint.tag_name} holds snapshot generation {tag.snapshot_generation}, "
+                f"not the checkpoint's {checkpoint.snapshot_generation}",
+            )
 
     async def _inspect_with_retries(self, session: Session) -> Actor | None:
         for attempt in range(PREPARATION_ATTEMPTS):
@@ -254,6 +274,7 @@ class OperationExecutor:
         return {"actor_uid": actor.uid}
 
     def _source_tag(self, session: Session) -> str | None:
+        # the tag lives in the checkpoint's atespace, which is the fork's (both use the revision's)
         return f"checkpoint-{session.source_checkpoint_id}" if session.source_checkpoint_id else None
 
     async def _ensure_egress(self, session: Session, actor: Actor, rules: list[EgressRule]) -> None:
@@ -277,7 +298,9 @@ class OperationExecutor:
             actor = await self.runtime.suspend_actor(
                 session.actor_atespace, session.actor_name, actor.uid, SnapshotFidelity.VOLUMES
             )
-        return {"snapshot": latest_snapshot(actor)}
+        from sessionq.quiescence import pick_snapshot
+
+        return {"snapshot": pick_snapshot(actor.snapshots)}
 
     async def _resume(self, session: Session) -> dict[str, Any]:
         actor = await self._get_actor(session)
@@ -299,15 +322,3 @@ class OperationExecutor:
                 raise
         return {}
 
-
-def latest_snapshot(actor: Actor) -> dict[str, Any] | None:
-    """The snapshot to record: the highest generation, and only once it is durably COMPLETED
-    (a pending generation never falls back to an older one); VOLUMES fidelity only."""
-    if not actor.snapshots:
-        return None
-    top = max(actor.snapshots, key=lambda s: s.generation)
-    if top.fidelity != SnapshotFidelity.VOLUMES:
-        raise RuntimeConflict(f"snapshot generation {top.generation} has fidelity {top.fidelity}; only VOLUMES is accepted")
-    if top.status != SnapshotStatus.COMPLETED:
-        return None
-    return {"generation": top.generation, "uri": top.uri}

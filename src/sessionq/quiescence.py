@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -31,7 +32,15 @@ from sessionq.db import Listener
 from sessionq.models import Session
 from sessionq.operations import with_db_retry
 from sessionq.store import IDLE_CHANNEL, Store
-from sessionq.substrate.base import ActorState, Code, SnapshotFidelity, SnapshotStatus, Substrate, SubstrateError
+from sessionq.substrate.base import (
+    ActorState,
+    Code,
+    Snapshot,
+    SnapshotFidelity,
+    SnapshotStatus,
+    Substrate,
+    SubstrateError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +54,13 @@ class IdentityMismatch(Exception):
     pass
 
 
-def pick_snapshot(actor: Any) -> dict[str, Any] | None:
+def pick_snapshot(snapshots: Sequence[Snapshot]) -> dict[str, Any] | None:
     """The exact snapshot to record: the highest generation. Its URI is accepted only once its
     durable status is COMPLETED; a pending generation never falls back to an older one.
     Only VOLUMES snapshots are accepted (ROOTFS and MEMORY would restore more than files)."""
-    if not actor.snapshots:
+    if not snapshots:
         return None
-    top = max(actor.snapshots, key=lambda s: s.generation)
+    top = max(snapshots, key=lambda s: s.generation)
     if top.fidelity != SnapshotFidelity.VOLUMES:
         raise IdentityMismatch(f"snapshot generation {top.generation} is {top.fidelity}, not VOLUMES")
     done = top.status == SnapshotStatus.COMPLETED
@@ -153,13 +162,13 @@ class QuiescencePool:
                 if actor.state in (ActorState.RUNNING, ActorState.PAUSED, ActorState.RESUMING):
                     actor = await self.runtime.suspend_actor(
                         session.actor_atespace, session.actor_name, actor.uid, SnapshotFidelity.VOLUMES)
-                snapshot = pick_snapshot(actor)
+                snapshot = pick_snapshot(actor.snapshots)
                 waited = 0.0
                 while snapshot is not None and snapshot["status"] != "COMPLETED" and waited < self.snapshot_wait:
                     await asyncio.sleep(0.1)
                     waited += 0.1
                     actor = await self.runtime.get_actor(session.actor_atespace, session.actor_name)
-                    snapshot = pick_snapshot(actor)
+                    snapshot = pick_snapshot(actor.snapshots)
                 return snapshot
             except SubstrateError as e:
                 if e.code == Code.NOT_FOUND or attempt == RUNTIME_ATTEMPTS - 1 or e.code == Code.FAILED_PRECONDITION:

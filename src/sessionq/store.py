@@ -20,10 +20,22 @@ from psycopg_pool import AsyncConnectionPool
 
 from sessionq import errors
 from sessionq.db import Listener, make_pool
-from sessionq.models import Admission, Agent, Claim, Observation, Revision, Session, Share, Task
+from sessionq.models import (
+    Admission,
+    Agent,
+    Checkpoint,
+    CheckpointClaim,
+    Claim,
+    Observation,
+    Revision,
+    Session,
+    Share,
+    Task,
+)
 
 SESSION_CHANNEL = "sessionq_session"
 TASK_CHANNEL = "sessionq_task"
+CHECKPOINT_CHANNEL = "sessionq_checkpoint"
 IDLE_CHANNEL = "sessionq_idle"
 
 
@@ -38,7 +50,7 @@ class Store:
         await pool.open(wait=True, timeout=30)
         listener = None
         if listen:
-            listener = Listener(url, [SESSION_CHANNEL, TASK_CHANNEL])
+            listener = Listener(url, [SESSION_CHANNEL, TASK_CHANNEL, CHECKPOINT_CHANNEL])
             await listener.start()
         return cls(pool, listener)
 
@@ -167,6 +179,10 @@ class Store:
             (session_id, generation, executor, Jsonb(result or {})),
         )
         return Session.from_json(value) if value else None
+
+    async def defer(self, task: str, args: dict[str, Any], queueing_lock: str, at: Any = None,
+                    queue: str = "operations") -> None:
+        await self._rows("SELECT sessionq.defer_job(%s, %s, %s, %s, %s)", (queue, task, Jsonb(args), queueing_lock, at))
 
     async def queue_operation(self, session_id: UUID, at: Any = None) -> None:
         await self._rows("SELECT sessionq.queue_operation(%s, %s)", (session_id, at))
@@ -381,6 +397,80 @@ class Store:
             "SELECT sessionq.finish_idle(%s, %s, %s, %s)", (session_id, boundary, executor, Jsonb(snapshot or {}))
         )
         return Session.from_json(value)
+
+
+    async def record_snapshot_completed(self, session_id: UUID, generation: int, uri: str) -> bool:
+        return bool(await self._value(
+            "SELECT sessionq.record_snapshot_completed(%s, %s, %s)", (session_id, generation, uri)))
+
+    # -- checkpoints and forks --------------------------------------------------------------------
+
+    async def admit_checkpoint(self, session_id: UUID, caller: str, request_id: str, expected_head: str) -> Checkpoint:
+        value = await self._value(
+            "SELECT sessionq.admit_checkpoint(%s, %s, %s, %s)", (session_id, caller, request_id, expected_head))
+        return Checkpoint.from_json(value)
+
+    async def claim_checkpoint(self, checkpoint_id: UUID, executor: UUID, lifetime: float) -> CheckpointClaim:
+        row = await self._one("SELECT * FROM sessionq.claim_checkpoint(%s, %s, %s)", (checkpoint_id, executor, lifetime))
+        c = row["checkpoint"]
+        return CheckpointClaim(row["status"], row["previous_executor"], row["expires_at"],
+                               Checkpoint.from_json(c) if c else None)
+
+    async def release_checkpoint(self, checkpoint_id: UUID, executor: UUID) -> None:
+        await self._rows("SELECT sessionq.release_checkpoint(%s, %s)", (checkpoint_id, executor))
+
+    async def finish_checkpoint(self, checkpoint_id: UUID, executor: UUID, failure: str | None) -> Checkpoint | None:
+        value = await self._value("SELECT sessionq.finish_checkpoint(%s, %s, %s)", (checkpoint_id, executor, failure))
+        return Checkpoint.from_json(value) if value else None
+
+    async def get_checkpoint(self, checkpoint_id: UUID, caller: str) -> Checkpoint:
+        return Checkpoint.from_json(await self._value("SELECT sessionq.get_checkpoint(%s, %s)", (checkpoint_id, caller)))
+
+    async def checkpoint_by_id(self, checkpoint_id: UUID) -> Checkpoint | None:
+        rows = await self._rows("SELECT to_jsonb(c) AS c FROM sessionq.checkpoints c WHERE id = %s", (checkpoint_id,))
+        return Checkpoint.from_json(rows[0]["c"]) if rows else None
+
+    async def list_checkpoints(self, session_id: UUID, caller: str, after: UUID | None, limit: int) -> list[Checkpoint]:
+        rows = await self._rows("SELECT c FROM sessionq.list_checkpoints(%s, %s, %s, %s) c",
+                                (session_id, caller, after, limit))
+        return [Checkpoint.from_json(r["c"]) for r in rows]
+
+    async def rename_checkpoint(self, checkpoint_id: UUID, caller: str, name: str) -> Checkpoint:
+        return Checkpoint.from_json(await self._value(
+            "SELECT sessionq.rename_checkpoint(%s, %s, %s)", (checkpoint_id, caller, name)))
+
+    async def admit_checkpoint_delete(self, checkpoint_id: UUID, caller: str) -> Checkpoint:
+        return Checkpoint.from_json(await self._value(
+            "SELECT sessionq.admit_checkpoint_delete(%s, %s)", (checkpoint_id, caller)))
+
+    async def admit_fork(self, checkpoint_id: UUID, caller: str, request_id: str) -> Admission:
+        row = await self._one("SELECT * FROM sessionq.admit_fork(%s, %s, %s)", (checkpoint_id, caller, request_id))
+        return self._admission(row)
+
+    async def wait_for_checkpoint(self, checkpoint_id: UUID, states: set[str], timeout: float) -> Checkpoint | None:
+        """Wait until the checkpoint is in one of `states` or gone (None); returns the last read
+        (still in another state on timeout). Woken by NOTIFY sessionq_checkpoint."""
+        woke = asyncio.Event()
+        key = str(checkpoint_id)
+
+        def on_notify(payload: str | None) -> None:
+            if payload is None or payload == key:
+                woke.set()
+
+        unsubscribe = self.listener.subscribe(CHECKPOINT_CHANNEL, on_notify) if self.listener else None
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                woke.clear()
+                c = await self.checkpoint_by_id(checkpoint_id)
+                remaining = deadline - time.monotonic()
+                if c is None or c.state in states or remaining <= 0:
+                    return c
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woke.wait(), timeout=min(remaining, 1.0 if self.listener else 0.05))
+        finally:
+            if unsubscribe:
+                unsubscribe()
 
 
 def payload_hash(task: dict[str, Any], event: dict[str, Any] | None, dispatch_id: UUID | None) -> str:

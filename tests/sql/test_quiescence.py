@@ -109,7 +109,7 @@ async def test_only_volumes_snapshots_are_accepted(store, sim, database_url):
     actor = await sim.get_actor(s.actor_atespace, s.actor_name)
     await sim.suspend_actor(s.actor_atespace, s.actor_name, actor.uid, SnapshotFidelity.MEMORY)
     with pytest.raises(Exception, match="not VOLUMES"):
-        pick_snapshot(await sim.get_actor(s.actor_atespace, s.actor_name))
+        pick_snapshot((await sim.get_actor(s.actor_atespace, s.actor_name)).snapshots)
     pool = QuiescencePool(store, sim, database_url, listen=False)
     assert await claim_and_quiesce(pool) == s.id
     row = await raw_session(store, s.id)

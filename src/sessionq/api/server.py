@@ -10,6 +10,8 @@ from grpc_reflection.v1alpha import reflection
 from sessionq._pb.kagent.api.v1alpha1 import (
     agent_pb2,
     agent_pb2_grpc,
+    checkpoint_pb2,
+    checkpoint_pb2_grpc,
     inventory_pb2,
     inventory_pb2_grpc,
     session_pb2,
@@ -19,6 +21,7 @@ from sessionq._pb.kagent.api.v1alpha1 import (
 )
 from sessionq.api.a2a import A2AService
 from sessionq.api.agents import AgentService
+from sessionq.api.checkpoints import CheckpointService
 from sessionq.api.common import Authenticator
 from sessionq.api.inventory import InventoryService
 from sessionq.api.sessions import SessionService
@@ -32,6 +35,7 @@ SERVICE_NAMES = [
     agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
     inventory_pb2.DESCRIPTOR.services_by_name["InventoryService"].full_name,
     taskstore_pb2.DESCRIPTOR.services_by_name["TaskStoreService"].full_name,
+    checkpoint_pb2.DESCRIPTOR.services_by_name["CheckpointService"].full_name,
     a2a_pb2.DESCRIPTOR.services_by_name["A2AService"].full_name,
 ]
 
@@ -54,6 +58,7 @@ class ApiServer:
             InventoryService.from_settings(settings, store, auth, runtime), self.server
         )
         taskstore_pb2_grpc.add_TaskStoreServiceServicer_to_server(TaskStoreService(store), self.server)
+        checkpoint_pb2_grpc.add_CheckpointServiceServicer_to_server(CheckpointService(store, auth), self.server)
         a2a_pb2_grpc.add_A2AServiceServicer_to_server(
             A2AService(store, auth, float(settings["sessions.dispatchTimeout"])), self.server
         )

@@ -1,0 +1,32 @@
+"""Jobs: tag a checkpoint's snapshot, remove a checkpoint's tag, record a pending snapshot."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from procrastinate import JobContext
+
+from sessionq.checkpoints import refresh_snapshot as refresh
+from sessionq.checkpoints import run_checkpoint
+from sessionq.jobs.deps import deps
+
+
+async def _run(context: JobContext, checkpoint_id: str, task: str) -> str:
+    d = deps(context)
+    outcome = await run_checkpoint(d.store, d.runtime, UUID(checkpoint_id), d.settings.claim_lifetime)
+    if outcome.status == "busy" and outcome.retry_at is not None:
+        await d.store.defer(task, {"checkpoint_id": checkpoint_id}, f"checkpoint:{checkpoint_id}", outcome.retry_at)
+    return outcome.status
+
+
+async def create_checkpoint(context: JobContext, checkpoint_id: str) -> str:
+    return await _run(context, checkpoint_id, "create_checkpoint")
+
+
+async def delete_checkpoint(context: JobContext, checkpoint_id: str) -> str:
+    return await _run(context, checkpoint_id, "delete_checkpoint")
+
+
+async def refresh_snapshot(context: JobContext, session_id: str, generation: int) -> bool:
+    d = deps(context)
+    return await refresh(d.store, d.runtime, UUID(session_id), int(generation))

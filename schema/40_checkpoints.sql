@@ -1,0 +1,360 @@
+-- Checkpoints and forks.
+--
+-- A checkpoint pins the snapshot recorded after a turn: admission (admit_checkpoint) checks
+-- the turn boundary under the Session row lock and records a CREATING checkpoint; the
+-- create_checkpoint job tags the snapshot in the runtime (tag checkpoint-<id>) with an
+-- executor claim, then completes it READY. A CREATING checkpoint blocks turns, explicit
+-- lifecycle changes and idle work of its Session. A fork (admit_fork) is a Session creation
+-- from a READY checkpoint: it copies the history with new task ids and the original
+-- timestamps, and its generated pinned_checkpoint_id column holds a RESTRICT foreign key on
+-- the checkpoint while the fork is live.
+
+CREATE TABLE sessionq.checkpoints (
+  id                  uuid PRIMARY KEY DEFAULT sessionq.uuid_v7(),
+  session_id          uuid NOT NULL,  -- no foreign key: checkpoints outlive their source Session
+  creator             text NOT NULL,
+  request_id          text NOT NULL CHECK (length(request_id) BETWEEN 1 AND 128),
+  head_task_id        text NOT NULL,
+  history_sequence    bigint NOT NULL,
+  state               text NOT NULL DEFAULT 'CREATING' CHECK (state IN ('CREATING', 'READY', 'FAILED', 'DELETING')),
+  name                text NOT NULL CHECK (length(name) <= 200),
+  default_name        text NOT NULL,
+  agent_namespace     text NOT NULL,
+  agent_name          text NOT NULL,
+  revision_id         uuid REFERENCES sessionq.revisions (id),
+  actor_atespace      text NOT NULL,
+  actor_name          text NOT NULL,
+  actor_uid           text NOT NULL,
+  snapshot_generation bigint NOT NULL,
+  snapshot_uri        text NOT NULL,
+  tag_name            text NOT NULL,
+  executor_id         uuid,
+  executor_expires_at timestamptz,
+  failure_message     text,
+  created_at          timestamptz NOT NULL DEFAULT clock_timestamp(),
+  updated_at          timestamptz NOT NULL DEFAULT clock_timestamp(),
+  CONSTRAINT checkpoints_request_unique UNIQUE (creator, request_id)
+);
+CREATE INDEX checkpoints_session_idx ON sessionq.checkpoints (session_id, id);
+CREATE INDEX checkpoints_creating_idx ON sessionq.checkpoints (session_id) WHERE state = 'CREATING';
+COMMENT ON TABLE sessionq.checkpoints IS
+  'Checkpoints: a pin on the snapshot recorded after turn head_task_id (history through history_sequence), held in the runtime as tag tag_name. They outlive their source Session and keep its revision pinned (revision_id) until deleted.';
+COMMENT ON COLUMN sessionq.checkpoints.snapshot_generation IS 'The exact snapshot generation the tag must hold; a fork retry checks the tag still holds it.';
+
+ALTER TABLE sessionq.sessions
+  ADD CONSTRAINT sessions_pinned_checkpoint_fk FOREIGN KEY (pinned_checkpoint_id)
+  REFERENCES sessionq.checkpoints (id) ON DELETE RESTRICT;
+
+CREATE OR REPLACE FUNCTION sessionq.notify_checkpoint_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_notify('sessionq_checkpoint', coalesce(NEW.id, OLD.id)::text);
+  RETURN NULL;
+END $$;
+COMMENT ON FUNCTION sessionq.notify_checkpoint_change() IS
+  'Trigger: NOTIFY sessionq_checkpoint with the checkpoint id after every change (waiting API calls re-read).';
+CREATE TRIGGER checkpoints_notify AFTER INSERT OR UPDATE OR DELETE ON sessionq.checkpoints
+  FOR EACH ROW EXECUTE FUNCTION sessionq.notify_checkpoint_change();
+
+CREATE OR REPLACE FUNCTION sessionq.checkpoint_in_progress(p_session uuid) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+  SELECT EXISTS (SELECT 1 FROM sessionq.checkpoints c WHERE c.session_id = p_session AND c.state = 'CREATING')
+$$;
+COMMENT ON FUNCTION sessionq.checkpoint_in_progress(uuid) IS
+  'True while a checkpoint of the Session is being created: it blocks turns, explicit lifecycle changes and idle work.';
+
+CREATE OR REPLACE FUNCTION sessionq.check_checkpoint_blockers(v sessionq.sessions) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF sessionq.checkpoint_in_progress(v.id) THEN
+    PERFORM sessionq.fail('SQ409', format('a checkpoint of session %s is being created; retry after it is ready', v.id),
+                          'KAGENT_SESSION_BUSY');
+  END IF;
+END $$;
+
+-- admit_checkpoint: check the turn boundary and record a CREATING checkpoint (or answer a retry).
+CREATE OR REPLACE FUNCTION sessionq.admit_checkpoint(
+  p_session uuid, p_caller text, p_request_id text, p_expected_head text
+) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+  c sessionq.checkpoints;
+  head sessionq.tasks;
+  expected sessionq.tasks;
+  v_id uuid;
+BEGIN
+  IF p_request_id IS NULL OR length(p_request_id) NOT BETWEEN 1 AND 128 THEN
+    PERFORM sessionq.fail('SQ400', 'request_id must be 1 to 128 characters');
+  END IF;
+  v := sessionq.visible_session(p_session, p_caller, NULL, 'owner');
+  SELECT * INTO c FROM sessionq.checkpoints WHERE creator = p_caller AND request_id = p_request_id;
+  IF FOUND THEN
+    IF c.session_id <> p_session OR c.head_task_id <> p_expected_head THEN
+      PERFORM sessionq.fail('SQ422', format('request_id %s was already used for checkpoint %s with different parameters',
+                                            p_request_id, c.id));
+    END IF;
+    RETURN to_jsonb(c);  -- a retry: the same checkpoint
+  END IF;
+  IF v.state = 'DELETING' THEN
+    PERFORM sessionq.fail('SQ412', format('session %s is being deleted', v.id));
+  END IF;
+  IF v.operation <> 'NONE' THEN
+    PERFORM sessionq.fail('SQ409', format('session %s has a pending %s operation; retry after it completes', v.id, lower(v.operation)));
+  END IF;
+  IF sessionq.checkpoint_in_progress(v.id) THEN
+    PERFORM sessionq.fail('SQ409', format('another checkpoint of session %s is being created; retry', v.id), 'KAGENT_SESSION_BUSY');
+  END IF;
+  SELECT * INTO expected FROM sessionq.tasks WHERE id = p_expected_head AND session_id = v.id;
+  IF NOT FOUND THEN
+    PERFORM sessionq.fail('SQ404', format('task %s not found in session %s', p_expected_head, v.id));
+  END IF;
+  SELECT * INTO head FROM sessionq.tasks WHERE session_id = v.id ORDER BY seq DESC LIMIT 1;
+  IF v.active_task_id IS NOT NULL OR v.unsettled_task_id IS NOT NULL
+     OR v.dispatch_id IS NOT NULL AND v.dispatch_expires_at > clock_timestamp()
+     OR EXISTS (SELECT 1 FROM sessionq.tasks t WHERE t.session_id = v.id
+                 AND t.state NOT IN ('TASK_STATE_COMPLETED', 'TASK_STATE_FAILED', 'TASK_STATE_CANCELED', 'TASK_STATE_REJECTED')) THEN
+    -- running, unsettled and waiting (INPUT_REQUIRED / AUTH_REQUIRED) turns are not checkpointable
+    PERFORM sessionq.fail('SQ412', 'checkpoint requires all tasks to be terminal');
+  END IF;
+  IF head.id <> expected.id THEN
+    PERFORM sessionq.fail('SQ412', 'conversation advanced beyond the expected task', 'KAGENT_CHECKPOINT_CONVERSATION_ADVANCED');
+  END IF;
+  IF v.idle_boundary_id IS NOT NULL OR v.snapshot_status IS DISTINCT FROM 'COMPLETED'
+     OR v.snapshot_event_seq IS DISTINCT FROM v.last_event_seq OR v.actor_uid IS NULL THEN
+    PERFORM sessionq.fail('SQ412', 'snapshot for the expected task is not ready', 'KAGENT_CHECKPOINT_SNAPSHOT_PENDING');
+  END IF;
+  v_id := sessionq.uuid_v7();
+  INSERT INTO sessionq.checkpoints (id, session_id, creator, request_id, head_task_id, history_sequence, name, default_name,
+                                    agent_namespace, agent_name, revision_id, actor_atespace, actor_name, actor_uid,
+                                    snapshot_generation, snapshot_uri, tag_name)
+  VALUES (v_id, v.id, p_caller, p_request_id, head.id, v.last_event_seq,
+          v.agent_name || ' turn ' || v.last_event_seq, v.agent_name || ' turn ' || v.last_event_seq,
+          v.agent_namespace, v.agent_name, v.revision_id, v.actor_atespace, v.actor_name, v.actor_uid,
+          v.snapshot_generation, v.snapshot_uri, 'checkpoint-' || v_id)
+  ON CONFLICT ON CONSTRAINT checkpoints_request_unique DO NOTHING
+  RETURNING * INTO c;
+  IF NOT FOUND THEN  -- a concurrent request with the same id won
+    SELECT * INTO c FROM sessionq.checkpoints WHERE creator = p_caller AND request_id = p_request_id;
+    RETURN to_jsonb(c);
+  END IF;
+  PERFORM sessionq.defer_job('operations', 'create_checkpoint', jsonb_build_object('checkpoint_id', c.id),
+                             'checkpoint:' || c.id);
+  RETURN to_jsonb(c);
+END $$;
+COMMENT ON FUNCTION sessionq.admit_checkpoint(uuid, text, text, text) IS
+  'CreateCheckpoint admission under the Session row lock. Idempotent by (caller, request id). FAILED_PRECONDITION: a turn not terminal (waiting turns included), conversation advanced beyond the expected task (KAGENT_CHECKPOINT_CONVERSATION_ADVANCED), snapshot of the head turn not recorded and durable yet (KAGENT_CHECKPOINT_SNAPSHOT_PENDING). Records a CREATING checkpoint and queues create_checkpoint.';
+
+-- claim_checkpoint: one attempt at a time tags the snapshot.
+CREATE OR REPLACE FUNCTION sessionq.claim_checkpoint(p_checkpoint uuid, p_executor uuid, p_lifetime double precision)
+RETURNS TABLE (status text, previous_executor uuid, expires_at timestamptz, checkpoint jsonb)
+LANGUAGE plpgsql AS $$
+DECLARE
+  c sessionq.checkpoints;
+  v_prev uuid;
+BEGIN
+  SELECT * INTO c FROM sessionq.checkpoints WHERE id = p_checkpoint FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN QUERY SELECT 'gone'::text, NULL::uuid, NULL::timestamptz, NULL::jsonb;
+    RETURN;
+  END IF;
+  IF c.state NOT IN ('CREATING', 'DELETING') THEN
+    RETURN QUERY SELECT 'done'::text, c.executor_id, c.executor_expires_at, to_jsonb(c);
+    RETURN;
+  END IF;
+  IF c.executor_id IS NOT NULL AND c.executor_expires_at > clock_timestamp() THEN
+    RETURN QUERY SELECT 'busy'::text, c.executor_id, c.executor_expires_at, to_jsonb(c);
+    RETURN;
+  END IF;
+  v_prev := c.executor_id;
+  UPDATE sessionq.checkpoints SET executor_id = p_executor,
+         executor_expires_at = clock_timestamp() + make_interval(secs => p_lifetime), updated_at = clock_timestamp()
+   WHERE id = p_checkpoint RETURNING * INTO c;
+  RETURN QUERY SELECT 'claimed'::text, v_prev, c.executor_expires_at, to_jsonb(c);
+END $$;
+COMMENT ON FUNCTION sessionq.claim_checkpoint(uuid, uuid, double precision) IS
+  'Claim the runtime work of a CREATING or DELETING checkpoint for one attempt (like claim_operation): claimed, busy, done or gone.';
+
+CREATE OR REPLACE FUNCTION sessionq.release_checkpoint(p_checkpoint uuid, p_executor uuid) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  UPDATE sessionq.checkpoints SET executor_expires_at = least(executor_expires_at, clock_timestamp())
+   WHERE id = p_checkpoint AND executor_id = p_executor;
+END $$;
+COMMENT ON FUNCTION sessionq.release_checkpoint(uuid, uuid) IS
+  'End a failed attempt on a checkpoint: the claim lapses now, the executor id stays recorded.';
+
+-- finish_checkpoint: record the outcome of the claim holder: READY, FAILED, or removed after deletion.
+CREATE OR REPLACE FUNCTION sessionq.finish_checkpoint(p_checkpoint uuid, p_executor uuid, p_failure text)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+  c sessionq.checkpoints;
+BEGIN
+  SELECT * INTO c FROM sessionq.checkpoints WHERE id = p_checkpoint AND executor_id = p_executor FOR UPDATE;
+  IF NOT FOUND THEN
+    PERFORM sessionq.fail('SQ409', format('executor %s does not hold the claim of checkpoint %s', p_executor, p_checkpoint));
+  END IF;
+  IF c.state = 'DELETING' THEN
+    DELETE FROM sessionq.checkpoints WHERE id = c.id;  -- the tag is gone: the pin is released
+    RETURN NULL;
+  END IF;
+  UPDATE sessionq.checkpoints
+     SET state = CASE WHEN p_failure IS NULL THEN 'READY' ELSE 'FAILED' END,
+         failure_message = p_failure, executor_id = NULL, executor_expires_at = NULL, updated_at = clock_timestamp()
+   WHERE id = c.id RETURNING * INTO c;
+  -- the Session's idle work and turns may go on
+  PERFORM pg_notify('sessionq_idle', c.session_id::text);
+  RETURN to_jsonb(c);
+END $$;
+COMMENT ON FUNCTION sessionq.finish_checkpoint(uuid, uuid, text) IS
+  'Complete a checkpoint''s runtime work by its claim holder: CREATING -> READY (or FAILED with p_failure); DELETING -> the row is removed, releasing its revision pin.';
+
+CREATE OR REPLACE FUNCTION sessionq.get_checkpoint(p_checkpoint uuid, p_caller text) RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  c sessionq.checkpoints;
+BEGIN
+  SELECT * INTO c FROM sessionq.checkpoints WHERE id = p_checkpoint AND creator = p_caller;
+  IF NOT FOUND THEN
+    PERFORM sessionq.fail('SQ404', format('checkpoint %s not found', p_checkpoint));
+  END IF;
+  RETURN to_jsonb(c);
+END $$;
+COMMENT ON FUNCTION sessionq.get_checkpoint(uuid, text) IS
+  'A checkpoint of the caller (its creator); another user''s answers NOT_FOUND like a missing one.';
+
+CREATE OR REPLACE FUNCTION sessionq.list_checkpoints(p_session uuid, p_caller text, p_after uuid, p_limit integer)
+RETURNS SETOF jsonb LANGUAGE sql STABLE AS $$
+  SELECT to_jsonb(c) FROM sessionq.checkpoints c
+   WHERE c.session_id = p_session AND c.creator = p_caller AND (p_after IS NULL OR c.id > p_after)
+   ORDER BY c.id LIMIT p_limit
+$$;
+COMMENT ON FUNCTION sessionq.list_checkpoints(uuid, text, uuid, integer) IS
+  'The caller''s checkpoints of one Session (also after the Session is gone), in id order after p_after.';
+
+CREATE OR REPLACE FUNCTION sessionq.rename_checkpoint(p_checkpoint uuid, p_caller text, p_name text)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+  c sessionq.checkpoints;
+BEGIN
+  UPDATE sessionq.checkpoints
+     SET name = CASE WHEN coalesce(p_name, '') = '' THEN default_name ELSE p_name END, updated_at = clock_timestamp()
+   WHERE id = p_checkpoint AND creator = p_caller AND state <> 'DELETING'
+  RETURNING * INTO c;
+  IF NOT FOUND THEN
+    PERFORM sessionq.fail('SQ404', format('checkpoint %s not found', p_checkpoint));
+  END IF;
+  RETURN to_jsonb(c);
+END $$;
+COMMENT ON FUNCTION sessionq.rename_checkpoint(uuid, text, text) IS
+  'Rename a checkpoint; an empty name restores the default "<agent> turn <n>".';
+
+-- admit_checkpoint_delete: start removing the tag; refused while a live fork pins the checkpoint.
+CREATE OR REPLACE FUNCTION sessionq.admit_checkpoint_delete(p_checkpoint uuid, p_caller text) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+  c sessionq.checkpoints;
+  v_fork uuid;
+BEGIN
+  SELECT * INTO c FROM sessionq.checkpoints WHERE id = p_checkpoint AND creator = p_caller FOR UPDATE;
+  IF NOT FOUND THEN
+    PERFORM sessionq.fail('SQ404', format('checkpoint %s not found', p_checkpoint));
+  END IF;
+  IF c.state = 'CREATING' THEN
+    PERFORM sessionq.fail('SQ409', format('checkpoint %s is still being created; retry after it is ready', c.id));
+  END IF;
+  SELECT id INTO v_fork FROM sessionq.sessions WHERE pinned_checkpoint_id = c.id LIMIT 1;
+  IF FOUND THEN
+    PERFORM sessionq.fail('SQ412', format('checkpoint %s is pinned by live session %s, forked from it; delete that session first',
+                                          c.id, v_fork));
+  END IF;
+  IF c.state <> 'DELETING' THEN
+    UPDATE sessionq.checkpoints SET state = 'DELETING', executor_id = NULL, executor_expires_at = NULL,
+                                    updated_at = clock_timestamp()
+     WHERE id = c.id RETURNING * INTO c;
+  END IF;
+  PERFORM sessionq.defer_job('operations', 'delete_checkpoint', jsonb_build_object('checkpoint_id', c.id),
+                             'checkpoint:' || c.id);
+  RETURN to_jsonb(c);
+END $$;
+COMMENT ON FUNCTION sessionq.admit_checkpoint_delete(uuid, text) IS
+  'DeleteCheckpoint admission: FAILED_PRECONDITION while a live fork pins it; marks it DELETING and queues delete_checkpoint (removes the tag, then the row). A retry joins.';
+
+-- admit_fork: a Session creation from a READY checkpoint, with the history copied.
+CREATE OR REPLACE FUNCTION sessionq.admit_fork(p_checkpoint uuid, p_caller text, p_request_id text)
+RETURNS TABLE (outcome text, generation uuid, session jsonb) LANGUAGE plpgsql AS $$
+DECLARE
+  c sessionq.checkpoints;
+  v sessionq.sessions;
+  v_id uuid;
+  t record;
+  v_new_task text;
+BEGIN
+  IF p_request_id IS NULL OR length(p_request_id) NOT BETWEEN 1 AND 128 THEN
+    PERFORM sessionq.fail('SQ400', 'request_id must be 1 to 128 characters');
+  END IF;
+  LOOP
+    SELECT * INTO v FROM sessionq.sessions s
+     WHERE s.creator = p_caller AND s.request_kind = 'fork' AND s.request_id = p_request_id FOR UPDATE;
+    IF FOUND THEN
+      IF v.state = 'DELETED' THEN
+        PERFORM sessionq.fail('SQ412', format(
+          'request_id %s belongs to session %s, which was deleted; a deleted session cannot be recreated, use a new request_id',
+          p_request_id, v.id));
+      END IF;
+      IF v.request_fingerprint <> p_checkpoint::text THEN
+        PERFORM sessionq.fail('SQ422', format('request_id %s was already used to fork session %s from another checkpoint',
+                                              p_request_id, v.id));
+      END IF;
+      IF v.operation = 'CREATE' AND v.operation_id IS NULL THEN
+        v := sessionq.new_generation(v.id, 'CREATE', NULL);
+        RETURN QUERY SELECT 'admitted'::text, v.operation_id, to_jsonb(v);
+      ELSIF v.operation = 'CREATE' THEN
+        PERFORM sessionq.queue_operation(v.id);
+        RETURN QUERY SELECT 'joined'::text, v.operation_id, to_jsonb(v);
+      ELSE
+        RETURN QUERY SELECT 'existing'::text, v.operation_id, to_jsonb(v);
+      END IF;
+      RETURN;
+    END IF;
+    SELECT * INTO c FROM sessionq.checkpoints WHERE id = p_checkpoint AND creator = p_caller FOR SHARE;
+    IF NOT FOUND THEN
+      PERFORM sessionq.fail('SQ404', format('checkpoint %s not found', p_checkpoint));
+    END IF;
+    IF c.state <> 'READY' THEN
+      PERFORM sessionq.fail('SQ412', format('checkpoint %s is %s; only a READY checkpoint can be forked', c.id, c.state));
+    END IF;
+    v_id := sessionq.uuid_v7();
+    INSERT INTO sessionq.sessions AS s (id, creator, request_kind, request_id, request_fingerprint, agent_namespace, agent_name,
+                                        revision_id, name, state, operation, operation_id, actor_atespace, actor_name,
+                                        actor_template, source_checkpoint_id)
+    SELECT v_id, p_caller, 'fork', p_request_id, c.id::text, c.agent_namespace, c.agent_name, c.revision_id, c.name,
+           'CREATING', 'CREATE', sessionq.uuid_v7(), r.template_atespace, 'session-' || v_id,
+           r.template_atespace || '/' || r.template_name, c.id
+      FROM sessionq.revisions r WHERE r.id = c.revision_id
+    ON CONFLICT ON CONSTRAINT sessions_request_unique DO NOTHING
+    RETURNING * INTO v;
+    IF FOUND THEN
+      -- replay the pinned history: own task ids and context id, original timestamps
+      FOR t IN SELECT * FROM sessionq.tasks WHERE session_id = c.session_id
+                 AND seq <= (SELECT coalesce(max(e.seq), 0) FROM sessionq.tasks e WHERE e.session_id = c.session_id
+                              AND e.id = c.head_task_id)
+               ORDER BY seq LOOP
+        v_new_task := sessionq.uuid_v7()::text;
+        INSERT INTO sessionq.tasks (id, session_id, seq, state, task, version, published_version, phase, created_at, updated_at)
+        VALUES (v_new_task, v.id, t.seq, t.state,
+                replace(replace(t.task::text, t.id, v_new_task), c.session_id::text, v.id::text)::jsonb,
+                1, 1, 'settled', t.created_at, t.updated_at);
+        INSERT INTO sessionq.events (session_id, seq, task_id, kind, payload, created_at)
+        SELECT v.id, e.seq, v_new_task, e.kind,
+               replace(replace(e.payload::text, t.id, v_new_task), c.session_id::text, v.id::text)::jsonb, e.created_at
+          FROM sessionq.events e
+         WHERE e.session_id = c.session_id AND e.task_id = t.id AND e.seq <= c.history_sequence;
+      END LOOP;
+      UPDATE sessionq.sessions SET last_event_seq = c.history_sequence WHERE id = v.id RETURNING * INTO v;
+      PERFORM sessionq.queue_operation(v.id);
+      RETURN QUERY SELECT 'admitted'::text, v.operation_id, to_jsonb(v);
+      RETURN;
+    END IF;
+  END LOOP;
+END $$;
+COMMENT ON FUNCTION sessionq.admit_fork(uuid, text, text) IS
+  'ForkSession admission: a new Session (request kind fork, idempotent by caller and request id) from a READY checkpoint of the caller, running the checkpoint''s revision and named after it; the history through the checkpoint is copied with new task ids, the fork''s own context id and the original timestamps (its idle clock starts at its creation). The creation job creates the Actor from tag checkpoint-<id>.';
