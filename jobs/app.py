@@ -6,7 +6,7 @@ SQL defers these tasks by name (schema/05_jobs.sql), so the names here are the c
 from __future__ import annotations
 
 from procrastinate import App, PsycopgConnector, RetryStrategy
-from sessionq.jobs import agents, checkpoints, dispatch, operations
+from sessionq.jobs import agents, checkpoints, dispatch, operations, periodic
 
 from sessionq.db import conninfo
 
@@ -17,7 +17,7 @@ QUEUES = ("operations", "dispatch", "agents")
 OPERATION_RETRY = RetryStrategy(max_attempts=25, linear_wait=1)
 
 
-def build_app(url: str, *, pool_size: int = 4) -> App:
+def build_app(url: str, *, pool_size: int = 4, expiry: bool = True) -> App:
     app = App(connector=PsycopgConnector(conninfo=conninfo(url), min_size=1, max_size=pool_size))
     app.task(name="execute_operation", queue="operations", pass_context=True, retry=OPERATION_RETRY)(
         operations.execute_operation
@@ -31,4 +31,5 @@ def build_app(url: str, *, pool_size: int = 4) -> App:
              retry=RetryStrategy(max_attempts=60, wait=1))(checkpoints.refresh_snapshot)
     # a failed dispatch is ended (its task abandoned) rather than retried: the user sends again
     app.task(name="dispatch_turn", queue="dispatch", pass_context=True, retry=False)(dispatch.dispatch_turn)
+    periodic.register(app, expiry=expiry)
     return app

@@ -18,6 +18,7 @@ class Deps:
     store: Store
     runtime: Substrate
     executor: OperationExecutor
+    url: str = ""
 
 
 def deps(context: JobContext) -> Deps:

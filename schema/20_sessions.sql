@@ -154,7 +154,7 @@ COMMENT ON FUNCTION sessionq.queue_operation(uuid, timestamptz) IS
   'Queue the execute_operation job of a Session (at most one waiting per Session: queueing lock operation:<id>). The job executes whatever operation is current when it runs.';
 
 -- new_generation: start a new generation of p_kind on a locked row (admission's common tail).
-CREATE OR REPLACE FUNCTION sessionq.new_generation(p_session uuid, p_kind text, p_reason text)
+CREATE OR REPLACE FUNCTION sessionq.new_generation(p_session uuid, p_kind text, p_reason text, p_queue boolean DEFAULT true)
 RETURNS sessionq.sessions LANGUAGE plpgsql AS $$
 DECLARE
   v sessionq.sessions;
@@ -173,11 +173,13 @@ BEGIN
          updated_at = clock_timestamp()
    WHERE s.id = p_session
   RETURNING * INTO v;
-  PERFORM sessionq.queue_operation(p_session);
+  IF p_queue THEN
+    PERFORM sessionq.queue_operation(p_session);
+  END IF;
   RETURN v;
 END $$;
-COMMENT ON FUNCTION sessionq.new_generation(uuid, text, text) IS
-  'Internal to admission: write operation kind, a fresh generation and no executor; DELETE enters DELETING keeping an earlier deletion reason; queue the job.';
+COMMENT ON FUNCTION sessionq.new_generation(uuid, text, text, boolean) IS
+  'Internal to admission: write operation kind, a fresh generation and no executor; DELETE enters DELETING keeping an earlier deletion reason; queue the job (the idle sweep executes its deletions itself, p_queue false).';
 
 -- admit_create: admit the creation of a Session, or answer a retry of one.
 CREATE OR REPLACE FUNCTION sessionq.admit_create(

@@ -11,6 +11,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -471,6 +472,41 @@ class Store:
         finally:
             if unsubscribe:
                 unsubscribe()
+
+
+    # -- idle expiry and revision GC ---------------------------------------------------------------
+
+    async def idle_candidates(self, ttl: float, after: tuple[Any, UUID] | None, limit: int) -> list[tuple[UUID, Any]]:
+        rows = await self._rows(
+            "SELECT id, idle_since FROM sessionq.idle_candidates(%s, %s, %s, %s)",
+            (ttl, after[0] if after else None, after[1] if after else None, limit),
+        )
+        return [(r["id"], r["idle_since"]) for r in rows]
+
+    async def idle_deletions_to_resume(self, after: UUID | None, limit: int) -> list[UUID]:
+        rows = await self._rows("SELECT s AS id FROM sessionq.idle_deletions_to_resume(%s, %s) s", (after, limit))
+        return [r["id"] for r in rows]
+
+    async def expire_session(self, session_id: UUID, ttl: float) -> Expiry:
+        row = await self._one("SELECT * FROM sessionq.expire_session(%s, %s)", (session_id, ttl))
+        return Expiry(row["outcome"], row["generation"], row["idle_seconds"])
+
+    async def gc_discover(self) -> int:
+        return int(await self._value("SELECT sessionq.gc_discover()"))
+
+    async def gc_candidates(self, limit: int) -> list[Revision]:
+        rows = await self._rows("SELECT r FROM sessionq.gc_claim(%s) r", (limit,))
+        return [Revision.from_json(r["r"]) for r in rows]
+
+    async def gc_finish(self, revision_id: UUID) -> bool:
+        return bool(await self._value("SELECT sessionq.gc_finish(%s)", (revision_id,)))
+
+
+@dataclass(frozen=True)
+class Expiry:
+    outcome: str  # admitted | resumed | busy | active | gone
+    generation: UUID | None
+    idle_seconds: float | None
 
 
 def payload_hash(task: dict[str, Any], event: dict[str, Any] | None, dispatch_id: UUID | None) -> str:

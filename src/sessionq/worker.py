@@ -53,7 +53,7 @@ async def run_worker(
     from sessionq.quiescence import QuiescencePool
 
     executor = OperationExecutor(store, runtime, settings.claim_lifetime)
-    app = build_app(url)
+    app = build_app(url, expiry=float(settings["sessions.idleTtl"]) > 0)
     quiescence = QuiescencePool(
         store, runtime, url,
         workers=int(settings["sessions.quiescenceWorkers"]),
@@ -62,14 +62,17 @@ async def run_worker(
     quiescence_stop = asyncio.Event()
     quiescence_task = asyncio.create_task(quiescence.run(quiescence_stop), name="quiescence")
     try:
-        await _run_procrastinate(app, settings, store, runtime, executor, stop=stop, name=name, queues=queues)
+        await _run_procrastinate(app, settings, url, store, runtime, executor, stop=stop, name=name, queues=queues)
     finally:
         quiescence_stop.set()
         await quiescence_task
+        from sessionq.metrics import REVISION_GC
+
+        REVISION_GC.stop()  # no pending gauge once GC stops
 
 
 async def _run_procrastinate(
-    app: Any, settings: Settings, store: Store, runtime: Substrate, executor: OperationExecutor, *,
+    app: Any, settings: Settings, url: str, store: Store, runtime: Substrate, executor: OperationExecutor, *,
     stop: asyncio.Event, name: str | None, queues: list[str] | None,
 ) -> None:
     from sessionq.jobs.deps import Deps
@@ -83,7 +86,7 @@ async def _run_procrastinate(
                 fetch_job_polling_interval=float(settings["workers.pollInterval"]),
                 shutdown_graceful_timeout=float(settings["workers.shutdownTimeout"]),
                 install_signal_handlers=False,
-                additional_context={"deps": Deps(settings, store, runtime, executor)},
+                additional_context={"deps": Deps(settings, store, runtime, executor, url)},
                 delete_jobs="successful",
             ),
             name="procrastinate-worker",

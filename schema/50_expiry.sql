@@ -1,0 +1,97 @@
+-- Idle expiration: the sweep's page query, the recheck-and-admit procedure, and the leader record.
+--
+-- The idle clock of a Session is the later of its creation and its newest stored event
+-- (greatest(created_at, last_event_at)). A leader-only sweep (one worker replica at a time,
+-- holding the advisory lock below on its own connection) pages through candidates by that
+-- clock, and for each calls expire_session, which rechecks everything under the Session row
+-- lock that task admission uses and admits an ordinary DELETE with reason idle_timeout.
+
+CREATE INDEX sessions_idle_clock_idx ON sessionq.sessions ((greatest(created_at, last_event_at)), id)
+  WHERE state IN ('READY', 'SUSPENDED');
+CREATE INDEX sessions_idle_deleting_idx ON sessionq.sessions (id)
+  WHERE state = 'DELETING' AND deletion_reason = 'idle_timeout';
+
+CREATE TABLE sessionq.leaders (
+  role       text PRIMARY KEY,
+  holder     text NOT NULL,
+  since      timestamptz NOT NULL DEFAULT clock_timestamp(),
+  last_run   timestamptz
+);
+COMMENT ON TABLE sessionq.leaders IS
+  'Who leads each leader-only job (expiry, revision_gc) and when it last ran. Informational: the advisory lock is what elects (see sessionq.leader_lock_key).';
+
+CREATE OR REPLACE FUNCTION sessionq.leader_lock_key(p_role text) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$ SELECT hashtextextended('sessionq.leader:' || p_role, 0) $$;
+COMMENT ON FUNCTION sessionq.leader_lock_key(text) IS
+  'The pg_advisory_lock key whose holder (a session-level lock on a dedicated connection) is the leader of p_role.';
+
+CREATE OR REPLACE FUNCTION sessionq.idle_candidates(p_ttl double precision, p_after_clock timestamptz, p_after_id uuid, p_limit integer)
+RETURNS TABLE (id uuid, idle_since timestamptz) LANGUAGE sql STABLE AS $$
+  SELECT s.id, greatest(s.created_at, s.last_event_at)
+    FROM sessionq.sessions s
+   WHERE s.state IN ('READY', 'SUSPENDED')
+     AND greatest(s.created_at, s.last_event_at) < clock_timestamp() - make_interval(secs => p_ttl)
+     AND (p_after_clock IS NULL OR (greatest(s.created_at, s.last_event_at), s.id) > (p_after_clock, p_after_id))
+   ORDER BY greatest(s.created_at, s.last_event_at), s.id
+   LIMIT p_limit
+$$;
+COMMENT ON FUNCTION sessionq.idle_candidates(double precision, timestamptz, uuid, integer) IS
+  'One page of the idle sweep: READY or SUSPENDED Sessions whose idle clock (later of creation and newest event) is older than p_ttl seconds, in clock order after the given key. Candidates only: expire_session rechecks under the row lock.';
+
+CREATE OR REPLACE FUNCTION sessionq.idle_deletions_to_resume(p_after uuid, p_limit integer)
+RETURNS SETOF uuid LANGUAGE sql STABLE AS $$
+  SELECT s.id FROM sessionq.sessions s
+   WHERE s.state = 'DELETING' AND s.deletion_reason = 'idle_timeout' AND (p_after IS NULL OR s.id > p_after)
+   ORDER BY s.id LIMIT p_limit
+$$;
+COMMENT ON FUNCTION sessionq.idle_deletions_to_resume(uuid, integer) IS
+  'Admitted idle deletions still in progress (failed or interrupted ones included): later sweeps resume them.';
+
+-- expire_session: recheck under the task-admission row lock and admit the idle deletion.
+CREATE OR REPLACE FUNCTION sessionq.expire_session(p_session uuid, p_ttl double precision)
+RETURNS TABLE (outcome text, generation uuid, idle_seconds double precision) LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+  v_since timestamptz;
+BEGIN
+  SELECT * INTO v FROM sessionq.sessions WHERE id = p_session FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN QUERY SELECT 'gone'::text, NULL::uuid, NULL::double precision;
+    RETURN;
+  END IF;
+  IF v.state = 'DELETING' AND v.deletion_reason = 'idle_timeout' THEN
+    -- an admitted expiration: resume it (a new generation after a failed preparation), whatever the TTL now
+    IF v.operation_id IS NULL THEN
+      v := sessionq.new_generation(v.id, 'DELETE', 'idle_timeout', false);
+    END IF;
+    RETURN QUERY SELECT 'resumed'::text, v.operation_id, NULL::double precision;
+    RETURN;
+  END IF;
+  v_since := greatest(v.created_at, v.last_event_at);
+  IF v.state NOT IN ('READY', 'SUSPENDED') OR v.operation <> 'NONE'
+     OR v.dispatch_id IS NOT NULL OR v.active_task_id IS NOT NULL OR v.unsettled_task_id IS NOT NULL
+     OR v.idle_executor IS NOT NULL OR sessionq.checkpoint_in_progress(v.id)
+     OR EXISTS (SELECT 1 FROM sessionq.tasks t WHERE t.session_id = v.id AND t.phase = 'active'
+                 AND t.state IN ('TASK_STATE_SUBMITTED', 'TASK_STATE_WORKING')) THEN
+    RETURN QUERY SELECT 'busy'::text, NULL::uuid, NULL::double precision;  -- active work blocks expiry
+    RETURN;
+  END IF;
+  IF v_since >= clock_timestamp() - make_interval(secs => p_ttl) THEN
+    RETURN QUERY SELECT 'active'::text, NULL::uuid, NULL::double precision;  -- a turn came in after the scan
+    RETURN;
+  END IF;
+  v := sessionq.new_generation(v.id, 'DELETE', 'idle_timeout', false);
+  RETURN QUERY SELECT 'admitted'::text, v.operation_id, extract(epoch FROM clock_timestamp() - v_since)::double precision;
+END $$;
+COMMENT ON FUNCTION sessionq.expire_session(uuid, double precision) IS
+  'Idle expiration under the Session row lock shared with task admission: recheck the idle clock against p_ttl seconds and the active work (pending operation, dispatch reservation, running or unsettled turn, claimed quiescence, checkpoint being created); then admit an ordinary DELETE with durable reason idle_timeout (DELETING). An already admitted idle deletion is resumed. outcome: admitted, resumed, busy, active, gone.';
+
+CREATE OR REPLACE FUNCTION sessionq.note_leader(p_role text, p_holder text) RETURNS void
+LANGUAGE sql AS $$
+  INSERT INTO sessionq.leaders (role, holder, since, last_run) VALUES (p_role, p_holder, clock_timestamp(), clock_timestamp())
+  ON CONFLICT (role) DO UPDATE
+    SET holder = excluded.holder,
+        since = CASE WHEN sessionq.leaders.holder = excluded.holder THEN sessionq.leaders.since ELSE excluded.since END,
+        last_run = excluded.last_run
+$$;
+COMMENT ON FUNCTION sessionq.note_leader(text, text) IS 'Record that p_holder leads p_role and ran now (for sessionq status).';

@@ -1,0 +1,792 @@
+-- Operator surfaces: views for psql users, worker registration and drains, job requeues and
+-- the reaper's procedures.
+--
+-- Everything here reads sessionq's and procrastinate's tables; it changes procrastinate jobs
+-- only through the procedures below (requeue_job, requeue_jobs, cancel_job, reap_stalled_jobs),
+-- which are the only callers of procrastinate's versioned functions besides defer_job. `\dv+
+-- sessionq.*` lists the views, `\d+ sessionq.<view>` explains their columns.
+--
+-- Stalled: a job in `doing` whose worker stopped heartbeating for longer than the stall timeout
+-- (or whose worker row is gone). The timeout is an argument of the procedures; the views use the
+-- session setting sessionq.stall_timeout (e.g. `SET sessionq.stall_timeout = '60s'`), default 30 s
+-- (procrastinate's heartbeat runs every 10 s).
+
+-- -- helpers -----------------------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION sessionq.stall_timeout(p_seconds double precision DEFAULT NULL) RETURNS interval
+LANGUAGE sql STABLE AS $$
+  SELECT coalesce(make_interval(secs => p_seconds),
+                  nullif(current_setting('sessionq.stall_timeout', true), '')::interval,
+                  interval '30 seconds')
+$$;
+COMMENT ON FUNCTION sessionq.stall_timeout(double precision) IS
+  'The stall timeout as an interval: p_seconds when given, else the session setting sessionq.stall_timeout, else 30 seconds. A worker whose heartbeat is older is considered dead.';
+
+CREATE OR REPLACE FUNCTION sessionq.uuid_v7_time(p_id uuid) RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT CASE WHEN p_id IS NOT NULL THEN
+    to_timestamp(('x' || replace(left(p_id::text, 13), '-', ''))::bit(48)::bigint / 1000.0) END
+$$;
+COMMENT ON FUNCTION sessionq.uuid_v7_time(uuid) IS
+  'The creation time embedded in a version 7 UUID (sessionq.uuid_v7): e.g. when an operation generation or a dispatch was admitted.';
+
+CREATE OR REPLACE FUNCTION sessionq.wake_workers(p_queue text, p_job bigint) RETURNS void
+LANGUAGE sql AS $$
+  SELECT pg_notify('procrastinate_queue_v1#' || p_queue, json_build_object('type', 'job_inserted', 'job_id', p_job)::text);
+  SELECT pg_notify('procrastinate_any_queue_v1', json_build_object('type', 'job_inserted', 'job_id', p_job)::text);
+$$;
+COMMENT ON FUNCTION sessionq.wake_workers(text, bigint) IS
+  'Send procrastinate''s job_inserted notification for a job put back to todo by an UPDATE (procrastinate notifies inserts only), so idle workers fetch it now instead of at their next poll. Delivered at commit.';
+
+-- -- tables ------------------------------------------------------------------------------------
+
+CREATE TABLE IF NOT EXISTS sessionq.worker_info (
+  worker_id      bigint PRIMARY KEY,
+  name           text NOT NULL,
+  host           text NOT NULL,
+  pid            integer NOT NULL,
+  queues         text[],
+  concurrency    integer NOT NULL,
+  started_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
+  draining_since timestamptz,
+  drain_id       bigint,
+  drain_timeout  double precision
+);
+CREATE INDEX IF NOT EXISTS worker_info_name_idx ON sessionq.worker_info (name);
+COMMENT ON TABLE sessionq.worker_info IS
+  'One row per live sessionq worker process, keyed by its procrastinate worker id (procrastinate_workers has only an id and a heartbeat). Written by the worker at start, removed when it exits; rows of workers that died are removed by the reaper. No foreign key: procrastinate owns its table.';
+COMMENT ON COLUMN sessionq.worker_info.worker_id IS 'procrastinate_workers.id of the process (procrastinate_jobs.worker_id of the jobs it runs).';
+COMMENT ON COLUMN sessionq.worker_info.name IS 'The worker name (default host-pid): what `sessionq workers drain NAME` names.';
+COMMENT ON COLUMN sessionq.worker_info.queues IS 'The queues it fetches from; NULL means every queue.';
+COMMENT ON COLUMN sessionq.worker_info.draining_since IS 'Set when the worker began to drain (a drain request or SIGTERM): it fetches no new job and exits once its running jobs finish or the drain timeout aborts them.';
+COMMENT ON COLUMN sessionq.worker_info.drain_id IS 'The worker_drains request it acted on (NULL for a drain by signal).';
+COMMENT ON COLUMN sessionq.worker_info.drain_timeout IS 'Seconds the drain waits for running jobs before aborting them (NULL: the worker''s workers.shutdownTimeout).';
+
+CREATE TABLE IF NOT EXISTS sessionq.worker_drains (
+  id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  worker       text NOT NULL CHECK (length(worker) BETWEEN 1 AND 200),
+  requested_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+  timeout      double precision CHECK (timeout IS NULL OR timeout >= 0),
+  requested_by text NOT NULL
+);
+CREATE INDEX IF NOT EXISTS worker_drains_worker_idx ON sessionq.worker_drains (worker, requested_at);
+COMMENT ON TABLE sessionq.worker_drains IS
+  'Durable drain requests (sessionq.request_drain). A request applies to the workers named worker (or every worker for ''*'') that were started before it; a worker checks at start, on NOTIFY sessionq_drain and every few seconds. Kept as history; the reaper deletes rows older than a week.';
+COMMENT ON COLUMN sessionq.worker_drains.worker IS 'A worker name, or * for every worker running at requested_at.';
+COMMENT ON COLUMN sessionq.worker_drains.timeout IS 'Seconds to wait for running jobs before aborting them cooperatively; NULL: each worker''s workers.shutdownTimeout.';
+
+CREATE TABLE IF NOT EXISTS sessionq.job_actions (
+  id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  job_id     bigint NOT NULL,
+  action     text NOT NULL,
+  detail     text NOT NULL DEFAULT '',
+  covered_by bigint,
+  actor      text NOT NULL,
+  at         timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE INDEX IF NOT EXISTS job_actions_job_idx ON sessionq.job_actions (job_id, id);
+COMMENT ON TABLE sessionq.job_actions IS
+  'What operators, the reaper and the queueing-lock guard did to procrastinate jobs (requeued, covered, failed, aborted, cancelled, abort_requested), with who and why. No foreign key: jobs get deleted. Shown by `sessionq jobs show`; the reaper deletes rows older than a week.';
+COMMENT ON COLUMN sessionq.job_actions.action IS 'requeued, covered (cancelled: a waiting job with the same queueing lock does the work), failed, aborted, cancelled or abort_requested.';
+COMMENT ON COLUMN sessionq.job_actions.covered_by IS 'For covered: the waiting (todo) job with the same queueing lock.';
+COMMENT ON COLUMN sessionq.job_actions.actor IS 'Who: a user name from the CLI, "reaper", or "worker retry" (the guard trigger during procrastinate''s own retry).';
+
+-- -- the queueing-lock guard -------------------------------------------------------------------
+
+-- Putting a job back to todo while another todo job holds the same queueing lock violates
+-- procrastinate's unique index; inside a worker's retry that leaves the job in doing forever.
+-- Our jobs are idempotent and the waiting job does the same work, so the returning job is
+-- cancelled instead, and the waiting job is moved forward to when the retry would have run.
+CREATE OR REPLACE FUNCTION sessionq.cover_requeued_job() RETURNS trigger
+LANGUAGE plpgsql
+SET search_path = sessionq, public
+AS $$
+DECLARE
+  v_cover procrastinate_jobs;
+BEGIN
+  SELECT * INTO v_cover FROM procrastinate_jobs j
+   WHERE j.queueing_lock = NEW.queueing_lock AND j.status = 'todo' AND j.id <> NEW.id
+   LIMIT 1;
+  IF v_cover.id IS NULL THEN
+    RETURN NEW;
+  END IF;
+  IF v_cover.scheduled_at IS NOT NULL AND (NEW.scheduled_at IS NULL OR v_cover.scheduled_at > NEW.scheduled_at) THEN
+    UPDATE procrastinate_jobs SET scheduled_at = NEW.scheduled_at WHERE id = v_cover.id AND status = 'todo';
+    IF NEW.scheduled_at IS NULL OR NEW.scheduled_at <= now() THEN
+      PERFORM sessionq.wake_workers(v_cover.queue_name, v_cover.id);
+    END IF;
+  END IF;
+  NEW.status := 'cancelled';
+  NEW.abort_requested := false;
+  INSERT INTO sessionq.job_actions (job_id, action, detail, covered_by, actor)
+  VALUES (NEW.id, 'covered',
+          format('cancelled instead of going back to todo: waiting job %s holds queueing lock %s and does the same work',
+                 v_cover.id, NEW.queueing_lock),
+          v_cover.id, coalesce(nullif(current_setting('sessionq.actor', true), ''), 'worker retry'));
+  RETURN NEW;
+END $$;
+COMMENT ON FUNCTION sessionq.cover_requeued_job() IS
+  'Trigger: a job going back to todo (a retry, a requeue) while another todo job holds its queueing lock is cancelled instead (recorded in job_actions as covered); the waiting job runs no later than the retry would have.';
+
+CREATE OR REPLACE TRIGGER sessionq_cover_requeued_job
+  BEFORE UPDATE OF status ON procrastinate_jobs
+  FOR EACH ROW
+  WHEN (NEW.status = 'todo' AND OLD.status <> 'todo' AND NEW.queueing_lock IS NOT NULL)
+  EXECUTE FUNCTION sessionq.cover_requeued_job();
+COMMENT ON TRIGGER sessionq_cover_requeued_job ON procrastinate_jobs IS
+  'sessionq: resolve queueing-lock collisions of retried and requeued jobs (see sessionq.cover_requeued_job).';
+
+-- -- views -------------------------------------------------------------------------------------
+
+CREATE OR REPLACE VIEW sessionq.job_overview AS
+SELECT j.id AS job_id,
+       j.queue_name::text AS queue_name,
+       j.task_name::text AS task_name,
+       j.status::text AS status,
+       j.priority,
+       j.lock,
+       j.queueing_lock,
+       j.args,
+       j.scheduled_at,
+       j.attempts,
+       j.abort_requested,
+       j.worker_id,
+       wi.name AS worker_name,
+       ev.deferred_at,
+       greatest(ev.status_since, ac.last_action_at) AS status_since,
+       now() - greatest(ev.status_since, ac.last_action_at) AS status_age
+  FROM procrastinate_jobs j
+  LEFT JOIN sessionq.worker_info wi ON wi.worker_id = j.worker_id
+  LEFT JOIN LATERAL (
+    SELECT min(e.at) FILTER (WHERE e.type = 'deferred') AS deferred_at,
+           max(e.at) FILTER (WHERE e.type IN ('deferred', 'started', 'deferred_for_retry', 'failed', 'succeeded',
+                                              'cancelled', 'aborted', 'retried')) AS status_since
+      FROM procrastinate_events e WHERE e.job_id = j.id) ev ON true
+  LEFT JOIN LATERAL (
+    SELECT max(a.at) AS last_action_at FROM sessionq.job_actions a
+     WHERE a.job_id = j.id AND a.action IN ('requeued', 'covered', 'failed', 'aborted', 'cancelled')) ac ON true;
+COMMENT ON VIEW sessionq.job_overview IS
+  'Every procrastinate job with its worker''s name and the time it entered its current status (from procrastinate_events and sessionq.job_actions). `sessionq jobs list` reads it, newest first.';
+COMMENT ON COLUMN sessionq.job_overview.status IS 'todo (waiting, maybe scheduled for later), doing, succeeded (usually deleted at once), failed, cancelled or aborted.';
+COMMENT ON COLUMN sessionq.job_overview.queueing_lock IS 'At most one todo job per value: operation:<session>, dispatch:<session>, revision:<revision>.';
+COMMENT ON COLUMN sessionq.job_overview.worker_name IS 'The sessionq worker that runs (or last ran) the job; NULL when its worker is gone.';
+COMMENT ON COLUMN sessionq.job_overview.deferred_at IS 'When the job was first queued.';
+COMMENT ON COLUMN sessionq.job_overview.status_since IS 'When the job entered its current status (for todo: queued or put back).';
+COMMENT ON COLUMN sessionq.job_overview.status_age IS 'How long it has been in its current status.';
+
+CREATE OR REPLACE FUNCTION sessionq.lifecycle_blockers(p_session sessionq.sessions, p_kind text) RETURNS text[]
+LANGUAGE sql STABLE AS $$
+  SELECT coalesce(array_agg(b) FILTER (WHERE b IS NOT NULL), '{}') FROM (VALUES
+    (CASE WHEN p_session.state = 'DELETED' THEN 'the session is already deleted' END),
+    (CASE WHEN p_session.operation NOT IN ('NONE', p_kind)
+               AND NOT (p_kind = 'DELETE' AND p_session.executor_id IS NULL)
+          THEN format('a %s operation is pending and was started by executor %s (claim %s %s); retry after it completes',
+                      lower(p_session.operation), p_session.executor_id,
+                      CASE WHEN p_session.executor_expires_at > clock_timestamp() THEN 'live until' ELSE 'lapsed at' END,
+                      p_session.executor_expires_at) END),
+    (CASE WHEN p_session.unsettled_task_id IS NOT NULL
+          THEN format('task %s is not settled (the Actor has not finished its cleanup)', p_session.unsettled_task_id) END),
+    (CASE WHEN p_session.idle_executor IS NOT NULL
+          THEN format('quiescence executor %s claimed the idle boundary at %s and has not recorded the outcome',
+                      p_session.idle_executor, p_session.idle_claimed_at) END),
+    (CASE WHEN p_kind = 'SUSPEND' AND (p_session.active_task_id IS NOT NULL
+                                       OR p_session.dispatch_id IS NOT NULL AND p_session.dispatch_expires_at > clock_timestamp())
+          THEN 'a turn is running' END),
+    (CASE WHEN sessionq.checkpoint_in_progress(p_session.id) THEN 'a checkpoint is being created' END)
+  ) AS t(b)
+$$;
+COMMENT ON FUNCTION sessionq.lifecycle_blockers(sessionq.sessions, text) IS
+  'Why an explicit SUSPEND, RESUME or DELETE of this Session would be refused now, one line per reason (empty: nothing blocks it). Mirrors admit_operation and check_lifecycle_blockers.';
+
+CREATE OR REPLACE VIEW sessionq.session_overview AS
+SELECT s.id AS session_id,
+       s.creator,
+       s.agent_namespace,
+       s.agent_name,
+       s.name,
+       s.state,
+       s.operation,
+       s.operation_id AS generation,
+       s.executor_id AS claim_holder,
+       s.executor_expires_at AS claim_expires_at,
+       CASE WHEN s.executor_id IS NULL THEN NULL
+            WHEN s.executor_expires_at > clock_timestamp() THEN 'live' ELSE 'lapsed' END AS claim_state,
+       s.failure_reason,
+       s.failure_message,
+       s.dispatch_id,
+       s.dispatch_expires_at,
+       s.active_task_id,
+       s.unsettled_task_id,
+       s.idle_boundary_id,
+       s.idle_boundary_at,
+       s.idle_executor AS idle_claim_holder,
+       s.idle_claimed_at,
+       sessionq.lifecycle_blockers(s, 'DELETE') AS delete_blockers,
+       s.actor_atespace,
+       s.actor_name,
+       s.actor_uid,
+       s.revision_id,
+       s.pinned_checkpoint_id,
+       s.created_at,
+       s.updated_at
+  FROM sessionq.sessions s;
+COMMENT ON VIEW sessionq.session_overview IS
+  'Every Session (DELETED tombstones included) with its operation, generation, executor claim, turn, idle boundary and idle claim, and what blocks its deletion.';
+COMMENT ON COLUMN sessionq.session_overview.generation IS 'The current operation UUID (a UUIDv7: sessionq.uuid_v7_time(generation) is its admission time).';
+COMMENT ON COLUMN sessionq.session_overview.claim_holder IS 'The executor attempt that claimed the generation (its id appears as executor_id in the worker logs). Kept after the claim lapses: runtime work may have been issued.';
+COMMENT ON COLUMN sessionq.session_overview.claim_state IS 'live (claim_expires_at is in the future), lapsed (a retry may take over), NULL (never claimed).';
+COMMENT ON COLUMN sessionq.session_overview.idle_boundary_id IS 'Set when the Actor may be suspended (after a settled turn or a Resume); the quiescence workers claim it.';
+COMMENT ON COLUMN sessionq.session_overview.idle_claim_holder IS 'The quiescence executor that claimed the idle boundary; such a claim never expires (runtime work may have been issued).';
+COMMENT ON COLUMN sessionq.session_overview.delete_blockers IS 'Why a Delete would be refused right now (empty array: it would be admitted).';
+
+CREATE OR REPLACE VIEW sessionq.claims AS
+WITH active_jobs AS (
+  SELECT j.id, j.task_name, j.status, j.queueing_lock, j.args, j.worker_id
+    FROM procrastinate_jobs j WHERE j.status IN ('todo', 'doing')
+)
+SELECT 'operation'::text AS kind, s.id AS session_id, lower(s.operation) AS work, s.operation_id AS subject,
+       s.executor_id AS holder, NULL::timestamptz AS claimed_at, s.executor_expires_at AS expires_at,
+       CASE WHEN s.executor_expires_at > clock_timestamp() THEN 'live' ELSE 'lapsed' END AS state,
+       j.id AS job_id, j.worker_id, wi.name AS worker_name
+  FROM sessionq.sessions s
+  LEFT JOIN active_jobs j ON j.status = 'doing' AND j.queueing_lock = 'operation:' || s.id
+  LEFT JOIN sessionq.worker_info wi ON wi.worker_id = j.worker_id
+ WHERE s.executor_id IS NOT NULL AND s.operation <> 'NONE'
+UNION ALL
+SELECT 'quiescence', s.id, 'suspend (idle)', s.idle_boundary_id, s.idle_executor, s.idle_claimed_at, NULL,
+       'held', NULL, NULL, NULL
+  FROM sessionq.sessions s
+ WHERE s.idle_executor IS NOT NULL
+UNION ALL
+SELECT 'dispatch', s.id, 'turn', s.dispatch_id, NULL, sessionq.uuid_v7_time(s.dispatch_id), s.dispatch_expires_at,
+       CASE WHEN s.dispatch_expires_at > clock_timestamp() THEN 'live' ELSE 'expired' END,
+       j.id, j.worker_id, wi.name
+  FROM sessionq.sessions s
+  LEFT JOIN active_jobs j ON j.task_name = 'dispatch_turn' AND j.args ->> 'dispatch_id' = s.dispatch_id::text
+  LEFT JOIN sessionq.worker_info wi ON wi.worker_id = j.worker_id
+ WHERE s.dispatch_id IS NOT NULL;
+COMMENT ON VIEW sessionq.claims IS
+  'Who holds what: executor claims of operations (live or lapsed), quiescence claims (held until recorded: they never expire) and dispatch reservations of turns, with the job and worker running them when known.';
+COMMENT ON COLUMN sessionq.claims.kind IS 'operation (an executor claim of a generation), quiescence (an idle claim), dispatch (a turn''s reservation).';
+COMMENT ON COLUMN sessionq.claims.subject IS 'The generation, idle boundary or dispatch id claimed.';
+COMMENT ON COLUMN sessionq.claims.holder IS 'The executor id (as logged by the worker as executor_id); NULL for dispatches.';
+COMMENT ON COLUMN sessionq.claims.state IS 'live, lapsed (operation: a retry may claim it), held (quiescence), expired (dispatch: the reaper ends it).';
+COMMENT ON COLUMN sessionq.claims.worker_name IS 'The worker running the job that holds it (operations and dispatches), when that job is running.';
+
+CREATE OR REPLACE VIEW sessionq.pending_operations AS
+SELECT s.id AS session_id,
+       s.operation AS kind,
+       s.operation_id AS generation,
+       s.state,
+       coalesce(sessionq.uuid_v7_time(s.operation_id), s.updated_at) AS admitted_at,
+       now() - coalesce(sessionq.uuid_v7_time(s.operation_id), s.updated_at) AS age,
+       s.executor_id AS claim_holder,
+       s.executor_expires_at AS claim_expires_at,
+       CASE WHEN s.executor_id IS NULL THEN NULL
+            WHEN s.executor_expires_at > clock_timestamp() THEN 'live' ELSE 'lapsed' END AS claim_state,
+       s.failure_reason,
+       s.failure_message,
+       j.id AS job_id,
+       j.status::text AS job_status,
+       j.scheduled_at AS job_scheduled_at,
+       j.attempts AS job_attempts
+  FROM sessionq.sessions s
+  LEFT JOIN (
+    SELECT DISTINCT ON (pj.queueing_lock) pj.queueing_lock, pj.id, pj.status, pj.scheduled_at, pj.attempts
+      FROM procrastinate_jobs pj
+     WHERE pj.status IN ('todo', 'doing') AND pj.queueing_lock LIKE 'operation:%'
+     ORDER BY pj.queueing_lock, pj.status = 'doing' DESC, pj.id
+  ) j ON j.queueing_lock = 'operation:' || s.id
+ WHERE s.operation <> 'NONE';
+COMMENT ON VIEW sessionq.pending_operations IS
+  'Sessions with an admitted lifecycle operation (CREATE, SUSPEND, RESUME, DELETE) that has not completed, with its age, claim and execute_operation job. No job_id means nothing will run it until a client retries or an operator requeues a job.';
+COMMENT ON COLUMN sessionq.pending_operations.kind IS 'CREATE, SUSPEND, RESUME or DELETE.';
+COMMENT ON COLUMN sessionq.pending_operations.generation IS 'The operation UUID; NULL after a failed preparation (failure_reason says why; a client retry admits a new one).';
+COMMENT ON COLUMN sessionq.pending_operations.age IS 'Time since admission (from the UUIDv7 generation; since the last update when there is none).';
+COMMENT ON COLUMN sessionq.pending_operations.job_status IS 'todo (waiting; job_scheduled_at says until when) or doing; NULL: no job.';
+
+CREATE OR REPLACE VIEW sessionq.quiescence_backlog AS
+SELECT s.id AS session_id,
+       s.state,
+       s.idle_boundary_id,
+       s.idle_boundary_at,
+       now() - s.idle_boundary_at AS waiting,
+       s.idle_executor AS claim_holder,
+       s.idle_claimed_at,
+       now() - s.idle_claimed_at AS claimed_for,
+       CASE WHEN s.idle_executor IS NOT NULL THEN 'claimed'
+            WHEN s.state <> 'READY' THEN 'ineligible'
+            WHEN s.operation <> 'NONE' OR s.dispatch_id IS NOT NULL OR s.active_task_id IS NOT NULL
+                 OR s.unsettled_task_id IS NOT NULL OR sessionq.checkpoint_in_progress(s.id) THEN 'blocked'
+            ELSE 'waiting' END AS status,
+       CASE WHEN s.idle_executor IS NOT NULL THEN NULL
+            WHEN s.state <> 'READY' THEN format('the session is %s', s.state)
+            WHEN s.operation <> 'NONE' THEN format('a %s operation is pending', lower(s.operation))
+            WHEN s.dispatch_id IS NOT NULL THEN format('turn dispatch %s is reserved', s.dispatch_id)
+            WHEN s.active_task_id IS NOT NULL THEN format('task %s is running', s.active_task_id)
+            WHEN s.unsettled_task_id IS NOT NULL THEN format('task %s is not settled', s.unsettled_task_id)
+            WHEN sessionq.checkpoint_in_progress(s.id) THEN 'a checkpoint is being created'
+       END AS blocked_by
+  FROM sessionq.sessions s
+ WHERE s.idle_boundary_id IS NOT NULL;
+COMMENT ON VIEW sessionq.quiescence_backlog IS
+  'Idle boundaries not yet recorded: Sessions whose Actor should be suspended by the quiescence workers. waiting: eligible, not yet claimed; blocked: something must finish first (blocked_by); claimed: a worker is on it (a claim that stays long means the suspend failed: see the worker logs for the claim holder).';
+COMMENT ON COLUMN sessionq.quiescence_backlog.waiting IS 'Time since the boundary was marked (the quiescence lag so far).';
+COMMENT ON COLUMN sessionq.quiescence_backlog.claimed_for IS 'Time since a quiescence worker claimed it.';
+COMMENT ON COLUMN sessionq.quiescence_backlog.status IS 'waiting, blocked, claimed or ineligible (the Session is not READY; the boundary is dropped by the next operation).';
+
+-- checkpoints_overview exists only when the checkpoints table does (schema/40_checkpoints.sql).
+DO $do$
+BEGIN
+  IF to_regclass('sessionq.checkpoints') IS NULL THEN
+    RETURN;
+  END IF;
+  EXECUTE $v$
+    CREATE OR REPLACE VIEW sessionq.checkpoints_overview AS
+    SELECT c.*,
+           now() - c.created_at AS age,
+           (SELECT count(*) FROM sessionq.sessions s WHERE s.pinned_checkpoint_id = c.id) AS live_forks
+      FROM sessionq.checkpoints c
+  $v$;
+  EXECUTE $c$
+    COMMENT ON VIEW sessionq.checkpoints_overview IS
+      'Every checkpoint with its age and the number of live Sessions forked from it (live_forks: while it is above zero the checkpoint cannot be deleted).'
+  $c$;
+  EXECUTE $c$ COMMENT ON COLUMN sessionq.checkpoints_overview.age IS 'Time since the checkpoint was requested.' $c$;
+  EXECUTE $c$ COMMENT ON COLUMN sessionq.checkpoints_overview.live_forks IS 'Live Sessions whose source is this checkpoint (they pin it).' $c$;
+END
+$do$;
+
+CREATE OR REPLACE VIEW sessionq.queue_depth AS
+SELECT j.queue_name,
+       j.status,
+       count(*) AS jobs,
+       count(*) FILTER (WHERE j.status = 'todo' AND (j.scheduled_at IS NULL OR j.scheduled_at <= now())) AS due,
+       min(j.status_since) AS oldest_since,
+       now() - min(j.status_since) AS oldest_age,
+       now() - min(greatest(j.status_since, j.scheduled_at))
+         FILTER (WHERE j.status = 'todo' AND (j.scheduled_at IS NULL OR j.scheduled_at <= now())) AS oldest_due_age
+  FROM sessionq.job_overview j
+ GROUP BY j.queue_name, j.status;
+COMMENT ON VIEW sessionq.queue_depth IS
+  'Jobs per queue and status, with the age of the oldest. For todo, due counts the jobs that may run now (not scheduled for later) and oldest_due_age is how long the oldest of them has waited: growing means the workers do not keep up (or none runs).';
+COMMENT ON COLUMN sessionq.queue_depth.due IS 'todo jobs whose scheduled time has come (0 for other statuses).';
+COMMENT ON COLUMN sessionq.queue_depth.oldest_age IS 'Time the oldest job of this queue and status has been in that status.';
+COMMENT ON COLUMN sessionq.queue_depth.oldest_due_age IS 'todo only: how long the oldest runnable job has waited.';
+
+CREATE OR REPLACE FUNCTION sessionq.find_stalled_jobs(p_timeout double precision DEFAULT NULL)
+RETURNS TABLE (job_id bigint, queue_name text, task_name text, args jsonb, queueing_lock text, lock text,
+               attempts integer, abort_requested boolean, worker_id bigint, worker_name text,
+               last_heartbeat timestamptz, heartbeat_age interval, started_at timestamptz)
+LANGUAGE sql STABLE
+SET search_path = sessionq, public
+AS $$
+  SELECT j.id, j.queue_name::text, j.task_name::text, j.args, j.queueing_lock, j.lock, j.attempts, j.abort_requested,
+         j.worker_id, wi.name, w.last_heartbeat, now() - w.last_heartbeat,
+         (SELECT max(e.at) FROM procrastinate_events e WHERE e.job_id = j.id AND e.type = 'started')
+    FROM procrastinate_jobs j
+    LEFT JOIN procrastinate_workers w ON w.id = j.worker_id
+    LEFT JOIN sessionq.worker_info wi ON wi.worker_id = j.worker_id
+   WHERE j.status = 'doing'
+     AND (w.id IS NULL OR w.last_heartbeat < now() - sessionq.stall_timeout(p_timeout))
+   ORDER BY j.id
+$$;
+COMMENT ON FUNCTION sessionq.find_stalled_jobs(double precision) IS
+  'Jobs in doing whose worker is gone or has not heartbeaten for p_timeout seconds (default: sessionq.stall_timeout()). procrastinate never retries them by itself; the reaper and `sessionq requeue --stalled` do.';
+
+CREATE OR REPLACE VIEW sessionq.stalled_jobs AS
+SELECT * FROM sessionq.find_stalled_jobs();
+COMMENT ON VIEW sessionq.stalled_jobs IS
+  'Running jobs whose worker stopped heartbeating for longer than the stall timeout (SET sessionq.stall_timeout = ''60s'' to change it for this session; default 30 s) or whose worker row is gone. The reaper puts them back to run every 15 s.';
+COMMENT ON COLUMN sessionq.stalled_jobs.worker_name IS 'The dead worker (NULL when procrastinate already pruned its row).';
+COMMENT ON COLUMN sessionq.stalled_jobs.heartbeat_age IS 'Time since the worker''s last heartbeat (NULL when its row is gone).';
+COMMENT ON COLUMN sessionq.stalled_jobs.started_at IS 'When the job started on that worker.';
+
+CREATE OR REPLACE VIEW sessionq.workers AS
+SELECT w.id AS worker_id,
+       wi.name,
+       wi.host,
+       wi.pid,
+       wi.queues,
+       wi.concurrency,
+       (SELECT count(*) FROM procrastinate_jobs j WHERE j.worker_id = w.id AND j.status = 'doing') AS running_jobs,
+       w.last_heartbeat,
+       now() - w.last_heartbeat AS heartbeat_age,
+       CASE WHEN w.last_heartbeat < now() - sessionq.stall_timeout() THEN 'stalled'
+            WHEN wi.draining_since IS NOT NULL THEN 'draining'
+            ELSE 'running' END AS state,
+       wi.started_at,
+       wi.draining_since,
+       wi.drain_timeout,
+       (SELECT min(d.requested_at) FROM sessionq.worker_drains d
+         WHERE (d.worker = wi.name OR d.worker = '*') AND d.requested_at >= wi.started_at) AS drain_requested_at
+  FROM procrastinate_workers w
+  LEFT JOIN sessionq.worker_info wi ON wi.worker_id = w.id;
+COMMENT ON VIEW sessionq.workers IS
+  'Every registered worker process (procrastinate_workers) with its sessionq name, host, pid, queues, concurrency, running jobs, heartbeat age and state. Workers not started by sessionq have no name.';
+COMMENT ON COLUMN sessionq.workers.queues IS 'The queues it fetches from; NULL: every queue.';
+COMMENT ON COLUMN sessionq.workers.running_jobs IS 'Its jobs in doing.';
+COMMENT ON COLUMN sessionq.workers.heartbeat_age IS 'Time since its last heartbeat (every 10 s while alive).';
+COMMENT ON COLUMN sessionq.workers.state IS 'running; draining (fetches nothing new, exits when its jobs are done or aborted); stalled (no heartbeat for the stall timeout: its jobs are requeued by the reaper).';
+COMMENT ON COLUMN sessionq.workers.drain_requested_at IS 'The earliest drain request that applies to it (it acts on it within seconds: state becomes draining).';
+
+-- -- workers and drains -------------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION sessionq.register_worker(
+  p_worker_id bigint, p_name text, p_host text, p_pid integer, p_queues text[], p_concurrency integer
+) RETURNS void
+LANGUAGE sql AS $$
+  INSERT INTO sessionq.worker_info (worker_id, name, host, pid, queues, concurrency)
+  VALUES (p_worker_id, p_name, p_host, p_pid, p_queues, p_concurrency)
+  ON CONFLICT (worker_id) DO UPDATE
+    SET name = EXCLUDED.name, host = EXCLUDED.host, pid = EXCLUDED.pid, queues = EXCLUDED.queues,
+        concurrency = EXCLUDED.concurrency, started_at = clock_timestamp(),
+        draining_since = NULL, drain_id = NULL, drain_timeout = NULL;
+$$;
+COMMENT ON FUNCTION sessionq.register_worker(bigint, text, text, integer, text[], integer) IS
+  'A worker process records its name, host, pid, queues and concurrency under its procrastinate worker id once procrastinate registered it.';
+
+CREATE OR REPLACE FUNCTION sessionq.unregister_worker(p_worker_id bigint) RETURNS void
+LANGUAGE sql AS $$
+  DELETE FROM sessionq.worker_info WHERE worker_id = p_worker_id;
+$$;
+COMMENT ON FUNCTION sessionq.unregister_worker(bigint) IS 'A worker process that exits removes its worker_info row.';
+
+CREATE OR REPLACE FUNCTION sessionq.request_drain(p_worker text, p_timeout double precision, p_by text)
+RETURNS TABLE (drain_id bigint, worker_ids bigint[], workers text[])
+LANGUAGE plpgsql
+SET search_path = sessionq, public
+AS $$
+DECLARE
+  v_id bigint;
+  v_ids bigint[];
+  v_names text[];
+BEGIN
+  IF p_worker IS NULL OR btrim(p_worker) = '' THEN
+    PERFORM sessionq.fail('SQ400', 'name the worker to drain, or * for every worker');
+  END IF;
+  IF p_timeout IS NOT NULL AND (p_timeout < 0 OR p_timeout = 'NaN'::double precision) THEN
+    PERFORM sessionq.fail('SQ400', format('drain timeout %s must be zero or positive seconds', p_timeout));
+  END IF;
+  SELECT coalesce(array_agg(w.worker_id ORDER BY w.name, w.worker_id), '{}'),
+         coalesce(array_agg(w.name ORDER BY w.name, w.worker_id), '{}')
+    INTO v_ids, v_names
+    FROM sessionq.workers w
+   WHERE w.name IS NOT NULL AND (p_worker = '*' OR w.name = p_worker);
+  IF p_worker <> '*' AND cardinality(v_ids) = 0 THEN
+    PERFORM sessionq.fail('SQ404', format('no running worker is named %s (see `sessionq workers list`)', p_worker));
+  END IF;
+  INSERT INTO sessionq.worker_drains (worker, timeout, requested_by)
+  VALUES (p_worker, p_timeout, coalesce(nullif(p_by, ''), current_user))
+  RETURNING id INTO v_id;
+  PERFORM pg_notify('sessionq_drain', p_worker);
+  RETURN QUERY SELECT v_id, v_ids, v_names;
+END $$;
+COMMENT ON FUNCTION sessionq.request_drain(text, double precision, text) IS
+  'Ask the worker named p_worker (or every worker: *) to drain: fetch no new job, let running jobs finish for up to p_timeout seconds (NULL: its workers.shutdownTimeout), then abort them cooperatively and exit. Durable (a worker_drains row) and immediate (NOTIFY sessionq_drain, payload the name or *). Returns the request id and the workers it applies to; NOT_FOUND for an unknown name.';
+
+CREATE OR REPLACE FUNCTION sessionq.take_drain(p_worker_id bigint)
+RETURNS TABLE (drain_id bigint, timeout double precision, requested_by text, requested_at timestamptz)
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_info sessionq.worker_info;
+  v_drain sessionq.worker_drains;
+BEGIN
+  SELECT * INTO v_info FROM sessionq.worker_info wi WHERE wi.worker_id = p_worker_id FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN;
+  END IF;
+  SELECT * INTO v_drain FROM sessionq.worker_drains d
+   WHERE (d.worker = v_info.name OR d.worker = '*') AND d.requested_at >= v_info.started_at
+   ORDER BY d.id LIMIT 1;
+  IF NOT FOUND THEN
+    RETURN;
+  END IF;
+  UPDATE sessionq.worker_info wi
+     SET draining_since = coalesce(wi.draining_since, clock_timestamp()),
+         drain_id = coalesce(wi.drain_id, v_drain.id),
+         drain_timeout = CASE WHEN wi.draining_since IS NULL THEN v_drain.timeout ELSE wi.drain_timeout END
+   WHERE wi.worker_id = p_worker_id;
+  RETURN QUERY SELECT v_drain.id, v_drain.timeout, v_drain.requested_by, v_drain.requested_at;
+END $$;
+COMMENT ON FUNCTION sessionq.take_drain(bigint) IS
+  'A worker asks whether a drain request applies to it (its name or *, requested after it started); if so it is marked draining and gets the request (the earliest one).';
+
+CREATE OR REPLACE FUNCTION sessionq.mark_worker_draining(p_worker_id bigint, p_timeout double precision)
+RETURNS void LANGUAGE sql AS $$
+  UPDATE sessionq.worker_info wi
+     SET draining_since = coalesce(wi.draining_since, clock_timestamp()),
+         drain_timeout = CASE WHEN wi.draining_since IS NULL THEN p_timeout ELSE wi.drain_timeout END
+   WHERE wi.worker_id = p_worker_id;
+$$;
+COMMENT ON FUNCTION sessionq.mark_worker_draining(bigint, double precision) IS
+  'A worker that drains on a signal (SIGTERM, Ctrl-C) shows it: state draining, with the timeout it waits for running jobs.';
+
+-- -- requeue, retry, cancel ------------------------------------------------------------------------
+
+-- requeue_one: the one place that puts a procrastinate job back to todo (or ends a stalled one).
+CREATE OR REPLACE FUNCTION sessionq.requeue_one(
+  p_job bigint, p_by text, p_stall_timeout double precision, p_dry_run boolean, p_any_terminal boolean
+) RETURNS TABLE (job_id bigint, queue_name text, task_name text, previous_status text, action text,
+                 covered_by bigint, detail text)
+LANGUAGE plpgsql
+SET search_path = sessionq, public
+AS $$
+DECLARE
+  v procrastinate_jobs;
+  v_status text;
+  v_cover bigint;
+  v_heartbeat timestamptz;
+  v_worker_alive boolean;
+BEGIN
+  SELECT * INTO v FROM procrastinate_jobs j WHERE j.id = p_job FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN QUERY SELECT p_job, NULL::text, NULL::text, NULL::text, 'refused'::text, NULL::bigint,
+                        format('job %s not found', p_job);
+    RETURN;
+  END IF;
+  v_status := v.status::text;
+  IF v_status = 'doing' THEN
+    SELECT w.last_heartbeat INTO v_heartbeat FROM procrastinate_workers w WHERE w.id = v.worker_id;
+    v_worker_alive := FOUND AND v_heartbeat >= now() - sessionq.stall_timeout(p_stall_timeout);
+    IF v_worker_alive THEN
+      RETURN QUERY SELECT v.id, v.queue_name::text, v.task_name::text, v_status, 'refused'::text, NULL::bigint,
+        format('job %s is running on worker %s (heartbeat %s s ago); it is not stalled', v.id,
+               coalesce((SELECT wi.name FROM sessionq.worker_info wi WHERE wi.worker_id = v.worker_id), v.worker_id::text),
+               round(extract(epoch FROM now() - v_heartbeat)::numeric, 1));
+      RETURN;
+    END IF;
+  ELSIF v_status = 'todo' THEN
+    RETURN QUERY SELECT v.id, v.queue_name::text, v.task_name::text, v_status, 'refused'::text, NULL::bigint,
+                        format('job %s is already waiting to run (todo)', v.id);
+    RETURN;
+  ELSIF v_status = 'succeeded' OR (v_status <> 'failed' AND NOT p_any_terminal) THEN
+    RETURN QUERY SELECT v.id, v.queue_name::text, v.task_name::text, v_status, 'refused'::text, NULL::bigint,
+                        format('job %s is %s; only failed and stalled jobs are requeued', v.id, v_status);
+    RETURN;
+  END IF;
+
+  IF v_status = 'doing' AND v.abort_requested THEN
+    -- its abort was requested before its worker died: honour it instead of running it again
+    IF NOT p_dry_run THEN
+      PERFORM procrastinate_finish_job_v1(v.id, 'aborted', false);
+      INSERT INTO sessionq.job_actions (job_id, action, detail, actor)
+      VALUES (v.id, 'aborted', 'stalled after its abort was requested: marked aborted instead of requeued', p_by);
+    END IF;
+    RETURN QUERY SELECT v.id, v.queue_name::text, v.task_name::text, v_status,
+                        CASE WHEN p_dry_run THEN 'would abort' ELSE 'aborted' END, NULL::bigint,
+                        'its abort was requested before its worker died'::text;
+    RETURN;
+  END IF;
+
+  IF v.queueing_lock IS NOT NULL THEN
+    SELECT j.id INTO v_cover FROM procrastinate_jobs j
+     WHERE j.queueing_lock = v.queueing_lock AND j.status = 'todo' AND j.id <> v.id LIMIT 1;
+  END IF;
+  IF p_dry_run THEN
+    RETURN QUERY SELECT v.id, v.queue_name::text, v.task_name::text, v_status,
+                        CASE WHEN v_cover IS NULL THEN 'would requeue' ELSE 'would cancel (covered)' END, v_cover,
+                        CASE WHEN v_cover IS NULL THEN ''
+                             ELSE format('waiting job %s holds queueing lock %s', v_cover, v.queueing_lock) END;
+    RETURN;
+  END IF;
+
+  PERFORM set_config('sessionq.actor', p_by, true);  -- for the guard trigger's record
+  IF v_status IN ('doing', 'failed') THEN
+    PERFORM procrastinate_retry_job_v2(v.id, now(), NULL, NULL, NULL);
+  ELSE  -- aborted or cancelled: procrastinate refuses to retry those; put it back the same way
+    UPDATE procrastinate_jobs j SET status = 'todo', abort_requested = false, scheduled_at = NULL,
+                                    attempts = j.attempts + 1
+     WHERE j.id = v.id;
+  END IF;
+  PERFORM set_config('sessionq.actor', '', true);
+  SELECT * INTO v FROM procrastinate_jobs j WHERE j.id = p_job;
+  IF v.status = 'todo' THEN
+    PERFORM sessionq.wake_workers(v.queue_name, v.id);
+    INSERT INTO sessionq.job_actions (job_id, action, detail, actor)
+    VALUES (v.id, 'requeued', format('%s -> todo', v_status), p_by);
+    RETURN QUERY SELECT v.id, v.queue_name::text, v.task_name::text, v_status, 'requeued'::text, NULL::bigint, ''::text;
+  ELSE  -- the guard trigger cancelled it: the waiting job covers it
+    RETURN QUERY SELECT v.id, v.queue_name::text, v.task_name::text, v_status, 'covered'::text, v_cover,
+                        format('cancelled: waiting job %s holds queueing lock %s and does the same work',
+                               v_cover, v.queueing_lock);
+  END IF;
+END $$;
+COMMENT ON FUNCTION sessionq.requeue_one(bigint, text, double precision, boolean, boolean) IS
+  'Internal: put one failed or stalled job (and, with p_any_terminal, an aborted or cancelled one) back to todo now and wake the workers. A job whose queueing lock is held by a waiting job is cancelled instead (covered); a stalled job whose abort was requested is marked aborted. action: requeued, covered, aborted, refused (detail says why), or would ... in a dry run. Recorded in job_actions.';
+
+CREATE OR REPLACE FUNCTION sessionq.requeue_job(p_job bigint, p_by text, p_stall_timeout double precision DEFAULT NULL)
+RETURNS TABLE (job_id bigint, queue_name text, task_name text, previous_status text, action text,
+               covered_by bigint, detail text)
+LANGUAGE plpgsql AS $$
+DECLARE
+  r record;
+BEGIN
+  SELECT * INTO r FROM sessionq.requeue_one(p_job, p_by, p_stall_timeout, false, true);
+  IF r.action = 'refused' THEN
+    IF r.previous_status IS NULL THEN
+      PERFORM sessionq.fail('SQ404', r.detail);
+    END IF;
+    PERFORM sessionq.fail('SQ412', r.detail);
+  END IF;
+  RETURN QUERY SELECT r.job_id, r.queue_name, r.task_name, r.previous_status, r.action, r.covered_by, r.detail;
+END $$;
+COMMENT ON FUNCTION sessionq.requeue_job(bigint, text, double precision) IS
+  '`sessionq jobs retry ID`: put a failed, aborted, cancelled or stalled job back to run now (see requeue_one). NOT_FOUND for an unknown job; FAILED_PRECONDITION for a job that is waiting, running on a live worker or succeeded.';
+
+CREATE OR REPLACE FUNCTION sessionq.requeue_jobs(
+  p_which text, p_queue text, p_task text, p_since double precision, p_by text,
+  p_stall_timeout double precision DEFAULT NULL, p_dry_run boolean DEFAULT false
+) RETURNS TABLE (job_id bigint, queue_name text, task_name text, previous_status text, action text,
+                 covered_by bigint, detail text)
+LANGUAGE plpgsql
+SET search_path = sessionq, public
+AS $$
+DECLARE
+  v_id bigint;
+BEGIN
+  IF p_which IS NULL OR p_which NOT IN ('failed', 'stalled') THEN
+    PERFORM sessionq.fail('SQ400', format('requeue failed or stalled jobs, not %s', coalesce(p_which, 'nothing')));
+  END IF;
+  IF p_since IS NOT NULL AND p_since <= 0 THEN
+    PERFORM sessionq.fail('SQ400', 'since must be a positive number of seconds');
+  END IF;
+  FOR v_id IN
+    SELECT j.job_id FROM sessionq.job_overview j
+     WHERE p_which = 'failed' AND j.status = 'failed'
+       AND (p_queue IS NULL OR j.queue_name = p_queue) AND (p_task IS NULL OR j.task_name = p_task)
+       AND (p_since IS NULL OR j.status_since >= now() - make_interval(secs => p_since))
+    UNION
+    SELECT s.job_id FROM sessionq.find_stalled_jobs(p_stall_timeout) s
+     WHERE p_which = 'stalled'
+       AND (p_queue IS NULL OR s.queue_name = p_queue) AND (p_task IS NULL OR s.task_name = p_task)
+       AND (p_since IS NULL OR s.started_at >= now() - make_interval(secs => p_since))
+    ORDER BY 1
+  LOOP
+    RETURN QUERY SELECT * FROM sessionq.requeue_one(v_id, p_by, p_stall_timeout, p_dry_run, false);
+  END LOOP;
+END $$;
+COMMENT ON FUNCTION sessionq.requeue_jobs(text, text, text, double precision, text, double precision, boolean) IS
+  '`sessionq requeue --failed|--stalled`: requeue every failed (or stalled) job of p_queue and p_task (NULL: any) that entered that state within p_since seconds (NULL: ever), one row per job with what was done (see requeue_one). p_dry_run changes nothing.';
+
+CREATE OR REPLACE FUNCTION sessionq.cancel_job(p_job bigint, p_abort boolean, p_by text)
+RETURNS TABLE (job_id bigint, previous_status text, status text, action text)
+LANGUAGE plpgsql
+SET search_path = sessionq, public
+AS $$
+DECLARE
+  v procrastinate_jobs;
+  v_after procrastinate_jobs;
+BEGIN
+  SELECT * INTO v FROM procrastinate_jobs j WHERE j.id = p_job FOR UPDATE;
+  IF NOT FOUND THEN
+    PERFORM sessionq.fail('SQ404', format('job %s not found', p_job));
+  END IF;
+  IF v.status = 'doing' AND NOT p_abort THEN
+    PERFORM sessionq.fail('SQ412', format('job %s is running; use --abort to ask its worker to abort it', p_job));
+  END IF;
+  IF v.status NOT IN ('todo', 'doing') THEN
+    PERFORM sessionq.fail('SQ412', format('job %s is %s; only waiting or running jobs can be cancelled', p_job, v.status));
+  END IF;
+  PERFORM procrastinate_cancel_job_v1(p_job, p_abort, false);
+  SELECT * INTO v_after FROM procrastinate_jobs j WHERE j.id = p_job;
+  INSERT INTO sessionq.job_actions (job_id, action, detail, actor)
+  VALUES (p_job, CASE WHEN v_after.status = 'doing' THEN 'abort_requested' ELSE 'cancelled' END,
+          format('%s -> %s', v.status, v_after.status), p_by);
+  RETURN QUERY SELECT p_job, v.status::text, v_after.status::text,
+                      CASE WHEN v_after.status = 'doing' THEN 'abort_requested' ELSE 'cancelled' END;
+END $$;
+COMMENT ON FUNCTION sessionq.cancel_job(bigint, boolean, text) IS
+  '`sessionq jobs cancel ID [--abort]`: a waiting job is cancelled; a running one only with p_abort, which asks its worker to abort it (cooperatively: the task is cancelled and may be retried). Recorded in job_actions.';
+
+-- -- the reaper -----------------------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION sessionq.reap_stalled_jobs(p_stall_timeout double precision, p_max_attempts jsonb)
+RETURNS TABLE (job_id bigint, queue_name text, task_name text, previous_status text, action text,
+               covered_by bigint, detail text)
+LANGUAGE plpgsql
+SET search_path = sessionq, public
+AS $$
+DECLARE
+  v procrastinate_jobs;
+  v_max jsonb;
+BEGIN
+  FOR v IN
+    SELECT j.* FROM procrastinate_jobs j
+     WHERE j.id IN (SELECT s.job_id FROM sessionq.find_stalled_jobs(p_stall_timeout) s)
+     ORDER BY j.id
+     FOR UPDATE SKIP LOCKED
+  LOOP
+    v_max := coalesce(p_max_attempts, '{}'::jsonb) -> v.task_name::text;
+    IF NOT v.abort_requested AND v_max IS NOT NULL AND jsonb_typeof(v_max) = 'number'
+       AND v.attempts + 1 >= (v_max #>> '{}')::integer THEN
+      -- the stalled attempt was its last one (or its task is never retried): it failed
+      PERFORM procrastinate_finish_job_v1(v.id, 'failed', false);
+      INSERT INTO sessionq.job_actions (job_id, action, detail, actor)
+      VALUES (v.id, 'failed', format('stalled on worker %s; task %s allows no further attempt', v.worker_id, v.task_name),
+              'reaper');
+      RETURN QUERY SELECT v.id, v.queue_name::text, v.task_name::text, 'doing'::text, 'failed'::text, NULL::bigint,
+                          format('stalled; task %s allows no further attempt', v.task_name);
+    ELSE
+      RETURN QUERY SELECT * FROM sessionq.requeue_one(v.id, 'reaper', p_stall_timeout, false, false);
+    END IF;
+  END LOOP;
+END $$;
+COMMENT ON FUNCTION sessionq.reap_stalled_jobs(double precision, jsonb) IS
+  'The reaper''s job step: every stalled job (see find_stalled_jobs) is requeued (see requeue_one: a waiting job with the same queueing lock covers it), unless p_max_attempts (task name -> the number of attempts it may make; 0: never retried) says it had its last attempt: then it is marked failed. Rows locked by someone else are skipped.';
+
+CREATE OR REPLACE FUNCTION sessionq.end_dead_dispatches(p_limit integer DEFAULT 100, p_orphan_grace double precision DEFAULT 10)
+RETURNS TABLE (session_id uuid, dispatch_id uuid, reason text)
+LANGUAGE plpgsql
+SET search_path = sessionq, public
+AS $$
+DECLARE
+  v record;
+BEGIN
+  FOR v IN
+    SELECT s.id, s.dispatch_id,
+           CASE WHEN s.dispatch_expires_at < clock_timestamp() THEN 'the dispatch expired'
+                ELSE 'the dispatch job is gone (failed, aborted or cancelled)' END AS reason
+      FROM sessionq.sessions s
+     WHERE s.dispatch_id IS NOT NULL
+       AND (s.dispatch_expires_at < clock_timestamp()
+            OR sessionq.uuid_v7_time(s.dispatch_id) < clock_timestamp() - make_interval(secs => p_orphan_grace)
+               AND NOT EXISTS (SELECT 1 FROM procrastinate_jobs j
+                                WHERE j.status IN ('todo', 'doing') AND j.task_name = 'dispatch_turn'
+                                  AND j.args ->> 'dispatch_id' = s.dispatch_id::text))
+     ORDER BY s.dispatch_expires_at
+     LIMIT p_limit
+     FOR UPDATE OF s SKIP LOCKED
+  LOOP
+    PERFORM sessionq.fail_dispatch(v.id, v.dispatch_id, v.reason, true);
+    RETURN QUERY SELECT v.id, v.dispatch_id, v.reason;
+  END LOOP;
+END $$;
+COMMENT ON FUNCTION sessionq.end_dead_dispatches(integer, double precision) IS
+  'The reaper''s dispatch step: end (fail_dispatch, issued) up to p_limit turn reservations that expired, or whose dispatch_turn job is no longer waiting or running p_orphan_grace seconds after admission (its worker was drained or died and it is not retried). Their unfinished task is abandoned and the caller told; the Session takes turns again.';
+
+CREATE OR REPLACE FUNCTION sessionq.prune_operator_rows(p_stalled_worker_age double precision, p_keep double precision DEFAULT 604800)
+RETURNS TABLE (workers_pruned integer, rows_deleted integer)
+LANGUAGE plpgsql
+SET search_path = sessionq, public
+AS $$
+DECLARE
+  v_workers integer := 0;
+  v_rows integer := 0;
+  n integer;
+BEGIN
+  IF p_stalled_worker_age IS NOT NULL THEN
+    -- workers that died long ago; their stalled jobs were requeued meanwhile
+    SELECT count(*) INTO v_workers FROM procrastinate_prune_stalled_workers_v1(p_stalled_worker_age);
+  END IF;
+  DELETE FROM sessionq.worker_info wi
+   WHERE NOT EXISTS (SELECT 1 FROM procrastinate_workers w WHERE w.id = wi.worker_id);
+  GET DIAGNOSTICS n = ROW_COUNT; v_rows := v_rows + n;
+  DELETE FROM sessionq.worker_drains d WHERE d.requested_at < clock_timestamp() - make_interval(secs => p_keep);
+  GET DIAGNOSTICS n = ROW_COUNT; v_rows := v_rows + n;
+  DELETE FROM sessionq.job_actions a WHERE a.at < clock_timestamp() - make_interval(secs => p_keep);
+  GET DIAGNOSTICS n = ROW_COUNT; v_rows := v_rows + n;
+  RETURN QUERY SELECT v_workers, v_rows;
+END $$;
+COMMENT ON FUNCTION sessionq.prune_operator_rows(double precision, double precision) IS
+  'The reaper''s housekeeping: remove procrastinate worker rows without a heartbeat for p_stalled_worker_age seconds (NULL: none), worker_info rows of workers that are gone, and drain requests and job actions older than p_keep seconds (default a week).';

@@ -1,0 +1,215 @@
+"""Draining a worker process: stop fetching, let running jobs finish, abort the rest, exit.
+
+A drain is requested with `sessionq workers drain NAME|--all` (sessionq.request_drain): a durable
+row in sessionq.worker_drains plus NOTIFY sessionq_drain, so it reaches the worker at once, on any
+machine, and still reaches it after a lost notification (the worker checks the table at start and
+every few seconds). SIGTERM / Ctrl-C (the process's `stop` event) drain the same way, with the
+worker's own workers.shutdownTimeout.
+
+`run_drainable_worker` runs one procrastinate worker so that it can be drained:
+
+1. it starts procrastinate's Worker and, once procrastinate registered it, records the process in
+   sessionq.worker_info (name, host, pid, queues, concurrency) so operators can see and name it;
+2. `watch_drains` waits for a drain request that applies to it;
+3. on a request (or `stop`) it marks itself draining, stops fetching (Worker.stop: the graceful
+   path, never a second cancellation), waits for running jobs up to the drain timeout, then
+   procrastinate aborts the rest cooperatively (their asyncio tasks are cancelled; a task with a
+   retry strategy goes back to todo, so nothing is lost), unregisters, and returns;
+4. after a drain request it sets `stop`, so the whole process exits cleanly (exit status 0).
+
+No job runs twice because of a drain: a job is either finished by this worker or aborted and
+retried once, by whichever worker fetches it next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from procrastinate import App
+from procrastinate.worker import Worker
+
+from sessionq import errors
+from sessionq.db import Listener, make_pool
+from sessionq.operator_store import DRAIN_CHANNEL, OperatorStore
+
+log = logging.getLogger(__name__)
+
+CHECK_INTERVAL = 5.0  # seconds between checks of the drain table (NOTIFY wakes sooner)
+
+
+@dataclass(frozen=True)
+class DrainRequest:
+    """A drain this worker acts on. timeout None: the worker's own shutdown timeout."""
+
+    drain_id: int | None
+    timeout: float | None
+    requested_by: str
+
+
+def default_worker_name() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+async def watch_drains(
+    ops: OperatorStore,
+    url: str,
+    worker_id: int,
+    worker_name: str,
+    on_drain: Callable[[DrainRequest], None],
+    stop: asyncio.Event,
+    *,
+    interval: float = CHECK_INTERVAL,
+) -> DrainRequest | None:
+    """Wait until a drain request applies to this worker (procrastinate id `worker_id`, name
+    `worker_name`): LISTEN sessionq_drain, plus a check at start and every `interval` seconds.
+    Calls `on_drain` once and returns the request; returns None when `stop` is set first."""
+    wake = asyncio.Event()
+    wake.set()  # check at start: a request may have been made before this worker listened
+
+    def notified(payload: str | None) -> None:
+        if payload is None or payload in ("*", worker_name):
+            wake.set()
+
+    listener = Listener(url, [DRAIN_CHANNEL])
+    listener.subscribe(DRAIN_CHANNEL, notified)
+    await listener.start()
+    stop_wait = asyncio.create_task(stop.wait())
+    try:
+        while not stop.is_set():
+            if not wake.is_set():
+                wake_wait = asyncio.create_task(wake.wait())
+                await asyncio.wait({wake_wait, stop_wait}, timeout=interval, return_when=asyncio.FIRST_COMPLETED)
+                wake_wait.cancel()
+                if stop.is_set():
+                    break
+            wake.clear()
+            try:
+                row = await ops.take_drain(worker_id)
+            except (psycopg.Error, errors.SessionqError) as e:
+                log.warning("cannot check for drain requests (%s); retrying in %.0fs", e, interval)
+                continue
+            if row is not None:
+                request = DrainRequest(int(row["drain_id"]), row["timeout"], str(row["requested_by"]))
+                on_drain(request)
+                return request
+        return None
+    finally:
+        stop_wait.cancel()
+        await listener.stop()
+
+
+async def run_drainable_worker(
+    app: App,
+    *,
+    url: str,
+    stop: asyncio.Event,
+    check_interval: float = CHECK_INTERVAL,
+    **worker_options: Any,
+) -> str:
+    """Run one procrastinate worker of `app` (open) until `stop` is set or a drain request names
+    it, then drain it. `worker_options` are procrastinate's (name, queues, concurrency,
+    fetch_job_polling_interval, shutdown_graceful_timeout, additional_context, delete_jobs, ...);
+    signal handlers are never installed (the process owns its signals).
+
+    Returns "drained" (a drain request; `stop` is then set so the process exits), "stopped"
+    (`stop` was set: SIGTERM) or "exited" (procrastinate's worker ended by itself, e.g. a failed
+    side task: the caller decides)."""
+    options: dict[str, Any] = {**app.worker_defaults, **worker_options, "install_signal_handlers": False}
+    name = str(options.get("name") or default_worker_name())
+    options["name"] = name
+    app.perform_import_paths()
+    worker = Worker(app=app, **options)
+    pool = make_pool(url, min_size=1, max_size=2, name="sessionq-drain")
+    await pool.open(wait=True, timeout=30)
+    ops = OperatorStore.from_pool(pool)
+    run_task = asyncio.create_task(worker.run(), name=f"procrastinate-worker {name}")
+    worker_id: int | None = None
+    watch_stop = asyncio.Event()
+    watcher: asyncio.Task[DrainRequest | None] | None = None
+    outcome = "exited"
+    try:
+        # procrastinate registers the worker first thing in run(); stop() before that is lost
+        while worker.worker_id is None and not run_task.done():
+            await asyncio.sleep(0.01)
+        if run_task.done():
+            run_task.result()  # raises what made it fail at start
+            return outcome
+        worker_id = int(worker.worker_id)  # type: ignore[arg-type]
+        try:
+            await ops.register_worker(worker_id, name, socket.gethostname(), os.getpid(),
+                                      options.get("queues"), int(options.get("concurrency") or 1))
+        except psycopg.Error as e:  # the worker still works; it is just not visible by name
+            log.warning("cannot record worker %s in sessionq.worker_info (%s)", name, e)
+        log.info("worker %s started (procrastinate worker %s)", name, worker_id)
+
+        watcher = asyncio.create_task(
+            watch_drains(ops, url, worker_id, name, lambda _r: None, watch_stop, interval=check_interval),
+            name=f"drain-watcher {name}",
+        )
+        stop_wait = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait({run_task, watcher, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop_wait.cancel()
+        request: DrainRequest | None = None
+        if watcher.done() and not watcher.cancelled() and watcher.exception() is None:
+            request = watcher.result()
+        elif watcher.done() and not watcher.cancelled():
+            log.error("the drain watcher of %s failed", name, exc_info=watcher.exception())
+        if run_task.done():
+            log.error("procrastinate worker %s stopped by itself", name)
+            return outcome
+        if request is not None:
+            outcome = "drained"
+        elif stop.is_set():
+            outcome = "stopped"
+            request = DrainRequest(None, None, "signal")
+            with contextlib.suppress(psycopg.Error, errors.SessionqError):
+                await ops.mark_draining(worker_id, None)
+        else:  # the watcher failed: keep working until stop, as before drains existed
+            await stop.wait()
+            outcome = "stopped"
+            request = DrainRequest(None, None, "signal")
+        await _drain(worker, run_task, request, name)
+        return outcome
+    except asyncio.CancelledError:
+        # cancelled from outside: still drain gracefully, once
+        if worker_id is not None and not run_task.done():
+            await _drain(worker, run_task, DrainRequest(None, None, "cancelled"), name)
+        raise
+    finally:
+        watch_stop.set()
+        if watcher is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await watcher
+        if not run_task.done():  # only when start-up failed half-way
+            run_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await run_task
+        if worker_id is not None:
+            with contextlib.suppress(psycopg.Error, errors.SessionqError):
+                await ops.unregister_worker(worker_id)
+        await pool.close()
+        if outcome == "drained":
+            stop.set()  # the process exits cleanly
+
+
+async def _drain(worker: Worker, run_task: asyncio.Task[Any], request: DrainRequest, name: str) -> None:
+    if request.timeout is not None:
+        worker.shutdown_graceful_timeout = request.timeout
+    running = len(worker._running_jobs)  # procrastinate keeps no public count
+    timeout = worker.shutdown_graceful_timeout
+    log.info("worker %s draining (%s): %d running job(s), waiting up to %s before aborting them",
+             name, f"drain {request.drain_id} by {request.requested_by}" if request.drain_id else request.requested_by,
+             running, "forever" if timeout is None else f"{timeout:g}s")
+    worker.stop()
+    await asyncio.shield(run_task)
+    log.info("worker %s drained", name)
