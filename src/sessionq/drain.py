@@ -137,7 +137,7 @@ async def run_drainable_worker(
     outcome = "exited"
     try:
         # procrastinate registers the worker first thing in run(); stop() before that is lost
-        while worker.worker_id is None and not run_task.done():
+        while worker.worker_id is None and not run_task.done():  # noqa: ASYNC110 (procrastinate has no event)
             await asyncio.sleep(0.01)
         if run_task.done():
             run_task.result()  # raises what made it fail at start

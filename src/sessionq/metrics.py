@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+log = logging.getLogger(__name__)
 
 GRPC_REQUESTS = Counter(
     "sessionq_grpc_requests", "gRPC requests by method and status code", ["method", "code"]
@@ -33,6 +39,28 @@ QUIESCENCE_LATENCY = Histogram(
 QUEUE_DEPTH = Gauge("sessionq_queue_depth", "procrastinate jobs waiting (todo) per queue", ["queue"])
 QUEUE_OLDEST = Gauge("sessionq_queue_oldest_job_age_seconds", "Age of the oldest waiting job per queue", ["queue"])
 SESSION_EXPIRED = Counter("kagent_session_expired", "Idle Sessions removed by completed expiration sweeps")
+
+
+async def refresh_queue_gauges(store: Any, stop: asyncio.Event, interval: float = 15.0) -> None:
+    """Keep sessionq_queue_depth and sessionq_queue_oldest_job_age_seconds current (scrapes only
+    read the gauges). Queues with nothing waiting read 0."""
+    seen: set[str] = set()
+    while not stop.is_set():
+        try:
+            stats = await store.queue_stats()
+        except Exception as e:  # keep the last values; the database may be failing over
+            log.warning("cannot refresh queue gauges: %s", e)
+        else:
+            current = {q for q, _, _ in stats}
+            for queue in seen - current:
+                QUEUE_DEPTH.labels(queue=queue).set(0)
+                QUEUE_OLDEST.labels(queue=queue).set(0)
+            for queue, depth, age in stats:
+                QUEUE_DEPTH.labels(queue=queue).set(depth)
+                QUEUE_OLDEST.labels(queue=queue).set(age)
+            seen |= current
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=interval)
 
 
 def serve(address: str, registry: CollectorRegistry = REGISTRY) -> None:

@@ -30,7 +30,7 @@ from uuid import UUID, uuid4
 
 import psycopg
 
-from sessionq import errors, workload
+from sessionq import errors, metrics, workload
 from sessionq.models import Revision, Session
 from sessionq.store import Store
 from sessionq.substrate.base import (
@@ -129,6 +129,7 @@ class OperationExecutor:
                 failed = await self.store.fail_preparation(session_id, generation, e.reason, e.message)
             except errors.SessionqError:
                 return Outcome("superseded")  # claimed or superseded meanwhile: not ours to fail
+            metrics.OPERATIONS.labels(kind=session.operation, outcome="failed_preparation").inc()
             return Outcome("failed_preparation", failed)
 
         # 2. the execution claim
@@ -136,6 +137,8 @@ class OperationExecutor:
         started = time.monotonic()
         lifetime = self.claim_lifetime
         claim = await self.store.claim_operation(session_id, generation, executor, lifetime)
+        if claim.status != "claimed":
+            metrics.CLAIM_CONFLICTS.labels(status=claim.status).inc()
         if claim.status == "busy":
             return Outcome("busy", claim.session, claim.expires_at)
         if claim.status != "claimed":
@@ -153,6 +156,7 @@ class OperationExecutor:
                 await detached(with_db_retry(lambda: self.store.release_operation(session_id, generation, executor)))
             except Exception:
                 log.exception("could not release the claim", extra=log_extra)
+            metrics.OPERATIONS.labels(kind=claim.session.operation, outcome="failed_attempt").inc()
             if isinstance(e, TimeoutError):
                 raise SubstrateError(Code.DEADLINE_EXCEEDED, "attempt exceeded its claim lifetime") from e
             raise
@@ -161,6 +165,7 @@ class OperationExecutor:
         completed = await detached(
             with_db_retry(lambda: self.store.complete_operation(session_id, generation, executor, result))
         )
+        metrics.OPERATIONS.labels(kind=claim.session.operation, outcome="completed").inc()
         log.info("completed %s operation", claim.session.operation.lower(), extra=log_extra)
         return Outcome("completed", completed)
 

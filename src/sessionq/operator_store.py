@@ -156,7 +156,8 @@ class OperatorStore:
     # -- the reaper -------------------------------------------------------------------------------
 
     async def reap_stalled_jobs(self, stall_timeout: float, max_attempts: dict[str, int | None]) -> list[Row]:
-        return await self._rows("SELECT * FROM sessionq.reap_stalled_jobs(%s, %s)", (stall_timeout, Jsonb(max_attempts)))
+        return await self._rows("SELECT * FROM sessionq.reap_stalled_jobs(%s, %s)",
+                                (stall_timeout, Jsonb(max_attempts)))
 
     async def end_dead_dispatches(self, limit: int = 100, orphan_grace: float = 10.0) -> list[Row]:
         return await self._rows("SELECT * FROM sessionq.end_dead_dispatches(%s, %s)", (limit, orphan_grace))

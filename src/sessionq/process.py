@@ -44,9 +44,11 @@ async def run_services(
 ) -> None:
     """Run the API and/or the workers on one database until `stop` is set, then stop cleanly:
     the API first (no new admissions), then the workers drain."""
+    store = await Store.open(url, pool_size=int(settings["database.poolSize"]), listen=api)
+    gauges = None
     if settings["metrics.enabled"]:
         metrics.serve(settings["metrics.address"])
-    store = await Store.open(url, pool_size=int(settings["database.poolSize"]), listen=api)
+        gauges = asyncio.create_task(metrics.refresh_queue_gauges(store, stop))
     try:
         async with open_runtime(settings, url) as runtime:
             server = None
@@ -70,7 +72,7 @@ async def run_services(
                 await asyncio.wait({worker_task, waiter}, return_when=asyncio.FIRST_COMPLETED)
                 waiter.cancel()
                 if worker_task.done() and not stop.is_set():
-                    worker_task.result()
+                    worker_task.result()  # run_worker restarts procrastinate itself; this is a bug
                     raise RuntimeError("the worker pool stopped unexpectedly")
             else:
                 await stop.wait()
@@ -80,6 +82,10 @@ async def run_services(
                 stop.set()
                 await worker_task
     finally:
+        if gauges is not None:
+            gauges.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await gauges
         await store.close()
 
 

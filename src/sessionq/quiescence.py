@@ -72,9 +72,10 @@ class QuiescencePool:
     def __init__(
         self, store: Store, runtime: Substrate, url: str, *, workers: int = 4,
         recovery_interval: float = 60.0, short_retry: float = SHORT_RETRY, listen: bool = True,
-        snapshot_wait: float = SNAPSHOT_WAIT,
+        snapshot_wait: float = SNAPSHOT_WAIT, drain_timeout: float = 30.0,
     ) -> None:
         self.snapshot_wait = snapshot_wait
+        self.drain_timeout = drain_timeout
         self.store = store
         self.runtime = runtime
         self.url = url
@@ -95,7 +96,9 @@ class QuiescencePool:
         try:
             tasks = [asyncio.create_task(self._worker(i, stop), name=f"quiescence-{i}") for i in range(self.workers)]
             await stop.wait()
-            for t in tasks:
+            self.wake.set()  # idle workers see the stop at once; busy ones finish their claim first
+            done, pending = await asyncio.wait(tasks, timeout=self.drain_timeout)
+            for t in pending:  # past the drain timeout: such a claim stays (it may have issued work)
                 t.cancel()
             for t in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
@@ -123,6 +126,8 @@ class QuiescencePool:
             except Exception:
                 log.exception("quiescence worker %d failed; retrying shortly", index)
                 blocked = True
+            if stop.is_set():
+                break
             timeout = self.short_retry if blocked else self.recovery_interval
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), timeout=timeout)

@@ -502,6 +502,14 @@ class Store:
         return bool(await self._value("SELECT sessionq.gc_finish(%s)", (revision_id,)))
 
 
+    async def queue_stats(self) -> list[tuple[str, int, float]]:
+        """(queue, waiting jobs, age in seconds of the oldest runnable one) per queue."""
+        rows = await self._rows(
+            "SELECT queue_name, jobs, extract(epoch FROM coalesce(oldest_due_age, interval '0')) AS age"
+            " FROM sessionq.queue_depth WHERE status = 'todo'")
+        return [(r["queue_name"], int(r["jobs"]), float(r["age"])) for r in rows]
+
+
 @dataclass(frozen=True)
 class Expiry:
     outcome: str  # admitted | resumed | busy | active | gone

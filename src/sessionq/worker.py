@@ -58,6 +58,7 @@ async def run_worker(
         store, runtime, url,
         workers=int(settings["sessions.quiescenceWorkers"]),
         recovery_interval=float(settings["sessions.quiescenceRecoveryInterval"]),
+        drain_timeout=float(settings["workers.shutdownTimeout"]),
     )
     quiescence_stop = asyncio.Event()
     quiescence_task = asyncio.create_task(quiescence.run(quiescence_stop), name="quiescence")
@@ -75,29 +76,40 @@ async def _run_procrastinate(
     app: Any, settings: Settings, url: str, store: Store, runtime: Substrate, executor: OperationExecutor, *,
     stop: asyncio.Event, name: str | None, queues: list[str] | None,
 ) -> None:
+    """Run procrastinate's worker until `stop`, then stop it gracefully (cancelled once: it stops
+    fetching and waits for running jobs). If it stops on its own - procrastinate gives up when
+    the database is unreachable - restart it with backoff instead of letting the process die."""
     from sessionq.jobs.deps import Deps
 
-    async with app.open_async():
-        worker_task = asyncio.create_task(
-            app.run_worker_async(
-                name=name or worker_name(),
-                queues=queues,
-                concurrency=int(settings["workers.concurrency"]),
-                fetch_job_polling_interval=float(settings["workers.pollInterval"]),
-                shutdown_graceful_timeout=float(settings["workers.shutdownTimeout"]),
-                install_signal_handlers=False,
-                additional_context={"deps": Deps(settings, store, runtime, executor, url)},
-                delete_jobs="successful",
-            ),
-            name="procrastinate-worker",
-        )
-        stop_task = asyncio.create_task(stop.wait())
-        done, _ = await asyncio.wait({worker_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
-        if worker_task in done:
-            stop_task.cancel()
-            worker_task.result()
-            log.error("the procrastinate worker stopped on its own")
-            return
-        worker_task.cancel()  # once: graceful stop (stop fetching, wait for running jobs)
-        with contextlib.suppress(asyncio.CancelledError):
-            await worker_task
+    delay = 1.0
+    while not stop.is_set():
+        try:
+            async with app.open_async():
+                worker_task = asyncio.create_task(
+                    app.run_worker_async(
+                        name=name or worker_name(),
+                        queues=queues,
+                        concurrency=int(settings["workers.concurrency"]),
+                        fetch_job_polling_interval=float(settings["workers.pollInterval"]),
+                        shutdown_graceful_timeout=float(settings["workers.shutdownTimeout"]),
+                        install_signal_handlers=False,
+                        additional_context={"deps": Deps(settings, store, runtime, executor, url)},
+                        delete_jobs="successful",
+                    ),
+                    name="procrastinate-worker",
+                )
+                stop_task = asyncio.create_task(stop.wait())
+                done, _ = await asyncio.wait({worker_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+                if worker_task not in done:
+                    worker_task.cancel()  # once: graceful stop (stop fetching, wait for running jobs)
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await worker_task
+                    return
+                stop_task.cancel()
+                error = worker_task.exception()
+                log.error("the procrastinate worker stopped (%s); restarting in %.0f s", error or "a side task failed", delay)
+        except Exception as e:  # e.g. the database is unreachable while opening
+            log.error("cannot run the procrastinate worker (%s); retrying in %.0f s", e, delay)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=delay)
+        delay = min(delay * 2, 30.0)

@@ -358,11 +358,11 @@ def test_the_tutorial_verbatim(buf: str, shell: Shell, servers: list[Up]) -> Non
         assert int(running["VERSION"]) > int(idle["VERSION"]), (idle, running)
         # TUT-3: the Session is READY while its Actor runs a turn
         assert session_states(shell).get(session_id) == "READY"
-        out, err = turn.communicate(timeout=CLI_TIMEOUT)
+        out, errors = turn.communicate(timeout=CLI_TIMEOUT)
     finally:
         if turn.poll() is None:
             turn.kill()
-    assert turn.returncode == 0, f"invoke exited {turn.returncode}:\n{out}\n{err}"
+    assert turn.returncode == 0, f"invoke exited {turn.returncode}:\n{out}\n{errors}"
     second = json.loads(out)
     latest_task_id = second["task"]["id"]
     assert second["task"]["status"]["state"] == "TASK_STATE_COMPLETED" and latest_task_id != task_id, second

@@ -16,7 +16,9 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 import grpc
+import psycopg
 from google.protobuf.timestamp_pb2 import Timestamp
+from psycopg_pool import PoolTimeout
 from google.rpc import error_details_pb2, status_pb2
 
 from sessionq import errors, metrics
@@ -140,10 +142,9 @@ F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 def rpc(method: F) -> F:
     """Servicer method wrapper: SessionqError -> its status (with ErrorInfo when it has a reason);
     anything unexpected -> INTERNAL, logged. Also counts requests by method and code."""
-    name = method.__name__
-
     @functools.wraps(method)
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        name = f"{type(self).__name__}/{method.__name__}"
         started = time.monotonic()
         code = grpc.StatusCode.OK
         try:
@@ -151,6 +152,11 @@ def rpc(method: F) -> F:
         except SessionqError as e:
             code = e.code
             await abort(context, e)
+        except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as e:
+            # the database is unreachable or failing over: a transient condition the client retries
+            code = grpc.StatusCode.UNAVAILABLE
+            log.warning("database unavailable in %s: %s", name, e)
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the database is unavailable; retry the same call")
         except Exception:
             if isinstance(context.code(), grpc.StatusCode) and context.code() != grpc.StatusCode.OK:
                 code = context.code()

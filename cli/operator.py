@@ -1,0 +1,567 @@
+"""Operator commands: `workers`, `jobs`, `requeue` and `status`.
+
+They talk to PostgreSQL directly (the job queue and the lifecycle tables), not to the API. The
+database URL comes from --database-url, $SESSIONQ_DATABASE_URL, $SESSIONQ_DATABASE__URL (the
+server's setting) or the client config's `databaseUrl` (written by `sessionq up`). Every query is
+in sessionq.operator_store and the views and procedures of schema/80_operator_views.sql.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import json
+import os
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import click
+import psycopg
+from sessionq.cli.client import (
+    CliError,
+    find_client_config,
+    load_client_config,
+    output_option,
+    parse_duration,
+    plain_table,
+)
+
+from sessionq import errors
+from sessionq.operator_store import JOB_STATUSES, SESSION_STATES, OperatorStore, Row, age, jsonable
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEFAULT_STALL_TIMEOUT = 30.0
+WAIT_GRACE = 60.0  # `workers drain --wait --timeout D` gives up D + this many seconds after the request
+WAIT_POLL = 0.25
+
+
+# -- one-line usage errors ----------------------------------------------------------------------
+
+class OneLineUsageError(click.UsageError):
+    """A bad argument: one line on stderr, `error: ...`, exit status 2."""
+
+    def show(self, file: Any = None) -> None:
+        hint = f" (see `{self.ctx.command_path} --help`)" if self.ctx is not None else ""
+        click.echo(f"error: {' '.join(self.format_message().split())}{hint}", err=True, file=file)
+
+
+class OperatorCommand(click.Command):
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except OneLineUsageError:
+            raise
+        except click.UsageError as e:
+            raise OneLineUsageError(e.format_message(), e.ctx or ctx) from None
+
+
+class OperatorGroup(click.Group):
+    command_class = OperatorCommand
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except OneLineUsageError:
+            raise
+        except click.UsageError as e:
+            raise OneLineUsageError(e.format_message(), e.ctx or ctx) from None
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        except OneLineUsageError:
+            raise
+        except click.UsageError as e:
+            raise OneLineUsageError(e.format_message(), e.ctx or ctx) from None
+
+
+def usage(message: str) -> OneLineUsageError:
+    return OneLineUsageError(message, click.get_current_context(silent=True))
+
+
+class NonNegativeDuration(click.ParamType):
+    """`30s`, `2m`, `1h30m`; 0s allowed (a drain with 0s aborts running jobs at once)."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, int | float):
+            return float(value)
+        try:
+            return parse_duration(str(value).strip())
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+class PositiveDuration(NonNegativeDuration):
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        seconds = super().convert(value, param, ctx)
+        if seconds <= 0:
+            self.fail(f"{value!r} must be longer than zero", param, ctx)
+        return seconds
+
+
+DURATION0 = NonNegativeDuration()
+DURATION = PositiveDuration()
+
+
+# -- the database ---------------------------------------------------------------------------------
+
+def database_option(f: F) -> F:
+    return click.option(
+        "--database-url", "database_url", envvar="SESSIONQ_DATABASE_URL", metavar="URL",
+        help="PostgreSQL URL (default: $SESSIONQ_DATABASE__URL, else the client config's databaseUrl, "
+             "which `sessionq up` writes).",
+    )(f)
+
+
+def _client_config(ctx: click.Context) -> dict[str, Any]:
+    root = ctx.find_root()
+    obj = root.obj if isinstance(root.obj, dict) else {}
+    return load_client_config(find_client_config(obj.get("client_config")))
+
+
+def resolve_database_url(ctx: click.Context, explicit: str | None) -> str:
+    if explicit:
+        return explicit
+    if os.environ.get("SESSIONQ_DATABASE__URL"):
+        return os.environ["SESSIONQ_DATABASE__URL"]
+    url = _client_config(ctx).get("databaseUrl")
+    if url:
+        return str(url)
+    raise CliError("no database URL: pass --database-url, set SESSIONQ_DATABASE_URL, "
+                   "or start `sessionq up` (it writes databaseUrl to the client config)")
+
+
+def operator_name(ctx: click.Context) -> str:
+    """Who is acting, recorded with drains and job actions: the client config's user, else the OS user."""
+    try:
+        user = _client_config(ctx).get("user")
+    except CliError:
+        user = None
+    return str(user) if user else getpass.getuser()
+
+
+def where(url: str) -> str:
+    """host:port/database of a URL, without credentials (for error lines)."""
+    try:
+        parts = urlsplit(url)
+        if parts.scheme.startswith("postgres"):
+            host = parts.hostname or "localhost"
+            port = f":{parts.port}" if parts.port else ""
+            return f"{host}{port}{parts.path or ''}"
+    except ValueError:
+        pass
+    return "the configured database"
+
+
+def run(ctx: click.Context, explicit_url: str | None, action: Callable[[OperatorStore], Awaitable[T]]) -> T:
+    """Connect, run `action`, and turn every failure into one clear error line."""
+    url = resolve_database_url(ctx, explicit_url)
+
+    async def go() -> T:
+        async with OperatorStore.connect(url) as ops:
+            return await action(ops)
+
+    try:
+        return asyncio.run(go())
+    except errors.SessionqError as e:
+        raise CliError(f"{e.code.name}: {e.message}") from None
+    except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName):
+        raise CliError(f"the database at {where(url)} has no sessionq schema (or an old one); "
+                       "run `sessionq migrate --database-url ...`") from None
+    except psycopg.OperationalError as e:
+        reason = " ".join(str(e).strip().splitlines()[-1:]) or "connection failed"
+        raise CliError(f"cannot reach PostgreSQL at {where(url)}: {reason}") from None
+    except psycopg.Error as e:
+        raise CliError(f"database error: {' '.join(str(e).split())}") from None
+
+
+# -- output helpers -----------------------------------------------------------------------------------
+
+def echo_json(data: Any) -> None:
+    click.echo(json.dumps(jsonable(data), indent=2, default=str))
+
+
+def dash(value: Any) -> str:
+    if value is None or value == "" or value == []:
+        return "-"
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def compact(value: Any, width: int = 60) -> str:
+    text = json.dumps(value, separators=(",", ":"), default=str) if not isinstance(value, str) else value
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def fmt_seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return "the worker's shutdown timeout"
+    return f"{seconds:g}s"
+
+
+def workers_table(rows: Sequence[Row]) -> str:
+    return plain_table(
+        ["NAME", "ID", "HOST", "PID", "QUEUES", "CONCURRENCY", "RUNNING", "HEARTBEAT", "STATE", "AGE"],
+        [[r["name"] or "<unknown>", r["worker_id"], dash(r["host"]), dash(r["pid"]),
+          dash(r["queues"]) if r["name"] else "-", dash(r["concurrency"]), r["running_jobs"],
+          age(r["heartbeat_age"]) + " ago", r["state"] + (" (drain requested)" if r["state"] == "running"
+                                                          and r["drain_requested_at"] else ""),
+          age(r["started_at"])] for r in rows],
+    )
+
+
+def jobs_table(rows: Sequence[Row]) -> str:
+    return plain_table(
+        ["ID", "QUEUE", "TASK", "STATUS", "ATTEMPTS", "WORKER", "AGE", "QUEUEING-LOCK", "ARGS"],
+        [[r["job_id"], r["queue_name"], r["task_name"], r["status"] + (" (abort requested)" if r["abort_requested"]
+                                                                        and r["status"] == "doing" else ""),
+          r["attempts"], dash(r["worker_name"] or r["worker_id"]), age(r["status_age"]), dash(r["queueing_lock"]),
+          compact(r["args"])] for r in rows],
+    )
+
+
+def actions_table(rows: Sequence[Row]) -> str:
+    return plain_table(
+        ["ID", "QUEUE", "TASK", "WAS", "ACTION", "DETAIL"],
+        [[r["job_id"], dash(r["queue_name"]), dash(r["task_name"]), dash(r["previous_status"]), r["action"],
+          dash(r["detail"])] for r in rows],
+    )
+
+
+# -- workers ------------------------------------------------------------------------------------------
+
+@click.group(cls=OperatorGroup)
+def workers() -> None:
+    """Worker processes: list them, drain them."""
+
+
+@workers.command("list")
+@database_option
+@output_option
+@click.pass_context
+def workers_list(ctx: click.Context, database_url: str | None, output: str) -> None:
+    """Every worker process: queues, concurrency, running jobs, heartbeat age, state (running, draining, stalled)."""
+    rows = run(ctx, database_url, lambda ops: ops.workers())
+    if output == "json":
+        echo_json({"workers": rows})
+        return
+    if not rows:
+        click.echo("No workers are running.", err=True)
+        return
+    click.echo(workers_table(rows))
+
+
+@workers.command("drain")
+@click.argument("name", required=False)
+@click.option("--all", "all_workers", is_flag=True, help="Drain every worker running now.")
+@click.option("--wait", is_flag=True, help="Wait until the drained workers have exited.")
+@click.option("--timeout", type=DURATION0, default=None, metavar="DURATION",
+              help="How long running jobs may take before they are aborted (default: each worker's "
+                   "workers.shutdownTimeout); 0s aborts them at once.")
+@database_option
+@output_option
+@click.pass_context
+def workers_drain(ctx: click.Context, name: str | None, all_workers: bool, wait: bool, timeout: float | None,
+                  database_url: str | None, output: str) -> None:
+    """Drain worker NAME (or --all): it fetches no new job, lets running jobs finish (up to --timeout,
+    then aborts them cooperatively; they are retried elsewhere) and exits. Durable: a worker that
+    misses the notification sees the request within seconds."""
+    if name and all_workers:
+        raise usage("give a worker NAME or --all, not both")
+    if not name and not all_workers:
+        raise usage("missing worker NAME (or --all to drain every worker)")
+    target = "*" if all_workers else str(name)
+    by = operator_name(ctx)
+
+    async def drain(ops: OperatorStore) -> dict[str, Any]:
+        requested = await ops.request_drain(target, timeout, by)
+        ids = list(requested["worker_ids"])
+        names = dict(zip(ids, requested["workers"], strict=True))
+        result: dict[str, Any] = {"drain_id": requested["drain_id"], "worker": target, "timeout": timeout,
+                                  "requested_by": by, "workers": [{"worker_id": i, "name": names[i]} for i in ids]}
+        if output != "json":
+            who = ", ".join(requested["workers"]) if ids else "no worker is running now"
+            click.echo(f"drain {requested['drain_id']} requested for {len(ids)} worker(s): {who} "
+                       f"(running jobs get {fmt_seconds(timeout)})")
+        if not wait:
+            return result
+        started = time.monotonic()
+        deadline = started + timeout + WAIT_GRACE if timeout is not None else None
+        remaining = set(ids)
+        outcome: dict[int, str] = {}
+        while remaining:
+            rows = {r["worker_id"]: r for r in await ops.workers(sorted(remaining))}
+            for wid in sorted(remaining):
+                row = rows.get(wid)
+                if row is None or row["state"] == "stalled":
+                    outcome[wid] = "exited" if row is None else "stalled"
+                    remaining.discard(wid)
+                    if output != "json":
+                        how = "exited" if row is None else "stopped heartbeating (stalled) before it exited"
+                        click.echo(f"{names[wid]} {how} ({time.monotonic() - started:.1f}s)")
+            if not remaining:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                late = ", ".join(names[w] for w in sorted(remaining))
+                raise CliError(f"still running {time.monotonic() - started:.0f}s after the drain request: {late}")
+            await asyncio.sleep(WAIT_POLL)
+        for w in result["workers"]:
+            w["outcome"] = outcome.get(w["worker_id"])
+        result["waited_seconds"] = round(time.monotonic() - started, 3)
+        return result
+
+    result = run(ctx, database_url, drain)
+    if output == "json":
+        echo_json(result)
+    elif wait and result["workers"]:
+        click.echo(f"all {len(result['workers'])} drained worker(s) are gone")
+
+
+# -- jobs -------------------------------------------------------------------------------------------------
+
+@click.group(cls=OperatorGroup)
+def jobs() -> None:
+    """procrastinate jobs: list, show, retry, cancel."""
+
+
+@jobs.command("list")
+@click.option("--queue", metavar="QUEUE", help="Only this queue (operations, dispatch, agents, maintenance).")
+@click.option("--status", type=click.Choice(JOB_STATUSES), help="Only jobs in this status.")
+@click.option("--task", metavar="TASK", help="Only this task (e.g. execute_operation).")
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True, help="Page size.")
+@click.option("--page-token", default="", help="Continue from a previous page.")
+@database_option
+@output_option
+@click.pass_context
+def jobs_list(ctx: click.Context, queue: str | None, status: str | None, task: str | None, limit: int,
+              page_token: str, database_url: str | None, output: str) -> None:
+    """Jobs, newest first, one page at a time."""
+    before = None
+    if page_token:
+        if not page_token.isdigit() or int(page_token) <= 0:
+            raise usage(f"invalid --page-token {page_token!r}: use the token a previous page printed")
+        before = int(page_token)
+    rows = run(ctx, database_url,
+               lambda ops: ops.list_jobs(queue=queue, status=status, task=task, before=before, limit=limit + 1))
+    next_token = str(rows[limit - 1]["job_id"]) if len(rows) > limit else ""
+    rows = rows[:limit]
+    if output == "json":
+        echo_json({"jobs": rows, "next_page_token": next_token})
+        return
+    if rows:
+        click.echo(jobs_table(rows))
+    else:
+        click.echo("No jobs found.", err=True)
+    if next_token:
+        click.echo(f"(more jobs: --page-token {next_token})", err=True)
+
+
+@jobs.command("show")
+@click.argument("job_id", type=click.IntRange(min=1), metavar="ID")
+@database_option
+@output_option
+@click.pass_context
+def jobs_show(ctx: click.Context, job_id: int, database_url: str | None, output: str) -> None:
+    """One job with its events (procrastinate_events) and what operators and the reaper did to it."""
+
+    async def show(ops: OperatorStore) -> tuple[Row | None, list[Row], list[Row]]:
+        return await ops.job(job_id), await ops.job_events(job_id), await ops.job_actions(job_id)
+
+    job, events, actions = run(ctx, database_url, show)
+    if job is None:
+        raise CliError(f"NOT_FOUND: job {job_id} not found")
+    if output == "json":
+        echo_json({"job": job, "events": events, "actions": actions})
+        return
+    j = jsonable(job)
+    fields = [
+        ("Job", j["job_id"]), ("Task", j["task_name"]), ("Queue", j["queue_name"]),
+        ("Status", f"{j['status']} for {age(job['status_age'])}"
+                   + (" (abort requested)" if j["abort_requested"] else "")),
+        ("Attempts", j["attempts"]), ("Priority", j["priority"]),
+        ("Worker", f"{j['worker_name'] or '-'} (procrastinate worker {j['worker_id']})" if j["worker_id"] else "-"),
+        ("Queueing lock", dash(j["queueing_lock"])), ("Lock", dash(j["lock"])),
+        ("Scheduled at", dash(j["scheduled_at"])), ("Deferred at", dash(j["deferred_at"])),
+        ("Args", json.dumps(j["args"], sort_keys=True)),
+    ]
+    width = max(len(k) for k, _ in fields) + 2
+    for k, v in fields:
+        click.echo(f"{k + ':':<{width}}{v}")
+    click.echo("")
+    click.echo("EVENTS")
+    click.echo(plain_table(["AT", "TYPE"], [[jsonable(e["at"]), e["type"]] for e in events]) if events else "(none)")
+    if actions:
+        click.echo("")
+        click.echo("ACTIONS")
+        click.echo(plain_table(["AT", "ACTION", "BY", "DETAIL"],
+                               [[jsonable(a["at"]), a["action"], a["actor"], a["detail"]] for a in actions]))
+
+
+@jobs.command("retry")
+@click.argument("job_id", type=click.IntRange(min=1), metavar="ID")
+@click.option("--stall-timeout", type=DURATION, default=DEFAULT_STALL_TIMEOUT, show_default=True,
+              help="A running job counts as stalled when its worker's heartbeat is older than this.")
+@database_option
+@output_option
+@click.pass_context
+def jobs_retry(ctx: click.Context, job_id: int, stall_timeout: float, database_url: str | None, output: str) -> None:
+    """Put a failed, aborted, cancelled or stalled job back to run now."""
+    by = operator_name(ctx)
+    row = run(ctx, database_url, lambda ops: ops.retry_job(job_id, by, stall_timeout))
+    if output == "json":
+        echo_json(row)
+    elif row["action"] == "requeued":
+        click.echo(f"job {job_id} ({row['task_name']}, was {row['previous_status']}) is waiting to run again")
+    else:
+        click.echo(f"job {job_id} ({row['task_name']}, was {row['previous_status']}): {row['action']}: {row['detail']}")
+
+
+@jobs.command("cancel")
+@click.argument("job_id", type=click.IntRange(min=1), metavar="ID")
+@click.option("--abort", is_flag=True, help="Also ask the worker running it to abort it (cooperatively).")
+@database_option
+@output_option
+@click.pass_context
+def jobs_cancel(ctx: click.Context, job_id: int, abort: bool, database_url: str | None, output: str) -> None:
+    """Cancel a waiting job; with --abort, also a running one."""
+    by = operator_name(ctx)
+    row = run(ctx, database_url, lambda ops: ops.cancel_job(job_id, abort, by))
+    if output == "json":
+        echo_json(row)
+    elif row["action"] == "abort_requested":
+        click.echo(f"job {job_id}: abort requested; its worker cancels it within seconds")
+    else:
+        click.echo(f"job {job_id} cancelled (was {row['previous_status']})")
+
+
+# -- requeue ------------------------------------------------------------------------------------------------
+
+@click.command(cls=OperatorCommand)
+@click.option("--failed", is_flag=True, help="Requeue failed jobs.")
+@click.option("--stalled", is_flag=True, help="Requeue stalled jobs (running on a worker without a recent heartbeat).")
+@click.option("--queue", metavar="QUEUE", help="Only this queue.")
+@click.option("--task", metavar="TASK", help="Only this task.")
+@click.option("--since", type=DURATION, default=None, metavar="DURATION",
+              help="Only jobs that failed (or started, for --stalled) within this long, e.g. 1h.")
+@click.option("--stall-timeout", type=DURATION, default=DEFAULT_STALL_TIMEOUT, show_default=True,
+              help="A worker without a heartbeat for this long is dead.")
+@click.option("--dry-run", is_flag=True, help="Tell what would be requeued; change nothing.")
+@database_option
+@output_option
+@click.pass_context
+def requeue(ctx: click.Context, failed: bool, stalled: bool, queue: str | None, task: str | None, since: float | None,
+            stall_timeout: float, dry_run: bool, database_url: str | None, output: str) -> None:
+    """Put failed or stalled jobs back to run, telling how many and which. A job whose queueing lock
+    is held by a waiting job is cancelled instead (the waiting job does the same work)."""
+    if failed == stalled:
+        raise usage("choose what to requeue: --failed or --stalled" if not failed else
+                    "--failed and --stalled are separate runs; choose one")
+    which = "failed" if failed else "stalled"
+    by = operator_name(ctx)
+    rows = run(ctx, database_url, lambda ops: ops.requeue(which, queue=queue, task=task, since=since, by=by,
+                                                          dry_run=dry_run, stall_timeout=stall_timeout))
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["action"]] = counts.get(r["action"], 0) + 1
+    if output == "json":
+        echo_json({"which": which, "dry_run": dry_run, "matched": len(rows), "counts": counts, "jobs": rows})
+        return
+    if not rows:
+        click.echo(f"0 {which} jobs matched; nothing to requeue.")
+        return
+    click.echo(f"{len(rows)} {which} job(s) matched" + (" (dry run: nothing changed)" if dry_run else "") + ":")
+    click.echo(actions_table(rows))
+    click.echo(", ".join(f"{n} {a}" for a, n in sorted(counts.items())))
+
+
+# -- status -------------------------------------------------------------------------------------------------
+
+def known_queues() -> list[str]:
+    try:
+        from sessionq.jobs.app import QUEUES
+    except Exception:  # the CLI must work without the job modules importable
+        return []
+    return list(QUEUES)
+
+
+def leader_text(leader: Any) -> str:
+    if leader is None:
+        return "-"
+    if not isinstance(leader, dict):
+        return compact(leader, 100)
+    shown = [f"{k}={v}" for k, v in leader.items() if v is not None and not isinstance(v, dict | list)]
+    return compact(" ".join(shown) or leader, 100)
+
+
+def status_text(s: Row) -> str:
+    out: list[str] = []
+    label = 20
+    sessions = s["sessions"]
+    out.append(f"{'SESSIONS':<{label}}" + "   ".join(f"{st} {sessions.get(st, 0)}" for st in SESSION_STATES))
+    if s["pending_operations"]:
+        out.append("PENDING OPERATIONS")
+        out.append(_indent(plain_table(
+            ["KIND", "COUNT", "OLDEST", "WITHOUT-JOB"],
+            [[p["kind"], p["operations"], age(p["oldest_age"]), p["without_job"]] for p in s["pending_operations"]])))
+    else:
+        out.append(f"{'PENDING OPERATIONS':<{label}}none")
+    claims: dict[str, list[str]] = {}
+    for c in s["claims"]:
+        claims.setdefault(c["kind"], []).append(f"{c['claims']} {c['state']}")
+    out.append(f"{'CLAIMS':<{label}}" + ("   ".join(f"{k}: {', '.join(v)}" for k, v in sorted(claims.items()))
+                                         or "none"))
+    backlog = {b["status"]: b for b in s["quiescence_backlog"]}
+    oldest = max((b["oldest_waiting"] for b in s["quiescence_backlog"] if b["oldest_waiting"] is not None),
+                 default=None)
+    out.append(f"{'QUIESCENCE BACKLOG':<{label}}"
+               + "   ".join(f"{k} {backlog[k]['sessions'] if k in backlog else 0}"
+                            for k in ("waiting", "blocked", "claimed", "ineligible"))
+               + (f"   (oldest {age(oldest)})" if oldest is not None else ""))
+    queues: dict[str, dict[str, Any]] = {q: {} for q in known_queues()}
+    for q in s["queues"]:
+        queues.setdefault(q["queue_name"], {})[q["status"]] = q
+    rows = []
+    for name, by_status in sorted(queues.items()):
+        todo = by_status.get("todo", {})
+        rows.append([name, todo.get("jobs", 0), todo.get("due", 0), by_status.get("doing", {}).get("jobs", 0),
+                     by_status.get("failed", {}).get("jobs", 0),
+                     by_status.get("cancelled", {}).get("jobs", 0) + by_status.get("aborted", {}).get("jobs", 0),
+                     age(todo.get("oldest_due_age"))])
+    out.append("QUEUES")
+    out.append(_indent(plain_table(["QUEUE", "TODO", "DUE", "DOING", "FAILED", "CANCELLED", "OLDEST-DUE"], rows))
+               if rows else "  (no jobs)")
+    out.append(f"WORKERS ({len(s['workers'])})")
+    out.append(_indent(workers_table(s["workers"])) if s["workers"] else "  (none running)")
+    out.append(f"{'STALLED JOBS':<{label}}{s['stalled_jobs']}")
+    out.append(f"{'EXPIRY LEADER':<{label}}{leader_text(s['expiry_leader'])}")
+    return "\n".join(out)
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())
+
+
+@click.command(cls=OperatorCommand)
+@database_option
+@output_option
+@click.pass_context
+def status(ctx: click.Context, database_url: str | None, output: str) -> None:
+    """One screen: Sessions by state, pending operations, claims, quiescence backlog, queues, workers,
+    stalled jobs and the expiry leader."""
+    s = run(ctx, database_url, lambda ops: ops.status())
+    if output == "json":
+        echo_json(s)
+        return
+    click.echo(status_text(s))
+
+
+COMMANDS: tuple[click.Command, ...] = (workers, jobs, requeue, status)
