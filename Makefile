@@ -39,7 +39,7 @@ test-pg15: install-test
 
 lint: install-test
 	$(VENV)/bin/ruff check src jobs cli tests scripts
-	$(VENV)/bin/mypy src/sessionq jobs cli
+	$(VENV)/bin/mypy src/sessionq && $(VENV)/bin/mypy jobs && $(VENV)/bin/mypy cli
 
 proto: install-test
 	$(PY) scripts/gen_proto.py

@@ -6,9 +6,9 @@ import uuid
 
 import click
 from a2a.types import a2a_pb2, a2a_pb2_grpc
+from sessionq.cli.client import get_client, output_option, print_json
 
 from sessionq._pb.kagent.api.v1alpha1 import session_pb2, session_pb2_grpc
-from sessionq.cli.client import get_client, output_option, print_json
 
 
 def answer_text(task: a2a_pb2.Task) -> str:
@@ -25,10 +25,17 @@ def invoke(ctx: click.Context, session_id: str, text: str, task_id: str, output:
     """Send TEXT to the Session's agent and wait for the turn to finish. A suspended Actor is
     resumed automatically. `-o json` prints the SendMessage response (`.task.id`)."""
     client = get_client(ctx)
-    session = client.call(session_pb2_grpc.SessionServiceStub(client.channel).GetSession,
-                          session_pb2.GetSessionRequest(session_id=session_id)).session
-    message = a2a_pb2.Message(message_id=str(uuid.uuid4()), role=a2a_pb2.ROLE_USER, context_id=session.id,
-                              task_id=task_id, parts=[a2a_pb2.Part(text=text)])
+    session = client.call(
+        session_pb2_grpc.SessionServiceStub(client.channel).GetSession,
+        session_pb2.GetSessionRequest(session_id=session_id),
+    ).session
+    message = a2a_pb2.Message(
+        message_id=str(uuid.uuid4()),
+        role=a2a_pb2.ROLE_USER,
+        context_id=session.id,
+        task_id=task_id,
+        parts=[a2a_pb2.Part(text=text)],
+    )
     request = a2a_pb2.SendMessageRequest(tenant=f"{session.agent.namespace}/{session.agent.name}", message=message)
     # not retried: sending the message again would be a second turn
     response = client.call(a2a_pb2_grpc.A2AServiceStub(client.channel).SendMessage, request)

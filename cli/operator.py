@@ -334,7 +334,7 @@ def jobs() -> None:
 
 
 @jobs.command("list")
-@click.option("--queue", metavar="QUEUE", help="Only this queue (operations, dispatch, agents, maintenance).")
+@click.option("--queue", metavar="QUEUE", help="Only this queue (operations, dispatch, agents, periodic).")
 @click.option("--status", type=click.Choice(JOB_STATUSES), help="Only jobs in this status.")
 @click.option("--task", metavar="TASK", help="Only this task (e.g. execute_operation).")
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True, help="Page size.")
@@ -493,13 +493,11 @@ def known_queues() -> list[str]:
     return list(QUEUES)
 
 
-def leader_text(leader: Any) -> str:
+def leader_text(leader: Row | None) -> str:
     if leader is None:
         return "-"
-    if not isinstance(leader, dict):
-        return compact(leader, 100)
-    shown = [f"{k}={v}" for k, v in leader.items() if v is not None and not isinstance(v, dict | list)]
-    return compact(" ".join(shown) or leader, 100)
+    ran = f", last run {age(leader['last_run_age'])} ago" if leader.get("last_run_age") is not None else ""
+    return f"{leader['holder']} (leader for {age(leader['held_for'])}{ran})"
 
 
 def status_text(s: Row) -> str:
@@ -543,6 +541,9 @@ def status_text(s: Row) -> str:
     out.append(_indent(workers_table(s["workers"])) if s["workers"] else "  (none running)")
     out.append(f"{'STALLED JOBS':<{label}}{s['stalled_jobs']}")
     out.append(f"{'EXPIRY LEADER':<{label}}{leader_text(s['expiry_leader'])}")
+    for leader in s["leaders"]:
+        if leader["role"] != "expiry":
+            out.append(f"{(leader['role'].upper().replace('_', ' ') + ' LEADER'):<{label}}{leader_text(leader)}")
     return "\n".join(out)
 
 

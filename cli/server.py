@@ -19,8 +19,13 @@ def load_settings(config_file: str | None) -> config.Settings:
 
 @click.command()
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="YAML configuration file.")
-@click.option("--data-dir", type=click.Path(file_okay=False), default=".sessionq", show_default=True,
-              help="Where the embedded PostgreSQL keeps its data (reused by the next up).")
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False),
+    default=".sessionq",
+    show_default=True,
+    help="Where the embedded PostgreSQL keeps its data (reused by the next up).",
+)
 @click.option("--database-url", help="Use this PostgreSQL instead of the embedded one.")
 def up(config_file: str | None, data_dir: str, database_url: str | None) -> None:
     """Run everything locally: embedded PostgreSQL, migrations, API on 127.0.0.1:8083, workers, simulator."""

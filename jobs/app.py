@@ -22,13 +22,12 @@ def build_app(url: str, *, pool_size: int = 4, expiry: bool = True) -> App:
     app.task(name="execute_operation", queue="operations", pass_context=True, retry=OPERATION_RETRY)(
         operations.execute_operation
     )
-    app.task(name="prepare_revision", queue="agents", pass_context=True, retry=OPERATION_RETRY)(
-        agents.prepare_revision
-    )
+    app.task(name="prepare_revision", queue="agents", pass_context=True, retry=OPERATION_RETRY)(agents.prepare_revision)
     for fn in (checkpoints.create_checkpoint, checkpoints.delete_checkpoint):
         app.task(name=fn.__name__, queue="operations", pass_context=True, retry=OPERATION_RETRY)(fn)
-    app.task(name="refresh_snapshot", queue="operations", pass_context=True,
-             retry=RetryStrategy(max_attempts=60, wait=1))(checkpoints.refresh_snapshot)
+    app.task(
+        name="refresh_snapshot", queue="operations", pass_context=True, retry=RetryStrategy(max_attempts=60, wait=1)
+    )(checkpoints.refresh_snapshot)
     # a failed dispatch is ended (its task abandoned) rather than retried: the user sends again
     app.task(name="dispatch_turn", queue="dispatch", pass_context=True, retry=False)(dispatch.dispatch_turn)
     periodic.register(app, expiry=expiry)

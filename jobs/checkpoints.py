@@ -5,10 +5,10 @@ from __future__ import annotations
 from uuid import UUID
 
 from procrastinate import JobContext
+from sessionq.jobs.deps import deps
 
 from sessionq.checkpoints import refresh_snapshot as refresh
 from sessionq.checkpoints import run_checkpoint
-from sessionq.jobs.deps import deps
 
 
 async def _run(context: JobContext, checkpoint_id: str, task: str) -> str:

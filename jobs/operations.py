@@ -20,6 +20,10 @@ async def execute_operation(context: JobContext, session_id: str) -> str:
     outcome = await d.executor.run(UUID(session_id))
     if outcome.status == "busy" and outcome.retry_at is not None:
         await d.store.queue_operation(UUID(session_id), outcome.retry_at)
-    log.debug("execute_operation %s: %s", session_id, outcome.status,
-              extra={"session_id": session_id, "job_id": context.job.id if context.job else None})
+    log.debug(
+        "execute_operation %s: %s",
+        session_id,
+        outcome.status,
+        extra={"session_id": session_id, "job_id": context.job.id if context.job else None},
+    )
     return outcome.status

@@ -5,17 +5,22 @@ advisory-lock leadership inside makes sure no two replicas sweep at the same tim
 from __future__ import annotations
 
 from procrastinate import App, JobContext
+from sessionq.jobs.deps import deps
 
 from sessionq.expiry import sweep
 from sessionq.gc import collect_revisions
-from sessionq.jobs.deps import deps
 from sessionq.worker import worker_name
 
 
 async def expire_idle_sessions(context: JobContext, timestamp: int) -> dict[str, int]:
     d = deps(context)
     result = await sweep(d.store, d.executor, d.url, float(d.settings["sessions.idleTtl"]), worker_name())
-    return {"leader": int(result.leader), "admitted": result.admitted, "expired": result.expired, "failed": result.failed}
+    return {
+        "leader": int(result.leader),
+        "admitted": result.admitted,
+        "expired": result.expired,
+        "failed": result.failed,
+    }
 
 
 async def collect_runtime_revisions(context: JobContext, timestamp: int) -> dict[str, int]:
@@ -27,6 +32,8 @@ async def collect_runtime_revisions(context: JobContext, timestamp: int) -> dict
 def register(app: App, *, expiry: bool) -> None:
     if expiry:  # sessions.idleTtl 0s disables the worker, retries included
         app.periodic(cron="* * * * *", periodic_id="expiry")(
-            app.task(name="expire_idle_sessions", queue="periodic", pass_context=True)(expire_idle_sessions))
+            app.task(name="expire_idle_sessions", queue="periodic", pass_context=True)(expire_idle_sessions)
+        )
     app.periodic(cron="* * * * *", periodic_id="revision_gc")(
-        app.task(name="collect_runtime_revisions", queue="periodic", pass_context=True)(collect_runtime_revisions))
+        app.task(name="collect_runtime_revisions", queue="periodic", pass_context=True)(collect_runtime_revisions)
+    )

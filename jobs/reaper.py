@@ -1,4 +1,4 @@
-"""Job: the built-in reaper, every 15 seconds (queue ``maintenance``; see sessionq.reaper)."""
+"""Job: the built-in reaper, every 15 seconds (queue ``periodic``; see sessionq.reaper)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from sessionq.operator_store import OperatorStore
 
 log = logging.getLogger(__name__)
 
-QUEUE = "maintenance"
+QUEUE = "periodic"  # with the other periodic jobs (jobs/periodic.py)
 TASK = "reap"
 PERIODIC_ID = "sessionq-reaper"
 CRON = "* * * * * */15"  # procrastinate's optional sixth field: seconds (every 15 s, UTC)

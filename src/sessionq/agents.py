@@ -93,7 +93,9 @@ def parse_spec(data: Any) -> AgentSpec:
         if not isinstance(item, dict) or not isinstance(item.get("url"), str):
             raise errors.invalid(f"egress[{i}] must be a mapping with a url")
         headers = item.get("credentialHeaders") or {}
-        if not isinstance(headers, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+        if not isinstance(headers, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+        ):
             raise errors.invalid(f"egress[{i}].credentialHeaders must map header names to values")
         egress.append(EgressDestination(item["url"], dict(headers)))
     return AgentSpec(namespace, name, template, tuple(egress))
@@ -146,7 +148,9 @@ def compile_egress(spec: AgentSpec, cluster_domain: str = "cluster.local") -> li
                 f"{where}: {host}:{port} is already allowed as {rules[key]['protocol']}; "
                 "two protocols on one host and port are not supported"
             )
-        rule = rules.setdefault(key, {"protocol": parts.scheme, "hostname": host, "port": port, "credential_headers": {}})
+        rule = rules.setdefault(
+            key, {"protocol": parts.scheme, "hostname": host, "port": port, "credential_headers": {}}
+        )
         rule["credential_headers"].update(dest.credential_headers)
     return sorted(rules.values(), key=lambda r: (r["hostname"], r["port"]))
 

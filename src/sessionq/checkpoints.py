@@ -49,8 +49,9 @@ async def run_checkpoint(store: Store, runtime: Substrate, checkpoint_id: UUID, 
                     if e.code != Code.NOT_FOUND:
                         raise
             else:
-                failure = await _tag(runtime, c.actor_atespace, c.tag_name, c.actor_name, c.actor_uid,
-                                     c.snapshot_generation)
+                failure = await _tag(
+                    runtime, c.actor_atespace, c.tag_name, c.actor_name, c.actor_uid, c.snapshot_generation
+                )
     except SubstrateError as e:
         if e.code in TRANSIENT:
             await detached(with_db_retry(lambda: store.release_checkpoint(checkpoint_id, executor)))
@@ -79,8 +80,10 @@ async def _tag(runtime: Substrate, atespace: str, tag: str, actor: str, uid: str
         made = await runtime.get_tag(atespace, tag)
     if made.actor_uid != uid or made.snapshot_generation != generation:
         await runtime.delete_tag(atespace, tag)  # never keep a tag on another snapshot
-        return (f"the actor's snapshot is generation {made.snapshot_generation}, not the recorded {generation}; "
-                "create a new checkpoint")
+        return (
+            f"the actor's snapshot is generation {made.snapshot_generation}, not the recorded {generation}; "
+            "create a new checkpoint"
+        )
     return None
 
 

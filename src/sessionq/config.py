@@ -28,10 +28,12 @@ _DURATION = re.compile(r"^(-?)(\d+)(?:\.(\d{1,9}))?s$")
 def parse_duration(value: str, key: str = "duration") -> float:
     """Parse a protobuf JSON duration ("604800s", "0.5s") into seconds. Negative values are refused."""
     if not isinstance(value, str):
-        raise ConfigError(f"{key}: expected a duration string like \"60s\", got {value!r}")
+        raise ConfigError(f'{key}: expected a duration string like "60s", got {value!r}')
     m = _DURATION.match(value.strip())
     if not m:
-        raise ConfigError(f"{key}: {value!r} is not a protobuf duration (use seconds with an 's' suffix, e.g. \"604800s\")")
+        raise ConfigError(
+            f"{key}: {value!r} is not a protobuf duration (use seconds with an 's' suffix, e.g. \"604800s\")"
+        )
     if m.group(1):
         raise ConfigError(f"{key}: {value!r} is negative; durations must be zero or positive")
     frac = m.group(3) or ""
@@ -85,7 +87,7 @@ def _choice(*choices: str) -> Callable[[Any, str], str]:
 
 def _address(value: Any, key: str) -> str:
     v = _str(value, key)
-    host, sep, port = v.rpartition(":")
+    _host, sep, port = v.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigError(f"{key}: {v!r} is not HOST:PORT")
     return v
@@ -133,29 +135,51 @@ KEYS: tuple[Key, ...] = (
     Key("database.url", _str, "", "PostgreSQL URL; empty means the embedded server (sessionq up only)."),
     Key("database.poolSize", _int(2, 200), 10, "Connections per process in the sessionq pool."),
     Key("server.address", _address, "127.0.0.1:8083", "gRPC listen address (native gRPC, reflection, health)."),
-    Key("sessions.idleTtl", _duration, 604800.0, "Idle expiration TTL (protobuf duration); 0s disables the expiry worker."),
+    Key(
+        "sessions.idleTtl",
+        _duration,
+        604800.0,
+        "Idle expiration TTL (protobuf duration); 0s disables the expiry worker.",
+    ),
     Key("sessions.quiescenceRecoveryInterval", _positive_duration, 60.0, "Quiescence recovery scan interval."),
     Key("sessions.claimLifetime", _positive_duration, 120.0, "Maximum lifetime of an execution claim (at most 120s)."),
     Key("sessions.quiescenceWorkers", _int(1, 64), 4, "Quiescence workers per worker process."),
     Key("sessions.dispatchTimeout", _positive_duration, 600.0, "Lifetime of a turn's dispatch reservation."),
     Key("workers.concurrency", _int(1, 256), 16, "Concurrent procrastinate jobs per worker process."),
-    Key("workers.pollInterval", _positive_duration, 5.0, "Fallback poll interval for jobs (LISTEN/NOTIFY wakes sooner)."),
+    Key(
+        "workers.pollInterval", _positive_duration, 5.0, "Fallback poll interval for jobs (LISTEN/NOTIFY wakes sooner)."
+    ),
     Key("workers.shutdownTimeout", _duration, 30.0, "How long a draining worker waits for running jobs."),
     Key("metrics.enabled", _bool, False, "Serve Prometheus metrics over HTTP."),
     Key("metrics.address", _address, "127.0.0.1:9464", "Metrics listen address."),
     Key("auth.tokens", _tokens, {}, "Bearer tokens mapped to user names."),
-    Key("auth.admins", lambda v, k: [u for u in (v.split(",") if isinstance(v, str) else v or []) if u], [],
-        "Users who may list every creator's Sessions (all_creators)."),
+    Key(
+        "auth.admins",
+        lambda v, k: [u for u in (v.split(",") if isinstance(v, str) else v or []) if u],
+        [],
+        "Users who may list every creator's Sessions (all_creators).",
+    ),
     Key("auth.anonymousUser", _str, "", "User for calls without a token (set by `sessionq up`; empty: reject)."),
     Key("runtime.kind", _choice("simulator"), "simulator", "The Substrate implementation."),
     Key("runtime.simulator.workers", _int(1, 100000), 256, "Size of the simulated worker pool."),
-    Key("runtime.simulator.taskStoreAddress", _str, "",
-        "Where simulated Actors reach the task store API (empty: this process's API, else server.address)."),
-    Key("inventory.watchedAtespaces", lambda v, k: [u.strip() for u in (v.split(",") if isinstance(v, str) else v or [])
-                                                    if str(u).strip()], [],
-        "Atespaces the inventory lists (empty: all)."),
-    Key("inventory.cursorSecret", _str, "",
-        "HMAC key of inventory page tokens; set the same value on every API replica (empty: random per process)."),
+    Key(
+        "runtime.simulator.taskStoreAddress",
+        _str,
+        "",
+        "Where simulated Actors reach the task store API (empty: this process's API, else server.address).",
+    ),
+    Key(
+        "inventory.watchedAtespaces",
+        lambda v, k: [u.strip() for u in (v.split(",") if isinstance(v, str) else v or []) if str(u).strip()],
+        [],
+        "Atespaces the inventory lists (empty: all).",
+    ),
+    Key(
+        "inventory.cursorSecret",
+        _str,
+        "",
+        "HMAC key of inventory page tokens; set the same value on every API replica (empty: random per process).",
+    ),
     Key("global.clusterDomain", _str, "cluster.local", "Cluster DNS domain for generated in-cluster URLs."),
     Key("logging.format", _choice("json", "text"), "json", "Log format: JSON lines or human-readable text."),
     Key("logging.level", _choice("debug", "info", "warning", "error"), "info", "Log level."),
@@ -221,7 +245,9 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None) -
     for key in KEYS:
         values[key.path] = key.parse(raw[key.path], key.path) if key.path in raw else key.default
     if values["sessions.claimLifetime"] > 120:
-        raise ConfigError("sessions.claimLifetime: must be at most 120s (a crashed executor's claim expires within two minutes)")
+        raise ConfigError(
+            "sessions.claimLifetime: must be at most 120s (a crashed executor's claim expires within two minutes)"
+        )
     return Settings(values)
 
 
@@ -236,5 +262,9 @@ def reference_markdown() -> str:
         d = k.default
         if k.parse in (_duration, _positive_duration):
             d = format_duration(d)
-        lines.append(f"| `{k.path}` | `{k.env}` | `{d!r}` | {k.doc} |" if not isinstance(d, str) else f"| `{k.path}` | `{k.env}` | `{d}` | {k.doc} |")
+        lines.append(
+            f"| `{k.path}` | `{k.env}` | `{d!r}` | {k.doc} |"
+            if not isinstance(d, str)
+            else f"| `{k.path}` | `{k.env}` | `{d}` | {k.doc} |"
+        )
     return "\n".join(lines) + "\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import psycopg
 from psycopg import sql
@@ -19,7 +19,7 @@ def conninfo(url: str) -> str:
     """Accept postgresql:// URLs as well as SQLAlchemy-style postgresql+psycopg:// ones."""
     for prefix in ("postgresql+psycopg://", "postgres+psycopg://"):
         if url.startswith(prefix):
-            return "postgresql://" + url[len(prefix):]
+            return "postgresql://" + url[len(prefix) :]
     return url
 
 
@@ -103,4 +103,3 @@ class Listener:
                 self._ready.set()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
-

@@ -121,7 +121,8 @@ async def run_drainable_worker(
 
     Returns "drained" (a drain request; `stop` is then set so the process exits), "stopped"
     (`stop` was set: SIGTERM) or "exited" (procrastinate's worker ended by itself, e.g. a failed
-    side task: the caller decides)."""
+    side task: the caller decides whether to restart it). An exception that ended procrastinate's
+    worker is raised."""
     options: dict[str, Any] = {**app.worker_defaults, **worker_options, "install_signal_handlers": False}
     name = str(options.get("name") or default_worker_name())
     options["name"] = name
@@ -165,7 +166,8 @@ async def run_drainable_worker(
         elif watcher.done() and not watcher.cancelled():
             log.error("the drain watcher of %s failed", name, exc_info=watcher.exception())
         if run_task.done():
-            log.error("procrastinate worker %s stopped by itself", name)
+            run_task.result()  # raises what stopped it, if anything
+            log.error("procrastinate worker %s stopped by itself (a side task failed)", name)
             return outcome
         if request is not None:
             outcome = "drained"

@@ -36,8 +36,16 @@ class SweepResult:
     outcomes: dict[str, int] = field(default_factory=dict)
 
 
-async def sweep(store: Store, executor: OperationExecutor, url: str, ttl: float, holder: str, *,
-                page: int = PAGE, in_flight: int = IN_FLIGHT) -> SweepResult:
+async def sweep(
+    store: Store,
+    executor: OperationExecutor,
+    url: str,
+    ttl: float,
+    holder: str,
+    *,
+    page: int = PAGE,
+    in_flight: int = IN_FLIGHT,
+) -> SweepResult:
     """One sweep. ttl <= 0 disables expiry entirely (no sweep, no retries)."""
     if ttl <= 0:
         return SweepResult(leader=False)
@@ -83,8 +91,9 @@ async def sweep(store: Store, executor: OperationExecutor, url: str, ttl: float,
         return result
 
 
-async def _delete(store: Store, executor: OperationExecutor, session_id: UUID, idle_seconds: float | None,
-                  result: SweepResult) -> None:
+async def _delete(
+    store: Store, executor: OperationExecutor, session_id: UUID, idle_seconds: float | None, result: SweepResult
+) -> None:
     try:
         outcome = await executor.run(session_id)
     except Exception as e:  # the next sweep resumes it

@@ -40,8 +40,15 @@ class GcResult:
     failed: int = 0
 
 
-async def collect_revisions(store: Store, runtime: Substrate, url: str, holder: str, *,
-                            metrics: RevisionGcMetrics = REVISION_GC, deadline: float = ATTEMPT_DEADLINE) -> GcResult:
+async def collect_revisions(
+    store: Store,
+    runtime: Substrate,
+    url: str,
+    holder: str,
+    *,
+    metrics: RevisionGcMetrics = REVISION_GC,
+    deadline: float = ATTEMPT_DEADLINE,
+) -> GcResult:
     async with leadership(url, "revision_gc", holder) as leader:
         if not leader:
             metrics.active = False  # a standby replica exports no pending gauge
@@ -71,9 +78,15 @@ async def collect_revisions(store: Store, runtime: Substrate, url: str, holder: 
                 error_type = _error_type(e)
                 metrics.observe("collection", time.monotonic() - started, error_type)
                 result.failed += 1
-                log.error("revision GC collection failed", extra={
-                    "revision": str(revision.id), "actor_template_atespace": revision.template_atespace,
-                    "actor_template_name": revision.template_name, "error": str(e)})
+                log.error(
+                    "revision GC collection failed",
+                    extra={
+                        "revision": str(revision.id),
+                        "actor_template_atespace": revision.template_atespace,
+                        "actor_template_name": revision.template_name,
+                        "error": str(e),
+                    },
+                )
                 continue
             metrics.observe("collection", time.monotonic() - started)
             result.collected += 1
@@ -97,10 +110,13 @@ async def _collect(store: Store, runtime: Substrate, revision: Revision) -> None
                 raise
         else:
             raise TemplateProtected(
-                f"template {revision.template_name} exists (uid {found.uid}) but this revision recorded no uid")
+                f"template {revision.template_name} exists (uid {found.uid}) but this revision recorded no uid"
+            )
     else:
         try:
-            await runtime.delete_actor_template(revision.template_atespace, revision.template_name, revision.template_uid)
+            await runtime.delete_actor_template(
+                revision.template_atespace, revision.template_name, revision.template_uid
+            )
         except SubstrateError as e:
             if e.code != Code.NOT_FOUND:  # a UID mismatch (FAILED_PRECONDITION) protects the template
                 raise

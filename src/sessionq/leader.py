@@ -19,8 +19,9 @@ log = logging.getLogger(__name__)
 async def leadership(url: str, role: str, holder: str) -> AsyncIterator[bool]:
     """Yield True while this process holds the leadership of `role` (for the block's duration),
     False when another holder has it. The lock lives on its own connection."""
-    conn = await psycopg.AsyncConnection.connect(conninfo(url), autocommit=True,
-                                                 application_name=f"sessionq-leader-{role}")
+    conn = await psycopg.AsyncConnection.connect(
+        conninfo(url), autocommit=True, application_name=f"sessionq-leader-{role}"
+    )
     try:
         cur = await conn.execute("SELECT pg_try_advisory_lock(sessionq.leader_lock_key(%s))", (role,))
         row = await cur.fetchone()

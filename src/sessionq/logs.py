@@ -8,8 +8,17 @@ import logging
 import sys
 import time
 
-FIELDS = ("session_id", "operation_id", "executor_id", "job_id", "revision", "idle_time",
-          "actor_template_atespace", "actor_template_name", "error")
+FIELDS = (
+    "session_id",
+    "operation_id",
+    "executor_id",
+    "job_id",
+    "revision",
+    "idle_time",
+    "actor_template_atespace",
+    "actor_template_name",
+    "error",
+)
 
 
 class JsonFormatter(logging.Formatter):
@@ -31,7 +40,9 @@ class JsonFormatter(logging.Formatter):
 
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        base = f"{time.strftime('%H:%M:%S', time.localtime(record.created))} {record.levelname:<7} {record.getMessage()}"
+        base = (
+            f"{time.strftime('%H:%M:%S', time.localtime(record.created))} {record.levelname:<7} {record.getMessage()}"
+        )
         extras = " ".join(f"{f}={getattr(record, f)}" for f in FIELDS if getattr(record, f, None) is not None)
         if extras:
             base += "  " + extras

@@ -15,24 +15,27 @@ from prometheus_client.registry import Collector
 
 log = logging.getLogger(__name__)
 
-GRPC_REQUESTS = Counter(
-    "sessionq_grpc_requests", "gRPC requests by method and status code", ["method", "code"]
-)
+GRPC_REQUESTS = Counter("sessionq_grpc_requests", "gRPC requests by method and status code", ["method", "code"])
 GRPC_LATENCY = Histogram(
-    "sessionq_grpc_request_duration_seconds", "gRPC request latency by method", ["method"],
+    "sessionq_grpc_request_duration_seconds",
+    "gRPC request latency by method",
+    ["method"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
 OPERATIONS = Counter(
-    "sessionq_operations", "Lifecycle operation outcomes by kind (admitted, completed, failed, ...)",
+    "sessionq_operations",
+    "Lifecycle operation outcomes by kind (admitted, completed, failed, ...)",
     ["kind", "outcome"],
 )
 CLAIM_CONFLICTS = Counter(
-    "sessionq_claim_conflicts", "Execution claims not taken because another attempt held or superseded them",
+    "sessionq_claim_conflicts",
+    "Execution claims not taken because another attempt held or superseded them",
     ["status"],
 )
 
 QUIESCENCE_LATENCY = Histogram(
-    "sessionq_quiescence_latency_seconds", "From a turn's settlement (idle boundary) to its recorded suspension",
+    "sessionq_quiescence_latency_seconds",
+    "From a turn's settlement (idle boundary) to its recorded suspension",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
 )
 
@@ -100,11 +103,16 @@ class RevisionGcMetrics(Collector):
 
     def collect(self) -> Iterator[Metric]:
         if self.active and self.pending is not None:
-            yield GaugeMetricFamily("kagent_runtime_revision_gc_pending",
-                                    "Eligible persisted revisions from the last successful discovery",
-                                    value=self.pending)
-        hist = Metric("kagent_runtime_revision_gc_duration_seconds",
-                      "Each revision GC discovery or collection attempt", "histogram")
+            yield GaugeMetricFamily(
+                "kagent_runtime_revision_gc_pending",
+                "Eligible persisted revisions from the last successful discovery",
+                value=self.pending,
+            )
+        hist = Metric(
+            "kagent_runtime_revision_gc_duration_seconds",
+            "Each revision GC discovery or collection attempt",
+            "histogram",
+        )
         with self._lock:
             for (stage, error_type), series in sorted(self._series.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
                 labels = {"kagent_gc_stage": stage}
@@ -112,7 +120,9 @@ class RevisionGcMetrics(Collector):
                     labels["error_type"] = error_type
                 for i, bound in enumerate(self.BUCKETS):
                     le = "+Inf" if bound == float("inf") else repr(bound)
-                    hist.add_sample("kagent_runtime_revision_gc_duration_seconds_bucket", {**labels, "le": le}, series[i])
+                    hist.add_sample(
+                        "kagent_runtime_revision_gc_duration_seconds_bucket", {**labels, "le": le}, series[i]
+                    )
                 hist.add_sample("kagent_runtime_revision_gc_duration_seconds_count", labels, series[-1])
                 hist.add_sample("kagent_runtime_revision_gc_duration_seconds_sum", labels, series[-2])
         yield hist

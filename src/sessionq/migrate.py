@@ -16,8 +16,8 @@ from sessionq.db import conninfo
 def _sqlalchemy_url(url: str) -> str:
     url = conninfo(url)
     if url.startswith("postgres://"):
-        url = "postgresql://" + url[len("postgres://"):]
-    return "postgresql+psycopg://" + url[len("postgresql://"):]
+        url = "postgresql://" + url[len("postgres://") :]
+    return "postgresql+psycopg://" + url[len("postgresql://") :]
 
 
 def alembic_config(url: str) -> Config:

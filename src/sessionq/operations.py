@@ -110,8 +110,10 @@ class OperationExecutor:
     async def _actor_env(self, session: Session) -> dict[str, str]:
         if self._workload_secret is None:
             self._workload_secret = await self.store.secret("workload")
-        return {"SESSIONQ_SESSION_ID": str(session.id),
-                workload.ENV: workload.token_for(self._workload_secret, session.id)}
+        return {
+            "SESSIONQ_SESSION_ID": str(session.id),
+            workload.ENV: workload.token_for(self._workload_secret, session.id),
+        }
 
     async def run(self, session_id: UUID) -> Outcome:
         session = await self.store.session_by_id(session_id)
@@ -144,7 +146,9 @@ class OperationExecutor:
         if claim.status != "claimed":
             return Outcome(claim.status, claim.session)
         assert claim.session is not None
-        log.info("claimed %s operation", claim.session.operation.lower(), extra={**log_extra, "executor_id": str(executor)})
+        log.info(
+            "claimed %s operation", claim.session.operation.lower(), extra={**log_extra, "executor_id": str(executor)}
+        )
 
         # 3. runtime I/O, bounded by the claim lifetime, no transaction open
         uncertain = claim.previous_executor is not None
@@ -245,7 +249,9 @@ class OperationExecutor:
                 return None
             raise
         if session.actor_uid and actor.uid != session.actor_uid:
-            raise RuntimeConflict(f"actor {session.actor_name} was replaced (uid {actor.uid}, recorded {session.actor_uid})")
+            raise RuntimeConflict(
+                f"actor {session.actor_name} was replaced (uid {actor.uid}, recorded {session.actor_uid})"
+            )
         return actor
 
     async def _create(
@@ -264,14 +270,18 @@ class OperationExecutor:
             env = await self._actor_env(session)
             try:
                 actor = await self.runtime.create_actor(
-                    session.actor_atespace, session.actor_name, session.actor_template,
+                    session.actor_atespace,
+                    session.actor_name,
+                    session.actor_template,
                     from_tag=self._source_tag(session),
                     env=env,
                 )
             except SubstrateError as e:
                 if e.code == Code.ALREADY_EXISTS and not uncertain:
                     # nothing of ours was ever issued: an existing Actor is not ours to adopt
-                    raise RuntimeConflict(f"actor {session.actor_name} already exists; an unissued creation never adopts it") from e
+                    raise RuntimeConflict(
+                        f"actor {session.actor_name} already exists; an unissued creation never adopts it"
+                    ) from e
                 raise
         if not session.actor_uid:
             await with_db_retry(lambda: self.store.record_actor(session.id, generation, executor, actor.uid))
@@ -319,11 +329,12 @@ class OperationExecutor:
         if actor is None:
             return {}
         if actor.state not in (ActorState.SUSPENDED, ActorState.CRASHED, ActorState.DELETING):
-            await self.runtime.suspend_actor(session.actor_atespace, session.actor_name, actor.uid, SnapshotFidelity.VOLUMES)
+            await self.runtime.suspend_actor(
+                session.actor_atespace, session.actor_name, actor.uid, SnapshotFidelity.VOLUMES
+            )
         try:
             await self.runtime.delete_actor(session.actor_atespace, session.actor_name, actor.uid)
         except SubstrateError as e:
             if e.code != Code.NOT_FOUND:  # already gone counts as done
                 raise
         return {}
-

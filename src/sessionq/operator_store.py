@@ -200,16 +200,19 @@ class OperatorStore:
             "queues": queues,
             "workers": await self.workers(),
             "stalled_jobs": stalled[0]["jobs"] if stalled else 0,
-            "expiry_leader": await self.expiry_leader(),
+            "leaders": (leaders := await self.leaders()),
+            "expiry_leader": next((r for r in leaders if r["role"] == "expiry"), None),
         }
 
-    async def expiry_leader(self) -> Row | None:
-        """The expiry leader when the database records one (sessionq.expiry_leader), else None."""
-        exists = await self._one("SELECT to_regclass('sessionq.expiry_leader') IS NOT NULL AS present")
+    async def leaders(self) -> list[Row]:
+        """Leaders of the leader-only periodic jobs (sessionq.leaders: expiry, revision_gc), if recorded."""
+        exists = await self._one("SELECT to_regclass('sessionq.leaders') IS NOT NULL AS present")
         if not exists or not exists["present"]:
-            return None
-        row = await self._one("SELECT to_jsonb(l) AS leader FROM sessionq.expiry_leader l LIMIT 1")
-        return row["leader"] if row and row["leader"] is not None else None
+            return []
+        return await self._rows(
+            "SELECT role, holder, since, last_run, now() - since AS held_for, now() - last_run AS last_run_age"
+            " FROM sessionq.leaders ORDER BY role"
+        )
 
 
 VIEWS = ("session_overview", "claims", "pending_operations", "quiescence_backlog", "checkpoints_overview",

@@ -39,7 +39,12 @@ async def _prepare_database(url: str) -> None:
 
 
 async def run_services(
-    settings: Settings, url: str, *, api: bool, workers: bool, stop: asyncio.Event,
+    settings: Settings,
+    url: str,
+    *,
+    api: bool,
+    workers: bool,
+    stop: asyncio.Event,
     on_ready: Callable[[int | None], Awaitable[None] | None] | None = None,
 ) -> None:
     """Run the API and/or the workers on one database until `stop` is set, then stop cleanly:

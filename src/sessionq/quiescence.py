@@ -64,15 +64,26 @@ def pick_snapshot(snapshots: Sequence[Snapshot]) -> dict[str, Any] | None:
     if top.fidelity != SnapshotFidelity.VOLUMES:
         raise IdentityMismatch(f"snapshot generation {top.generation} is {top.fidelity}, not VOLUMES")
     done = top.status == SnapshotStatus.COMPLETED
-    return {"generation": top.generation, "uri": top.uri if done else None,
-            "status": "COMPLETED" if done else "IN_PROGRESS"}
+    return {
+        "generation": top.generation,
+        "uri": top.uri if done else None,
+        "status": "COMPLETED" if done else "IN_PROGRESS",
+    }
 
 
 class QuiescencePool:
     def __init__(
-        self, store: Store, runtime: Substrate, url: str, *, workers: int = 4,
-        recovery_interval: float = 60.0, short_retry: float = SHORT_RETRY, listen: bool = True,
-        snapshot_wait: float = SNAPSHOT_WAIT, drain_timeout: float = 30.0,
+        self,
+        store: Store,
+        runtime: Substrate,
+        url: str,
+        *,
+        workers: int = 4,
+        recovery_interval: float = 60.0,
+        short_retry: float = SHORT_RETRY,
+        listen: bool = True,
+        snapshot_wait: float = SNAPSHOT_WAIT,
+        drain_timeout: float = 30.0,
     ) -> None:
         self.snapshot_wait = snapshot_wait
         self.drain_timeout = drain_timeout
@@ -97,7 +108,7 @@ class QuiescencePool:
             tasks = [asyncio.create_task(self._worker(i, stop), name=f"quiescence-{i}") for i in range(self.workers)]
             await stop.wait()
             self.wake.set()  # idle workers see the stop at once; busy ones finish their claim first
-            done, pending = await asyncio.wait(tasks, timeout=self.drain_timeout)
+            _done, pending = await asyncio.wait(tasks, timeout=self.drain_timeout)
             for t in pending:  # past the drain timeout: such a claim stays (it may have issued work)
                 t.cancel()
             for t in tasks:
@@ -143,8 +154,11 @@ class QuiescencePool:
             log.error("quiescence refused: %s; the idle claim stays until an operator resolves it", e, extra=extra)
             return None
         except (SubstrateError, TimeoutError) as e:
-            log.error("quiescence runtime call failed (%s); the idle claim stays (the suspend may have been issued)",
-                      e, extra=extra)
+            log.error(
+                "quiescence runtime call failed (%s); the idle claim stays (the suspend may have been issued)",
+                e,
+                extra=extra,
+            )
             return None
         recorded = await with_db_retry(
             lambda: self.store.finish_idle(session.id, session.idle_boundary_id, session.idle_executor, snapshot),  # type: ignore[arg-type]
@@ -163,10 +177,12 @@ class QuiescencePool:
                 actor = await self.runtime.get_actor(session.actor_atespace, session.actor_name)
                 if session.actor_uid and actor.uid != session.actor_uid:
                     raise IdentityMismatch(
-                        f"actor {session.actor_name} has uid {actor.uid}, not the recorded {session.actor_uid}")
+                        f"actor {session.actor_name} has uid {actor.uid}, not the recorded {session.actor_uid}"
+                    )
                 if actor.state in (ActorState.RUNNING, ActorState.PAUSED, ActorState.RESUMING):
                     actor = await self.runtime.suspend_actor(
-                        session.actor_atespace, session.actor_name, actor.uid, SnapshotFidelity.VOLUMES)
+                        session.actor_atespace, session.actor_name, actor.uid, SnapshotFidelity.VOLUMES
+                    )
                 snapshot = pick_snapshot(actor.snapshots)
                 waited = 0.0
                 while snapshot is not None and snapshot["status"] != "COMPLETED" and waited < self.snapshot_wait:

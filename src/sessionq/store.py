@@ -90,8 +90,14 @@ class Store:
     # -- agents and revisions -----------------------------------------------------------------
 
     async def apply_agent(
-        self, namespace: str, name: str, spec: dict[str, Any], spec_hash: str, image: str,
-        egress: list[dict[str, Any]], caller: str,
+        self,
+        namespace: str,
+        name: str,
+        spec: dict[str, Any],
+        spec_hash: str,
+        image: str,
+        egress: list[dict[str, Any]],
+        caller: str,
     ) -> bool:
         row = await self._one(
             "SELECT revision_created FROM sessionq.apply_agent(%s, %s, %s, %s, %s, %s, %s)",
@@ -143,9 +149,7 @@ class Store:
     def _admission(row: dict[str, Any]) -> Admission:
         return Admission(row["outcome"], row["generation"], Session.from_json(row["session"]))
 
-    async def admit_create(
-        self, caller: str, request_id: str, namespace: str, agent: str, name: str
-    ) -> Admission:
+    async def admit_create(self, caller: str, request_id: str, namespace: str, agent: str, name: str) -> Admission:
         row = await self._one(
             "SELECT * FROM sessionq.admit_create(%s, %s, %s, %s, %s)", (caller, request_id, namespace, agent, name)
         )
@@ -181,8 +185,9 @@ class Store:
         )
         return Session.from_json(value) if value else None
 
-    async def defer(self, task: str, args: dict[str, Any], queueing_lock: str, at: Any = None,
-                    queue: str = "operations") -> None:
+    async def defer(
+        self, task: str, args: dict[str, Any], queueing_lock: str, at: Any = None, queue: str = "operations"
+    ) -> None:
         await self._rows("SELECT sessionq.defer_job(%s, %s, %s, %s, %s)", (queue, task, Jsonb(args), queueing_lock, at))
 
     async def queue_operation(self, session_id: UUID, at: Any = None) -> None:
@@ -235,8 +240,13 @@ class Store:
         return Session.from_json(rows[0]["s"]) if rows else None
 
     async def list_sessions(
-        self, caller: str, all_creators: bool, namespace: str | None, agent: str | None,
-        after: UUID | None, limit: int,
+        self,
+        caller: str,
+        all_creators: bool,
+        namespace: str | None,
+        agent: str | None,
+        after: UUID | None,
+        limit: int,
     ) -> list[Session]:
         rows = await self._rows(
             "SELECT s FROM sessionq.list_sessions(%s, %s, %s, %s, %s, %s) s",
@@ -263,9 +273,7 @@ class Store:
 
     # -- shares ---------------------------------------------------------------------------------
 
-    async def create_share(
-        self, session_id: UUID, caller: str, permission: str, ttl: float, token_hash: str
-    ) -> Share:
+    async def create_share(self, session_id: UUID, caller: str, permission: str, ttl: float, token_hash: str) -> Share:
         value = await self._value(
             "SELECT sessionq.create_share(%s, %s, %s, %s, %s)", (session_id, caller, permission, ttl, token_hash)
         )
@@ -280,15 +288,19 @@ class Store:
     async def revoke_share(self, share_id: UUID, caller: str) -> None:
         await self._rows("SELECT sessionq.revoke_share(%s, %s)", (share_id, caller))
 
-
     # -- turns and the task store -------------------------------------------------------------
 
     async def secret(self, name: str) -> str:
         return str(await self._value("SELECT value FROM sessionq.secrets WHERE name = %s", (name,)))
 
     async def admit_turn(
-        self, session_id: UUID, caller: str, share_hash: str | None, message: dict[str, Any],
-        task_id: str | None, ttl: float,
+        self,
+        session_id: UUID,
+        caller: str,
+        share_hash: str | None,
+        message: dict[str, Any],
+        task_id: str | None,
+        ttl: float,
     ) -> Session:
         value = await self._value(
             "SELECT sessionq.admit_turn(%s, %s, %s, %s, %s, %s)",
@@ -296,23 +308,37 @@ class Store:
         )
         return Session.from_json(value)
 
-    async def task_create(
-        self, session_id: UUID, task_id: str, task: dict[str, Any], dispatch_id: UUID | None
-    ) -> int:
-        return int(await self._value(
-            "SELECT sessionq.task_create(%s, %s, %s, %s, %s)",
-            (session_id, task_id, Jsonb(task), dispatch_id, payload_hash(task, None, dispatch_id)),
-        ))
+    async def task_create(self, session_id: UUID, task_id: str, task: dict[str, Any], dispatch_id: UUID | None) -> int:
+        return int(
+            await self._value(
+                "SELECT sessionq.task_create(%s, %s, %s, %s, %s)",
+                (session_id, task_id, Jsonb(task), dispatch_id, payload_hash(task, None, dispatch_id)),
+            )
+        )
 
     async def task_update(
-        self, session_id: UUID, task_id: str, task: dict[str, Any], expected_version: int,
-        event: dict[str, Any] | None, dispatch_id: UUID | None,
+        self,
+        session_id: UUID,
+        task_id: str,
+        task: dict[str, Any],
+        expected_version: int,
+        event: dict[str, Any] | None,
+        dispatch_id: UUID | None,
     ) -> int:
-        return int(await self._value(
-            "SELECT sessionq.task_update(%s, %s, %s, %s, %s, %s, %s)",
-            (session_id, task_id, Jsonb(task), expected_version, Jsonb(event) if event is not None else None,
-             dispatch_id, payload_hash(task, event, dispatch_id)),
-        ))
+        return int(
+            await self._value(
+                "SELECT sessionq.task_update(%s, %s, %s, %s, %s, %s, %s)",
+                (
+                    session_id,
+                    task_id,
+                    Jsonb(task),
+                    expected_version,
+                    Jsonb(event) if event is not None else None,
+                    dispatch_id,
+                    payload_hash(task, event, dispatch_id),
+                ),
+            )
+        )
 
     async def task_settle(self, session_id: UUID, task_id: str, version: int) -> None:
         await self._rows("SELECT sessionq.task_settle(%s, %s, %s)", (session_id, task_id, version))
@@ -331,9 +357,7 @@ class Store:
         )
         return Task.from_json(rows[0]["t"]) if rows else None
 
-    async def list_tasks(
-        self, session_id: UUID, state: str | None, after_seq: int | None, limit: int
-    ) -> list[Task]:
+    async def list_tasks(self, session_id: UUID, state: str | None, after_seq: int | None, limit: int) -> list[Task]:
         rows = await self._rows(
             "SELECT to_jsonb(t) AS t FROM sessionq.tasks t WHERE session_id = %s"
             " AND (%s::text IS NULL OR state = %s) AND (%s::int IS NULL OR seq < %s)"
@@ -343,10 +367,12 @@ class Store:
         return [Task.from_json(r["t"]) for r in rows]
 
     async def count_tasks(self, session_id: UUID, state: str | None) -> int:
-        return int(await self._value(
-            "SELECT count(*) FROM sessionq.tasks WHERE session_id = %s AND (%s::text IS NULL OR state = %s)",
-            (session_id, state, state),
-        ))
+        return int(
+            await self._value(
+                "SELECT count(*) FROM sessionq.tasks WHERE session_id = %s AND (%s::text IS NULL OR state = %s)",
+                (session_id, state, state),
+            )
+        )
 
     async def wait_for_turn(self, session_id: UUID, dispatch_id: UUID, timeout: float) -> tuple[str, Any]:
         """Wait until the turn of a dispatch ends: ("task", Task) once its task is published in a
@@ -399,23 +425,27 @@ class Store:
         )
         return Session.from_json(value)
 
-
     async def record_snapshot_completed(self, session_id: UUID, generation: int, uri: str) -> bool:
-        return bool(await self._value(
-            "SELECT sessionq.record_snapshot_completed(%s, %s, %s)", (session_id, generation, uri)))
+        return bool(
+            await self._value("SELECT sessionq.record_snapshot_completed(%s, %s, %s)", (session_id, generation, uri))
+        )
 
     # -- checkpoints and forks --------------------------------------------------------------------
 
     async def admit_checkpoint(self, session_id: UUID, caller: str, request_id: str, expected_head: str) -> Checkpoint:
         value = await self._value(
-            "SELECT sessionq.admit_checkpoint(%s, %s, %s, %s)", (session_id, caller, request_id, expected_head))
+            "SELECT sessionq.admit_checkpoint(%s, %s, %s, %s)", (session_id, caller, request_id, expected_head)
+        )
         return Checkpoint.from_json(value)
 
     async def claim_checkpoint(self, checkpoint_id: UUID, executor: UUID, lifetime: float) -> CheckpointClaim:
-        row = await self._one("SELECT * FROM sessionq.claim_checkpoint(%s, %s, %s)", (checkpoint_id, executor, lifetime))
+        row = await self._one(
+            "SELECT * FROM sessionq.claim_checkpoint(%s, %s, %s)", (checkpoint_id, executor, lifetime)
+        )
         c = row["checkpoint"]
-        return CheckpointClaim(row["status"], row["previous_executor"], row["expires_at"],
-                               Checkpoint.from_json(c) if c else None)
+        return CheckpointClaim(
+            row["status"], row["previous_executor"], row["expires_at"], Checkpoint.from_json(c) if c else None
+        )
 
     async def release_checkpoint(self, checkpoint_id: UUID, executor: UUID) -> None:
         await self._rows("SELECT sessionq.release_checkpoint(%s, %s)", (checkpoint_id, executor))
@@ -425,24 +455,29 @@ class Store:
         return Checkpoint.from_json(value) if value else None
 
     async def get_checkpoint(self, checkpoint_id: UUID, caller: str) -> Checkpoint:
-        return Checkpoint.from_json(await self._value("SELECT sessionq.get_checkpoint(%s, %s)", (checkpoint_id, caller)))
+        return Checkpoint.from_json(
+            await self._value("SELECT sessionq.get_checkpoint(%s, %s)", (checkpoint_id, caller))
+        )
 
     async def checkpoint_by_id(self, checkpoint_id: UUID) -> Checkpoint | None:
         rows = await self._rows("SELECT to_jsonb(c) AS c FROM sessionq.checkpoints c WHERE id = %s", (checkpoint_id,))
         return Checkpoint.from_json(rows[0]["c"]) if rows else None
 
     async def list_checkpoints(self, session_id: UUID, caller: str, after: UUID | None, limit: int) -> list[Checkpoint]:
-        rows = await self._rows("SELECT c FROM sessionq.list_checkpoints(%s, %s, %s, %s) c",
-                                (session_id, caller, after, limit))
+        rows = await self._rows(
+            "SELECT c FROM sessionq.list_checkpoints(%s, %s, %s, %s) c", (session_id, caller, after, limit)
+        )
         return [Checkpoint.from_json(r["c"]) for r in rows]
 
     async def rename_checkpoint(self, checkpoint_id: UUID, caller: str, name: str) -> Checkpoint:
-        return Checkpoint.from_json(await self._value(
-            "SELECT sessionq.rename_checkpoint(%s, %s, %s)", (checkpoint_id, caller, name)))
+        return Checkpoint.from_json(
+            await self._value("SELECT sessionq.rename_checkpoint(%s, %s, %s)", (checkpoint_id, caller, name))
+        )
 
     async def admit_checkpoint_delete(self, checkpoint_id: UUID, caller: str) -> Checkpoint:
-        return Checkpoint.from_json(await self._value(
-            "SELECT sessionq.admit_checkpoint_delete(%s, %s)", (checkpoint_id, caller)))
+        return Checkpoint.from_json(
+            await self._value("SELECT sessionq.admit_checkpoint_delete(%s, %s)", (checkpoint_id, caller))
+        )
 
     async def admit_fork(self, checkpoint_id: UUID, caller: str, request_id: str) -> Admission:
         row = await self._one("SELECT * FROM sessionq.admit_fork(%s, %s, %s)", (checkpoint_id, caller, request_id))
@@ -473,7 +508,6 @@ class Store:
             if unsubscribe:
                 unsubscribe()
 
-
     # -- idle expiry and revision GC ---------------------------------------------------------------
 
     async def idle_candidates(self, ttl: float, after: tuple[Any, UUID] | None, limit: int) -> list[tuple[UUID, Any]]:
@@ -501,12 +535,12 @@ class Store:
     async def gc_finish(self, revision_id: UUID) -> bool:
         return bool(await self._value("SELECT sessionq.gc_finish(%s)", (revision_id,)))
 
-
     async def queue_stats(self) -> list[tuple[str, int, float]]:
         """(queue, waiting jobs, age in seconds of the oldest runnable one) per queue."""
         rows = await self._rows(
             "SELECT queue_name, jobs, extract(epoch FROM coalesce(oldest_due_age, interval '0')) AS age"
-            " FROM sessionq.queue_depth WHERE status = 'todo'")
+            " FROM sessionq.queue_depth WHERE status = 'todo'"
+        )
         return [(r["queue_name"], int(r["jobs"]), float(r["age"])) for r in rows]
 
 

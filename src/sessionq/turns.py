@@ -41,14 +41,20 @@ async def dispatch_turn(store: Store, runtime: Substrate, session_id: UUID, disp
         async with asyncio.timeout(max(deadline - time.time(), 0.1)):
             actor = await runtime.get_actor(session.actor_atespace, session.actor_name)
             if session.actor_uid and actor.uid != session.actor_uid:
-                raise SubstrateError(Code.FAILED_PRECONDITION, f"actor {session.actor_name} was replaced; it is never adopted")
+                raise SubstrateError(
+                    Code.FAILED_PRECONDITION, f"actor {session.actor_name} was replaced; it is never adopted"
+                )
             if actor.state != ActorState.RUNNING:
                 issued = True
                 actor, _ = await runtime.resume_actor(session.actor_atespace, session.actor_name, actor.uid)
             issued = True
             await runtime.invoke(
-                session.actor_atespace, session.actor_name, actor.uid,
-                InvokeRequest(str(session_id), str(dispatch_id), session.dispatch_message or {}, session.dispatch_task_id),
+                session.actor_atespace,
+                session.actor_name,
+                actor.uid,
+                InvokeRequest(
+                    str(session_id), str(dispatch_id), session.dispatch_message or {}, session.dispatch_task_id
+                ),
             )
     except (SubstrateError, TimeoutError) as e:
         message = e.message if isinstance(e, SubstrateError) else "the turn exceeded its dispatch deadline"
@@ -60,4 +66,3 @@ async def dispatch_turn(store: Store, runtime: Substrate, session_id: UUID, disp
         await store.fail_dispatch(session_id, dispatch_id, "the agent ended the turn without settling it", True)
         return "failed"
     return "done"
-

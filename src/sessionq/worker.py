@@ -27,7 +27,8 @@ async def open_runtime(settings: Settings, url: str) -> AsyncIterator[Substrate]
     from sessionq.substrate.simulator import SimulatedSubstrate
 
     sim = SimulatedSubstrate(
-        url, worker_pool_size=int(settings["runtime.simulator.workers"]),
+        url,
+        worker_pool_size=int(settings["runtime.simulator.workers"]),
         taskstore_address=settings["runtime.simulator.taskStoreAddress"] or settings["server.address"],
     )
     await sim.open()
@@ -55,7 +56,9 @@ async def run_worker(
     executor = OperationExecutor(store, runtime, settings.claim_lifetime)
     app = build_app(url, expiry=float(settings["sessions.idleTtl"]) > 0)
     quiescence = QuiescencePool(
-        store, runtime, url,
+        store,
+        runtime,
+        url,
         workers=int(settings["sessions.quiescenceWorkers"]),
         recovery_interval=float(settings["sessions.quiescenceRecoveryInterval"]),
         drain_timeout=float(settings["workers.shutdownTimeout"]),
@@ -73,8 +76,16 @@ async def run_worker(
 
 
 async def _run_procrastinate(
-    app: Any, settings: Settings, url: str, store: Store, runtime: Substrate, executor: OperationExecutor, *,
-    stop: asyncio.Event, name: str | None, queues: list[str] | None,
+    app: Any,
+    settings: Settings,
+    url: str,
+    store: Store,
+    runtime: Substrate,
+    executor: OperationExecutor,
+    *,
+    stop: asyncio.Event,
+    name: str | None,
+    queues: list[str] | None,
 ) -> None:
     """Run procrastinate's worker until `stop`, then stop it gracefully (cancelled once: it stops
     fetching and waits for running jobs). If it stops on its own - procrastinate gives up when
@@ -107,7 +118,9 @@ async def _run_procrastinate(
                     return
                 stop_task.cancel()
                 error = worker_task.exception()
-                log.error("the procrastinate worker stopped (%s); restarting in %.0f s", error or "a side task failed", delay)
+                log.error(
+                    "the procrastinate worker stopped (%s); restarting in %.0f s", error or "a side task failed", delay
+                )
         except Exception as e:  # e.g. the database is unreachable while opening
             log.error("cannot run the procrastinate worker (%s); retrying in %.0f s", e, delay)
         with contextlib.suppress(TimeoutError):

@@ -24,8 +24,8 @@ def verify(secret: str, token: str) -> UUID | None:
     """The Session a credential was issued for, or None when it is not a valid credential."""
     if not token.startswith(PREFIX):
         return None
-    body = token[len(PREFIX):]
-    sid, _, mac = body.rpartition(".")
+    body = token[len(PREFIX) :]
+    sid, _, _mac = body.rpartition(".")
     try:
         session_id = UUID(sid)
     except ValueError:

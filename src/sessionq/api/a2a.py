@@ -57,7 +57,9 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
         return session
 
     @rpc
-    async def SendMessage(self, request: a2a_pb2.SendMessageRequest, context: grpc.aio.ServicerContext) -> a2a_pb2.SendMessageResponse:
+    async def SendMessage(
+        self, request: a2a_pb2.SendMessageRequest, context: grpc.aio.ServicerContext
+    ) -> a2a_pb2.SendMessageResponse:
         who = self.auth.identify(context)
         tenant = parse_tenant(request.tenant)
         msg = request.message

@@ -29,8 +29,10 @@ def spec_to_proto(spec: dict[str, Any]) -> agent_pb2.AgentSpec:
     return agent_pb2.AgentSpec(
         ref=common_pb2.ResourceReference(namespace=spec.get("namespace", ""), name=spec.get("name", "")),
         template=spec.get("template", ""),
-        egress=[agent_pb2.EgressDestination(url=e["url"], credential_headers=e.get("credentialHeaders") or {})
-                for e in spec.get("egress") or []],
+        egress=[
+            agent_pb2.EgressDestination(url=e["url"], credential_headers=e.get("credentialHeaders") or {})
+            for e in spec.get("egress") or []
+        ],
     )
 
 
@@ -43,18 +45,29 @@ def agent_to_proto(a: Agent, revisions: list[Revision]) -> agent_pb2.Agent:
         ref=common_pb2.ResourceReference(namespace=a.namespace, name=a.name),
         spec=spec_to_proto(a.spec),
         conditions=[
-            agent_pb2.Condition(type=c["type"], status=c["status"], reason=c.get("reason", ""),
-                                message=c.get("message", ""), last_transition_time=ts(_time(c.get("lastTransitionTime"))))
+            agent_pb2.Condition(
+                type=c["type"],
+                status=c["status"],
+                reason=c.get("reason", ""),
+                message=c.get("message", ""),
+                last_transition_time=ts(_time(c.get("lastTransitionTime"))),
+            )
             for c in a.conditions
         ],
         desired_revision=str(a.desired_revision_id),
         latest_successful_revision=str(a.latest_successful_revision_id or ""),
         revisions=[
             agent_pb2.Revision(
-                id=str(r.id), number=r.number, state=r.state, template_atespace=r.template_atespace,
+                id=str(r.id),
+                number=r.number,
+                state=r.state,
+                template_atespace=r.template_atespace,
                 template_name=r.template_name,
-                failure=common_pb2.Failure(reason="RevisionFailed", message=r.failure_message) if r.failure_message else None,
-                created_at=ts(r.created_at), prepared_at=ts(r.prepared_at),
+                failure=common_pb2.Failure(reason="RevisionFailed", message=r.failure_message)
+                if r.failure_message
+                else None,
+                created_at=ts(r.created_at),
+                prepared_at=ts(r.prepared_at),
             )
             for r in revisions
         ],
@@ -74,24 +87,32 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
         return agent_to_proto(agent, await self.store.agent_revisions(namespace, name))
 
     @rpc
-    async def ApplyAgent(self, request: agent_pb2.ApplyAgentRequest, context: grpc.aio.ServicerContext) -> agent_pb2.ApplyAgentResponse:
+    async def ApplyAgent(
+        self, request: agent_pb2.ApplyAgentRequest, context: grpc.aio.ServicerContext
+    ) -> agent_pb2.ApplyAgentResponse:
         who = self.auth.identify(context)
         spec = spec_from_proto(request.spec)
         egress = compile_egress(spec, self.cluster_domain)  # rejected here, before any Actor exists
         created = await self.store.apply_agent(
             spec.namespace, spec.name, spec.to_json(), spec.spec_hash(), spec.image, egress, who.user
         )
-        return agent_pb2.ApplyAgentResponse(agent=await self._agent(spec.namespace, spec.name), revision_created=created)
+        return agent_pb2.ApplyAgentResponse(
+            agent=await self._agent(spec.namespace, spec.name), revision_created=created
+        )
 
     @rpc
-    async def GetAgent(self, request: agent_pb2.GetAgentRequest, context: grpc.aio.ServicerContext) -> agent_pb2.GetAgentResponse:
+    async def GetAgent(
+        self, request: agent_pb2.GetAgentRequest, context: grpc.aio.ServicerContext
+    ) -> agent_pb2.GetAgentResponse:
         self.auth.identify(context)
         ns = check_namespace(request.agent.namespace or "kagent", "agent.namespace")
         name = check_name(request.agent.name, "agent.name")
         return agent_pb2.GetAgentResponse(agent=await self._agent(ns, name))
 
     @rpc
-    async def ListAgents(self, request: agent_pb2.ListAgentsRequest, context: grpc.aio.ServicerContext) -> agent_pb2.ListAgentsResponse:
+    async def ListAgents(
+        self, request: agent_pb2.ListAgentsRequest, context: grpc.aio.ServicerContext
+    ) -> agent_pb2.ListAgentsResponse:
         self.auth.identify(context)
         limit = page_limit(request.page.limit)
         ns = check_namespace(request.namespace, "namespace") if request.namespace else None
@@ -105,7 +126,9 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
         return agent_pb2.ListAgentsResponse(agents=agents, page=common_pb2.PageResponse(next_page_token=token))
 
     @rpc
-    async def DeleteAgent(self, request: agent_pb2.DeleteAgentRequest, context: grpc.aio.ServicerContext) -> agent_pb2.DeleteAgentResponse:
+    async def DeleteAgent(
+        self, request: agent_pb2.DeleteAgentRequest, context: grpc.aio.ServicerContext
+    ) -> agent_pb2.DeleteAgentResponse:
         self.auth.identify(context)
         ns = check_namespace(request.agent.namespace or "kagent", "agent.namespace")
         name = check_name(request.agent.name, "agent.name")

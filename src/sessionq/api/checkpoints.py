@@ -11,6 +11,7 @@ from __future__ import annotations
 import grpc
 
 from sessionq import errors
+from sessionq._pb.kagent.api.v1alpha1 import checkpoint_pb2, checkpoint_pb2_grpc, common_pb2
 from sessionq.api.common import (
     Authenticator,
     check_display_name,
@@ -26,14 +27,17 @@ from sessionq.api.common import (
 from sessionq.api.sessions import await_generation, session_to_proto
 from sessionq.models import Checkpoint
 from sessionq.store import Store
-from sessionq._pb.kagent.api.v1alpha1 import checkpoint_pb2, checkpoint_pb2_grpc, common_pb2
 
 
 def checkpoint_to_proto(c: Checkpoint) -> checkpoint_pb2.Checkpoint:
     msg = checkpoint_pb2.Checkpoint(
-        id=str(c.id), session_id=str(c.session_id), head_task_id=c.head_task_id,
-        history_sequence=c.history_sequence, state=common_pb2.CheckpointState.Value(f"CHECKPOINT_STATE_{c.state}"),
-        created_at=ts(c.created_at), name=c.name,
+        id=str(c.id),
+        session_id=str(c.session_id),
+        head_task_id=c.head_task_id,
+        history_sequence=c.history_sequence,
+        state=common_pb2.CheckpointState.Value(f"CHECKPOINT_STATE_{c.state}"),
+        created_at=ts(c.created_at),
+        name=c.name,
     )
     if c.failure_message:
         msg.failure.CopyFrom(common_pb2.Failure(reason="CheckpointFailed", message=c.failure_message))
@@ -46,7 +50,9 @@ class CheckpointService(checkpoint_pb2_grpc.CheckpointServiceServicer):
         self.auth = auth
 
     @rpc
-    async def CreateCheckpoint(self, request: checkpoint_pb2.CreateCheckpointRequest, context: grpc.aio.ServicerContext) -> checkpoint_pb2.CreateCheckpointResponse:
+    async def CreateCheckpoint(
+        self, request: checkpoint_pb2.CreateCheckpointRequest, context: grpc.aio.ServicerContext
+    ) -> checkpoint_pb2.CreateCheckpointResponse:
         who = self.auth.identify(context)
         sid = parse_uuid(request.session_id, "session_id")
         check_request_id(request.request_id)
@@ -60,17 +66,23 @@ class CheckpointService(checkpoint_pb2_grpc.CheckpointServiceServicer):
         return checkpoint_pb2.CreateCheckpointResponse(checkpoint=checkpoint_to_proto(c))
 
     @rpc
-    async def GetCheckpoint(self, request: checkpoint_pb2.GetCheckpointRequest, context: grpc.aio.ServicerContext) -> checkpoint_pb2.GetCheckpointResponse:
+    async def GetCheckpoint(
+        self, request: checkpoint_pb2.GetCheckpointRequest, context: grpc.aio.ServicerContext
+    ) -> checkpoint_pb2.GetCheckpointResponse:
         who = self.auth.identify(context)
         c = await self.store.get_checkpoint(parse_uuid(request.checkpoint_id, "checkpoint_id"), who.user)
         return checkpoint_pb2.GetCheckpointResponse(checkpoint=checkpoint_to_proto(c))
 
     @rpc
-    async def ListCheckpoints(self, request: checkpoint_pb2.ListCheckpointsRequest, context: grpc.aio.ServicerContext) -> checkpoint_pb2.ListCheckpointsResponse:
+    async def ListCheckpoints(
+        self, request: checkpoint_pb2.ListCheckpointsRequest, context: grpc.aio.ServicerContext
+    ) -> checkpoint_pb2.ListCheckpointsResponse:
         who = self.auth.identify(context)
         sid = parse_uuid(request.session_id, "session_id")
         limit = page_limit(request.page.limit)
-        after = parse_uuid(decode_token(request.page.page_token, 1)[0], "page_token") if request.page.page_token else None
+        after = (
+            parse_uuid(decode_token(request.page.page_token, 1)[0], "page_token") if request.page.page_token else None
+        )
         rows = await self.store.list_checkpoints(sid, who.user, after, limit + 1)
         token = encode_token(str(rows[limit - 1].id)) if len(rows) > limit else ""
         return checkpoint_pb2.ListCheckpointsResponse(
@@ -79,7 +91,9 @@ class CheckpointService(checkpoint_pb2_grpc.CheckpointServiceServicer):
         )
 
     @rpc
-    async def DeleteCheckpoint(self, request: checkpoint_pb2.DeleteCheckpointRequest, context: grpc.aio.ServicerContext) -> checkpoint_pb2.DeleteCheckpointResponse:
+    async def DeleteCheckpoint(
+        self, request: checkpoint_pb2.DeleteCheckpointRequest, context: grpc.aio.ServicerContext
+    ) -> checkpoint_pb2.DeleteCheckpointResponse:
         who = self.auth.identify(context)
         cid = parse_uuid(request.checkpoint_id, "checkpoint_id")
         await self.store.admit_checkpoint_delete(cid, who.user)
@@ -89,7 +103,9 @@ class CheckpointService(checkpoint_pb2_grpc.CheckpointServiceServicer):
         return checkpoint_pb2.DeleteCheckpointResponse()
 
     @rpc
-    async def ForkSession(self, request: checkpoint_pb2.ForkSessionRequest, context: grpc.aio.ServicerContext) -> checkpoint_pb2.ForkSessionResponse:
+    async def ForkSession(
+        self, request: checkpoint_pb2.ForkSessionRequest, context: grpc.aio.ServicerContext
+    ) -> checkpoint_pb2.ForkSessionResponse:
         who = self.auth.identify(context)
         cid = parse_uuid(request.checkpoint_id, "checkpoint_id")
         check_request_id(request.request_id)
@@ -98,7 +114,9 @@ class CheckpointService(checkpoint_pb2_grpc.CheckpointServiceServicer):
         return checkpoint_pb2.ForkSessionResponse(session=session_to_proto(session))
 
     @rpc
-    async def UpdateCheckpointName(self, request: checkpoint_pb2.UpdateCheckpointNameRequest, context: grpc.aio.ServicerContext) -> checkpoint_pb2.UpdateCheckpointNameResponse:
+    async def UpdateCheckpointName(
+        self, request: checkpoint_pb2.UpdateCheckpointNameRequest, context: grpc.aio.ServicerContext
+    ) -> checkpoint_pb2.UpdateCheckpointNameResponse:
         who = self.auth.identify(context)
         cid = parse_uuid(request.checkpoint_id, "checkpoint_id")
         check_display_name(request.name)

@@ -18,8 +18,8 @@ from uuid import UUID
 import grpc
 import psycopg
 from google.protobuf.timestamp_pb2 import Timestamp
-from psycopg_pool import PoolTimeout
 from google.rpc import error_details_pb2, status_pb2
+from psycopg_pool import PoolTimeout
 
 from sessionq import errors, metrics
 from sessionq.errors import SessionqError
@@ -68,6 +68,7 @@ def hash_token(token: str) -> str:
 
 
 # -- validation ---------------------------------------------------------------------------------
+
 
 def parse_uuid(value: str, field: str) -> UUID:
     if not value:
@@ -142,6 +143,7 @@ F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 def rpc(method: F) -> F:
     """Servicer method wrapper: SessionqError -> its status (with ErrorInfo when it has a reason);
     anything unexpected -> INTERNAL, logged. Also counts requests by method and code."""
+
     @functools.wraps(method)
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
         name = f"{type(self).__name__}/{method.__name__}"

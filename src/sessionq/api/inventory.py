@@ -44,6 +44,7 @@ log = logging.getLogger("sessionq.api")
 DEADLINE_MARGIN = 0.1  # seconds
 RuntimeFactory = Callable[[], AbstractAsyncContextManager[Substrate]]
 
+
 async def visible_actors(
     store: Store, caller: str, share_hash: str | None, actors: Sequence[tuple[str, str, str | None]]
 ) -> set[ActorKey]:
@@ -80,9 +81,16 @@ def worker_authorizer(store: Store, who: Identity, admin: bool) -> WorkerAuthori
 
 def actor_to_proto(a: Actor) -> inventory_pb2.Actor:
     return inventory_pb2.Actor(
-        atespace=a.atespace, name=a.name, uid=a.uid, template=a.template, state=str(a.state),
-        worker=a.worker or "", worker_ip=a.worker_ip or "", version=a.version,
-        created_at=ts(a.created_at), updated_at=ts(a.updated_at),
+        atespace=a.atespace,
+        name=a.name,
+        uid=a.uid,
+        template=a.template,
+        state=str(a.state),
+        worker=a.worker or "",
+        worker_ip=a.worker_ip or "",
+        version=a.version,
+        created_at=ts(a.created_at),
+        updated_at=ts(a.updated_at),
     )
 
 
@@ -147,7 +155,8 @@ class InventoryService(inventory_pb2_grpc.InventoryServiceServicer):
 
         secret = str(settings.values.get("inventory.cursorSecret") or "")
         return cls(
-            store, auth,
+            store,
+            auth,
             admins=settings["auth.admins"],
             watched_atespaces=_string_list(settings.values.get("inventory.watchedAtespaces")),
             cursor_secret=secret.encode("utf-8") if secret else None,
@@ -159,8 +168,12 @@ class InventoryService(inventory_pb2_grpc.InventoryServiceServicer):
     async def _inventory(self) -> AsyncIterator[Inventory]:
         def engine(runtime: Substrate) -> Inventory:
             return Inventory(
-                runtime, cursor_secret=self.cursor_secret, watched_atespaces=self.watched,
-                max_rows=self.max_rows, max_pages=self.max_pages, timeout=self.timeout,
+                runtime,
+                cursor_secret=self.cursor_secret,
+                watched_atespaces=self.watched,
+                max_rows=self.max_rows,
+                max_pages=self.max_pages,
+                timeout=self.timeout,
             )
 
         if self.runtime is not None:
@@ -189,7 +202,9 @@ class InventoryService(inventory_pb2_grpc.InventoryServiceServicer):
         async with self._inventory() as inventory:
             page = await inventory.list_actors(
                 authorize=actor_authorizer(self.store, who, who.user in self.admins),
-                atespace=scope, limit=limit, page_token=request.page.page_token,
+                atespace=scope,
+                limit=limit,
+                page_token=request.page.page_token,
                 time_remaining=_time_left(context),
             )
         return inventory_pb2.ListActorsResponse(
@@ -206,7 +221,9 @@ class InventoryService(inventory_pb2_grpc.InventoryServiceServicer):
         async with self._inventory() as inventory:
             page = await inventory.list_workers(
                 authorize=worker_authorizer(self.store, who, who.user in self.admins),
-                atespace=scope, limit=limit, page_token=request.page.page_token,
+                atespace=scope,
+                limit=limit,
+                page_token=request.page.page_token,
                 time_remaining=_time_left(context),
             )
         return inventory_pb2.ListWorkersResponse(

@@ -63,9 +63,11 @@ def session_to_proto(s: Session) -> session_pb2.Session:
 
 def share_to_proto(sh: Share) -> session_pb2.SessionShare:
     return session_pb2.SessionShare(
-        id=str(sh.id), session_id=str(sh.session_id),
+        id=str(sh.id),
+        session_id=str(sh.session_id),
         permission=common_pb2.SessionSharePermission.Value(f"SESSION_SHARE_PERMISSION_{sh.permission}"),
-        created_at=ts(sh.created_at), expires_at=ts(sh.expires_at),
+        created_at=ts(sh.created_at),
+        expires_at=ts(sh.expires_at),
     )
 
 
@@ -87,11 +89,17 @@ async def await_generation(store: Store, admission: Admission, context: grpc.aio
         )
     if obs.status == "failed":
         assert obs.session is not None
-        message = f"the {kind} operation of session {s.id} failed before it changed anything: {obs.session.failure_message}"
+        message = (
+            f"the {kind} operation of session {s.id} failed before it changed anything: {obs.session.failure_message}"
+        )
         if obs.session.failure_reason == "RuntimeUnavailable":
             raise errors.unavailable(message + "; retry the same call")
         raise errors.precondition(message)
-    if obs.status == "gone" or obs.session is None or (kind == "create" and obs.session.state in ("DELETING", "DELETED")):
+    if (
+        obs.status == "gone"
+        or obs.session is None
+        or (kind == "create" and obs.session.state in ("DELETING", "DELETED"))
+    ):
         raise errors.not_found(f"session {s.id} not found (it was deleted)")
     raise errors.conflict(
         f"the {kind} operation of session {s.id} was superseded by a newer "
@@ -106,7 +114,9 @@ class SessionService(session_pb2_grpc.SessionServiceServicer):
         self.admins = set(admins or ())
 
     @rpc
-    async def CreateSession(self, request: session_pb2.CreateSessionRequest, context: grpc.aio.ServicerContext) -> session_pb2.CreateSessionResponse:
+    async def CreateSession(
+        self, request: session_pb2.CreateSessionRequest, context: grpc.aio.ServicerContext
+    ) -> session_pb2.CreateSessionResponse:
         who = self.auth.identify(context)
         check_request_id(request.request_id)
         check_display_name(request.name)
@@ -119,19 +129,25 @@ class SessionService(session_pb2_grpc.SessionServiceServicer):
         return session_pb2.CreateSessionResponse(session=session_to_proto(session))
 
     @rpc
-    async def GetSession(self, request: session_pb2.GetSessionRequest, context: grpc.aio.ServicerContext) -> session_pb2.GetSessionResponse:
+    async def GetSession(
+        self, request: session_pb2.GetSessionRequest, context: grpc.aio.ServicerContext
+    ) -> session_pb2.GetSessionResponse:
         who = self.auth.identify(context)
         sid = parse_uuid(request.session_id, "session_id")
         session = await self.store.get_session(sid, who.user, who.share_hash)
         return session_pb2.GetSessionResponse(session=session_to_proto(session))
 
     @rpc
-    async def ListSessions(self, request: session_pb2.ListSessionsRequest, context: grpc.aio.ServicerContext) -> session_pb2.ListSessionsResponse:
+    async def ListSessions(
+        self, request: session_pb2.ListSessionsRequest, context: grpc.aio.ServicerContext
+    ) -> session_pb2.ListSessionsResponse:
         who = self.auth.identify(context)
         limit = page_limit(request.page.limit)
         if request.all_creators and who.user not in self.admins:
             raise errors.permission_denied("listing every creator's sessions needs an administrator")
-        after = parse_uuid(decode_token(request.page.page_token, 1)[0], "page_token") if request.page.page_token else None
+        after = (
+            parse_uuid(decode_token(request.page.page_token, 1)[0], "page_token") if request.page.page_token else None
+        )
         namespace = agent = None
         if request.HasField("agent") and (request.agent.name or request.agent.namespace):
             namespace = check_namespace(request.agent.namespace or "kagent", "agent.namespace")
@@ -144,7 +160,9 @@ class SessionService(session_pb2_grpc.SessionServiceServicer):
         )
 
     @rpc
-    async def UpdateSessionName(self, request: session_pb2.UpdateSessionNameRequest, context: grpc.aio.ServicerContext) -> session_pb2.UpdateSessionNameResponse:
+    async def UpdateSessionName(
+        self, request: session_pb2.UpdateSessionNameRequest, context: grpc.aio.ServicerContext
+    ) -> session_pb2.UpdateSessionNameResponse:
         who = self.auth.identify(context)
         sid = parse_uuid(request.session_id, "session_id")
         check_display_name(request.name)
@@ -167,19 +185,27 @@ class SessionService(session_pb2_grpc.SessionServiceServicer):
         return session_to_proto(await await_generation(self.store, admission, context))
 
     @rpc
-    async def SuspendSession(self, request: session_pb2.SuspendSessionRequest, context: grpc.aio.ServicerContext) -> session_pb2.SuspendSessionResponse:
+    async def SuspendSession(
+        self, request: session_pb2.SuspendSessionRequest, context: grpc.aio.ServicerContext
+    ) -> session_pb2.SuspendSessionResponse:
         return session_pb2.SuspendSessionResponse(session=await self._lifecycle(request.session_id, "SUSPEND", context))
 
     @rpc
-    async def ResumeSession(self, request: session_pb2.ResumeSessionRequest, context: grpc.aio.ServicerContext) -> session_pb2.ResumeSessionResponse:
+    async def ResumeSession(
+        self, request: session_pb2.ResumeSessionRequest, context: grpc.aio.ServicerContext
+    ) -> session_pb2.ResumeSessionResponse:
         return session_pb2.ResumeSessionResponse(session=await self._lifecycle(request.session_id, "RESUME", context))
 
     @rpc
-    async def DeleteSession(self, request: session_pb2.DeleteSessionRequest, context: grpc.aio.ServicerContext) -> session_pb2.DeleteSessionResponse:
+    async def DeleteSession(
+        self, request: session_pb2.DeleteSessionRequest, context: grpc.aio.ServicerContext
+    ) -> session_pb2.DeleteSessionResponse:
         return session_pb2.DeleteSessionResponse(session=await self._lifecycle(request.session_id, "DELETE", context))
 
     @rpc
-    async def CreateSessionShare(self, request: session_pb2.CreateSessionShareRequest, context: grpc.aio.ServicerContext) -> session_pb2.CreateSessionShareResponse:
+    async def CreateSessionShare(
+        self, request: session_pb2.CreateSessionShareRequest, context: grpc.aio.ServicerContext
+    ) -> session_pb2.CreateSessionShareResponse:
         who = self.auth.identify(context)
         sid = parse_uuid(request.session_id, "session_id")
         permission = PERMISSIONS.get(request.permission)
@@ -195,7 +221,9 @@ class SessionService(session_pb2_grpc.SessionServiceServicer):
         return session_pb2.CreateSessionShareResponse(share=share_to_proto(share), token=token)
 
     @rpc
-    async def ListSessionShares(self, request: session_pb2.ListSessionSharesRequest, context: grpc.aio.ServicerContext) -> session_pb2.ListSessionSharesResponse:
+    async def ListSessionShares(
+        self, request: session_pb2.ListSessionSharesRequest, context: grpc.aio.ServicerContext
+    ) -> session_pb2.ListSessionSharesResponse:
         who = self.auth.identify(context)
         sid = parse_uuid(request.session_id, "session_id")
         limit = page_limit(request.page.limit)
@@ -209,7 +237,9 @@ class SessionService(session_pb2_grpc.SessionServiceServicer):
         )
 
     @rpc
-    async def RevokeSessionShare(self, request: session_pb2.RevokeSessionShareRequest, context: grpc.aio.ServicerContext) -> session_pb2.RevokeSessionShareResponse:
+    async def RevokeSessionShare(
+        self, request: session_pb2.RevokeSessionShareRequest, context: grpc.aio.ServicerContext
+    ) -> session_pb2.RevokeSessionShareResponse:
         who = self.auth.identify(context)
         await self.store.revoke_share(parse_uuid(request.share_id, "share_id"), who.user)
         return session_pb2.RevokeSessionShareResponse()

@@ -31,7 +31,7 @@ def to_json(message: Any) -> dict[str, Any]:
 def task_from_json(data: dict[str, Any], history_length: int | None = None) -> a2a_pb2.Task:
     task = json_format.ParseDict(data, a2a_pb2.Task(), ignore_unknown_fields=True)
     if history_length is not None and history_length >= 0 and len(task.history) > history_length:
-        keep = list(task.history)[len(task.history) - history_length:] if history_length else []
+        keep = list(task.history)[len(task.history) - history_length :] if history_length else []
         del task.history[:]
         task.history.extend(keep)
     return task
@@ -68,7 +68,9 @@ class TaskStoreService(taskstore_pb2_grpc.TaskStoreServiceServicer):
         return parse_uuid(value or "", "dispatch_id") if present else None
 
     @rpc
-    async def CreateTask(self, request: taskstore_pb2.TaskStoreServiceCreateTaskRequest, context: grpc.aio.ServicerContext) -> taskstore_pb2.TaskStoreServiceCreateTaskResponse:
+    async def CreateTask(
+        self, request: taskstore_pb2.TaskStoreServiceCreateTaskRequest, context: grpc.aio.ServicerContext
+    ) -> taskstore_pb2.TaskStoreServiceCreateTaskResponse:
         sid = await self._session(context, request.session_id)
         if not 1 <= len(request.task.id) <= 128:
             raise errors.invalid("task.id must be 1 to 128 characters")
@@ -77,15 +79,20 @@ class TaskStoreService(taskstore_pb2_grpc.TaskStoreServiceServicer):
         return taskstore_pb2.TaskStoreServiceCreateTaskResponse(version=version)
 
     @rpc
-    async def GetTask(self, request: taskstore_pb2.TaskStoreServiceGetTaskRequest, context: grpc.aio.ServicerContext) -> taskstore_pb2.TaskStoreServiceGetTaskResponse:
+    async def GetTask(
+        self, request: taskstore_pb2.TaskStoreServiceGetTaskRequest, context: grpc.aio.ServicerContext
+    ) -> taskstore_pb2.TaskStoreServiceGetTaskResponse:
         sid = await self._session(context, request.session_id)
         task = await self._task(sid, request.task_id)
         current = task.staged_task or task.task  # the Actor sees its own latest write
         return taskstore_pb2.TaskStoreServiceGetTaskResponse(
-            stored=taskstore_pb2.StoredTask(task=task_from_json(current), version=task.version))
+            stored=taskstore_pb2.StoredTask(task=task_from_json(current), version=task.version)
+        )
 
     @rpc
-    async def UpdateTask(self, request: taskstore_pb2.TaskStoreServiceUpdateTaskRequest, context: grpc.aio.ServicerContext) -> taskstore_pb2.TaskStoreServiceUpdateTaskResponse:
+    async def UpdateTask(
+        self, request: taskstore_pb2.TaskStoreServiceUpdateTaskRequest, context: grpc.aio.ServicerContext
+    ) -> taskstore_pb2.TaskStoreServiceUpdateTaskResponse:
         sid = await self._session(context, request.session_id)
         if request.expected_version <= 0:
             raise errors.invalid("expected_version must be greater than 0")
@@ -93,18 +100,23 @@ class TaskStoreService(taskstore_pb2_grpc.TaskStoreServiceServicer):
             raise errors.invalid("task.id is required")
         dispatch = self._dispatch(request.dispatch_id, request.HasField("dispatch_id"))
         event = to_json(request.event) if request.HasField("event") else None
-        version = await self.store.task_update(sid, request.task.id, to_json(request.task), request.expected_version,
-                                               event, dispatch)
+        version = await self.store.task_update(
+            sid, request.task.id, to_json(request.task), request.expected_version, event, dispatch
+        )
         return taskstore_pb2.TaskStoreServiceUpdateTaskResponse(version=version)
 
     @rpc
-    async def ListTasks(self, request: taskstore_pb2.TaskStoreServiceListTasksRequest, context: grpc.aio.ServicerContext) -> taskstore_pb2.TaskStoreServiceListTasksResponse:
+    async def ListTasks(
+        self, request: taskstore_pb2.TaskStoreServiceListTasksRequest, context: grpc.aio.ServicerContext
+    ) -> taskstore_pb2.TaskStoreServiceListTasksResponse:
         sid = await self._session(context, request.session_id)
         result = await list_tasks(self.store, sid, request.request)
         return taskstore_pb2.TaskStoreServiceListTasksResponse(result=result)
 
     @rpc
-    async def SettleTask(self, request: taskstore_pb2.TaskStoreServiceSettleTaskRequest, context: grpc.aio.ServicerContext) -> taskstore_pb2.TaskStoreServiceSettleTaskResponse:
+    async def SettleTask(
+        self, request: taskstore_pb2.TaskStoreServiceSettleTaskRequest, context: grpc.aio.ServicerContext
+    ) -> taskstore_pb2.TaskStoreServiceSettleTaskResponse:
         sid = await self._session(context, request.session_id)
         if request.version <= 0:
             raise errors.invalid("version must be greater than 0")
@@ -131,5 +143,6 @@ async def list_tasks(store: Store, sid: UUID, req: a2a_pb2.ListTasksRequest) -> 
             del task.artifacts[:]
         tasks.append(task)
     token = encode_token(str(rows[size - 1].seq)) if len(rows) > size else ""
-    return a2a_pb2.ListTasksResponse(tasks=tasks, next_page_token=token, page_size=size,
-                                     total_size=await store.count_tasks(sid, state))
+    return a2a_pb2.ListTasksResponse(
+        tasks=tasks, next_page_token=token, page_size=size, total_size=await store.count_tasks(sid, state)
+    )
