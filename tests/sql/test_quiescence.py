@@ -270,3 +270,19 @@ async def test_actor_uid_checked_before_runtime_calls(store, sim, database_url):
     assert await sim.mutation_count(actor=s.actor_name, method="suspend_actor") == before
     assert await actor_state(sim, s) == "ACTOR_STATE_RUNNING"  # the replacement was never touched
     assert (await raw_session(store, s.id)).idle_executor is not None
+
+
+@pytest.mark.clause("Q-4")
+async def test_turn_admitted_while_a_worker_looks_wins(store, sim, database_url):
+    """A turn whose admission holds the row lock when a worker tries to claim: the worker skips
+    the locked row, and after the commit the boundary is superseded - the turn wins."""
+    s = await ready_session(store, sim)
+    await turn_by_store(store, sim, s)
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        await conn.execute("SELECT sessionq.admit_turn(%s, 'alice', NULL, '{\"parts\": []}'::jsonb, NULL, 600)", (s.id,))
+        assert await store.claim_idle(uuid.uuid4()) is None  # SKIP LOCKED: the admission holds the row
+        assert await store.idle_work_blocked()  # ... and the short retry keeps looking
+        await conn.commit()
+    assert await store.claim_idle(uuid.uuid4()) is None
+    row = await raw_session(store, s.id)
+    assert row.idle_boundary_id is None and row.dispatch_id is not None
