@@ -172,7 +172,7 @@ class Up:
         pytest.fail(f"sessionq up did not print `{endpoint}` and listen within {START_TIMEOUT:g}s:\n{self.output}")
 
     def ctrl_c(self) -> int:
-        """Ctrl-C: SIGINT to the process group; the exit code (None-safe: fails after STOP_TIMEOUT)."""
+        """Ctrl-C: SIGINT to the process group; its exit code (the test fails after STOP_TIMEOUT)."""
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGINT)
         try:

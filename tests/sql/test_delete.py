@@ -141,3 +141,16 @@ async def test_only_owner_may_run_lifecycle(store, sim):
         await store.admit_operation(s.id, "bob", "rw-hash", "DELETE")
     assert e.value.sqlstate == "SQ403"
     assert (await raw_session(store, s.id)).state == "READY"
+
+
+@pytest.mark.clause("SUS-2")
+async def test_suspend_while_a_turn_runs_is_aborted_and_issues_nothing(store, sim):
+    s = await ready_session(store, sim)
+    await store.admit_turn(s.id, "alice", None, {"parts": [{"text": "long"}]}, None, 600)
+    mutations = await sim.mutation_count()
+    with pytest.raises(SessionqError) as e:
+        await store.admit_operation(s.id, "alice", None, "SUSPEND")
+    assert e.value.sqlstate == "SQ409" and "turn is running" in e.value.message
+    row = await raw_session(store, s.id)
+    assert row.operation == "NONE" and row.state == "READY"
+    assert await sim.mutation_count() == mutations
