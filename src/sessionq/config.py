@@ -118,6 +118,20 @@ def _tokens(value: Any, key: str) -> dict[str, str]:
     return dict(value)
 
 
+def _namespaces(value: Any, key: str) -> dict[str, list[str]]:
+    if isinstance(value, str):  # env form: "alice=team-a|team-b,bob=kagent"
+        out: dict[str, list[str]] = {}
+        for item in filter(None, (p.strip() for p in value.split(","))):
+            user, sep, spaces = item.partition("=")
+            if not sep or not user:
+                raise ConfigError(f"{key}: expected USER=NS1|NS2 pairs separated by commas")
+            out[user] = [n for n in spaces.split("|") if n]
+        return out
+    if not isinstance(value, Mapping) or not all(isinstance(v, list) for v in value.values()):
+        raise ConfigError(f"{key}: expected a mapping of user to a list of namespaces")
+    return {str(k): [str(n) for n in v] for k, v in value.items()}
+
+
 @dataclass(frozen=True)
 class Key:
     path: str
@@ -135,6 +149,7 @@ KEYS: tuple[Key, ...] = (
     Key("database.url", _str, "", "PostgreSQL URL; empty means the embedded server (sessionq up only)."),
     Key("database.poolSize", _int(2, 200), 10, "Connections per process in the sessionq pool."),
     Key("server.address", _address, "127.0.0.1:8083", "gRPC listen address (native gRPC, reflection, health)."),
+    Key("server.httpAddress", _address, "127.0.0.1:8084", "HTTP listen address of A2A agent-card discovery."),
     Key(
         "sessions.idleTtl",
         _duration,
@@ -158,6 +173,12 @@ KEYS: tuple[Key, ...] = (
         lambda v, k: [u for u in (v.split(",") if isinstance(v, str) else v or []) if u],
         [],
         "Users who may list every creator's Sessions (all_creators).",
+    ),
+    Key(
+        "auth.namespaces",
+        _namespaces,
+        {},
+        "Agent namespaces each user may use (user -> list); users not listed may use every namespace.",
     ),
     Key("auth.anonymousUser", _str, "", "User for calls without a token (set by `sessionq up`; empty: reject)."),
     Key("runtime.kind", _choice("simulator"), "simulator", "The Substrate implementation."),

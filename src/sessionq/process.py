@@ -16,6 +16,7 @@ import yaml
 
 from sessionq import metrics, migrate
 from sessionq.config import Settings
+from sessionq.api.agentcard import AgentCardServer
 from sessionq.store import Store
 from sessionq.worker import open_runtime, run_worker
 
@@ -62,6 +63,8 @@ async def run_services(
 
                 server = ApiServer(settings, store, runtime=runtime)
                 await server.start()
+                cards = AgentCardServer(store, server.auth, f"grpc://{settings['server.address']}")
+                await cards.start(settings["server.httpAddress"])
                 if hasattr(runtime, "taskstore_address") and not settings["runtime.simulator.taskStoreAddress"]:
                     host = settings["server.address"].rpartition(":")[0]
                     runtime.taskstore_address = f"{host}:{server.port}"  # simulated Actors report here
@@ -82,6 +85,7 @@ async def run_services(
             else:
                 await stop.wait()
             if server is not None:
+                await cards.stop()
                 await server.stop(grace=5)
             if worker_task is not None:
                 stop.set()

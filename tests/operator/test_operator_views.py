@@ -16,8 +16,13 @@ from sessionq.operator_store import VIEWS
 
 
 async def test_every_view_shows_the_state_of_the_system(db, ops, store, sim):
+    from sessionq.quiescence import QuiescencePool, claim_and_quiesce
+
     ready = await ready_session(store, sim, "req-ready")
-    turn = await turn_by_store(store, sim, ready)  # settles: an idle boundary waits for quiescence
+    turn = await turn_by_store(store, sim, ready)
+    await claim_and_quiesce(QuiescencePool(store, sim, "", listen=False))  # its snapshot, for the checkpoint
+    idle = await ready_session(store, sim, "req-idle")
+    await turn_by_store(store, sim, idle)  # settled: an idle boundary waits for quiescence
     pending = (await store.admit_create("alice", "req-pending", "kagent", "my-first-agent", "")).session
     claimed = await ready_session(store, sim, "req-claimed")
     suspend = await store.admit_operation(claimed.id, "alice", None, "SUSPEND")
@@ -35,7 +40,7 @@ async def test_every_view_shows_the_state_of_the_system(db, ops, store, sim):
     views: dict[str, list[dict[str, Any]]] = {name: await ops.view(name) for name in VIEWS}
 
     overview = {r["session_id"]: r for r in views["session_overview"]}
-    assert overview[ready.id]["state"] == "READY" and overview[ready.id]["idle_boundary_id"] is not None
+    assert overview[idle.id]["state"] == "READY" and overview[idle.id]["idle_boundary_id"] is not None
     assert overview[pending.id]["operation"] == "CREATE" and overview[pending.id]["claim_state"] is None
     c = overview[claimed.id]
     assert (c["operation"], c["generation"], c["claim_holder"], c["claim_state"]) == (
@@ -55,7 +60,8 @@ async def test_every_view_shows_the_state_of_the_system(db, ops, store, sim):
     assert claims[("operation", claimed.id)]["state"] == "live"
 
     backlog = {r["session_id"]: r for r in views["quiescence_backlog"]}
-    assert backlog[ready.id]["status"] == "blocked" and "checkpoint" in backlog[ready.id]["blocked_by"]
+    assert backlog[idle.id]["status"] == "waiting" and backlog[idle.id]["waiting"] >= dt.timedelta(0)
+    assert ready.id not in backlog
 
     (cp,) = views["checkpoints_overview"]
     assert cp["id"] == checkpoint.id and cp["state"] == "CREATING" and cp["live_forks"] == 0

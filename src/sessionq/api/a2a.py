@@ -62,6 +62,7 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
     ) -> a2a_pb2.SendMessageResponse:
         who = self.auth.identify(context)
         tenant = parse_tenant(request.tenant)
+        self.auth.check_namespace(who, tenant[0])  # an authorization failure is PERMISSION_DENIED
         msg = request.message
         if not msg.parts:
             raise errors.invalid("message.parts must not be empty")

@@ -43,12 +43,27 @@ class Authenticator:
     """`authorization: Bearer <token>` -> user, by configuration. Without a token the call is the
     anonymous user's when one is configured (`sessionq up`), else UNAUTHENTICATED."""
 
-    def __init__(self, tokens: dict[str, str], anonymous_user: str = "") -> None:
+    def __init__(self, tokens: dict[str, str], anonymous_user: str = "",
+                 namespaces: dict[str, list[str]] | None = None) -> None:
         self.tokens = dict(tokens)
         self.anonymous_user = anonymous_user
+        self.namespaces = dict(namespaces or {})
+
+    def may_use_namespace(self, who: Identity, namespace: str) -> bool:
+        """Whether the caller may use the Agents of a namespace (auth.namespaces)."""
+        allowed = self.namespaces.get(who.user)
+        return allowed is None or namespace in allowed or "*" in allowed
+
+    def check_namespace(self, who: Identity, namespace: str) -> None:
+        if not self.may_use_namespace(who, namespace):
+            raise errors.permission_denied(f"{who.user} may not use the agents of namespace {namespace}")
 
     def identify(self, context: grpc.aio.ServicerContext) -> Identity:
         md = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+        return self.identify_headers(md)
+
+    def identify_headers(self, md: dict[str, str]) -> Identity:
+        """The caller of a request with these (lower-cased) headers or metadata."""
         share = md.get(SHARE_TOKEN_HEADER)
         share_hash = hash_token(share) if share else None
         auth = md.get("authorization", "")

@@ -47,7 +47,8 @@ class ApiServer:
         self.settings = settings
         self.store = store
         self.server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        auth = Authenticator(settings["auth.tokens"], settings["auth.anonymousUser"])
+        auth = Authenticator(settings["auth.tokens"], settings["auth.anonymousUser"], settings["auth.namespaces"])
+        self.auth = auth
         session_pb2_grpc.add_SessionServiceServicer_to_server(
             SessionService(store, auth, settings["auth.admins"]), self.server
         )

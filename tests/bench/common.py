@@ -1,0 +1,445 @@
+"""What every benchmark scenario shares: the server, scratch databases, service processes,
+statistics and the printed tables.
+
+A run starts one PostgreSQL (the embedded one in a temporary directory unless --database-url
+names another server), builds the whole schema once into a template database and gives every
+scenario a fresh clone of it. Service processes (`sessionq serve`, `sessionq worker`, the
+helper processes of this package) are started with `start_new_session` and stopped by their own
+process id: SIGTERM, then SIGKILL after a grace period. Nothing outlives the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+
+REPO = Path(__file__).resolve().parents[2]
+AGENT = "bench-agent"
+NAMESPACE = "kagent"
+USER = "bench"
+TOKEN = "bench-token"
+METADATA = (("authorization", f"Bearer {TOKEN}"),)
+
+
+def with_database(url: str, name: str) -> str:
+    """The same server URL with another database name."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + name))
+
+
+# -- statistics ---------------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], p: float) -> float | None:
+    """Linear-interpolated percentile (p in 0..100); None for no values."""
+    if not values:
+        return None
+    xs = sorted(values)
+    if len(xs) == 1:
+        return float(xs[0])
+    k = (len(xs) - 1) * p / 100.0
+    lo, hi = math.floor(k), math.ceil(k)
+    return float(xs[lo] + (xs[hi] - xs[lo]) * (k - lo))
+
+
+def summary_ms(seconds: Sequence[float]) -> dict[str, Any]:
+    """p50/p90/p99/max/mean in milliseconds of latencies given in seconds."""
+    ms = [s * 1000.0 for s in seconds]
+    out: dict[str, Any] = {"n": len(ms)}
+    for name, p in (("p50_ms", 50), ("p90_ms", 90), ("p99_ms", 99)):
+        v = percentile(ms, p)
+        out[name] = round(v, 2) if v is not None else None
+    out["max_ms"] = round(max(ms), 2) if ms else None
+    out["mean_ms"] = round(sum(ms) / len(ms), 2) if ms else None
+    return out
+
+
+def ratio(a: float | None, b: float | None, digits: int = 3) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return round(a / b, digits)
+
+
+# -- printing -----------------------------------------------------------------------------------
+
+
+def fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        if v == 0:
+            return "0"
+        if abs(v) >= 100:
+            return f"{v:,.0f}"
+        if abs(v) >= 10:
+            return f"{v:.1f}"
+        return f"{v:.2f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    cells = [[fmt(c) for c in row] for row in rows]
+    widths = [len(c) for c in columns]
+    for row in cells:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    line = "  ".join("-" * w for w in widths)
+    out = [title, "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(columns, widths, strict=True))), line]
+    for row in cells:
+        out.append("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))))
+    return "\n".join(out)
+
+
+def say(*lines: str) -> None:
+    print(*lines, sep="\n", flush=True)
+
+
+# -- the server and its databases ----------------------------------------------------------------
+
+
+@dataclass
+class Server:
+    admin_url: str
+    bin_dir: Path | None  # where pgbench lives (None: look it up on PATH)
+    version: str = ""
+    embedded: bool = False
+    _stop: Any = None
+    template: str | None = None
+    created: list[str] = field(default_factory=list)
+
+    def pgbench(self) -> str | None:
+        if self.bin_dir is not None and (self.bin_dir / "pgbench").exists():
+            return str(self.bin_dir / "pgbench")
+        found = shutil.which("pgbench")
+        if found:
+            return found
+        for cand in sorted(Path("/usr/lib/postgresql").glob("*/bin/pgbench"), reverse=True):
+            return str(cand)
+        return None
+
+    def url(self, name: str) -> str:
+        return with_database(self.admin_url, name)
+
+    def execute(self, sql: str) -> None:
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(sql)  # type: ignore[arg-type]
+
+    def build_template(self) -> None:
+        """The migrated schema plus the simulator's, once per run."""
+        from sessionq import migrate
+        from sessionq.substrate.simulator import install_schema
+
+        name = f"sq_bench_tpl_{os.getpid()}"
+        self.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        self.execute(f'CREATE DATABASE "{name}"')
+        self.created.append(name)
+        url = self.url(name)
+        migrate.upgrade(url)
+        asyncio.run(install_schema(url))
+        self.template = name
+
+    def fresh_database(self, label: str) -> str:
+        """A new database cloned from the template; dropped at the end of the run."""
+        assert self.template is not None
+        name = f"sq_bench_{label}_{uuid.uuid4().hex[:8]}"
+        self.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"')
+        self.created.append(name)
+        return self.url(name)
+
+    def empty_database(self, label: str) -> str:
+        name = f"sq_bench_{label}_{uuid.uuid4().hex[:8]}"
+        self.execute(f'CREATE DATABASE "{name}"')
+        self.created.append(name)
+        return self.url(name)
+
+    def drop(self, url: str) -> None:
+        name = urlsplit(url).path.lstrip("/")
+        with contextlib.suppress(Exception):
+            self.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        if name in self.created:
+            self.created.remove(name)
+
+    def cleanup(self) -> None:
+        for name in list(reversed(self.created)):
+            with contextlib.suppress(Exception):
+                self.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        self.created.clear()
+
+
+@contextlib.contextmanager
+def server(database_url: str | None) -> Iterator[Server]:
+    """The embedded PostgreSQL in a temporary directory, or the given server (an admin URL: the
+    benchmark creates and drops its own databases there)."""
+    if database_url:
+        s = Server(database_url, None)
+    else:
+        from sessionq import embedded
+
+        data = Path(tempfile.mkdtemp(prefix="sessionq-bench-pg-"))
+        pg = embedded.start(data, cleanup="stop")
+        s = Server(pg.admin_url, pg.psql_path.parent, embedded=True, _stop=(pg, data))
+    with psycopg.connect(s.admin_url, autocommit=True) as conn:
+        row = conn.execute("SHOW server_version").fetchone()
+        s.version = str(row[0]) if row else ""
+    try:
+        yield s
+    finally:
+        s.cleanup()
+        if s._stop is not None:
+            pg, data = s._stop
+            with contextlib.suppress(Exception):
+                pg.stop()
+            shutil.rmtree(data, ignore_errors=True)
+
+
+def server_settings(url: str) -> dict[str, str]:
+    names = ("server_version", "max_connections", "shared_buffers", "synchronous_commit", "fsync", "wal_level",
+             "max_wal_size", "work_mem")
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute("SELECT name, setting, unit FROM pg_settings WHERE name = ANY(%s)", (list(names),)).fetchall()
+    return {r[0]: f"{r[1]}{'' if not r[2] else ' ' + r[2]}" for r in rows}
+
+
+# -- processes ----------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def sessionq_command() -> list[str]:
+    exe = Path(sys.executable).with_name("sessionq")
+    if exe.exists():
+        return [str(exe)]
+    return [sys.executable, "-c", "from sessionq.cli.main import main; main()"]
+
+
+class Proc:
+    """One child process with its output in a log file; stopped by its own pid only."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str], log_dir: Path) -> None:
+        self.name = name
+        self.args = args
+        self.env = env
+        self.log_path = log_dir / f"{name}.log"
+        self.popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Proc:
+        log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self._log = log
+        self.popen = subprocess.Popen(self.args, env=self.env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, start_new_session=True)
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.popen is not None
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def check(self) -> None:
+        if self.popen is not None and self.popen.poll() is not None:
+            raise RuntimeError(f"{self.name} exited with {self.popen.returncode}:\n{self.tail()}")
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, grace: float = 20.0) -> int | None:
+        if self.popen is None:
+            return None
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(grace)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    self.popen.kill()
+                self.popen.wait(10)
+        with contextlib.suppress(Exception):
+            self._log.close()
+        return self.popen.returncode
+
+
+class Procs:
+    """The processes of one scenario; all stopped (in reverse order) when the block ends."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.procs: list[Proc] = []
+
+    def start(self, name: str, args: list[str], env: dict[str, str]) -> Proc:
+        p = Proc(name, args, env, self.log_dir).start()
+        self.procs.append(p)
+        return p
+
+    def stop_all(self) -> None:
+        for p in reversed(self.procs):
+            p.stop()
+        self.procs.clear()
+
+    def check(self) -> None:
+        for p in self.procs:
+            p.check()
+
+
+@contextlib.asynccontextmanager
+async def processes(log_dir: Path) -> AsyncIterator[Procs]:
+    procs = Procs(log_dir)
+    try:
+        yield procs
+    finally:
+        await asyncio.to_thread(procs.stop_all)
+
+
+def service_env(url: str, port: int, settings: dict[str, Any]) -> dict[str, str]:
+    """Environment of `sessionq serve` / `sessionq worker` for the benchmark (settings by key path)."""
+    from sessionq import config
+
+    keys = {k.path: k for k in config.KEYS}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONQ_")}
+    base: dict[str, Any] = {
+        "database.url": url,
+        "server.address": f"127.0.0.1:{port}",
+        "auth.tokens": f"{TOKEN}={USER}",
+        "logging.format": "text",
+        "logging.level": "warning",
+        "runtime.simulator.taskStoreAddress": f"127.0.0.1:{port}",
+    }
+    base.update(settings)
+    for path, value in base.items():
+        if isinstance(value, float):
+            value = config.format_duration(value) if keys[path].parse.__name__.endswith("duration") else str(value)
+        env[keys[path].env] = str(value)
+    return env
+
+
+async def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.1, procs: Procs | None = None) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        if procs is not None:
+            procs.check()
+        value = await predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
+async def query_value(url: str, sql: str, params: Sequence[Any] = ()) -> Any:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        cur = await conn.execute(sql, params)  # type: ignore[arg-type]
+        row = await cur.fetchone()
+        return row[0] if row else None
+
+
+async def start_api(procs: Procs, url: str, port: int, settings: dict[str, Any], name: str = "serve") -> Proc:
+    """`sessionq serve` on 127.0.0.1:port, returned once gRPC health answers SERVING."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    p = procs.start(name, [*sessionq_command(), "serve"], service_env(url, port, settings))
+
+    async def serving() -> bool:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            try:
+                r = await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=1)
+                return r.status == health_pb2.HealthCheckResponse.SERVING
+            except grpc.aio.AioRpcError:
+                return False
+
+    await wait_for(serving, 60, f"{name} to serve", 0.2, procs)
+    return p
+
+
+async def start_workers(procs: Procs, url: str, port: int, settings: dict[str, Any], count: int = 1) -> list[Proc]:
+    """`count` x `sessionq worker`, returned once each has registered with procrastinate and
+    its quiescence listener is listening."""
+    before = int(await query_value(url, "SELECT count(*) FROM procrastinate_workers"))
+    listening = int(await query_value(url, LISTENERS_SQL))
+    started = [procs.start(f"worker-{i}", [*sessionq_command(), "worker"], service_env(url, port, settings))
+               for i in range(count)]
+
+    async def ready() -> bool:
+        w = int(await query_value(url, "SELECT count(*) FROM procrastinate_workers"))
+        q = int(await query_value(url, LISTENERS_SQL))
+        return w >= before + count and q >= listening + count
+
+    await wait_for(ready, 60, "the workers to start", 0.2, procs)
+    return started
+
+
+LISTENERS_SQL = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                 " AND query = 'LISTEN \"sessionq_idle\"'")
+
+
+def bench_module_command(module: str, *args: str) -> list[str]:
+    """A helper process of this package (run from the repository root: tests.bench is a namespace package)."""
+    return [sys.executable, "-m", f"tests.bench.{module}", *args]
+
+
+# -- the Agent -----------------------------------------------------------------------------------
+
+
+async def setup_agent(url: str, *, worker_pool_size: int = 256) -> None:
+    """Apply the benchmark Agent and prepare its revision in-line (as the tests' apply_agent)."""
+    from sessionq.agents import compile_egress, parse_spec, prepare_revision
+    from sessionq.store import Store
+    from sessionq.substrate.simulator import SimulatedSubstrate
+
+    store = await Store.open(url, pool_size=2, listen=False, name="bench-setup")
+    sim = SimulatedSubstrate(url, worker_pool_size=worker_pool_size)
+    await sim.open()
+    try:
+        spec = parse_spec({"name": AGENT, "namespace": NAMESPACE, "egress": []})
+        await store.apply_agent(spec.namespace, spec.name, spec.to_json(), spec.spec_hash(), spec.image,
+                                compile_egress(spec), USER)
+        agent = await store.get_agent(NAMESPACE, AGENT)
+        await prepare_revision(store, sim, agent.desired_revision_id)
+    finally:
+        await sim.close()
+        await store.close()
+
+
+async def pg_stat_counts(url: str) -> dict[str, int]:
+    """Cumulative transaction counters of the database (for per-operation query/commit counts)."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute("SELECT pg_stat_clear_snapshot()")
+        cur = await conn.execute(
+            "SELECT xact_commit, xact_rollback, tup_inserted, tup_updated, tup_deleted FROM pg_stat_database"
+            " WHERE datname = current_database()")
+        row = await cur.fetchone()
+        assert row is not None
+        return dict(zip(("commits", "rollbacks", "inserted", "updated", "deleted"), map(int, row), strict=True))
+
+
+def diff(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: after[k] - before.get(k, 0) for k in after}
