@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 import click
 import psycopg
+from click.exceptions import NoArgsIsHelpError
 from sessionq.cli.client import (
     CliError,
     find_client_config,
@@ -53,7 +54,7 @@ class OperatorCommand(click.Command):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         try:
             return super().parse_args(ctx, args)
-        except OneLineUsageError:
+        except (OneLineUsageError, NoArgsIsHelpError):
             raise
         except click.UsageError as e:
             raise OneLineUsageError(e.format_message(), e.ctx or ctx) from None
@@ -65,7 +66,7 @@ class OperatorGroup(click.Group):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         try:
             return super().parse_args(ctx, args)
-        except OneLineUsageError:
+        except (OneLineUsageError, NoArgsIsHelpError):
             raise
         except click.UsageError as e:
             raise OneLineUsageError(e.format_message(), e.ctx or ctx) from None
@@ -75,7 +76,7 @@ class OperatorGroup(click.Group):
     ) -> tuple[str | None, click.Command | None, list[str]]:
         try:
             return super().resolve_command(ctx, args)
-        except OneLineUsageError:
+        except (OneLineUsageError, NoArgsIsHelpError):
             raise
         except click.UsageError as e:
             raise OneLineUsageError(e.format_message(), e.ctx or ctx) from None

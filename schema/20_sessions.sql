@@ -181,6 +181,32 @@ END $$;
 COMMENT ON FUNCTION sessionq.new_generation(uuid, text, text, boolean) IS
   'Internal to admission: write operation kind, a fresh generation and no executor; DELETE enters DELETING keeping an earlier deletion reason; queue the job (the idle sweep executes its deletions itself, p_queue false).';
 
+-- creation_retry: answer a repeated Create or Fork request (same caller, kind and request id).
+CREATE OR REPLACE FUNCTION sessionq.creation_retry(v sessionq.sessions, p_fingerprint text)
+RETURNS TABLE (outcome text, generation uuid, session jsonb) LANGUAGE plpgsql AS $$
+BEGIN
+  IF v.state = 'DELETED' THEN
+    PERFORM sessionq.fail('SQ412', format(
+      'request_id %s belongs to session %s, which was deleted; a deleted session cannot be recreated, use a new request_id',
+      v.request_id, v.id));
+  END IF;
+  IF v.request_fingerprint <> p_fingerprint THEN
+    PERFORM sessionq.fail('SQ422', format(
+      'request_id %s was already used for session %s with different parameters', v.request_id, v.id));
+  END IF;
+  IF v.operation = 'CREATE' AND v.operation_id IS NULL THEN  -- its preparation failed: retry under a new generation
+    v := sessionq.new_generation(v.id, 'CREATE', NULL);
+    RETURN QUERY SELECT 'admitted'::text, v.operation_id, to_jsonb(v);
+  ELSIF v.operation = 'CREATE' THEN
+    PERFORM sessionq.queue_operation(v.id);  -- join it, and make sure a job drives it
+    RETURN QUERY SELECT 'joined'::text, v.operation_id, to_jsonb(v);
+  ELSE
+    RETURN QUERY SELECT 'existing'::text, v.operation_id, to_jsonb(v);  -- current state, no receipt
+  END IF;
+END $$;
+COMMENT ON FUNCTION sessionq.creation_retry(sessionq.sessions, text) IS
+  'Internal to admit_create and admit_fork, on the locked row of an earlier request: a deleted Session''s request id is FAILED_PRECONDITION, other parameters ALREADY_EXISTS; else join the pending creation (or retry a failed preparation) or return the current Session.';
+
 -- admit_create: admit the creation of a Session, or answer a retry of one.
 CREATE OR REPLACE FUNCTION sessionq.admit_create(
   p_caller text, p_request_id text, p_namespace text, p_agent text, p_name text
@@ -200,26 +226,7 @@ BEGIN
     SELECT * INTO v FROM sessionq.sessions s
      WHERE s.creator = p_caller AND s.request_kind = 'create' AND s.request_id = p_request_id FOR UPDATE;
     IF FOUND THEN
-      IF v.state = 'DELETED' THEN
-        PERFORM sessionq.fail('SQ412', format(
-          'request_id %s belongs to session %s, which was deleted; a deleted session cannot be recreated, use a new request_id',
-          p_request_id, v.id));
-      END IF;
-      IF v.request_fingerprint <> v_fp THEN
-        PERFORM sessionq.fail('SQ422', format(
-          'request_id %s was already used to create session %s with different parameters', p_request_id, v.id));
-      END IF;
-      IF v.operation = 'CREATE' THEN
-        IF v.operation_id IS NULL THEN  -- its preparation failed: retry it under a new generation
-          v := sessionq.new_generation(v.id, 'CREATE', NULL);
-          RETURN QUERY SELECT 'admitted'::text, v.operation_id, to_jsonb(v);
-        ELSE
-          PERFORM sessionq.queue_operation(v.id);
-          RETURN QUERY SELECT 'joined'::text, v.operation_id, to_jsonb(v);
-        END IF;
-        RETURN;
-      END IF;
-      RETURN QUERY SELECT 'existing'::text, v.operation_id, to_jsonb(v);
+      RETURN QUERY SELECT * FROM sessionq.creation_retry(v, v_fp);
       RETURN;
     END IF;
 

@@ -295,24 +295,7 @@ BEGIN
     SELECT * INTO v FROM sessionq.sessions s
      WHERE s.creator = p_caller AND s.request_kind = 'fork' AND s.request_id = p_request_id FOR UPDATE;
     IF FOUND THEN
-      IF v.state = 'DELETED' THEN
-        PERFORM sessionq.fail('SQ412', format(
-          'request_id %s belongs to session %s, which was deleted; a deleted session cannot be recreated, use a new request_id',
-          p_request_id, v.id));
-      END IF;
-      IF v.request_fingerprint <> p_checkpoint::text THEN
-        PERFORM sessionq.fail('SQ422', format('request_id %s was already used to fork session %s from another checkpoint',
-                                              p_request_id, v.id));
-      END IF;
-      IF v.operation = 'CREATE' AND v.operation_id IS NULL THEN
-        v := sessionq.new_generation(v.id, 'CREATE', NULL);
-        RETURN QUERY SELECT 'admitted'::text, v.operation_id, to_jsonb(v);
-      ELSIF v.operation = 'CREATE' THEN
-        PERFORM sessionq.queue_operation(v.id);
-        RETURN QUERY SELECT 'joined'::text, v.operation_id, to_jsonb(v);
-      ELSE
-        RETURN QUERY SELECT 'existing'::text, v.operation_id, to_jsonb(v);
-      END IF;
+      RETURN QUERY SELECT * FROM sessionq.creation_retry(v, p_checkpoint::text);
       RETURN;
     END IF;
     SELECT * INTO c FROM sessionq.checkpoints WHERE id = p_checkpoint AND creator = p_caller FOR SHARE;

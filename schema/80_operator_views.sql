@@ -118,6 +118,10 @@ BEGIN
   END IF;
   NEW.status := 'cancelled';
   NEW.abort_requested := false;
+  NEW.scheduled_at := OLD.scheduled_at;
+  IF OLD.status <> 'doing' THEN
+    NEW.attempts := OLD.attempts;  -- only an attempt that was running counts
+  END IF;
   INSERT INTO sessionq.job_actions (job_id, action, detail, covered_by, actor)
   VALUES (NEW.id, 'covered',
           format('cancelled instead of going back to todo: waiting job %s holds queueing lock %s and does the same work',

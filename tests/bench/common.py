@@ -312,6 +312,7 @@ class Procs:
 
 @contextlib.asynccontextmanager
 async def processes(log_dir: Path) -> AsyncIterator[Procs]:
+    log_dir.mkdir(parents=True, exist_ok=True)
     procs = Procs(log_dir)
     try:
         yield procs

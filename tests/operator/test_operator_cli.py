@@ -7,21 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-from ophelpers import (  # noqa: F401
-    Cli,
-    cli,
-    db,
-    dead_worker,
-    defer,
-    job,
-    live_worker,
-    make_doing,
-    make_failed,
-    ok,
-    one_line_error,
-    ops,
-    q,
-)
+from ophelpers import dead_worker, defer, job, live_worker, make_doing, make_failed, ok, one_line_error, q
+
+pytest_plugins = ["ophelpers"]  # the cli, db and ops fixtures
 
 
 async def test_workers_list(cli, db):

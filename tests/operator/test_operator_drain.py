@@ -16,9 +16,11 @@ from typing import Any
 
 import optest_app
 import pytest
-from ophelpers import Cli, cli, db, defer, drainable_worker, eventually, job, ok, one_line_error, ops, q  # noqa: F401
+from ophelpers import defer, drainable_worker, eventually, job, ok, one_line_error, q
 
 from sessionq.operator_store import OperatorStore
+
+pytest_plugins = ["ophelpers"]  # the cli, db and ops fixtures
 
 HERE = Path(__file__).parent
 

@@ -12,9 +12,11 @@ from typing import Any
 import croniter
 import optest_app
 from lifecycle import ready_session
-from ophelpers import db, dead_worker, defer, drainable_worker, eventually, job, live_worker, make_doing, ops, q  # noqa: F401
+from ophelpers import dead_worker, defer, drainable_worker, eventually, job, live_worker, make_doing, q
 
 from sessionq import reaper
+
+pytest_plugins = ["ophelpers"]  # the cli, db and ops fixtures
 
 
 async def actions(db: Any, job_id: int) -> list[dict[str, Any]]:
@@ -146,6 +148,7 @@ async def test_the_periodic_reaper_is_registered_every_15_seconds_and_runs_in_a_
     assert [it.get_next(dt.datetime).second for _ in range(5)] == [15, 30, 45, 0, 15]
 
     from sessionq.jobs.deps import Deps
+
     from sessionq.operations import OperationExecutor
 
     dead = await dead_worker(db, 300)

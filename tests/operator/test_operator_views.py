@@ -10,9 +10,11 @@ from importlib import resources
 from typing import Any
 
 from lifecycle import ready_session, turn_by_store
-from ophelpers import db, dead_worker, defer, live_worker, make_doing, make_failed, ops, q  # noqa: F401
+from ophelpers import dead_worker, defer, live_worker, make_doing, make_failed, q
 
 from sessionq.operator_store import VIEWS
+
+pytest_plugins = ["ophelpers"]  # the cli, db and ops fixtures
 
 
 async def test_every_view_shows_the_state_of_the_system(db, ops, store, sim):
