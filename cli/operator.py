@@ -35,7 +35,7 @@ from sessionq.operator_store import JOB_STATUSES, SESSION_STATES, OperatorStore,
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
-DEFAULT_STALL_TIMEOUT = 30.0
+DEFAULT_STALL_TIMEOUT = "30s"
 WAIT_GRACE = 60.0  # `workers drain --wait --timeout D` gives up D + this many seconds after the request
 WAIT_POLL = 0.25
 
@@ -117,8 +117,8 @@ DURATION = PositiveDuration()
 def database_option(f: F) -> F:
     return click.option(
         "--database-url", "database_url", envvar="SESSIONQ_DATABASE_URL", metavar="URL",
-        help="PostgreSQL URL (default: $SESSIONQ_DATABASE__URL, else the client config's databaseUrl, "
-             "which `sessionq up` writes).",
+        help="PostgreSQL URL (or $SESSIONQ_DATABASE_URL; else $SESSIONQ_DATABASE__URL, else the client "
+             "config's databaseUrl, which `sessionq up` writes).",
     )(f)
 
 

@@ -6,11 +6,11 @@ SQL defers these tasks by name (schema/05_jobs.sql), so the names here are the c
 from __future__ import annotations
 
 from procrastinate import App, PsycopgConnector, RetryStrategy
-from sessionq.jobs import agents, checkpoints, dispatch, operations, periodic
+from sessionq.jobs import agents, checkpoints, dispatch, operations, periodic, reaper
 
 from sessionq.db import conninfo
 
-QUEUES = ("operations", "dispatch", "agents")
+QUEUES = ("operations", "dispatch", "agents", "periodic")
 
 # Lifecycle work must eventually finish even when no client retries: retry for a few minutes
 # with growing waits (0, 1, 2, ... s); after that a client retry (or `sessionq jobs retry`) re-queues it.
@@ -31,4 +31,5 @@ def build_app(url: str, *, pool_size: int = 4, expiry: bool = True) -> App:
     # a failed dispatch is ended (its task abandoned) rather than retried: the user sends again
     app.task(name="dispatch_turn", queue="dispatch", pass_context=True, retry=False)(dispatch.dispatch_turn)
     periodic.register(app, expiry=expiry)
+    reaper.register(app)
     return app

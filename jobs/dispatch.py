@@ -10,6 +10,7 @@ from sessionq.jobs.deps import deps
 from sessionq.turns import dispatch_turn as dispatch
 
 
-async def dispatch_turn(context: JobContext, session_id: str, dispatch_id: str) -> str:
+async def dispatch_turn(context: JobContext, session_id: str) -> str:
+    """Deliver the Session's current turn (queueing lock dispatch:<session id>)."""
     d = deps(context)
-    return await dispatch(d.store, d.runtime, UUID(session_id), UUID(dispatch_id))
+    return await dispatch(d.store, d.runtime, UUID(session_id))

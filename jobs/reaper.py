@@ -25,8 +25,9 @@ def stall_timeout(settings: object) -> float:
 
 
 def register(app: App) -> None:
-    """Register the periodic reaper on `app` (call after the other tasks: their retry policies
-    decide whether a stalled job is requeued or failed)."""
+    """Register the periodic reaper on `app`. Whether a stalled job is requeued or failed follows
+    its task's retry policy, read from the app when the reaper runs (so the order of registration
+    does not matter)."""
 
     @app.periodic(cron=CRON, periodic_id=PERIODIC_ID)
     @app.task(name=TASK, queue=QUEUE, pass_context=True, queueing_lock=PERIODIC_ID, priority=10)

@@ -75,7 +75,8 @@ COMMENT ON FUNCTION sessionq.agent_conditions(sessionq.revisions, uuid) IS
 
 -- apply_agent: create or update an Agent; a changed spec makes a new revision and queues its preparation.
 CREATE OR REPLACE FUNCTION sessionq.apply_agent(
-  p_namespace text, p_name text, p_spec jsonb, p_spec_hash text, p_image text, p_egress jsonb, p_caller text
+  p_namespace text, p_name text, p_spec jsonb, p_spec_hash text, p_image text, p_egress jsonb, p_caller text,
+  p_admin boolean DEFAULT false
 ) RETURNS TABLE (agent_namespace text, agent_name text, revision_created boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -88,6 +89,10 @@ BEGIN
   PERFORM pg_advisory_xact_lock(hashtextextended('sessionq.agent:' || p_namespace || '/' || p_name, 0));
   SELECT * INTO v_agent FROM sessionq.agents a WHERE a.namespace = p_namespace AND a.name = p_name FOR UPDATE;
   IF FOUND THEN
+    IF v_agent.created_by <> p_caller AND NOT p_admin THEN
+      PERFORM sessionq.fail('SQ403', format('agent %s/%s belongs to %s; only its owner or an administrator may change it',
+                                            p_namespace, p_name, v_agent.created_by));
+    END IF;
     SELECT * INTO v_desired FROM sessionq.revisions r WHERE r.id = v_agent.desired_revision_id;
     IF v_desired.spec_hash = p_spec_hash THEN
       RETURN QUERY SELECT p_namespace, p_name, false;
@@ -117,8 +122,8 @@ BEGIN
                              'revision:' || v_rev.id);
   RETURN QUERY SELECT p_namespace, p_name, true;
 END $$;
-COMMENT ON FUNCTION sessionq.apply_agent(text, text, jsonb, text, text, jsonb, text) IS
-  'Create or update an Agent. A spec whose hash differs from the desired revision creates revision n+1 (PENDING) and queues its prepare_revision job in the same transaction.';
+COMMENT ON FUNCTION sessionq.apply_agent(text, text, jsonb, text, text, jsonb, text, boolean) IS
+  'Create or update an Agent (an existing one only by its owner or an administrator). A spec whose hash differs from the desired revision creates revision n+1 (PENDING) and queues its prepare_revision job in the same transaction.';
 
 -- finish_revision: record the outcome of preparing a revision in the runtime.
 CREATE OR REPLACE FUNCTION sessionq.finish_revision(p_revision uuid, p_template_uid text, p_failure text)
@@ -164,13 +169,20 @@ END $$;
 COMMENT ON FUNCTION sessionq.finish_revision(uuid, text, text) IS
   'Record a prepared revision (template uid, READY) or its failure (FAILED); move the Agent''s latest successful revision forward only, and refresh its conditions. Idempotent.';
 
-CREATE OR REPLACE FUNCTION sessionq.delete_agent(p_namespace text, p_name text) RETURNS void
-LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION sessionq.delete_agent(p_namespace text, p_name text, p_caller text, p_admin boolean)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+  v_agent sessionq.agents;
 BEGIN
-  DELETE FROM sessionq.agents WHERE namespace = p_namespace AND name = p_name;
+  SELECT * INTO v_agent FROM sessionq.agents WHERE namespace = p_namespace AND name = p_name FOR UPDATE;
   IF NOT FOUND THEN
     PERFORM sessionq.fail('SQ404', format('agent %s/%s not found', p_namespace, p_name));
   END IF;
+  IF v_agent.created_by <> p_caller AND NOT p_admin THEN
+    PERFORM sessionq.fail('SQ403', format('agent %s/%s belongs to %s; only its owner or an administrator may delete it',
+                                          p_namespace, p_name, v_agent.created_by));
+  END IF;
+  DELETE FROM sessionq.agents WHERE namespace = p_namespace AND name = p_name;
 END $$;
-COMMENT ON FUNCTION sessionq.delete_agent(text, text) IS
+COMMENT ON FUNCTION sessionq.delete_agent(text, text, text, boolean) IS
   'Delete an Agent definition. Its revisions stay while Sessions or checkpoints pin them; revision GC collects the rest.';

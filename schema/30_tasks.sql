@@ -156,8 +156,8 @@ BEGIN
          updated_at = clock_timestamp()
    WHERE s.id = v.id
   RETURNING * INTO v;
-  PERFORM sessionq.defer_job('dispatch', 'dispatch_turn',
-                             jsonb_build_object('session_id', v.id, 'dispatch_id', v.dispatch_id), 'dispatch:' || v.id);
+  -- the job delivers whatever turn is current when it runs: a job still waiting covers this one
+  PERFORM sessionq.defer_job('dispatch', 'dispatch_turn', jsonb_build_object('session_id', v.id), 'dispatch:' || v.id);
   RETURN to_jsonb(v);
 END $$;
 COMMENT ON FUNCTION sessionq.admit_turn(uuid, text, text, jsonb, text, double precision) IS
@@ -178,9 +178,9 @@ BEGIN
     PERFORM sessionq.fail('SQ404', format('session %s not found', p_session));
   END IF;
   SELECT * INTO t FROM sessionq.tasks WHERE id = p_task_id;
-  IF FOUND THEN
-    IF t.session_id = p_session AND EXISTS (SELECT 1 FROM sessionq.task_versions tv
-                                             WHERE tv.task_id = p_task_id AND tv.version = 1 AND tv.payload_hash = p_hash) THEN
+  IF FOUND AND t.session_id = p_session THEN
+    IF EXISTS (SELECT 1 FROM sessionq.task_versions tv
+                WHERE tv.task_id = p_task_id AND tv.version = 1 AND tv.payload_hash = p_hash) THEN
       RETURN 1;  -- a retry of the same creation
     END IF;
     PERFORM sessionq.fail('SQ409', format('task %s already exists with a different payload', p_task_id));
@@ -196,6 +196,10 @@ BEGIN
   END IF;
   IF v.idle_executor IS NOT NULL THEN
     PERFORM sessionq.fail('SQ409', format('session %s is being quiesced; retry', v.id));
+  END IF;
+  IF t.id IS NOT NULL THEN
+    -- checked last: only the holder of the current dispatch learns that an id is taken
+    PERFORM sessionq.fail('SQ422', format('task id %s is already in use; choose another', p_task_id));
   END IF;
   SELECT coalesce(max(seq), 0) + 1 INTO v_seq FROM sessionq.tasks WHERE session_id = v.id;
   INSERT INTO sessionq.tasks (id, session_id, seq, state, task, version, published_version, dispatch_id)

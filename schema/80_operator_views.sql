@@ -266,7 +266,7 @@ SELECT 'dispatch', s.id, 'turn', s.dispatch_id, NULL, sessionq.uuid_v7_time(s.di
        CASE WHEN s.dispatch_expires_at > clock_timestamp() THEN 'live' ELSE 'expired' END,
        j.id, j.worker_id, wi.name
   FROM sessionq.sessions s
-  LEFT JOIN active_jobs j ON j.task_name = 'dispatch_turn' AND j.args ->> 'dispatch_id' = s.dispatch_id::text
+  LEFT JOIN active_jobs j ON j.task_name = 'dispatch_turn' AND j.args ->> 'session_id' = s.id::text
   LEFT JOIN sessionq.worker_info wi ON wi.worker_id = j.worker_id
  WHERE s.dispatch_id IS NOT NULL;
 COMMENT ON VIEW sessionq.claims IS
@@ -757,7 +757,7 @@ BEGIN
             OR sessionq.uuid_v7_time(s.dispatch_id) < clock_timestamp() - make_interval(secs => p_orphan_grace)
                AND NOT EXISTS (SELECT 1 FROM procrastinate_jobs j
                                 WHERE j.status IN ('todo', 'doing') AND j.task_name = 'dispatch_turn'
-                                  AND j.args ->> 'dispatch_id' = s.dispatch_id::text))
+                                  AND j.args ->> 'session_id' = s.id::text))
      ORDER BY s.dispatch_expires_at
      LIMIT p_limit
      FOR UPDATE OF s SKIP LOCKED

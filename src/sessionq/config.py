@@ -165,6 +165,12 @@ KEYS: tuple[Key, ...] = (
         "workers.pollInterval", _positive_duration, 5.0, "Fallback poll interval for jobs (LISTEN/NOTIFY wakes sooner)."
     ),
     Key("workers.shutdownTimeout", _duration, 30.0, "How long a draining worker waits for running jobs."),
+    Key(
+        "workers.stallTimeout",
+        _positive_duration,
+        30.0,
+        "A worker whose heartbeat (every 10 s) is older than this is dead; the reaper requeues its running jobs.",
+    ),
     Key("metrics.enabled", _bool, False, "Serve Prometheus metrics over HTTP."),
     Key("metrics.address", _address, "127.0.0.1:9464", "Metrics listen address."),
     Key("auth.tokens", _tokens, {}, "Bearer tokens mapped to user names."),

@@ -155,31 +155,32 @@ async def run_drainable_worker(
             watch_drains(ops, url, worker_id, name, lambda _r: None, watch_stop, interval=check_interval),
             name=f"drain-watcher {name}",
         )
-        stop_wait = asyncio.create_task(stop.wait())
-        try:
-            await asyncio.wait({run_task, watcher, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stop_wait.cancel()
         request: DrainRequest | None = None
-        if watcher.done() and not watcher.cancelled() and watcher.exception() is None:
-            request = watcher.result()
-        elif watcher.done() and not watcher.cancelled():
-            log.error("the drain watcher of %s failed", name, exc_info=watcher.exception())
+        waiting: set[asyncio.Future[Any]] = {run_task, watcher}
+        while request is None and not stop.is_set() and not run_task.done():
+            stop_wait = asyncio.create_task(stop.wait())
+            try:
+                await asyncio.wait({*waiting, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stop_wait.cancel()
+            if watcher in waiting and watcher.done():
+                waiting.discard(watcher)
+                if not watcher.cancelled() and watcher.exception() is None:
+                    request = watcher.result()
+                else:  # keep working until stop, as before drains existed
+                    log.error("the drain watcher of %s failed; only a signal drains it now", name,
+                              exc_info=None if watcher.cancelled() else watcher.exception())
         if run_task.done():
             run_task.result()  # raises what stopped it, if anything
             log.error("procrastinate worker %s stopped by itself (a side task failed)", name)
             return outcome
         if request is not None:
             outcome = "drained"
-        elif stop.is_set():
+        else:
             outcome = "stopped"
             request = DrainRequest(None, None, "signal")
             with contextlib.suppress(psycopg.Error, errors.SessionqError):
                 await ops.mark_draining(worker_id, None)
-        else:  # the watcher failed: keep working until stop, as before drains existed
-            await stop.wait()
-            outcome = "stopped"
-            request = DrainRequest(None, None, "signal")
         await _drain(worker, run_task, request, name)
         return outcome
     except asyncio.CancelledError:
@@ -207,7 +208,7 @@ async def run_drainable_worker(
 async def _drain(worker: Worker, run_task: asyncio.Task[Any], request: DrainRequest, name: str) -> None:
     if request.timeout is not None:
         worker.shutdown_graceful_timeout = request.timeout
-    running = len(worker._running_jobs)  # procrastinate keeps no public count
+    running = len(getattr(worker, "_running_jobs", ()))  # procrastinate keeps no public count
     timeout = worker.shutdown_graceful_timeout
     log.info("worker %s draining (%s): %d running job(s), waiting up to %s before aborting them",
              name, f"drain {request.drain_id} by {request.requested_by}" if request.drain_id else request.requested_by,

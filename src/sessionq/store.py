@@ -98,10 +98,11 @@ class Store:
         image: str,
         egress: list[dict[str, Any]],
         caller: str,
+        admin: bool = False,
     ) -> bool:
         row = await self._one(
-            "SELECT revision_created FROM sessionq.apply_agent(%s, %s, %s, %s, %s, %s, %s)",
-            (namespace, name, Jsonb(spec), spec_hash, image, Jsonb(egress), caller),
+            "SELECT revision_created FROM sessionq.apply_agent(%s, %s, %s, %s, %s, %s, %s, %s)",
+            (namespace, name, Jsonb(spec), spec_hash, image, Jsonb(egress), caller, admin),
         )
         return bool(row["revision_created"])
 
@@ -123,8 +124,8 @@ class Store:
         )
         return [Agent.from_json(r["a"]) for r in rows]
 
-    async def delete_agent(self, namespace: str, name: str) -> None:
-        await self._rows("SELECT sessionq.delete_agent(%s, %s)", (namespace, name))
+    async def delete_agent(self, namespace: str, name: str, caller: str, admin: bool = False) -> None:
+        await self._rows("SELECT sessionq.delete_agent(%s, %s, %s, %s)", (namespace, name, caller, admin))
 
     async def agent_revisions(self, namespace: str, name: str) -> list[Revision]:
         rows = await self._rows(

@@ -21,10 +21,14 @@ from sessionq.substrate.base import ActorState, Code, InvokeRequest, Substrate, 
 log = logging.getLogger(__name__)
 
 
-async def dispatch_turn(store: Store, runtime: Substrate, session_id: UUID, dispatch_id: UUID) -> str:
+async def dispatch_turn(store: Store, runtime: Substrate, session_id: UUID) -> str:
+    """Deliver the Session's current turn, if one is reserved and not yet delivered."""
     session = await store.session_by_id(session_id)
-    if session is None or session.dispatch_id != dispatch_id:
-        return "superseded"
+    if session is None or session.dispatch_id is None:
+        return "nothing"
+    dispatch_id = session.dispatch_id
+    if session.dispatch_task_id is not None and session.active_task_id == session.dispatch_task_id:
+        return "running"  # already delivered: the Actor is working on it
     extra = {"session_id": str(session_id)}
     deadline = session.dispatch_expires_at.timestamp() if session.dispatch_expires_at else time.time() + 600
     # claimed idle work blocks new execution until its outcome is recorded

@@ -87,42 +87,36 @@ async def _run_procrastinate(
     name: str | None,
     queues: list[str] | None,
 ) -> None:
-    """Run procrastinate's worker until `stop`, then stop it gracefully (cancelled once: it stops
-    fetching and waits for running jobs). If it stops on its own - procrastinate gives up when
-    the database is unreachable - restart it with backoff instead of letting the process die."""
+    """Run procrastinate's worker until `stop` (SIGTERM, Ctrl-C) or a drain request, then stop it
+    gracefully: no new fetches, running jobs finish (up to workers.shutdownTimeout). If it stops on
+    its own - procrastinate gives up when the database is unreachable - restart it with backoff
+    instead of letting the process die."""
+    from sessionq.drain import run_drainable_worker
     from sessionq.jobs.deps import Deps
 
     delay = 1.0
     while not stop.is_set():
         try:
             async with app.open_async():
-                worker_task = asyncio.create_task(
-                    app.run_worker_async(
-                        name=name or worker_name(),
-                        queues=queues,
-                        concurrency=int(settings["workers.concurrency"]),
-                        fetch_job_polling_interval=float(settings["workers.pollInterval"]),
-                        shutdown_graceful_timeout=float(settings["workers.shutdownTimeout"]),
-                        install_signal_handlers=False,
-                        additional_context={"deps": Deps(settings, store, runtime, executor, url)},
-                        delete_jobs="successful",
-                    ),
-                    name="procrastinate-worker",
+                outcome = await run_drainable_worker(
+                    app,
+                    url=url,
+                    stop=stop,
+                    check_interval=float(settings["workers.pollInterval"]),
+                    name=name or worker_name(),
+                    queues=queues,
+                    concurrency=int(settings["workers.concurrency"]),
+                    fetch_job_polling_interval=float(settings["workers.pollInterval"]),
+                    shutdown_graceful_timeout=float(settings["workers.shutdownTimeout"]),
+                    stalled_worker_timeout=float(settings["workers.stallTimeout"]),
+                    additional_context={"deps": Deps(settings, store, runtime, executor, url)},
+                    delete_jobs="successful",
                 )
-                stop_task = asyncio.create_task(stop.wait())
-                done, _ = await asyncio.wait({worker_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
-                if worker_task not in done:
-                    worker_task.cancel()  # once: graceful stop (stop fetching, wait for running jobs)
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await worker_task
+                if outcome != "exited":  # "stopped" (stop was set) or "drained" (a drain request set stop)
                     return
-                stop_task.cancel()
-                error = worker_task.exception()
-                log.error(
-                    "the procrastinate worker stopped (%s); restarting in %.0f s", error or "a side task failed", delay
-                )
-        except Exception as e:  # e.g. the database is unreachable while opening
-            log.error("cannot run the procrastinate worker (%s); retrying in %.0f s", e, delay)
+                log.error("the procrastinate worker stopped (a side task failed); restarting in %.0f s", delay)
+        except Exception as e:  # e.g. the database is unreachable
+            log.error("the procrastinate worker failed (%s); restarting in %.0f s", e, delay)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=delay)
         delay = min(delay * 2, 30.0)

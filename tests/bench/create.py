@@ -11,6 +11,7 @@ with the API woken by NOTIFY. Baseline: pgbench TPC-B on the same server in the 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,10 @@ from tests.bench.common import (
     AGENT,
     METADATA,
     NAMESPACE,
+    Census,
+    CpuMeter,
     Server,
+    census_lines,
     free_port,
     processes,
     ratio,
@@ -90,7 +94,8 @@ async def drive(address: str, clients: int, seconds: float, warmup: float, tag: 
 
 async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | None = None) -> dict[str, Any]:
     sizes = {"seconds": 5.0 if quick else 15.0, "warmup": 1.0 if quick else 3.0,
-             "pgbench_seconds": 5 if quick else 10, "levels": [1, 16, 64], **(sizes or {})}
+             "pgbench_seconds": 5 if quick else 10, "levels": [1, 16, 64], "census_seconds": 2.0,
+             **(sizes or {})}
     say("", "== create: CreateSession end-to-end over gRPC ==")
     pgb = await asyncio.to_thread(baselines.pgbench, srv, seconds=int(sizes["pgbench_seconds"]))
     say(f"pgbench TPC-B (-c 16 -j 2 -T {sizes['pgbench_seconds']}, scale 1): {pgb.get('tps')} tps"
@@ -100,18 +105,38 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
     port = free_port()
     levels: list[dict[str, Any]] = []
     async with processes(log_dir / "create") as procs:
-        await start_api(procs, url, port, SETTINGS)
-        await start_workers(procs, url, port, SETTINGS, WORKER_PROCESSES)
+        api, workers = await asyncio.gather(start_api(procs, url, port, SETTINGS),
+                                            start_workers(procs, url, port, SETTINGS, WORKER_PROCESSES))
+        pids = {"sessionq serve": api.pid, **{f"sessionq worker {i}": w.pid for i, w in enumerate(workers)}}
         for clients in sizes["levels"]:
-            r = await drive(f"127.0.0.1:{port}", clients, float(sizes["seconds"]), float(sizes["warmup"]), f"c{clients}")
+            with CpuMeter(srv, pids) as cpu:
+                r = await drive(f"127.0.0.1:{port}", clients, float(sizes["seconds"]), float(sizes["warmup"]),
+                                f"c{clients}")
             r["ratio_to_pgbench_tps"] = ratio(r["creations_per_s"], pgb.get("tps"))
+            # CPU over the whole drive (warm-up included) per creation counted in the window: an upper bound
+            r["cpu"] = cpu.result
+            done = int(r["creations"] * (float(sizes["seconds"]) + float(sizes["warmup"])) / float(sizes["seconds"]))
+            r["cpu_ms_per_creation"] = cpu.per_unit_ms(done)
+            r["cpu_ceiling_creations_per_s"] = cpu.ceiling_per_s(done)
             levels.append(r)
             procs.check()
+        anatomy: dict[str, Any] = {}
+        if float(sizes["census_seconds"]) > 0:
+            census = Census(srv, url)
+            async with census:
+                counted = await drive(f"127.0.0.1:{port}", 1, float(sizes["census_seconds"]), 0.0, "census")
+            anatomy = census.per(counted["creations"])
     srv.drop(url)
     rows = [(r["clients"], r["creations_per_s"], r["p50_ms"], r["p99_ms"], r["max_ms"],
              sum(r["errors"].values()), r["ratio_to_pgbench_tps"]) for r in levels]
     say(table("CreateSession (sessionq serve + sessionq worker, simulated runtime at zero latency)",
               ["clients", "creations/s", "p50 ms", "p99 ms", "max ms", "errors", "ratio to pgbench tps"], rows))
+    for r in levels:
+        say(f"  {r['clients']:>3} clients: machine CPU busy {r['cpu'].get('machine_busy_pct')}% (other tenants "
+            f"included); CPU ms per creation {r['cpu_ms_per_creation']}; with all {os.cpu_count()} CPUs to "
+            f"itself at most {r['cpu_ceiling_creations_per_s']} creations/s")
+    if float(sizes["census_seconds"]) > 0:
+        say(*census_lines(anatomy, "creation (1 client)"))
     top = next((r for r in levels if r["clients"] == 64), levels[-1])
     met = top["creations_per_s"] >= 300 and (top["p99_ms"] or 1e9) <= 250
     say(f"ratio line: create@{top['clients']} = {top['creations_per_s']} creations/s = "
@@ -124,4 +149,5 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
         "pgbench": pgb,
         "levels": levels,
         "target": {"creations_per_s_at_64": 300, "p99_ms_at_64": 250, "met": met},
+        "census": anatomy,
     }

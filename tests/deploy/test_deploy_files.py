@@ -38,12 +38,14 @@ DOCKERFILE = DEPLOY / "Dockerfile"
 
 KUBERNETES_VERSION = "1.30.0"
 GRPC_PORT = 8083
+HTTP_PORT = 8084  # A2A agent-card discovery
 METRICS_PORT = 9464
 CONFIG_MOUNT = "/etc/sessionq"
 
 # Keys whose ConfigMap value deliberately differs from the default (a cluster needs it).
 CONFIGMAP_DEVIATIONS = {
     "server.address": "0.0.0.0:8083",
+    "server.httpAddress": "0.0.0.0:8084",
     "metrics.enabled": True,
     "metrics.address": "0.0.0.0:9464",
     "runtime.simulator.taskStoreAddress": "sessionq-api:8083",
@@ -223,7 +225,8 @@ def test_selectors_match_their_pods() -> None:
 def test_service_ports_reach_container_ports() -> None:
     deployments = resources("Deployment")
     api = resources("Service")["sessionq-api"]
-    assert {(p["name"], p["port"]) for p in api["spec"]["ports"]} == {("grpc", GRPC_PORT), ("metrics", METRICS_PORT)}
+    assert {(p["name"], p["port"]) for p in api["spec"]["ports"]} == {
+        ("grpc", GRPC_PORT), ("http", HTTP_PORT), ("metrics", METRICS_PORT)}
     for name, svc in resources("Service").items():
         pods = [d for d in deployments.values()
                 if svc["spec"]["selector"].items() <= d["spec"]["template"]["metadata"]["labels"].items()]
@@ -338,7 +341,7 @@ def test_api_probes_are_native_grpc_on_8083() -> None:
     for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
         assert c[probe]["grpc"]["port"] == GRPC_PORT, probe
         assert c[probe]["grpc"].get("service", "") == "", f"{probe}: the server reports the overall status under \"\""
-    assert {p["containerPort"] for p in c["ports"]} == {GRPC_PORT, METRICS_PORT}
+    assert {p["containerPort"] for p in c["ports"]} == {GRPC_PORT, HTTP_PORT, METRICS_PORT}
     pre_stop = c["lifecycle"]["preStop"]["exec"]["command"]
     assert pre_stop[0] == "sleep"
     # preStop + the gRPC stop grace (5s in ApiServer.stop) fit in the grace period
@@ -394,7 +397,7 @@ def test_dockerfile() -> None:
     for src in copied:
         assert (ROOT / src).exists(), f"COPY {src}: no such path in the repository"
     exposed = {int(p) for op, rest in ins if op == "EXPOSE" for p in rest.split()}
-    assert exposed == {GRPC_PORT, METRICS_PORT}
+    assert exposed == {GRPC_PORT, HTTP_PORT, METRICS_PORT}
 
 
 def test_pip_install_packages_every_module() -> None:

@@ -168,7 +168,7 @@ async def test_runtime_failure_is_unavailable_without_details(api, sim, three_se
 
 
 def _server_count(code: str) -> float:
-    return metrics.GRPC_REQUESTS.labels(method="ListActors", code=code)._value.get()
+    return metrics.GRPC_REQUESTS.labels(method="InventoryService/ListActors", code=code)._value.get()
 
 
 @pytest.mark.clause("INV-5")

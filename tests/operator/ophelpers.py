@@ -1,5 +1,6 @@
 """Shared helpers of the operator tests: the CLI runner, database shortcuts, an in-process
-drainable worker of the test app, and polling."""
+drainable worker of the test app, and polling. Test modules import the fixtures `cli`, `db` and
+`ops` as cli_fixture, db_fixture and ops_fixture."""
 
 from __future__ import annotations
 
@@ -42,14 +43,14 @@ async def eventually(check: Callable[[], Awaitable[T]], timeout: float = 10.0, i
         await asyncio.sleep(interval)
 
 
-@pytest.fixture
-async def ops(database_url: str) -> AsyncIterator[OperatorStore]:
+@pytest.fixture(name="ops")
+async def ops_fixture(database_url: str) -> AsyncIterator[OperatorStore]:
     async with OperatorStore.connect(database_url) as o:
         yield o
 
 
-@pytest.fixture
-async def db(database_url: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+@pytest.fixture(name="db")
+async def db_fixture(database_url: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
     await optest_app.setup(database_url)
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True, row_factory=dict_row) as conn:
         yield conn
@@ -118,8 +119,8 @@ class Cli:
         return await asyncio.to_thread(CliRunner().invoke, main, list(args), env={**self.env, **(env or {})})
 
 
-@pytest.fixture
-def cli(database_url: str, tmp_path: Path) -> Cli:
+@pytest.fixture(name="cli")
+def cli_fixture(database_url: str, tmp_path: Path) -> Cli:
     return Cli(database_url, tmp_path)
 
 

@@ -58,13 +58,15 @@ def build(url: str, *, pool_size: int = 4) -> App:
 
     @app.task(name="optest_collide", queue=QUEUE, pass_context=True, retry=RetryStrategy(max_attempts=5))
     async def collide(context: JobContext, key: str) -> str:
-        """First run: queue a duplicate (same queueing lock) and fail, so procrastinate's retry
-        collides with the waiting duplicate. Later runs succeed."""
+        """First run: queue a duplicate (same queueing lock, scheduled 30 s ahead so that it still
+        waits) and fail, so procrastinate's retry collides with the waiting duplicate. Later runs
+        succeed."""
         job_id = context.job.id
         await record(url, key, job_id, "start")
         starts = sum(1 for k, _, e in await runs(url) if k == key and e == "start")
         if starts == 1:
-            await app.configure_task("optest_collide", queueing_lock=f"collide:{key}").defer_async(key=key)
+            await app.configure_task("optest_collide", queueing_lock=f"collide:{key}",
+                                     schedule_in={"seconds": 30}).defer_async(key=key)
             raise RuntimeError("first attempt fails after a duplicate was queued")
         await record(url, key, job_id, "done")
         return key

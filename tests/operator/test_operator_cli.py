@@ -7,9 +7,20 @@ import json
 from pathlib import Path
 
 import pytest
-from ophelpers import dead_worker, defer, job, live_worker, make_doing, make_failed, ok, one_line_error, q
-
-pytest_plugins = ["ophelpers"]  # the cli, db and ops fixtures
+from ophelpers import (  # noqa: F401 (fixtures)
+    cli_fixture,
+    db_fixture,
+    dead_worker,
+    defer,
+    job,
+    live_worker,
+    make_doing,
+    make_failed,
+    ok,
+    one_line_error,
+    ops_fixture,
+    q,
+)
 
 
 async def test_workers_list(cli, db):

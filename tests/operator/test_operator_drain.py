@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import os
 import signal
 import subprocess
@@ -16,11 +17,20 @@ from typing import Any
 
 import optest_app
 import pytest
-from ophelpers import defer, drainable_worker, eventually, job, ok, one_line_error, q
+from ophelpers import (  # noqa: F401 (fixtures)
+    cli_fixture,
+    db_fixture,
+    defer,
+    drainable_worker,
+    eventually,
+    job,
+    ok,
+    one_line_error,
+    ops_fixture,
+    q,
+)
 
 from sessionq.operator_store import OperatorStore
-
-pytest_plugins = ["ophelpers"]  # the cli, db and ops fixtures
 
 HERE = Path(__file__).parent
 
@@ -106,33 +116,47 @@ async def test_a_drain_applies_to_workers_started_before_it_only(database_url, d
         assert (await _worker(ops, "w-later", "running"))["drain_requested_at"] is None
 
 
-async def test_drain_of_a_worker_in_another_process(database_url, db, cli):
-    proc = subprocess.Popen(
-        [sys.executable, str(HERE / "drain_worker.py"), database_url, "w-remote", "20"],
-        cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+def _read(log: Path) -> str:
+    return log.read_text()
+
+
+async def spawn(args: list[str], log: Path, **kwargs: Any) -> asyncio.subprocess.Process:
+    """A child process whose output goes to a file (a full pipe cannot block it)."""
+    with log.open("w") as out:
+        return await asyncio.create_subprocess_exec(*args, stdout=out, stderr=subprocess.STDOUT, **kwargs)
+
+
+async def finished(proc: asyncio.subprocess.Process, log: Path, timeout: float = 15) -> int:
+    try:
+        return await asyncio.wait_for(proc.wait(), timeout)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise AssertionError(f"process did not exit within {timeout}s:\n{_read(log)}") from None
+
+
+async def test_drain_of_a_worker_in_another_process(database_url, db, cli, tmp_path):
+    log = tmp_path / "worker.log"
+    proc = await spawn([sys.executable, str(HERE / "drain_worker.py"), database_url, "w-remote", "20"], log, cwd=HERE)
     try:
         async with OperatorStore.connect(database_url) as ops_:
             await eventually(lambda: _worker(ops_, "w-remote"), timeout=20, what="remote worker registered")
             jid = await defer(db, "optest_sleep", {"key": "r", "seconds": 1.0})
             await eventually(lambda: started(database_url, {"r"}), what="remote job started")
             listed = ok(await cli("workers", "list", "-o", "json"))
-            import json
             (remote,) = json.loads(listed.stdout)["workers"]
             assert remote["name"] == "w-remote" and remote["running_jobs"] == 1 and remote["pid"] == proc.pid
 
             result = ok(await cli("workers", "drain", "w-remote", "--wait", "--timeout", "20s"))
             assert "w-remote exited" in result.stdout and "are gone" in result.stdout
-            code = await asyncio.to_thread(proc.wait, 10)
-            out, err = proc.communicate()
-            assert code == 0, err
-            assert "outcome drained" in out
+            assert await finished(proc, log) == 0, _read(log)
+            assert "outcome drained" in _read(log)
             assert (await job(db, jid))["status"] == "succeeded"
             assert not await ops_.workers()
     finally:
-        if proc.poll() is None:
+        if proc.returncode is None:
             proc.kill()
-            proc.wait()
+            await proc.wait()
     assert events(await optest_app.runs(database_url)) == Counter({("r", "start"): 1, ("r", "done"): 1})
 
 
@@ -148,33 +172,35 @@ async def test_sessionq_worker_process_drains_on_request_and_on_sigterm(database
            "SESSIONQ_LOGGING__FORMAT": "text", "SESSIONQ_RUNTIME__SIMULATOR__WORKERS": "4",
            "SESSIONQ_SESSIONS__QUIESCENCE_WORKERS": "1"}
     sessionq = str(Path(sys.executable).with_name("sessionq"))
+    log = tmp_path / "worker.log"
 
-    async def start() -> tuple[subprocess.Popen[str], dict[str, Any]]:
-        proc = subprocess.Popen([sessionq, "worker"], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+    async def start() -> tuple[asyncio.subprocess.Process, dict[str, Any]]:
+        proc = await spawn([sessionq, "worker"], log, env=env, cwd=tmp_path)
         async with OperatorStore.connect(database_url) as o:
             async def mine() -> dict[str, Any] | None:
-                if proc.poll() is not None:
-                    raise AssertionError(proc.communicate()[1])
+                if proc.returncode is not None:
+                    raise AssertionError(_read(log))
                 return next((w for w in await o.workers() if w["pid"] == proc.pid), None)
             return proc, await eventually(mine, timeout=30, what="sessionq worker registered")
 
     proc, row = await start()
     try:
         ok(await cli("workers", "drain", row["name"], "--wait", "--timeout", "5s"))
-        assert await asyncio.to_thread(proc.wait, 15) == 0, proc.communicate()[1]
+        assert await finished(proc, log) == 0, _read(log)
     finally:
-        if proc.poll() is None:
+        if proc.returncode is None:
             proc.kill()
+            await proc.wait()
     proc, row = await start()
     try:
         proc.send_signal(signal.SIGTERM)
-        assert await asyncio.to_thread(proc.wait, 15) == 0, proc.communicate()[1]
+        assert await finished(proc, log) == 0, _read(log)
         async with OperatorStore.connect(database_url) as o:
             assert not [w for w in await o.workers() if w["worker_id"] == row["worker_id"]]
     finally:
-        if proc.poll() is None:
+        if proc.returncode is None:
             proc.kill()
+            await proc.wait()
 
 
 async def test_drain_of_an_unknown_worker_is_refused(database_url, cli):

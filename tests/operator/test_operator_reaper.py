@@ -12,11 +12,21 @@ from typing import Any
 import croniter
 import optest_app
 from lifecycle import ready_session
-from ophelpers import dead_worker, defer, drainable_worker, eventually, job, live_worker, make_doing, q
+from ophelpers import (  # noqa: F401 (fixtures)
+    cli_fixture,
+    db_fixture,
+    dead_worker,
+    defer,
+    drainable_worker,
+    eventually,
+    job,
+    live_worker,
+    make_doing,
+    ops_fixture,
+    q,
+)
 
 from sessionq import reaper
-
-pytest_plugins = ["ophelpers"]  # the cli, db and ops fixtures
 
 
 async def actions(db: Any, job_id: int) -> list[dict[str, Any]]:
@@ -105,7 +115,7 @@ async def test_expired_and_orphaned_dispatches_are_ended(db, ops, store, sim):
     orphaned = await ready_session(store, sim, "req-orphan")
     admitted2 = await store.admit_turn(orphaned.id, orphaned.creator, None, {**msg, "messageId": "m2"}, None, 600)
     (dispatch_job,) = await q(db, "SELECT id FROM procrastinate_jobs WHERE task_name = 'dispatch_turn'"
-                                  " AND args ->> 'dispatch_id' = %s", str(admitted2.dispatch_id))
+                                  " AND args ->> 'session_id' = %s", str(orphaned.id))
     await q(db, "SELECT procrastinate_cancel_job_v1(%s, false, false)", dispatch_job["id"])
     claims = {(c["kind"], c["session_id"]): c for c in await ops.view("claims")}
     assert claims[("dispatch", orphaned.id)]["state"] == "live"
@@ -132,6 +142,7 @@ async def test_procrastinates_own_retry_into_a_held_queueing_lock_is_covered(dat
         await eventually(lambda: _status(db, first, "cancelled"), what="the first job cancelled")
     (a,) = await actions(db, first)
     assert a["action"] == "covered" and a["actor"] == "worker retry"
+    # the duplicate was scheduled 30 s ahead; it ran when the retry would have
     assert (await job(db, a["covered_by"]))["status"] == "succeeded"
     assert not await q(db, "SELECT id FROM procrastinate_jobs WHERE status = 'doing'")
     assert [e for _, _, e in await optest_app.runs(database_url)] == ["start", "start", "done"]

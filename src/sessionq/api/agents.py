@@ -77,10 +77,13 @@ def agent_to_proto(a: Agent, revisions: list[Revision]) -> agent_pb2.Agent:
 
 
 class AgentService(agent_pb2_grpc.AgentServiceServicer):
-    def __init__(self, store: Store, auth: Authenticator, cluster_domain: str = "cluster.local") -> None:
+    def __init__(
+        self, store: Store, auth: Authenticator, cluster_domain: str = "cluster.local", admins: list[str] | None = None
+    ) -> None:
         self.store = store
         self.auth = auth
         self.cluster_domain = cluster_domain
+        self.admins = set(admins or ())
 
     async def _agent(self, namespace: str, name: str) -> agent_pb2.Agent:
         agent = await self.store.get_agent(namespace, name)
@@ -92,9 +95,11 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
     ) -> agent_pb2.ApplyAgentResponse:
         who = self.auth.identify(context)
         spec = spec_from_proto(request.spec)
+        self.auth.check_namespace(who, spec.namespace)
         egress = compile_egress(spec, self.cluster_domain)  # rejected here, before any Actor exists
         created = await self.store.apply_agent(
-            spec.namespace, spec.name, spec.to_json(), spec.spec_hash(), spec.image, egress, who.user
+            spec.namespace, spec.name, spec.to_json(), spec.spec_hash(), spec.image, egress, who.user,
+            who.user in self.admins,
         )
         return agent_pb2.ApplyAgentResponse(
             agent=await self._agent(spec.namespace, spec.name), revision_created=created
@@ -129,10 +134,10 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
     async def DeleteAgent(
         self, request: agent_pb2.DeleteAgentRequest, context: grpc.aio.ServicerContext
     ) -> agent_pb2.DeleteAgentResponse:
-        self.auth.identify(context)
+        who = self.auth.identify(context)
         ns = check_namespace(request.agent.namespace or "kagent", "agent.namespace")
         name = check_name(request.agent.name, "agent.name")
-        await self.store.delete_agent(ns, name)
+        await self.store.delete_agent(ns, name, who.user, who.user in self.admins)
         return agent_pb2.DeleteAgentResponse()
 
 

@@ -17,6 +17,7 @@ from uuid import UUID
 
 import grpc
 import psycopg
+from google.protobuf import json_format
 from google.protobuf.timestamp_pb2 import Timestamp
 from google.rpc import error_details_pb2, status_pb2
 from psycopg_pool import PoolTimeout
@@ -165,10 +166,16 @@ def rpc(method: F) -> F:
         started = time.monotonic()
         code = grpc.StatusCode.OK
         try:
+            check_storable(request)
             return await method(self, request, context)
         except SessionqError as e:
             code = e.code
             await abort(context, e)
+        except (psycopg.DataError, json_format.Error) as e:
+            # a value PostgreSQL or JSON cannot represent that validation let through: still the client's
+            code = grpc.StatusCode.INVALID_ARGUMENT
+            log.info("unrepresentable value in %s: %s", name, e)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the request holds a value that cannot be stored: {e}")
         except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as e:
             # the database is unreachable or failing over: a transient condition the client retries
             code = grpc.StatusCode.UNAVAILABLE
@@ -186,6 +193,22 @@ def rpc(method: F) -> F:
             metrics.GRPC_LATENCY.labels(method=name).observe(time.monotonic() - started)
 
     return wrapper  # type: ignore[return-value]
+
+
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")  # an escaped NUL, not an escaped backslash before "u0000"
+
+
+def check_storable(request: Any) -> None:
+    """Refuse what no field can hold before anything is written: NUL characters (PostgreSQL text
+    and jsonb cannot store them), and NaN, infinities or out-of-range timestamps (not JSON)."""
+    if not hasattr(request, "DESCRIPTOR"):
+        return
+    try:
+        text = json_format.MessageToJson(request)
+    except (json_format.Error, ValueError) as e:
+        raise errors.invalid(f"the request holds a value that cannot be stored: {e}") from None
+    if _JSON_NUL.search(text):
+        raise errors.invalid("text fields must not contain NUL characters")
 
 
 async def abort(context: grpc.aio.ServicerContext, e: SessionqError) -> None:

@@ -53,7 +53,7 @@ class ApiServer:
             SessionService(store, auth, settings["auth.admins"]), self.server
         )
         agent_pb2_grpc.add_AgentServiceServicer_to_server(
-            AgentService(store, auth, settings["global.clusterDomain"]), self.server
+            AgentService(store, auth, settings["global.clusterDomain"], settings["auth.admins"]), self.server
         )
         inventory_pb2_grpc.add_InventoryServiceServicer_to_server(
             InventoryService.from_settings(settings, store, auth, runtime), self.server

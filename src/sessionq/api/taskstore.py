@@ -133,7 +133,12 @@ async def list_tasks(store: Store, sid: UUID, req: a2a_pb2.ListTasksRequest) -> 
     if req.context_id and req.context_id != str(sid):
         raise errors.invalid("context_id must be the session's own")
     state = STATE_NAMES.get(req.status) if req.status else None
-    after = int(decode_token(req.page_token, 1)[0]) if req.page_token else None
+    after = None
+    if req.page_token:
+        raw = decode_token(req.page_token, 1)[0]
+        if not raw.isdigit() or len(raw) > 9:
+            raise errors.invalid("page_token is not valid")
+        after = int(raw)
     rows = await store.list_tasks(sid, state, after, size + 1)
     history = req.history_length if req.HasField("history_length") else None
     tasks = []
