@@ -5,7 +5,11 @@ SQL defers these tasks by name (schema/05_jobs.sql), so the names here are the c
 
 from __future__ import annotations
 
+from typing import Any
+
 from procrastinate import App, PsycopgConnector, RetryStrategy
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
 from sessionq.jobs import agents, checkpoints, dispatch, operations, periodic, reaper
 
 from sessionq.db import conninfo
@@ -17,8 +21,20 @@ QUEUES = ("operations", "dispatch", "agents", "periodic")
 OPERATION_RETRY = RetryStrategy(max_attempts=25, linear_wait=1)
 
 
+async def _autocommit(conn: AsyncConnection[Any]) -> None:
+    await conn.set_autocommit(True)
+
+
+def _pool(**options: Any) -> AsyncConnectionPool:
+    """procrastinate's pool, lighter: autocommit connections (each of its queries is one function
+    call) and no liveness probe on every checkout (a broken connection fails one query, is
+    discarded, and the supervised worker carries on)."""
+    options.pop("check", None)
+    return AsyncConnectionPool(**options, configure=_autocommit)
+
+
 def build_app(url: str, *, pool_size: int = 4, expiry: bool = True) -> App:
-    app = App(connector=PsycopgConnector(conninfo=conninfo(url), min_size=1, max_size=pool_size))
+    app = App(connector=PsycopgConnector(conninfo=conninfo(url), min_size=1, max_size=pool_size, pool_factory=_pool))
     app.task(name="execute_operation", queue="operations", pass_context=True, retry=OPERATION_RETRY)(
         operations.execute_operation
     )

@@ -105,9 +105,15 @@ BEGIN
   RETURN NULL;
 END $$;
 COMMENT ON FUNCTION sessionq.notify_session_change() IS
-  'Trigger: NOTIFY sessionq_session with the Session id after every insert, update or delete (delivered at commit).';
-CREATE TRIGGER sessions_notify AFTER INSERT OR UPDATE OR DELETE ON sessionq.sessions
+  'Trigger: NOTIFY sessionq_session with the Session id after an insert, a delete, or an update that changes the state, the operation or its generation (delivered at commit).';
+CREATE TRIGGER sessions_notify_insert_delete AFTER INSERT OR DELETE ON sessionq.sessions
   FOR EACH ROW EXECUTE FUNCTION sessionq.notify_session_change();
+-- waiters care about a generation's outcome only: not every claim or progress write
+CREATE TRIGGER sessions_notify_update AFTER UPDATE ON sessionq.sessions
+  FOR EACH ROW
+  WHEN (OLD.operation IS DISTINCT FROM NEW.operation OR OLD.operation_id IS DISTINCT FROM NEW.operation_id
+        OR OLD.failed_operation_id IS DISTINCT FROM NEW.failed_operation_id OR OLD.state IS DISTINCT FROM NEW.state)
+  EXECUTE FUNCTION sessionq.notify_session_change();
 
 -- access: how the caller may use a Session: 'owner', 'READ_WRITE', 'READ_ONLY' or NULL (invisible).
 CREATE OR REPLACE FUNCTION sessionq.access(p_session sessionq.sessions, p_caller text, p_share_hash text)

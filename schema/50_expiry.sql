@@ -26,15 +26,21 @@ COMMENT ON FUNCTION sessionq.leader_lock_key(text) IS
   'The pg_advisory_lock key whose holder (a session-level lock on a dedicated connection) is the leader of p_role.';
 
 CREATE OR REPLACE FUNCTION sessionq.idle_candidates(p_ttl double precision, p_after_clock timestamptz, p_after_id uuid, p_limit integer)
-RETURNS TABLE (id uuid, idle_since timestamptz) LANGUAGE sql STABLE AS $$
+RETURNS TABLE (id uuid, idle_since timestamptz) LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  -- computed once: a constant bound lets the index answer (clock_timestamp() in the WHERE clause
+  -- would be evaluated per row, turning an empty page into a scan of every idle Session)
+  v_cutoff timestamptz := clock_timestamp() - make_interval(secs => p_ttl);
+BEGIN
+  RETURN QUERY
   SELECT s.id, greatest(s.created_at, s.last_event_at)
     FROM sessionq.sessions s
    WHERE s.state IN ('READY', 'SUSPENDED')
-     AND greatest(s.created_at, s.last_event_at) < clock_timestamp() - make_interval(secs => p_ttl)
+     AND greatest(s.created_at, s.last_event_at) < v_cutoff
      AND (p_after_clock IS NULL OR (greatest(s.created_at, s.last_event_at), s.id) > (p_after_clock, p_after_id))
    ORDER BY greatest(s.created_at, s.last_event_at), s.id
-   LIMIT p_limit
-$$;
+   LIMIT p_limit;
+END $$;
 COMMENT ON FUNCTION sessionq.idle_candidates(double precision, timestamptz, uuid, integer) IS
   'One page of the idle sweep: READY or SUSPENDED Sessions whose idle clock (later of creation and newest event) is older than p_ttl seconds, in clock order after the given key. Candidates only: expire_session rechecks under the row lock.';
 

@@ -13,16 +13,17 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = {"create": {"seconds": 1, "warmup": 0.2, "levels": [1, 4], "pgbench_seconds": 1, "census_seconds": 0}}
+TINY = {"create": {"seconds": 0.6, "warmup": 0.1, "levels": [1, 4], "pgbench_seconds": 1, "census_seconds": 0}}
 
 
-def test_bench_quick_create_writes_well_formed_results(tmp_path: Path) -> None:
+def test_bench_quick_create_writes_well_formed_results(tmp_path: Path, pg_admin_url: str) -> None:
+    """Runs `python -m tests.bench --quick --only create` with tiny sizes on the suite's server
+    (the benchmark creates and drops its own sq_bench_* databases there)."""
     out = tmp_path / "bench.json"
     cmd = [sys.executable, "-m", "tests.bench", "--quick", "--only", "create", "--sizes", json.dumps(TINY),
-           "--out", str(out)]
-    if os.environ.get("SESSIONQ_TEST_DATABASE_URL"):  # the suite's other server (make test-pg15)
-        cmd += ["--database-url", os.environ["SESSIONQ_TEST_DATABASE_URL"]]
-    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=150)
+           "--out", str(out), "--database-url", pg_admin_url]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONQ_")}
+    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=150)
     assert r.returncode == 0, f"stdout:\n{r.stdout[-4000:]}\nstderr:\n{r.stderr[-4000:]}"
 
     data = json.loads(out.read_text())
@@ -41,3 +42,9 @@ def test_bench_quick_create_writes_well_formed_results(tmp_path: Path) -> None:
     assert isinstance(create["target"]["met"], bool)
     # the printed table and the ratio line
     assert "creations/s" in r.stdout and "ratio line: create@4" in r.stdout
+    # it cleaned up after itself
+    import psycopg
+
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        left = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'sq_bench%'").fetchall()
+    assert not left, left

@@ -184,6 +184,8 @@ class OperationExecutor:
                 raise PreparationFailed("RevisionUnavailable", f"revision {session.revision_id} is not prepared")
             if session.source_checkpoint_id is not None:
                 await self._prepare_fork(session)
+        if session.operation == "CREATE" and session.actor_uid is None and session.executor_id is None:
+            return revision  # nothing was ever issued: there is no Actor to inspect yet
         # read the Actor as the runtime reports it (read-only); transient errors are retried
         actor = await self._inspect_with_retries(session)
         if actor is not None and session.actor_uid and actor.uid != session.actor_uid:
@@ -285,16 +287,23 @@ class OperationExecutor:
                 raise
         if not session.actor_uid:
             await with_db_retry(lambda: self.store.record_actor(session.id, generation, executor, actor.uid))
-        await self._ensure_egress(session, actor, egress_rules(revision))
+        await self._ensure_egress(session, actor, egress_rules(revision), fresh=not (session.actor_uid or uncertain))
         return {"actor_uid": actor.uid}
 
     def _source_tag(self, session: Session) -> str | None:
         # the tag lives in the checkpoint's atespace, which is the fork's (both use the revision's)
         return f"checkpoint-{session.source_checkpoint_id}" if session.source_checkpoint_id else None
 
-    async def _ensure_egress(self, session: Session, actor: Actor, rules: list[EgressRule]) -> None:
+    async def _ensure_egress(self, session: Session, actor: Actor, rules: list[EgressRule], *, fresh: bool) -> None:
         """Apply the persisted egress policy before the Actor ever runs; a retry finishes this step
-        instead of repeating it."""
+        instead of repeating it. A fresh Actor (created by this attempt) has no policy yet."""
+        if fresh:
+            try:
+                await self.runtime.create_egress_policy(session.actor_atespace, session.actor_name, actor.uid, rules)
+                return
+            except SubstrateError as e:
+                if e.code != Code.ALREADY_EXISTS:
+                    raise
         try:
             current = await self.runtime.get_egress_policy(session.actor_atespace, session.actor_name)
         except SubstrateError as e:

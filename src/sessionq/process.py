@@ -15,8 +15,8 @@ from typing import Any
 import yaml
 
 from sessionq import metrics, migrate
-from sessionq.config import Settings
 from sessionq.api.agentcard import AgentCardServer
+from sessionq.config import Settings
 from sessionq.store import Store
 from sessionq.worker import open_runtime, run_worker
 

@@ -18,6 +18,7 @@ in place, blocking new work on that Session until its outcome is recorded.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -33,6 +34,7 @@ from sessionq.models import Session
 from sessionq.operations import with_db_retry
 from sessionq.store import IDLE_CHANNEL, Store
 from sessionq.substrate.base import (
+    Actor,
     ActorState,
     Code,
     Snapshot,
@@ -94,7 +96,7 @@ class QuiescencePool:
         self.recovery_interval = recovery_interval
         self.short_retry = min(short_retry, recovery_interval)
         self.listen = listen
-        self.wake = asyncio.Event()
+        self.wakeups = Wakeups(workers)
         self.claims = 0  # for tests and metrics: claims taken by this pool
         self.queries = 0  # claim attempts + blocked checks made by this pool
 
@@ -102,12 +104,12 @@ class QuiescencePool:
         listener = None
         if self.listen:
             listener = Listener(self.url, [IDLE_CHANNEL])
-            listener.subscribe(IDLE_CHANNEL, lambda _payload: self.wake.set())
+            listener.subscribe(IDLE_CHANNEL, lambda _payload: self.wakeups.post())
             await listener.start()
         try:
             tasks = [asyncio.create_task(self._worker(i, stop), name=f"quiescence-{i}") for i in range(self.workers)]
             await stop.wait()
-            self.wake.set()  # idle workers see the stop at once; busy ones finish their claim first
+            self.wakeups.post_all()  # idle workers see the stop at once; busy ones finish their claim first
             _done, pending = await asyncio.wait(tasks, timeout=self.drain_timeout)
             for t in pending:  # past the drain timeout: such a claim stays (it may have issued work)
                 t.cancel()
@@ -120,13 +122,12 @@ class QuiescencePool:
 
     async def _worker(self, index: int, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            self.wake.clear()
             try:
                 self.queries += 1
                 session = await self.store.claim_idle(uuid4())
                 if session is not None:
                     self.claims += 1
-                    self.wake.set()  # hand the wake-up on before runtime I/O: siblings join a burst
+                    self.wakeups.post()  # hand a wake-up on before runtime I/O: a sibling joins a burst
                     await self.quiesce(session)
                     continue
                 self.queries += 1
@@ -140,8 +141,7 @@ class QuiescencePool:
             if stop.is_set():
                 break
             timeout = self.short_retry if blocked else self.recovery_interval
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), timeout=timeout)
+            await self.wakeups.wait(timeout)
 
     async def quiesce(self, session: Session) -> Session | None:
         """Suspend the claimed Session's Actor and record the exact snapshot. On failure the
@@ -174,15 +174,7 @@ class QuiescencePool:
         delay = 0.1
         for attempt in range(RUNTIME_ATTEMPTS):
             try:
-                actor = await self.runtime.get_actor(session.actor_atespace, session.actor_name)
-                if session.actor_uid and actor.uid != session.actor_uid:
-                    raise IdentityMismatch(
-                        f"actor {session.actor_name} has uid {actor.uid}, not the recorded {session.actor_uid}"
-                    )
-                if actor.state in (ActorState.RUNNING, ActorState.PAUSED, ActorState.RESUMING):
-                    actor = await self.runtime.suspend_actor(
-                        session.actor_atespace, session.actor_name, actor.uid, SnapshotFidelity.VOLUMES
-                    )
+                actor = await self._suspended_actor(session)
                 snapshot = pick_snapshot(actor.snapshots)
                 waited = 0.0
                 while snapshot is not None and snapshot["status"] != "COMPLETED" and waited < self.snapshot_wait:
@@ -197,6 +189,68 @@ class QuiescencePool:
                 await asyncio.sleep(delay)
                 delay *= 2
         return None
+
+    async def _suspended_actor(self, session: Session) -> Actor:
+        """Suspend with the recorded UID in one call (the runtime refuses another UID and answers an
+        already suspended Actor as it is); inspect only when it refuses."""
+        if session.actor_uid:
+            try:
+                return await self.runtime.suspend_actor(
+                    session.actor_atespace, session.actor_name, session.actor_uid, SnapshotFidelity.VOLUMES
+                )
+            except SubstrateError as e:
+                if e.code != Code.FAILED_PRECONDITION:
+                    raise
+        actor = await self.runtime.get_actor(session.actor_atespace, session.actor_name)
+        if session.actor_uid and actor.uid != session.actor_uid:
+            raise IdentityMismatch(
+                f"actor {session.actor_name} has uid {actor.uid}, not the recorded {session.actor_uid}"
+            )
+        if actor.state in (ActorState.RUNNING, ActorState.PAUSED, ActorState.RESUMING):
+            actor = await self.runtime.suspend_actor(
+                session.actor_atespace, session.actor_name, actor.uid, SnapshotFidelity.VOLUMES
+            )
+        return actor
+
+
+class Wakeups:
+    """Coalescing wake-ups for N workers: each notification wakes one idle worker (or is kept as a
+    token, at most N), instead of waking every worker for one piece of work."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.tokens = 0
+        self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def post(self) -> None:
+        while self.waiters:
+            waiter = self.waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self.tokens = min(self.tokens + 1, self.cap)
+
+    def post_all(self) -> None:
+        for _ in range(self.cap + len(self.waiters)):
+            self.post()
+
+    async def wait(self, timeout: float) -> bool:
+        """True when woken, False when the timeout passed."""
+        if self.tokens:
+            self.tokens -= 1
+            return True
+        waiter = asyncio.get_running_loop().create_future()
+        self.waiters.append(waiter)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), timeout=timeout)
+            return True
+        except TimeoutError:
+            if waiter.done():  # woken just as the timeout passed: keep the wake-up for someone
+                self.post()
+            return False
+        finally:
+            with contextlib.suppress(ValueError):
+                self.waiters.remove(waiter)
 
 
 async def claim_and_quiesce(pool: QuiescencePool) -> UUID | None:

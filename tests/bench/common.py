@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import math
 import os
+import re
 import shutil
 import signal
 import socket
@@ -22,6 +23,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -454,9 +456,6 @@ def diff(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
 
 
 # -- counting statements -------------------------------------------------------------------------
-
-import re  # noqa: E402
-from collections import Counter  # noqa: E402
 
 _LOG_PREFIX = "SQB|%p|%a|%d| "
 _LOG_LINE = re.compile(r"^SQB\|(\d+)\|([^|]*)\|([^|]*)\| LOG:  (?:statement|execute [^:]*): (.*)$")

@@ -33,6 +33,9 @@ USERS = {user: token for token, user in TOKENS.items()}
 AGENT_NAMESPACE = "kagent"
 AGENT_NAME = "soak-agent"
 CLAIM_LIFETIME = 10.0  # sessions.claimLifetime of every process (short: dead claims lapse within the run)
+# runtime.simulator.workers of every process and of the harness: roomy, because every uncertain
+# quiescence claim (a worker killed while suspending) keeps its Actor RUNNING on a worker for good
+SIM_WORKERS = 2048
 
 # Harness-owned instrumentation (not product schema): every change of a Session's operation,
 # generation, executor, dispatch or idle claim, with the database clock, so that the runtime
@@ -302,6 +305,7 @@ class Cluster:
             "SESSIONQ_SESSIONS__QUIESCENCE_RECOVERY_INTERVAL": "5s",
             "SESSIONQ_SESSIONS__DISPATCH_TIMEOUT": "30s",
             "SESSIONQ_WORKERS__POLL_INTERVAL": "1s",
+            "SESSIONQ_RUNTIME__SIMULATOR__WORKERS": str(SIM_WORKERS),
             "SESSIONQ_WORKERS__SHUTDOWN_TIMEOUT": "5s",
             "SESSIONQ_LOGGING__FORMAT": "text",
             "SESSIONQ_LOGGING__LEVEL": "info",

@@ -21,7 +21,7 @@ from sessionq.substrate.simulator import SimulatedSubstrate
 
 from . import checks
 from .client import AGENT, Client, Gateway, Shared
-from .cluster import CLAIM_LIFETIME, Cluster, Proc
+from .cluster import CLAIM_LIFETIME, SIM_WORKERS, Cluster, Proc
 from .faults import FaultRunner, plan
 from .history import History
 
@@ -237,7 +237,7 @@ class Harness:
         try:
             self.log(f"PostgreSQL ({'given URL' if opts.database_url else 'embedded'}), migrations ...")
             await asyncio.to_thread(self.cluster.setup)
-            self.sim = SimulatedSubstrate(self.cluster.db.url, worker_pool_size=256)
+            self.sim = SimulatedSubstrate(self.cluster.db.url, worker_pool_size=SIM_WORKERS)
             await self.sim.open()
             await asyncio.gather(*(self.start_process(p) for p in self.cluster.procs))
             self.log("processes: " + ", ".join(f"{p.name} pid {p.pid}" + (f" {p.address}" if p.port else "")
@@ -336,7 +336,7 @@ class Harness:
                 if f.get("ok"):
                     faults["sim " + f["fault"]] += 1
                     sim_faults[f"{f['fault']} {f['method']}"] += 1
-                    sim_hits[f["fault"]] += hits.get(f.get("id", -1), 0) if f.get("id") in hits else 0
+                    sim_hits[f["fault"]] += hits.get(f.get("id", -1), 0)
                 else:
                     faults["sim (not injected: PostgreSQL down)"] += 1
             elif f["kind"] == "kill":

@@ -14,6 +14,7 @@ class History:
     def __init__(self, out: Path) -> None:
         self.t0 = time.time()
         self.out = out
+        out.mkdir(parents=True, exist_ok=True)
         self.attempts: list[dict[str, Any]] = []
         self.ops: list[dict[str, Any]] = []
         self.faults: list[dict[str, Any]] = []

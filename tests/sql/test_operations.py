@@ -124,13 +124,23 @@ async def test_completion_keeps_generation_and_joined_callers_observe_while_curr
 @pytest.mark.clause("OP-6")
 async def test_superseded_delayed_attempt_issues_nothing(store, sim):
     adm = await admitted_create(store, sim)
-    block = await sim.inject("get_actor", "block")  # the attempt stalls in read-only preparation
+    # the attempt stalls in its read-only preparation (reading the revision)
+    reached, go = asyncio.Event(), asyncio.Event()
+    real_get_revision = store.get_revision
+
+    async def slow_get_revision(revision_id):
+        reached.set()
+        await go.wait()
+        return await real_get_revision(revision_id)
+
+    store.get_revision = slow_get_revision
     delayed = asyncio.create_task(OperationExecutor(store, sim, 30).run(adm.session.id))
-    await sim.wait_blocked(block)
+    await reached.wait()
+    store.get_revision = real_get_revision
     # a delete supersedes the unclaimed creation
     dele = await store.admit_operation(adm.session.id, "alice", None, "DELETE")
     assert dele.outcome == "admitted" and dele.session.state == "DELETING"
-    await sim.release(block)
+    go.set()
     out = await delayed
     assert out.status == "superseded"
     assert await sim.mutation_count() == 1  # only the template of the agent

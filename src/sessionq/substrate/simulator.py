@@ -103,13 +103,28 @@ WORKLOAD_TOKEN_ENV = "SESSIONQ_WORKLOAD_TOKEN"
 EGRESS_PROTOCOLS = frozenset({"http", "https", "tls_passthrough"})
 
 PROTOCOL_METHODS: frozenset[str] = frozenset(
-    name
-    for name, value in vars(Substrate).items()
-    if not name.startswith("_") and inspect.iscoroutinefunction(value)
+    name for name, value in vars(Substrate).items() if not name.startswith("_") and inspect.iscoroutinefunction(value)
 )
 LIST_METHODS = frozenset({"list_actors", "list_workers"})
 
 _WAIT_KINDS = frozenset({"delay", "block"})
+_TAKE_FAULTS = """
+WITH candidates AS (
+  SELECT id, kind, code, delay, kind = ANY(%(waits)s) AS is_wait
+    FROM substrate_sim.faults
+   WHERE method = %(method)s AND (actor IS NULL OR actor = %(target)s) AND (remaining IS NULL OR remaining > 0)
+   ORDER BY id
+     FOR UPDATE
+), chosen AS (
+  (SELECT * FROM candidates WHERE is_wait ORDER BY id LIMIT 1)
+  UNION ALL
+  (SELECT * FROM candidates WHERE NOT is_wait ORDER BY id LIMIT 1)
+), consumed AS (
+  UPDATE substrate_sim.faults f SET remaining = f.remaining - 1, hits = f.hits + 1
+    FROM chosen WHERE f.id = chosen.id
+)
+SELECT id, kind, code, delay FROM chosen ORDER BY id
+"""
 _LIST_KINDS = frozenset({"empty_page", "stuck_token"})
 FAULT_KINDS = frozenset({"delay", "fail_before", "lose_after", "block"}) | _LIST_KINDS
 
@@ -329,9 +344,7 @@ def _tag(row: DictRow) -> Tag:
 
 
 def _policy(row: DictRow) -> EgressPolicy:
-    return EgressPolicy(
-        actor_uid=row["actor_uid"], rules=_rule_collection(row["rules"]), version=row["version"]
-    )
+    return EgressPolicy(actor_uid=row["actor_uid"], rules=_rule_collection(row["rules"]), version=row["version"])
 
 
 def _worker(row: DictRow) -> Worker:
@@ -387,7 +400,12 @@ class SimulatedSubstrate:
     database should use the same size."""
 
     def __init__(
-        self, conninfo: str, *, worker_pool_size: int = 256, taskstore_address: str | None = None
+        self,
+        conninfo: str,
+        *,
+        worker_pool_size: int = 256,
+        taskstore_address: str | None = None,
+        pool_size: int = 8,
     ) -> None:
         if worker_pool_size < 0:
             raise ValueError("worker_pool_size must be >= 0")
@@ -396,6 +414,7 @@ class SimulatedSubstrate:
         # "host:port" of the TaskStoreService the simulated agents report to; may be set later
         self.taskstore_address = taskstore_address
         self._pool: AsyncConnectionPool | None = None
+        self._pool_size = pool_size
 
     # lifecycle ------------------------------------------------------------------------------
 
@@ -405,7 +424,7 @@ class SimulatedSubstrate:
         pool = AsyncConnectionPool(
             self._conninfo,
             min_size=1,
-            max_size=4,
+            max_size=self._pool_size,
             open=False,
             name="substrate_sim",
             kwargs={"autocommit": True, "application_name": "substrate_sim"},
@@ -461,29 +480,21 @@ class SimulatedSubstrate:
     # faults ---------------------------------------------------------------------------------
 
     async def _take_faults(self, method: str, target: str | None) -> list[_Fault]:
-        """Atomically consume the oldest matching wait fault and the oldest matching outcome fault."""
-        async with self._tx() as cur:
-            await cur.execute(
-                "SELECT id, kind, code, delay FROM substrate_sim.faults"
-                " WHERE method = %s AND (actor IS NULL OR actor = %s)"
-                " AND (remaining IS NULL OR remaining > 0)"
-                " ORDER BY id FOR UPDATE",
-                (method, target),
-            )
-            rows = await cur.fetchall()
-            if not rows:
-                return []
-            wait = next((r for r in rows if r["kind"] in _WAIT_KINDS), None)
-            outcome = next((r for r in rows if r["kind"] not in _WAIT_KINDS), None)
-            chosen = [r for r in (wait, outcome) if r is not None]
-            await cur.execute(
-                "UPDATE substrate_sim.faults SET remaining = remaining - 1, hits = hits + 1"
-                " WHERE id = ANY(%s)",
-                ([r["id"] for r in chosen],),
-            )
-        return [
-            _Fault(id=r["id"], kind=r["kind"], code=Code(r["code"]), delay=float(r["delay"])) for r in chosen
-        ]
+        """Atomically consume the oldest matching wait fault and the oldest matching outcome fault.
+
+        One statement on an autocommit connection (its own transaction): with no faults injected,
+        which is the common case, a call pays one round trip for this."""
+        if self._pool is None:
+            raise RuntimeError("SimulatedSubstrate is not open")
+        try:
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(_TAKE_FAULTS, {"method": method, "target": target, "waits": list(_WAIT_KINDS)})
+                rows = await cur.fetchall()
+        except pg_errors.TransactionRollback as exc:
+            raise SubstrateError(Code.ABORTED, f"simulated runtime transaction aborted: {exc}") from exc
+        except psycopg.OperationalError as exc:
+            raise SubstrateError(Code.UNAVAILABLE, f"simulated runtime store unavailable: {exc}") from exc
+        return [_Fault(id=r[0], kind=r[1], code=Code(r[2]), delay=float(r[3])) for r in rows]
 
     async def _block_on(self, fault_id: int) -> None:
         async with self._tx() as cur:
@@ -657,9 +668,7 @@ class SimulatedSubstrate:
     @staticmethod
     async def _lock_actor(cur: _Cursor, atespace: str, name: str, uid: str | None) -> DictRow:
         """Lock the Actor row; NOT_FOUND if missing, FAILED_PRECONDITION if `uid` differs."""
-        await cur.execute(
-            _ACTOR_SELECT + " WHERE a.atespace = %s AND a.name = %s FOR UPDATE OF a", (atespace, name)
-        )
+        await cur.execute(_ACTOR_SELECT + " WHERE a.atespace = %s AND a.name = %s FOR UPDATE OF a", (atespace, name))
         row = await cur.fetchone()
         if row is None:
             raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{name} not found")
@@ -715,9 +724,7 @@ class SimulatedSubstrate:
                 )
                 row = await cur.fetchone()
                 if row is None:
-                    raise SubstrateError(
-                        Code.ALREADY_EXISTS, f"actor template {atespace}/{name} already exists"
-                    )
+                    raise SubstrateError(Code.ALREADY_EXISTS, f"actor template {atespace}/{name} already exists")
                 await self._log(cur, "create_actor_template", atespace, name, row["uid"], {"image": image})
                 return _template(row)
 
@@ -750,8 +757,7 @@ class SimulatedSubstrate:
                 if row["uid"] != uid:
                     raise SubstrateError(
                         Code.FAILED_PRECONDITION,
-                        f"actor template uid mismatch for {atespace}/{name}:"
-                        f" expected {uid}, found {row['uid']}",
+                        f"actor template uid mismatch for {atespace}/{name}: expected {uid}, found {row['uid']}",
                     )
                 await cur.execute(
                     "DELETE FROM substrate_sim.templates WHERE atespace = %s AND name = %s", (atespace, name)
@@ -913,8 +919,7 @@ class SimulatedSubstrate:
                     )
                 await self._release_worker(cur, row)
                 await cur.execute(
-                    "SELECT coalesce(max(generation), 0) + 1 AS g"
-                    " FROM substrate_sim.snapshots WHERE actor_uid = %s",
+                    "SELECT coalesce(max(generation), 0) + 1 AS g FROM substrate_sim.snapshots WHERE actor_uid = %s",
                     (uid,),
                 )
                 gen_row = await cur.fetchone()
@@ -980,8 +985,7 @@ class SimulatedSubstrate:
                 if not any_state and state not in (ActorState.SUSPENDED, ActorState.CRASHED):
                     raise SubstrateError(
                         Code.FAILED_PRECONDITION,
-                        f"actor {atespace}/{name} is {state.value};"
-                        " only SUSPENDED or CRASHED actors can be deleted",
+                        f"actor {atespace}/{name} is {state.value}; only SUSPENDED or CRASHED actors can be deleted",
                     )
                 await self._release_worker(cur, row)
                 await cur.execute("DELETE FROM substrate_sim.egress_policies WHERE actor_uid = %s", (uid,))
@@ -998,9 +1002,7 @@ class SimulatedSubstrate:
 
     # egress --------------------------------------------------------------------------------
 
-    async def create_egress_policy(
-        self, atespace: str, actor: str, uid: str, rules: list[EgressRule]
-    ) -> EgressPolicy:
+    async def create_egress_policy(self, atespace: str, actor: str, uid: str, rules: list[EgressRule]) -> EgressPolicy:
         async def op() -> EgressPolicy:
             data = _canonical_rules(rules, actor=f"{atespace}/{actor}")
             async with self._tx() as cur:
@@ -1034,16 +1036,12 @@ class SimulatedSubstrate:
             if row is None:
                 raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{actor} not found")
             if row["actor_uid"] is None:
-                raise SubstrateError(
-                    Code.NOT_FOUND, f"egress policy default of actor {atespace}/{actor} not found"
-                )
+                raise SubstrateError(Code.NOT_FOUND, f"egress policy default of actor {atespace}/{actor} not found")
             return _policy(row)
 
         return await self._call("get_egress_policy", actor, op)
 
-    async def update_egress_policy(
-        self, atespace: str, actor: str, uid: str, rules: list[EgressRule]
-    ) -> EgressPolicy:
+    async def update_egress_policy(self, atespace: str, actor: str, uid: str, rules: list[EgressRule]) -> EgressPolicy:
         async def op() -> EgressPolicy:
             data = _canonical_rules(rules, actor=f"{atespace}/{actor}")
             async with self._tx() as cur:
@@ -1055,9 +1053,7 @@ class SimulatedSubstrate:
                 )
                 row = await cur.fetchone()
                 if row is None:
-                    raise SubstrateError(
-                        Code.NOT_FOUND, f"egress policy default of actor {atespace}/{actor} not found"
-                    )
+                    raise SubstrateError(Code.NOT_FOUND, f"egress policy default of actor {atespace}/{actor} not found")
                 await self._log(cur, "update_egress_policy", atespace, actor, uid, {"rules": data})
                 return _policy(row)
 
@@ -1082,14 +1078,11 @@ class SimulatedSubstrate:
                 )
                 snap = await cur.fetchone()
                 if snap is None:
-                    raise SubstrateError(
-                        Code.FAILED_PRECONDITION, f"actor {atespace}/{actor} has no snapshot to tag"
-                    )
+                    raise SubstrateError(Code.FAILED_PRECONDITION, f"actor {atespace}/{actor} has no snapshot to tag")
                 if snap["status"] != SnapshotStatus.COMPLETED.value:
                     raise SubstrateError(
                         Code.FAILED_PRECONDITION,
-                        f"snapshot generation {snap['generation']} of actor {atespace}/{actor}"
-                        " is not completed",
+                        f"snapshot generation {snap['generation']} of actor {atespace}/{actor} is not completed",
                     )
                 await cur.execute(
                     "INSERT INTO substrate_sim.tags (atespace, name, actor_name, actor_uid,"
@@ -1181,8 +1174,7 @@ class SimulatedSubstrate:
                 if global_listing:
                     b_atespace, b_name = boundary if boundary is not None else ("", "")
                     await cur.execute(
-                        _ACTOR_SELECT + " WHERE (a.atespace, a.name) > (%s, %s)"
-                        " ORDER BY a.atespace, a.name LIMIT %s",
+                        _ACTOR_SELECT + " WHERE (a.atespace, a.name) > (%s, %s) ORDER BY a.atespace, a.name LIMIT %s",
                         (b_atespace, b_name, size + 1),
                     )
                 else:
@@ -1241,8 +1233,7 @@ class SimulatedSubstrate:
         async def op() -> None:
             async with self._tx() as cur:
                 await cur.execute(
-                    "SELECT uid, state, env, durable FROM substrate_sim.actors"
-                    " WHERE atespace = %s AND name = %s",
+                    "SELECT uid, state, env, durable FROM substrate_sim.actors WHERE atespace = %s AND name = %s",
                     (atespace, name),
                 )
                 row = await cur.fetchone()
@@ -1319,9 +1310,7 @@ class SimulatedSubstrate:
             user.context_id, user.task_id = context_id, task_id
             task.history.append(user)
             task.status.CopyFrom(a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_WORKING, timestamp=_now()))
-            version = await client.update_task(
-                session_id, task, version, _status_event(task), request.dispatch_id
-            )
+            version = await client.update_task(session_id, task, version, _status_event(task), request.dispatch_id)
 
         # 2. the turn takes its time (the Actor stays RUNNING), then the agent saves its memory
         if turn.delay > 0:
@@ -1341,13 +1330,9 @@ class SimulatedSubstrate:
         task.history.append(answer)
         if state == a2a_pb2.TASK_STATE_COMPLETED:
             task.artifacts.append(
-                a2a_pb2.Artifact(
-                    artifact_id=str(uuid.uuid4()), name="answer", parts=[a2a_pb2.Part(text=turn.answer)]
-                )
+                a2a_pb2.Artifact(artifact_id=str(uuid.uuid4()), name="answer", parts=[a2a_pb2.Part(text=turn.answer)])
             )
-        version = await client.update_task(
-            session_id, task, version, _status_event(task), request.dispatch_id
-        )
+        version = await client.update_task(session_id, task, version, _status_event(task), request.dispatch_id)
 
         # 4. native cleanup (nothing to release in the simulator), then settle at the final version
         await client.settle_task(session_id, task_id, version)
@@ -1373,12 +1358,9 @@ class SimulatedSubstrate:
             if row["state"] != ActorState.RUNNING.value:
                 raise SubstrateError(
                     Code.FAILED_PRECONDITION,
-                    f"actor {atespace}/{name} is {row['state']};"
-                    " its durable directory is writable only while RUNNING",
+                    f"actor {atespace}/{name} is {row['state']}; its durable directory is writable only while RUNNING",
                 )
-            await cur.execute(
-                "UPDATE substrate_sim.actors SET durable = %s WHERE uid = %s", (Jsonb(dict(data)), uid)
-            )
+            await cur.execute("UPDATE substrate_sim.actors SET durable = %s WHERE uid = %s", (Jsonb(dict(data)), uid))
 
     async def read_env(self, atespace: str, name: str) -> dict[str, str]:
         """The env the Actor was created with."""
@@ -1425,9 +1407,7 @@ def _now() -> Timestamp:
 
 def _status_event(task: a2a_pb2.Task) -> a2a_pb2.StreamResponse:
     return a2a_pb2.StreamResponse(
-        status_update=a2a_pb2.TaskStatusUpdateEvent(
-            task_id=task.id, context_id=task.context_id, status=task.status
-        )
+        status_update=a2a_pb2.TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id, status=task.status)
     )
 
 
