@@ -13,6 +13,7 @@ import getpass
 import json
 import os
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -567,3 +568,28 @@ def status(ctx: click.Context, database_url: str | None, output: str) -> None:
 
 
 COMMANDS: tuple[click.Command, ...] = (workers, jobs, requeue, status)
+
+
+@click.group(cls=OperatorGroup)
+def quiescence() -> None:
+    """Automatic quiescence: claims of idle work whose worker died."""
+
+
+@quiescence.command("retry")
+@click.argument("session_id")
+@database_option
+@output_option
+@click.pass_context
+def quiescence_retry(ctx: click.Context, session_id: str, database_url: str | None, output: str) -> None:
+    """Queue a new attempt at the claimed idle work of SESSION_ID. A quiescence claim whose worker
+    died is kept (the suspend may have been issued) and blocks the Session; this takes it over and
+    finishes it: suspending again is harmless and checks the Actor's UID."""
+    try:
+        sid = str(uuid.UUID(session_id))
+    except ValueError:
+        raise usage(f"{session_id!r} is not a session ID (a UUID)") from None
+    job = run(ctx, database_url, lambda ops: ops.retry_quiescence(sid))
+    if output == "json":
+        echo_json({"session_id": sid, "job_id": job})
+    else:
+        click.echo(f"queued job {job} to finish the claimed idle work of session {sid}")

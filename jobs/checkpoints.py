@@ -30,3 +30,12 @@ async def delete_checkpoint(context: JobContext, checkpoint_id: str) -> str:
 async def refresh_snapshot(context: JobContext, session_id: str, generation: int) -> bool:
     d = deps(context)
     return await refresh(d.store, d.runtime, UUID(session_id), int(generation))
+
+
+async def retry_quiescence(context: JobContext, session_id: str) -> str:
+    """Operator-requested (sessionq.retry_quiescence): finish a claimed idle boundary whose worker died."""
+    from sessionq.quiescence import QuiescencePool, retry_claimed
+
+    d = deps(context)
+    pool = QuiescencePool(d.store, d.runtime, d.url, workers=1, listen=False)
+    return await retry_claimed(pool, UUID(session_id))

@@ -493,3 +493,31 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION sessionq.record_snapshot_completed(uuid, bigint, text) IS
   'Record that the exact pending snapshot generation is now COMPLETED (with its URI). False when the Session has moved on to another generation.';
+
+-- retry_quiescence: an operator's way out of a quiescence claim whose worker died (Q-10 keeps such
+-- claims forever, because the suspend may have been issued). Suspending is idempotent and checks
+-- the recorded UID, so a new attempt may take the claim over and finish it.
+CREATE OR REPLACE FUNCTION sessionq.retry_quiescence(p_session uuid) RETURNS bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM sessionq.sessions WHERE id = p_session AND idle_executor IS NOT NULL) THEN
+    PERFORM sessionq.fail('SQ412', format('session %s has no claimed idle work', p_session));
+  END IF;
+  RETURN sessionq.defer_job('operations', 'retry_quiescence', jsonb_build_object('session_id', p_session),
+                            'quiescence:' || p_session);
+END $$;
+COMMENT ON FUNCTION sessionq.retry_quiescence(uuid) IS
+  'Operator: queue a new attempt at the claimed idle work of a Session (after its worker died). The attempt takes the claim over and suspends the Actor (idempotent, UID-checked), then records the snapshot.';
+
+CREATE OR REPLACE FUNCTION sessionq.take_over_idle_claim(p_session uuid, p_executor uuid) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+BEGIN
+  UPDATE sessionq.sessions SET idle_executor = p_executor, idle_claimed_at = clock_timestamp()
+   WHERE id = p_session AND idle_executor IS NOT NULL
+  RETURNING * INTO v;
+  RETURN CASE WHEN FOUND THEN to_jsonb(v) END;
+END $$;
+COMMENT ON FUNCTION sessionq.take_over_idle_claim(uuid, uuid) IS
+  'Internal to the retry_quiescence job: give a claimed idle boundary a new executor; NULL when nothing is claimed.';

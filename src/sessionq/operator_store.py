@@ -169,6 +169,10 @@ class OperatorStore:
 
     # -- views and the status screen ---------------------------------------------------------------
 
+    async def retry_quiescence(self, session_id: str) -> int | None:
+        row = await self._one("SELECT sessionq.retry_quiescence(%s) AS job_id", (session_id,))
+        return row["job_id"] if row else None
+
     async def view(self, name: str, limit: int = 1000) -> list[Row]:
         """All rows of one of the operator views (tests, ad-hoc tooling)."""
         if name not in VIEWS:

@@ -253,6 +253,17 @@ class Wakeups:
                 self.waiters.remove(waiter)
 
 
+async def retry_claimed(pool: QuiescencePool, session_id: UUID) -> str:
+    """Take over a claimed idle boundary (its worker died) and finish it. Raises while the runtime
+    keeps failing, so the job retries; the claim stays either way until an outcome is recorded."""
+    session = await pool.store.take_over_idle_claim(session_id, uuid4())
+    if session is None:
+        return "nothing"
+    if await pool.quiesce(session) is None:
+        raise RuntimeError(f"quiescence of session {session_id} failed again; the claim stays")
+    return "recorded"
+
+
 async def claim_and_quiesce(pool: QuiescencePool) -> UUID | None:
     """One claim attempt and, if it got one, the quiescence of that Session (tests, benchmarks)."""
     session = await pool.store.claim_idle(uuid4())

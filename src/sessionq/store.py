@@ -426,6 +426,10 @@ class Store:
         )
         return Session.from_json(value)
 
+    async def take_over_idle_claim(self, session_id: UUID, executor: UUID) -> Session | None:
+        value = await self._value("SELECT sessionq.take_over_idle_claim(%s, %s)", (session_id, executor))
+        return Session.from_json(value) if value else None
+
     async def record_snapshot_completed(self, session_id: UUID, generation: int, uri: str) -> bool:
         return bool(
             await self._value("SELECT sessionq.record_snapshot_completed(%s, %s, %s)", (session_id, generation, uri))

@@ -27,6 +27,10 @@ async def dispatch_turn(store: Store, runtime: Substrate, session_id: UUID) -> s
     if session is None or session.dispatch_id is None:
         return "nothing"
     dispatch_id = session.dispatch_id
+    if session.state != "READY" or session.operation != "NONE":
+        # a lifecycle operation (a Delete, say) came after the turn was admitted: never wake the Actor for it
+        await store.fail_dispatch(session_id, dispatch_id, f"the session is {session.state.lower()}", False)
+        return "failed"
     if session.dispatch_task_id is not None and session.active_task_id == session.dispatch_task_id:
         return "running"  # already delivered: the Actor is working on it
     extra = {"session_id": str(session_id)}

@@ -82,3 +82,31 @@ async def test_worker_process_suspends_after_settlement_and_stops_on_sigterm(sto
         if proc.poll() is None:
             proc.kill()
     assert uuid.UUID(str(sessions[0].id))
+
+
+async def test_operator_retries_a_dead_workers_quiescence_claim(store, sim, database_url, settings):
+    """The way out of Q-10's kept claim: `sessionq quiescence retry` queues an attempt that takes
+    the claim over and finishes it."""
+    from click.testing import CliRunner
+
+    from conftest import running_worker
+    from sessionq.cli.main import main
+
+    s = await ready_session(store, sim)
+    await turn_by_store(store, sim, s)
+    await sim.inject("suspend_actor", "fail_before", times=5)  # the worker's attempts all fail
+    await claim_and_quiesce(QuiescencePool(store, sim, database_url, listen=False))
+    assert (await raw_session(store, s.id)).idle_executor is not None
+    result = await asyncio.to_thread(CliRunner().invoke, main,
+                                     ["quiescence", "retry", str(s.id), "--database-url", database_url])
+    assert result.exit_code == 0 and "queued job" in result.output, result.output
+    async with running_worker(settings, database_url, store, sim):
+        for _ in range(200):
+            row = await raw_session(store, s.id)
+            if row.idle_executor is None:
+                break
+            await asyncio.sleep(0.05)
+    assert row.idle_executor is None and row.snapshot_status == "COMPLETED"
+    again = await asyncio.to_thread(CliRunner().invoke, main,
+                                    ["quiescence", "retry", str(s.id), "--database-url", database_url])
+    assert again.exit_code == 1 and "has no claimed idle work" in again.output

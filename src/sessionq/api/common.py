@@ -145,10 +145,12 @@ def ts(value: datetime | None) -> Timestamp | None:
 
 
 def wait_budget(context: grpc.aio.ServicerContext) -> float:
+    """How long a call may wait for its outcome: the caller's deadline less a margin in which to
+    answer (UNAVAILABLE "retry the same call") before the deadline fires on the client."""
     remaining = context.time_remaining()
     if remaining is None:
         return DEFAULT_WAIT
-    return max(0.0, remaining - 0.1)
+    return max(0.0, remaining - min(1.0, max(0.1, remaining * 0.05)))
 
 
 # -- error mapping --------------------------------------------------------------------------------
