@@ -45,7 +45,10 @@ def build_app(url: str, *, pool_size: int = 4, expiry: bool = True) -> App:
         name="refresh_snapshot", queue="operations", pass_context=True, retry=RetryStrategy(max_attempts=60, wait=1)
     )(checkpoints.refresh_snapshot)
     app.task(
-        name="retry_quiescence", queue="operations", pass_context=True, retry=RetryStrategy(max_attempts=5, linear_wait=2)
+        name="retry_quiescence",
+        queue="operations",
+        pass_context=True,
+        retry=RetryStrategy(max_attempts=5, linear_wait=2),
     )(checkpoints.retry_quiescence)
     # a failed dispatch is ended (its task abandoned) rather than retried: the user sends again
     app.task(name="dispatch_turn", queue="dispatch", pass_context=True, retry=False)(dispatch.dispatch_turn)

@@ -6,8 +6,8 @@ import json
 import grpc
 import pytest
 from a2a.types import a2a_pb2, a2a_pb2_grpc
-
 from conftest import apply_agent, make_settings
+
 from sessionq.api.agentcard import AgentCardServer
 from sessionq.api.common import Authenticator
 

@@ -7,10 +7,11 @@ from uuid import UUID
 import grpc
 import pytest
 from a2a.types import a2a_pb2
-from google.rpc import error_details_pb2, status_pb2
-
 from conftest import apply_agent
+from google.rpc import error_details_pb2, status_pb2
 from lifecycle import count
+from test_a2a import answer, new_session, send
+
 from sessionq._pb.kagent.api.v1alpha1 import (
     checkpoint_pb2,
     checkpoint_pb2_grpc,
@@ -18,7 +19,6 @@ from sessionq._pb.kagent.api.v1alpha1 import (
     session_pb2,
     session_pb2_grpc,
 )
-from test_a2a import answer, new_session, send
 
 
 def cps(api):

@@ -5,7 +5,6 @@ import json
 
 import pytest
 from click.testing import CliRunner
-
 from conftest import apply_agent
 from sessionq.cli.main import main
 

@@ -113,7 +113,7 @@ async def test_expired_and_orphaned_dispatches_are_ended(db, ops, store, sim):
     expiring = await ready_session(store, sim, "req-exp")
     admitted = await store.admit_turn(expiring.id, expiring.creator, None, msg, None, 0.2)
     orphaned = await ready_session(store, sim, "req-orphan")
-    admitted2 = await store.admit_turn(orphaned.id, orphaned.creator, None, {**msg, "messageId": "m2"}, None, 600)
+    _admitted2 = await store.admit_turn(orphaned.id, orphaned.creator, None, {**msg, "messageId": "m2"}, None, 600)
     (dispatch_job,) = await q(db, "SELECT id FROM procrastinate_jobs WHERE task_name = 'dispatch_turn'"
                                   " AND args ->> 'session_id' = %s", str(orphaned.id))
     await q(db, "SELECT procrastinate_cancel_job_v1(%s, false, false)", dispatch_job["id"])

@@ -65,7 +65,7 @@ async def test_tombstone_keeps_identity_and_releases_everything(store, sim):
 @pytest.mark.clause("DEL-5")
 async def test_tombstone_constraint_forbids_half_released_rows(store, sim):
     s = await ready_session(store, sim)
-    with pytest.raises(Exception, match="deleted_is_released|deleting_iff_delete"):
+    with pytest.raises(Exception, match=r"deleted_is_released|deleting_iff_delete"):
         async with store.pool.connection() as conn:
             await conn.execute("UPDATE sessionq.sessions SET state = 'DELETED' WHERE id = %s", (s.id,))
 

@@ -6,8 +6,8 @@ import uuid
 
 import psycopg
 import pytest
-
 from lifecycle import count, raw_session, ready_session, task_json, turn_by_store
+
 from sessionq import config, metrics
 from sessionq.errors import SessionqError
 from sessionq.expiry import sweep

@@ -6,11 +6,11 @@ import socket
 import urllib.request
 
 import pytest
+from conftest import apply_agent
+from lifecycle import ready_session
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import apply_agent
-from lifecycle import ready_session
 from sessionq import metrics
 from sessionq.agents import compile_egress, parse_spec, prepare_revision
 from sessionq.gc import collect_revisions

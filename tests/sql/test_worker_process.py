@@ -9,8 +9,8 @@ import time
 import uuid
 
 import pytest
-
 from lifecycle import raw_session, ready_session, turn_by_store
+
 from sessionq.errors import SessionqError
 from sessionq.quiescence import QuiescencePool, claim_and_quiesce
 
@@ -88,7 +88,6 @@ async def test_operator_retries_a_dead_workers_quiescence_claim(store, sim, data
     """The way out of Q-10's kept claim: `sessionq quiescence retry` queues an attempt that takes
     the claim over and finishes it."""
     from click.testing import CliRunner
-
     from conftest import running_worker
     from sessionq.cli.main import main
 

@@ -76,7 +76,7 @@ class AgentCardServer:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
             lines = head.decode("latin-1").split("\r\n")
-            method, path, _version = (lines[0].split(" ") + ["", "", ""])[:3]
+            method, path, _version = [*lines[0].split(" "), "", "", ""][:3]
             headers: dict[str, str] = {
                 k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)
             }
