@@ -314,3 +314,22 @@ async def test_conflicting_lifecycle_blocked_while_pending(store, sim):
     with pytest.raises(SessionqError) as e:
         await store.admit_operation(s.id, "alice", None, "DELETE")
     assert e.value.sqlstate == "SQ409"
+
+
+@pytest.mark.clause("OP-12")
+@pytest.mark.clause("OP-14")
+async def test_delayed_creation_cannot_resurrect_a_deleted_actor(store, sim):
+    adm = await admitted_create(store, sim)
+    await sim.inject("create_actor", "delay", delay=2.0, times=1)  # only the first attempt's call is slow
+    delayed = asyncio.create_task(OperationExecutor(store, sim, 0.5).run(adm.session.id))
+    await asyncio.sleep(0.7)  # its claim lapsed; a retry (another replica) takes over and finishes
+    out = await OperationExecutor(store, sim, 30).run(adm.session.id)
+    assert out.status == "completed" and out.session.state == "READY"
+    with pytest.raises(SubstrateError):
+        await delayed  # bounded by its claim lifetime: it gave up before its call took effect
+    await store.admit_operation(adm.session.id, "alice", None, "DELETE")
+    assert (await OperationExecutor(store, sim, 30).run(adm.session.id)).session.state == "DELETED"
+    await asyncio.sleep(2.0)  # well past the moment the slow call would have landed
+    with pytest.raises(SubstrateError):
+        await sim.get_actor("kagent", adm.session.actor_name)
+    assert await sim.mutation_count(method="create_actor") == 1
