@@ -74,6 +74,10 @@ def stage_turns(conn: psycopg.Connection[Any], prefix: str) -> int:
             """.replace("%(like)s", prefix + "-%").replace("%(working)s", json.dumps(working))
                .replace("%(done)s", json.dumps(done)))  # type: ignore[arg-type]
         conn.execute("DELETE FROM procrastinate_jobs WHERE task_name = 'dispatch_turn' AND status = 'todo'")
+        # the turns were "delivered" by hand: drop their reservations too, or the reaper (which ends
+        # reservations whose dispatch job is gone) would abandon them before the burst settles them
+        conn.execute("UPDATE sessionq.sessions SET dispatch_id = NULL, dispatch_expires_at = NULL,"
+                     " dispatch_message = NULL WHERE request_id LIKE %s", (prefix + "-%",))
         row = conn.execute("SELECT count(*) FROM sessionq.sessions WHERE request_id LIKE %s"
                            " AND unsettled_task_id IS NOT NULL", (prefix + "-%",)).fetchone()
     return int(row[0]) if row else 0
