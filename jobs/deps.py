@@ -22,6 +22,10 @@ class Deps:
 
 
 def deps(context: JobContext) -> Deps:
+    """The job's dependencies; also tags this job's log lines with its job_id."""
+    from sessionq.logs import JOB_ID
+
+    JOB_ID.set(context.job.id if context.job else None)  # each job runs in its own asyncio task
     d = context.additional_context.get("deps")
     assert isinstance(d, Deps), "the worker must be started with additional_context={'deps': Deps(...)}"
     return d

@@ -39,3 +39,23 @@ def test_documented_reference_is_current():
     assert config.reference_markdown() in doc, "run: python scripts/gen_docs.py"
     for key in config.KEYS:
         assert key.env in doc
+
+
+def test_lifecycle_log_lines_carry_ids():
+    import json
+    import logging
+
+    from sessionq import logs
+
+    record = logging.LogRecord("sessionq.operations", logging.INFO, __file__, 1, "claimed %s operation", ("create",), None)
+    record.session_id, record.operation_id = "s-1", "g-1"
+    token = logs.JOB_ID.set(42)
+    try:
+        logs.JobContextFilter().filter(record)
+    finally:
+        logs.JOB_ID.reset(token)
+    line = json.loads(logs.JsonFormatter().format(record))
+    assert line["msg"] == "claimed create operation" and line["level"] == "info"
+    assert (line["session_id"], line["operation_id"], line["job_id"]) == ("s-1", "g-1", 42)
+    text = logs.TextFormatter().format(record)
+    assert "session_id=s-1" in text and "job_id=42" in text

@@ -3,6 +3,7 @@ session_id, operation_id and job_id as fields."""
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import sys
@@ -19,6 +20,19 @@ FIELDS = (
     "actor_template_name",
     "error",
 )
+
+
+# the procrastinate job being run by this task (set by jobs/; read into every log line)
+JOB_ID: contextvars.ContextVar[int | None] = contextvars.ContextVar("sessionq_job_id", default=None)
+
+
+class JobContextFilter(logging.Filter):
+    """Adds job_id to records logged while a job runs (unless the line names one itself)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "job_id", None) is None:
+            record.job_id = JOB_ID.get()
+        return True
 
 
 class JsonFormatter(logging.Formatter):
@@ -54,6 +68,7 @@ class TextFormatter(logging.Formatter):
 def setup(fmt: str = "json", level: str = "info") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.addFilter(JobContextFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
