@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 from sessionq.cli.actors import actors
 from sessionq.cli.agent import agent
+from sessionq.cli.checkpoint import checkpoint
 from sessionq.cli.client import DEFAULT_SERVER, DEFAULT_TIMEOUT
 from sessionq.cli.invoke import invoke
 from sessionq.cli.operator import jobs, quiescence, requeue, status, workers
@@ -39,6 +40,7 @@ for command in (workers, jobs, requeue, status, quiescence):
 main.add_command(agent)
 main.add_command(session)
 main.add_command(actors)
+main.add_command(checkpoint)
 # the kagent spelling: `sessionq agent session create ...` is the same group as `sessionq session ...`
 agent.add_command(session)
 agent.add_command(invoke)
