@@ -4,7 +4,6 @@ import asyncio
 import json
 
 from click.testing import CliRunner
-
 from conftest import apply_agent
 from sessionq.cli.main import main
 
