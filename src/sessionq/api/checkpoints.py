@@ -14,10 +14,10 @@ from sessionq import errors
 from sessionq._pb.kagent.api.v1alpha1 import checkpoint_pb2, checkpoint_pb2_grpc, common_pb2
 from sessionq.api.common import (
     Authenticator,
+    after_id,
     check_display_name,
     check_request_id,
-    decode_token,
-    encode_token,
+    next_id_token,
     page_limit,
     parse_uuid,
     rpc,
@@ -80,11 +80,9 @@ class CheckpointService(checkpoint_pb2_grpc.CheckpointServiceServicer):
         who = self.auth.identify(context)
         sid = parse_uuid(request.session_id, "session_id")
         limit = page_limit(request.page.limit)
-        after = (
-            parse_uuid(decode_token(request.page.page_token, 1)[0], "page_token") if request.page.page_token else None
-        )
+        after = after_id(request.page)
         rows = await self.store.list_checkpoints(sid, who.user, after, limit + 1)
-        token = encode_token(str(rows[limit - 1].id)) if len(rows) > limit else ""
+        token = next_id_token(rows, limit)
         return checkpoint_pb2.ListCheckpointsResponse(
             checkpoints=[checkpoint_to_proto(c) for c in rows[:limit]],
             page=common_pb2.PageResponse(next_page_token=token),

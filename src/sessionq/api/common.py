@@ -44,8 +44,9 @@ class Authenticator:
     """`authorization: Bearer <token>` -> user, by configuration. Without a token the call is the
     anonymous user's when one is configured (`sessionq up`), else UNAUTHENTICATED."""
 
-    def __init__(self, tokens: dict[str, str], anonymous_user: str = "",
-                 namespaces: dict[str, list[str]] | None = None) -> None:
+    def __init__(
+        self, tokens: dict[str, str], anonymous_user: str = "", namespaces: dict[str, list[str]] | None = None
+    ) -> None:
         self.tokens = dict(tokens)
         self.anonymous_user = anonymous_user
         self.namespaces = dict(namespaces or {})
@@ -136,6 +137,17 @@ def decode_token(token: str, count: int) -> list[str]:
     return parts[1:]
 
 
+def after_id(page: Any) -> UUID | None:
+    """Where an id-ordered listing resumes: after the id its page token names (None: the start)."""
+    return parse_uuid(decode_token(page.page_token, 1)[0], "page_token") if page.page_token else None
+
+
+def next_id_token(rows: list[Any], limit: int) -> str:
+    """The continuation of an id-ordered page read with limit + 1 rows: only when the look-ahead
+    row exists, naming the last returned id."""
+    return encode_token(str(rows[limit - 1].id)) if len(rows) > limit else ""
+
+
 def ts(value: datetime | None) -> Timestamp | None:
     if value is None:
         return None
@@ -177,7 +189,9 @@ def rpc(method: F) -> F:
             # a value PostgreSQL or JSON cannot represent that validation let through: still the client's
             code = grpc.StatusCode.INVALID_ARGUMENT
             log.info("unrepresentable value in %s: %s", name, e)
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the request holds a value that cannot be stored: {e}")
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"the request holds a value that cannot be stored: {e}"
+            )
         except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as e:
             # the database is unreachable or failing over: a transient condition the client retries
             code = grpc.StatusCode.UNAVAILABLE

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from uuid import UUID
 
 import grpc
 
@@ -19,11 +18,11 @@ from sessionq._pb.kagent.api.v1alpha1 import common_pb2, session_pb2, session_pb
 from sessionq.agents import check_name, check_namespace
 from sessionq.api.common import (
     Authenticator,
+    after_id,
     check_display_name,
     check_request_id,
-    decode_token,
-    encode_token,
     hash_token,
+    next_id_token,
     page_limit,
     parse_uuid,
     rpc,
@@ -145,15 +144,13 @@ class SessionService(session_pb2_grpc.SessionServiceServicer):
         limit = page_limit(request.page.limit)
         if request.all_creators and who.user not in self.admins:
             raise errors.permission_denied("listing every creator's sessions needs an administrator")
-        after = (
-            parse_uuid(decode_token(request.page.page_token, 1)[0], "page_token") if request.page.page_token else None
-        )
+        after = after_id(request.page)
         namespace = agent = None
         if request.HasField("agent") and (request.agent.name or request.agent.namespace):
             namespace = check_namespace(request.agent.namespace or "kagent", "agent.namespace")
             agent = check_name(request.agent.name, "agent.name") if request.agent.name else None
         rows = await self.store.list_sessions(who.user, request.all_creators, namespace, agent, after, limit + 1)
-        token = encode_token(str(rows[limit - 1].id)) if len(rows) > limit else ""
+        token = next_id_token(rows, limit)
         return session_pb2.ListSessionsResponse(
             sessions=[session_to_proto(s) for s in rows[:limit]],
             page=common_pb2.PageResponse(next_page_token=token),
@@ -227,11 +224,9 @@ class SessionService(session_pb2_grpc.SessionServiceServicer):
         who = self.auth.identify(context)
         sid = parse_uuid(request.session_id, "session_id")
         limit = page_limit(request.page.limit)
-        after: UUID | None = None
-        if request.page.page_token:
-            after = parse_uuid(decode_token(request.page.page_token, 1)[0], "page_token")
+        after = after_id(request.page)
         rows = await self.store.list_shares(sid, who.user, after, limit + 1)
-        token = encode_token(str(rows[limit - 1].id)) if len(rows) > limit else ""
+        token = next_id_token(rows, limit)
         return session_pb2.ListSessionSharesResponse(
             shares=[share_to_proto(s) for s in rows[:limit]], page=common_pb2.PageResponse(next_page_token=token)
         )
