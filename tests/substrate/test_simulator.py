@@ -13,8 +13,10 @@ import psycopg
 import pytest
 
 from sessionq.substrate import (
+    Actor,
     ActorState,
     Code,
+    EgressPolicy,
     EgressRule,
     SimulatedSubstrate,
     SnapshotFidelity,
@@ -447,6 +449,135 @@ async def test_lose_after_applies_effect_and_raises(sim: SimulatedSubstrate) -> 
         await sim.resume_actor(NS, "s1", actor.uid)
     _, resumed = await sim.resume_actor(NS, "s1", actor.uid)
     assert not resumed and (await sim.get_actor(NS, "s1")).version == 2
+
+
+HOT_METHODS = ["create_actor", "get_actor", "resume_actor", "suspend_actor", "delete_actor", "create_egress_policy"]
+RULE = EgressRule("https", "api.example.com", 443)
+
+
+async def _observable(sim: SimulatedSubstrate) -> tuple[object, ...]:
+    """What a call can change: the mutation log, the actor s1 (or its absence) and its egress policy."""
+    log = [(c["method"], c["detail"]) for c in await sim.calls(actor="s1")]
+    try:
+        actor: object = await sim.get_actor(NS, "s1")
+    except SubstrateError as exc:
+        actor = exc.code
+    try:
+        policy: object = await sim.get_egress_policy(NS, "s1")
+    except SubstrateError as exc:
+        policy = exc.code
+    return log, actor, policy
+
+
+@pytest.mark.parametrize("method", HOT_METHODS)
+async def test_outcome_faults_on_each_single_statement_call(sim: SimulatedSubstrate, method: str) -> None:
+    uid = ""
+    if method == "suspend_actor":
+        uid = await _running(sim, "s1")
+    elif method != "create_actor":
+        uid = (await sim.create_actor(NS, "s1", TEMPLATE)).uid
+    call = {
+        "create_actor": lambda: sim.create_actor(NS, "s1", TEMPLATE),
+        "get_actor": lambda: sim.get_actor(NS, "s1"),
+        "resume_actor": lambda: sim.resume_actor(NS, "s1", uid),
+        "suspend_actor": lambda: sim.suspend_actor(NS, "s1", uid, SnapshotFidelity.MEMORY),
+        "delete_actor": lambda: sim.delete_actor(NS, "s1", uid),
+        "create_egress_policy": lambda: sim.create_egress_policy(NS, "s1", uid, [RULE]),
+    }[method]
+    before = await _observable(sim)
+
+    # fail_before (behind a delay fault, which is consumed by the same call): no effect at all
+    fail = await sim.inject(method, "fail_before", code=Code.DEADLINE_EXCEEDED)
+    wait = await sim.inject(method, "delay", delay=0.01)
+    with pytest.raises(SubstrateError) as exc:
+        await call()
+    assert _code(exc) == Code.DEADLINE_EXCEEDED and exc.value.message == f"injected failure before {method}(s1)"
+    assert (await sim.fault_hits(fail), await sim.fault_hits(wait)) == (1, 1)
+    assert await _observable(sim) == before
+
+    # lose_after: the effect happened, logged as without faults, and the call raises
+    lost = await sim.inject(method, "lose_after", code=Code.INTERNAL)
+    with pytest.raises(SubstrateError) as exc:
+        await call()
+    assert _code(exc) == Code.INTERNAL and exc.value.message == f"response lost: {method}(s1) took effect"
+    assert await sim.fault_hits(lost) == 1
+    log, actor, policy = await _observable(sim)
+    if method == "get_actor":
+        assert (log, actor, policy) == before
+        return
+    assert log[:-1] == before[0]
+    last_method, detail = log[-1]
+    assert last_method == method
+    if method == "create_actor":
+        assert isinstance(actor, Actor) and actor.state == ActorState.SUSPENDED
+        assert detail == {"template": TEMPLATE, "from_tag": None}
+    elif method == "resume_actor":
+        assert isinstance(actor, Actor) and actor.state == ActorState.RUNNING and actor.version == 2
+        assert detail == {"from": ActorState.SUSPENDED.value, "worker": actor.worker}
+    elif method == "suspend_actor":
+        assert isinstance(actor, Actor) and actor.state == ActorState.SUSPENDED and actor.version == 3
+        assert [(s.generation, s.fidelity) for s in actor.snapshots] == [(1, SnapshotFidelity.MEMORY)]
+        assert detail == {"from": ActorState.RUNNING.value, "generation": 1, "fidelity": SnapshotFidelity.MEMORY.value}
+    elif method == "delete_actor":
+        assert actor == Code.NOT_FOUND
+        assert detail == {"from": ActorState.SUSPENDED.value}
+    else:
+        assert isinstance(policy, EgressPolicy) and list(policy.rules) == [RULE] and policy.version == 1
+        rule = {"protocol": "https", "hostname": "api.example.com", "port": 443, "credential_headers": {}}
+        assert detail == {"rules": [rule]}
+
+    # the retry (no fault left) sees the effect
+    retry_codes = {
+        "create_actor": Code.ALREADY_EXISTS,
+        "delete_actor": Code.NOT_FOUND,
+        "create_egress_policy": Code.ALREADY_EXISTS,
+    }
+    if method in retry_codes:
+        with pytest.raises(SubstrateError) as exc:
+            await call()
+        assert _code(exc) == retry_codes[method]
+    else:
+        await call()  # resume/suspend: no-ops now
+    assert await sim.mutation_count(actor="s1", method=method) == 1
+
+
+async def test_invalid_arguments_still_take_faults(sim: SimulatedSubstrate) -> None:
+    fid = await sim.inject("create_actor", "fail_before", code=Code.ABORTED)
+    with pytest.raises(SubstrateError) as exc:
+        await sim.create_actor(NS, "a/b", TEMPLATE)
+    assert _code(exc) == Code.ABORTED and await sim.fault_hits(fid) == 1
+    with pytest.raises(SubstrateError) as exc:
+        await sim.create_actor(NS, "a/b", TEMPLATE)
+    assert _code(exc) == Code.INVALID_ARGUMENT
+
+    uid = await _running(sim, "s1")
+    fid = await sim.inject("suspend_actor", "lose_after")
+    with pytest.raises(SubstrateError) as exc:
+        await sim.suspend_actor(NS, "s1", uid, SnapshotFidelity.ROOTFS)
+    assert _code(exc) == Code.INVALID_ARGUMENT and await sim.fault_hits(fid) == 1
+    assert (await sim.get_actor(NS, "s1")).state == ActorState.RUNNING
+
+    fid = await sim.inject("create_egress_policy", "fail_before")
+    with pytest.raises(SubstrateError) as exc:
+        await sim.create_egress_policy(NS, "s1", uid, [EgressRule("ftp", "x.example", 21)])
+    assert _code(exc) == Code.UNAVAILABLE and await sim.fault_hits(fid) == 1
+
+
+async def test_open_installs_missing_functions(database_url: str) -> None:
+    # a database installed before the simulator's functions existed
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT p.oid::regprocedure::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+            " WHERE n.nspname = 'substrate_sim'"
+        )
+        functions = [r[0] for r in await cur.fetchall()]
+        assert "substrate_sim.actor_json(text,text)" in functions
+        for fn in functions:
+            await conn.execute(f"DROP FUNCTION {fn}")
+    async with SimulatedSubstrate(database_url) as sim:
+        await sim.create_actor_template(NS, "rev-1", "img")
+        actor = await sim.create_actor(NS, "s1", TEMPLATE)
+        assert await sim.get_actor(NS, "s1") == actor
 
 
 async def test_block_wait_release(sim: SimulatedSubstrate) -> None:

@@ -6,6 +6,12 @@ control plane's transactions: the simulator has its own small connection pool an
 short transaction of its own that locks (``SELECT ... FOR UPDATE``) the rows it changes. Every
 process on the database (API, workers, tests) therefore sees one runtime.
 
+The hot calls (create_actor, get_actor, suspend_actor, resume_actor, delete_actor and
+create_egress_policy) are one call each of the SQL function of the same name in sim_schema.sql: one
+autocommit statement that consumes the call's faults and, when none matched, applies the call in the
+same transaction. The other calls take their faults in one statement (substrate_sim.take_faults),
+then run their own transaction.
+
 Besides the Protocol the simulator offers test hooks: the durable directory of an Actor
 (`read_durable` / `write_durable`), pending snapshots (`set_option("snapshot_pending", True)` and
 `complete_snapshots`), a log of the mutations that took effect (`calls`, `mutation_count`) and fault
@@ -22,7 +28,9 @@ name for template calls; list calls only match faults without a name). Each call
 row lock, at most one *wait* fault (``delay``, ``block``) and at most one *outcome* fault
 (``fail_before``, ``lose_after``, ``empty_page``, ``stuck_token``), the oldest matching of each, so
 several outcome faults on one method script consecutive calls. Waits never hold a transaction or a
-connection: blocked calls poll the faults table every 10 ms.
+connection: blocked calls poll the faults table every 10 ms. (A hot call whose function finds faults
+does nothing else in that statement; it honours them, then calls the function again without taking
+faults to apply the call.)
 """
 
 from __future__ import annotations
@@ -40,7 +48,8 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from datetime import datetime, tzinfo
+from typing import Any, NoReturn, TypeVar
 
 import psycopg
 from a2a.types import a2a_pb2
@@ -107,24 +116,7 @@ PROTOCOL_METHODS: frozenset[str] = frozenset(
 )
 LIST_METHODS = frozenset({"list_actors", "list_workers"})
 
-_WAIT_KINDS = frozenset({"delay", "block"})
-_TAKE_FAULTS = """
-WITH candidates AS (
-  SELECT id, kind, code, delay, kind = ANY(%(waits)s) AS is_wait
-    FROM substrate_sim.faults
-   WHERE method = %(method)s AND (actor IS NULL OR actor = %(target)s) AND (remaining IS NULL OR remaining > 0)
-   ORDER BY id
-     FOR UPDATE
-), chosen AS (
-  (SELECT * FROM candidates WHERE is_wait ORDER BY id LIMIT 1)
-  UNION ALL
-  (SELECT * FROM candidates WHERE NOT is_wait ORDER BY id LIMIT 1)
-), consumed AS (
-  UPDATE substrate_sim.faults f SET remaining = f.remaining - 1, hits = f.hits + 1
-    FROM chosen WHERE f.id = chosen.id
-)
-SELECT id, kind, code, delay FROM chosen ORDER BY id
-"""
+_WAIT_KINDS = frozenset({"delay", "block"})  # also spelled out in substrate_sim.take_faults
 _LIST_KINDS = frozenset({"empty_page", "stuck_token"})
 FAULT_KINDS = frozenset({"delay", "fail_before", "lose_after", "block"}) | _LIST_KINDS
 
@@ -388,6 +380,68 @@ _ACTOR_SELECT = (
 
 _Cursor = psycopg.AsyncCursor[DictRow]
 
+# The hot calls: one statement each, a call of a function of sim_schema.sql. %(gate)s: consume the
+# call's faults first (and do nothing else when one matched); see SimulatedSubstrate._call_fn.
+_FN_CREATE_ACTOR = (
+    "SELECT substrate_sim.create_actor(%(gate)s, %(atespace)s, %(name)s, %(template)s, %(from_tag)s, %(env)s,"
+    " %(uid)s, %(pid)s::integer)"
+)
+_FN_GET_ACTOR = "SELECT substrate_sim.get_actor(%(gate)s, %(atespace)s, %(name)s)"
+_FN_RESUME_ACTOR = (
+    "SELECT substrate_sim.resume_actor(%(gate)s, %(atespace)s, %(name)s, %(uid)s, %(pool_size)s::integer,"
+    " %(pid)s::integer)"
+)
+_FN_SUSPEND_ACTOR = (
+    "SELECT substrate_sim.suspend_actor(%(gate)s, %(atespace)s, %(name)s, %(uid)s, %(fidelity)s, %(pid)s::integer)"
+)
+_FN_DELETE_ACTOR = (
+    "SELECT substrate_sim.delete_actor(%(gate)s, %(atespace)s, %(name)s, %(uid)s, %(any_state)s, %(pid)s::integer)"
+)
+_FN_CREATE_EGRESS_POLICY = (
+    "SELECT substrate_sim.create_egress_policy(%(gate)s, %(atespace)s, %(actor)s, %(uid)s, %(rules)s, %(pid)s::integer)"
+)
+_FAIL_SQLSTATE = "SX001"  # substrate_sim.fail: the Code name in DETAIL
+
+
+def _faults_from_json(data: list[dict[str, Any]] | None) -> list[_Fault]:
+    """The faults substrate_sim.take_faults returned (NULL: none)."""
+    return [_Fault(id=int(d["id"]), kind=d["kind"], code=Code(d["code"]), delay=float(d["delay"])) for d in data or ()]
+
+
+def _timestamp(value: str, tz: tzinfo) -> datetime:
+    """A timestamptz of a jsonb result, in the session time zone as psycopg loads timestamptz columns."""
+    return datetime.fromisoformat(value).astimezone(tz)
+
+
+def _actor_from_json(data: dict[str, Any], tz: tzinfo) -> Actor:
+    """An Actor of substrate_sim.actor_json."""
+    return Actor(
+        atespace=data["atespace"],
+        name=data["name"],
+        uid=data["uid"],
+        template=data["template"],
+        state=ActorState(data["state"]),
+        worker=data["worker"],
+        worker_ip=data["worker_ip"],
+        version=int(data["version"]),
+        created_at=_timestamp(data["created_at"], tz),
+        updated_at=_timestamp(data["updated_at"], tz),
+        snapshots=tuple(
+            Snapshot(
+                generation=int(s["generation"]),
+                fidelity=SnapshotFidelity(s["fidelity"]),
+                status=SnapshotStatus(s["status"]),
+                uri=s["uri"],
+                created_at=_timestamp(s["created_at"], tz),
+            )
+            for s in data["snapshots"]
+        ),
+    )
+
+
+def _actor_result(result: dict[str, Any], tz: tzinfo) -> Actor:
+    return _actor_from_json(result["actor"], tz)
+
 
 # --------------------------------------------------------------------------------------------
 # the simulator
@@ -451,16 +505,22 @@ class SimulatedSubstrate:
         await self.close()
 
     async def _ensure_installed(self) -> None:
+        """Install the schema when it is missing, lacks its functions (a database installed before
+        they existed) or holds fewer workers than this instance's pool."""
         async with self._tx() as cur:
-            await cur.execute("SELECT to_regclass('substrate_sim.workers') IS NOT NULL AS present")
+            await cur.execute(
+                "SELECT to_regclass('substrate_sim.workers') IS NOT NULL AS present,"
+                " to_regproc('substrate_sim.actor_json') IS NOT NULL AS functions"
+            )
             row = await cur.fetchone()
             present = bool(row and row["present"])
+            functions = bool(row and row["functions"])
             count = 0
             if present:
                 await cur.execute("SELECT count(*) AS n FROM substrate_sim.workers")
                 row = await cur.fetchone()
                 count = int(row["n"]) if row else 0
-        if not present or count < self.worker_pool_size:
+        if not present or not functions or count < self.worker_pool_size:
             await install_schema(self._conninfo, worker_pool_size=self.worker_pool_size)
 
     @contextlib.asynccontextmanager
@@ -479,22 +539,37 @@ class SimulatedSubstrate:
 
     # faults ---------------------------------------------------------------------------------
 
-    async def _take_faults(self, method: str, target: str | None) -> list[_Fault]:
-        """Atomically consume the oldest matching wait fault and the oldest matching outcome fault.
-
-        One statement on an autocommit connection (its own transaction): with no faults injected,
-        which is the common case, a call pays one round trip for this."""
+    async def _execute(self, sql: str, params: Any) -> tuple[Any, tzinfo]:
+        """One statement on an autocommit pooled connection (its own transaction, one round trip):
+        the first column of its first row (None without rows) and the session time zone. Errors map
+        as in `_tx`; substrate_sim.fail's SX001 becomes SubstrateError(Code(detail), message)."""
         if self._pool is None:
             raise RuntimeError("SimulatedSubstrate is not open")
         try:
             async with self._pool.connection() as conn:
-                cur = await conn.execute(_TAKE_FAULTS, {"method": method, "target": target, "waits": list(_WAIT_KINDS)})
-                rows = await cur.fetchall()
+                cur = await conn.execute(sql, params)
+                row = await cur.fetchone()
+                tz = conn.info.timezone
         except pg_errors.TransactionRollback as exc:
             raise SubstrateError(Code.ABORTED, f"simulated runtime transaction aborted: {exc}") from exc
         except psycopg.OperationalError as exc:
             raise SubstrateError(Code.UNAVAILABLE, f"simulated runtime store unavailable: {exc}") from exc
-        return [_Fault(id=r[0], kind=r[1], code=Code(r[2]), delay=float(r[3])) for r in rows]
+        except psycopg.Error as exc:
+            if exc.sqlstate == _FAIL_SQLSTATE:
+                raise SubstrateError(
+                    Code(exc.diag.message_detail or Code.INTERNAL), exc.diag.message_primary or ""
+                ) from None
+            raise
+        return (row[0] if row is not None else None), tz
+
+    async def _take_faults(self, method: str, target: str | None) -> list[_Fault]:
+        """Atomically consume the oldest matching wait fault and the oldest matching outcome fault
+        (substrate_sim.take_faults).
+
+        One statement on an autocommit connection (its own transaction): with no faults injected,
+        which is the common case, a call pays one round trip for this."""
+        result, _ = await self._execute("SELECT substrate_sim.take_faults(%s, %s)", (method, target))
+        return _faults_from_json(result)
 
     async def _block_on(self, fault_id: int) -> None:
         async with self._tx() as cur:
@@ -526,7 +601,21 @@ class SimulatedSubstrate:
         op: Callable[[], Awaitable[T]],
         fake_page: Callable[[str], T] | None = None,
     ) -> T:
+        """Take the call's faults, then run `op` under them (`_under_faults`)."""
         faults = await self._take_faults(method, target)
+        return await self._under_faults(method, target, faults, op, fake_page)
+
+    async def _under_faults(
+        self,
+        method: str,
+        target: str | None,
+        faults: list[_Fault],
+        op: Callable[[], Awaitable[T]],
+        fake_page: Callable[[str], T] | None = None,
+    ) -> T:
+        """Honour the faults a call took: waits first; then fail_before raises before `op`, a list
+        fault answers with `fake_page`, lose_after runs `op` and raises; without an outcome fault
+        the result of `op`."""
         for fault in faults:
             if fault.kind == "delay":
                 await asyncio.sleep(fault.delay)
@@ -542,6 +631,38 @@ class SimulatedSubstrate:
         if outcome is not None and outcome.kind == "lose_after":
             raise SubstrateError(outcome.code, f"response lost: {where} took effect")
         return result
+
+    async def _call_fn(
+        self,
+        method: str,
+        target: str | None,
+        sql: str,
+        params: dict[str, Any],
+        parse: Callable[[dict[str, Any], tzinfo], T],
+    ) -> T:
+        """A hot call: `sql` calls the SQL function of `method` (see sim_schema.sql), with a
+        %(gate)s parameter. With no fault matching, one statement does it all. When the function
+        returns the faults it consumed instead (having done nothing else), they are honoured as by
+        `_call`, the effect being the same function called with gate false."""
+        result, tz = await self._execute(sql, {**params, "gate": True})
+        if "faults" not in result:
+            return parse(result, tz)
+
+        async def effect() -> T:
+            again, tz = await self._execute(sql, {**params, "gate": False})
+            return parse(again, tz)
+
+        return await self._under_faults(method, target, _faults_from_json(result["faults"]), effect)
+
+    async def _rejected(self, method: str, target: str | None, exc: Exception) -> NoReturn:
+        """A hot call whose arguments failed validation in Python: it still takes and honours its
+        faults (waits, fail_before) first, exactly as if the validation had run inside `op`."""
+
+        async def op() -> None:
+            raise exc
+
+        await self._call(method, target, op)
+        raise exc  # not reached: op raised
 
     async def inject(
         self,
@@ -777,184 +898,55 @@ class SimulatedSubstrate:
         from_tag: str | None = None,
         env: dict[str, str] | None = None,
     ) -> Actor:
-        async def op() -> Actor:
+        try:
             _require_name("atespace", atespace)
             _require_name("actor name", name)
-            t_atespace, t_name = _split_template(template)
-            async with self._tx() as cur:
-                await cur.execute(
-                    "SELECT 1 FROM substrate_sim.templates WHERE atespace = %s AND name = %s FOR KEY SHARE",
-                    (t_atespace, t_name),
-                )
-                if await cur.fetchone() is None:
-                    raise SubstrateError(
-                        Code.NOT_FOUND,
-                        f"actor template {template} not found (creating actor {atespace}/{name})",
-                    )
-                tag: DictRow | None = None
-                if from_tag is not None:
-                    await cur.execute(
-                        "SELECT * FROM substrate_sim.tags WHERE atespace = %s AND name = %s FOR KEY SHARE",
-                        (atespace, from_tag),
-                    )
-                    tag = await cur.fetchone()
-                    if tag is None:
-                        raise SubstrateError(
-                            Code.NOT_FOUND,
-                            f"tag {atespace}/{from_tag} not found (creating actor {atespace}/{name})",
-                        )
-                uid = str(uuid.uuid4())
-                await cur.execute(
-                    "INSERT INTO substrate_sim.actors (atespace, name, uid, template, state, env, durable)"
-                    " VALUES (%s, %s, %s, %s, %s, %s, %s)"
-                    " ON CONFLICT (atespace, name) DO NOTHING RETURNING uid",
-                    (
-                        atespace,
-                        name,
-                        uid,
-                        template,
-                        ActorState.SUSPENDED.value,
-                        Jsonb(dict(env or {})),
-                        Jsonb(tag["durable"]) if tag is not None else None,
-                    ),
-                )
-                if await cur.fetchone() is None:
-                    raise SubstrateError(Code.ALREADY_EXISTS, f"actor {atespace}/{name} already exists")
-                if tag is not None:
-                    await cur.execute(
-                        "INSERT INTO substrate_sim.snapshots (actor_uid, atespace, actor_name, generation,"
-                        " fidelity, status, uri, durable, completed_at)"
-                        " VALUES (%s, %s, %s, 1, %s, %s, %s, %s, clock_timestamp())",
-                        (
-                            uid,
-                            atespace,
-                            name,
-                            tag["fidelity"],
-                            SnapshotStatus.COMPLETED.value,
-                            f"sim://snapshots/{uid}/1",
-                            Jsonb(tag["durable"]),
-                        ),
-                    )
-                detail = {"template": template, "from_tag": from_tag}
-                await self._log(cur, "create_actor", atespace, name, uid, detail)
-                return await self._load_actor(cur, atespace, name)
-
-        return await self._call("create_actor", name, op)
+            _split_template(template)
+            env_json = Jsonb(dict(env or {}))
+        except Exception as exc:
+            await self._rejected("create_actor", name, exc)
+        params = {
+            "atespace": atespace,
+            "name": name,
+            "template": template,
+            "from_tag": from_tag,
+            "env": env_json,
+            "uid": str(uuid.uuid4()),
+            "pid": os.getpid(),
+        }
+        return await self._call_fn("create_actor", name, _FN_CREATE_ACTOR, params, _actor_result)
 
     async def get_actor(self, atespace: str, name: str) -> Actor:
-        async def op() -> Actor:
-            async with self._tx() as cur:
-                return await self._load_actor(cur, atespace, name)
-
-        return await self._call("get_actor", name, op)
+        params = {"atespace": atespace, "name": name}
+        return await self._call_fn("get_actor", name, _FN_GET_ACTOR, params, _actor_result)
 
     async def resume_actor(self, atespace: str, name: str, uid: str) -> tuple[Actor, bool]:
-        async def op() -> tuple[Actor, bool]:
-            async with self._tx() as cur:
-                row = await self._lock_actor(cur, atespace, name, uid)
-                state = ActorState(row["state"])
-                if state == ActorState.RUNNING:
-                    return await self._load_actor(cur, atespace, name), False
-                if state not in (ActorState.SUSPENDED, ActorState.PAUSED, ActorState.CRASHED):
-                    raise SubstrateError(
-                        Code.FAILED_PRECONDITION, f"actor {atespace}/{name} cannot resume from {state.value}"
-                    )
-                worker = row["worker"]
-                if worker is None:
-                    await cur.execute(
-                        "SELECT name FROM substrate_sim.workers WHERE holder_uid IS NULL AND idx < %s"
-                        " ORDER BY idx LIMIT 1 FOR UPDATE SKIP LOCKED",
-                        (self.worker_pool_size,),
-                    )
-                    free = await cur.fetchone()
-                    if free is None:
-                        raise SubstrateError(
-                            Code.RESOURCE_EXHAUSTED, f"no free worker to resume actor {atespace}/{name}"
-                        )
-                    worker = free["name"]
-                    await cur.execute(
-                        "UPDATE substrate_sim.workers"
-                        " SET holder_atespace = %s, holder_name = %s, holder_uid = %s WHERE name = %s",
-                        (atespace, name, uid, worker),
-                    )
-                restored: Any = None
-                if row["durable"] is None:
-                    await cur.execute(
-                        "SELECT durable FROM substrate_sim.snapshots WHERE actor_uid = %s AND status = %s"
-                        " ORDER BY generation DESC LIMIT 1",
-                        (uid, SnapshotStatus.COMPLETED.value),
-                    )
-                    snap = await cur.fetchone()
-                    restored = snap["durable"] if snap is not None else {}
-                await cur.execute(
-                    "UPDATE substrate_sim.actors SET state = %s, worker = %s,"
-                    " durable = coalesce(durable, %s), version = version + 1, updated_at = clock_timestamp()"
-                    " WHERE uid = %s",
-                    (ActorState.RUNNING.value, worker, Jsonb(restored), uid),
-                )
-                detail = {"from": state.value, "worker": worker}
-                await self._log(cur, "resume_actor", atespace, name, uid, detail)
-                return await self._load_actor(cur, atespace, name), True
+        def parse(result: dict[str, Any], tz: tzinfo) -> tuple[Actor, bool]:
+            return _actor_from_json(result["actor"], tz), bool(result["changed"])
 
-        return await self._call("resume_actor", name, op)
+        params = {
+            "atespace": atespace,
+            "name": name,
+            "uid": uid,
+            "pool_size": self.worker_pool_size,
+            "pid": os.getpid(),
+        }
+        return await self._call_fn("resume_actor", name, _FN_RESUME_ACTOR, params, parse)
 
     async def suspend_actor(
         self, atespace: str, name: str, uid: str, fidelity: SnapshotFidelity = SnapshotFidelity.VOLUMES
     ) -> Actor:
-        async def op() -> Actor:
+        try:
             fid = SnapshotFidelity(fidelity)
             if fid in (SnapshotFidelity.ROOTFS, SnapshotFidelity.UNSPECIFIED):
                 raise SubstrateError(
                     Code.INVALID_ARGUMENT,
                     f"snapshot fidelity {fid.value} rejected (suspending {atespace}/{name})",
                 )
-            async with self._tx() as cur:
-                row = await self._lock_actor(cur, atespace, name, uid)
-                state = ActorState(row["state"])
-                if state == ActorState.SUSPENDED:
-                    return await self._load_actor(cur, atespace, name)
-                if state not in _WORKER_HOLDING_STATES:
-                    raise SubstrateError(
-                        Code.FAILED_PRECONDITION, f"actor {atespace}/{name} cannot suspend from {state.value}"
-                    )
-                await self._release_worker(cur, row)
-                await cur.execute(
-                    "SELECT coalesce(max(generation), 0) + 1 AS g FROM substrate_sim.snapshots WHERE actor_uid = %s",
-                    (uid,),
-                )
-                gen_row = await cur.fetchone()
-                assert gen_row is not None
-                generation = int(gen_row["g"])
-                await cur.execute("SELECT value FROM substrate_sim.options WHERE key = 'snapshot_pending'")
-                opt = await cur.fetchone()
-                pending = opt is not None and opt["value"] is True
-                status = SnapshotStatus.IN_PROGRESS if pending else SnapshotStatus.COMPLETED
-                await cur.execute(
-                    "INSERT INTO substrate_sim.snapshots (actor_uid, atespace, actor_name, generation,"
-                    " fidelity, status, uri, durable, completed_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s,"
-                    " CASE WHEN %s THEN NULL ELSE clock_timestamp() END)",
-                    (
-                        uid,
-                        atespace,
-                        name,
-                        generation,
-                        fid.value,
-                        status.value,
-                        f"sim://snapshots/{uid}/{generation}",
-                        Jsonb(row["durable"] if row["durable"] is not None else {}),
-                        pending,
-                    ),
-                )
-                await cur.execute(
-                    "UPDATE substrate_sim.actors SET state = %s, worker = NULL, version = version + 1,"
-                    " updated_at = clock_timestamp() WHERE uid = %s",
-                    (ActorState.SUSPENDED.value, uid),
-                )
-                detail = {"from": state.value, "generation": generation, "fidelity": fid.value}
-                await self._log(cur, "suspend_actor", atespace, name, uid, detail)
-                return await self._load_actor(cur, atespace, name)
-
-        return await self._call("suspend_actor", name, op)
+        except Exception as exc:
+            await self._rejected("suspend_actor", name, exc)
+        params = {"atespace": atespace, "name": name, "uid": uid, "fidelity": fid.value, "pid": os.getpid()}
+        return await self._call_fn("suspend_actor", name, _FN_SUSPEND_ACTOR, params, _actor_result)
 
     async def pause_actor(self, atespace: str, name: str, uid: str) -> Actor:
         async def op() -> Actor:
@@ -978,50 +970,25 @@ class SimulatedSubstrate:
         return await self._call("pause_actor", name, op)
 
     async def delete_actor(self, atespace: str, name: str, uid: str, *, any_state: bool = False) -> None:
-        async def op() -> None:
-            async with self._tx() as cur:
-                row = await self._lock_actor(cur, atespace, name, uid)
-                state = ActorState(row["state"])
-                if not any_state and state not in (ActorState.SUSPENDED, ActorState.CRASHED):
-                    raise SubstrateError(
-                        Code.FAILED_PRECONDITION,
-                        f"actor {atespace}/{name} is {state.value}; only SUSPENDED or CRASHED actors can be deleted",
-                    )
-                await self._release_worker(cur, row)
-                await cur.execute("DELETE FROM substrate_sim.egress_policies WHERE actor_uid = %s", (uid,))
-                await cur.execute(
-                    "DELETE FROM substrate_sim.snapshots s WHERE s.actor_uid = %s AND NOT EXISTS ("
-                    " SELECT 1 FROM substrate_sim.tags t"
-                    " WHERE t.actor_uid = s.actor_uid AND t.snapshot_generation = s.generation)",
-                    (uid,),
-                )
-                await cur.execute("DELETE FROM substrate_sim.actors WHERE uid = %s", (uid,))
-                await self._log(cur, "delete_actor", atespace, name, uid, {"from": state.value})
-
-        await self._call("delete_actor", name, op)
+        params = {"atespace": atespace, "name": name, "uid": uid, "any_state": bool(any_state), "pid": os.getpid()}
+        await self._call_fn("delete_actor", name, _FN_DELETE_ACTOR, params, lambda result, tz: None)
 
     # egress --------------------------------------------------------------------------------
 
     async def create_egress_policy(self, atespace: str, actor: str, uid: str, rules: list[EgressRule]) -> EgressPolicy:
-        async def op() -> EgressPolicy:
+        try:
             data = _canonical_rules(rules, actor=f"{atespace}/{actor}")
-            async with self._tx() as cur:
-                await self._lock_actor(cur, atespace, actor, uid)
-                await cur.execute(
-                    "INSERT INTO substrate_sim.egress_policies (actor_uid, atespace, actor_name, rules)"
-                    " VALUES (%s, %s, %s, %s) ON CONFLICT (actor_uid) DO NOTHING RETURNING *",
-                    (uid, atespace, actor, Jsonb(data)),
-                )
-                row = await cur.fetchone()
-                if row is None:
-                    raise SubstrateError(
-                        Code.ALREADY_EXISTS,
-                        f"egress policy default of actor {atespace}/{actor} already exists",
-                    )
-                await self._log(cur, "create_egress_policy", atespace, actor, uid, {"rules": data})
-                return _policy(row)
+        except Exception as exc:
+            await self._rejected("create_egress_policy", actor, exc)
 
-        return await self._call("create_egress_policy", actor, op)
+        def parse(result: dict[str, Any], tz: tzinfo) -> EgressPolicy:
+            policy = result["policy"]
+            return EgressPolicy(
+                actor_uid=policy["actor_uid"], rules=_rule_collection(policy["rules"]), version=int(policy["version"])
+            )
+
+        params = {"atespace": atespace, "actor": actor, "uid": uid, "rules": Jsonb(data), "pid": os.getpid()}
+        return await self._call_fn("create_egress_policy", actor, _FN_CREATE_EGRESS_POLICY, params, parse)
 
     async def get_egress_policy(self, atespace: str, actor: str) -> EgressPolicy:
         async def op() -> EgressPolicy:
