@@ -116,7 +116,7 @@ class OperationExecutor:
         }
 
     async def run(self, session_id: UUID) -> Outcome:
-        session = await self.store.session_by_id(session_id)
+        session, revision = await self.store.session_with_revision(session_id)
         if session is None or session.operation == "NONE" or session.operation_id is None:
             return Outcome("nothing", session)
         generation = session.operation_id
@@ -124,7 +124,7 @@ class OperationExecutor:
 
         # 1. read-only preparation
         try:
-            revision = await self._prepare(session)
+            await self._prepare(session, revision)
         except PreparationFailed as e:
             log.warning("operation preparation failed: %s", e.message, extra=log_extra)
             try:
@@ -175,17 +175,16 @@ class OperationExecutor:
 
     # -- preparation --------------------------------------------------------------------------
 
-    async def _prepare(self, session: Session) -> Revision | None:
-        revision = None
-        if session.revision_id is not None:
-            revision = await self.store.get_revision(session.revision_id)
+    async def _prepare(self, session: Session, revision: Revision | None) -> None:
+        """Read-only checks before the claim; `revision` is the Session's pinned revision (read
+        together with the Session)."""
         if session.operation == "CREATE":
             if revision is None or revision.state != "READY":
                 raise PreparationFailed("RevisionUnavailable", f"revision {session.revision_id} is not prepared")
             if session.source_checkpoint_id is not None:
                 await self._prepare_fork(session)
         if session.operation == "CREATE" and session.actor_uid is None and session.executor_id is None:
-            return revision  # nothing was ever issued: there is no Actor to inspect yet
+            return  # nothing was ever issued: there is no Actor to inspect yet
         # read the Actor as the runtime reports it (read-only); transient errors are retried
         actor = await self._inspect_with_retries(session)
         if actor is not None and session.actor_uid and actor.uid != session.actor_uid:
@@ -194,7 +193,6 @@ class OperationExecutor:
                 f"actor {session.actor_atespace}/{session.actor_name} has uid {actor.uid}, "
                 f"not the recorded {session.actor_uid}; it is never adopted",
             )
-        return revision
 
     async def _prepare_fork(self, session: Session) -> None:
         """A fork loads its checkpoint from PostgreSQL; the tag must still hold exactly the

@@ -124,19 +124,20 @@ async def test_completion_keeps_generation_and_joined_callers_observe_while_curr
 @pytest.mark.clause("OP-6")
 async def test_superseded_delayed_attempt_issues_nothing(store, sim):
     adm = await admitted_create(store, sim)
-    # the attempt stalls in its read-only preparation (reading the revision)
+    # the attempt stalls in its read-only preparation, right after reading the Session
     reached, go = asyncio.Event(), asyncio.Event()
-    real_get_revision = store.get_revision
+    real_read = store.session_with_revision
 
-    async def slow_get_revision(revision_id):
+    async def slow_read(session_id):
+        result = await real_read(session_id)
         reached.set()
         await go.wait()
-        return await real_get_revision(revision_id)
+        return result
 
-    store.get_revision = slow_get_revision
+    store.session_with_revision = slow_read
     delayed = asyncio.create_task(OperationExecutor(store, sim, 30).run(adm.session.id))
     await reached.wait()
-    store.get_revision = real_get_revision
+    store.session_with_revision = real_read
     # a delete supersedes the unclaimed creation
     dele = await store.admit_operation(adm.session.id, "alice", None, "DELETE")
     assert dele.outcome == "admitted" and dele.session.state == "DELETING"
