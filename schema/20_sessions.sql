@@ -101,11 +101,18 @@ COMMENT ON TABLE sessionq.session_shares IS
 -- Every change of a Session row wakes the callers waiting on it (API waiters LISTEN on this channel).
 CREATE OR REPLACE FUNCTION sessionq.notify_session_change() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  PERFORM pg_notify('sessionq_session', coalesce(NEW.id, OLD.id)::text);
+  -- payload: "<id> <state> <operation> <operation_id or ->", or "<id> gone" when the row is deleted;
+  -- a waiter learns from it whether its generation is still pending without reading the row
+  IF TG_OP = 'DELETE' THEN
+    PERFORM pg_notify('sessionq_session', OLD.id::text || ' gone');
+  ELSE
+    PERFORM pg_notify('sessionq_session',
+      format('%s %s %s %s', NEW.id, NEW.state, NEW.operation, coalesce(NEW.operation_id::text, '-')));
+  END IF;
   RETURN NULL;
 END $$;
 COMMENT ON FUNCTION sessionq.notify_session_change() IS
-  'Trigger: NOTIFY sessionq_session with the Session id after an insert, a delete, or an update that changes the state, the operation or its generation (delivered at commit).';
+  'Trigger: NOTIFY sessionq_session after an insert, a delete, or an update that changes the state, the operation or its generation (delivered at commit). Payload "<id> <state> <operation> <operation_id or ->", or "<id> gone" for a deleted row.';
 CREATE TRIGGER sessions_notify_insert_delete AFTER INSERT OR DELETE ON sessionq.sessions
   FOR EACH ROW EXECUTE FUNCTION sessionq.notify_session_change();
 -- waiters care about a generation's outcome only: not every claim or progress write

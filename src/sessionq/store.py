@@ -51,7 +51,7 @@ class Store:
         await pool.open(wait=True, timeout=30)
         listener = None
         if listen:
-            listener = Listener(url, [SESSION_CHANNEL, TASK_CHANNEL, CHECKPOINT_CHANNEL])
+            listener = Listener(url, [SESSION_CHANNEL, TASK_CHANNEL, CHECKPOINT_CHANNEL], keyed=(SESSION_CHANNEL,))
             await listener.start()
         return cls(pool, listener)
 
@@ -205,28 +205,51 @@ class Store:
         s = row["session"]
         return Observation(row["status"], Session.from_json(s) if s else None)
 
-    async def wait_for_generation(self, session_id: UUID, generation: UUID, timeout: float) -> Observation:
-        """Wait until the generation is no longer pending (woken by NOTIFY on the Session row),
-        or until timeout; returns the last observation (status 'pending' on timeout)."""
+    async def wait_for_generation(
+        self, session_id: UUID, generation: UUID, timeout: float, *, since: Session | None = None
+    ) -> Observation:
+        """Wait until the generation is no longer pending, or until timeout; returns the last
+        observation (status 'pending' on timeout).
+
+        Woken by NOTIFY on the Session row, whose payload tells whether the generation is still
+        pending, so the row is read only when it may have finished. `since` is the Session as the
+        caller's own committed transaction left it (an admission): when it shows the generation
+        pending, the first read is skipped too."""
         woke = asyncio.Event()
         key = str(session_id)
+        generation_text = str(generation)
+
+        def settled(payload: str | None) -> bool:
+            if payload is None:
+                return True  # reconnected: notifications may have been missed
+            fields = payload.split(" ")
+            # "<id> <state> <operation> <operation_id>": pending while the operation is ours
+            return len(fields) < 4 or fields[3] != generation_text or fields[2] == "NONE"
 
         def on_notify(payload: str | None) -> None:
-            if payload is None or payload == key:
+            if settled(payload):
                 woke.set()
 
-        unsubscribe = self.listener.subscribe(SESSION_CHANNEL, on_notify) if self.listener else None
+        read = True
+        unsubscribe = None
+        if self.listener is not None:
+            unsubscribe = self.listener.subscribe_key(SESSION_CHANNEL, key, on_notify)
+            if since is not None and since.operation_id == generation and since.operation != "NONE":
+                last = self.listener.recent(SESSION_CHANNEL, key)
+                read = last is not None and settled(last)
         deadline = time.monotonic() + timeout
         try:
             while True:
-                woke.clear()
-                obs = await self.observe(session_id, generation)
                 remaining = deadline - time.monotonic()
-                if obs.status != "pending" or remaining <= 0:
-                    return obs
+                if read or remaining <= 0:
+                    woke.clear()
+                    obs = await self.observe(session_id, generation)
+                    if obs.status != "pending" or remaining <= 0:
+                        return obs
                 # without a listener (or if a notification is lost) poll now and then
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(woke.wait(), timeout=min(remaining, 1.0 if self.listener else 0.05))
+                read = True
         finally:
             if unsubscribe:
                 unsubscribe()
@@ -239,6 +262,18 @@ class Store:
         """Unfiltered read for executors and operators (never for client-facing calls)."""
         rows = await self._rows("SELECT to_jsonb(s) AS s FROM sessionq.sessions s WHERE id = %s", (session_id,))
         return Session.from_json(rows[0]["s"]) if rows else None
+
+    async def session_with_revision(self, session_id: UUID) -> tuple[Session | None, Revision | None]:
+        """The Session and its pinned revision in one read (executors only, never client-facing)."""
+        rows = await self._rows(
+            "SELECT to_jsonb(s) AS s, to_jsonb(r) AS r FROM sessionq.sessions s"
+            " LEFT JOIN sessionq.revisions r ON r.id = s.revision_id WHERE s.id = %s",
+            (session_id,),
+        )
+        if not rows:
+            return None, None
+        r = rows[0]["r"]
+        return Session.from_json(rows[0]["s"]), Revision.from_json(r) if r is not None else None
 
     async def list_sessions(
         self,

@@ -1,0 +1,126 @@
+"""How a mutation's caller waits for its generation: NOTIFY payloads and the keyed listener.
+
+The Session row's NOTIFY carries "<id> <state> <operation> <operation_id>", so a waiter reads the
+row only when its generation may have finished, and a waiter that subscribes just after its own
+admission still learns of a completion whose notification arrived in between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from conftest import apply_agent
+from lifecycle import AGENT
+
+from sessionq.db import Listener
+from sessionq.models import Observation
+from sessionq.operations import OperationExecutor
+from sessionq.store import SESSION_CHANNEL, Store
+
+
+class CountingStore(Store):
+    """The real store, counting its reads of the row (instrumentation, not a mock)."""
+
+    observed = 0
+
+    async def observe(self, session_id: Any, generation: Any) -> Observation:
+        self.observed += 1
+        return await super().observe(session_id, generation)
+
+
+@pytest.fixture
+async def counting(database_url: str) -> Any:
+    store = await CountingStore.open(database_url, pool_size=4)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+async def settled_payload(listener: Listener, key: str, timeout: float = 5.0) -> str:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while loop.time() < deadline:
+        payload = listener.recent(SESSION_CHANNEL, key)
+        if payload is not None and payload.split(" ")[2] == "NONE":
+            return payload
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no settled notification for {key}")
+
+
+async def test_payload_names_state_operation_and_generation(counting: CountingStore, sim: Any) -> None:
+    await apply_agent(counting, sim)
+    adm = await counting.admit_create("alice", "w-1", "kagent", AGENT, "")
+    assert counting.listener is not None
+    key = str(adm.session.id)
+    await OperationExecutor(counting, sim, 120).run(adm.session.id)
+    payload = await settled_payload(counting.listener, key)
+    assert payload == f"{key} READY NONE {adm.generation}"
+
+
+async def test_completion_between_admission_and_wait_is_seen_without_polling(counting: CountingStore, sim: Any) -> None:
+    """The completion's NOTIFY arrives before the caller subscribes: the listener remembers it, so
+    the caller reads the row once and returns at once instead of sleeping until its poll."""
+    await apply_agent(counting, sim)
+    adm = await counting.admit_create("alice", "w-2", "kagent", AGENT, "")
+    assert counting.listener is not None
+    await OperationExecutor(counting, sim, 120).run(adm.session.id)
+    await settled_payload(counting.listener, str(adm.session.id))
+    counting.observed = 0
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    obs = await counting.wait_for_generation(adm.session.id, adm.generation, 30, since=adm.session)
+    assert obs.status == "done" and obs.session is not None and obs.session.state == "READY"
+    assert counting.observed == 1
+    # far below the listener's 1 s fallback poll: it was not what returned the answer
+    assert loop.time() - started < 0.9
+
+
+async def test_pending_waiter_reads_only_when_its_generation_finishes(counting: CountingStore, sim: Any) -> None:
+    await apply_agent(counting, sim)
+    adm = await counting.admit_create("alice", "w-3", "kagent", AGENT, "")
+    counting.observed = 0
+    waiter = asyncio.create_task(counting.wait_for_generation(adm.session.id, adm.generation, 30, since=adm.session))
+    await asyncio.sleep(0.05)
+    assert not waiter.done() and counting.observed == 0  # pending at admission: nothing to read yet
+    # the claim and the Actor's recording notify nothing; the completion wakes the waiter once
+    await OperationExecutor(counting, sim, 120).run(adm.session.id)
+    obs = await asyncio.wait_for(waiter, 10)
+    assert obs.status == "done" and counting.observed == 1
+
+
+async def test_waiter_without_admission_snapshot_reads_first(counting: CountingStore, sim: Any) -> None:
+    """A caller that did not admit (no `since`) reads the row first: it may already be done."""
+    await apply_agent(counting, sim)
+    adm = await counting.admit_create("alice", "w-4", "kagent", AGENT, "")
+    await OperationExecutor(counting, sim, 120).run(adm.session.id)
+    counting.observed = 0
+    obs = await counting.wait_for_generation(adm.session.id, adm.generation, 30)
+    assert obs.status == "done" and counting.observed == 1
+
+
+async def test_keyed_listener_calls_back_per_key_and_remembers(database_url: str) -> None:
+    import psycopg
+
+    listener = Listener(database_url, ["sq_test_keyed"], keyed=("sq_test_keyed",), remember=2)
+    await listener.start()
+    got: list[str | None] = []
+    unsubscribe = listener.subscribe_key("sq_test_keyed", "a", got.append)
+    try:
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            for payload in ("a 1", "b 1", "a 2", "c 1", "d 1"):
+                await conn.execute("SELECT pg_notify('sq_test_keyed', %s)", (payload,))
+        for _ in range(500):
+            if listener.recent("sq_test_keyed", "d") is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert got == ["a 1", "a 2"]
+        # only the two most recent keys are remembered
+        assert listener.recent("sq_test_keyed", "a") is None
+        assert listener.recent("sq_test_keyed", "c") == "c 1"
+        assert listener.recent("sq_test_keyed", "d") == "d 1"
+    finally:
+        unsubscribe()
+        await listener.stop()
