@@ -64,11 +64,13 @@ CREATE TABLE sessionq.sessions (
   CONSTRAINT generation_only_with_operation CHECK (operation <> 'NONE' OR executor_id IS NULL),
   CONSTRAINT idle_claim_needs_boundary CHECK (idle_executor IS NULL OR idle_boundary_id IS NOT NULL),
   CONSTRAINT dispatch_has_expiry CHECK ((dispatch_id IS NULL) = (dispatch_expires_at IS NULL))
-);
+) WITH (fillfactor = 85);
 CREATE INDEX sessions_idle_boundary_idx ON sessionq.sessions (idle_boundary_at)
   WHERE idle_boundary_id IS NOT NULL AND idle_executor IS NULL;
 CREATE INDEX sessions_creator_idx ON sessionq.sessions (creator, id);
-CREATE INDEX sessions_pending_idx ON sessionq.sessions (updated_at) WHERE operation <> 'NONE';
+-- no index names a column that claims and progress writes change (executor_*, actor_uid, dispatch_*,
+-- updated_at): those updates stay HOT (no index maintenance); fillfactor leaves room on the page
+CREATE INDEX sessions_pending_idx ON sessionq.sessions (id) WHERE operation <> 'NONE';
 CREATE INDEX sessions_revision_idx ON sessionq.sessions (revision_id);
 CREATE INDEX sessions_actor_idx ON sessionq.sessions (actor_atespace, actor_name);
 COMMENT ON TABLE sessionq.sessions IS
