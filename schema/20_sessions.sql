@@ -100,7 +100,8 @@ CREATE INDEX session_shares_session_idx ON sessionq.session_shares (session_id, 
 COMMENT ON TABLE sessionq.session_shares IS
   'Bearer shares of a Session: the token is shown once and only its SHA-256 is stored. READ_ONLY reads; READ_WRITE also sends and cancels. Revoked by deletion of the Session.';
 
--- Every change of a Session row wakes the callers waiting on it (API waiters LISTEN on this channel).
+-- A change of a Session row's outcome wakes the callers waiting on it (API waiters LISTEN on this
+-- channel). An insert notifies nobody: its admitting caller already knows the generation is pending.
 CREATE OR REPLACE FUNCTION sessionq.notify_session_change() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   -- payload: "<id> <state> <operation> <operation_id or ->", or "<id> gone" when the row is deleted;
@@ -114,8 +115,8 @@ BEGIN
   RETURN NULL;
 END $$;
 COMMENT ON FUNCTION sessionq.notify_session_change() IS
-  'Trigger: NOTIFY sessionq_session after an insert, a delete, or an update that changes the state, the operation or its generation (delivered at commit). Payload "<id> <state> <operation> <operation_id or ->", or "<id> gone" for a deleted row.';
-CREATE TRIGGER sessions_notify_insert_delete AFTER INSERT OR DELETE ON sessionq.sessions
+  'Trigger: NOTIFY sessionq_session after a delete, or an update that changes the state, the operation or its generation (delivered at commit). Payload "<id> <state> <operation> <operation_id or ->", or "<id> gone" for a deleted row.';
+CREATE TRIGGER sessions_notify_delete AFTER DELETE ON sessionq.sessions
   FOR EACH ROW EXECUTE FUNCTION sessionq.notify_session_change();
 -- waiters care about a generation's outcome only: not every claim or progress write
 CREATE TRIGGER sessions_notify_update AFTER UPDATE ON sessionq.sessions
