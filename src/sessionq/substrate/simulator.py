@@ -414,29 +414,10 @@ def _timestamp(value: str, tz: tzinfo) -> datetime:
 
 
 def _actor_from_json(data: dict[str, Any], tz: tzinfo) -> Actor:
-    """An Actor of substrate_sim.actor_json."""
-    return Actor(
-        atespace=data["atespace"],
-        name=data["name"],
-        uid=data["uid"],
-        template=data["template"],
-        state=ActorState(data["state"]),
-        worker=data["worker"],
-        worker_ip=data["worker_ip"],
-        version=int(data["version"]),
-        created_at=_timestamp(data["created_at"], tz),
-        updated_at=_timestamp(data["updated_at"], tz),
-        snapshots=tuple(
-            Snapshot(
-                generation=int(s["generation"]),
-                fidelity=SnapshotFidelity(s["fidelity"]),
-                status=SnapshotStatus(s["status"]),
-                uri=s["uri"],
-                created_at=_timestamp(s["created_at"], tz),
-            )
-            for s in data["snapshots"]
-        ),
-    )
+    """An Actor of substrate_sim.actor_json (the same fields as a row of _ACTOR_SELECT)."""
+    snapshots = (_snapshot({**snap, "created_at": _timestamp(snap["created_at"], tz)}) for snap in data["snapshots"])
+    row = {**data, "created_at": _timestamp(data["created_at"], tz), "updated_at": _timestamp(data["updated_at"], tz)}
+    return _actor(row, snapshots)
 
 
 def _actor_result(result: dict[str, Any], tz: tzinfo) -> Actor:
