@@ -66,6 +66,8 @@ class Listener:
         self._keyed: dict[str, dict[str, set[Callable[[str | None], None]]]] = {c: {} for c in keyed}
         self._recent: dict[str, OrderedDict[str, str]] = {c: OrderedDict() for c in keyed}
         self._remember = remember
+        self.epoch = 0  # +1 each time LISTEN is (re-)established
+        self.connected = False
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
 
@@ -129,6 +131,8 @@ class Listener:
                 async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
                     for channel in self.channels:
                         await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                    self.epoch += 1
+                    self.connected = True
                     if self._ready.is_set():
                         for channel in self.channels:  # we may have missed notifications
                             self._fanout(channel, None)
@@ -137,8 +141,10 @@ class Listener:
                     async for note in conn.notifies():
                         self._fanout(note.channel, note.payload)
             except asyncio.CancelledError:
+                self.connected = False
                 raise
             except Exception as e:
+                self.connected = False
                 log.warning("LISTEN connection lost (%s); reconnecting", e)
                 self._ready.set()
                 await asyncio.sleep(delay)

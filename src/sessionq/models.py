@@ -104,6 +104,9 @@ class Admission:
     outcome: str  # admitted | joined | existing | noop
     generation: UUID | None
     session: Session
+    # the store's LISTEN connection epoch when the admission was sent (None: not listening); while
+    # it is unchanged, no notification that followed the admission can have been missed
+    listen_epoch: int | None = None
 
 
 @dataclass(frozen=True)

@@ -147,22 +147,27 @@ class Store:
     # -- session lifecycle ----------------------------------------------------------------------
 
     @staticmethod
-    def _admission(row: dict[str, Any]) -> Admission:
-        return Admission(row["outcome"], row["generation"], Session.from_json(row["session"]))
+    def _admission(row: dict[str, Any], listen_epoch: int | None) -> Admission:
+        return Admission(row["outcome"], row["generation"], Session.from_json(row["session"]), listen_epoch)
+
+    def _listen_epoch(self) -> int | None:
+        return self.listener.epoch if self.listener is not None and self.listener.connected else None
 
     async def admit_create(self, caller: str, request_id: str, namespace: str, agent: str, name: str) -> Admission:
+        epoch = self._listen_epoch()
         row = await self._one(
             "SELECT * FROM sessionq.admit_create(%s, %s, %s, %s, %s)", (caller, request_id, namespace, agent, name)
         )
-        return self._admission(row)
+        return self._admission(row, epoch)
 
     async def admit_operation(
         self, session_id: UUID, caller: str, share_hash: str | None, kind: str, reason: str = "user_requested"
     ) -> Admission:
+        epoch = self._listen_epoch()
         row = await self._one(
             "SELECT * FROM sessionq.admit_operation(%s, %s, %s, %s, %s)", (session_id, caller, share_hash, kind, reason)
         )
-        return self._admission(row)
+        return self._admission(row, epoch)
 
     async def claim_operation(self, session_id: UUID, generation: UUID, executor: UUID, lifetime: float) -> Claim:
         row = await self._one(
@@ -206,15 +211,16 @@ class Store:
         return Observation(row["status"], Session.from_json(s) if s else None)
 
     async def wait_for_generation(
-        self, session_id: UUID, generation: UUID, timeout: float, *, since: Session | None = None
+        self, session_id: UUID, generation: UUID, timeout: float, *, admission: Admission | None = None
     ) -> Observation:
         """Wait until the generation is no longer pending, or until timeout; returns the last
         observation (status 'pending' on timeout).
 
         Woken by NOTIFY on the Session row, whose payload tells whether the generation is still
-        pending, so the row is read only when it may have finished. `since` is the Session as the
-        caller's own committed transaction left it (an admission): when it shows the generation
-        pending, the first read is skipped too."""
+        pending, so the row is read only when it may have finished. `admission` is the caller's
+        own admission of the generation: when its Session shows the generation pending and the
+        LISTEN connection has not been re-established since it was sent (so no notification since
+        can have been missed), the first read is skipped too."""
         woke = asyncio.Event()
         key = str(session_id)
         generation_text = str(generation)
@@ -234,7 +240,13 @@ class Store:
         unsubscribe = None
         if self.listener is not None:
             unsubscribe = self.listener.subscribe_key(SESSION_CHANNEL, key, on_notify)
-            if since is not None and since.operation_id == generation and since.operation != "NONE":
+            if (
+                admission is not None
+                and admission.session.operation_id == generation
+                and admission.session.operation != "NONE"
+                and admission.listen_epoch is not None
+                and admission.listen_epoch == self._listen_epoch()
+            ):
                 last = self.listener.recent(SESSION_CHANNEL, key)
                 read = last is not None and settled(last)
         deadline = time.monotonic() + timeout
@@ -520,8 +532,9 @@ class Store:
         )
 
     async def admit_fork(self, checkpoint_id: UUID, caller: str, request_id: str) -> Admission:
+        epoch = self._listen_epoch()
         row = await self._one("SELECT * FROM sessionq.admit_fork(%s, %s, %s)", (checkpoint_id, caller, request_id))
-        return self._admission(row)
+        return self._admission(row, epoch)
 
     async def wait_for_checkpoint(self, checkpoint_id: UUID, states: set[str], timeout: float) -> Checkpoint | None:
         """Wait until the checkpoint is in one of `states` or gone (None); returns the last read

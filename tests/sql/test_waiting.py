@@ -71,7 +71,7 @@ async def test_completion_between_admission_and_wait_is_seen_without_polling(cou
     counting.observed = 0
     loop = asyncio.get_running_loop()
     started = loop.time()
-    obs = await counting.wait_for_generation(adm.session.id, adm.generation, 30, since=adm.session)
+    obs = await counting.wait_for_generation(adm.session.id, adm.generation, 30, admission=adm)
     assert obs.status == "done" and obs.session is not None and obs.session.state == "READY"
     assert counting.observed == 1
     # far below the listener's 1 s fallback poll: it was not what returned the answer
@@ -82,7 +82,7 @@ async def test_pending_waiter_reads_only_when_its_generation_finishes(counting: 
     await apply_agent(counting, sim)
     adm = await counting.admit_create("alice", "w-3", "kagent", AGENT, "")
     counting.observed = 0
-    waiter = asyncio.create_task(counting.wait_for_generation(adm.session.id, adm.generation, 30, since=adm.session))
+    waiter = asyncio.create_task(counting.wait_for_generation(adm.session.id, adm.generation, 30, admission=adm))
     await asyncio.sleep(0.05)
     assert not waiter.done() and counting.observed == 0  # pending at admission: nothing to read yet
     # the claim and the Actor's recording notify nothing; the completion wakes the waiter once
@@ -92,7 +92,7 @@ async def test_pending_waiter_reads_only_when_its_generation_finishes(counting: 
 
 
 async def test_waiter_without_admission_snapshot_reads_first(counting: CountingStore, sim: Any) -> None:
-    """A caller that did not admit (no `since`) reads the row first: it may already be done."""
+    """A caller that did not admit (no `admission`) reads the row first: it may already be done."""
     await apply_agent(counting, sim)
     adm = await counting.admit_create("alice", "w-4", "kagent", AGENT, "")
     await OperationExecutor(counting, sim, 120).run(adm.session.id)
@@ -124,3 +124,33 @@ async def test_keyed_listener_calls_back_per_key_and_remembers(database_url: str
     finally:
         unsubscribe()
         await listener.stop()
+
+
+async def test_admission_before_a_listener_reconnect_reads_first(counting: CountingStore, sim: Any,
+                                                                 database_url: str) -> None:
+    """Notifications sent while LISTEN was down are lost: a waiter whose admission predates the
+    reconnect must read the row instead of trusting that it would have been told."""
+    import psycopg
+
+    await apply_agent(counting, sim)
+    listener = counting.listener
+    assert listener is not None and listener.connected
+    adm = await counting.admit_create("alice", "w-5", "kagent", AGENT, "")
+    assert adm.listen_epoch == listener.epoch
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE 'LISTEN %'"
+        )
+    for _ in range(500):
+        if listener.connected and listener.epoch > adm.listen_epoch:
+            break
+        await asyncio.sleep(0.01)
+    assert listener.epoch > adm.listen_epoch
+    counting.observed = 0
+    waiter = asyncio.create_task(counting.wait_for_generation(adm.session.id, adm.generation, 30, admission=adm))
+    await asyncio.sleep(0.05)
+    assert counting.observed == 1 and not waiter.done()  # read at once; still pending
+    await OperationExecutor(counting, sim, 120).run(adm.session.id)
+    obs = await asyncio.wait_for(waiter, 10)
+    assert obs.status == "done" and counting.observed == 2

@@ -78,7 +78,7 @@ async def await_generation(store: Store, admission: Admission, context: grpc.aio
         return s
     if admission.outcome == "admitted":
         OPERATIONS.labels(kind=s.operation, outcome="admitted").inc()
-    obs = await store.wait_for_generation(s.id, admission.generation, wait_budget(context), since=s)
+    obs = await store.wait_for_generation(s.id, admission.generation, wait_budget(context), admission=admission)
     if obs.status == "done":
         assert obs.session is not None
         return obs.session
