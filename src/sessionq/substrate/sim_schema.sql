@@ -146,12 +146,13 @@ COMMENT ON TABLE substrate_sim.calls IS
 -- Functions of the hot calls.
 --
 -- SimulatedSubstrate runs create_actor, get_actor, suspend_actor, resume_actor, delete_actor and
--- create_egress_policy as ONE call of the function of that name: one autocommit statement, so one
--- round trip and one transaction. Each such function takes p_gate first: when true it consumes the
--- call's faults (take_faults) and, if any matched, returns {"faults": [...]} having done nothing else;
--- the caller then honours them (waits, fail_before, lose_after) and, to apply the call, calls the
--- function again with p_gate = false. Otherwise the function does what the Python code did in its
--- own transaction (same locks, same checks in the same order, same messages), logs the mutation in
+-- create_egress_policy as ONE statement each (one round trip, one autocommit transaction):
+--   SELECT CASE WHEN t.faults IS NULL THEN substrate_sim.<call>(...) ELSE {"faults": t.faults} END
+--     FROM substrate_sim.take_faults('<call>', <target>) AS t(faults)
+-- so the call's faults are consumed first and, when one matched, nothing else happens; the caller
+-- then honours them (waits, fail_before, lose_after) and applies the call with a plain SELECT of the
+-- function (SimulatedSubstrate._call_fn). Each function does what the Python code did in its own
+-- transaction (same locks, same checks in the same order, same messages), logs the mutation in
 -- substrate_sim.calls with the caller's pid and returns its result as jsonb. Errors are raised with
 -- substrate_sim.fail. Argument validation (names, template, fidelity, egress rules) and uid
 -- generation stay in Python. State strings are the values of sessionq.substrate.base's enums.
@@ -231,21 +232,23 @@ END $$;
 COMMENT ON FUNCTION substrate_sim.lock_actor(text, text, text) IS
     'Lock (FOR UPDATE) and return the Actor row; NOT_FOUND if missing, FAILED_PRECONDITION if p_uid is given and differs.';
 
+-- release_worker: free the worker an Actor holds (no-op when it holds none).
+CREATE OR REPLACE FUNCTION substrate_sim.release_worker(p_worker text, p_uid text)
+RETURNS void LANGUAGE sql AS $$
+  UPDATE substrate_sim.workers SET holder_atespace = NULL, holder_name = NULL, holder_uid = NULL
+   WHERE name = p_worker AND holder_uid = p_uid
+$$;
+COMMENT ON FUNCTION substrate_sim.release_worker(text, text) IS
+    'Free worker p_worker if Actor p_uid holds it (actors.worker is cleared by the caller in the same transaction).';
+
 -- create_actor: create a SUSPENDED Actor from a template, seeded from a tag's snapshot when p_from_tag is set.
 CREATE OR REPLACE FUNCTION substrate_sim.create_actor(
-  p_gate boolean, p_atespace text, p_name text, p_template text, p_from_tag text, p_env jsonb,
+  p_atespace text, p_name text, p_template text, p_from_tag text, p_env jsonb,
   p_uid text, p_pid integer
 ) RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
-  v_faults jsonb;
   v_tag substrate_sim.tags;
 BEGIN
-  IF p_gate THEN
-    v_faults := substrate_sim.take_faults('create_actor', p_name);
-    IF v_faults IS NOT NULL THEN
-      RETURN jsonb_build_object('faults', v_faults);
-    END IF;
-  END IF;
   -- p_template is '<atespace>/<name>' with exactly one slash (checked by the caller)
   PERFORM 1 FROM substrate_sim.templates
     WHERE atespace = split_part(p_template, '/', 1) AND name = split_part(p_template, '/', 2)
@@ -278,49 +281,33 @@ BEGIN
             jsonb_build_object('template', p_template, 'from_tag', p_from_tag), p_pid);
   RETURN jsonb_build_object('actor', substrate_sim.actor_json(p_atespace, p_name));
 END $$;
-COMMENT ON FUNCTION substrate_sim.create_actor(boolean, text, text, text, text, jsonb, text, integer) IS
-    'SimulatedSubstrate.create_actor in one statement: {"actor": ...}, or {"faults": [...]} when p_gate and faults '
-    'matched (then nothing else happened).';
+COMMENT ON FUNCTION substrate_sim.create_actor(text, text, text, text, jsonb, text, integer) IS
+    'SimulatedSubstrate.create_actor (its faults already taken by the caller): {"actor": ...}.';
 
 -- get_actor: read an Actor.
-CREATE OR REPLACE FUNCTION substrate_sim.get_actor(p_gate boolean, p_atespace text, p_name text)
+CREATE OR REPLACE FUNCTION substrate_sim.get_actor(p_atespace text, p_name text)
 RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
-  v_faults jsonb;
   v_actor jsonb;
 BEGIN
-  IF p_gate THEN
-    v_faults := substrate_sim.take_faults('get_actor', p_name);
-    IF v_faults IS NOT NULL THEN
-      RETURN jsonb_build_object('faults', v_faults);
-    END IF;
-  END IF;
   v_actor := substrate_sim.actor_json(p_atespace, p_name);
   IF v_actor IS NULL THEN
     PERFORM substrate_sim.fail('NOT_FOUND', format('actor %s/%s not found', p_atespace, p_name));
   END IF;
   RETURN jsonb_build_object('actor', v_actor);
 END $$;
-COMMENT ON FUNCTION substrate_sim.get_actor(boolean, text, text) IS
-    'SimulatedSubstrate.get_actor in one statement: {"actor": ...}, or {"faults": [...]} when p_gate and faults '
-    'matched (then nothing else happened).';
+COMMENT ON FUNCTION substrate_sim.get_actor(text, text) IS
+    'SimulatedSubstrate.get_actor (its faults already taken by the caller): {"actor": ...}.';
 
 -- resume_actor: put an Actor onto a worker (the lowest free index below p_pool_size) and make it RUNNING.
 CREATE OR REPLACE FUNCTION substrate_sim.resume_actor(
-  p_gate boolean, p_atespace text, p_name text, p_uid text, p_pool_size integer, p_pid integer
+  p_atespace text, p_name text, p_uid text, p_pool_size integer, p_pid integer
 ) RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
-  v_faults jsonb;
   v_row substrate_sim.actors;
   v_worker text;
   v_restored jsonb := 'null'::jsonb;
 BEGIN
-  IF p_gate THEN
-    v_faults := substrate_sim.take_faults('resume_actor', p_name);
-    IF v_faults IS NOT NULL THEN
-      RETURN jsonb_build_object('faults', v_faults);
-    END IF;
-  END IF;
   v_row := substrate_sim.lock_actor(p_atespace, p_name, p_uid);
   IF v_row.state = 'ACTOR_STATE_RUNNING' THEN
     RETURN jsonb_build_object('actor', substrate_sim.actor_json(p_atespace, p_name), 'changed', false);
@@ -359,27 +346,19 @@ BEGIN
             jsonb_build_object('from', v_row.state, 'worker', v_worker), p_pid);
   RETURN jsonb_build_object('actor', substrate_sim.actor_json(p_atespace, p_name), 'changed', true);
 END $$;
-COMMENT ON FUNCTION substrate_sim.resume_actor(boolean, text, text, text, integer, integer) IS
-    'SimulatedSubstrate.resume_actor in one statement: {"actor": ..., "changed": false when it was already RUNNING}, '
-    'or {"faults": [...]} when p_gate and faults matched (then nothing else happened).';
+COMMENT ON FUNCTION substrate_sim.resume_actor(text, text, text, integer, integer) IS
+    'SimulatedSubstrate.resume_actor (its faults already taken by the caller): {"actor": ..., "changed": false when it was already RUNNING}.';
 
 -- suspend_actor: release the Actor's worker and write a snapshot (IN_PROGRESS while the option
 -- snapshot_pending is true) holding a copy of its durable directory.
 CREATE OR REPLACE FUNCTION substrate_sim.suspend_actor(
-  p_gate boolean, p_atespace text, p_name text, p_uid text, p_fidelity text, p_pid integer
+  p_atespace text, p_name text, p_uid text, p_fidelity text, p_pid integer
 ) RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
-  v_faults jsonb;
   v_row substrate_sim.actors;
   v_generation integer;
   v_pending boolean;
 BEGIN
-  IF p_gate THEN
-    v_faults := substrate_sim.take_faults('suspend_actor', p_name);
-    IF v_faults IS NOT NULL THEN
-      RETURN jsonb_build_object('faults', v_faults);
-    END IF;
-  END IF;
   v_row := substrate_sim.lock_actor(p_atespace, p_name, p_uid);
   IF v_row.state = 'ACTOR_STATE_SUSPENDED' THEN
     RETURN jsonb_build_object('actor', substrate_sim.actor_json(p_atespace, p_name));
@@ -388,10 +367,7 @@ BEGIN
     PERFORM substrate_sim.fail('FAILED_PRECONDITION',
       format('actor %s/%s cannot suspend from %s', p_atespace, p_name, v_row.state));
   END IF;
-  IF v_row.worker IS NOT NULL THEN
-    UPDATE substrate_sim.workers SET holder_atespace = NULL, holder_name = NULL, holder_uid = NULL
-     WHERE name = v_row.worker AND holder_uid = v_row.uid;
-  END IF;
+  PERFORM substrate_sim.release_worker(v_row.worker, v_row.uid);
   SELECT coalesce(max(s.generation), 0) + 1 INTO v_generation
     FROM substrate_sim.snapshots s WHERE s.actor_uid = p_uid;
   v_pending := coalesce(
@@ -413,34 +389,23 @@ BEGIN
             jsonb_build_object('from', v_row.state, 'generation', v_generation, 'fidelity', p_fidelity), p_pid);
   RETURN jsonb_build_object('actor', substrate_sim.actor_json(p_atespace, p_name));
 END $$;
-COMMENT ON FUNCTION substrate_sim.suspend_actor(boolean, text, text, text, text, integer) IS
-    'SimulatedSubstrate.suspend_actor in one statement (p_fidelity already validated): {"actor": ...}, or '
-    '{"faults": [...]} when p_gate and faults matched (then nothing else happened).';
+COMMENT ON FUNCTION substrate_sim.suspend_actor(text, text, text, text, integer) IS
+    'SimulatedSubstrate.suspend_actor (its faults already taken by the caller; p_fidelity already validated): {"actor": ...}.';
 
 -- delete_actor: delete a SUSPENDED or CRASHED Actor (any state with p_any_state), its egress policy
 -- and the snapshots no tag pins.
 CREATE OR REPLACE FUNCTION substrate_sim.delete_actor(
-  p_gate boolean, p_atespace text, p_name text, p_uid text, p_any_state boolean, p_pid integer
+  p_atespace text, p_name text, p_uid text, p_any_state boolean, p_pid integer
 ) RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
-  v_faults jsonb;
   v_row substrate_sim.actors;
 BEGIN
-  IF p_gate THEN
-    v_faults := substrate_sim.take_faults('delete_actor', p_name);
-    IF v_faults IS NOT NULL THEN
-      RETURN jsonb_build_object('faults', v_faults);
-    END IF;
-  END IF;
   v_row := substrate_sim.lock_actor(p_atespace, p_name, p_uid);
   IF NOT p_any_state AND v_row.state NOT IN ('ACTOR_STATE_SUSPENDED', 'ACTOR_STATE_CRASHED') THEN
     PERFORM substrate_sim.fail('FAILED_PRECONDITION',
       format('actor %s/%s is %s; only SUSPENDED or CRASHED actors can be deleted', p_atespace, p_name, v_row.state));
   END IF;
-  IF v_row.worker IS NOT NULL THEN
-    UPDATE substrate_sim.workers SET holder_atespace = NULL, holder_name = NULL, holder_uid = NULL
-     WHERE name = v_row.worker AND holder_uid = v_row.uid;
-  END IF;
+  PERFORM substrate_sim.release_worker(v_row.worker, v_row.uid);
   DELETE FROM substrate_sim.egress_policies WHERE actor_uid = p_uid;
   DELETE FROM substrate_sim.snapshots s WHERE s.actor_uid = p_uid AND NOT EXISTS (
     SELECT 1 FROM substrate_sim.tags t WHERE t.actor_uid = s.actor_uid AND t.snapshot_generation = s.generation);
@@ -449,24 +414,16 @@ BEGIN
     VALUES ('delete_actor', p_atespace, p_name, p_uid, jsonb_build_object('from', v_row.state), p_pid);
   RETURN '{}'::jsonb;
 END $$;
-COMMENT ON FUNCTION substrate_sim.delete_actor(boolean, text, text, text, boolean, integer) IS
-    'SimulatedSubstrate.delete_actor in one statement: {}, or {"faults": [...]} when p_gate and faults matched '
-    '(then nothing else happened).';
+COMMENT ON FUNCTION substrate_sim.delete_actor(text, text, text, boolean, integer) IS
+    'SimulatedSubstrate.delete_actor (its faults already taken by the caller): {}.';
 
 -- create_egress_policy: create the Actor's egress policy default with canonical rules.
 CREATE OR REPLACE FUNCTION substrate_sim.create_egress_policy(
-  p_gate boolean, p_atespace text, p_actor text, p_uid text, p_rules jsonb, p_pid integer
+  p_atespace text, p_actor text, p_uid text, p_rules jsonb, p_pid integer
 ) RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
-  v_faults jsonb;
   v_policy jsonb;
 BEGIN
-  IF p_gate THEN
-    v_faults := substrate_sim.take_faults('create_egress_policy', p_actor);
-    IF v_faults IS NOT NULL THEN
-      RETURN jsonb_build_object('faults', v_faults);
-    END IF;
-  END IF;
   PERFORM substrate_sim.lock_actor(p_atespace, p_actor, p_uid);
   INSERT INTO substrate_sim.egress_policies (actor_uid, atespace, actor_name, rules)
     VALUES (p_uid, p_atespace, p_actor, p_rules)
@@ -480,6 +437,5 @@ BEGIN
     VALUES ('create_egress_policy', p_atespace, p_actor, p_uid, jsonb_build_object('rules', p_rules), p_pid);
   RETURN jsonb_build_object('policy', v_policy);
 END $$;
-COMMENT ON FUNCTION substrate_sim.create_egress_policy(boolean, text, text, text, jsonb, integer) IS
-    'SimulatedSubstrate.create_egress_policy in one statement (p_rules already canonical): {"policy": {actor_uid, '
-    'rules, version}}, or {"faults": [...]} when p_gate and faults matched (then nothing else happened).';
+COMMENT ON FUNCTION substrate_sim.create_egress_policy(text, text, text, jsonb, integer) IS
+    'SimulatedSubstrate.create_egress_policy (its faults already taken by the caller; p_rules already canonical): {"policy": {actor_uid, rules, version}}.';

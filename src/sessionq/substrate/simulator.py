@@ -7,10 +7,10 @@ short transaction of its own that locks (``SELECT ... FOR UPDATE``) the rows it 
 process on the database (API, workers, tests) therefore sees one runtime.
 
 The hot calls (create_actor, get_actor, suspend_actor, resume_actor, delete_actor and
-create_egress_policy) are one call each of the SQL function of the same name in sim_schema.sql: one
-autocommit statement that consumes the call's faults and, when none matched, applies the call in the
-same transaction. The other calls take their faults in one statement (substrate_sim.take_faults),
-then run their own transaction.
+create_egress_policy) are one autocommit statement each: it consumes the call's faults
+(substrate_sim.take_faults) and, when none matched, applies the call in the same transaction by
+calling the SQL function of the same name in sim_schema.sql. The other calls take their faults in
+one statement, then run their own transaction.
 
 Besides the Protocol the simulator offers test hooks: the durable directory of an Actor
 (`read_durable` / `write_durable`), pending snapshots (`set_option("snapshot_pending", True)` and
@@ -28,9 +28,8 @@ name for template calls; list calls only match faults without a name). Each call
 row lock, at most one *wait* fault (``delay``, ``block``) and at most one *outcome* fault
 (``fail_before``, ``lose_after``, ``empty_page``, ``stuck_token``), the oldest matching of each, so
 several outcome faults on one method script consecutive calls. Waits never hold a transaction or a
-connection: blocked calls poll the faults table every 10 ms. (A hot call whose function finds faults
-does nothing else in that statement; it honours them, then calls the function again without taking
-faults to apply the call.)
+connection: blocked calls poll the faults table every 10 ms. (A hot call whose statement took faults
+did nothing else; it honours them, then applies the call with its function alone.)
 """
 
 from __future__ import annotations
@@ -380,25 +379,23 @@ _ACTOR_SELECT = (
 
 _Cursor = psycopg.AsyncCursor[DictRow]
 
-# The hot calls: one statement each, a call of a function of sim_schema.sql. %(gate)s: consume the
-# call's faults first (and do nothing else when one matched); see SimulatedSubstrate._call_fn.
+# The hot calls: the function of sim_schema.sql that applies each, called by `_call_fn`.
 _FN_CREATE_ACTOR = (
-    "SELECT substrate_sim.create_actor(%(gate)s, %(atespace)s, %(name)s, %(template)s, %(from_tag)s, %(env)s,"
-    " %(uid)s, %(pid)s::integer)"
+    "substrate_sim.create_actor(%(atespace)s, %(name)s, %(template)s, %(from_tag)s, %(env)s, %(uid)s, %(pid)s::integer)"
 )
-_FN_GET_ACTOR = "SELECT substrate_sim.get_actor(%(gate)s, %(atespace)s, %(name)s)"
+_FN_GET_ACTOR = "substrate_sim.get_actor(%(atespace)s, %(name)s)"
 _FN_RESUME_ACTOR = (
-    "SELECT substrate_sim.resume_actor(%(gate)s, %(atespace)s, %(name)s, %(uid)s, %(pool_size)s::integer,"
-    " %(pid)s::integer)"
+    "substrate_sim.resume_actor(%(atespace)s, %(name)s, %(uid)s, %(pool_size)s::integer, %(pid)s::integer)"
 )
-_FN_SUSPEND_ACTOR = (
-    "SELECT substrate_sim.suspend_actor(%(gate)s, %(atespace)s, %(name)s, %(uid)s, %(fidelity)s, %(pid)s::integer)"
-)
-_FN_DELETE_ACTOR = (
-    "SELECT substrate_sim.delete_actor(%(gate)s, %(atespace)s, %(name)s, %(uid)s, %(any_state)s, %(pid)s::integer)"
-)
+_FN_SUSPEND_ACTOR = "substrate_sim.suspend_actor(%(atespace)s, %(name)s, %(uid)s, %(fidelity)s, %(pid)s::integer)"
+_FN_DELETE_ACTOR = "substrate_sim.delete_actor(%(atespace)s, %(name)s, %(uid)s, %(any_state)s, %(pid)s::integer)"
 _FN_CREATE_EGRESS_POLICY = (
-    "SELECT substrate_sim.create_egress_policy(%(gate)s, %(atespace)s, %(actor)s, %(uid)s, %(rules)s, %(pid)s::integer)"
+    "substrate_sim.create_egress_policy(%(atespace)s, %(actor)s, %(uid)s, %(rules)s, %(pid)s::integer)"
+)
+# One statement: take the call's faults, and apply the call only when none matched.
+_GATED = (
+    "SELECT CASE WHEN t.faults IS NULL THEN {call} ELSE jsonb_build_object('faults', t.faults) END"
+    " FROM substrate_sim.take_faults(%(fault_method)s, %(fault_target)s) AS t(faults)"
 )
 _FAIL_SQLSTATE = "SX001"  # substrate_sim.fail: the Code name in DETAIL
 
@@ -491,7 +488,7 @@ class SimulatedSubstrate:
         async with self._tx() as cur:
             await cur.execute(
                 "SELECT to_regclass('substrate_sim.workers') IS NOT NULL AS present,"
-                " to_regproc('substrate_sim.actor_json') IS NOT NULL AS functions"
+                " to_regprocedure('substrate_sim.release_worker(text,text)') IS NOT NULL AS functions"
             )
             row = await cur.fetchone()
             present = bool(row and row["present"])
@@ -617,20 +614,21 @@ class SimulatedSubstrate:
         self,
         method: str,
         target: str | None,
-        sql: str,
+        call: str,
         params: dict[str, Any],
         parse: Callable[[dict[str, Any], tzinfo], T],
     ) -> T:
-        """A hot call: `sql` calls the SQL function of `method` (see sim_schema.sql), with a
-        %(gate)s parameter. With no fault matching, one statement does it all. When the function
-        returns the faults it consumed instead (having done nothing else), they are honoured as by
-        `_call`, the effect being the same function called with gate false."""
-        result, tz = await self._execute(sql, {**params, "gate": True})
+        """A hot call: `call` is the SQL function of `method` (see sim_schema.sql). One statement
+        takes the call's faults and, when none matched, applies it. When faults matched (and
+        nothing else happened), they are honoured as by `_call`, the effect being the function
+        called on its own."""
+        gated = _GATED.format(call=call)
+        result, tz = await self._execute(gated, {**params, "fault_method": method, "fault_target": target})
         if "faults" not in result:
             return parse(result, tz)
 
         async def effect() -> T:
-            again, tz = await self._execute(sql, {**params, "gate": False})
+            again, tz = await self._execute("SELECT " + call, params)
             return parse(again, tz)
 
         return await self._under_faults(method, target, _faults_from_json(result["faults"]), effect)
@@ -805,12 +803,7 @@ class SimulatedSubstrate:
     @staticmethod
     async def _release_worker(cur: _Cursor, row: DictRow) -> None:
         if row["worker"] is not None:
-            await cur.execute(
-                "UPDATE substrate_sim.workers"
-                " SET holder_atespace = NULL, holder_name = NULL, holder_uid = NULL"
-                " WHERE name = %s AND holder_uid = %s",
-                (row["worker"], row["uid"]),
-            )
+            await cur.execute("SELECT substrate_sim.release_worker(%s, %s)", (row["worker"], row["uid"]))
 
     # templates -----------------------------------------------------------------------------
 
