@@ -146,28 +146,27 @@ class Store:
 
     # -- session lifecycle ----------------------------------------------------------------------
 
-    @staticmethod
-    def _admission(row: dict[str, Any], listen_epoch: int | None) -> Admission:
-        return Admission(row["outcome"], row["generation"], Session.from_json(row["session"]), listen_epoch)
+    async def _admit(self, sql: str, params: Sequence[Any]) -> Admission:
+        """Run an admission procedure; the Admission carries the LISTEN epoch from before it was
+        sent (see `wait_for_generation`)."""
+        epoch = self._listen_epoch()
+        row = await self._one(sql, params)
+        return Admission(row["outcome"], row["generation"], Session.from_json(row["session"]), epoch)
 
     def _listen_epoch(self) -> int | None:
         return self.listener.epoch if self.listener is not None and self.listener.connected else None
 
     async def admit_create(self, caller: str, request_id: str, namespace: str, agent: str, name: str) -> Admission:
-        epoch = self._listen_epoch()
-        row = await self._one(
+        return await self._admit(
             "SELECT * FROM sessionq.admit_create(%s, %s, %s, %s, %s)", (caller, request_id, namespace, agent, name)
         )
-        return self._admission(row, epoch)
 
     async def admit_operation(
         self, session_id: UUID, caller: str, share_hash: str | None, kind: str, reason: str = "user_requested"
     ) -> Admission:
-        epoch = self._listen_epoch()
-        row = await self._one(
+        return await self._admit(
             "SELECT * FROM sessionq.admit_operation(%s, %s, %s, %s, %s)", (session_id, caller, share_hash, kind, reason)
         )
-        return self._admission(row, epoch)
 
     async def claim_operation(self, session_id: UUID, generation: UUID, executor: UUID, lifetime: float) -> Claim:
         row = await self._one(
@@ -532,9 +531,7 @@ class Store:
         )
 
     async def admit_fork(self, checkpoint_id: UUID, caller: str, request_id: str) -> Admission:
-        epoch = self._listen_epoch()
-        row = await self._one("SELECT * FROM sessionq.admit_fork(%s, %s, %s)", (checkpoint_id, caller, request_id))
-        return self._admission(row, epoch)
+        return await self._admit("SELECT * FROM sessionq.admit_fork(%s, %s, %s)", (checkpoint_id, caller, request_id))
 
     async def wait_for_checkpoint(self, checkpoint_id: UUID, states: set[str], timeout: float) -> Checkpoint | None:
         """Wait until the checkpoint is in one of `states` or gone (None); returns the last read
