@@ -238,39 +238,47 @@ BEGIN
   IF p_request_id IS NULL OR length(p_request_id) NOT BETWEEN 1 AND 128 THEN
     PERFORM sessionq.fail('SQ400', 'request_id must be 1 to 128 characters');
   END IF;
+  SELECT * INTO v_agent FROM sessionq.agents a WHERE a.namespace = p_namespace AND a.name = p_agent;
+  IF v_agent.latest_successful_revision_id IS NOT NULL THEN
+    SELECT * INTO v_rev FROM sessionq.revisions r WHERE r.id = v_agent.latest_successful_revision_id;
+  END IF;
   LOOP
+    -- A new request id inserts at once: the unique constraint is the arbiter, so the common path
+    -- never searches the caller's other Sessions (a lookup first would, under a plan made while
+    -- the table was small, scan every Session of the caller).
+    IF v_rev.id IS NOT NULL THEN
+      v_id := sessionq.uuid_v7();
+      INSERT INTO sessionq.sessions AS s (id, creator, request_kind, request_id, request_fingerprint,
+                                          agent_namespace, agent_name, revision_id, name, state, operation,
+                                          operation_id, actor_atespace, actor_name, actor_template)
+      VALUES (v_id, p_caller, 'create', p_request_id, v_fp, p_namespace, p_agent, v_rev.id, coalesce(p_name, ''),
+              'CREATING', 'CREATE', sessionq.uuid_v7(), v_rev.template_atespace, 'session-' || v_id,
+              v_rev.template_atespace || '/' || v_rev.template_name)
+      ON CONFLICT ON CONSTRAINT sessions_request_unique DO NOTHING
+      RETURNING * INTO v;
+      IF FOUND THEN
+        PERFORM sessionq.queue_operation(v.id);
+        RETURN QUERY SELECT 'admitted'::text, v.operation_id, to_jsonb(v);
+        RETURN;
+      END IF;
+    END IF;
+    -- A retry (or a concurrent twin that won the insert) is answered from the existing Session,
+    -- even when its Agent has since gone.
     SELECT * INTO v FROM sessionq.sessions s
      WHERE s.creator = p_caller AND s.request_kind = 'create' AND s.request_id = p_request_id FOR UPDATE;
     IF FOUND THEN
       RETURN QUERY SELECT * FROM sessionq.creation_retry(v, v_fp);
       RETURN;
     END IF;
-
-    SELECT * INTO v_agent FROM sessionq.agents a WHERE a.namespace = p_namespace AND a.name = p_agent;
-    IF NOT FOUND THEN
+    IF v_agent.name IS NULL THEN
       PERFORM sessionq.fail('SQ404', format('agent %s/%s not found', p_namespace, p_agent));
     END IF;
-    IF v_agent.latest_successful_revision_id IS NULL THEN
+    IF v_rev.id IS NULL THEN
       PERFORM sessionq.fail('SQ412', format(
         'agent %s/%s has no successfully prepared revision; sessions cannot be created until one is ready',
         p_namespace, p_agent));
     END IF;
-    SELECT * INTO v_rev FROM sessionq.revisions r WHERE r.id = v_agent.latest_successful_revision_id;
-    v_id := sessionq.uuid_v7();
-    INSERT INTO sessionq.sessions AS s (id, creator, request_kind, request_id, request_fingerprint,
-                                        agent_namespace, agent_name, revision_id, name, state, operation,
-                                        operation_id, actor_atespace, actor_name, actor_template)
-    VALUES (v_id, p_caller, 'create', p_request_id, v_fp, p_namespace, p_agent, v_rev.id, coalesce(p_name, ''),
-            'CREATING', 'CREATE', sessionq.uuid_v7(), v_rev.template_atespace, 'session-' || v_id,
-            v_rev.template_atespace || '/' || v_rev.template_name)
-    ON CONFLICT ON CONSTRAINT sessions_request_unique DO NOTHING
-    RETURNING * INTO v;
-    IF FOUND THEN
-      PERFORM sessionq.queue_operation(v.id);
-      RETURN QUERY SELECT 'admitted'::text, v.operation_id, to_jsonb(v);
-      RETURN;
-    END IF;
-    -- a concurrent creation with the same request id won the insert: answer as its retry
+    -- the conflicting Session went away (an idle expiry removed it) before it could be locked: insert again
   END LOOP;
 END $$;
 COMMENT ON FUNCTION sessionq.admit_create(text, text, text, text, text) IS

@@ -291,52 +291,58 @@ BEGIN
   IF p_request_id IS NULL OR length(p_request_id) NOT BETWEEN 1 AND 128 THEN
     PERFORM sessionq.fail('SQ400', 'request_id must be 1 to 128 characters');
   END IF;
+  SELECT * INTO c FROM sessionq.checkpoints WHERE id = p_checkpoint AND creator = p_caller FOR SHARE;
   LOOP
+    -- a new request id inserts first, so the common path never searches the caller's other Sessions
+    IF c.state = 'READY' THEN
+      v_id := sessionq.uuid_v7();
+      INSERT INTO sessionq.sessions AS s (id, creator, request_kind, request_id, request_fingerprint, agent_namespace, agent_name,
+                                          revision_id, name, state, operation, operation_id, actor_atespace, actor_name,
+                                          actor_template, source_checkpoint_id)
+      SELECT v_id, p_caller, 'fork', p_request_id, c.id::text, c.agent_namespace, c.agent_name, c.revision_id, c.name,
+             'CREATING', 'CREATE', sessionq.uuid_v7(), r.template_atespace, 'session-' || v_id,
+             r.template_atespace || '/' || r.template_name, c.id
+        FROM sessionq.revisions r WHERE r.id = c.revision_id
+      ON CONFLICT ON CONSTRAINT sessions_request_unique DO NOTHING
+      RETURNING * INTO v;
+      IF FOUND THEN
+        -- replay the pinned history: own task ids and context id, original timestamps
+        FOR t IN SELECT * FROM sessionq.tasks WHERE session_id = c.session_id
+                   AND seq <= (SELECT coalesce(max(e.seq), 0) FROM sessionq.tasks e WHERE e.session_id = c.session_id
+                                AND e.id = c.head_task_id)
+                 ORDER BY seq LOOP
+          v_new_task := sessionq.uuid_v7()::text;
+          INSERT INTO sessionq.tasks (id, session_id, seq, state, task, version, published_version, phase, created_at, updated_at)
+          VALUES (v_new_task, v.id, t.seq, t.state,
+                  replace(replace(t.task::text, t.id, v_new_task), c.session_id::text, v.id::text)::jsonb,
+                  1, 1, 'settled', t.created_at, t.updated_at);
+          INSERT INTO sessionq.events (session_id, seq, task_id, kind, payload, created_at)
+          SELECT v.id, e.seq, v_new_task, e.kind,
+                 replace(replace(e.payload::text, t.id, v_new_task), c.session_id::text, v.id::text)::jsonb, e.created_at
+            FROM sessionq.events e
+           WHERE e.session_id = c.session_id AND e.task_id = t.id AND e.seq <= c.history_sequence;
+        END LOOP;
+        UPDATE sessionq.sessions SET last_event_seq = c.history_sequence WHERE id = v.id RETURNING * INTO v;
+        PERFORM sessionq.queue_operation(v.id);
+        RETURN QUERY SELECT 'admitted'::text, v.operation_id, to_jsonb(v);
+        RETURN;
+      END IF;
+    END IF;
+    -- a retry (or a concurrent twin that won the insert) is answered from the existing fork, even
+    -- when its checkpoint has since gone
     SELECT * INTO v FROM sessionq.sessions s
      WHERE s.creator = p_caller AND s.request_kind = 'fork' AND s.request_id = p_request_id FOR UPDATE;
     IF FOUND THEN
       RETURN QUERY SELECT * FROM sessionq.creation_retry(v, p_checkpoint::text);
       RETURN;
     END IF;
-    SELECT * INTO c FROM sessionq.checkpoints WHERE id = p_checkpoint AND creator = p_caller FOR SHARE;
-    IF NOT FOUND THEN
+    IF c.id IS NULL THEN
       PERFORM sessionq.fail('SQ404', format('checkpoint %s not found', p_checkpoint));
     END IF;
     IF c.state <> 'READY' THEN
       PERFORM sessionq.fail('SQ412', format('checkpoint %s is %s; only a READY checkpoint can be forked', c.id, c.state));
     END IF;
-    v_id := sessionq.uuid_v7();
-    INSERT INTO sessionq.sessions AS s (id, creator, request_kind, request_id, request_fingerprint, agent_namespace, agent_name,
-                                        revision_id, name, state, operation, operation_id, actor_atespace, actor_name,
-                                        actor_template, source_checkpoint_id)
-    SELECT v_id, p_caller, 'fork', p_request_id, c.id::text, c.agent_namespace, c.agent_name, c.revision_id, c.name,
-           'CREATING', 'CREATE', sessionq.uuid_v7(), r.template_atespace, 'session-' || v_id,
-           r.template_atespace || '/' || r.template_name, c.id
-      FROM sessionq.revisions r WHERE r.id = c.revision_id
-    ON CONFLICT ON CONSTRAINT sessions_request_unique DO NOTHING
-    RETURNING * INTO v;
-    IF FOUND THEN
-      -- replay the pinned history: own task ids and context id, original timestamps
-      FOR t IN SELECT * FROM sessionq.tasks WHERE session_id = c.session_id
-                 AND seq <= (SELECT coalesce(max(e.seq), 0) FROM sessionq.tasks e WHERE e.session_id = c.session_id
-                              AND e.id = c.head_task_id)
-               ORDER BY seq LOOP
-        v_new_task := sessionq.uuid_v7()::text;
-        INSERT INTO sessionq.tasks (id, session_id, seq, state, task, version, published_version, phase, created_at, updated_at)
-        VALUES (v_new_task, v.id, t.seq, t.state,
-                replace(replace(t.task::text, t.id, v_new_task), c.session_id::text, v.id::text)::jsonb,
-                1, 1, 'settled', t.created_at, t.updated_at);
-        INSERT INTO sessionq.events (session_id, seq, task_id, kind, payload, created_at)
-        SELECT v.id, e.seq, v_new_task, e.kind,
-               replace(replace(e.payload::text, t.id, v_new_task), c.session_id::text, v.id::text)::jsonb, e.created_at
-          FROM sessionq.events e
-         WHERE e.session_id = c.session_id AND e.task_id = t.id AND e.seq <= c.history_sequence;
-      END LOOP;
-      UPDATE sessionq.sessions SET last_event_seq = c.history_sequence WHERE id = v.id RETURNING * INTO v;
-      PERFORM sessionq.queue_operation(v.id);
-      RETURN QUERY SELECT 'admitted'::text, v.operation_id, to_jsonb(v);
-      RETURN;
-    END IF;
+    -- the conflicting Session went away (an idle expiry removed it) before it could be locked: insert again
   END LOOP;
 END $$;
 COMMENT ON FUNCTION sessionq.admit_fork(uuid, text, text) IS
