@@ -103,19 +103,31 @@ COMMENT ON TABLE sessionq.session_shares IS
 -- A change of a Session row's outcome wakes the callers waiting on it (API waiters LISTEN on this
 -- channel). An insert notifies nobody: its admitting caller already knows the generation is pending.
 CREATE OR REPLACE FUNCTION sessionq.notify_session_change() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  v_head text;
+  v_payload text;
 BEGIN
   -- payload: "<id> <state> <operation> <operation_id or ->", or "<id> gone" when the row is deleted;
-  -- a waiter learns from it whether its generation is still pending without reading the row
+  -- a waiter learns from it whether its generation is still pending without reading the row. When
+  -- no operation is pending the row itself follows as JSON, so the waiter of the generation that
+  -- just finished answers without reading it (unless that would pass NOTIFY's 8000-byte limit).
   IF TG_OP = 'DELETE' THEN
     PERFORM pg_notify('sessionq_session', OLD.id::text || ' gone');
-  ELSE
-    PERFORM pg_notify('sessionq_session',
-      format('%s %s %s %s', NEW.id, NEW.state, NEW.operation, coalesce(NEW.operation_id::text, '-')));
+    RETURN NULL;
   END IF;
+  v_head := format('%s %s %s %s', NEW.id, NEW.state, NEW.operation, coalesce(NEW.operation_id::text, '-'));
+  v_payload := v_head;
+  IF NEW.operation = 'NONE' THEN
+    v_payload := v_head || ' ' || to_jsonb(NEW)::text;
+    IF octet_length(v_payload) > 7900 THEN
+      v_payload := v_head;
+    END IF;
+  END IF;
+  PERFORM pg_notify('sessionq_session', v_payload);
   RETURN NULL;
 END $$;
 COMMENT ON FUNCTION sessionq.notify_session_change() IS
-  'Trigger: NOTIFY sessionq_session after a delete, or an update that changes the state, the operation or its generation (delivered at commit). Payload "<id> <state> <operation> <operation_id or ->", or "<id> gone" for a deleted row.';
+  'Trigger: NOTIFY sessionq_session after a delete, or an update that changes the state, the operation or its generation (delivered at commit). Payload "<id> <state> <operation> <operation_id or ->", followed by " <the row as JSON>" when the operation is NONE (if it fits NOTIFY''s limit), or "<id> gone" for a deleted row.';
 CREATE TRIGGER sessions_notify_delete AFTER DELETE ON sessionq.sessions
   FOR EACH ROW EXECUTE FUNCTION sessionq.notify_session_change();
 -- waiters care about a generation's outcome only: not every claim or progress write

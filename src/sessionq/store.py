@@ -216,20 +216,26 @@ class Store:
         observation (status 'pending' on timeout).
 
         Woken by NOTIFY on the Session row, whose payload tells whether the generation is still
-        pending, so the row is read only when it may have finished. `admission` is the caller's
-        own admission of the generation: when its Session shows the generation pending and the
-        LISTEN connection has not been re-established since it was sent (so no notification since
-        can have been missed), the first read is skipped too."""
+        pending, so the row is read only when it may have finished; a payload that reports this
+        generation completed carries the row itself, which is then the answer and nothing is read.
+        `admission` is the caller's own admission of the generation: when its Session shows the
+        generation pending and the LISTEN connection has not been re-established since it was sent
+        (so no notification since can have been missed), the first read is skipped too."""
         woke = asyncio.Event()
         key = str(session_id)
         generation_text = str(generation)
+        completed: list[Session] = []
 
         def settled(payload: str | None) -> bool:
             if payload is None:
                 return True  # reconnected: notifications may have been missed
-            fields = payload.split(" ")
-            # "<id> <state> <operation> <operation_id>": pending while the operation is ours
-            return len(fields) < 4 or fields[3] != generation_text or fields[2] == "NONE"
+            fields = payload.split(" ", 4)
+            # "<id> <state> <operation> <operation_id> [<row>]": pending while the operation is ours
+            if len(fields) < 4 or fields[3] != generation_text or fields[2] == "NONE":
+                if len(fields) == 5 and fields[3] == generation_text and fields[2] == "NONE":
+                    completed.append(Session.from_json(json.loads(fields[4])))  # this generation's outcome
+                return True
+            return False
 
         def on_notify(payload: str | None) -> None:
             if settled(payload):
@@ -239,18 +245,22 @@ class Store:
         unsubscribe = None
         if self.listener is not None:
             unsubscribe = self.listener.subscribe_key(SESSION_CHANNEL, key, on_notify)
-            if (
+            last = self.listener.recent(SESSION_CHANNEL, key)
+            if last is not None and settled(last) and completed:
+                read = False  # it completed before we subscribed, and the payload says how
+            elif (
                 admission is not None
                 and admission.session.operation_id == generation
                 and admission.session.operation != "NONE"
                 and admission.listen_epoch is not None
                 and admission.listen_epoch == self._listen_epoch()
             ):
-                last = self.listener.recent(SESSION_CHANNEL, key)
                 read = last is not None and settled(last)
         deadline = time.monotonic() + timeout
         try:
             while True:
+                if completed:
+                    return Observation("done", completed[-1])
                 remaining = deadline - time.monotonic()
                 if read or remaining <= 0:
                     woke.clear()

@@ -1,13 +1,15 @@
 """How a mutation's caller waits for its generation: NOTIFY payloads and the keyed listener.
 
-The Session row's NOTIFY carries "<id> <state> <operation> <operation_id>", so a waiter reads the
-row only when its generation may have finished, and a waiter that subscribes just after its own
+The Session row's NOTIFY carries "<id> <state> <operation> <operation_id>", and when no operation
+is pending the row itself as JSON. A waiter reads the row only when its generation may have
+finished and the notification did not say how; a waiter that subscribes just after its own
 admission still learns of a completion whose notification arrived in between.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -39,6 +41,14 @@ async def counting(database_url: str) -> Any:
         await store.close()
 
 
+async def ready_session_via(store: Store, sim: Any, request_id: str) -> Any:
+    await apply_agent(store, sim)
+    adm = await store.admit_create("alice", request_id, "kagent", AGENT, "")
+    out = await OperationExecutor(store, sim, 120).run(adm.session.id)
+    assert out.session is not None and out.session.state == "READY"
+    return out.session
+
+
 async def settled_payload(listener: Listener, key: str, timeout: float = 5.0) -> str:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -57,7 +67,24 @@ async def test_payload_names_state_operation_and_generation(counting: CountingSt
     key = str(adm.session.id)
     await OperationExecutor(counting, sim, 120).run(adm.session.id)
     payload = await settled_payload(counting.listener, key)
-    assert payload == f"{key} READY NONE {adm.generation}"
+    head, row = payload.split(" ", 4)[:4], json.loads(payload.split(" ", 4)[4])
+    assert head == [key, "READY", "NONE", str(adm.generation)]
+    assert row["id"] == key and row["state"] == "READY" and row["operation_id"] == str(adm.generation)
+    assert row["actor_uid"] and row["executor_id"] is None
+
+
+async def test_pending_payload_carries_no_row(counting: CountingStore, sim: Any) -> None:
+    s = await ready_session_via(counting, sim, "w-6")
+    assert counting.listener is not None
+    key = str(s.id)
+    sus = await counting.admit_operation(s.id, "alice", None, "SUSPEND")
+    # the admission notifies (operation and generation changed) while the operation is pending
+    for _ in range(500):
+        payload = counting.listener.recent(SESSION_CHANNEL, key)
+        if payload is not None and payload.split(" ")[2] == "SUSPEND":
+            break
+        await asyncio.sleep(0.01)
+    assert payload == f"{key} READY SUSPEND {sus.generation}"
 
 
 async def test_completion_between_admission_and_wait_is_seen_without_polling(counting: CountingStore, sim: Any) -> None:
@@ -73,7 +100,8 @@ async def test_completion_between_admission_and_wait_is_seen_without_polling(cou
     started = loop.time()
     obs = await counting.wait_for_generation(adm.session.id, adm.generation, 30, admission=adm)
     assert obs.status == "done" and obs.session is not None and obs.session.state == "READY"
-    assert counting.observed == 1
+    assert obs.session.operation_id == adm.generation and obs.session.actor_uid
+    assert counting.observed == 0  # the remembered notification carried the row
     # far below the listener's 1 s fallback poll: it was not what returned the answer
     assert loop.time() - started < 0.9
 
@@ -85,19 +113,39 @@ async def test_pending_waiter_reads_only_when_its_generation_finishes(counting: 
     waiter = asyncio.create_task(counting.wait_for_generation(adm.session.id, adm.generation, 30, admission=adm))
     await asyncio.sleep(0.05)
     assert not waiter.done() and counting.observed == 0  # pending at admission: nothing to read yet
-    # the claim and the Actor's recording notify nothing; the completion wakes the waiter once
+    # the claim and the Actor's recording notify nothing; the completion wakes the waiter with the row
+    out = await OperationExecutor(counting, sim, 120).run(adm.session.id)
+    obs = await asyncio.wait_for(waiter, 10)
+    assert obs.status == "done" and counting.observed == 0
+    assert obs.session == out.session  # the row as completion committed it
+
+
+async def test_superseded_generation_is_read_not_taken_from_a_payload(counting: CountingStore, sim: Any) -> None:
+    """Only the completion of the waiter's own generation answers from a payload: another
+    generation's completion (here the Delete that superseded an unclaimed creation) is read."""
+    await apply_agent(counting, sim)
+    adm = await counting.admit_create("alice", "w-7", "kagent", AGENT, "")
+    counting.observed = 0
+    waiter = asyncio.create_task(counting.wait_for_generation(adm.session.id, adm.generation, 30, admission=adm))
+    await asyncio.sleep(0.05)
+    dele = await counting.admit_operation(adm.session.id, "alice", None, "DELETE")
     await OperationExecutor(counting, sim, 120).run(adm.session.id)
     obs = await asyncio.wait_for(waiter, 10)
-    assert obs.status == "done" and counting.observed == 1
+    assert obs.status == "superseded" and counting.observed >= 1
+    assert obs.session is not None and obs.session.operation_id == dele.generation
 
 
 async def test_waiter_without_admission_snapshot_reads_first(counting: CountingStore, sim: Any) -> None:
-    """A caller that did not admit (no `admission`) reads the row first: it may already be done."""
+    """A caller that did not admit (no `admission`) and has heard nothing of the generation reads
+    the row first: it may already be done."""
     await apply_agent(counting, sim)
     adm = await counting.admit_create("alice", "w-4", "kagent", AGENT, "")
-    await OperationExecutor(counting, sim, 120).run(adm.session.id)
     counting.observed = 0
-    obs = await counting.wait_for_generation(adm.session.id, adm.generation, 30)
+    waiter = asyncio.create_task(counting.wait_for_generation(adm.session.id, adm.generation, 30))
+    await asyncio.sleep(0.05)
+    assert counting.observed == 1 and not waiter.done()  # read at once; still pending
+    await OperationExecutor(counting, sim, 120).run(adm.session.id)
+    obs = await asyncio.wait_for(waiter, 10)
     assert obs.status == "done" and counting.observed == 1
 
 
@@ -153,4 +201,4 @@ async def test_admission_before_a_listener_reconnect_reads_first(counting: Count
     assert counting.observed == 1 and not waiter.done()  # read at once; still pending
     await OperationExecutor(counting, sim, 120).run(adm.session.id)
     obs = await asyncio.wait_for(waiter, 10)
-    assert obs.status == "done" and counting.observed == 2
+    assert obs.status == "done" and counting.observed == 1  # the completion's payload answered
