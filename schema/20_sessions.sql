@@ -67,7 +67,9 @@ CREATE TABLE sessionq.sessions (
 ) WITH (fillfactor = 85);
 CREATE INDEX sessions_idle_boundary_idx ON sessionq.sessions (idle_boundary_at)
   WHERE idle_boundary_id IS NOT NULL AND idle_executor IS NULL;
-CREATE INDEX sessions_creator_idx ON sessionq.sessions (creator, id);
+-- listing a caller's live Sessions; partial, so that it cannot serve the request-id lookup of a
+-- retried creation (only the unique constraint can, whatever plan a connection has cached)
+CREATE INDEX sessions_creator_idx ON sessionq.sessions (creator, id) WHERE state <> 'DELETED';
 -- no index names a column that claims and progress writes change (executor_*, actor_uid, dispatch_*,
 -- updated_at): those updates stay HOT (no index maintenance); fillfactor leaves room on the page
 CREATE INDEX sessions_pending_idx ON sessionq.sessions (id) WHERE operation <> 'NONE';
