@@ -32,6 +32,8 @@ CREATE TABLE IF NOT EXISTS substrate_sim.workers (
     holder_uid       text UNIQUE,
     CHECK ((holder_uid IS NULL) = (holder_name IS NULL) AND (holder_uid IS NULL) = (holder_atespace IS NULL))
 );
+-- a resume takes the lowest free index: this keeps that one index step instead of a scan of every free worker
+CREATE INDEX IF NOT EXISTS workers_free_idx ON substrate_sim.workers (idx) WHERE holder_uid IS NULL;
 COMMENT ON TABLE substrate_sim.workers IS
     'Fixed worker pool created by install_schema; holder_* names the Actor that holds the worker while it is '
     'RUNNING or PAUSED (kept in step with actors.worker in the same transaction).';

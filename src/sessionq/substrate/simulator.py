@@ -483,12 +483,13 @@ class SimulatedSubstrate:
         await self.close()
 
     async def _ensure_installed(self) -> None:
-        """Install the schema when it is missing, lacks its functions (a database installed before
-        they existed) or holds fewer workers than this instance's pool."""
+        """Install the schema when it is missing, lacks its functions or indexes (a database
+        installed before they existed) or holds fewer workers than this instance's pool."""
         async with self._tx() as cur:
             await cur.execute(
                 "SELECT to_regclass('substrate_sim.workers') IS NOT NULL AS present,"
-                " to_regprocedure('substrate_sim.release_worker(text,text)') IS NOT NULL AS functions"
+                " to_regprocedure('substrate_sim.release_worker(text,text)') IS NOT NULL"
+                " AND to_regclass('substrate_sim.workers_free_idx') IS NOT NULL AS functions"
             )
             row = await cur.fetchone()
             present = bool(row and row["present"])
