@@ -729,25 +729,29 @@ async def test_install_schema_is_idempotent_and_concurrent(database_url: str) ->
         assert await cur.fetchone() == (9,)
 
 
-async def test_resume_takes_the_lowest_free_worker_without_scanning_the_pool(
-    sim: SimulatedSubstrate, database_url: str
-) -> None:
+async def test_resume_takes_the_lowest_free_worker_without_scanning_the_pool(database_url: str) -> None:
     """A resume reads one free worker through workers_free_idx, not every free worker of the pool
-    (256 here), also under a generic plan made before statistics existed."""
-    uid = (await sim.create_actor(NS, "s1", TEMPLATE)).uid
-    async with await psycopg.AsyncConnection.connect(database_url) as conn:
-        await conn.execute("SET plan_cache_mode = force_generic_plan")
-        cur = await conn.execute(
-            "SELECT substrate_sim.resume_actor(%s, %s, %s, 256, 0) -> 'actor' ->> 'worker'", (NS, "s1", uid)
-        )
-        row = await cur.fetchone()
-        assert row is not None and row[0] == worker_identity(0)[0]
-        cur = await conn.execute(
-            "SELECT pg_stat_get_xact_tuples_fetched('substrate_sim.workers'::regclass)"
-            " + pg_stat_get_xact_tuples_returned('substrate_sim.workers'::regclass)"
-        )
-        row = await cur.fetchone()
-        assert row is not None and row[0] <= 3  # the free worker, then its update by name
-        await conn.commit()
-    actor = await sim.get_actor(NS, "s1")
-    assert actor.state == ActorState.RUNNING and actor.worker == worker_identity(0)[0]
+    (4,096 here), also under a generic plan made before the pool had statistics."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await conn.execute("DROP SCHEMA substrate_sim CASCADE")  # a pool that was never analyzed
+    await install_schema(database_url, worker_pool_size=4096)
+    async with SimulatedSubstrate(database_url, worker_pool_size=4096) as sim:
+        await sim.create_actor_template(NS, "rev-1", "registry.local/agent:1")
+        uid = (await sim.create_actor(NS, "s1", TEMPLATE)).uid
+        async with await psycopg.AsyncConnection.connect(database_url) as conn:
+            await conn.execute("SET plan_cache_mode = force_generic_plan")
+            await conn.commit()
+            cur = await conn.execute(
+                "SELECT substrate_sim.resume_actor(%s, %s, %s, 4096, 0) -> 'actor' ->> 'worker'", (NS, "s1", uid)
+            )
+            row = await cur.fetchone()
+            assert row is not None and row[0] == worker_identity(0)[0]
+            cur = await conn.execute(
+                "SELECT pg_stat_get_xact_tuples_fetched('substrate_sim.workers'::regclass)"
+                " + pg_stat_get_xact_tuples_returned('substrate_sim.workers'::regclass)"
+            )
+            row = await cur.fetchone()
+            assert row is not None and row[0] <= 3  # the free worker, then its update by name
+            await conn.commit()
+        actor = await sim.get_actor(NS, "s1")
+        assert actor.state == ActorState.RUNNING and actor.worker == worker_identity(0)[0]
