@@ -399,6 +399,37 @@ END $$;
 COMMENT ON FUNCTION sessionq.claim_operation(uuid, uuid, uuid, double precision) IS
   'Claim generation p_generation for executor p_executor for p_lifetime seconds. status: claimed (previous_executor set means earlier runtime work may have been issued: inspect before acting), busy (another live claim, until expires_at), superseded, done, gone.';
 
+-- begin_operation: an executor's first step on a Session.
+CREATE OR REPLACE FUNCTION sessionq.begin_operation(
+  p_session uuid, p_executor uuid, p_lifetime double precision
+) RETURNS TABLE (status text, previous_executor uuid, expires_at timestamptz, session jsonb, revision jsonb)
+LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+  r sessionq.revisions;
+BEGIN
+  SELECT * INTO v FROM sessionq.sessions s WHERE s.id = p_session;
+  IF NOT FOUND THEN
+    RETURN QUERY SELECT 'gone'::text, NULL::uuid, NULL::timestamptz, NULL::jsonb, NULL::jsonb;
+    RETURN;
+  END IF;
+  SELECT * INTO r FROM sessionq.revisions WHERE id = v.revision_id;
+  -- The first attempt at a plain creation of a prepared revision has nothing to inspect in the
+  -- runtime: its preparation (the revision is READY) is decided here and the generation claimed
+  -- at once. Everything else (a fork, a retry after an earlier claim, Suspend, Resume, Delete)
+  -- is returned unclaimed for the executor to prepare and then claim_operation.
+  IF v.operation = 'CREATE' AND v.operation_id IS NOT NULL AND v.executor_id IS NULL AND v.actor_uid IS NULL
+     AND v.source_checkpoint_id IS NULL AND r.state = 'READY' THEN
+    RETURN QUERY SELECT c.status, c.previous_executor, c.expires_at, c.session, to_jsonb(r)
+      FROM sessionq.claim_operation(p_session, v.operation_id, p_executor, p_lifetime) c;
+    RETURN;
+  END IF;
+  RETURN QUERY SELECT 'prepare'::text, NULL::uuid, NULL::timestamptz, to_jsonb(v),
+                      CASE WHEN r.id IS NULL THEN NULL ELSE to_jsonb(r) END;
+END $$;
+COMMENT ON FUNCTION sessionq.begin_operation(uuid, uuid, double precision) IS
+  'An executor''s first step: the Session and its pinned revision. A first attempt at a plain creation of a READY revision (nothing to inspect in preparation) is claimed in the same call, with claim_operation''s statuses; otherwise status prepare (or gone) and nothing is claimed.';
+
 -- record_actor: remember the Actor UID as soon as the runtime returns it (before completion).
 CREATE OR REPLACE FUNCTION sessionq.record_actor(p_session uuid, p_generation uuid, p_executor uuid, p_uid text)
 RETURNS void LANGUAGE plpgsql AS $$

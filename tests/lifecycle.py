@@ -67,3 +67,18 @@ async def turn_by_store(store: Store, sim: Any, session: Session, final: str = "
     if settle:
         await store.task_settle(session.id, tid, v)
     return tid
+
+
+async def ready_checkpoint(store: Store, sim: Any, request_id: str = "source") -> Any:
+    """A READY checkpoint of a fresh Session after one settled turn (quiesced first)."""
+    from sessionq.checkpoints import run_checkpoint
+    from sessionq.quiescence import QuiescencePool, claim_and_quiesce
+
+    source = await ready_session(store, sim, request_id)
+    head = await turn_by_store(store, sim, source)
+    pool = QuiescencePool(store, sim, "", listen=False)
+    while await claim_and_quiesce(pool):
+        pass
+    cp = await store.admit_checkpoint(source.id, source.creator, f"cp-{request_id}", head)
+    assert (await run_checkpoint(store, sim, cp.id, 30)).status == "ready"
+    return cp

@@ -118,6 +118,16 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class OperationStart:
+    """What `begin_operation` found: the Session, its pinned revision and, when preparation had
+    nothing to inspect, the claim it already took (None: prepare, then claim)."""
+
+    session: Session | None
+    revision: Revision | None
+    claim: Claim | None
+
+
+@dataclass(frozen=True)
 class Observation:
     status: str  # pending | done | failed | superseded | gone
     session: Session | None

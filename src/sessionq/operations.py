@@ -6,7 +6,9 @@ worker replica, runs the same steps, and the claim in PostgreSQL lets exactly on
 time issue runtime mutations for a generation (clause OP-2).
 
 - Preparation is read-only (the revision, the Actor as the runtime reports it). A preparation
-  that fails for good invalidates the generation through ``fail_preparation``.
+  that fails for good invalidates the generation through ``fail_preparation``. The first attempt
+  at a plain creation of a READY revision has nothing to inspect: ``begin_operation`` decides its
+  preparation and claims it in the statement that reads the Session.
 - The claim lives at most ``sessions.claimLifetime``; the runtime calls of an attempt run under
   a deadline no longer than that (OP-12), so an attempt whose claim lapsed cannot issue a late
   mutation (a delayed creation cannot resurrect a deleted Actor).
@@ -116,29 +118,35 @@ class OperationExecutor:
         }
 
     async def run(self, session_id: UUID) -> Outcome:
-        session, revision = await self.store.session_with_revision(session_id)
+        executor = uuid4()
+        lifetime = self.claim_lifetime
+        started = time.monotonic()
+        # the Session and its revision; a first attempt at a plain creation is claimed right here,
+        # its preparation (a READY revision) decided in the same statement
+        start = await self.store.begin_operation(session_id, executor, lifetime)
+        session, revision = start.session, start.revision
         if session is None or session.operation == "NONE" or session.operation_id is None:
             return Outcome("nothing", session)
         generation = session.operation_id
         log_extra = {"session_id": str(session_id), "operation_id": str(generation)}
 
-        # 1. read-only preparation
-        try:
-            await self._prepare(session, revision)
-        except PreparationFailed as e:
-            log.warning("operation preparation failed: %s", e.message, extra=log_extra)
+        claim = start.claim
+        if claim is None:
+            # 1. read-only preparation
             try:
-                failed = await self.store.fail_preparation(session_id, generation, e.reason, e.message)
-            except errors.SessionqError:
-                return Outcome("superseded")  # claimed or superseded meanwhile: not ours to fail
-            metrics.OPERATIONS.labels(kind=session.operation, outcome="failed_preparation").inc()
-            return Outcome("failed_preparation", failed)
+                await self._prepare(session, revision)
+            except PreparationFailed as e:
+                log.warning("operation preparation failed: %s", e.message, extra=log_extra)
+                try:
+                    failed = await self.store.fail_preparation(session_id, generation, e.reason, e.message)
+                except errors.SessionqError:
+                    return Outcome("superseded")  # claimed or superseded meanwhile: not ours to fail
+                metrics.OPERATIONS.labels(kind=session.operation, outcome="failed_preparation").inc()
+                return Outcome("failed_preparation", failed)
 
-        # 2. the execution claim
-        executor = uuid4()
-        started = time.monotonic()
-        lifetime = self.claim_lifetime
-        claim = await self.store.claim_operation(session_id, generation, executor, lifetime)
+            # 2. the execution claim
+            started = time.monotonic()
+            claim = await self.store.claim_operation(session_id, generation, executor, lifetime)
         if claim.status != "claimed":
             metrics.CLAIM_CONFLICTS.labels(status=claim.status).inc()
         if claim.status == "busy":

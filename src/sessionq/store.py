@@ -28,6 +28,7 @@ from sessionq.models import (
     CheckpointClaim,
     Claim,
     Observation,
+    OperationStart,
     Revision,
     Session,
     Share,
@@ -284,17 +285,19 @@ class Store:
         rows = await self._rows("SELECT to_jsonb(s) AS s FROM sessionq.sessions s WHERE id = %s", (session_id,))
         return Session.from_json(rows[0]["s"]) if rows else None
 
-    async def session_with_revision(self, session_id: UUID) -> tuple[Session | None, Revision | None]:
-        """The Session and its pinned revision in one read (executors only, never client-facing)."""
-        rows = await self._rows(
-            "SELECT to_jsonb(s) AS s, to_jsonb(r) AS r FROM sessionq.sessions s"
-            " LEFT JOIN sessionq.revisions r ON r.id = s.revision_id WHERE s.id = %s",
-            (session_id,),
+    async def begin_operation(self, session_id: UUID, executor: UUID, lifetime: float) -> OperationStart:
+        """An executor's first step (never client-facing): the Session and its pinned revision,
+        claimed at once when preparation has nothing to inspect (see sessionq.begin_operation)."""
+        row = await self._one(
+            "SELECT * FROM sessionq.begin_operation(%s, %s, %s)", (session_id, executor, lifetime)
         )
-        if not rows:
-            return None, None
-        r = rows[0]["r"]
-        return Session.from_json(rows[0]["s"]), Revision.from_json(r) if r is not None else None
+        s, r = row["session"], row["revision"]
+        session = Session.from_json(s) if s is not None else None
+        revision = Revision.from_json(r) if r is not None else None
+        claim = None
+        if row["status"] not in ("prepare", "gone"):
+            claim = Claim(row["status"], row["previous_executor"], row["expires_at"], session)
+        return OperationStart(session, revision, claim)
 
     async def list_sessions(
         self,

@@ -18,7 +18,7 @@ from uuid import UUID
 
 import psycopg
 from conftest import apply_agent
-from lifecycle import AGENT, ready_session, turn_by_store
+from lifecycle import AGENT, ready_checkpoint
 
 from sessionq.store import Store
 
@@ -69,17 +69,8 @@ async def test_new_creation_reads_no_other_session(store: Store, sim: Any, datab
 
 
 async def test_new_fork_reads_no_other_session(store: Store, sim: Any, database_url: str) -> None:
-    from sessionq.checkpoints import run_checkpoint
-    from sessionq.quiescence import QuiescencePool, claim_and_quiesce
-
     await apply_agent(store, sim)
-    source = await ready_session(store, sim, "source")
-    head = await turn_by_store(store, sim, source)
-    pool = QuiescencePool(store, sim, "", listen=False)
-    while await claim_and_quiesce(pool):
-        pass
-    cp = await store.admit_checkpoint(source.id, "alice", "cp-1", head)
-    assert (await run_checkpoint(store, sim, cp.id, 30)).status == "ready"
+    cp = await ready_checkpoint(store, sim)
     conn = await generic_plans(database_url)
     async with conn:
         await earlier_sessions(conn)

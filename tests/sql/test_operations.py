@@ -7,7 +7,7 @@ from uuid import uuid4
 import psycopg
 import pytest
 from conftest import apply_agent
-from lifecycle import AGENT, count, raw_session, ready_session
+from lifecycle import AGENT, count, raw_session, ready_checkpoint, ready_session
 
 from sessionq import config
 from sessionq.errors import SessionqError
@@ -123,28 +123,42 @@ async def test_completion_keeps_generation_and_joined_callers_observe_while_curr
 
 @pytest.mark.clause("OP-6")
 async def test_superseded_delayed_attempt_issues_nothing(store, sim):
-    adm = await admitted_create(store, sim)
-    # the attempt stalls in its read-only preparation, right after reading the Session
-    reached, go = asyncio.Event(), asyncio.Event()
-    real_read = store.session_with_revision
-
-    async def slow_read(session_id):
-        result = await real_read(session_id)
-        reached.set()
-        await go.wait()
-        return result
-
-    store.session_with_revision = slow_read
-    delayed = asyncio.create_task(OperationExecutor(store, sim, 30).run(adm.session.id))
-    await reached.wait()
-    store.session_with_revision = real_read
+    await apply_agent(store, sim)
+    cp = await ready_checkpoint(store, sim)
+    fork = await store.admit_fork(cp.id, "alice", "fork-1")
+    before = await sim.mutation_count()
+    # the attempt stalls in its read-only preparation (a fork reads its checkpoint's tag first)
+    block = await sim.inject("get_tag", "block")
+    delayed = asyncio.create_task(OperationExecutor(store, sim, 30).run(fork.session.id))
+    await sim.wait_blocked(block)
     # a delete supersedes the unclaimed creation
-    dele = await store.admit_operation(adm.session.id, "alice", None, "DELETE")
+    dele = await store.admit_operation(fork.session.id, "alice", None, "DELETE")
     assert dele.outcome == "admitted" and dele.session.state == "DELETING"
-    go.set()
+    await sim.release(block)
     out = await delayed
     assert out.status == "superseded"
-    assert await sim.mutation_count() == 1  # only the template of the agent
+    assert await sim.mutation_count() == before  # nothing issued for the fork
+
+
+async def test_first_creation_attempt_claims_in_its_first_statement(store, sim):
+    """A plain creation of a READY revision has nothing to inspect: begin_operation claims it;
+    anything else comes back unclaimed, for preparation."""
+    adm = await admitted_create(store, sim)
+    executor = uuid4()
+    start = await store.begin_operation(adm.session.id, executor, 30)
+    assert start.claim is not None and start.claim.status == "claimed" and start.claim.previous_executor is None
+    assert start.session.executor_id == executor and start.revision.state == "READY"
+    # a second attempt meanwhile is not claimed: it prepares first (claim_operation then says busy)
+    other = await store.begin_operation(adm.session.id, uuid4(), 30)
+    assert other.claim is None and other.session.executor_id == executor
+    await store.release_operation(adm.session.id, adm.generation, executor)
+    again = await store.begin_operation(adm.session.id, uuid4(), 30)
+    assert again.claim is None and again.session.operation_id == adm.generation
+    s = await ready_session(store, sim, "r-2")
+    sus = await store.admit_operation(s.id, "alice", None, "SUSPEND")
+    suspend = await store.begin_operation(s.id, uuid4(), 30)
+    assert suspend.claim is None and suspend.session.operation_id == sus.generation
+    assert (await raw_session(store, s.id)).executor_id is None
 
 
 @pytest.mark.clause("OP-6")
