@@ -551,27 +551,28 @@ class SimulatedSubstrate:
         return _faults_from_json(result)
 
     async def _block_on(self, fault_id: int) -> None:
-        async with self._tx() as cur:
-            await cur.execute(
-                "UPDATE substrate_sim.faults SET blocked = blocked + 1, blocked_total = blocked_total + 1"
-                " WHERE id = %s",
-                (fault_id,),
-            )
+        """Wait until the block fault is released. Each step is one autocommit statement, so a
+        blocked call never sits idle in a transaction (what the control plane must never do during
+        runtime I/O stays observable in pg_stat_activity)."""
+        await self._execute(
+            "UPDATE substrate_sim.faults SET blocked = blocked + 1, blocked_total = blocked_total + 1"
+            " WHERE id = %s RETURNING id",
+            (fault_id,),
+        )
         try:
             while True:
-                async with self._tx() as cur:
-                    await cur.execute("SELECT released FROM substrate_sim.faults WHERE id = %s", (fault_id,))
-                    row = await cur.fetchone()
-                if row is None or row["released"]:
+                released, _ = await self._execute(
+                    "SELECT coalesce((SELECT released FROM substrate_sim.faults WHERE id = %s), true)", (fault_id,)
+                )
+                if released:
                     return
                 await asyncio.sleep(POLL_INTERVAL)
         finally:
             with contextlib.suppress(Exception):
-                async with self._tx() as cur:
-                    await cur.execute(
-                        "UPDATE substrate_sim.faults SET blocked = greatest(blocked - 1, 0) WHERE id = %s",
-                        (fault_id,),
-                    )
+                await self._execute(
+                    "UPDATE substrate_sim.faults SET blocked = greatest(blocked - 1, 0) WHERE id = %s RETURNING id",
+                    (fault_id,),
+                )
 
     async def _call(
         self,
