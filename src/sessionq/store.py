@@ -228,15 +228,18 @@ class Store:
         completed: list[Session] = []
 
         def settled(payload: str | None) -> bool:
+            """Whether the payload may end the wait; keeps the row when it reports this generation
+            completed. "<id> <state> <operation> <operation_id> [<row>]" (or "<id> gone")."""
             if payload is None:
                 return True  # reconnected: notifications may have been missed
             fields = payload.split(" ", 4)
-            # "<id> <state> <operation> <operation_id> [<row>]": pending while the operation is ours
-            if len(fields) < 4 or fields[3] != generation_text or fields[2] == "NONE":
-                if len(fields) == 5 and fields[3] == generation_text and fields[2] == "NONE":
-                    completed.append(Session.from_json(json.loads(fields[4])))  # this generation's outcome
-                return True
-            return False
+            if len(fields) < 4 or fields[3] != generation_text:
+                return True  # another generation (or the row is gone): read to learn what happened
+            if fields[2] != "NONE":
+                return False  # our generation, still pending
+            if len(fields) == 5:
+                completed.append(Session.from_json(json.loads(fields[4])))  # our generation's outcome
+            return True
 
         def on_notify(payload: str | None) -> None:
             if settled(payload):
@@ -247,7 +250,8 @@ class Store:
         if self.listener is not None:
             unsubscribe = self.listener.subscribe_key(SESSION_CHANNEL, key, on_notify)
             last = self.listener.recent(SESSION_CHANNEL, key)
-            if last is not None and settled(last) and completed:
+            last_settled = last is not None and settled(last)
+            if completed:
                 read = False  # it completed before we subscribed, and the payload says how
             elif (
                 admission is not None
@@ -256,7 +260,7 @@ class Store:
                 and admission.listen_epoch is not None
                 and admission.listen_epoch == self._listen_epoch()
             ):
-                read = last is not None and settled(last)
+                read = last_settled
         deadline = time.monotonic() + timeout
         try:
             while True:
