@@ -489,17 +489,17 @@ class SimulatedSubstrate:
             await cur.execute(
                 "SELECT to_regclass('substrate_sim.workers') IS NOT NULL AS present,"
                 " to_regprocedure('substrate_sim.release_worker(text,text)') IS NOT NULL"
-                " AND to_regclass('substrate_sim.workers_free_idx') IS NOT NULL AS functions"
+                " AND to_regclass('substrate_sim.workers_free_idx') IS NOT NULL AS current"
             )
             row = await cur.fetchone()
             present = bool(row and row["present"])
-            functions = bool(row and row["functions"])
+            current = bool(row and row["current"])
             count = 0
             if present:
                 await cur.execute("SELECT count(*) AS n FROM substrate_sim.workers")
                 row = await cur.fetchone()
                 count = int(row["n"]) if row else 0
-        if not present or not functions or count < self.worker_pool_size:
+        if not present or not current or count < self.worker_pool_size:
             await install_schema(self._conninfo, worker_pool_size=self.worker_pool_size)
 
     @contextlib.asynccontextmanager
