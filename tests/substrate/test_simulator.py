@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 import psycopg
 import pytest
 
+from sessionq.store import Store
 from sessionq.substrate import (
     Actor,
     ActorState,
@@ -561,6 +562,22 @@ async def test_invalid_arguments_still_take_faults(sim: SimulatedSubstrate) -> N
     with pytest.raises(SubstrateError) as exc:
         await sim.create_egress_policy(NS, "s1", uid, [EgressRule("ftp", "x.example", 21)])
     assert _code(exc) == Code.UNAVAILABLE and await sim.fault_hits(fid) == 1
+
+
+async def test_only_the_simulator_commits_asynchronously(sim: SimulatedSubstrate, database_url: str) -> None:
+    # The runtime stand-in skips waiting for its WAL flush; the control plane's own commits
+    # (every other connection, the store's included) keep waiting for theirs.
+    assert sim._pool is not None
+    async with sim._pool.connection() as conn:
+        cur = await conn.execute("SELECT current_setting('synchronous_commit')")
+        assert (await cur.fetchone()) == ("off",)
+    store = await Store.open(database_url, pool_size=1, listen=False)
+    try:
+        async with store._conn() as conn:
+            cur = await conn.execute("SELECT current_setting('synchronous_commit')")
+            assert (await cur.fetchone()) == {"current_setting": "on"}
+    finally:
+        await store.close()
 
 
 async def test_open_installs_missing_functions(database_url: str) -> None:
