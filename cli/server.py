@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
 from sessionq import config, logs
+
+T = TypeVar("T")
 
 
 def load_settings(config_file: str | None) -> config.Settings:
@@ -15,6 +19,21 @@ def load_settings(config_file: str | None) -> config.Settings:
         return config.load(config_file)
     except config.ConfigError as e:
         raise click.ClickException(f"invalid configuration: {e}") from None
+
+
+def run(settings: config.Settings, main: Coroutine[Any, Any, T]) -> T:
+    """Run a long-running command's coroutine on the configured event loop (server.eventLoop)."""
+    if settings["server.eventLoop"] == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            main.close()
+            raise click.ClickException(
+                "server.eventLoop is uvloop but the uvloop package is not installed"
+                " (install it, or set server.eventLoop to asyncio)"
+            ) from None
+        return uvloop.run(main)
+    return asyncio.run(main)
 
 
 @click.command()
@@ -33,7 +52,7 @@ def up(config_file: str | None, data_dir: str, database_url: str | None) -> None
 
     settings = load_settings(config_file)
     logs.setup("text", settings["logging.level"])
-    asyncio.run(process.up(settings, Path(data_dir), database_url or settings.database_url or None, click.echo))
+    run(settings, process.up(settings, Path(data_dir), database_url or settings.database_url or None, click.echo))
 
 
 @click.command()
@@ -44,7 +63,7 @@ def serve(config_file: str | None) -> None:
 
     settings = load_settings(config_file)
     logs.setup(settings["logging.format"], settings["logging.level"])
-    asyncio.run(process.serve(settings, api=True, workers=False))
+    run(settings, process.serve(settings, api=True, workers=False))
 
 
 @click.command()
@@ -55,7 +74,7 @@ def worker(config_file: str | None) -> None:
 
     settings = load_settings(config_file)
     logs.setup(settings["logging.format"], settings["logging.level"])
-    asyncio.run(process.serve(settings, api=False, workers=True))
+    run(settings, process.serve(settings, api=False, workers=True))
 
 
 @click.command()

@@ -59,3 +59,22 @@ def test_lifecycle_log_lines_carry_ids():
     assert (line["session_id"], line["operation_id"], line["job_id"]) == ("s-1", "g-1", 42)
     text = logs.TextFormatter().format(record)
     assert "session_id=s-1" in text and "job_id=42" in text
+
+
+@pytest.mark.parametrize("choice, module", [("uvloop", "uvloop"), ("asyncio", "asyncio")])
+def test_long_running_commands_use_the_configured_event_loop(choice, module):
+    from sessionq.cli.server import run
+
+    settings = config.load(None, env={"SESSIONQ_SERVER__EVENT_LOOP": choice})
+
+    async def loop_module() -> str:
+        import asyncio
+
+        return type(asyncio.get_running_loop()).__module__.split(".")[0]
+
+    assert run(settings, loop_module()) == module
+
+
+def test_unknown_event_loop_is_refused():
+    with pytest.raises(config.ConfigError, match=r"server\.eventLoop"):
+        config.load(None, env={"SESSIONQ_SERVER__EVENT_LOOP": "trio"})

@@ -151,6 +151,12 @@ KEYS: tuple[Key, ...] = (
     Key("server.address", _address, "127.0.0.1:8083", "gRPC listen address (native gRPC, reflection, health)."),
     Key("server.httpAddress", _address, "127.0.0.1:8084", "HTTP listen address of A2A agent-card discovery."),
     Key(
+        "server.eventLoop",
+        _choice("uvloop", "asyncio"),
+        "uvloop",
+        "Event loop of the long-running commands (up, serve, worker): uvloop (faster) or Python's asyncio.",
+    ),
+    Key(
         "sessions.idleTtl",
         _duration,
         604800.0,
