@@ -96,17 +96,18 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
     sizes = {"seconds": 5.0 if quick else 15.0, "warmup": 1.0 if quick else 3.0,
              "pgbench_seconds": 5 if quick else 10, "levels": [1, 16, 64], "census_seconds": 2.0,
              **(sizes or {})}
+    settings = {**SETTINGS, **sizes.get("settings", {})}
     say("", "== create: CreateSession end-to-end over gRPC ==")
     pgb = await asyncio.to_thread(baselines.pgbench, srv, seconds=int(sizes["pgbench_seconds"]))
     say(f"pgbench TPC-B (-c 16 -j 2 -T {sizes['pgbench_seconds']}, scale 1): {pgb.get('tps')} tps"
         + (f"  [{pgb['error']}]" if "error" in pgb else ""))
     url = srv.fresh_database("create")
-    await setup_agent(url, worker_pool_size=int(SETTINGS["runtime.simulator.workers"]))
+    await setup_agent(url, worker_pool_size=int(settings["runtime.simulator.workers"]))
     port = free_port()
     levels: list[dict[str, Any]] = []
     async with processes(log_dir / "create") as procs:
-        api, workers = await asyncio.gather(start_api(procs, url, port, SETTINGS),
-                                            start_workers(procs, url, port, SETTINGS, WORKER_PROCESSES))
+        api, workers = await asyncio.gather(start_api(procs, url, port, settings),
+                                            start_workers(procs, url, port, settings, WORKER_PROCESSES))
         pids = {"sessionq serve": api.pid, **{f"sessionq worker {i}": w.pid for i, w in enumerate(workers)}}
         for clients in sizes["levels"]:
             with CpuMeter(srv, pids) as cpu:
@@ -144,7 +145,7 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
         f"target >= 300/s with p99 <= 250 ms: {'met' if met else 'NOT met'}")
     return {
         "processes": f"1 x sessionq serve + {WORKER_PROCESSES} x sessionq worker + the gRPC client (this process)",
-        "settings": SETTINGS,
+        "settings": settings,
         "sizes": sizes,
         "pgbench": pgb,
         "levels": levels,
