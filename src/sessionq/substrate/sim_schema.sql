@@ -150,7 +150,8 @@ COMMENT ON TABLE substrate_sim.calls IS
 -- SimulatedSubstrate runs create_actor, get_actor, suspend_actor, resume_actor, delete_actor and
 -- create_egress_policy as ONE statement each (one round trip, one autocommit transaction):
 --   SELECT CASE WHEN t.faults IS NULL THEN substrate_sim.<call>(...) ELSE {"faults": t.faults} END
---     FROM substrate_sim.take_faults('<call>', <target>) AS t(faults)
+--     FROM (SELECT CASE WHEN <a live fault names '<call>'> THEN substrate_sim.take_faults('<call>', <target>) END)
+--       AS t(faults)
 -- so the call's faults are consumed first and, when one matched, nothing else happens; the caller
 -- then honours them (waits, fail_before, lose_after) and applies the call with a plain SELECT of the
 -- function (SimulatedSubstrate._call_fn). Each function does what the Python code did in its own
