@@ -437,8 +437,10 @@ def _actor_result(result: dict[str, Any], tz: tzinfo) -> Actor:
 # survives (the Actor UID after create_actor, the completion after the egress policy, and so on).
 # What can be lost is only a change the control plane never recorded, which is a lost response
 # (OP-14): a retry inspects the Actor and continues from what exists. Saves a WAL flush on each
-# runtime call (two per creation).
-SIMULATOR_OPTIONS = "-c synchronous_commit=off"
+# runtime call (two per creation). Set on each new connection of the simulator's pool, so that
+# options in the database URL stay as they are.
+async def _commit_asynchronously(conn: psycopg.AsyncConnection[Any]) -> None:
+    await conn.execute("SET synchronous_commit = off")
 
 
 class SimulatedSubstrate:
@@ -475,7 +477,8 @@ class SimulatedSubstrate:
             max_size=self._pool_size,
             open=False,
             name="substrate_sim",
-            kwargs={"autocommit": True, "application_name": "substrate_sim", "options": SIMULATOR_OPTIONS},
+            kwargs={"autocommit": True, "application_name": "substrate_sim"},
+            configure=_commit_asynchronously,
         )
         await pool.open(wait=True, timeout=30.0)
         self._pool = pool
