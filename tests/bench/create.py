@@ -118,6 +118,11 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
             r["cpu"] = cpu.result
             done = int(r["creations"] * (float(sizes["seconds"]) + float(sizes["warmup"])) / float(sizes["seconds"]))
             r["cpu_ms_per_creation"] = cpu.per_unit_ms(done)
+            # the client's CPU per creation is the same work in every run, so the total in units of it
+            # compares runs made while the shared machine ran at different speeds
+            client_ms = r["cpu_ms_per_creation"].get("bench (this process)")
+            r["cpu_per_creation_in_client_units"] = (
+                round(sum(r["cpu_ms_per_creation"].values()) / client_ms, 1) if client_ms else None)
             r["cpu_ceiling_creations_per_s"] = cpu.ceiling_per_s(done)
             levels.append(r)
             procs.check()
@@ -134,7 +139,8 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
               ["clients", "creations/s", "p50 ms", "p99 ms", "max ms", "errors", "ratio to pgbench tps"], rows))
     for r in levels:
         say(f"  {r['clients']:>3} clients: machine CPU busy {r['cpu'].get('machine_busy_pct')}% (other tenants "
-            f"included); CPU ms per creation {r['cpu_ms_per_creation']}; with all {os.cpu_count()} CPUs to "
+            f"included); CPU ms per creation {r['cpu_ms_per_creation']} (in all "
+            f"{r['cpu_per_creation_in_client_units']}x the client's own); with all {os.cpu_count()} CPUs to "
             f"itself at most {r['cpu_ceiling_creations_per_s']} creations/s")
     if float(sizes["census_seconds"]) > 0:
         say(*census_lines(anatomy, "creation (1 client)"))
