@@ -154,7 +154,7 @@ KEYS: tuple[Key, ...] = (
         "server.eventLoop",
         _choice("uvloop", "asyncio"),
         "uvloop",
-        "Event loop of the long-running commands (up, serve, worker): uvloop (faster) or Python's asyncio.",
+        "Event loop of the long-running commands (up, serve, worker): uvloop (faster; not on Windows) or asyncio.",
     ),
     Key(
         "sessions.idleTtl",
