@@ -150,8 +150,7 @@ COMMENT ON TABLE substrate_sim.calls IS
 -- SimulatedSubstrate runs create_actor, get_actor, suspend_actor, resume_actor, delete_actor and
 -- create_egress_policy as ONE statement each (one round trip, one autocommit transaction):
 --   SELECT CASE WHEN t.faults IS NULL THEN substrate_sim.<call>(...) ELSE {"faults": t.faults} END
---     FROM (SELECT CASE WHEN <a live fault names '<call>'> THEN substrate_sim.take_faults('<call>', <target>) END)
---       AS t(faults)
+--     FROM substrate_sim.take_faults('<call>', <target>) AS t(faults)
 -- so the call's faults are consumed first and, when one matched, nothing else happens; the caller
 -- then honours them (waits, fail_before, lose_after) and applies the call with a plain SELECT of the
 -- function (SimulatedSubstrate._call_fn). Each function does what the Python code did in its own
@@ -173,7 +172,15 @@ COMMENT ON FUNCTION substrate_sim.fail(text, text) IS
 -- take_faults: consume the faults of one call (the oldest matching wait fault and the oldest matching
 -- outcome fault); used by every call of SimulatedSubstrate.
 CREATE OR REPLACE FUNCTION substrate_sim.take_faults(p_method text, p_target text)
-RETURNS jsonb LANGUAGE sql VOLATILE AS $$
+RETURNS jsonb LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+  v_faults jsonb;
+BEGIN
+  -- the usual case: no live fault names the method; a look at the near-empty table, no locking query
+  IF NOT EXISTS (SELECT FROM substrate_sim.faults
+                  WHERE method = p_method AND (remaining IS NULL OR remaining > 0)) THEN
+    RETURN NULL;
+  END IF;
   WITH candidates AS (
     SELECT id, kind, code, delay, kind IN ('delay', 'block') AS is_wait
       FROM substrate_sim.faults
@@ -189,8 +196,10 @@ RETURNS jsonb LANGUAGE sql VOLATILE AS $$
       FROM chosen WHERE f.id = chosen.id
   )
   SELECT jsonb_agg(jsonb_build_object('id', id, 'kind', kind, 'code', code, 'delay', delay) ORDER BY id)
-    FROM chosen
-$$;
+    INTO v_faults
+    FROM chosen;
+  RETURN v_faults;
+END $$;
 COMMENT ON FUNCTION substrate_sim.take_faults(text, text) IS
     'Consume (remaining - 1, hits + 1, under FOR UPDATE) the oldest fault of a wait kind (delay, block) and the '
     'oldest of an outcome kind matching the method and target (faults naming no actor match any target); '

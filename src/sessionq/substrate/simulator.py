@@ -392,15 +392,10 @@ _FN_DELETE_ACTOR = "substrate_sim.delete_actor(%(atespace)s, %(name)s, %(uid)s, 
 _FN_CREATE_EGRESS_POLICY = (
     "substrate_sim.create_egress_policy(%(atespace)s, %(actor)s, %(uid)s, %(rules)s, %(pid)s::integer)"
 )
-# One statement: take the call's faults, and apply the call only when none matched. take_faults
-# runs only when a live fault names the method (usually none does: a look at a near-empty table
-# instead of take_faults' locking query). The subquery calls a volatile function, so it is not
-# flattened: take_faults runs once, before the call.
+# One statement: take the call's faults, and apply the call only when none matched.
 _GATED = (
     "SELECT CASE WHEN t.faults IS NULL THEN {call} ELSE jsonb_build_object('faults', t.faults) END"
-    " FROM (SELECT CASE WHEN EXISTS (SELECT FROM substrate_sim.faults f WHERE f.method = %(fault_method)s"
-    " AND (f.remaining IS NULL OR f.remaining > 0))"
-    " THEN substrate_sim.take_faults(%(fault_method)s, %(fault_target)s) END) AS t(faults)"
+    " FROM substrate_sim.take_faults(%(fault_method)s, %(fault_target)s) AS t(faults)"
 )
 _FAIL_SQLSTATE = "SX001"  # substrate_sim.fail: the Code name in DETAIL
 
