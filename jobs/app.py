@@ -11,6 +11,7 @@ from procrastinate import App, PsycopgConnector, RetryStrategy
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from sessionq.jobs import agents, checkpoints, dispatch, operations, periodic, reaper
+from sessionq.jobs.manager import OperationJobManager
 
 from sessionq.db import conninfo
 
@@ -34,7 +35,9 @@ def _pool(**options: Any) -> AsyncConnectionPool:
 
 
 def build_app(url: str, *, pool_size: int = 4, expiry: bool = True) -> App:
-    app = App(connector=PsycopgConnector(conninfo=conninfo(url), min_size=1, max_size=pool_size, pool_factory=_pool))
+    connector = PsycopgConnector(conninfo=conninfo(url), min_size=1, max_size=pool_size, pool_factory=_pool)
+    app = App(connector=connector)
+    app.job_manager = OperationJobManager(connector)
     app.task(name="execute_operation", queue="operations", pass_context=True, retry=OPERATION_RETRY)(
         operations.execute_operation
     )

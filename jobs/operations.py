@@ -7,6 +7,7 @@ from uuid import UUID
 
 from procrastinate import JobContext
 from sessionq.jobs.deps import deps
+from sessionq.jobs.manager import OperationJobManager
 
 log = logging.getLogger(__name__)
 
@@ -17,7 +18,19 @@ async def execute_operation(context: JobContext, session_id: str) -> str:
     crashed executor's claim expires, and this job then takes over). Errors after the claim
     release it and raise, so procrastinate retries with backoff."""
     d = deps(context)
-    outcome = await d.executor.run(UUID(session_id))
+    # the completion ends this job in its own transaction when the worker's JobManager can skip
+    # its own finish call (jobs/manager.py)
+    manager = context.app.job_manager if context.app else None
+    ending = manager if isinstance(manager, OperationJobManager) else None
+    job_id = context.job.id if ending is not None and context.job else None
+    try:
+        outcome = await d.executor.run(UUID(session_id), job_id=job_id)
+    except BaseException:
+        if ending is not None and job_id is not None:
+            ending.completion_uncertain(job_id)  # a lost response may hide a committed completion
+        raise
+    if ending is not None and job_id is not None and outcome.status == "completed":
+        ending.ended_with_completion(job_id)
     if outcome.status == "busy" and outcome.retry_at is not None:
         await d.store.queue_operation(UUID(session_id), outcome.retry_at)
     log.debug(

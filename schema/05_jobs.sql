@@ -1,8 +1,9 @@
--- The one place where sessionq's SQL defers procrastinate jobs.
+-- The one place where sessionq's SQL touches procrastinate's jobs.
 --
 -- Lifecycle procedures admit an intent and queue the job that executes it in the same
--- transaction: the job exists if and only if the admission committed. procrastinate's versioned
--- SQL functions change between releases, so nothing else calls them; this wrapper inserts into
+-- transaction: the job exists if and only if the admission committed. A completion ends the job
+-- that executed it in the same transaction too (finish_operation_job). procrastinate's versioned
+-- SQL functions change between releases, so nothing calls them; these wrappers work on
 -- procrastinate_jobs directly (its insert trigger sends the NOTIFY that wakes workers at commit).
 
 CREATE OR REPLACE FUNCTION sessionq.defer_job(
@@ -25,4 +26,24 @@ BEGIN
   RETURN v_id;  -- NULL: a job with this queueing lock is already waiting, and it will do the work
 END $$;
 COMMENT ON FUNCTION sessionq.defer_job(text, text, jsonb, text, timestamptz) IS
-  'Queue a procrastinate job unless one with the same queueing lock is already waiting (todo). Returns the job id, or NULL when the waiting job covers it. The only caller of procrastinate from SQL.';
+  'Queue a procrastinate job unless one with the same queueing lock is already waiting (todo). Returns the job id, or NULL when the waiting job covers it. With finish_operation_job, the only SQL that touches procrastinate''s tables.';
+
+-- finish_operation_job: the execute_operation job of a Session ends with the completion it made.
+-- The worker runs jobs with delete_jobs = 'successful', so procrastinate would delete the row of
+-- a succeeded job in its own transaction after the task returned (procrastinate_finish_job_v1);
+-- doing it here saves that round trip and commit, and a worker that dies right after the
+-- completion leaves no stalled job behind. The worker is told (jobs/app.py, OperationJobManager)
+-- and skips its own finish call.
+CREATE OR REPLACE FUNCTION sessionq.finish_operation_job(p_job bigint, p_session uuid)
+RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = sessionq, public
+AS $$
+BEGIN
+  DELETE FROM procrastinate_jobs
+   WHERE id = p_job AND status = 'doing' AND task_name = 'execute_operation'
+     AND args ->> 'session_id' = p_session::text;
+  RETURN FOUND;
+END $$;
+COMMENT ON FUNCTION sessionq.finish_operation_job(bigint, uuid) IS
+  'End a running (doing) execute_operation job of the Session as a successful procrastinate job is ended with delete_jobs = successful: its row is deleted. Called by complete_operation in the completing transaction. Returns false (and changes nothing) when the job is not that Session''s running job.';

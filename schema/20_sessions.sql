@@ -460,7 +460,7 @@ COMMENT ON FUNCTION sessionq.release_operation(uuid, uuid, uuid) IS
 
 -- complete_operation: record the successful outcome of the claim holder.
 CREATE OR REPLACE FUNCTION sessionq.complete_operation(
-  p_session uuid, p_generation uuid, p_executor uuid, p_result jsonb DEFAULT '{}'
+  p_session uuid, p_generation uuid, p_executor uuid, p_result jsonb DEFAULT '{}', p_job bigint DEFAULT NULL
 ) RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -473,6 +473,9 @@ BEGIN
    FOR UPDATE;
   IF NOT FOUND THEN
     PERFORM sessionq.fail('SQ409', format('executor %s no longer holds the claim of session %s', p_executor, p_session));
+  END IF;
+  IF p_job IS NOT NULL THEN
+    PERFORM sessionq.finish_operation_job(p_job, p_session);  -- the executing job ends with its work
   END IF;
   v_kind := v.operation;
   IF v.operation = 'DELETE' AND v.deletion_reason = 'idle_timeout' THEN
@@ -504,8 +507,8 @@ BEGIN
   PERFORM sessionq.on_operation_completed(v, v_kind);
   RETURN to_jsonb(v);
 END $$;
-COMMENT ON FUNCTION sessionq.complete_operation(uuid, uuid, uuid, jsonb) IS
-  'Complete the generation by its claim holder, atomically: CREATE and RESUME -> READY, SUSPEND -> SUSPENDED, DELETE -> DELETED tombstone (revision pin, runtime routing, checkpoint pin and shares released) or, for idle_timeout, removal of the row. The operation UUID stays. A stale executor gets ABORTED.';
+COMMENT ON FUNCTION sessionq.complete_operation(uuid, uuid, uuid, jsonb, bigint) IS
+  'Complete the generation by its claim holder, atomically: CREATE and RESUME -> READY, SUSPEND -> SUSPENDED, DELETE -> DELETED tombstone (revision pin, runtime routing, checkpoint pin and shares released) or, for idle_timeout, removal of the row. The operation UUID stays. A stale executor gets ABORTED. p_job, the executing execute_operation job, is ended in the same transaction (finish_operation_job).';
 
 -- Hooks other domains extend (30_tasks.sql and later files redefine them).
 CREATE OR REPLACE FUNCTION sessionq.on_operation_completed(p_session sessionq.sessions, p_kind text) RETURNS void

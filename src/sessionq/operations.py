@@ -117,7 +117,10 @@ class OperationExecutor:
             workload.ENV: workload.token_for(self._workload_secret, session.id),
         }
 
-    async def run(self, session_id: UUID) -> Outcome:
+    async def run(self, session_id: UUID, job_id: int | None = None) -> Outcome:
+        """Execute the Session's current operation. `job_id` is the execute_operation job running
+        it, if any: a completion ends that job in its own transaction (its status is then
+        "completed")."""
         executor = uuid4()
         lifetime = self.claim_lifetime
         started = time.monotonic()
@@ -175,7 +178,7 @@ class OperationExecutor:
 
         # 4. completion, atomically, by the claim holder
         completed = await detached(
-            with_db_retry(lambda: self.store.complete_operation(session_id, generation, executor, result))
+            with_db_retry(lambda: self.store.complete_operation(session_id, generation, executor, result, job_id))
         )
         metrics.OPERATIONS.labels(kind=claim.session.operation, outcome="completed").inc()
         log.info("completed %s operation", claim.session.operation.lower(), extra=log_extra)

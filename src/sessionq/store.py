@@ -183,11 +183,18 @@ class Store:
         await self._rows("SELECT sessionq.release_operation(%s, %s, %s)", (session_id, generation, executor))
 
     async def complete_operation(
-        self, session_id: UUID, generation: UUID, executor: UUID, result: dict[str, Any] | None = None
+        self,
+        session_id: UUID,
+        generation: UUID,
+        executor: UUID,
+        result: dict[str, Any] | None = None,
+        job_id: int | None = None,
     ) -> Session | None:
+        """Complete the generation; `job_id`, the execute_operation job running it, ends in the
+        same transaction (its worker must then skip procrastinate's own finish call)."""
         value = await self._value(
-            "SELECT sessionq.complete_operation(%s, %s, %s, %s)",
-            (session_id, generation, executor, Jsonb(result or {})),
+            "SELECT sessionq.complete_operation(%s, %s, %s, %s, %s)",
+            (session_id, generation, executor, Jsonb(result or {}), job_id),
         )
         return Session.from_json(value) if value else None
 
