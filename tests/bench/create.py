@@ -95,7 +95,7 @@ async def drive(address: str, clients: int, seconds: float, warmup: float, tag: 
 async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | None = None) -> dict[str, Any]:
     sizes = {"seconds": 5.0 if quick else 15.0, "warmup": 1.0 if quick else 3.0,
              "pgbench_seconds": 5 if quick else 10, "levels": [1, 16, 64], "census_seconds": 2.0,
-             **(sizes or {})}
+             "census_clients": 1, **(sizes or {})}
     settings = {**SETTINGS, **sizes.get("settings", {})}
     say("", "== create: CreateSession end-to-end over gRPC ==")
     pgb = await asyncio.to_thread(baselines.pgbench, srv, seconds=int(sizes["pgbench_seconds"]))
@@ -130,7 +130,8 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
         if float(sizes["census_seconds"]) > 0:
             census = Census(srv, url)
             async with census:
-                counted = await drive(f"127.0.0.1:{port}", 1, float(sizes["census_seconds"]), 0.0, "census")
+                counted = await drive(f"127.0.0.1:{port}", int(sizes["census_clients"]),
+                                      float(sizes["census_seconds"]), 0.0, "census")
             anatomy = census.per(counted["creations"])
     srv.drop(url)
     rows = [(r["clients"], r["creations_per_s"], r["p50_ms"], r["p99_ms"], r["max_ms"],
@@ -143,7 +144,7 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
             f"{r['cpu_per_creation_in_client_units']}x the client's own); with all {os.cpu_count()} CPUs to "
             f"itself at most {r['cpu_ceiling_creations_per_s']} creations/s")
     if float(sizes["census_seconds"]) > 0:
-        say(*census_lines(anatomy, "creation (1 client)"))
+        say(*census_lines(anatomy, f"creation ({sizes['census_clients']} client(s))"))
     top = next((r for r in levels if r["clients"] == 64), levels[-1])
     met = top["creations_per_s"] >= 300 and (top["p99_ms"] or 1e9) <= 250
     say(f"ratio line: create@{top['clients']} = {top['creations_per_s']} creations/s = "
