@@ -11,7 +11,7 @@ from procrastinate import App, PsycopgConnector, RetryStrategy
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from sessionq.jobs import agents, checkpoints, dispatch, operations, periodic, reaper
-from sessionq.jobs.manager import OperationJobManager
+from sessionq.jobs.manager import WorkerJobManager
 
 from sessionq.db import conninfo
 
@@ -37,7 +37,7 @@ def _pool(**options: Any) -> AsyncConnectionPool:
 def build_app(url: str, *, pool_size: int = 4, expiry: bool = True) -> App:
     connector = PsycopgConnector(conninfo=conninfo(url), min_size=1, max_size=pool_size, pool_factory=_pool)
     app = App(connector=connector)
-    app.job_manager = OperationJobManager(connector)
+    app.job_manager = WorkerJobManager(connector)
     app.task(name="execute_operation", queue="operations", pass_context=True, retry=OPERATION_RETRY)(
         operations.execute_operation
     )

@@ -2,29 +2,43 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
+import time
+from collections.abc import Awaitable, Callable
 
+import psycopg
 from procrastinate import PsycopgConnector
+from procrastinate.exceptions import ConnectorException
 from procrastinate.jobs import Job, Status
 from procrastinate.manager import JobManager
 
 log = logging.getLogger(__name__)
 
+# how long a worker keeps trying to record the end of a job attempt while PostgreSQL is unreachable
+PERSIST_BUDGET = 30.0
 
-class OperationJobManager(JobManager):
-    """procrastinate's JobManager, aware that an execute_operation job can end in the transaction
-    that completes its operation (sessionq.complete_operation deletes its row, as procrastinate
-    does for a succeeded job under delete_jobs = 'successful').
 
-    The task says which of its jobs ended that way (`ended_with_completion`); the worker's own
-    finish or retry call for such a job is skipped: one round trip and one commit less per
-    operation. When the task failed after trying to complete (`completion_uncertain`: a lost
-    response of the completion), the job is looked up first, and only a job still running is
-    finished or retried by procrastinate."""
+class WorkerJobManager(JobManager):
+    """procrastinate's JobManager with two changes to how a worker records the end of a job
+    attempt (`finish_job`, `retry_job`):
 
-    def __init__(self, connector: PsycopgConnector) -> None:
+    - An execute_operation job can end in the transaction that completes its operation
+      (sessionq.complete_operation deletes its row, as procrastinate does for a succeeded job under
+      delete_jobs = 'successful'). The task says so (`ended_with_completion`) and the worker's own
+      call is skipped: one round trip and one commit less per operation. When the task failed after
+      it tried to complete (`completion_uncertain`: the completion's response may have been lost),
+      the attempt is looked up first, and only an attempt still open is ended by procrastinate.
+    - The call is retried when the connection fails (a PostgreSQL restart or failover), for up to
+      `persist_budget` seconds, with the attempt looked up before each retry (the failed call may
+      have committed). procrastinate makes the call once; a failure would leave the job `doing`
+      under a live worker, which neither procrastinate nor the reaper would ever run again.
+    """
+
+    def __init__(self, connector: PsycopgConnector, *, persist_budget: float = PERSIST_BUDGET) -> None:
         super().__init__(connector=connector)
+        self.persist_budget = persist_budget
         self._ended: set[int] = set()
         self._uncertain: set[int] = set()
 
@@ -34,25 +48,43 @@ class OperationJobManager(JobManager):
     def completion_uncertain(self, job_id: int) -> None:
         self._uncertain.add(job_id)
 
-    async def _still_running(self, job: Job) -> bool:
+    async def _attempt_open(self, job: Job) -> bool:
+        """Is this attempt of the job still running here (doing, on this worker, not retried)?"""
+        row = await self.connector.execute_query_one_async(
+            "SELECT count(*) AS n FROM procrastinate_jobs WHERE id = %(job_id)s AND status = 'doing'"
+            " AND worker_id IS NOT DISTINCT FROM %(worker_id)s AND attempts = %(attempts)s",
+            job_id=job.id,
+            worker_id=job.worker_id,
+            attempts=job.attempts,
+        )
+        return bool(row["n"])
+
+    async def _end_attempt(self, job: Job, call: Callable[[], Awaitable[None]]) -> None:
         assert job.id is not None
         if job.id in self._ended:
             self._ended.discard(job.id)
-            return False
-        if job.id in self._uncertain:
-            self._uncertain.discard(job.id)
-            row = await self.connector.execute_query_one_async(
-                "SELECT count(*) AS n FROM procrastinate_jobs WHERE id = %(job_id)s AND status = 'doing'",
-                job_id=job.id,
-            )
-            if not row["n"]:
-                log.info("job %s ended with its operation's completion", job.id)
-                return False
-        return True
+            return
+        look_first = job.id in self._uncertain
+        self._uncertain.discard(job.id)
+        delay, deadline = 0.1, time.monotonic() + self.persist_budget
+        while True:
+            try:
+                if look_first and not await self._attempt_open(job):
+                    log.info("job %s: its attempt has already ended", job.id)
+                    return
+                await call()
+                return
+            except ConnectorException as e:
+                lost = isinstance(e.__cause__, (psycopg.OperationalError, psycopg.InterfaceError))
+                if not lost or time.monotonic() + delay > deadline:
+                    raise
+                log.warning("cannot record the end of job %s (%s); retrying in %.1f s", job.id, e.__cause__, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+            look_first = True
 
     async def finish_job(self, job: Job, status: Status, delete_job: bool) -> None:
-        if await self._still_running(job):
-            await super().finish_job(job, status, delete_job)
+        await self._end_attempt(job, lambda: super(WorkerJobManager, self).finish_job(job, status, delete_job))
 
     async def retry_job(
         self,
@@ -62,5 +94,9 @@ class OperationJobManager(JobManager):
         queue: str | None = None,
         lock: str | None = None,
     ) -> None:
-        if await self._still_running(job):
-            await super().retry_job(job, retry_at=retry_at, priority=priority, queue=queue, lock=lock)
+        await self._end_attempt(
+            job,
+            lambda: super(WorkerJobManager, self).retry_job(
+                job, retry_at=retry_at, priority=priority, queue=queue, lock=lock
+            ),
+        )

@@ -7,7 +7,7 @@ from uuid import UUID
 
 from procrastinate import JobContext
 from sessionq.jobs.deps import deps
-from sessionq.jobs.manager import OperationJobManager
+from sessionq.jobs.manager import WorkerJobManager
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +21,7 @@ async def execute_operation(context: JobContext, session_id: str) -> str:
     # the completion ends this job in its own transaction when the worker's JobManager can skip
     # its own finish call (jobs/manager.py)
     manager = context.app.job_manager if context.app else None
-    ending = manager if isinstance(manager, OperationJobManager) else None
+    ending = manager if isinstance(manager, WorkerJobManager) else None
     job_id = context.job.id if ending is not None and context.job else None
     try:
         outcome = await d.executor.run(UUID(session_id), job_id=job_id)

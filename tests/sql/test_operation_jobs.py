@@ -1,6 +1,9 @@
-"""A completion ends the execute_operation job that ran it, in the completing transaction
-(sessionq.finish_operation_job), and the worker's JobManager then skips procrastinate's own
-finish call for that job."""
+"""How a worker ends a job attempt (jobs/manager.py, WorkerJobManager).
+
+A completion ends the execute_operation job that ran it, in the completing transaction
+(sessionq.finish_operation_job), and the worker then skips procrastinate's own finish call. Ending
+an attempt survives a lost connection, and an attempt whose end is uncertain is looked up first, so
+it never ends a later attempt of the same job."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from procrastinate.exceptions import ConnectorException
 from procrastinate.jobs import Job, Status
 from procrastinate.manager import JobManager
 from sessionq.jobs.app import build_app
-from sessionq.jobs.manager import OperationJobManager
+from sessionq.jobs.manager import WorkerJobManager
 
 from sessionq.errors import SessionqError
 from sessionq.operations import OperationExecutor
@@ -44,7 +47,7 @@ async def app(database_url: str) -> Any:
 
 
 async def test_the_worker_app_uses_the_operation_job_manager(app: App) -> None:
-    assert isinstance(app.job_manager, OperationJobManager)
+    assert isinstance(app.job_manager, WorkerJobManager)
 
 
 async def test_completion_ends_its_own_running_job_and_no_other(store: Store, sim: Any, app: App) -> None:
@@ -84,7 +87,7 @@ async def test_a_failed_completion_keeps_the_job(store: Store, sim: Any, app: Ap
 async def test_the_worker_skips_finishing_a_job_its_completion_ended(store: Store, sim: Any, app: App) -> None:
     await apply_agent(store, sim)
     manager = app.job_manager
-    assert isinstance(manager, OperationJobManager)
+    assert isinstance(manager, WorkerJobManager)
     worker_id = await manager.register_worker()
     executor = OperationExecutor(store, sim, 30)
     jobs = {}
@@ -120,3 +123,58 @@ async def test_the_worker_skips_finishing_a_job_its_completion_ended(store: Stor
     with pytest.raises(ConnectorException) as again:
         await manager.finish_job(ended, Status.SUCCEEDED, delete_job=True)
     assert "not found" in str(again.value.__cause__)
+
+
+async def kill_procrastinate_connections(store: Store) -> int:
+    """Terminate the backends of procrastinate's pool (its connections carry no application name)."""
+    return await count(
+        store,
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND application_name = '' AND pid <> pg_backend_pid()",
+    )
+
+
+async def test_a_lost_connection_while_ending_an_attempt_is_retried(store: Store, sim: Any, app: App) -> None:
+    await apply_agent(store, sim)
+    manager = app.job_manager
+    assert isinstance(manager, WorkerJobManager)
+    worker_id = await manager.register_worker()
+    finished = await store.admit_create("alice", "finished", "kagent", AGENT, "")
+    retried = await store.admit_create("alice", "retried", "kagent", AGENT, "")
+    job_f = await running_job(app, worker_id, finished.session.id)
+    job_r = await running_job(app, worker_id, retried.session.id)
+    assert job_f.id is not None and job_r.id is not None
+
+    # PostgreSQL drops the worker's connections (a restart, a failover) just before it records
+    # the end of an attempt: the worker reconnects and records it (procrastinate alone gives up and
+    # the job stays doing under a live worker for good)
+    assert await kill_procrastinate_connections(store) >= 1
+    await manager.finish_job(job_f, Status.FAILED, delete_job=False)
+    assert await job_status(store, job_f.id) == "failed"
+    assert await kill_procrastinate_connections(store) >= 1
+    await manager.retry_job(job_r)
+    assert await job_status(store, job_r.id) == "todo"
+
+
+async def test_an_uncertain_attempt_never_ends_a_later_attempt(store: Store, sim: Any, app: App) -> None:
+    await apply_agent(store, sim)
+    manager = app.job_manager
+    assert isinstance(manager, WorkerJobManager)
+    first, second = await manager.register_worker(), await manager.register_worker()
+    adm = await store.admit_create("alice", "r", "kagent", AGENT, "")
+    attempt = await running_job(app, first, adm.session.id)
+    assert attempt.id is not None
+    # the first worker's retry committed but its answer was lost; the job then ran again elsewhere
+    await JobManager.retry_job(manager, attempt)
+    again = await running_job(app, second, adm.session.id)
+    assert again.id == attempt.id and again.attempts == attempt.attempts + 1
+    # the first worker, unsure, looks before it ends the attempt: it leaves the second one alone
+    manager.completion_uncertain(attempt.id)
+    await manager.retry_job(attempt)
+    assert await job_status(store, attempt.id) == "doing"
+    manager.completion_uncertain(attempt.id)
+    await manager.finish_job(attempt, Status.FAILED, delete_job=False)
+    assert await job_status(store, attempt.id) == "doing"
+    # the second worker's own attempt ends normally
+    await manager.finish_job(again, Status.SUCCEEDED, delete_job=True)
+    assert await job_status(store, attempt.id) is None
