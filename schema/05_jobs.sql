@@ -32,8 +32,10 @@ COMMENT ON FUNCTION sessionq.defer_job(text, text, jsonb, text, timestamptz) IS
 -- The worker runs jobs with delete_jobs = 'successful', so procrastinate would delete the row of
 -- a succeeded job in its own transaction after the task returned (procrastinate_finish_job_v1);
 -- doing it here saves that round trip and commit, and a worker that dies right after the
--- completion leaves no stalled job behind. The worker is told (jobs/app.py, OperationJobManager)
--- and skips its own finish call.
+-- completion leaves no stalled job behind. The worker is told (jobs/manager.py, WorkerJobManager)
+-- and skips its own finish call. If the reaper requeued the job meanwhile (its worker was slow to
+-- heartbeat), a row back in todo is left alone: it runs again, finds the operation complete and
+-- ends. One that another worker already runs goes, as procrastinate's own finish would delete it.
 CREATE OR REPLACE FUNCTION sessionq.finish_operation_job(p_job bigint, p_session uuid)
 RETURNS boolean
 LANGUAGE plpgsql
