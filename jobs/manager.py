@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import logging
-import time
 from collections.abc import Awaitable, Callable
 
 import psycopg
@@ -13,6 +11,8 @@ from procrastinate import PsycopgConnector
 from procrastinate.exceptions import ConnectorException
 from procrastinate.jobs import Job, Status
 from procrastinate.manager import JobManager
+
+from sessionq.operations import with_db_retry
 
 log = logging.getLogger(__name__)
 
@@ -27,13 +27,15 @@ class WorkerJobManager(JobManager):
     - An execute_operation job can end in the transaction that completes its operation
       (sessionq.complete_operation deletes its row, as procrastinate does for a succeeded job under
       delete_jobs = 'successful'). The task says so (`ended_with_completion`) and the worker's own
-      call is skipped: one round trip and one commit less per operation. When the task failed after
-      it tried to complete (`completion_uncertain`: the completion's response may have been lost),
-      the attempt is looked up first, and only an attempt still open is ended by procrastinate.
-    - The call is retried when the connection fails (a PostgreSQL restart or failover), for up to
-      `persist_budget` seconds, with the attempt looked up before each retry (the failed call may
-      have committed). procrastinate makes the call once; a failure would leave the job `doing`
-      under a live worker, which neither procrastinate nor the reaper would ever run again.
+      call is skipped: one round trip and one commit less per operation. When the task failed
+      (`completion_uncertain`: if it got as far as its completion, that may have committed with its
+      response lost), the attempt is looked up first, and only an attempt still open is ended by
+      procrastinate.
+    - The call is retried when the connection fails (a PostgreSQL restart or failover) with
+      sessionq's `with_db_retry`, for up to `persist_budget` seconds, with the attempt looked up
+      before each retry (the failed call may have committed). procrastinate makes the call once;
+      a failure would leave the job `doing` under a live worker, which neither procrastinate nor
+      the reaper would ever run again.
     """
 
     def __init__(self, connector: PsycopgConnector, *, persist_budget: float = PERSIST_BUDGET) -> None:
@@ -66,22 +68,21 @@ class WorkerJobManager(JobManager):
             return
         look_first = job.id in self._uncertain
         self._uncertain.discard(job.id)
-        delay, deadline = 0.1, time.monotonic() + self.persist_budget
-        while True:
+
+        async def attempt() -> None:
+            nonlocal look_first
             try:
                 if look_first and not await self._attempt_open(job):
                     log.info("job %s: its attempt has already ended", job.id)
                     return
+                look_first = True  # if this call fails, it may still have committed
                 await call()
-                return
             except ConnectorException as e:
-                lost = isinstance(e.__cause__, (psycopg.OperationalError, psycopg.InterfaceError))
-                if not lost or time.monotonic() + delay > deadline:
-                    raise
-                log.warning("cannot record the end of job %s (%s); retrying in %.1f s", job.id, e.__cause__, delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
-            look_first = True
+                if isinstance(e.__cause__, (psycopg.OperationalError, psycopg.InterfaceError)):
+                    raise e.__cause__ from e  # a lost connection: with_db_retry tries again
+                raise
+
+        await with_db_retry(attempt, budget=self.persist_budget)
 
     async def finish_job(self, job: Job, status: Status, delete_job: bool) -> None:
         await self._end_attempt(job, lambda: super(WorkerJobManager, self).finish_job(job, status, delete_job))
