@@ -11,20 +11,22 @@ from sessionq.checkpoints import refresh_snapshot as refresh
 from sessionq.checkpoints import run_checkpoint
 
 
-async def _run(context: JobContext, checkpoint_id: str, task: str) -> str:
+async def _run(context: JobContext, checkpoint_id: str) -> str:
+    """Another attempt holds a live claim: wait for it to lapse (its holder crashed), unless its
+    completion or release makes the waiting job due sooner (sessionq.run_waiting_job)."""
     d = deps(context)
     outcome = await run_checkpoint(d.store, d.runtime, UUID(checkpoint_id), d.settings.claim_lifetime)
     if outcome.status == "busy" and outcome.retry_at is not None:
-        await d.store.defer(task, {"checkpoint_id": checkpoint_id}, f"checkpoint:{checkpoint_id}", outcome.retry_at)
+        await d.store.queue_checkpoint(UUID(checkpoint_id), outcome.retry_at)
     return outcome.status
 
 
 async def create_checkpoint(context: JobContext, checkpoint_id: str) -> str:
-    return await _run(context, checkpoint_id, "create_checkpoint")
+    return await _run(context, checkpoint_id)
 
 
 async def delete_checkpoint(context: JobContext, checkpoint_id: str) -> str:
-    return await _run(context, checkpoint_id, "delete_checkpoint")
+    return await _run(context, checkpoint_id)
 
 
 async def refresh_snapshot(context: JobContext, session_id: str, generation: int) -> bool:

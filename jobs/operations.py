@@ -15,8 +15,10 @@ log = logging.getLogger(__name__)
 async def execute_operation(context: JobContext, session_id: str) -> str:
     """Deferred by admission (queueing lock ``operation:<session id>``). Runs the claim protocol;
     when another attempt holds a live claim, re-queues itself for when that claim lapses (a
-    crashed executor's claim expires, and this job then takes over). Errors after the claim
-    release it and raise, so procrastinate retries with backoff."""
+    crashed executor's claim expires, and this job then takes over). The waiting job runs sooner
+    when there is reason to: a newer generation, a client's retry, the holder's completion or
+    release all make it due now (sessionq.run_waiting_job). Errors after the claim release it and
+    raise, so procrastinate retries with backoff."""
     d = deps(context)
     # the completion ends this job in its own transaction when the worker's JobManager can skip
     # its own finish call (jobs/manager.py)

@@ -174,14 +174,20 @@ END $$;
 COMMENT ON FUNCTION sessionq.visible_session(uuid, text, text, text) IS
   'Lock a Session FOR UPDATE for a caller who needs p_need (read, write or owner) access; NOT_FOUND when missing, deleted or not visible, PERMISSION_DENIED when a share is too weak.';
 
+-- operation_lock: the queueing lock of a Session's execute_operation job.
+CREATE OR REPLACE FUNCTION sessionq.operation_lock(p_session uuid) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 'operation:' || p_session $$;
+COMMENT ON FUNCTION sessionq.operation_lock(uuid) IS
+  'The queueing lock operation:<session id>: at most one execute_operation job of a Session waits at a time.';
+
 -- queue_operation: make sure an execute_operation job is waiting for this Session.
 CREATE OR REPLACE FUNCTION sessionq.queue_operation(p_session uuid, p_at timestamptz DEFAULT NULL)
 RETURNS bigint LANGUAGE sql AS $$
   SELECT sessionq.defer_job('operations', 'execute_operation', jsonb_build_object('session_id', p_session),
-                            'operation:' || p_session, p_at)
+                            sessionq.operation_lock(p_session), p_at)
 $$;
 COMMENT ON FUNCTION sessionq.queue_operation(uuid, timestamptz) IS
-  'Queue the execute_operation job of a Session (at most one waiting per Session: queueing lock operation:<id>). The job executes whatever operation is current when it runs.';
+  'Queue the execute_operation job of a Session (at most one waiting per Session: queueing lock operation:<id>), due at p_at (NULL: now); a job already waiting runs no later than that. The job executes whatever operation is current when it runs.';
 
 -- new_generation: start a new generation of p_kind on a locked row (admission's common tail).
 CREATE OR REPLACE FUNCTION sessionq.new_generation(p_session uuid, p_kind text, p_reason text, p_queue boolean DEFAULT true)
@@ -454,9 +460,11 @@ BEGIN
   IF NOT FOUND THEN
     PERFORM sessionq.fail('SQ409', format('executor %s no longer holds the claim of session %s', p_executor, p_session));
   END IF;
+  -- a job waiting for this claim to lapse may claim now
+  PERFORM sessionq.run_waiting_job(sessionq.operation_lock(p_session));
 END $$;
 COMMENT ON FUNCTION sessionq.release_operation(uuid, uuid, uuid) IS
-  'End an attempt without completing: the claim lapses now so a retry can claim at once, but executor_id, the operation and all pins stay. A stale executor gets ABORTED.';
+  'End an attempt without completing: the claim lapses now so a retry can claim at once (a job waiting for the claim to lapse becomes due now), but executor_id, the operation and all pins stay. A stale executor gets ABORTED.';
 
 -- complete_operation: record the successful outcome of the claim holder.
 CREATE OR REPLACE FUNCTION sessionq.complete_operation(
@@ -477,6 +485,9 @@ BEGIN
   IF p_job IS NOT NULL THEN
     PERFORM sessionq.finish_operation_job(p_job, p_session);  -- the executing job ends with its work
   END IF;
+  -- a job that waits for this claim to lapse has nothing left to wait for: it runs now (and ends,
+  -- unless a newer operation is current by then), so it never holds the queueing lock for long
+  PERFORM sessionq.run_waiting_job(sessionq.operation_lock(p_session));
   v_kind := v.operation;
   IF v.operation = 'DELETE' AND v.deletion_reason = 'idle_timeout' THEN
     -- idle expiry leaves no tombstone: the row, its shares and its creation receipt go
@@ -508,7 +519,7 @@ BEGIN
   RETURN to_jsonb(v);
 END $$;
 COMMENT ON FUNCTION sessionq.complete_operation(uuid, uuid, uuid, jsonb, bigint) IS
-  'Complete the generation by its claim holder, atomically: CREATE and RESUME -> READY, SUSPEND -> SUSPENDED, DELETE -> DELETED tombstone (revision pin, runtime routing, checkpoint pin and shares released) or, for idle_timeout, removal of the row. The operation UUID stays. A stale executor gets ABORTED. p_job, the executing execute_operation job, is ended in the same transaction (finish_operation_job).';
+  'Complete the generation by its claim holder, atomically: CREATE and RESUME -> READY, SUSPEND -> SUSPENDED, DELETE -> DELETED tombstone (revision pin, runtime routing, checkpoint pin and shares released) or, for idle_timeout, removal of the row. The operation UUID stays. A stale executor gets ABORTED. p_job, the executing execute_operation job, is ended in the same transaction (finish_operation_job); a job of the Session waiting for the claim to lapse becomes due now.';
 
 -- Hooks other domains extend (30_tasks.sql and later files redefine them).
 CREATE OR REPLACE FUNCTION sessionq.on_operation_completed(p_session sessionq.sessions, p_kind text) RETURNS void

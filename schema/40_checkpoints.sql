@@ -55,6 +55,23 @@ COMMENT ON FUNCTION sessionq.notify_checkpoint_change() IS
 CREATE TRIGGER checkpoints_notify AFTER INSERT OR UPDATE OR DELETE ON sessionq.checkpoints
   FOR EACH ROW EXECUTE FUNCTION sessionq.notify_checkpoint_change();
 
+-- checkpoint_lock: the queueing lock of a checkpoint's create/delete job.
+CREATE OR REPLACE FUNCTION sessionq.checkpoint_lock(p_checkpoint uuid) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 'checkpoint:' || p_checkpoint $$;
+COMMENT ON FUNCTION sessionq.checkpoint_lock(uuid) IS
+  'The queueing lock checkpoint:<checkpoint id>: at most one create_checkpoint or delete_checkpoint job of a checkpoint waits at a time.';
+
+-- queue_checkpoint: make sure the job of a CREATING or DELETING checkpoint is waiting.
+CREATE OR REPLACE FUNCTION sessionq.queue_checkpoint(p_checkpoint uuid, p_at timestamptz DEFAULT NULL)
+RETURNS bigint LANGUAGE sql AS $$
+  SELECT sessionq.defer_job('operations',
+                            CASE c.state WHEN 'DELETING' THEN 'delete_checkpoint' ELSE 'create_checkpoint' END,
+                            jsonb_build_object('checkpoint_id', c.id), sessionq.checkpoint_lock(c.id), p_at)
+    FROM sessionq.checkpoints c WHERE c.id = p_checkpoint AND c.state IN ('CREATING', 'DELETING')
+$$;
+COMMENT ON FUNCTION sessionq.queue_checkpoint(uuid, timestamptz) IS
+  'Queue the job of a CREATING (create_checkpoint) or DELETING (delete_checkpoint) checkpoint, due at p_at (NULL: now), under queueing lock checkpoint:<id>; a job already waiting runs no later than that. Nothing for a checkpoint in another state.';
+
 CREATE OR REPLACE FUNCTION sessionq.checkpoint_in_progress(p_session uuid) RETURNS boolean
 LANGUAGE sql STABLE AS $$
   SELECT EXISTS (SELECT 1 FROM sessionq.checkpoints c WHERE c.session_id = p_session AND c.state = 'CREATING')
@@ -91,6 +108,9 @@ BEGIN
     IF c.session_id <> p_session OR c.head_task_id <> p_expected_head THEN
       PERFORM sessionq.fail('SQ422', format('request_id %s was already used for checkpoint %s with different parameters',
                                             p_request_id, c.id));
+    END IF;
+    IF c.state = 'CREATING' THEN  -- a retry joins the creation, and makes sure a job drives it now
+      PERFORM sessionq.queue_checkpoint(c.id);
     END IF;
     RETURN to_jsonb(c);  -- a retry: the same checkpoint
   END IF;
@@ -136,8 +156,7 @@ BEGIN
     SELECT * INTO c FROM sessionq.checkpoints WHERE creator = p_caller AND request_id = p_request_id;
     RETURN to_jsonb(c);
   END IF;
-  PERFORM sessionq.defer_job('operations', 'create_checkpoint', jsonb_build_object('checkpoint_id', c.id),
-                             'checkpoint:' || c.id);
+  PERFORM sessionq.queue_checkpoint(c.id);
   RETURN to_jsonb(c);
 END $$;
 COMMENT ON FUNCTION sessionq.admit_checkpoint(uuid, text, text, text) IS
@@ -178,9 +197,10 @@ LANGUAGE plpgsql AS $$
 BEGIN
   UPDATE sessionq.checkpoints SET executor_expires_at = least(executor_expires_at, clock_timestamp())
    WHERE id = p_checkpoint AND executor_id = p_executor;
+  PERFORM sessionq.run_waiting_job(sessionq.checkpoint_lock(p_checkpoint));  -- a waiting job may claim now
 END $$;
 COMMENT ON FUNCTION sessionq.release_checkpoint(uuid, uuid) IS
-  'End a failed attempt on a checkpoint: the claim lapses now, the executor id stays recorded.';
+  'End a failed attempt on a checkpoint: the claim lapses now (a job waiting for it to lapse becomes due now), the executor id stays recorded.';
 
 -- finish_checkpoint: record the outcome of the claim holder: READY, FAILED, or removed after deletion.
 CREATE OR REPLACE FUNCTION sessionq.finish_checkpoint(p_checkpoint uuid, p_executor uuid, p_failure text)
@@ -192,6 +212,9 @@ BEGIN
   IF NOT FOUND THEN
     PERFORM sessionq.fail('SQ409', format('executor %s does not hold the claim of checkpoint %s', p_executor, p_checkpoint));
   END IF;
+  -- a job waiting for this claim to lapse runs now (and ends), so it never holds the queueing lock
+  -- that a later DeleteCheckpoint defers under
+  PERFORM sessionq.run_waiting_job(sessionq.checkpoint_lock(c.id));
   IF c.state = 'DELETING' THEN
     DELETE FROM sessionq.checkpoints WHERE id = c.id;  -- the tag is gone: the pin is released
     RETURN NULL;
@@ -271,8 +294,7 @@ BEGIN
                                     updated_at = clock_timestamp()
      WHERE id = c.id RETURNING * INTO c;
   END IF;
-  PERFORM sessionq.defer_job('operations', 'delete_checkpoint', jsonb_build_object('checkpoint_id', c.id),
-                             'checkpoint:' || c.id);
+  PERFORM sessionq.queue_checkpoint(c.id);
   RETURN to_jsonb(c);
 END $$;
 COMMENT ON FUNCTION sessionq.admit_checkpoint_delete(uuid, text) IS

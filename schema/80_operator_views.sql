@@ -30,14 +30,6 @@ $$;
 COMMENT ON FUNCTION sessionq.uuid_v7_time(uuid) IS
   'The creation time embedded in a version 7 UUID (sessionq.uuid_v7): e.g. when an operation generation or a dispatch was admitted.';
 
-CREATE OR REPLACE FUNCTION sessionq.wake_workers(p_queue text, p_job bigint) RETURNS void
-LANGUAGE sql AS $$
-  SELECT pg_notify('procrastinate_queue_v1#' || p_queue, json_build_object('type', 'job_inserted', 'job_id', p_job)::text);
-  SELECT pg_notify('procrastinate_any_queue_v1', json_build_object('type', 'job_inserted', 'job_id', p_job)::text);
-$$;
-COMMENT ON FUNCTION sessionq.wake_workers(text, bigint) IS
-  'Send procrastinate''s job_inserted notification for a job put back to todo by an UPDATE (procrastinate notifies inserts only), so idle workers fetch it now instead of at their next poll. Delivered at commit.';
-
 -- -- tables ------------------------------------------------------------------------------------
 
 CREATE TABLE IF NOT EXISTS sessionq.worker_info (

@@ -198,10 +198,8 @@ class Store:
         )
         return Session.from_json(value) if value else None
 
-    async def defer(
-        self, task: str, args: dict[str, Any], queueing_lock: str, at: Any = None, queue: str = "operations"
-    ) -> None:
-        await self._rows("SELECT sessionq.defer_job(%s, %s, %s, %s, %s)", (queue, task, Jsonb(args), queueing_lock, at))
+    async def queue_checkpoint(self, checkpoint_id: UUID, at: Any = None) -> None:
+        await self._rows("SELECT sessionq.queue_checkpoint(%s, %s)", (checkpoint_id, at))
 
     async def queue_operation(self, session_id: UUID, at: Any = None) -> None:
         await self._rows("SELECT sessionq.queue_operation(%s, %s)", (session_id, at))

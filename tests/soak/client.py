@@ -10,7 +10,10 @@ Each `Client` owns a few Sessions and picks its next action from its own seeded 
 send a turn (A2A SendMessage), suspend, resume, rename, get, delete, checkpoint, and the fork
 check (tell the source a number, checkpoint, fork, tell the source a newer number, ask the fork
 which number it remembers: it must answer the first and never the second). Now and then it acts
-on another client's Session of the same user, which makes lifecycle operations conflict.
+on another client's Session of the same user, which makes lifecycle operations conflict. The
+race: a burst of concurrent Suspend/Resume calls on one Session (the attack that found a two-minute
+stall); once every call has answered, the Session must have no pending operation within
+RACE_SETTLE seconds (violation `race-stall`).
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ CHANNEL_OPTIONS = [
     ("grpc.min_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
+RACERS = 12
+RACE_SETTLE = 30.0  # > a claim lifetime of the soak (10 s) plus a runtime delay fault
 LIFECYCLE_RPCS = frozenset({"CreateSession", "SuspendSession", "ResumeSession", "DeleteSession", "ForkSession"})
 _numbers = itertools.count(1)
 
@@ -285,6 +290,7 @@ class Client:
             "delete": (8 if len(live) >= self.MAX_LIVE else 3) if live else 0,
             "checkpoint": 5 if any(s.head for s in ready) else 0,
             "fork_check": 4 if ready else 0,
+            "race": 2 if ready or suspended else 0,
         }
         names = [k for k, w in weights.items() if w > 0]
         return self.rng.choices(names, weights=[weights[k] for k in names])[0]
@@ -382,6 +388,40 @@ class Client:
         r = await self.lifecycle("DeleteSession", "delete", s, ("DELETED",))
         if r.ok:
             self.forget(s)
+
+    async def do_race(self) -> None:
+        """Concurrent Suspend/Resume calls on one Session, each retried as the contract says; then
+        no operation may stay pending for long (a waiting job must not absorb the next one)."""
+        s = self.pick_session(("READY", "SUSPENDED"))
+        if s is None:
+            return
+        rpcs = [self.rng.choice(("SuspendSession", "ResumeSession")) for _ in range(RACERS)]
+        results = await asyncio.gather(*(
+            self.call("race", "sessions", rpc, getattr(session_pb2, f"{rpc}Request")(session_id=s.id), session=s.id,
+                      max_attempts=3, budget=15)
+            for rpc in rpcs))
+        if any(r.code == "NOT_FOUND" for r in results):
+            self.forget(s)
+            return
+        last = time.monotonic()
+        while True:
+            r = await self.call("race-settle", "sessions", "GetSession", session_pb2.GetSessionRequest(session_id=s.id),
+                                session=s.id, max_attempts=3, budget=10)
+            if r.code == "NOT_FOUND":
+                self.forget(s)
+                return
+            if r.ok and r.resp.session.operation == common_pb2.RUNTIME_OPERATION_NONE:
+                s.state = state_name(r.resp.session.state)
+                self.history.race_settles.append(round(time.monotonic() - last, 3))
+                return
+            waited = time.monotonic() - last
+            if waited > RACE_SETTLE or self.shared.stop.is_set():
+                if not self.shared.stop.is_set():
+                    self.history.violation(
+                        "race-stall", f"session {s.id} still has a pending operation {waited:.0f} s after a race"
+                        f" of {RACERS} Suspend/Resume calls answered", session=s.id)
+                return
+            await asyncio.sleep(0.2)
 
     async def do_rename(self) -> None:
         s = self.pick_session(("READY", "SUSPENDED"))

@@ -357,6 +357,7 @@ class Harness:
             "session_states": dict(stats.get("session_states", {})),
             "turns_returned": stats.get("turns_returned"),
             "fork_checks": dict(h.fork_checks),
+            "races": race_summary(h.race_settles),
             "settle": settle,
             "throughput": tp,
             "process_exits": self.exits,
@@ -394,6 +395,10 @@ def render(r: dict[str, Any]) -> str:
                  + ", ".join(f"{k} {n}" for k, n in sorted(r["session_states"].items())))
     lines.append(f"turns returned: {r['turns_returned']}; fork checks: "
                  + (", ".join(f"{k} {n}" for k, n in sorted(r["fork_checks"].items())) or "none"))
+    races = r["races"]
+    lines.append(f"suspend/resume races: {races['rounds']} settled"
+                 + (f", seconds from the last answer to no pending operation: p50 {races['p50']}, max {races['max']}"
+                    if races["rounds"] else ""))
     s = r["settle"]
     lines.append(f"settle: {'done' if s['settled'] else 'NOT settled'} in {s['seconds']}s"
                  + ("" if s["settled"] else f" (left: {s['left']})"))
@@ -421,3 +426,11 @@ def render(r: dict[str, Any]) -> str:
         lines.append(f"  ... {len(r['violations']) - 40} more in summary.json")
     lines.append(f"history, logs and summary: {r['out']}")
     return "\n".join(lines)
+
+
+def race_summary(settles: list[float]) -> dict[str, Any]:
+    """The races of Suspend/Resume calls that settled, and how long after their last answer."""
+    ordered = sorted(settles)
+    if not ordered:
+        return {"rounds": 0}
+    return {"rounds": len(ordered), "p50": ordered[len(ordered) // 2], "max": ordered[-1]}

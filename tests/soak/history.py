@@ -21,6 +21,7 @@ class History:
         self.violations: list[dict[str, Any]] = []
         self.reports: list[dict[str, Any]] = []  # noteworthy but allowed
         self.fork_checks: Counter[str] = Counter()
+        self.race_settles: list[float] = []  # seconds from a race's last answer until no operation pending
         self._seen: set[str] = set()
         self._requests = open(out / "history.jsonl", "a", encoding="utf-8")
         self._faults = open(out / "faults.jsonl", "a", encoding="utf-8")
