@@ -89,6 +89,7 @@ async def test_racing_suspend_and_resume_settle_within_seconds_of_the_last_call(
     assert not slow, f"rounds that did not settle within {SETTLE} s of their last call: {slow}"
 
 
+@pytest.mark.clause("OP-8")
 async def test_a_delete_raced_by_suspends_and_resumes_completes_promptly(two_workers: Any, store: Any, sim: Any) -> None:
     api = two_workers
     await apply_agent(store, sim)

@@ -106,6 +106,7 @@ async def test_completion_makes_the_waiting_job_due_now(store: Store, sim: Any, 
     assert await wakeups(job)
 
 
+@pytest.mark.clause("OP-10")
 async def test_a_released_claim_makes_the_waiting_job_due_now(store: Store, sim: Any, app: App, wakeups: Any) -> None:
     sid, generation, executor = await claimed_suspend(store, sim, app)
     job = await wait_for_claim_expiry(store, sid)
