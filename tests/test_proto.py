@@ -1,4 +1,4 @@
-"""The generated protobuf modules: up to date, wire-compatible with ../shared/spec/wire.md, and
+"""The generated protobuf modules: up to date, wire-compatible with docs/wire.md, and
 importable next to the a2a-sdk's own `lf.a2a.v1` module."""
 
 from __future__ import annotations
