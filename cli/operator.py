@@ -3,7 +3,7 @@
 They talk to PostgreSQL directly (the job queue and the lifecycle tables), not to the API. The
 database URL comes from --database-url, $SESSIONQ_DATABASE_URL, $SESSIONQ_DATABASE__URL (the
 server's setting) or the client config's `databaseUrl` (written by `sessionq up`). Every query is
-in sessionq.operator_store and the views and procedures of schema/80_operator_views.sql.
+in sessionq.db.operator_store and the views and procedures of schema/80_operator_views.sql.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from sessionq.cli.client import (
 )
 
 from sessionq import errors
-from sessionq.operator_store import JOB_STATUSES, SESSION_STATES, OperatorStore, Row, age, jsonable
+from sessionq.db.operator_store import JOB_STATUSES, SESSION_STATES, OperatorStore, Row, age, jsonable
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])

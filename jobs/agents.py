@@ -7,7 +7,7 @@ from uuid import UUID
 from procrastinate import JobContext
 from sessionq.jobs.deps import deps
 
-from sessionq.agents import prepare_revision as prepare
+from sessionq.domain.agents import prepare_revision as prepare
 
 
 async def prepare_revision(context: JobContext, revision_id: str) -> str:

@@ -13,7 +13,7 @@ from psycopg_pool import AsyncConnectionPool
 from sessionq.jobs import agents, checkpoints, dispatch, operations, periodic, reaper
 from sessionq.jobs.manager import WorkerJobManager
 
-from sessionq.db import conninfo
+from sessionq.db.connection import conninfo
 
 QUEUES = ("operations", "dispatch", "agents", "periodic")
 

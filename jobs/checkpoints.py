@@ -7,8 +7,9 @@ from uuid import UUID
 from procrastinate import JobContext
 from sessionq.jobs.deps import deps
 
-from sessionq.checkpoints import refresh_snapshot as refresh
-from sessionq.checkpoints import run_checkpoint
+from sessionq.domain.checkpoints import refresh_snapshot as refresh
+from sessionq.domain.checkpoints import run_checkpoint
+from sessionq.domain.quiescence import QuiescencePool, retry_claimed
 
 
 async def _run(context: JobContext, checkpoint_id: str) -> str:
@@ -36,8 +37,6 @@ async def refresh_snapshot(context: JobContext, session_id: str, generation: int
 
 async def retry_quiescence(context: JobContext, session_id: str) -> str:
     """Operator-requested (sessionq.retry_quiescence): finish a claimed idle boundary whose worker died."""
-    from sessionq.quiescence import QuiescencePool, retry_claimed
-
     d = deps(context)
     pool = QuiescencePool(d.store, d.runtime, d.url, workers=1, listen=False)
     return await retry_claimed(pool, UUID(session_id))

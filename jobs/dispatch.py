@@ -7,7 +7,7 @@ from uuid import UUID
 from procrastinate import JobContext
 from sessionq.jobs.deps import deps
 
-from sessionq.turns import dispatch_turn as dispatch
+from sessionq.domain.turns import dispatch_turn as dispatch
 
 
 async def dispatch_turn(context: JobContext, session_id: str) -> str:

@@ -12,7 +12,7 @@ from procrastinate.exceptions import ConnectorException
 from procrastinate.jobs import Job, Status
 from procrastinate.manager import JobManager
 
-from sessionq.operations import with_db_retry
+from sessionq.db.retry import with_db_retry
 
 log = logging.getLogger(__name__)
 

@@ -47,7 +47,7 @@ def test_lifecycle_log_lines_carry_ids():
 
     from sessionq import logs
 
-    record = logging.LogRecord("sessionq.operations", logging.INFO, __file__, 1, "claimed %s operation", ("create",), None)
+    record = logging.LogRecord("sessionq.domain.operations", logging.INFO, __file__, 1, "claimed %s operation", ("create",), None)
     record.session_id, record.operation_id = "s-1", "g-1"
     token = logs.JOB_ID.set(42)
     try:

@@ -25,8 +25,7 @@ from ophelpers import (  # noqa: F401 (fixtures)
     ops_fixture,
     q,
 )
-
-from sessionq import reaper
+from sessionq.jobs import reaper
 
 
 async def actions(db: Any, job_id: int) -> list[dict[str, Any]]:
@@ -160,7 +159,7 @@ async def test_the_periodic_reaper_is_registered_every_15_seconds_and_runs_in_a_
 
     from sessionq.jobs.deps import Deps
 
-    from sessionq.operations import OperationExecutor
+    from sessionq.domain.operations import OperationExecutor
 
     dead = await dead_worker(db, 300)
     stalled = (await q(db, "SELECT sessionq.queue_operation(%s) AS id", uuid.uuid4()))[0]["id"]

@@ -20,9 +20,9 @@ from procrastinate.manager import JobManager
 from sessionq.jobs.app import build_app
 from sessionq.jobs.manager import WorkerJobManager
 
+from sessionq.db.store import Store
+from sessionq.domain.operations import OperationExecutor
 from sessionq.errors import SessionqError
-from sessionq.operations import OperationExecutor
-from sessionq.store import Store
 
 
 async def running_job(app: App, worker_id: int, session_id: UUID) -> Job:

@@ -16,10 +16,10 @@ import pytest
 from conftest import apply_agent
 from lifecycle import AGENT
 
-from sessionq.db import Listener
+from sessionq.db.connection import Listener
+from sessionq.db.store import SESSION_CHANNEL, Store
+from sessionq.domain.operations import OperationExecutor
 from sessionq.models import Observation
-from sessionq.operations import OperationExecutor
-from sessionq.store import SESSION_CHANNEL, Store
 
 
 class CountingStore(Store):

@@ -17,8 +17,8 @@ from a2a.types import a2a_pb2
 from google.protobuf import json_format
 
 from sessionq.api.common import Authenticator
+from sessionq.db.store import Store
 from sessionq.errors import SessionqError
-from sessionq.store import Store
 
 log = logging.getLogger("sessionq.api")
 

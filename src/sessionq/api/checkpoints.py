@@ -25,8 +25,8 @@ from sessionq.api.common import (
     wait_budget,
 )
 from sessionq.api.sessions import await_generation, session_to_proto
+from sessionq.db.store import Store
 from sessionq.models import Checkpoint
-from sessionq.store import Store
 
 
 def checkpoint_to_proto(c: Checkpoint) -> checkpoint_pb2.Checkpoint:

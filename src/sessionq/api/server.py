@@ -27,8 +27,8 @@ from sessionq.api.inventory import InventoryService
 from sessionq.api.sessions import SessionService
 from sessionq.api.taskstore import TaskStoreService
 from sessionq.config import Settings
-from sessionq.store import Store
-from sessionq.substrate.base import Substrate
+from sessionq.db.store import Store
+from sessionq.runtime.base import RuntimeReader
 
 SERVICE_NAMES = [
     session_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name,
@@ -42,7 +42,7 @@ SERVICE_NAMES = [
 
 class ApiServer:
     def __init__(
-        self, settings: Settings, store: Store, *, address: str | None = None, runtime: Substrate | None = None
+        self, settings: Settings, store: Store, *, address: str | None = None, runtime: RuntimeReader | None = None
     ) -> None:
         self.settings = settings
         self.store = store

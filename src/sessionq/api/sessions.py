@@ -15,7 +15,6 @@ import grpc
 
 from sessionq import errors
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, session_pb2, session_pb2_grpc
-from sessionq.agents import check_name, check_namespace
 from sessionq.api.common import (
     Authenticator,
     after_id,
@@ -29,9 +28,10 @@ from sessionq.api.common import (
     ts,
     wait_budget,
 )
+from sessionq.db.store import Store
+from sessionq.domain.agents import check_name, check_namespace
 from sessionq.metrics import OPERATIONS
 from sessionq.models import Admission, Session, Share
-from sessionq.store import Store
 
 BUSY_WAIT = 5.0  # how long a lifecycle call waits out a turn's cleanup or quiescence
 

@@ -15,8 +15,8 @@ from uuid import UUID
 import yaml
 
 from sessionq import errors
-from sessionq.store import Store
-from sessionq.substrate.base import Code, Substrate, SubstrateError
+from sessionq.db.store import Store
+from sessionq.runtime.base import Code, Substrate, SubstrateError
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ Revises:
 
 from importlib import resources
 
-from sessionq.migrations.sqlfiles import run_sql
+from sessionq.db.migrations.sqlfiles import run_sql
 
 revision = "0001_procrastinate"
 down_revision = None

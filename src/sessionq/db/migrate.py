@@ -10,7 +10,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine
 
-from sessionq.db import conninfo
+from sessionq.db.connection import conninfo
 
 
 def _sqlalchemy_url(url: str) -> str:
@@ -22,7 +22,7 @@ def _sqlalchemy_url(url: str) -> str:
 
 def alembic_config(url: str) -> Config:
     cfg = Config()
-    cfg.set_main_option("script_location", str(resources.files("sessionq.migrations")))
+    cfg.set_main_option("script_location", str(resources.files("sessionq.db.migrations")))
     cfg.set_main_option("sqlalchemy.url", _sqlalchemy_url(url).replace("%", "%%"))
     return cfg
 

@@ -1,6 +1,6 @@
 """Inventory: paginated, authorization-filtered listings of the runtime's Actors and Workers.
 
-`Inventory` pages over the `Substrate` list calls (clauses INV-1..INV-7):
+`Inventory` pages over the runtime's list calls (`RuntimeReader`) (clauses INV-1..INV-7):
 
 - Rows are filtered by the request scope (an atespace, or every watched one), the watched
   atespaces and the caller's authorization BEFORE they fill a public page; one more authorized
@@ -41,7 +41,7 @@ from typing import Any, Generic, TypeVar
 
 from sessionq import errors
 from sessionq.errors import SessionqError
-from sessionq.substrate.base import Actor, Page, Substrate, Worker
+from sessionq.runtime.base import Actor, Page, RuntimeReader, Worker
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +199,7 @@ class Inventory:
 
     def __init__(
         self,
-        runtime: Substrate,
+        runtime: RuntimeReader,
         *,
         cursor_secret: bytes,
         watched_atespaces: Iterable[str] = (),

@@ -37,8 +37,8 @@ from procrastinate import App
 from procrastinate.worker import Worker
 
 from sessionq import errors
-from sessionq.db import Listener, make_pool
-from sessionq.operator_store import DRAIN_CHANNEL, OperatorStore
+from sessionq.db.connection import Listener, make_pool
+from sessionq.db.operator_store import DRAIN_CHANNEL, OperatorStore
 
 log = logging.getLogger(__name__)
 

@@ -24,18 +24,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID, uuid4
 
-import psycopg
-
-from sessionq import errors, metrics, workload
+from sessionq import errors, metrics
+from sessionq.db.retry import detached, with_db_retry
+from sessionq.db.store import Store
+from sessionq.domain import workload
+from sessionq.domain.snapshots import pick_snapshot
 from sessionq.models import Revision, Session
-from sessionq.store import Store
-from sessionq.substrate.base import (
+from sessionq.runtime.base import (
     Actor,
     ActorState,
     Code,
@@ -68,31 +68,6 @@ class Outcome:
     status: str  # completed | busy | superseded | done | gone | failed_preparation | nothing
     session: Session | None = None
     retry_at: datetime | None = None
-
-
-async def detached(coro: Awaitable[T]) -> T:
-    """Run to completion even if the caller is cancelled: a known outcome is never discarded."""
-    task = asyncio.ensure_future(coro)
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        await task
-        raise
-
-
-async def with_db_retry(call: Callable[[], Awaitable[T]], *, budget: float = 30.0) -> T:
-    """Retry a store call on connection failures (100 ms doubling to 5 s), never the runtime call
-    that preceded it."""
-    delay, deadline = 0.1, time.monotonic() + budget
-    while True:
-        try:
-            return await call()
-        except (psycopg.OperationalError, psycopg.InterfaceError) as e:
-            if time.monotonic() + delay > deadline:
-                raise
-            log.warning("database unavailable while recording an outcome (%s); retrying", e)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
 
 
 def egress_rules(revision: Revision) -> list[EgressRule]:
@@ -331,8 +306,6 @@ class OperationExecutor:
             actor = await self.runtime.suspend_actor(
                 session.actor_atespace, session.actor_name, actor.uid, SnapshotFidelity.VOLUMES
             )
-        from sessionq.quiescence import pick_snapshot
-
         return {"snapshot": pick_snapshot(actor.snapshots)}
 
     async def _resume(self, session: Session) -> dict[str, Any]:

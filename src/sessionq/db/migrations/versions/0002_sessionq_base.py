@@ -10,7 +10,7 @@ first release, every change gets a revision of its own.
 
 from importlib import resources
 
-from sessionq.migrations.sqlfiles import apply_sql_files
+from sessionq.db.migrations.sqlfiles import apply_sql_files
 
 revision = "0002_sessionq_base"
 down_revision = "0001_procrastinate"

@@ -21,7 +21,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from sessionq import errors
-from sessionq.db import conninfo
+from sessionq.db.connection import conninfo
 
 Row = dict[str, Any]
 JOB_STATUSES = ("todo", "doing", "succeeded", "failed", "cancelled", "aborted")

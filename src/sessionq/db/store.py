@@ -20,7 +20,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from sessionq import errors
-from sessionq.db import Listener, make_pool
+from sessionq.db.connection import Listener, make_pool
 from sessionq.models import (
     Admission,
     Agent,

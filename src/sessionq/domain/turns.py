@@ -15,8 +15,8 @@ import logging
 import time
 from uuid import UUID
 
-from sessionq.store import Store
-from sessionq.substrate.base import ActorState, Code, InvokeRequest, Substrate, SubstrateError
+from sessionq.db.store import Store
+from sessionq.runtime.base import ActorState, Code, InvokeRequest, Substrate, SubstrateError
 
 log = logging.getLogger(__name__)
 

@@ -14,11 +14,14 @@ from typing import Any
 
 import yaml
 
-from sessionq import metrics, migrate
+from sessionq import metrics
 from sessionq.api.agentcard import AgentCardServer
+from sessionq.api.server import ApiServer
+from sessionq.app.worker import open_runtime, run_worker
 from sessionq.config import Settings
-from sessionq.store import Store
-from sessionq.worker import open_runtime, run_worker
+from sessionq.db import embedded, migrate
+from sessionq.db.store import Store
+from sessionq.runtime.simulator import install_schema
 
 log = logging.getLogger("sessionq")
 
@@ -33,8 +36,6 @@ def install_stop_signals(stop: asyncio.Event) -> None:
 
 
 async def _prepare_database(url: str) -> None:
-    from sessionq.substrate.simulator import install_schema
-
     await asyncio.to_thread(migrate.upgrade, url)
     await install_schema(url)
 
@@ -59,8 +60,6 @@ async def run_services(
         async with open_runtime(settings, url) as runtime:
             server = None
             if api:
-                from sessionq.api.server import ApiServer
-
                 server = ApiServer(settings, store, runtime=runtime)
                 await server.start()
                 cards = AgentCardServer(store, server.auth, f"grpc://{settings['server.address']}")
@@ -111,8 +110,6 @@ def user_client_config() -> Path:
 async def up(settings: Settings, data_dir: Path, database_url: str | None, echo: Callable[[str], None]) -> None:
     """The embedded default: PostgreSQL (embedded unless database_url), migrations, API on
     loopback, workers and the simulator, until Ctrl-C."""
-    from sessionq import embedded
-
     server = None
     psql = None
     if database_url:

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from uuid import UUID
 
 from sessionq import metrics
-from sessionq.leader import leadership
-from sessionq.operations import OperationExecutor
-from sessionq.store import Store
+from sessionq.db.leader import leadership
+from sessionq.db.store import Store
+from sessionq.domain.operations import OperationExecutor
 
 log = logging.getLogger("sessionq.expiry")
 

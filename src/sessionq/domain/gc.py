@@ -16,11 +16,11 @@ import logging
 import time
 from dataclasses import dataclass
 
-from sessionq.leader import leadership
+from sessionq.db.leader import leadership
+from sessionq.db.store import Store
 from sessionq.metrics import REVISION_GC, RevisionGcMetrics
 from sessionq.models import Revision
-from sessionq.store import Store
-from sessionq.substrate.base import Code, Substrate, SubstrateError
+from sessionq.runtime.base import Code, Substrate, SubstrateError
 
 log = logging.getLogger("sessionq.gc")
 

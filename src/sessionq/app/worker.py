@@ -5,27 +5,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
 from sessionq.config import Settings
-from sessionq.operations import OperationExecutor
-from sessionq.store import Store
-from sessionq.substrate.base import Substrate
+from sessionq.db.store import Store
+from sessionq.domain.operations import OperationExecutor
+from sessionq.domain.quiescence import QuiescencePool
+from sessionq.jobs.app import build_app
+from sessionq.jobs.deps import Deps
+from sessionq.jobs.drain import default_worker_name, run_drainable_worker
+from sessionq.metrics import REVISION_GC
+from sessionq.runtime.base import Substrate
+from sessionq.runtime.simulator import SimulatedSubstrate
 
 log = logging.getLogger(__name__)
 
 
-def worker_name() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}"
-
-
 @contextlib.asynccontextmanager
 async def open_runtime(settings: Settings, url: str) -> AsyncIterator[Substrate]:
-    from sessionq.substrate.simulator import SimulatedSubstrate
-
     sim = SimulatedSubstrate(
         url,
         worker_pool_size=int(settings["runtime.simulator.workers"]),
@@ -50,9 +48,6 @@ async def run_worker(
 ) -> None:
     """Run the job workers until `stop` is set, then drain: stop fetching, let running jobs
     finish (up to workers.shutdownTimeout) and return."""
-    from sessionq.jobs.app import build_app
-    from sessionq.quiescence import QuiescencePool
-
     executor = OperationExecutor(store, runtime, settings.claim_lifetime)
     app = build_app(url, expiry=float(settings["sessions.idleTtl"]) > 0)
     quiescence = QuiescencePool(
@@ -70,8 +65,6 @@ async def run_worker(
     finally:
         quiescence_stop.set()
         await quiescence_task
-        from sessionq.metrics import REVISION_GC
-
         REVISION_GC.stop()  # no pending gauge once GC stops
 
 
@@ -91,9 +84,6 @@ async def _run_procrastinate(
     gracefully: no new fetches, running jobs finish (up to workers.shutdownTimeout). If it stops on
     its own - procrastinate gives up when the database is unreachable - restart it with backoff
     instead of letting the process die."""
-    from sessionq.drain import run_drainable_worker
-    from sessionq.jobs.deps import Deps
-
     delay = 1.0
     while not stop.is_set():
         try:
@@ -103,7 +93,7 @@ async def _run_procrastinate(
                     url=url,
                     stop=stop,
                     check_interval=float(settings["workers.pollInterval"]),
-                    name=name or worker_name(),
+                    name=name or default_worker_name(),
                     queues=queues,
                     concurrency=int(settings["workers.concurrency"]),
                     fetch_job_polling_interval=float(settings["workers.pollInterval"]),

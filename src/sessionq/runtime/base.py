@@ -164,10 +164,18 @@ class Page(Generic[T]):
     next_page_token: str  # empty: last page
 
 
-class Substrate(Protocol):
-    """The runtime. Methods that mutate an existing Actor take the UID the caller recorded and
-    fail with FAILED_PRECONDITION when the Actor of that name has another UID (a same-name
-    replacement is never adopted, clause Q-11)."""
+class RuntimeReader(Protocol):
+    """The read-only port of the runtime: the listings the inventory pages over. The API depends
+    on this, never on a runtime implementation."""
+
+    async def list_actors(self, atespace: str | None, page_size: int, page_token: str) -> Page[Actor]: ...
+    async def list_workers(self, page_size: int, page_token: str) -> Page[Worker]: ...
+
+
+class Substrate(RuntimeReader, Protocol):
+    """The runtime (its listings are those of `RuntimeReader`). Methods that mutate an existing
+    Actor take the UID the caller recorded and fail with FAILED_PRECONDITION when the Actor of
+    that name has another UID (a same-name replacement is never adopted, clause Q-11)."""
 
     # actor templates (one per prepared revision)
     async def create_actor_template(self, atespace: str, name: str, image: str) -> ActorTemplate: ...
@@ -220,10 +228,6 @@ class Substrate(Protocol):
 
     async def get_tag(self, atespace: str, name: str) -> Tag: ...
     async def delete_tag(self, atespace: str, name: str) -> None: ...
-
-    # inventory
-    async def list_actors(self, atespace: str | None, page_size: int, page_token: str) -> Page[Actor]: ...
-    async def list_workers(self, page_size: int, page_token: str) -> Page[Worker]: ...
 
     # the Actor's private A2A endpoint: run one turn and return when it ended
     async def invoke(self, atespace: str, name: str, uid: str, request: InvokeRequest) -> None:

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import psycopg
 
-from sessionq.db import conninfo
+from sessionq.db.connection import conninfo
 
 log = logging.getLogger(__name__)
 

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID, uuid4
 
-from sessionq.operations import TRANSIENT, detached, with_db_retry
-from sessionq.quiescence import pick_snapshot
-from sessionq.store import Store
-from sessionq.substrate.base import Code, Substrate, SubstrateError
+from sessionq.db.retry import detached, with_db_retry
+from sessionq.db.store import Store
+from sessionq.domain.operations import TRANSIENT
+from sessionq.domain.snapshots import pick_snapshot
+from sessionq.runtime.base import Code, Substrate, SubstrateError
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """A simulated Substrate runtime backed by PostgreSQL.
 
-`SimulatedSubstrate` implements the `Substrate` Protocol (base.py). Its state lives in the schema
-``substrate_sim`` (sim_schema.sql) of the same database as the control plane but OUTSIDE the
+`SimulatedSubstrate` implements the `Substrate` Protocol (runtime/base.py). Its state lives in the schema
+``substrate_sim`` (schema.sql) of the same database as the control plane but OUTSIDE the
 control plane's transactions: the simulator has its own small connection pool and every call is a
 short transaction of its own that locks (``SELECT ... FOR UPDATE``) the rows it changes. Every
 process on the database (API, workers, tests) therefore sees one runtime.
@@ -9,7 +9,7 @@ process on the database (API, workers, tests) therefore sees one runtime.
 The hot calls (create_actor, get_actor, suspend_actor, resume_actor, delete_actor and
 create_egress_policy) are one autocommit statement each: it consumes the call's faults
 (substrate_sim.take_faults) and, when none matched, applies the call in the same transaction by
-calling the SQL function of the same name in sim_schema.sql. The other calls take their faults in
+calling the SQL function of the same name in schema.sql. The other calls take their faults in
 one statement, then run their own transaction.
 
 Besides the Protocol the simulator offers test hooks: the durable directory of an Actor
@@ -59,8 +59,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from sessionq.substrate.agent import TurnResult, run_turn
-from sessionq.substrate.base import (
+from sessionq.runtime.base import (
     Actor,
     ActorState,
     ActorTemplate,
@@ -77,7 +76,8 @@ from sessionq.substrate.base import (
     Tag,
     Worker,
 )
-from sessionq.substrate.taskstore_client import TaskStoreClient, TaskStoreError
+from sessionq.runtime.simulator.agent import TurnResult, run_turn
+from sessionq.runtime.simulator.taskstore_client import TaskStoreClient, TaskStoreError
 
 __all__ = [
     "FAULT_KINDS",
@@ -111,7 +111,11 @@ WORKLOAD_TOKEN_ENV = "SESSIONQ_WORKLOAD_TOKEN"
 EGRESS_PROTOCOLS = frozenset({"http", "https", "tls_passthrough"})
 
 PROTOCOL_METHODS: frozenset[str] = frozenset(
-    name for name, value in vars(Substrate).items() if not name.startswith("_") and inspect.iscoroutinefunction(value)
+    name
+    for klass in Substrate.__mro__
+    if klass is not object
+    for name, value in vars(klass).items()
+    if not name.startswith("_") and inspect.iscoroutinefunction(value)
 )
 LIST_METHODS = frozenset({"list_actors", "list_workers"})
 
@@ -127,7 +131,7 @@ _WORKER_HOLDING_STATES = (ActorState.RUNNING, ActorState.PAUSED)
 
 
 def _schema_sql() -> str:
-    return importlib.resources.files("sessionq.substrate").joinpath("sim_schema.sql").read_text("utf-8")
+    return importlib.resources.files("sessionq.runtime.simulator").joinpath("schema.sql").read_text("utf-8")
 
 
 def worker_identity(index: int, taken: set[str] | None = None) -> tuple[str, str]:
@@ -379,7 +383,7 @@ _ACTOR_SELECT = (
 
 _Cursor = psycopg.AsyncCursor[DictRow]
 
-# The hot calls: the function of sim_schema.sql that applies each, called by `_call_fn`.
+# The hot calls: the function of schema.sql that applies each, called by `_call_fn`.
 _FN_CREATE_ACTOR = (
     "substrate_sim.create_actor(%(atespace)s, %(name)s, %(template)s, %(from_tag)s, %(env)s, %(uid)s, %(pid)s::integer)"
 )
@@ -634,7 +638,7 @@ class SimulatedSubstrate:
         params: dict[str, Any],
         parse: Callable[[dict[str, Any], tzinfo], T],
     ) -> T:
-        """A hot call: `call` is the SQL function of `method` (see sim_schema.sql). One statement
+        """A hot call: `call` is the SQL function of `method` (see schema.sql). One statement
         takes the call's faults and, when none matched, applies it. When faults matched (and
         nothing else happened), they are honoured as by `_call`, the effect being the function
         called on its own."""
@@ -1178,7 +1182,7 @@ class SimulatedSubstrate:
     # the Actor's private A2A endpoint ------------------------------------------------------
 
     async def invoke(self, atespace: str, name: str, uid: str, request: InvokeRequest) -> None:
-        """Run one turn of the simulated agent (sessionq.substrate.agent) inside the RUNNING Actor.
+        """Run one turn of the simulated agent (sessionq.runtime.simulator.agent) inside the RUNNING Actor.
 
         The agent reports through the TaskStoreService at `taskstore_address` with the workload
         token of its env (SESSIONQ_WORKLOAD_TOKEN): CreateTask (WORKING) for a new turn, or GetTask

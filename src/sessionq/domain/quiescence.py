@@ -22,24 +22,22 @@ import collections
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
 from typing import Any
 from uuid import UUID, uuid4
 
 import psycopg
 
 from sessionq import metrics
-from sessionq.db import Listener
+from sessionq.db.connection import Listener
+from sessionq.db.retry import with_db_retry
+from sessionq.db.store import IDLE_CHANNEL, Store
+from sessionq.domain.snapshots import IdentityMismatch, pick_snapshot
 from sessionq.models import Session
-from sessionq.operations import with_db_retry
-from sessionq.store import IDLE_CHANNEL, Store
-from sessionq.substrate.base import (
+from sessionq.runtime.base import (
     Actor,
     ActorState,
     Code,
-    Snapshot,
     SnapshotFidelity,
-    SnapshotStatus,
     Substrate,
     SubstrateError,
 )
@@ -50,27 +48,6 @@ SHORT_RETRY = 1.0
 RUNTIME_ATTEMPTS = 5
 SUSPEND_BOUND = 120.0
 SNAPSHOT_WAIT = 2.0
-
-
-class IdentityMismatch(Exception):
-    pass
-
-
-def pick_snapshot(snapshots: Sequence[Snapshot]) -> dict[str, Any] | None:
-    """The exact snapshot to record: the highest generation. Its URI is accepted only once its
-    durable status is COMPLETED; a pending generation never falls back to an older one.
-    Only VOLUMES snapshots are accepted (ROOTFS and MEMORY would restore more than files)."""
-    if not snapshots:
-        return None
-    top = max(snapshots, key=lambda s: s.generation)
-    if top.fidelity != SnapshotFidelity.VOLUMES:
-        raise IdentityMismatch(f"snapshot generation {top.generation} is {top.fidelity}, not VOLUMES")
-    done = top.status == SnapshotStatus.COMPLETED
-    return {
-        "generation": top.generation,
-        "uri": top.uri if done else None,
-        "status": "COMPLETED" if done else "IN_PROGRESS",
-    }
 
 
 class QuiescencePool:
