@@ -34,30 +34,17 @@ did nothing else; it honours them, then applies the call with its function alone
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
-import contextlib
-import hashlib
-import importlib.resources
-import inspect
 import json
 import os
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 from datetime import datetime, tzinfo
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
-import psycopg
-from a2a.types import a2a_pb2
-from google.protobuf import json_format
-from google.protobuf.timestamp_pb2 import Timestamp
-from psycopg import errors as pg_errors
-from psycopg.rows import DictRow, dict_row
+from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool
 
 from sessionq.runtime.base import (
     Actor,
@@ -76,110 +63,25 @@ from sessionq.runtime.base import (
     Tag,
     Worker,
 )
-from sessionq.runtime.simulator.agent import TurnResult, run_turn
+from sessionq.runtime.simulator.agent import run_turn
+from sessionq.runtime.simulator.database import (
+    _Cursor,
+)
+from sessionq.runtime.simulator.faults import FaultInjection
 from sessionq.runtime.simulator.taskstore_client import TaskStoreClient, TaskStoreError
+from sessionq.runtime.simulator.turns import parse_message, play_turn
 
-__all__ = [
-    "FAULT_KINDS",
-    "PROTOCOL_METHODS",
-    "WORKLOAD_TOKEN_ENV",
-    "SimulatedSubstrate",
-    "decode_actor_token",
-    "encode_actor_token",
-    "install_schema",
-    "worker_identity",
-]
+__all__ = ["WORKLOAD_TOKEN_ENV", "SimulatedSubstrate", "decode_actor_token", "encode_actor_token"]
 
 T = TypeVar("T")
 
-SCHEMA = "substrate_sim"
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
-POLL_INTERVAL = 0.01  # seconds between polls of the faults table while blocked or waiting
-
-WORKER_ATESPACE = "kagent"
-WORKER_PREFIX = "kagent-default-7c9f8b6d54-"
-WORKER_STATE = "WORKER_STATE_READY"
-_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the alphabet of Kubernetes' generated name suffixes
-
-# pg_advisory_xact_lock key serialising install_schema across processes ("SubstrSm").
-_INSTALL_LOCK_KEY = 0x5375627374725353
-
 # the env variable holding the Actor's workload credential for the TaskStoreService
 WORKLOAD_TOKEN_ENV = "SESSIONQ_WORKLOAD_TOKEN"
 
 EGRESS_PROTOCOLS = frozenset({"http", "https", "tls_passthrough"})
-
-PROTOCOL_METHODS: frozenset[str] = frozenset(
-    name
-    for klass in Substrate.__mro__
-    if klass is not object
-    for name, value in vars(klass).items()
-    if not name.startswith("_") and inspect.iscoroutinefunction(value)
-)
-LIST_METHODS = frozenset({"list_actors", "list_workers"})
-
-_WAIT_KINDS = frozenset({"delay", "block"})  # also spelled out in substrate_sim.take_faults
-_LIST_KINDS = frozenset({"empty_page", "stuck_token"})
-FAULT_KINDS = frozenset({"delay", "fail_before", "lose_after", "block"}) | _LIST_KINDS
-
 _WORKER_HOLDING_STATES = (ActorState.RUNNING, ActorState.PAUSED)
-
-
-# --------------------------------------------------------------------------------------------
-# schema installation
-
-
-def _schema_sql() -> str:
-    return importlib.resources.files("sessionq.runtime.simulator").joinpath("schema.sql").read_text("utf-8")
-
-
-def worker_identity(index: int, taken: set[str] | None = None) -> tuple[str, str]:
-    """The (name, ip) of the worker with this pool index: deterministic from the index.
-
-    `taken` holds names already given to lower indices; a (very unlikely) suffix collision is
-    resolved deterministically by hashing again."""
-    attempt = 0
-    while True:
-        digest = hashlib.sha256(f"substrate-sim-worker:{index}:{attempt}".encode()).digest()
-        suffix = "".join(_SUFFIX_ALPHABET[b % len(_SUFFIX_ALPHABET)] for b in digest[:5])
-        name = WORKER_PREFIX + suffix
-        if taken is None or name not in taken:
-            return name, f"10.244.{index // 250}.{index % 250 + 2}"
-        attempt += 1
-
-
-def _worker_rows(count: int) -> list[tuple[str, int, str, str]]:
-    taken: set[str] = set()
-    rows = []
-    for i in range(count):
-        name, ip = worker_identity(i, taken)
-        taken.add(name)
-        rows.append((name, i, WORKER_ATESPACE, ip))
-    return rows
-
-
-async def install_schema(conninfo: str, *, worker_pool_size: int = 256) -> None:
-    """Create the simulator schema and the worker pool rows that are missing. Idempotent and safe
-    when several processes run it at once (transaction-level advisory lock)."""
-    if worker_pool_size < 0:
-        raise ValueError("worker_pool_size must be >= 0")
-    async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
-        async with conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_INSTALL_LOCK_KEY,))
-            await conn.execute(_schema_sql().encode())
-            async with conn.cursor() as cur:
-                await cur.execute("SELECT count(*) FROM substrate_sim.workers")
-                row = await cur.fetchone()
-                existing = int(row[0]) if row else 0
-                if existing < worker_pool_size:
-                    await cur.executemany(
-                        "INSERT INTO substrate_sim.workers (name, idx, atespace, ip, state)"
-                        " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                        [(*r, WORKER_STATE) for r in _worker_rows(worker_pool_size)[existing:]],
-                    )
-
-
 # --------------------------------------------------------------------------------------------
 # page tokens (the runtime's keyset format)
 
@@ -365,23 +267,12 @@ def _split_template(template: str) -> tuple[str, str]:
     if not sep or not atespace or not name or "/" in name:
         raise SubstrateError(Code.INVALID_ARGUMENT, f"template must be '<atespace>/<name>', got {template!r}")
     return atespace, name
-
-
-@dataclass(frozen=True)
-class _Fault:
-    id: int
-    kind: str
-    code: Code
-    delay: float
-
-
 _ACTOR_SELECT = (
     "SELECT a.atespace, a.name, a.uid, a.template, a.state, a.worker, a.version, a.durable,"
     " a.created_at, a.updated_at, w.ip AS worker_ip"
     " FROM substrate_sim.actors a LEFT JOIN substrate_sim.workers w ON w.name = a.worker"
 )
 
-_Cursor = psycopg.AsyncCursor[DictRow]
 
 # The hot calls: the function of schema.sql that applies each, called by `_call_fn`.
 _FN_CREATE_ACTOR = (
@@ -396,18 +287,6 @@ _FN_DELETE_ACTOR = "substrate_sim.delete_actor(%(atespace)s, %(name)s, %(uid)s, 
 _FN_CREATE_EGRESS_POLICY = (
     "substrate_sim.create_egress_policy(%(atespace)s, %(actor)s, %(uid)s, %(rules)s, %(pid)s::integer)"
 )
-# One statement: take the call's faults, and apply the call only when none matched.
-_GATED = (
-    "SELECT CASE WHEN t.faults IS NULL THEN {call} ELSE jsonb_build_object('faults', t.faults) END"
-    " FROM substrate_sim.take_faults(%(fault_method)s, %(fault_target)s) AS t(faults)"
-)
-_FAIL_SQLSTATE = "SX001"  # substrate_sim.fail: the Code name in DETAIL
-
-
-def _faults_from_json(data: list[dict[str, Any]] | None) -> list[_Fault]:
-    """The faults substrate_sim.take_faults returned (NULL: none)."""
-    return [_Fault(id=int(d["id"]), kind=d["kind"], code=Code(d["code"]), delay=float(d["delay"])) for d in data or ()]
-
 
 def _timestamp(value: str, tz: tzinfo) -> datetime:
     """A timestamptz of a jsonb result, in the session time zone as psycopg loads timestamptz columns."""
@@ -425,29 +304,11 @@ def _actor_result(result: dict[str, Any], tz: tzinfo) -> Actor:
     return _actor_from_json(result["actor"], tz)
 
 
-# --------------------------------------------------------------------------------------------
-# the simulator
-
-# The simulator's commits do not wait for their WAL flush (asynchronous commit). It stands in for
-# a runtime that keeps its own state: its durability is not the control plane's promise, and a
-# crash of the server may forget its last changes, as a runtime may lose work. That loss is one
-# the control plane already handles: every control-plane commit is synchronous and flushes all
-# earlier WAL, so a simulator change survives once anything the control plane recorded after it
-# survives (the Actor UID after create_actor, the completion after the egress policy, and so on).
-# What can be lost is only a change the control plane never recorded, which is a lost response
-# (OP-14): a retry inspects the Actor and continues from what exists. Saves a WAL flush on each
-# runtime call (two per creation). Set on each new connection of the simulator's pool, so that
-# options in the database URL stay as they are.
-async def _commit_asynchronously(conn: psycopg.AsyncConnection[Any]) -> None:
-    await conn.execute("SET synchronous_commit = off")
-
-
-class SimulatedSubstrate:
+class SimulatedSubstrate(FaultInjection):
     """The runtime simulator; see the module docstring. Use ``async with SimulatedSubstrate(url)``
     or call `open` / `close`. `worker_pool_size` bounds the workers this instance allocates and lists
     (the pool rows are created by `install_schema`; `open` adds missing ones); every process on one
     database should use the same size."""
-
     def __init__(
         self,
         conninfo: str,
@@ -456,278 +317,11 @@ class SimulatedSubstrate:
         taskstore_address: str | None = None,
         pool_size: int = 8,
     ) -> None:
-        if worker_pool_size < 0:
-            raise ValueError("worker_pool_size must be >= 0")
-        self._conninfo = conninfo
-        self.worker_pool_size = worker_pool_size
+        super().__init__(conninfo, worker_pool_size=worker_pool_size, pool_size=pool_size)
         # "host:port" of the TaskStoreService the simulated agents report to; may be set later
         self.taskstore_address = taskstore_address
-        self._pool: AsyncConnectionPool | None = None
-        self._pool_size = pool_size
 
     # lifecycle ------------------------------------------------------------------------------
-
-    async def open(self) -> None:
-        if self._pool is not None:
-            return
-        pool = AsyncConnectionPool(
-            self._conninfo,
-            min_size=1,
-            max_size=self._pool_size,
-            open=False,
-            name="substrate_sim",
-            kwargs={"autocommit": True, "application_name": "substrate_sim"},
-            configure=_commit_asynchronously,
-        )
-        await pool.open(wait=True, timeout=30.0)
-        self._pool = pool
-        try:
-            await self._ensure_installed()
-        except BaseException:
-            self._pool = None
-            await pool.close()
-            raise
-
-    async def close(self) -> None:
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            await pool.close()
-
-    async def __aenter__(self) -> SimulatedSubstrate:
-        await self.open()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    async def _ensure_installed(self) -> None:
-        """Install the schema when it is missing, lacks its functions or indexes (a database
-        installed before they existed) or holds fewer workers than this instance's pool."""
-        async with self._tx() as cur:
-            await cur.execute(
-                "SELECT to_regclass('substrate_sim.workers') IS NOT NULL AS present,"
-                " to_regprocedure('substrate_sim.release_worker(text,text)') IS NOT NULL"
-                " AND to_regclass('substrate_sim.workers_free_idx') IS NOT NULL AS current"
-            )
-            row = await cur.fetchone()
-            present = bool(row and row["present"])
-            current = bool(row and row["current"])
-            count = 0
-            if present:
-                await cur.execute("SELECT count(*) AS n FROM substrate_sim.workers")
-                row = await cur.fetchone()
-                count = int(row["n"]) if row else 0
-        if not present or not current or count < self.worker_pool_size:
-            await install_schema(self._conninfo, worker_pool_size=self.worker_pool_size)
-
-    @contextlib.asynccontextmanager
-    async def _tx(self) -> AsyncIterator[_Cursor]:
-        """One short transaction on a pooled connection."""
-        if self._pool is None:
-            raise RuntimeError("SimulatedSubstrate is not open")
-        try:
-            async with self._pool.connection() as conn, conn.transaction():
-                async with conn.cursor(row_factory=dict_row) as cur:
-                    yield cur
-        except pg_errors.TransactionRollback as exc:
-            raise SubstrateError(Code.ABORTED, f"simulated runtime transaction aborted: {exc}") from exc
-        except psycopg.OperationalError as exc:
-            raise SubstrateError(Code.UNAVAILABLE, f"simulated runtime store unavailable: {exc}") from exc
-
-    # faults ---------------------------------------------------------------------------------
-
-    async def _execute(self, sql: str, params: Any) -> tuple[Any, tzinfo]:
-        """One statement on an autocommit pooled connection (its own transaction, one round trip):
-        the first column of its first row (None without rows) and the session time zone. Errors map
-        as in `_tx`; substrate_sim.fail's SX001 becomes SubstrateError(Code(detail), message)."""
-        if self._pool is None:
-            raise RuntimeError("SimulatedSubstrate is not open")
-        try:
-            async with self._pool.connection() as conn:
-                cur = await conn.execute(sql, params)
-                row = await cur.fetchone()
-                tz = conn.info.timezone
-        except pg_errors.TransactionRollback as exc:
-            raise SubstrateError(Code.ABORTED, f"simulated runtime transaction aborted: {exc}") from exc
-        except psycopg.OperationalError as exc:
-            raise SubstrateError(Code.UNAVAILABLE, f"simulated runtime store unavailable: {exc}") from exc
-        except psycopg.Error as exc:
-            if exc.sqlstate == _FAIL_SQLSTATE:
-                raise SubstrateError(
-                    Code(exc.diag.message_detail or Code.INTERNAL), exc.diag.message_primary or ""
-                ) from None
-            raise
-        return (row[0] if row is not None else None), tz
-
-    async def _take_faults(self, method: str, target: str | None) -> list[_Fault]:
-        """Atomically consume the oldest matching wait fault and the oldest matching outcome fault
-        (substrate_sim.take_faults).
-
-        One statement on an autocommit connection (its own transaction): with no faults injected,
-        which is the common case, a call pays one round trip for this."""
-        result, _ = await self._execute("SELECT substrate_sim.take_faults(%s, %s)", (method, target))
-        return _faults_from_json(result)
-
-    async def _block_on(self, fault_id: int) -> None:
-        """Wait until the block fault is released. Each step is one autocommit statement, so a
-        blocked call never sits idle in a transaction (what the control plane must never do during
-        runtime I/O stays observable in pg_stat_activity)."""
-        await self._execute(
-            "UPDATE substrate_sim.faults SET blocked = blocked + 1, blocked_total = blocked_total + 1"
-            " WHERE id = %s RETURNING id",
-            (fault_id,),
-        )
-        try:
-            while True:
-                released, _ = await self._execute(
-                    "SELECT coalesce((SELECT released FROM substrate_sim.faults WHERE id = %s), true)", (fault_id,)
-                )
-                if released:
-                    return
-                await asyncio.sleep(POLL_INTERVAL)
-        finally:
-            with contextlib.suppress(Exception):
-                await self._execute(
-                    "UPDATE substrate_sim.faults SET blocked = greatest(blocked - 1, 0) WHERE id = %s RETURNING id",
-                    (fault_id,),
-                )
-
-    async def _call(
-        self,
-        method: str,
-        target: str | None,
-        op: Callable[[], Awaitable[T]],
-        fake_page: Callable[[str], T] | None = None,
-    ) -> T:
-        """Take the call's faults, then run `op` under them (`_under_faults`)."""
-        faults = await self._take_faults(method, target)
-        return await self._under_faults(method, target, faults, op, fake_page)
-
-    async def _under_faults(
-        self,
-        method: str,
-        target: str | None,
-        faults: list[_Fault],
-        op: Callable[[], Awaitable[T]],
-        fake_page: Callable[[str], T] | None = None,
-    ) -> T:
-        """Honour the faults a call took: waits first; then fail_before raises before `op`, a list
-        fault answers with `fake_page`, lose_after runs `op` and raises; without an outcome fault
-        the result of `op`."""
-        for fault in faults:
-            if fault.kind == "delay":
-                await asyncio.sleep(fault.delay)
-            elif fault.kind == "block":
-                await self._block_on(fault.id)
-        outcome = next((f for f in faults if f.kind not in _WAIT_KINDS), None)
-        where = f"{method}({target})" if target is not None else method
-        if outcome is not None and outcome.kind == "fail_before":
-            raise SubstrateError(outcome.code, f"injected failure before {where}")
-        if outcome is not None and outcome.kind in _LIST_KINDS and fake_page is not None:
-            return fake_page(outcome.kind)
-        result = await op()
-        if outcome is not None and outcome.kind == "lose_after":
-            raise SubstrateError(outcome.code, f"response lost: {where} took effect")
-        return result
-
-    async def _call_fn(
-        self,
-        method: str,
-        target: str | None,
-        call: str,
-        params: dict[str, Any],
-        parse: Callable[[dict[str, Any], tzinfo], T],
-    ) -> T:
-        """A hot call: `call` is the SQL function of `method` (see schema.sql). One statement
-        takes the call's faults and, when none matched, applies it. When faults matched (and
-        nothing else happened), they are honoured as by `_call`, the effect being the function
-        called on its own."""
-        gated = _GATED.format(call=call)
-        result, tz = await self._execute(gated, {**params, "fault_method": method, "fault_target": target})
-        if "faults" not in result:
-            return parse(result, tz)
-
-        async def effect() -> T:
-            again, tz = await self._execute("SELECT " + call, params)
-            return parse(again, tz)
-
-        return await self._under_faults(method, target, _faults_from_json(result["faults"]), effect)
-
-    async def _rejected(self, method: str, target: str | None, exc: Exception) -> NoReturn:
-        """A hot call whose arguments failed validation in Python: it still takes and honours its
-        faults (waits, fail_before) first, exactly as if the validation had run inside `op`."""
-
-        async def op() -> None:
-            raise exc
-
-        await self._call(method, target, op)
-        raise exc  # not reached: op raised
-
-    async def inject(
-        self,
-        method: str,
-        kind: str,
-        *,
-        actor: str | None = None,
-        code: Code = Code.UNAVAILABLE,
-        delay: float = 0.0,
-        times: int | None = 1,
-    ) -> int:
-        """Inject a fault for `method` (a Protocol method name), optionally only for calls naming
-        `actor`; it affects `times` calls (None: until cleared). Returns the fault id."""
-        if method not in PROTOCOL_METHODS:
-            raise ValueError(f"unknown Substrate method {method!r}")
-        if kind not in FAULT_KINDS:
-            raise ValueError(f"unknown fault kind {kind!r}")
-        if kind in _LIST_KINDS and method not in LIST_METHODS:
-            raise ValueError(f"fault kind {kind!r} applies only to list methods")
-        if times is not None and times < 1:
-            raise ValueError("times must be >= 1 or None")
-        if delay < 0:
-            raise ValueError("delay must be >= 0")
-        async with self._tx() as cur:
-            await cur.execute(
-                "INSERT INTO substrate_sim.faults (method, kind, actor, code, delay, remaining)"
-                " VALUES (%s, %s, %s, %s, %s, %s) RETURNING id",
-                (method, kind, actor, Code(code).value, float(delay), times),
-            )
-            row = await cur.fetchone()
-        assert row is not None
-        return int(row["id"])
-
-    async def release(self, fault_id: int) -> None:
-        """Let every call blocked (now or later) on this block fault proceed."""
-        async with self._tx() as cur:
-            await cur.execute("UPDATE substrate_sim.faults SET released = true WHERE id = %s", (fault_id,))
-
-    async def clear_faults(self) -> None:
-        """Remove every fault; calls blocked on one proceed."""
-        async with self._tx() as cur:
-            await cur.execute("DELETE FROM substrate_sim.faults")
-
-    async def wait_blocked(self, fault_id: int, timeout: float = 5.0, *, count: int = 1) -> None:
-        """Return once at least `count` calls are blocked on the fault; TimeoutError otherwise."""
-        deadline = time.monotonic() + timeout
-        while True:
-            async with self._tx() as cur:
-                await cur.execute("SELECT blocked FROM substrate_sim.faults WHERE id = %s", (fault_id,))
-                row = await cur.fetchone()
-            if row is None:
-                raise SubstrateError(Code.NOT_FOUND, f"fault {fault_id} not found")
-            if row["blocked"] >= count:
-                return
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"no call blocked on fault {fault_id} within {timeout}s")
-            await asyncio.sleep(POLL_INTERVAL)
-
-    async def fault_hits(self, fault_id: int) -> int:
-        """How many calls consumed the fault so far."""
-        async with self._tx() as cur:
-            await cur.execute("SELECT hits FROM substrate_sim.faults WHERE id = %s", (fault_id,))
-            row = await cur.fetchone()
-        if row is None:
-            raise SubstrateError(Code.NOT_FOUND, f"fault {fault_id} not found")
-        return int(row["hits"])
 
     # options, call log ---------------------------------------------------------------------
 
@@ -1221,12 +815,14 @@ class SimulatedSubstrate:
                     Code.FAILED_PRECONDITION,
                     f"actor {atespace}/{name} has no workload credential ({WORKLOAD_TOKEN_ENV} unset)",
                 )
-            message = _parse_message(request.message)
+            message = parse_message(request.message)
             text = "\n".join(p.text for p in message.parts if p.WhichOneof("content") == "text")
             turn = run_turn(dict(row["durable"] or {}), text, continuation=request.task_id is not None)
             client = TaskStoreClient(address, token)
             try:
-                await self._agent_turn(client, atespace, name, uid, request, message, turn)
+                await play_turn(
+                    client, lambda memory: self.write_durable(atespace, name, uid, memory), request, message, turn
+                )
             except TaskStoreError as exc:
                 code = Code.__members__.get(exc.code.name, Code.INTERNAL)
                 raise SubstrateError(code, f"actor {atespace}/{name}: {exc}") from exc
@@ -1234,70 +830,6 @@ class SimulatedSubstrate:
                 await client.close()
 
         await self._call("invoke", name, op)
-
-    async def _agent_turn(
-        self,
-        client: TaskStoreClient,
-        atespace: str,
-        name: str,
-        uid: str,
-        request: InvokeRequest,
-        message: a2a_pb2.Message,
-        turn: TurnResult,
-    ) -> None:
-        session_id = request.session_id
-        user = a2a_pb2.Message()
-        user.CopyFrom(message)
-        user.role = a2a_pb2.ROLE_USER
-        if not user.message_id:
-            user.message_id = str(uuid.uuid4())
-
-        # 1. the task is WORKING
-        if request.task_id is None:
-            task_id = str(uuid.uuid4())
-            context_id = session_id
-            user.context_id, user.task_id = context_id, task_id
-            task = a2a_pb2.Task(
-                id=task_id,
-                context_id=context_id,
-                status=a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_WORKING, timestamp=_now()),
-            )
-            task.history.append(user)
-            version = await client.create_task(session_id, task, request.dispatch_id)
-        else:
-            task_id = request.task_id
-            task, version = await client.get_task(session_id, task_id)
-            context_id = task.context_id or session_id
-            user.context_id, user.task_id = context_id, task_id
-            task.history.append(user)
-            task.status.CopyFrom(a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_WORKING, timestamp=_now()))
-            version = await client.update_task(session_id, task, version, _status_event(task), request.dispatch_id)
-
-        # 2. the turn takes its time (the Actor stays RUNNING), then the agent saves its memory
-        if turn.delay > 0:
-            await asyncio.sleep(turn.delay)
-        await self.write_durable(atespace, name, uid, turn.memory)
-
-        # 3. the final update (the task store stages it until the task is settled)
-        state = a2a_pb2.TaskState.Value(turn.state)
-        answer = a2a_pb2.Message(
-            message_id=str(uuid.uuid4()),
-            context_id=context_id,
-            task_id=task_id,
-            role=a2a_pb2.ROLE_AGENT,
-            parts=[a2a_pb2.Part(text=turn.answer)],
-        )
-        task.status.CopyFrom(a2a_pb2.TaskStatus(state=state, message=answer, timestamp=_now()))
-        task.history.append(answer)
-        if state == a2a_pb2.TASK_STATE_COMPLETED:
-            task.artifacts.append(
-                a2a_pb2.Artifact(artifact_id=str(uuid.uuid4()), name="answer", parts=[a2a_pb2.Part(text=turn.answer)])
-            )
-        version = await client.update_task(session_id, task, version, _status_event(task), request.dispatch_id)
-
-        # 4. native cleanup (nothing to release in the simulator), then settle at the final version
-        await client.settle_task(session_id, task_id, version)
-
     # simulator-only hooks ------------------------------------------------------------------
 
     async def read_durable(self, atespace: str, name: str) -> dict[str, Any]:
@@ -1358,29 +890,6 @@ class SimulatedSubstrate:
             )
             await self._log(cur, "crash", atespace, name, row["uid"], {"from": row["state"]})
             return await self._load_actor(cur, atespace, name)
-
-
-def _now() -> Timestamp:
-    ts = Timestamp()
-    ts.GetCurrentTime()
-    return ts
-
-
-def _status_event(task: a2a_pb2.Task) -> a2a_pb2.StreamResponse:
-    return a2a_pb2.StreamResponse(
-        status_update=a2a_pb2.TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id, status=task.status)
-    )
-
-
-def _parse_message(data: Any) -> a2a_pb2.Message:
-    """The A2A Message of an InvokeRequest (protobuf JSON, camelCase; unknown fields ignored)."""
-    if not isinstance(data, dict):
-        raise SubstrateError(Code.INVALID_ARGUMENT, "invoke: message must be a protobuf JSON object")
-    try:
-        return json_format.ParseDict(data, a2a_pb2.Message(), ignore_unknown_fields=True)
-    except json_format.ParseError as exc:
-        raise SubstrateError(Code.INVALID_ARGUMENT, f"invoke: invalid message: {exc}") from exc
-
 
 def _conforms(sim: SimulatedSubstrate) -> Substrate:
     """Static check (mypy) that the simulator implements the Protocol."""
