@@ -338,7 +338,7 @@ BEGIN
       'session %s has a pending %s operation; retry after it completes', v.id, lower(v.operation)));
   END IF;
 
-  PERFORM sessionq.check_lifecycle_blockers(v, p_kind);
+  PERFORM sessionq.check_lifecycle_blockers(v, p_kind);  -- turns, quiescence, checkpoints (70_lifecycle_rules.sql)
 
   IF p_kind = 'SUSPEND' AND v.state = 'SUSPENDED' OR p_kind = 'RESUME' AND v.state = 'READY' THEN
     RETURN QUERY SELECT 'noop'::text, v.operation_id, to_jsonb(v);  -- already at the target state
@@ -353,16 +353,6 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION sessionq.admit_operation(uuid, text, text, text, text) IS
   'Admit SUSPEND, RESUME or DELETE under the Session row lock. Same kind pending: join. Another kind pending: ABORTED, except a DELETE supersedes an operation that never had an executor. Already at target: noop. DELETE enters DELETING. outcome: admitted, joined or noop.';
-
--- check_lifecycle_blockers: work that blocks explicit lifecycle changes. Turns, quiescence and
--- checkpoints add their rules here (30_tasks.sql, 40_checkpoints.sql redefine it).
-CREATE OR REPLACE FUNCTION sessionq.check_lifecycle_blockers(p_session sessionq.sessions, p_kind text)
-RETURNS void LANGUAGE plpgsql AS $$
-BEGIN
-  RETURN;
-END $$;
-COMMENT ON FUNCTION sessionq.check_lifecycle_blockers(sessionq.sessions, text) IS
-  'Raise ABORTED when running turns, unsettled cleanup, claimed quiescence or a checkpoint being created block an explicit lifecycle change.';
 
 -- claim_operation: take the execution claim of a generation for one attempt.
 CREATE OR REPLACE FUNCTION sessionq.claim_operation(
@@ -492,7 +482,6 @@ BEGIN
   IF v.operation = 'DELETE' AND v.deletion_reason = 'idle_timeout' THEN
     -- idle expiry leaves no tombstone: the row, its shares and its creation receipt go
     DELETE FROM sessionq.sessions WHERE id = v.id;
-    PERFORM sessionq.on_session_removed(v);
     RETURN NULL;
   END IF;
   UPDATE sessionq.sessions s
@@ -515,21 +504,11 @@ BEGIN
   IF v.state = 'DELETED' THEN
     DELETE FROM sessionq.session_shares WHERE session_id = v.id;  -- revoke shares with the tombstone
   END IF;
-  PERFORM sessionq.on_operation_completed(v, v_kind);
+  PERFORM sessionq.on_operation_completed(v, v_kind);  -- what other domains do then (70_lifecycle_rules.sql)
   RETURN to_jsonb(v);
 END $$;
 COMMENT ON FUNCTION sessionq.complete_operation(uuid, uuid, uuid, jsonb, bigint) IS
   'Complete the generation by its claim holder, atomically: CREATE and RESUME -> READY, SUSPEND -> SUSPENDED, DELETE -> DELETED tombstone (revision pin, runtime routing, checkpoint pin and shares released) or, for idle_timeout, removal of the row. The operation UUID stays. A stale executor gets ABORTED. p_job, the executing execute_operation job, is ended in the same transaction (finish_operation_job); a job of the Session waiting for the claim to lapse becomes due now.';
-
--- Hooks other domains extend (30_tasks.sql and later files redefine them).
-CREATE OR REPLACE FUNCTION sessionq.on_operation_completed(p_session sessionq.sessions, p_kind text) RETURNS void
-LANGUAGE plpgsql AS $$ BEGIN RETURN; END $$;
-COMMENT ON FUNCTION sessionq.on_operation_completed(sessionq.sessions, text) IS
-  'Hook run inside complete_operation after the row changed (e.g. wake quiescence workers when a Session returns to READY).';
-CREATE OR REPLACE FUNCTION sessionq.on_session_removed(p_session sessionq.sessions) RETURNS void
-LANGUAGE plpgsql AS $$ BEGIN RETURN; END $$;
-COMMENT ON FUNCTION sessionq.on_session_removed(sessionq.sessions) IS
-  'Hook run inside complete_operation when an idle deletion removed the row.';
 
 -- fail_preparation: a generation that never had an executor failed before issuing anything.
 CREATE OR REPLACE FUNCTION sessionq.fail_preparation(
