@@ -100,10 +100,13 @@ class Store:
         egress: list[dict[str, Any]],
         caller: str,
         admin: bool = False,
+        base_revision: UUID | None = None,
     ) -> bool:
+        """Create or update an Agent; True when a new revision was made. base_revision: the desired
+        revision whose credential values `spec` kept (SQ409 when it is no longer the desired one)."""
         row = await self._one(
-            "SELECT revision_created FROM sessionq.apply_agent(%s, %s, %s, %s, %s, %s, %s, %s)",
-            (namespace, name, Jsonb(spec), spec_hash, image, Jsonb(egress), caller, admin),
+            "SELECT revision_created FROM sessionq.apply_agent(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            (namespace, name, Jsonb(spec), spec_hash, image, Jsonb(egress), caller, admin, base_revision),
         )
         return bool(row["revision_created"])
 

@@ -101,8 +101,8 @@ async def test_apply_waits_for_the_revision_then_sessions_can_be_created(cli):
     ready = next(c for c in again["agent"]["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True"
     assert again["agent"]["spec"]["egress"] == [
-        {"url": "https://api.openai.example.com", "credentialHeaders": {"Authorization": "Bearer sk-test"}}
-    ]
+        {"url": "https://api.openai.example.com", "credentialHeaders": {"Authorization": "<redacted>"}}
+    ]  # write-only: the value is never shown back
 
     created = json.loads(ok(await cli("session", "create", "--agent", "my-first-agent", "-o", "json")).stdout)
     assert created["session"]["state"] == "RUNTIME_STATE_READY"
