@@ -49,6 +49,22 @@ COMMENT ON TABLE sessionq.agents IS
   'Agent definitions. desired_revision_id is the newest applied spec; latest_successful_revision_id is what new Sessions pin. conditions: Accepted, ResolvedRefs, Compatible, Ready.';
 COMMENT ON COLUMN sessionq.agents.spec IS 'The desired spec, credential header values included (write-only secrets: every read path shows them redacted).';
 
+-- redact_agent_spec: a spec as every reader sees it (credential values are write-only).
+CREATE OR REPLACE FUNCTION sessionq.redact_agent_spec(p_spec jsonb) RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT CASE WHEN jsonb_typeof(p_spec -> 'egress') = 'array' THEN
+    jsonb_set(p_spec, '{egress}', coalesce((
+      SELECT jsonb_agg(CASE WHEN jsonb_typeof(d -> 'credentialHeaders') = 'object' THEN
+               jsonb_set(d, '{credentialHeaders}', coalesce((
+                 SELECT jsonb_object_agg(h.key, CASE WHEN h.value = '""'::jsonb THEN '' ELSE '<redacted>' END)
+                   FROM jsonb_each(d -> 'credentialHeaders') h), '{}'::jsonb))
+             ELSE d END ORDER BY i)
+        FROM jsonb_array_elements(p_spec -> 'egress') WITH ORDINALITY AS e(d, i)), '[]'::jsonb))
+  ELSE p_spec END
+$$;
+COMMENT ON FUNCTION sessionq.redact_agent_spec(jsonb) IS
+  'An Agent spec with every credential header value that is set replaced by <redacted> (an empty value stays empty). Every read path (the API, sessionq.agent_overview) shows specs through it; only applying a spec reads the stored values (to keep those a re-applied spec gives as <redacted>).';
+
 -- agent_conditions: the four conditions of an Agent, derived from its revisions.
 CREATE OR REPLACE FUNCTION sessionq.agent_conditions(p_desired sessionq.revisions, p_latest_ok uuid)
 RETURNS jsonb LANGUAGE sql STABLE AS $$

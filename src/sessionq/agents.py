@@ -172,13 +172,17 @@ def parse_spec(data: Any) -> AgentSpec:
 
 def redact_spec(spec: dict[str, Any]) -> dict[str, Any]:
     """A stored spec as every reader sees it: each credential header value that is set becomes
-    REDACTED (an empty one stays empty, so a reader knows whether a value is set)."""
-    out = dict(spec)
-    out["egress"] = [
-        {**d, "credentialHeaders": {k: REDACTED if v else "" for k, v in (d.get("credentialHeaders") or {}).items()}}
-        for d in spec.get("egress") or []
-    ]
-    return out
+    REDACTED (an empty one stays empty, so a reader knows whether a value is set). The same as
+    sessionq.redact_agent_spec, which the store's reads apply already; the API applies this too."""
+    if not isinstance(spec.get("egress"), list):
+        return spec
+    return {**spec, "egress": [_redact_destination(d) for d in spec["egress"]]}
+
+
+def _redact_destination(d: Any) -> Any:
+    if not isinstance(d, dict) or not isinstance(d.get("credentialHeaders"), dict):
+        return d
+    return {**d, "credentialHeaders": {k: REDACTED if v != "" else "" for k, v in d["credentialHeaders"].items()}}
 
 
 def uses_redacted(spec: AgentSpec) -> bool:
@@ -278,14 +282,10 @@ async def apply_spec(store: Store, spec: AgentSpec, caller: str, admin: bool, cl
         base: UUID | None = None
         resolved = spec
         if uses_redacted(spec):
-            try:
-                agent = await store.get_agent(spec.namespace, spec.name)
-            except errors.SessionqError as e:
-                if e.sqlstate != "SQ404":
-                    raise
-                stored = None
-            else:
-                stored, base = agent.spec, agent.desired_revision_id
+            stored: dict[str, Any] | None = None
+            found = await store.stored_agent_spec(spec.namespace, spec.name)
+            if found is not None:
+                base, stored = found
             resolved = keep_stored_credentials(spec, stored, f"{spec.namespace}/{spec.name}")
         try:
             return await store.apply_agent(

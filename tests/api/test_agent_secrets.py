@@ -261,11 +261,36 @@ async def test_no_view_shows_credential_values(api, stub, store, aconn):
         "SELECT table_schema, table_name FROM information_schema.views"
         " WHERE table_schema NOT IN ('pg_catalog', 'information_schema')")
     views = await cur.fetchall()
-    assert ("sessionq", "job_overview") in views and ("sessionq", "session_overview") in views
+    assert ("sessionq", "agent_overview") in views and ("sessionq", "job_overview") in views
     for schema, name in views:
         cur = await aconn.execute(f"SELECT coalesce(string_agg(v::text, ' '), '') FROM \"{schema}\".\"{name}\" v")
         text = (await cur.fetchone())[0]
         no_secret(text)
+    cur = await aconn.execute("SELECT spec, live_sessions FROM sessionq.agent_overview")
+    spec, live = await cur.fetchone()
+    assert live == 1
+    assert {e["url"]: e["credentialHeaders"] for e in spec["egress"]}[MCP_URL] == {"X-Api-Key": REDACTED, "X-Empty": ""}
+
+
+@pytest.mark.parametrize("spec, shown", [
+    ({"name": "a"}, {"name": "a"}),
+    ({"name": "a", "egress": []}, {"name": "a", "egress": []}),
+    ({"egress": [{"url": "u"}, {"url": "v", "credentialHeaders": {}}]},
+     {"egress": [{"url": "u"}, {"url": "v", "credentialHeaders": {}}]}),
+    ({"egress": [{"url": "u", "credentialHeaders": {"A": "s1", "B": "", "C": REDACTED}}, {"url": "w",
+      "credentialHeaders": {"D": "s2"}}]},
+     {"egress": [{"url": "u", "credentialHeaders": {"A": REDACTED, "B": "", "C": REDACTED}}, {"url": "w",
+      "credentialHeaders": {"D": REDACTED}}]}),
+])
+async def test_sql_and_python_redact_alike(aconn, spec, shown):
+    from psycopg.types.json import Jsonb
+
+    from sessionq.agents import redact_spec
+
+    cur = await aconn.execute("SELECT sessionq.redact_agent_spec(%s)", (Jsonb(spec),))
+    assert (await cur.fetchone())[0] == shown
+    if "egress" in spec:
+        assert redact_spec(spec) == shown
 
 
 async def test_no_log_line_shows_credential_values(api, stub, caplog):
