@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import click
-from sessionq.cli.client import fmt_age, get_client, output_option, plain_table, print_json
+from sessionq.cli.client import fmt_age, get_client, output_option, plain_table, print_json, printable
 
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, inventory_pb2, inventory_pb2_grpc
 
@@ -54,4 +54,4 @@ def list_(ctx: click.Context, atespace: str, limit: int, page_token: str, all_pa
         where = f" in atespace {atespace}" if atespace else ""
         click.echo(f"No actors found{where}.", err=True)
     if result.page.next_page_token:
-        click.echo(f"(more actors: --page-token {result.page.next_page_token}, or --all)", err=True)
+        click.echo(printable(f"(more actors: --page-token {result.page.next_page_token}, or --all)"), err=True)

@@ -18,7 +18,10 @@ from sessionq.cli.client import (
     fmt_time,
     get_client,
     output_option,
+    output_option_yaml,
     print_json,
+    print_message,
+    printable,
     yaml_problem,
 )
 
@@ -33,14 +36,35 @@ def _stub(ctx: click.Context) -> agent_pb2_grpc.AgentServiceStub:
     return get_client(ctx).stub(agent_pb2_grpc.AgentServiceStub)
 
 
+def spec_of_agent_document(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """The spec in the output of `agent get -o yaml|json` (the response, or the Agent in it), as a
+    plain spec: name, namespace, template, egress. Status fields are ignored."""
+    agent = data.get("agent", data)
+    spec = agent.get("spec") if isinstance(agent, dict) else None
+    if not isinstance(spec, dict):
+        raise CliError(f"{source}: an `agent get` document must hold agent.spec")
+    ref = spec.get("ref") or (agent.get("ref") if isinstance(agent, dict) else None) or {}
+    if not isinstance(ref, dict):
+        raise CliError(f"{source}: agent.spec.ref must be a mapping with a name")
+    plain = {"name": ref.get("name"), "namespace": ref.get("namespace"), "template": spec.get("template"),
+             "egress": spec.get("egress")}
+    return {k: v for k, v in plain.items() if v is not None}
+
+
 def spec_from_yaml(text: str, source: str) -> agent_pb2.AgentSpec:
-    """name, namespace (default kagent), template, egress: [{url, credentialHeaders}] -> AgentSpec."""
+    """name, namespace (default kagent), template, egress: [{url, credentialHeaders}] -> AgentSpec.
+
+    The output of `agent get -o yaml|json` is accepted too (its spec is applied). Its credential
+    header values read `<redacted>`: applied as they are, they keep the values the server has for
+    the same header on the same URL."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise CliError(f"{source} is not valid YAML: {yaml_problem(e)}") from None
     if not isinstance(data, dict):
         raise CliError(f"{source} must hold a mapping with at least a name")
+    if "agent" in data or "spec" in data:
+        data = spec_of_agent_document(data, source)
     unknown = set(data) - SPEC_KEYS
     if unknown:
         raise CliError(f"{source} has unknown keys: {', '.join(sorted(map(str, unknown)))} "
@@ -109,12 +133,19 @@ def agents_table(agents: list[agent_pb2.Agent]) -> str:
                         "CREATED"], rows)
 
 
+def egress_text(e: agent_pb2.EgressDestination) -> str:
+    """A URL and the names of its credential headers (their values are never shown)."""
+    if not e.credential_headers:
+        return e.url
+    return f"{e.url} (credential headers: {', '.join(sorted(e.credential_headers))})"
+
+
 def agent_detail(agent: agent_pb2.Agent) -> str:
     desired = desired_revision(agent)
     lines = [
-        f"Agent:     {ref_name(agent)}",
-        f"Template:  {agent.spec.template or '<default>'}",
-        f"Egress:    {', '.join(e.url for e in agent.spec.egress) or '<none>'}",
+        f"Agent:     {printable(ref_name(agent))}",
+        f"Template:  {printable(agent.spec.template or '<default>')}",
+        f"Egress:    {printable(', '.join(egress_text(e) for e in agent.spec.egress) or '<none>')}",
         f"Revisions: desired {desired.number if desired else '?'}, "
         f"serving {revision_number(agent, agent.latest_successful_revision) or '<none>'}",
         f"Created:   {fmt_time(agent.created_at)}",
@@ -191,12 +222,12 @@ def apply(ctx: click.Context, spec_file: Any, no_wait: bool, wait_timeout: float
     number = desired.number if desired else "?"
     what = f"revision {number} created" if response.revision_created else f"unchanged, revision {number}"
     state = f"; {desired.state}" if desired else ""
-    click.echo(f"agent {ref_name(response.agent)} applied ({what}{state})")
+    click.echo(printable(f"agent {ref_name(response.agent)} applied ({what}{state})"))
 
 
 @agent.command("list")
 @click.option("--namespace", default="", help="Only this namespace (default: all).")
-@output_option
+@output_option_yaml
 @click.pass_context
 def list_(ctx: click.Context, namespace: str, output: str) -> None:
     """List Agents (every page)."""
@@ -210,8 +241,8 @@ def list_(ctx: click.Context, namespace: str, output: str) -> None:
         if not response.page.next_page_token:
             break
         request.page.page_token = response.page.next_page_token
-    if output == "json":
-        print_json(result)
+    if output in ("json", "yaml"):
+        print_message(result, output)
     elif not result.agents:
         click.echo("No agents found.", err=True)
     else:
@@ -221,13 +252,14 @@ def list_(ctx: click.Context, namespace: str, output: str) -> None:
 @agent.command()
 @click.argument("name")
 @click.option("--namespace", default="kagent", show_default=True)
-@output_option
+@output_option_yaml
 @click.pass_context
 def get(ctx: click.Context, name: str, namespace: str, output: str) -> None:
-    """Show one Agent: its conditions and revisions."""
+    """Show one Agent: its conditions and revisions. Credential header values read <redacted>;
+    `agent apply -f` of the `-o yaml` output keeps them."""
     ref = common_pb2.ResourceReference(namespace=namespace, name=name)
     response = get_client(ctx).call(_stub(ctx).GetAgent, agent_pb2.GetAgentRequest(agent=ref))
-    if output == "json":
-        print_json(response)
+    if output in ("json", "yaml"):
+        print_message(response, output)
     else:
         click.echo(agent_detail(response.agent))

@@ -47,7 +47,32 @@ class CliError(click.ClickException):
     exit_code = 1
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"error: {' '.join(self.format_message().split())}", err=True, file=file)
+        click.echo(f"error: {printable(' '.join(self.format_message().split()))}", err=True, file=file)
+
+
+# What must never reach the operator's terminal raw: C0 controls (ESC starting OSC/CSI sequences,
+# BEL, CR, BS...), DEL, C1 controls (0x9b is a one-byte CSI) and the Unicode characters that
+# reorder text or break lines (bidirectional overrides and isolates, line and paragraph separators).
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(value: Any, *, multiline: bool = False) -> str:
+    """`value` as text that is safe to print on a terminal: every control character shown as a
+    visible escape (`\\x1b`, `\\x07`, `\\r`, `\\u202e`), so text from the server (names, messages, job
+    arguments) cannot move the cursor, retitle the window or hide what is printed. `multiline`
+    keeps newlines and tabs (free text such as an agent's answer); table cells never keep them."""
+    text = str(value)
+
+    def escape(m: re.Match[str]) -> str:
+        c = m.group()
+        if multiline and c in "\n\t":
+            return c
+        if c in _ESCAPES:
+            return _ESCAPES[c]
+        return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+
+    return _UNSAFE.sub(escape, text)
 
 
 def yaml_problem(e: yaml.YAMLError) -> str:
@@ -230,17 +255,39 @@ def output_option(f: F) -> F:
     )(f)
 
 
+def output_option_yaml(f: F) -> F:
+    """`-o table|json|yaml` (default table)."""
+    return click.option(
+        "-o", "--output", "output", type=click.Choice(["table", "json", "yaml"]), default="table",
+        show_default=True, help="Output format: a table, or the response message as JSON or YAML.",
+    )(f)
+
+
 def to_dict(message: Message) -> dict[str, Any]:
     return json_format.MessageToDict(message)
 
 
 def print_json(message: Message) -> None:
-    click.echo(json.dumps(to_dict(message), indent=2))
+    click.echo(json.dumps(to_dict(message), indent=2))  # ensure_ascii: control characters are escaped
+
+
+def print_yaml(message: Message) -> None:
+    # allow_unicode=False: control and other non-printable characters are written as escapes
+    click.echo(yaml.safe_dump(to_dict(message), sort_keys=False, allow_unicode=False), nl=False)
+
+
+def print_message(message: Message, output: str) -> None:
+    """The response as JSON or YAML (`-o json|yaml`)."""
+    if output == "yaml":
+        print_yaml(message)
+    else:
+        print_json(message)
 
 
 def boxed_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """A table with `+----+` borders, like the kagent CLI's."""
-    body = [[str(c) for c in row] for row in rows]
+    """A table with `+----+` borders, like the kagent CLI's. Cells pass through `printable`."""
+    body = [[printable(c) for c in row] for row in rows]
+    headers = [printable(h) for h in headers]
     widths = [len(h) for h in headers]
     for row in body:
         for i, cell in enumerate(row):
@@ -257,8 +304,9 @@ def boxed_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 
 
 def plain_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], gap: int = 3) -> str:
-    """Space-aligned columns, like kubectl's."""
-    body = [[str(c) for c in row] for row in rows]
+    """Space-aligned columns, like kubectl's. Cells pass through `printable`."""
+    body = [[printable(c) for c in row] for row in rows]
+    headers = [printable(h) for h in headers]
     widths = [len(h) for h in headers]
     for row in body:
         for i, cell in enumerate(row):

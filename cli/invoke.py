@@ -6,13 +6,15 @@ import uuid
 
 import click
 from a2a.types import a2a_pb2, a2a_pb2_grpc
-from sessionq.cli.client import get_client, output_option, print_json
+from sessionq.cli.client import get_client, output_option, print_json, printable
 
 from sessionq._pb.kagent.api.v1alpha1 import session_pb2, session_pb2_grpc
 
 
 def answer_text(task: a2a_pb2.Task) -> str:
-    return "\n".join(p.text for p in task.status.message.parts if p.text)
+    """The answer's text parts, safe for the terminal (lines and tabs kept, control sequences shown
+    as escapes)."""
+    return printable("\n".join(p.text for p in task.status.message.parts if p.text), multiline=True)
 
 
 @click.command()
@@ -46,4 +48,4 @@ def invoke(ctx: click.Context, session_id: str, text: str, task_id: str, output:
     state = a2a_pb2.TaskState.Name(task.status.state).removeprefix("TASK_STATE_")
     click.echo(answer_text(task))
     if state != "COMPLETED":
-        click.echo(f"(task {task.id} is {state})", err=True)
+        click.echo(printable(f"(task {task.id} is {state})"), err=True)

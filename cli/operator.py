@@ -28,6 +28,7 @@ from sessionq.cli.client import (
     output_option,
     parse_duration,
     plain_table,
+    printable,
 )
 
 from sessionq import errors
@@ -48,7 +49,7 @@ class OneLineUsageError(click.UsageError):
 
     def show(self, file: Any = None) -> None:
         hint = f" (see `{self.ctx.command_path} --help`)" if self.ctx is not None else ""
-        click.echo(f"error: {' '.join(self.format_message().split())}{hint}", err=True, file=file)
+        click.echo(f"error: {printable(' '.join(self.format_message().split()))}{hint}", err=True, file=file)
 
 
 class OperatorCommand(click.Command):
@@ -292,8 +293,8 @@ def workers_drain(ctx: click.Context, name: str | None, all_workers: bool, wait:
                                   "requested_by": by, "workers": [{"worker_id": i, "name": names[i]} for i in ids]}
         if output != "json":
             who = ", ".join(requested["workers"]) if ids else "no worker is running now"
-            click.echo(f"drain {requested['drain_id']} requested for {len(ids)} worker(s): {who} "
-                       f"(running jobs get {fmt_seconds(timeout)})")
+            click.echo(printable(f"drain {requested['drain_id']} requested for {len(ids)} worker(s): {who} "
+                                 f"(running jobs get {fmt_seconds(timeout)})"))
         if not wait:
             return result
         started = time.monotonic()
@@ -309,7 +310,7 @@ def workers_drain(ctx: click.Context, name: str | None, all_workers: bool, wait:
                     remaining.discard(wid)
                     if output != "json":
                         how = "exited" if row is None else "stopped heartbeating (stalled) before it exited"
-                        click.echo(f"{names[wid]} {how} ({time.monotonic() - started:.1f}s)")
+                        click.echo(printable(f"{names[wid]} {how} ({time.monotonic() - started:.1f}s)"))
             if not remaining:
                 break
             if deadline is not None and time.monotonic() > deadline:
@@ -397,7 +398,7 @@ def jobs_show(ctx: click.Context, job_id: int, database_url: str | None, output:
     ]
     width = max(len(k) for k, _ in fields) + 2
     for k, v in fields:
-        click.echo(f"{k + ':':<{width}}{v}")
+        click.echo(f"{k + ':':<{width}}{printable(v)}")
     click.echo("")
     click.echo("EVENTS")
     click.echo(plain_table(["AT", "TYPE"], [[jsonable(e["at"]), e["type"]] for e in events]) if events else "(none)")
@@ -422,9 +423,11 @@ def jobs_retry(ctx: click.Context, job_id: int, stall_timeout: float, database_u
     if output == "json":
         echo_json(row)
     elif row["action"] == "requeued":
-        click.echo(f"job {job_id} ({row['task_name']}, was {row['previous_status']}) is waiting to run again")
+        click.echo(printable(f"job {job_id} ({row['task_name']}, was {row['previous_status']}) "
+                             "is waiting to run again"))
     else:
-        click.echo(f"job {job_id} ({row['task_name']}, was {row['previous_status']}): {row['action']}: {row['detail']}")
+        click.echo(printable(f"job {job_id} ({row['task_name']}, was {row['previous_status']}): {row['action']}: "
+                             f"{row['detail']}"))
 
 
 @jobs.command("cancel")
@@ -564,7 +567,7 @@ def status(ctx: click.Context, database_url: str | None, output: str) -> None:
     if output == "json":
         echo_json(s)
         return
-    click.echo(status_text(s))
+    click.echo(printable(status_text(s), multiline=True))
 
 
 COMMANDS: tuple[click.Command, ...] = (workers, jobs, requeue, status)

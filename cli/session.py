@@ -14,6 +14,7 @@ from sessionq.cli.client import (
     get_client,
     output_option,
     print_json,
+    printable,
     strip_prefix,
 )
 
@@ -218,7 +219,7 @@ def share_create(ctx: click.Context, session_id: str, permission: str, ttl: floa
         print_json(response)
         return
     click.echo(shares_table([response.share]))
-    click.echo(f"token: {response.token}")
+    click.echo(f"token: {printable(response.token)}")
     click.echo("(the token is shown only this once; send it as the x-kagent-share-token header)")
 
 

@@ -29,7 +29,8 @@ CREATE TABLE sessionq.revisions (
 );
 COMMENT ON TABLE sessionq.revisions IS
   'Runtime revisions of Agents: one prepared actor template each. Sessions pin one (sessions.revision_id). gc_marked_at is a deletion marker that is never cleared.';
-COMMENT ON COLUMN sessionq.revisions.egress IS 'The persisted intended egress policy: compiled runtime rules [{protocol, hostname, port, credential_headers}].';
+COMMENT ON COLUMN sessionq.revisions.spec IS 'The applied Agent spec, credential header values included (write-only secrets: every read path shows them redacted).';
+COMMENT ON COLUMN sessionq.revisions.egress IS 'The persisted intended egress policy: compiled runtime rules [{protocol, hostname, port, credential_headers}]. Holds the credential header values the runtime is given; never shown to clients.';
 COMMENT ON COLUMN sessionq.revisions.state IS 'PENDING until the prepare job ran; READY once its actor template exists; FAILED with failure_message.';
 
 CREATE TABLE sessionq.agents (
@@ -46,6 +47,23 @@ CREATE TABLE sessionq.agents (
 );
 COMMENT ON TABLE sessionq.agents IS
   'Agent definitions. desired_revision_id is the newest applied spec; latest_successful_revision_id is what new Sessions pin. conditions: Accepted, ResolvedRefs, Compatible, Ready.';
+COMMENT ON COLUMN sessionq.agents.spec IS 'The desired spec, credential header values included (write-only secrets: every read path shows them redacted).';
+
+-- redact_agent_spec: a spec as every reader sees it (credential values are write-only).
+CREATE OR REPLACE FUNCTION sessionq.redact_agent_spec(p_spec jsonb) RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT CASE WHEN jsonb_typeof(p_spec -> 'egress') = 'array' THEN
+    jsonb_set(p_spec, '{egress}', coalesce((
+      SELECT jsonb_agg(CASE WHEN jsonb_typeof(d -> 'credentialHeaders') = 'object' THEN
+               jsonb_set(d, '{credentialHeaders}', coalesce((
+                 SELECT jsonb_object_agg(h.key, CASE WHEN h.value = '""'::jsonb THEN '' ELSE '<redacted>' END)
+                   FROM jsonb_each(d -> 'credentialHeaders') h), '{}'::jsonb))
+             ELSE d END ORDER BY i)
+        FROM jsonb_array_elements(p_spec -> 'egress') WITH ORDINALITY AS e(d, i)), '[]'::jsonb))
+  ELSE p_spec END
+$$;
+COMMENT ON FUNCTION sessionq.redact_agent_spec(jsonb) IS
+  'An Agent spec with every credential header value that is set replaced by <redacted> (an empty value stays empty). Every read path (the API, sessionq.agent_overview) shows specs through it; only applying a spec reads the stored values (to keep those a re-applied spec gives as <redacted>).';
 
 -- agent_conditions: the four conditions of an Agent, derived from its revisions.
 CREATE OR REPLACE FUNCTION sessionq.agent_conditions(p_desired sessionq.revisions, p_latest_ok uuid)
@@ -74,9 +92,11 @@ COMMENT ON FUNCTION sessionq.agent_conditions(sessionq.revisions, uuid) IS
   'Compute the Accepted, ResolvedRefs, Compatible and Ready conditions from the desired revision and the latest successful revision id.';
 
 -- apply_agent: create or update an Agent; a changed spec makes a new revision and queues its preparation.
+-- p_base_revision: the desired revision whose stored credential header values the caller kept (a
+-- spec applied with redacted values); the apply is refused (SQ409) when it is no longer the desired one.
 CREATE OR REPLACE FUNCTION sessionq.apply_agent(
   p_namespace text, p_name text, p_spec jsonb, p_spec_hash text, p_image text, p_egress jsonb, p_caller text,
-  p_admin boolean DEFAULT false
+  p_admin boolean DEFAULT false, p_base_revision uuid DEFAULT NULL
 ) RETURNS TABLE (agent_namespace text, agent_name text, revision_created boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -93,11 +113,18 @@ BEGIN
       PERFORM sessionq.fail('SQ403', format('agent %s/%s belongs to %s; only its owner or an administrator may change it',
                                             p_namespace, p_name, v_agent.created_by));
     END IF;
+    IF p_base_revision IS NOT NULL AND v_agent.desired_revision_id <> p_base_revision THEN
+      PERFORM sessionq.fail('SQ409', format('agent %s/%s changed while this apply kept its stored credentials; apply again',
+                                            p_namespace, p_name));
+    END IF;
     SELECT * INTO v_desired FROM sessionq.revisions r WHERE r.id = v_agent.desired_revision_id;
     IF v_desired.spec_hash = p_spec_hash THEN
       RETURN QUERY SELECT p_namespace, p_name, false;
       RETURN;
     END IF;
+  ELSIF p_base_revision IS NOT NULL THEN
+    PERFORM sessionq.fail('SQ409', format('agent %s/%s was deleted while this apply kept its stored credentials; apply again',
+                                          p_namespace, p_name));
   END IF;
   SELECT coalesce(max(r.number), 0) + 1 INTO v_number
     FROM sessionq.revisions r WHERE r.agent_namespace = p_namespace AND r.agent_name = p_name;
@@ -122,8 +149,8 @@ BEGIN
                              'revision:' || v_rev.id);
   RETURN QUERY SELECT p_namespace, p_name, true;
 END $$;
-COMMENT ON FUNCTION sessionq.apply_agent(text, text, jsonb, text, text, jsonb, text, boolean) IS
-  'Create or update an Agent (an existing one only by its owner or an administrator). A spec whose hash differs from the desired revision creates revision n+1 (PENDING) and queues its prepare_revision job in the same transaction.';
+COMMENT ON FUNCTION sessionq.apply_agent(text, text, jsonb, text, text, jsonb, text, boolean, uuid) IS
+  'Create or update an Agent (an existing one only by its owner or an administrator). A spec whose hash differs from the desired revision creates revision n+1 (PENDING) and queues its prepare_revision job in the same transaction. p_base_revision (optional): the desired revision the caller took kept credential header values from; SQ409 when another apply or a delete came in between. p_spec and p_egress hold the credential values: no view or read path returns them (readers see them redacted).';
 
 -- finish_revision: record the outcome of preparing a revision in the runtime.
 CREATE OR REPLACE FUNCTION sessionq.finish_revision(p_revision uuid, p_template_uid text, p_failure text)

@@ -331,6 +331,30 @@ COMMENT ON COLUMN sessionq.quiescence_backlog.waiting IS 'Time since the boundar
 COMMENT ON COLUMN sessionq.quiescence_backlog.claimed_for IS 'Time since a quiescence worker claimed it.';
 COMMENT ON COLUMN sessionq.quiescence_backlog.status IS 'waiting, blocked, claimed or ineligible (the Session is not READY; the boundary is dropped by the next operation).';
 
+CREATE OR REPLACE VIEW sessionq.agent_overview AS
+SELECT a.namespace,
+       a.name,
+       a.created_by,
+       sessionq.redact_agent_spec(a.spec) AS spec,
+       d.number AS desired_revision,
+       d.state AS desired_state,
+       d.failure_message AS desired_failure,
+       l.number AS serving_revision,
+       (SELECT c ->> 'status' FROM jsonb_array_elements(a.conditions) c WHERE c ->> 'type' = 'Ready') AS ready,
+       (SELECT count(*) FROM sessionq.sessions s
+         WHERE s.agent_namespace = a.namespace AND s.agent_name = a.name AND s.state <> 'DELETED') AS live_sessions,
+       a.created_at,
+       a.updated_at
+  FROM sessionq.agents a
+  JOIN sessionq.revisions d ON d.id = a.desired_revision_id
+  LEFT JOIN sessionq.revisions l ON l.id = a.latest_successful_revision_id;
+COMMENT ON VIEW sessionq.agent_overview IS
+  'Every Agent with its spec (credential header values shown as <redacted>: read this view, not sessionq.agents or sessionq.revisions, whose spec and egress columns hold the values), its desired and serving revisions and its live Sessions.';
+COMMENT ON COLUMN sessionq.agent_overview.spec IS 'The desired spec, credential header values redacted (sessionq.redact_agent_spec).';
+COMMENT ON COLUMN sessionq.agent_overview.desired_revision IS 'The number of the newest applied revision; desired_state is PENDING, READY or FAILED (desired_failure says why).';
+COMMENT ON COLUMN sessionq.agent_overview.serving_revision IS 'The number of the revision new Sessions pin (the newest READY one); NULL until one is prepared.';
+COMMENT ON COLUMN sessionq.agent_overview.live_sessions IS 'Sessions of this Agent that are not DELETED.';
+
 -- checkpoints_overview exists only when the checkpoints table does (schema/40_checkpoints.sql).
 DO $do$
 BEGIN

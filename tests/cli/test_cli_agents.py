@@ -6,13 +6,18 @@ The in-process server runs on the test's event loop, so the CLI runs in a thread
 from __future__ import annotations
 
 import asyncio
+import io
 import json
+import re
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import pytest
+import yaml
 from click.testing import CliRunner, Result
 from sessionq.cli import agent as cli_agent
+from sessionq.cli.client import CliError, boxed_table, plain_table, printable
 from sessionq.cli.main import main
 
 from sessionq.runtime.base import Code
@@ -26,6 +31,10 @@ egress:
     credentialHeaders:
       Authorization: Bearer sk-test
 """
+
+
+# what a terminal would act on: C0 controls, DEL, C1 controls, bidirectional overrides
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 class Cli:
@@ -101,8 +110,8 @@ async def test_apply_waits_for_the_revision_then_sessions_can_be_created(cli):
     ready = next(c for c in again["agent"]["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True"
     assert again["agent"]["spec"]["egress"] == [
-        {"url": "https://api.openai.example.com", "credentialHeaders": {"Authorization": "Bearer sk-test"}}
-    ]
+        {"url": "https://api.openai.example.com", "credentialHeaders": {"Authorization": "<redacted>"}}
+    ]  # write-only: the value is never shown back
 
     created = json.loads(ok(await cli("session", "create", "--agent", "my-first-agent", "-o", "json")).stdout)
     assert created["session"]["state"] == "RUNTIME_STATE_READY"
@@ -193,3 +202,97 @@ def test_agent_group_is_importable_and_mounts_session():
     from sessionq.cli.session import session
 
     assert agent.commands["session"] is session
+
+
+# -- credentials are write-only in every output (issue 15, item 2) -----------------------------------
+
+
+async def stored_authorization(store: Any, name: str = "my-first-agent") -> list[str]:
+    async with store.pool.connection() as conn:
+        cur = await conn.execute("SELECT egress FROM sessionq.revisions WHERE agent_name = %s ORDER BY number", (name,))
+        return [r["egress"][0]["credential_headers"]["Authorization"] for r in await cur.fetchall()]
+
+
+@pytest.mark.parametrize("token", ["bob-token", "alice-token", "admin-token"])
+async def test_no_output_shows_credential_values(cli, token):
+    applied = ok(await cli("agent", "apply", "-f", cli.spec(SPEC), "-o", "json"))
+    assert "sk-test" not in applied.stdout + applied.stderr
+    outputs = []
+    for command in (["agent", "get", "my-first-agent"], ["agent", "list"]):
+        for output in ("table", "json", "yaml"):
+            result = ok(await cli(*command, "-o", output, token=token))
+            assert "sk-test" not in result.stdout + result.stderr, (command, output)
+            outputs.append(result.stdout)
+    detail, as_json, as_yaml = outputs[:3]
+    assert "https://api.openai.example.com (credential headers: Authorization)" in detail
+    egress = json.loads(as_json)["agent"]["spec"]["egress"]
+    assert egress == [{"url": "https://api.openai.example.com", "credentialHeaders": {"Authorization": "<redacted>"}}]
+    assert yaml.safe_load(as_yaml)["agent"]["spec"]["egress"] == egress
+    assert yaml.safe_load(outputs[5])["agents"][0]["spec"]["egress"] == egress
+
+
+async def test_get_yaml_then_apply_keeps_the_stored_values(cli, store):
+    ok(await cli("agent", "apply", "-f", cli.spec(SPEC)))
+    dumped = ok(await cli("agent", "get", "my-first-agent", "-o", "yaml")).stdout
+    path = cli.spec(dumped, "got.yaml")
+    again = ok(await cli("agent", "apply", "-f", path))
+    assert again.stdout.strip() == "agent kagent/my-first-agent applied (unchanged, revision 1; READY)"
+    # an edit of the dumped spec makes a new revision that keeps the secret
+    edited = ok(await cli("agent", "apply", "-f", cli.spec(dumped.replace(":1.0", ":2.0"), "edited.yaml")))
+    assert "revision 2 created" in edited.stdout
+    # the JSON dump applies the same way
+    as_json = ok(await cli("agent", "get", "my-first-agent", "-o", "json")).stdout
+    assert "unchanged, revision 2" in ok(await cli("agent", "apply", "-f", cli.spec(as_json, "got.json"))).stdout
+    assert await stored_authorization(store) == ["Bearer sk-test", "Bearer sk-test"]
+    # a marker for a URL the server has no value for is refused, naming the header
+    moved = dumped.replace("https://api.openai.example.com", "https://elsewhere.example.com")
+    line = one_error_line(await cli("agent", "apply", "-f", cli.spec(moved, "moved.yaml")))
+    assert line.startswith("error: INVALID_ARGUMENT: egress[0].credentialHeaders: 'Authorization' is <redacted>")
+    assert await stored_authorization(store) == ["Bearer sk-test", "Bearer sk-test"]
+
+
+async def test_the_runtime_gets_the_kept_value(cli, store, sim):
+    ok(await cli("agent", "apply", "-f", cli.spec(SPEC)))
+    dumped = ok(await cli("agent", "get", "my-first-agent", "-o", "yaml")).stdout
+    ok(await cli("agent", "apply", "-f", cli.spec(dumped.replace(":1.0", ":3.0"), "edited.yaml")))
+    created = json.loads(ok(await cli("session", "create", "--agent", "my-first-agent", "-o", "json")).stdout)
+    session = await store.get_session(UUID(created["session"]["id"]), "alice")
+    policy = await sim.get_egress_policy(session.actor_atespace, session.actor_name)
+    assert [r.credential_headers for r in policy.rules] == [{"Authorization": "Bearer sk-test"}]
+
+
+# -- control sequences never reach the terminal (issue 15, item 4) -----------------------------------
+
+NASTY = "a\x1b]0;pwned\x07b\x1b[2J\x1b[31mc\rd\x9b1m\u202ee\nf\tg\x08h"
+
+
+def test_printable_shows_control_characters_as_escapes():
+    shown = printable(NASTY)
+    assert shown == "a\\x1b]0;pwned\\x07b\\x1b[2J\\x1b[31mc\\rd\\x9b1m\\u202ee\\nf\\tg\\x08h"
+    assert printable(NASTY, multiline=True) == shown.replace("\\n", "\n").replace("\\t", "\t")
+    assert printable("plain ünïcode") == "plain ünïcode"
+    for table in (boxed_table(["NAME", NASTY], [[NASTY, 1]]), plain_table([NASTY, "X"], [[NASTY, 2]])):
+        assert not CONTROL.search(table.replace("\n", ""))
+        assert "\\x1b]0;pwned\\x07" in table
+    err = io.StringIO()
+    CliError(f"NOT_FOUND: {NASTY}").show(file=err)  # a server's message is text from afar too
+    assert not CONTROL.search(err.getvalue().rstrip("\n")) and "\\x1b]0;pwned\\x07" in err.getvalue()
+    boxed = boxed_table(["NAME"], [[NASTY], ["x"]])
+    assert len({len(line) for line in boxed.splitlines()}) == 1  # the escapes are counted: rows stay aligned
+
+
+async def test_agent_tables_neutralise_control_sequences(cli, store):
+    ok(await cli("agent", "apply", "-f", cli.spec(SPEC)))
+    # text stored before the input checks existed (or from a runtime's failure message)
+    async with store.pool.connection() as conn:
+        await conn.execute(
+            "UPDATE sessionq.agents SET spec = jsonb_set(spec, '{template}', to_jsonb(%s::text)),"
+            " conditions = jsonb_set(conditions, '{0,message}', to_jsonb(%s::text))", (NASTY, NASTY))
+        await conn.execute("UPDATE sessionq.revisions SET failure_message = %s", (NASTY,))
+    for args in (["agent", "list"], ["agent", "get", "my-first-agent"]):
+        result = ok(await cli(*args))
+        assert not CONTROL.search(result.stdout.replace("\n", "")), (args, result.stdout)
+        assert "\\x1b]0;pwned\\x07" in result.stdout
+    for output in ("json", "yaml"):
+        result = ok(await cli("agent", "get", "my-first-agent", "-o", output))
+        assert not CONTROL.search(result.stdout.replace("\n", "")), (output, result.stdout)

@@ -34,3 +34,17 @@ async def test_invoke_errors_are_one_line(api, store, sim):
     assert missing.exit_code == 1 and "NOT_FOUND" in missing.output and len(missing.output.strip().splitlines()) == 1
     usage = await cli(api, "agent", "invoke", "--task", "hi")
     assert usage.exit_code == 2
+
+
+async def test_the_answer_reaches_the_terminal_without_control_sequences(api, store, sim):
+    """The agent's answer is free text: lines are kept, control sequences shown as escapes (issue 15)."""
+    import re
+
+    await apply_agent(store, sim)
+    created = await cli(api, "agent", "session", "create", "--agent", "my-first-agent", "-o", "json")
+    session_id = json.loads(created.output)["session"]["id"]
+    await cli(api, "agent", "invoke", "--session", session_id, "--task", "first\x1b]0;pwned\x07\x1b[2J\rline")
+    plain = await cli(api, "agent", "invoke", "--session", session_id, "--task", "What did I ask you first?")
+    assert plain.exit_code == 0, plain.output
+    assert "first\\x1b]0;pwned\\x07\\x1b[2J" in plain.output
+    assert not re.search(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]", plain.output)

@@ -212,3 +212,19 @@ async def test_the_database_url_comes_from_option_env_or_client_config(cli, data
     with psycopg.connect(database_url) as conn:
         (by,) = conn.execute("SELECT requested_by FROM sessionq.worker_drains").fetchone()
     assert by == "opal"  # the client config's user
+
+
+async def test_tables_and_details_neutralise_control_sequences(cli, db):
+    """Worker names and job arguments reach the operator's terminal as visible escapes, never as
+    OSC/CSI sequences, BEL or CR (issue 15, item 4)."""
+    import re
+
+    control = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")  # a newline ends a line; anything else is an escape
+    nasty = "w\x1b]0;pwned\x07\x1b[2J\rx\x9b1m"
+    await live_worker(db, name=nasty)
+    job_id = await defer(db, "optest_sleep", {"key": nasty, "seconds": 1})
+    await make_failed(db, job_id)
+    for args in (["workers", "list"], ["jobs", "list"], ["jobs", "show", str(job_id)], ["status"]):
+        out = ok(await cli(*args)).stdout
+        assert not control.search(out), (args, out)
+        assert "pwned" in out, (args, out)  # shown, escaped (\x1b as text, or \u001b inside JSON arguments)

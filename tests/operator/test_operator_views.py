@@ -82,6 +82,11 @@ async def test_every_view_shows_the_state_of_the_system(db, ops, store, sim):
     assert jobs[failed]["status"] == "failed" and jobs[failed]["status_since"] is not None
     assert jobs[stalled]["worker_name"] == "dead-w"
 
+    (agent,) = views["agent_overview"]
+    assert agent["name"] == "my-first-agent" and agent["desired_revision"] == 1 and agent["serving_revision"] == 1
+    assert agent["desired_state"] == "READY" and agent["ready"] == "True" and agent["live_sessions"] == 4
+    assert agent["spec"]["name"] == "my-first-agent"
+
 
 async def test_the_stall_timeout_of_the_views_is_a_session_setting(db):
     dead = await dead_worker(db, 45)

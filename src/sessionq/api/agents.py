@@ -11,7 +11,15 @@ from sessionq import errors
 from sessionq._pb.kagent.api.v1alpha1 import agent_pb2, agent_pb2_grpc, common_pb2
 from sessionq.api.common import Authenticator, decode_token, encode_token, page_limit, rpc, ts
 from sessionq.db.store import Store
-from sessionq.domain.agents import AgentSpec, EgressDestination, check_name, check_namespace, compile_egress, parse_spec
+from sessionq.domain.agents import (
+    AgentSpec,
+    EgressDestination,
+    apply_spec,
+    check_name,
+    check_namespace,
+    parse_spec,
+    redact_spec,
+)
 from sessionq.models import Agent, Revision
 
 
@@ -25,7 +33,9 @@ def spec_from_proto(msg: agent_pb2.AgentSpec) -> AgentSpec:
     return parse_spec(data)
 
 
-def spec_to_proto(spec: dict[str, Any]) -> agent_pb2.AgentSpec:
+def spec_to_proto(stored: dict[str, Any]) -> agent_pb2.AgentSpec:
+    """A stored spec as clients see it: credential header values redacted (write-only)."""
+    spec = redact_spec(stored)
     return agent_pb2.AgentSpec(
         ref=common_pb2.ResourceReference(namespace=spec.get("namespace", ""), name=spec.get("name", "")),
         template=spec.get("template", ""),
@@ -96,11 +106,7 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
         who = self.auth.identify(context)
         spec = spec_from_proto(request.spec)
         self.auth.check_namespace(who, spec.namespace)
-        egress = compile_egress(spec, self.cluster_domain)  # rejected here, before any Actor exists
-        created = await self.store.apply_agent(
-            spec.namespace, spec.name, spec.to_json(), spec.spec_hash(), spec.image, egress, who.user,
-            who.user in self.admins,
-        )
+        created = await apply_spec(self.store, spec, who.user, who.user in self.admins, self.cluster_domain)
         return agent_pb2.ApplyAgentResponse(
             agent=await self._agent(spec.namespace, spec.name), revision_created=created
         )

@@ -220,7 +220,7 @@ class OperatorStore:
 
 
 VIEWS = ("session_overview", "claims", "pending_operations", "quiescence_backlog", "checkpoints_overview",
-         "queue_depth", "stalled_jobs", "workers", "job_overview")
+         "queue_depth", "stalled_jobs", "workers", "job_overview", "agent_overview")
 
 
 # -- presentation helpers (shared by the CLI and tests) -------------------------------------------

@@ -100,24 +100,41 @@ class Store:
         egress: list[dict[str, Any]],
         caller: str,
         admin: bool = False,
+        base_revision: UUID | None = None,
     ) -> bool:
+        """Create or update an Agent; True when a new revision was made. base_revision: the desired
+        revision whose credential values `spec` kept (SQ409 when it is no longer the desired one)."""
         row = await self._one(
-            "SELECT revision_created FROM sessionq.apply_agent(%s, %s, %s, %s, %s, %s, %s, %s)",
-            (namespace, name, Jsonb(spec), spec_hash, image, Jsonb(egress), caller, admin),
+            "SELECT revision_created FROM sessionq.apply_agent(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            (namespace, name, Jsonb(spec), spec_hash, image, Jsonb(egress), caller, admin, base_revision),
         )
         return bool(row["revision_created"])
 
+    # readers see specs redacted (credential header values are write-only)
+    _AGENT = "to_jsonb(a) || jsonb_build_object('spec', sessionq.redact_agent_spec(a.spec))"
+
     async def get_agent(self, namespace: str, name: str) -> Agent:
+        """The Agent, its spec's credential header values redacted."""
         rows = await self._rows(
-            "SELECT to_jsonb(a) AS a FROM sessionq.agents a WHERE namespace = %s AND name = %s", (namespace, name)
+            f"SELECT {self._AGENT} AS a FROM sessionq.agents a WHERE namespace = %s AND name = %s", (namespace, name)
         )
         if not rows:
             raise errors.not_found(f"agent {namespace}/{name} not found")
         return Agent.from_json(rows[0]["a"])
 
-    async def list_agents(self, namespace: str | None, after: tuple[str, str] | None, limit: int) -> list[Agent]:
+    async def stored_agent_spec(self, namespace: str, name: str) -> tuple[UUID, dict[str, Any]] | None:
+        """The desired revision and spec of an Agent with its credential values (None: no such
+        Agent). Only applying a spec reads them: to keep the values given back as redacted."""
         rows = await self._rows(
-            "SELECT to_jsonb(a) AS a FROM sessionq.agents a"
+            "SELECT desired_revision_id, spec FROM sessionq.agents WHERE namespace = %s AND name = %s",
+            (namespace, name),
+        )
+        return (rows[0]["desired_revision_id"], rows[0]["spec"]) if rows else None
+
+    async def list_agents(self, namespace: str | None, after: tuple[str, str] | None, limit: int) -> list[Agent]:
+        """Agents in (namespace, name) order, their specs' credential header values redacted."""
+        rows = await self._rows(
+            f"SELECT {self._AGENT} AS a FROM sessionq.agents a"
             " WHERE (%(ns)s::text IS NULL OR namespace = %(ns)s)"
             "   AND (%(an)s::text IS NULL OR (namespace, name) > (%(an)s, %(nn)s))"
             " ORDER BY namespace, name LIMIT %(limit)s",

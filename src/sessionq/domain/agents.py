@@ -26,6 +26,35 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _HEADER = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 
+# What every read path (API, CLI, logs) shows in place of a credential header value that is set; an
+# empty value is shown empty. Applying a spec that holds this marker keeps the stored value of that
+# header on the same egress URL (so `agent get -o yaml` fed back to `agent apply` changes nothing).
+REDACTED = "<redacted>"
+
+# An OCI image reference, as github.com/distribution/reference parses it:
+#   [domain[:port]/]path-component[/path-component...][:tag][@digest]
+_ALNUM = r"[a-z0-9]+"
+_PATH_COMPONENT = rf"{_ALNUM}(?:(?:[._]|__|-+){_ALNUM})*"
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?"
+_IMAGE_NAME = rf"(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+_IMAGE_REFERENCE = re.compile(
+    rf"(?P<name>{_IMAGE_NAME})(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?"
+    r"(?:@(?P<algorithm>[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*):(?P<hex>[0-9a-fA-F]{32,}))?",
+    re.ASCII,
+)
+_DIGEST_LENGTHS = {"sha256": 64, "sha512": 128}
+_IMAGE_NAME_MAX = 255  # the name (domain and path), as distribution/reference limits it
+_TEMPLATE_MAX = 512
+_TEMPLATE_RULE = (
+    "template must be an image reference such as registry.example.com/team/agent:1.0 or "
+    "...@sha256:<64 hex digits>: lowercase path components, optional tag and digest, no spaces or "
+    f"control characters, at most {_TEMPLATE_MAX} characters"
+)
+# C0 controls, DEL and C1 controls; header values may hold a horizontal tab (RFC 9110)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL_BUT_TAB = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+
 
 def check_namespace(value: str, what: str = "namespace") -> str:
     if not _DNS_LABEL.match(value or ""):
@@ -37,6 +66,37 @@ def check_name(value: str, what: str = "name") -> str:
     if not _DNS_SUBDOMAIN.match(value or ""):
         raise errors.invalid(f"{what} {value!r} must be a DNS subdomain (lowercase letters, digits, '-' and '.')")
     return value
+
+
+def check_template(value: str) -> str:
+    """An Agent's template: empty (the runtime's default) or an OCI image reference. The message
+    never repeats the value (it may hold anything, control characters included)."""
+    if value == "":
+        return value
+    m = _IMAGE_REFERENCE.fullmatch(value) if len(value) <= _TEMPLATE_MAX else None
+    if m is None or len(m.group("name")) > _IMAGE_NAME_MAX:
+        raise errors.invalid(_TEMPLATE_RULE)
+    algorithm, digest = m.group("algorithm"), m.group("hex")
+    if algorithm in _DIGEST_LENGTHS and len(digest) != _DIGEST_LENGTHS[algorithm]:
+        raise errors.invalid(f"template: a {algorithm} digest has {_DIGEST_LENGTHS[algorithm]} hex digits")
+    return value
+
+
+def check_egress_url(index: int, url: str) -> None:
+    """What an egress URL must never hold, checked before any message repeats it: control
+    characters or spaces (CR/LF would split the proxy's request; Python's URL parser silently drops
+    some of them) and user info (a password in the URL would be shown wherever the URL is)."""
+    if _CONTROL.search(url) or " " in url:
+        raise errors.invalid(f"egress[{index}].url must not contain spaces or control characters")
+    try:
+        netloc = urlsplit(url).netloc
+    except ValueError:
+        raise errors.invalid(f"egress[{index}].url is not a valid URL") from None
+    if "@" in netloc:
+        raise errors.invalid(
+            f"egress[{index}].url must not contain a user name or password; "
+            "give credentials as credentialHeaders (they are never shown back)"
+        )
 
 
 @dataclass(frozen=True)
@@ -83,8 +143,9 @@ def parse_spec(data: Any) -> AgentSpec:
     name = check_name(str(data.get("name") or ""), "agent name")
     namespace = check_namespace(str(data.get("namespace") or DEFAULT_NAMESPACE), "agent namespace")
     template = data.get("template") or ""
-    if not isinstance(template, str) or len(template) > 512:
-        raise errors.invalid("template must be an image reference of at most 512 characters")
+    if not isinstance(template, str):
+        raise errors.invalid(_TEMPLATE_RULE)
+    check_template(template)
     egress_raw = data.get("egress") or []
     if not isinstance(egress_raw, list):
         raise errors.invalid("egress must be a list of {url, credentialHeaders}")
@@ -97,8 +158,60 @@ def parse_spec(data: Any) -> AgentSpec:
             isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
         ):
             raise errors.invalid(f"egress[{i}].credentialHeaders must map header names to values")
+        check_egress_url(i, item["url"])
+        for header, value in headers.items():
+            if _CONTROL_BUT_TAB.search(value):
+                # the value is a secret: the message names the header only
+                raise errors.invalid(
+                    f"egress[{i}].credentialHeaders: the value of {header[:64]!r} must not contain "
+                    "control characters (CR, LF, ...)"
+                )
         egress.append(EgressDestination(item["url"], dict(headers)))
     return AgentSpec(namespace, name, template, tuple(egress))
+
+
+def redact_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """A stored spec as every reader sees it: each credential header value that is set becomes
+    REDACTED (an empty one stays empty, so a reader knows whether a value is set). The same as
+    sessionq.redact_agent_spec, which the store's reads apply already; the API applies this too."""
+    if not isinstance(spec.get("egress"), list):
+        return spec
+    return {**spec, "egress": [_redact_destination(d) for d in spec["egress"]]}
+
+
+def _redact_destination(d: Any) -> Any:
+    if not isinstance(d, dict) or not isinstance(d.get("credentialHeaders"), dict):
+        return d
+    return {**d, "credentialHeaders": {k: REDACTED if v != "" else "" for k, v in d["credentialHeaders"].items()}}
+
+
+def uses_redacted(spec: AgentSpec) -> bool:
+    return any(v == REDACTED for d in spec.egress for v in d.credential_headers.values())
+
+
+def keep_stored_credentials(spec: AgentSpec, stored: dict[str, Any] | None, agent: str) -> AgentSpec:
+    """The spec with each REDACTED header value replaced by the stored value of the same header
+    (names compared case-insensitively) on the same egress URL of the stored spec (the Agent's
+    desired spec, None when there is no Agent). A marker without such a stored value is refused:
+    a secret is kept only for the URL it was given for."""
+    known: dict[tuple[str, str], str] = {}
+    for d in (stored or {}).get("egress") or []:
+        for k, v in (d.get("credentialHeaders") or {}).items():
+            known[(d.get("url", ""), k.lower())] = v
+    egress = []
+    for i, dest in enumerate(spec.egress):
+        headers = {}
+        for k, v in dest.credential_headers.items():
+            if v == REDACTED:
+                if (dest.url, k.lower()) not in known:
+                    raise errors.invalid(
+                        f"egress[{i}].credentialHeaders: {k[:64]!r} is {REDACTED}, but agent {agent} has no "
+                        f"stored value for it at this URL; give the real value"
+                    )
+                v = known[(dest.url, k.lower())]
+            headers[k] = v
+        egress.append(EgressDestination(dest.url, headers))
+    return AgentSpec(spec.namespace, spec.name, spec.template, tuple(egress))
 
 
 def compile_egress(spec: AgentSpec, cluster_domain: str = "cluster.local") -> list[dict[str, Any]]:
@@ -110,6 +223,7 @@ def compile_egress(spec: AgentSpec, cluster_domain: str = "cluster.local") -> li
     """
     rules: dict[tuple[str, int], dict[str, Any]] = {}
     for i, dest in enumerate(spec.egress):
+        check_egress_url(i, dest.url)  # before `where` repeats the URL
         where = f"egress[{i}] ({dest.url})"
         parts = urlsplit(dest.url)
         if parts.scheme not in ("http", "https"):
@@ -153,6 +267,35 @@ def compile_egress(spec: AgentSpec, cluster_domain: str = "cluster.local") -> li
         )
         rule["credential_headers"].update(dest.credential_headers)
     return sorted(rules.values(), key=lambda r: (r["hostname"], r["port"]))
+
+
+_KEEP_ATTEMPTS = 3  # an apply that keeps stored credentials re-reads them when another apply came in between
+
+
+async def apply_spec(store: Store, spec: AgentSpec, caller: str, admin: bool, cluster_domain: str) -> bool:
+    """Validate, compile and apply a spec; True when a new revision was made. REDACTED header
+    values keep the stored values (see keep_stored_credentials): they are read from the desired
+    revision, and the procedure refuses the apply (SQ409) if that is no longer the desired one, in
+    which case it is read again."""
+    compile_egress(spec, cluster_domain)  # rejected here, before anything is read or any Actor exists
+    for attempt in range(_KEEP_ATTEMPTS):
+        base: UUID | None = None
+        resolved = spec
+        if uses_redacted(spec):
+            stored: dict[str, Any] | None = None
+            found = await store.stored_agent_spec(spec.namespace, spec.name)
+            if found is not None:
+                base, stored = found
+            resolved = keep_stored_credentials(spec, stored, f"{spec.namespace}/{spec.name}")
+        try:
+            return await store.apply_agent(
+                resolved.namespace, resolved.name, resolved.to_json(), resolved.spec_hash(), resolved.image,
+                compile_egress(resolved, cluster_domain), caller, admin, base,
+            )
+        except errors.SessionqError as e:
+            if e.sqlstate != "SQ409" or base is None or attempt + 1 == _KEEP_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _is_partial_cluster_name(host: str, cluster_domain: str) -> bool:
