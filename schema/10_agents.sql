@@ -91,7 +91,7 @@ BEGIN
   IF FOUND THEN
     IF v_agent.created_by <> p_caller AND NOT p_admin THEN
       PERFORM sessionq.fail('SQ403', format('agent %s/%s belongs to %s; only its owner or an administrator may change it',
-                                            p_namespace, p_name, v_agent.created_by));
+                                            sessionq.clip(p_namespace), sessionq.clip(p_name), v_agent.created_by));
     END IF;
     SELECT * INTO v_desired FROM sessionq.revisions r WHERE r.id = v_agent.desired_revision_id;
     IF v_desired.spec_hash = p_spec_hash THEN
@@ -176,11 +176,11 @@ DECLARE
 BEGIN
   SELECT * INTO v_agent FROM sessionq.agents WHERE namespace = p_namespace AND name = p_name FOR UPDATE;
   IF NOT FOUND THEN
-    PERFORM sessionq.fail('SQ404', format('agent %s/%s not found', p_namespace, p_name));
+    PERFORM sessionq.fail('SQ404', format('agent %s/%s not found', sessionq.clip(p_namespace), sessionq.clip(p_name)));
   END IF;
   IF v_agent.created_by <> p_caller AND NOT p_admin THEN
     PERFORM sessionq.fail('SQ403', format('agent %s/%s belongs to %s; only its owner or an administrator may delete it',
-                                          p_namespace, p_name, v_agent.created_by));
+                                          sessionq.clip(p_namespace), sessionq.clip(p_name), v_agent.created_by));
   END IF;
   DELETE FROM sessionq.agents WHERE namespace = p_namespace AND name = p_name;
 END $$;

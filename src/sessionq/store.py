@@ -112,7 +112,7 @@ class Store:
             "SELECT to_jsonb(a) AS a FROM sessionq.agents a WHERE namespace = %s AND name = %s", (namespace, name)
         )
         if not rows:
-            raise errors.not_found(f"agent {namespace}/{name} not found")
+            raise errors.not_found(f"agent {errors.clip(namespace)}/{errors.clip(name)} not found")
         return Agent.from_json(rows[0]["a"])
 
     async def list_agents(self, namespace: str | None, after: tuple[str, str] | None, limit: int) -> list[Agent]:
