@@ -9,6 +9,7 @@ task gives the same TaskNotFound answer (NOT_FOUND).
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from uuid import UUID
 
@@ -18,7 +19,7 @@ from google.protobuf import json_format
 
 from sessionq import errors
 from sessionq.agents import check_name, check_namespace
-from sessionq.api.common import Authenticator, Identity, rpc, wait_budget
+from sessionq.api.common import Authenticator, Identity, has_control, rpc, wait_budget
 from sessionq.api.sessions import await_generation
 from sessionq.api.taskstore import task_from_json
 from sessionq.errors import SessionqError
@@ -33,6 +34,16 @@ def parse_tenant(tenant: str) -> tuple[str, str]:
     if not sep:
         raise errors.invalid("tenant must be <namespace>/<agent>")
     return check_namespace(ns, "tenant namespace"), check_name(name, "tenant agent")
+
+
+def creation_request_id(message_id: str) -> str:
+    """The request id of the Session a new conversation creates: the message id names it (a resend of
+    the message joins the same creation); one too long for a request id is named by its hash."""
+    if not message_id:
+        return f"a2a:{uuid.uuid4()}"
+    if len(message_id) > 124:
+        return f"a2a:sha256:{hashlib.sha256(message_id.encode()).hexdigest()}"
+    return f"a2a:{message_id}"
 
 
 def task_not_found() -> SessionqError:
@@ -66,6 +77,8 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
         msg = request.message
         if not msg.parts:
             raise errors.invalid("message.parts must not be empty")
+        if msg.message_id and has_control(msg.message_id):
+            raise errors.invalid("message.message_id must not contain control characters")
         task_id: str | None = None
         if msg.task_id:
             task = await self.store.get_task(msg.task_id)
@@ -83,7 +96,7 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
             session = await self._visible(who, sid, tenant)
         else:
             # a new conversation: a new Session of an existing, authorized Agent
-            request_id = f"a2a:{msg.message_id or uuid.uuid4()}"[:128]
+            request_id = creation_request_id(msg.message_id)
             admission = await self.store.admit_create(who.user, request_id, tenant[0], tenant[1], "")
             session = await await_generation(self.store, admission, context)
         body = json_format.MessageToDict(msg)
