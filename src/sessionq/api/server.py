@@ -23,6 +23,7 @@ from sessionq.api.a2a import A2AService
 from sessionq.api.agents import AgentService
 from sessionq.api.checkpoints import CheckpointService
 from sessionq.api.common import Authenticator
+from sessionq.api.guard import InputGuard
 from sessionq.api.inventory import InventoryService
 from sessionq.api.sessions import SessionService
 from sessionq.api.taskstore import TaskStoreService
@@ -46,7 +47,7 @@ class ApiServer:
     ) -> None:
         self.settings = settings
         self.store = store
-        self.server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        self.server = grpc.aio.server(interceptors=[InputGuard()], options=[("grpc.so_reuseport", 0)])
         auth = Authenticator(settings["auth.tokens"], settings["auth.anonymousUser"], settings["auth.namespaces"])
         self.auth = auth
         session_pb2_grpc.add_SessionServiceServicer_to_server(
