@@ -22,6 +22,7 @@ from sessionq.agents import check_name, check_namespace
 from sessionq.api.common import Authenticator, Identity, has_control, rpc, wait_budget
 from sessionq.api.sessions import await_generation
 from sessionq.api.taskstore import task_from_json
+from sessionq.config import MIB
 from sessionq.errors import SessionqError
 from sessionq.models import Session
 from sessionq.store import Store
@@ -51,10 +52,13 @@ def task_not_found() -> SessionqError:
 
 
 class A2AService(a2a_pb2_grpc.A2AServiceServicer):
-    def __init__(self, store: Store, auth: Authenticator, dispatch_ttl: float = 600.0) -> None:
+    def __init__(
+        self, store: Store, auth: Authenticator, dispatch_ttl: float = 600.0, max_message_bytes: int = MIB
+    ) -> None:
         self.store = store
         self.auth = auth
         self.dispatch_ttl = dispatch_ttl
+        self.max_message_bytes = max_message_bytes
 
     async def _visible(self, who: Identity, session_id: UUID, tenant: tuple[str, str]) -> Session:
         try:
@@ -77,6 +81,11 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
         msg = request.message
         if not msg.parts:
             raise errors.invalid("message.parts must not be empty")
+        size = msg.ByteSize()
+        if size > self.max_message_bytes:  # before anything is written, a new conversation's Session included
+            raise errors.invalid(
+                f"message is {size} bytes; the largest message this server accepts is {self.max_message_bytes} bytes"
+            )
         if msg.message_id and has_control(msg.message_id):
             raise errors.invalid("message.message_id must not contain control characters")
         task_id: str | None = None
@@ -108,8 +117,8 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
         outcome, value = await self.store.wait_for_turn(session.id, admitted.dispatch_id, wait_budget(context))
         if outcome == "task":
             return a2a_pb2.SendMessageResponse(task=task_from_json(value.task))
-        if outcome == "failed":
-            raise errors.unavailable(f"the agent could not run the turn ({value}); send the message again")
+        if outcome == "failed":  # the reason is a user-facing one (turns.py); details are in the worker's log
+            raise errors.unavailable(f"the agent could not run the turn ({errors.clip(value, 200)}); send the message again")
         running = await self.store.task_of_dispatch(session.id, admitted.dispatch_id)
         if running is not None:  # still working: answer with the task as it stands
             return a2a_pb2.SendMessageResponse(task=task_from_json(running.task))
