@@ -80,7 +80,7 @@ def test_limit_is_configured_and_validated() -> None:
     assert config.defaults()["a2a.maxMessageBytes"] == 1024 * 1024
     assert config.load(env={"SESSIONQ_A2A__MAX_MESSAGE_BYTES": "2048"})["a2a.maxMessageBytes"] == 2048
     for bad in ("0", "1023", "-5", "lots", str(64 * 1024 * 1024 + 1)):
-        with pytest.raises(config.ConfigError, match="a2a.maxMessageBytes"):
+        with pytest.raises(config.ConfigError, match=r"a2a\.maxMessageBytes"):
             config.load(env={"SESSIONQ_A2A__MAX_MESSAGE_BYTES": bad})
     # the channels that carry a task store update take several admitted messages
     assert config.grpc_message_limit(1024 * 1024) >= 5 * 1024 * 1024
