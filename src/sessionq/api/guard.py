@@ -34,9 +34,9 @@ LOG_INTERVAL = 60.0  # seconds between two WARNING lines of one kind
 
 
 class Rejection(Enum):
-    MALFORMED = "malformed request"
-    UNIMPLEMENTED = "unimplemented method"
-    UNKNOWN_METHOD = "unknown method"
+    MALFORMED = "a malformed request"
+    UNIMPLEMENTED = "a call of an unimplemented method"
+    UNKNOWN_METHOD = "a call of an unknown method"
 
 
 class RateLimitedLog:
@@ -63,7 +63,7 @@ class RateLimitedLog:
             suppressed = self._suppressed.pop(kind, 0)
         more = f" ({suppressed} more since the last such line were not logged)" if suppressed else ""
         self.logger.warning(
-            "rejected a %s: %s: %s%s", kind.value, errors.clip(method, 200), errors.clip(detail, 200), more
+            "rejected %s: %s: %s%s", kind.value, errors.clip(method, 200), errors.clip(detail, 200), more
         )
         return True
 
