@@ -288,3 +288,17 @@ async def test_request_ids_with_control_characters_are_invalid(api, store, sim, 
     async with store.pool.connection() as conn:
         cur = await conn.execute("SELECT count(*) AS n FROM sessionq.sessions")
         assert (await cur.fetchone())["n"] == 0
+
+
+async def test_long_a2a_message_ids_name_distinct_conversations(api, store, sim):
+    """A new conversation's Session is created under a request id named by the message id; ids too
+    long for a request id used to be cut to a prefix, so two of them joined one Session."""
+    await apply_agent(store, sim)
+    a2a = a2a_pb2_grpc.A2AServiceStub(api.channel)
+    contexts = set()
+    for suffix in ("one", "two", "one"):
+        msg = a2a_pb2.Message(message_id="p" * 200 + suffix, parts=[a2a_pb2.Part(text="What is 1+1?")])
+        r = await a2a.SendMessage(a2a_pb2.SendMessageRequest(tenant="kagent/my-first-agent", message=msg),
+                                  metadata=api.md(), timeout=30)
+        contexts.add(r.task.context_id)
+    assert len(contexts) == 2  # the resend of "one" joined its conversation
