@@ -10,7 +10,7 @@ import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
-from sessionq.config import Settings
+from sessionq.config import Settings, grpc_message_limit
 from sessionq.operations import OperationExecutor
 from sessionq.store import Store
 from sessionq.substrate.base import Substrate
@@ -30,6 +30,7 @@ async def open_runtime(settings: Settings, url: str) -> AsyncIterator[Substrate]
         url,
         worker_pool_size=int(settings["runtime.simulator.workers"]),
         taskstore_address=settings["runtime.simulator.taskStoreAddress"] or settings["server.address"],
+        taskstore_message_limit=grpc_message_limit(int(settings["a2a.maxMessageBytes"])),
     )
     await sim.open()
     try:

@@ -451,6 +451,7 @@ class SimulatedSubstrate:
         worker_pool_size: int = 256,
         taskstore_address: str | None = None,
         pool_size: int = 8,
+        taskstore_message_limit: int | None = None,
     ) -> None:
         if worker_pool_size < 0:
             raise ValueError("worker_pool_size must be >= 0")
@@ -458,6 +459,9 @@ class SimulatedSubstrate:
         self.worker_pool_size = worker_pool_size
         # "host:port" of the TaskStoreService the simulated agents report to; may be set later
         self.taskstore_address = taskstore_address
+        # the gRPC message limit of the agents' task store channel (None: the client's default, sized
+        # for the default a2a.maxMessageBytes)
+        self.taskstore_message_limit = taskstore_message_limit
         self._pool: AsyncConnectionPool | None = None
         self._pool_size = pool_size
 
@@ -1220,7 +1224,11 @@ class SimulatedSubstrate:
             message = _parse_message(request.message)
             text = "\n".join(p.text for p in message.parts if p.WhichOneof("content") == "text")
             turn = run_turn(dict(row["durable"] or {}), text, continuation=request.task_id is not None)
-            client = TaskStoreClient(address, token)
+            client = (
+                TaskStoreClient(address, token)
+                if self.taskstore_message_limit is None
+                else TaskStoreClient(address, token, max_message_bytes=self.taskstore_message_limit)
+            )
             try:
                 await self._agent_turn(client, atespace, name, uid, request, message, turn)
             except TaskStoreError as exc:
