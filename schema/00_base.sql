@@ -37,6 +37,14 @@ END $$;
 COMMENT ON FUNCTION sessionq.fail(text, text, text) IS
   'Raise a sessionq error: p_code is an SQ SQLSTATE (see the header of 00_base.sql), p_reason an optional ErrorInfo reason carried in HINT.';
 
+-- clip: a client's value quoted in an error message, cut to a short prefix (errors.clip in Python).
+CREATE OR REPLACE FUNCTION sessionq.clip(p_value text, p_limit integer DEFAULT 80)
+RETURNS text LANGUAGE sql IMMUTABLE AS $$
+  SELECT CASE WHEN length(p_value) <= p_limit THEN p_value ELSE left(p_value, p_limit) || chr(8230) END
+$$;
+COMMENT ON FUNCTION sessionq.clip(text, integer) IS
+  'A value to quote in an error message: at most p_limit characters, a cut marked with an ellipsis. Every message that echoes a caller''s value uses it, so that a huge value never comes back in a status.';
+
 -- secrets: server-side secrets shared by every sessionq process on this database.
 CREATE TABLE IF NOT EXISTS sessionq.secrets (
   name       text PRIMARY KEY,

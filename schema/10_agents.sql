@@ -111,7 +111,7 @@ BEGIN
   IF FOUND THEN
     IF v_agent.created_by <> p_caller AND NOT p_admin THEN
       PERFORM sessionq.fail('SQ403', format('agent %s/%s belongs to %s; only its owner or an administrator may change it',
-                                            p_namespace, p_name, v_agent.created_by));
+                                            sessionq.clip(p_namespace), sessionq.clip(p_name), v_agent.created_by));
     END IF;
     IF p_base_revision IS NOT NULL AND v_agent.desired_revision_id <> p_base_revision THEN
       PERFORM sessionq.fail('SQ409', format('agent %s/%s changed while this apply kept its stored credentials; apply again',
@@ -203,11 +203,11 @@ DECLARE
 BEGIN
   SELECT * INTO v_agent FROM sessionq.agents WHERE namespace = p_namespace AND name = p_name FOR UPDATE;
   IF NOT FOUND THEN
-    PERFORM sessionq.fail('SQ404', format('agent %s/%s not found', p_namespace, p_name));
+    PERFORM sessionq.fail('SQ404', format('agent %s/%s not found', sessionq.clip(p_namespace), sessionq.clip(p_name)));
   END IF;
   IF v_agent.created_by <> p_caller AND NOT p_admin THEN
     PERFORM sessionq.fail('SQ403', format('agent %s/%s belongs to %s; only its owner or an administrator may delete it',
-                                          p_namespace, p_name, v_agent.created_by));
+                                          sessionq.clip(p_namespace), sessionq.clip(p_name), v_agent.created_by));
   END IF;
   DELETE FROM sessionq.agents WHERE namespace = p_namespace AND name = p_name;
 END $$;

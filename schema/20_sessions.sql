@@ -224,11 +224,11 @@ BEGIN
   IF v.state = 'DELETED' THEN
     PERFORM sessionq.fail('SQ412', format(
       'request_id %s belongs to session %s, which was deleted; a deleted session cannot be recreated, use a new request_id',
-      v.request_id, v.id));
+      sessionq.clip(v.request_id), v.id));
   END IF;
   IF v.request_fingerprint <> p_fingerprint THEN
     PERFORM sessionq.fail('SQ422', format(
-      'request_id %s was already used for session %s with different parameters', v.request_id, v.id));
+      'request_id %s was already used for session %s with different parameters', sessionq.clip(v.request_id), v.id));
   END IF;
   IF v.operation = 'CREATE' AND v.operation_id IS NULL THEN  -- its preparation failed: retry under a new generation
     v := sessionq.new_generation(v.id, 'CREATE', NULL);
@@ -291,12 +291,12 @@ BEGIN
       RETURN;
     END IF;
     IF v_agent.name IS NULL THEN
-      PERFORM sessionq.fail('SQ404', format('agent %s/%s not found', p_namespace, p_agent));
+      PERFORM sessionq.fail('SQ404', format('agent %s/%s not found', sessionq.clip(p_namespace), sessionq.clip(p_agent)));
     END IF;
     IF v_rev.id IS NULL THEN
       PERFORM sessionq.fail('SQ412', format(
         'agent %s/%s has no successfully prepared revision; sessions cannot be created until one is ready',
-        p_namespace, p_agent));
+        sessionq.clip(p_namespace), sessionq.clip(p_agent)));
     END IF;
     -- the conflicting Session went away (an idle expiry removed it) before it could be locked: insert again
   END LOOP;

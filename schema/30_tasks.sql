@@ -128,14 +128,14 @@ BEGIN
   IF p_task_id IS NOT NULL THEN
     SELECT * INTO t FROM sessionq.tasks WHERE id = p_task_id AND session_id = v.id;
     IF NOT FOUND THEN
-      PERFORM sessionq.fail('SQ404', format('task %s not found', p_task_id), 'TaskNotFound');
+      PERFORM sessionq.fail('SQ404', format('task %s not found', sessionq.clip(p_task_id)), 'TaskNotFound');
     END IF;
     IF t.phase = 'abandoned' THEN
       PERFORM sessionq.fail('SQ412', format(
-        'task %s was interrupted and cannot be continued; start a new session (send without a context or task ID)', t.id));
+        'task %s was interrupted and cannot be continued; start a new session (send without a context or task ID)', sessionq.clip(t.id)));
     END IF;
     IF t.state NOT IN ('TASK_STATE_INPUT_REQUIRED', 'TASK_STATE_AUTH_REQUIRED') THEN
-      PERFORM sessionq.fail('SQ412', format('task %s is %s and is not waiting for input', t.id, t.state));
+      PERFORM sessionq.fail('SQ412', format('task %s is %s and is not waiting for input', sessionq.clip(t.id), t.state));
     END IF;
   END IF;
   UPDATE sessionq.sessions s
@@ -177,7 +177,7 @@ BEGIN
                 WHERE tv.task_id = p_task_id AND tv.version = 1 AND tv.payload_hash = p_hash) THEN
       RETURN 1;  -- a retry of the same creation
     END IF;
-    PERFORM sessionq.fail('SQ409', format('task %s already exists with a different payload', p_task_id));
+    PERFORM sessionq.fail('SQ409', format('task %s already exists with a different payload', sessionq.clip(p_task_id)));
   END IF;
   IF v.state = 'DELETING' THEN
     PERFORM sessionq.fail('SQ412', format('session %s is being deleted and admits no task writes', v.id));
@@ -193,7 +193,7 @@ BEGIN
   END IF;
   IF t.id IS NOT NULL THEN
     -- checked last: only the holder of the current dispatch learns that an id is taken
-    PERFORM sessionq.fail('SQ422', format('task id %s is already in use; choose another', p_task_id));
+    PERFORM sessionq.fail('SQ422', format('task id %s is already in use; choose another', sessionq.clip(p_task_id)));
   END IF;
   SELECT coalesce(max(seq), 0) + 1 INTO v_seq FROM sessionq.tasks WHERE session_id = v.id;
   INSERT INTO sessionq.tasks (id, session_id, seq, state, task, version, published_version, dispatch_id)
@@ -226,31 +226,31 @@ BEGIN
   END IF;
   SELECT * INTO t FROM sessionq.tasks WHERE id = p_task_id AND session_id = p_session FOR UPDATE;
   IF NOT FOUND THEN
-    PERFORM sessionq.fail('SQ404', format('task %s not found', p_task_id));
+    PERFORM sessionq.fail('SQ404', format('task %s not found', sessionq.clip(p_task_id)));
   END IF;
   IF t.version > p_expected THEN
     IF EXISTS (SELECT 1 FROM sessionq.task_versions tv
                 WHERE tv.task_id = p_task_id AND tv.version = p_expected + 1 AND tv.payload_hash = p_hash) THEN
       RETURN p_expected + 1;  -- a retry of a committed write: same answer, no new event
     END IF;
-    PERFORM sessionq.fail('SQ409', format('task %s is at version %s; version %s is stale', p_task_id, t.version, p_expected));
+    PERFORM sessionq.fail('SQ409', format('task %s is at version %s; version %s is stale', sessionq.clip(p_task_id), t.version, p_expected));
   END IF;
   IF t.version < p_expected THEN
-    PERFORM sessionq.fail('SQ409', format('task %s is at version %s, not %s', p_task_id, t.version, p_expected));
+    PERFORM sessionq.fail('SQ409', format('task %s is at version %s, not %s', sessionq.clip(p_task_id), t.version, p_expected));
   END IF;
   IF v.state = 'DELETING' THEN
     PERFORM sessionq.fail('SQ412', format('session %s is being deleted and admits no task writes', v.id));
   END IF;
   IF t.staged_task IS NOT NULL THEN
-    PERFORM sessionq.fail('SQ409', format('task %s has a staged final update; settle it first', p_task_id));
+    PERFORM sessionq.fail('SQ409', format('task %s has a staged final update; settle it first', sessionq.clip(p_task_id)));
   END IF;
   IF t.phase = 'abandoned' THEN
-    PERFORM sessionq.fail('SQ412', format('task %s was interrupted and cannot be continued; start a new session', p_task_id));
+    PERFORM sessionq.fail('SQ412', format('task %s was interrupted and cannot be continued; start a new session', sessionq.clip(p_task_id)));
   END IF;
   IF t.phase = 'settled' THEN
     -- only the continuation that the current dispatch carries may reopen a settled waiting task
     IF p_dispatch IS NULL OR v.dispatch_id IS DISTINCT FROM p_dispatch OR v.dispatch_task_id IS DISTINCT FROM p_task_id THEN
-      PERFORM sessionq.fail('SQ412', format('task %s is settled', p_task_id));
+      PERFORM sessionq.fail('SQ412', format('task %s is settled', sessionq.clip(p_task_id)));
     END IF;
     IF v.unsettled_task_id IS NOT NULL THEN
       PERFORM sessionq.fail('SQ409', format('task %s of session %s is not settled yet', v.unsettled_task_id, v.id));
@@ -296,16 +296,16 @@ BEGIN
   END IF;
   SELECT * INTO t FROM sessionq.tasks WHERE id = p_task_id AND session_id = p_session FOR UPDATE;
   IF NOT FOUND THEN
-    PERFORM sessionq.fail('SQ404', format('task %s not found', p_task_id));
+    PERFORM sessionq.fail('SQ404', format('task %s not found', sessionq.clip(p_task_id)));
   END IF;
   IF t.staged_task IS NULL THEN
     IF t.phase IN ('settled', 'abandoned') AND t.published_version = p_version THEN
       RETURN;  -- a retried settlement: already published, nothing moves
     END IF;
-    PERFORM sessionq.fail('SQ409', format('task %s has no staged update at version %s', p_task_id, p_version));
+    PERFORM sessionq.fail('SQ409', format('task %s has no staged update at version %s', sessionq.clip(p_task_id), p_version));
   END IF;
   IF t.version <> p_version THEN
-    PERFORM sessionq.fail('SQ409', format('task %s is staged at version %s, not %s', p_task_id, t.version, p_version));
+    PERFORM sessionq.fail('SQ409', format('task %s is staged at version %s, not %s', sessionq.clip(p_task_id), t.version, p_version));
   END IF;
   UPDATE sessionq.tasks
      SET task = t.staged_task, state = coalesce(t.staged_task #>> '{status,state}', t.state),

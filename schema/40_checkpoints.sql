@@ -107,7 +107,7 @@ BEGIN
   IF FOUND THEN
     IF c.session_id <> p_session OR c.head_task_id <> p_expected_head THEN
       PERFORM sessionq.fail('SQ422', format('request_id %s was already used for checkpoint %s with different parameters',
-                                            p_request_id, c.id));
+                                            sessionq.clip(p_request_id), c.id));
     END IF;
     IF c.state = 'CREATING' THEN  -- a retry joins the creation, and makes sure a job drives it now
       PERFORM sessionq.queue_checkpoint(c.id);
@@ -125,7 +125,7 @@ BEGIN
   END IF;
   SELECT * INTO expected FROM sessionq.tasks WHERE id = p_expected_head AND session_id = v.id;
   IF NOT FOUND THEN
-    PERFORM sessionq.fail('SQ404', format('task %s not found in session %s', p_expected_head, v.id));
+    PERFORM sessionq.fail('SQ404', format('task %s not found in session %s', sessionq.clip(p_expected_head), v.id));
   END IF;
   SELECT * INTO head FROM sessionq.tasks WHERE session_id = v.id ORDER BY seq DESC LIMIT 1;
   IF v.active_task_id IS NOT NULL OR v.unsettled_task_id IS NOT NULL
@@ -245,13 +245,23 @@ COMMENT ON FUNCTION sessionq.get_checkpoint(uuid, text) IS
   'A checkpoint of the caller (its creator); another user''s answers NOT_FOUND like a missing one.';
 
 CREATE OR REPLACE FUNCTION sessionq.list_checkpoints(p_session uuid, p_caller text, p_after uuid, p_limit integer)
-RETURNS SETOF jsonb LANGUAGE sql STABLE AS $$
-  SELECT to_jsonb(c) FROM sessionq.checkpoints c
-   WHERE c.session_id = p_session AND c.creator = p_caller AND (p_after IS NULL OR c.id > p_after)
-   ORDER BY c.id LIMIT p_limit
-$$;
+RETURNS SETOF jsonb LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  v sessionq.sessions;
+BEGIN
+  SELECT * INTO v FROM sessionq.sessions s WHERE s.id = p_session;
+  IF sessionq.access(v, p_caller, NULL) IS DISTINCT FROM 'owner'
+     AND NOT EXISTS (SELECT 1 FROM sessionq.checkpoints c WHERE c.session_id = p_session AND c.creator = p_caller) THEN
+    -- a missing, deleted or another user's Session answers as GetSession does
+    PERFORM sessionq.fail('SQ404', format('session %s not found', p_session));
+  END IF;
+  RETURN QUERY
+    SELECT to_jsonb(c) FROM sessionq.checkpoints c
+     WHERE c.session_id = p_session AND c.creator = p_caller AND (p_after IS NULL OR c.id > p_after)
+     ORDER BY c.id LIMIT p_limit;
+END $$;
 COMMENT ON FUNCTION sessionq.list_checkpoints(uuid, text, uuid, integer) IS
-  'The caller''s checkpoints of one Session (also after the Session is gone), in id order after p_after.';
+  'The caller''s checkpoints of one of their Sessions, in id order after p_after; also after the Session is gone (deleted or expired) while the caller has checkpoints of it (they outlive it). NOT_FOUND, as GetSession answers, for a missing or another user''s Session and for a gone one with no checkpoint of the caller.';
 
 CREATE OR REPLACE FUNCTION sessionq.rename_checkpoint(p_checkpoint uuid, p_caller text, p_name text)
 RETURNS jsonb LANGUAGE plpgsql AS $$

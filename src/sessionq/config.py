@@ -22,6 +22,20 @@ class ConfigError(ValueError):
     """A configuration value is invalid; the message names the key."""
 
 
+MIB = 1024 * 1024
+# a task store update of one turn carries the user's message several times (the task's history, its
+# status message, the recorded event, an artifact): the API's gRPC receive limit and the Actors' task
+# store channel accept this many admitted messages plus room for the rest of the task
+MESSAGE_COPIES = 8
+GRPC_DEFAULT_LIMIT = 4 * MIB  # grpcio's default receive limit
+
+
+def grpc_message_limit(max_message_bytes: int) -> int:
+    """The gRPC message size limit of channels that carry task store updates of admitted messages
+    (a2a.maxMessageBytes): never below grpcio's default of 4 MiB."""
+    return max(GRPC_DEFAULT_LIMIT, MESSAGE_COPIES * max_message_bytes + MIB)
+
+
 _DURATION = re.compile(r"^(-?)(\d+)(?:\.(\d{1,9}))?s$")
 
 
@@ -166,6 +180,14 @@ KEYS: tuple[Key, ...] = (
     Key("sessions.claimLifetime", _positive_duration, 120.0, "Maximum lifetime of an execution claim (at most 120s)."),
     Key("sessions.quiescenceWorkers", _int(1, 64), 4, "Quiescence workers per worker process."),
     Key("sessions.dispatchTimeout", _positive_duration, 600.0, "Lifetime of a turn's dispatch reservation."),
+    Key(
+        "a2a.maxMessageBytes",
+        _int(1024, 64 * MIB),
+        MIB,
+        "Largest A2A message SendMessage admits (bytes of its protobuf encoding, 1024 to 64 MiB); a larger"
+        " one answers INVALID_ARGUMENT. The API's gRPC message limit and the Actors' task store channel are"
+        " sized from it: 8 times it plus 1 MiB, at least 4 MiB.",
+    ),
     Key("workers.concurrency", _int(1, 256), 16, "Concurrent procrastinate jobs per worker process."),
     Key(
         "workers.pollInterval", _positive_duration, 5.0, "Fallback poll interval for jobs (LISTEN/NOTIFY wakes sooner)."

@@ -43,6 +43,20 @@ class SessionqError(Exception):
         return f"SessionqError({self.sqlstate!r}, {self.message!r}, reason={self.reason!r})"
 
 
+# how much of a client's value an error message may quote, and how long a status message may be
+CLIP = 80
+MAX_STATUS_MESSAGE = 1000
+
+
+def clip(value: object, limit: int = CLIP) -> str:
+    """A value to quote in a message for a person: at most `limit` characters, a cut marked with an
+    ellipsis. Every message that echoes a client's value goes through this (never echo a huge value
+    back: a status message travels in a header, and clients refuse large ones). schema/00_base.sql
+    has the same helper for the stored procedures' messages (sessionq.clip)."""
+    text = str(value)
+    return text if len(text) <= limit else text[:limit] + "\u2026"
+
+
 def invalid(message: str) -> SessionqError:
     return SessionqError("SQ400", message)
 

@@ -149,10 +149,12 @@ async def test_list_pages_and_only_the_callers(api, store, sim, conversation):
         code, _, _ = await failure(cps(api).ListCheckpoints(checkpoint_pb2.ListCheckpointsRequest(
             session_id=sid, page=common_pb2.PageRequest(limit=limit)), metadata=api.md(), timeout=5))
         assert code == grpc.StatusCode.INVALID_ARGUMENT
-    r = await cps(api).ListCheckpoints(checkpoint_pb2.ListCheckpointsRequest(session_id=sid, page=common_pb2.PageRequest(limit=100)),
-                                       metadata=api.md("bob"), timeout=5)
-    assert list(r.checkpoints) == []
     missing = "0198c3d7-4f2a-7b61-9c3e-5d8f7a2b4e10"
+    # issue 15: another user's Session is NOT_FOUND like a missing one (as GetSession), not an empty page
+    for session, user in ((sid, "bob"), (missing, "alice")):
+        code, details, _ = await failure(cps(api).ListCheckpoints(checkpoint_pb2.ListCheckpointsRequest(
+            session_id=session, page=common_pb2.PageRequest(limit=100)), metadata=api.md(user), timeout=5))
+        assert code == grpc.StatusCode.NOT_FOUND and details == f"session {session} not found"
     for cid, user in ((ids[0], "bob"), (missing, "alice")):
         code, details, _ = await failure(cps(api).GetCheckpoint(checkpoint_pb2.GetCheckpointRequest(checkpoint_id=cid),
                                                                 metadata=api.md(user), timeout=5))
@@ -263,6 +265,11 @@ async def test_checkpoint_outlives_source_and_live_fork_pins_it(api, store, sim,
     await sessions.DeleteSession(session_pb2.DeleteSessionRequest(session_id=sid), metadata=api.md(), timeout=10)
     got = await cps(api).GetCheckpoint(checkpoint_pb2.GetCheckpointRequest(checkpoint_id=cp.id), metadata=api.md(), timeout=5)
     assert got.checkpoint.state == common_pb2.CHECKPOINT_STATE_READY
+    listed = await cps(api).ListCheckpoints(checkpoint_pb2.ListCheckpointsRequest(session_id=sid), metadata=api.md(), timeout=5)
+    assert [c.id for c in listed.checkpoints] == [cp.id]  # still listed by its owner after the Session is gone
+    code, _, _ = await failure(cps(api).ListCheckpoints(checkpoint_pb2.ListCheckpointsRequest(session_id=sid),
+                                                        metadata=api.md("bob"), timeout=5))
+    assert code == grpc.StatusCode.NOT_FOUND
     f = await fork(api, cp.id, "after-delete")
     assert "What is 2+2?" in answer(await send(api, "What did I ask you first?", f.id))
     row = await store.session_by_id(UUID(f.id))
@@ -279,3 +286,7 @@ async def test_checkpoint_outlives_source_and_live_fork_pins_it(api, store, sim,
     assert row.pinned_checkpoint_id is None and row.source_checkpoint_id == UUID(cp.id)  # request identity stays
     await cps(api).DeleteCheckpoint(checkpoint_pb2.DeleteCheckpointRequest(checkpoint_id=cp.id), metadata=api.md(), timeout=10)
     assert await count(store, "SELECT count(*) FROM sessionq.checkpoints") == 0
+    # a deleted Session without checkpoints of the caller: NOT_FOUND, as GetSession
+    code, _, _ = await failure(cps(api).ListCheckpoints(checkpoint_pb2.ListCheckpointsRequest(session_id=sid),
+                                                        metadata=api.md(), timeout=5))
+    assert code == grpc.StatusCode.NOT_FOUND

@@ -9,6 +9,7 @@ task gives the same TaskNotFound answer (NOT_FOUND).
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from uuid import UUID
 
@@ -17,9 +18,10 @@ from a2a.types import a2a_pb2, a2a_pb2_grpc
 from google.protobuf import json_format
 
 from sessionq import errors
-from sessionq.api.common import Authenticator, Identity, rpc, wait_budget
+from sessionq.api.common import Authenticator, Identity, has_control, rpc, wait_budget
 from sessionq.api.sessions import await_generation
 from sessionq.api.taskstore import task_from_json
+from sessionq.config import MIB
 from sessionq.db.store import Store
 from sessionq.domain.agents import check_name, check_namespace
 from sessionq.errors import SessionqError
@@ -35,15 +37,28 @@ def parse_tenant(tenant: str) -> tuple[str, str]:
     return check_namespace(ns, "tenant namespace"), check_name(name, "tenant agent")
 
 
+def creation_request_id(message_id: str) -> str:
+    """The request id of the Session a new conversation creates: the message id names it (a resend of
+    the message joins the same creation); one too long for a request id is named by its hash."""
+    if not message_id:
+        return f"a2a:{uuid.uuid4()}"
+    if len(message_id) > 124:
+        return f"a2a:sha256:{hashlib.sha256(message_id.encode()).hexdigest()}"
+    return f"a2a:{message_id}"
+
+
 def task_not_found() -> SessionqError:
     return SessionqError("SQ404", TASK_NOT_FOUND, "TASK_NOT_FOUND")
 
 
 class A2AService(a2a_pb2_grpc.A2AServiceServicer):
-    def __init__(self, store: Store, auth: Authenticator, dispatch_ttl: float = 600.0) -> None:
+    def __init__(
+        self, store: Store, auth: Authenticator, dispatch_ttl: float = 600.0, max_message_bytes: int = MIB
+    ) -> None:
         self.store = store
         self.auth = auth
         self.dispatch_ttl = dispatch_ttl
+        self.max_message_bytes = max_message_bytes
 
     async def _visible(self, who: Identity, session_id: UUID, tenant: tuple[str, str]) -> Session:
         try:
@@ -66,6 +81,13 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
         msg = request.message
         if not msg.parts:
             raise errors.invalid("message.parts must not be empty")
+        size = msg.ByteSize()
+        if size > self.max_message_bytes:  # before anything is written, a new conversation's Session included
+            raise errors.invalid(
+                f"message is {size} bytes; the largest message this server accepts is {self.max_message_bytes} bytes"
+            )
+        if msg.message_id and has_control(msg.message_id):
+            raise errors.invalid("message.message_id must not contain control characters")
         task_id: str | None = None
         if msg.task_id:
             task = await self.store.get_task(msg.task_id)
@@ -83,7 +105,7 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
             session = await self._visible(who, sid, tenant)
         else:
             # a new conversation: a new Session of an existing, authorized Agent
-            request_id = f"a2a:{msg.message_id or uuid.uuid4()}"[:128]
+            request_id = creation_request_id(msg.message_id)
             admission = await self.store.admit_create(who.user, request_id, tenant[0], tenant[1], "")
             session = await await_generation(self.store, admission, context)
         body = json_format.MessageToDict(msg)
@@ -95,8 +117,8 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
         outcome, value = await self.store.wait_for_turn(session.id, admitted.dispatch_id, wait_budget(context))
         if outcome == "task":
             return a2a_pb2.SendMessageResponse(task=task_from_json(value.task))
-        if outcome == "failed":
-            raise errors.unavailable(f"the agent could not run the turn ({value}); send the message again")
+        if outcome == "failed":  # the reason is a user-facing one (turns.py); details are in the worker's log
+            raise errors.unavailable(f"the agent could not run the turn ({errors.clip(value, 200)}); send the message again")
         running = await self.store.task_of_dispatch(session.id, admitted.dispatch_id)
         if running is not None:  # still working: answer with the task as it stands
             return a2a_pb2.SendMessageResponse(task=task_from_json(running.task))

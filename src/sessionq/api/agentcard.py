@@ -16,7 +16,8 @@ import re
 from a2a.types import a2a_pb2
 from google.protobuf import json_format
 
-from sessionq.api.common import Authenticator
+from sessionq import errors
+from sessionq.api.common import Authenticator, credential_headers
 from sessionq.db.store import Store
 from sessionq.errors import SessionqError
 
@@ -47,17 +48,17 @@ class AgentCardServer:
             with contextlib.suppress(Exception):
                 await self.server.wait_closed()
 
-    async def card(self, headers: dict[str, str], path: str) -> tuple[int, dict[str, object]]:
+    async def card(self, headers: list[tuple[str, str]], path: str) -> tuple[int, dict[str, object]]:
         m = PATH.match(path)
         if not m:
             return 404, {"error": "not found"}
         namespace, name = m.groups()
         try:
-            who = self.auth.identify_headers(headers)
+            who = self.auth.identify_headers(credential_headers(headers))
             self.auth.check_namespace(who, namespace)
             agent = await self.store.get_agent(namespace, name)
         except SessionqError as e:
-            return HTTP_CODES.get(e.sqlstate, 500), {"error": e.message}
+            return HTTP_CODES.get(e.sqlstate, 500), {"error": errors.clip(e.message, errors.MAX_STATUS_MESSAGE)}
         card = a2a_pb2.AgentCard(
             name=agent.name,
             description=f"sessionq agent {agent.namespace}/{agent.name}",
@@ -77,13 +78,11 @@ class AgentCardServer:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
             lines = head.decode("latin-1").split("\r\n")
             method, path, _version = [*lines[0].split(" "), "", "", ""][:3]
-            headers: dict[str, str] = {
-                k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)
-            }
+            pairs = [(k.strip(), v.strip()) for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)]
             if method != "GET":
                 status, body = 405, {"error": "only GET is supported"}
             else:
-                status, body = await self.card(headers, path.split("?", 1)[0])
+                status, body = await self.card(pairs, path.split("?", 1)[0])
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, UnicodeDecodeError):
             status, body = 400, {"error": "bad request"}
         except Exception:

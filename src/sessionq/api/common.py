@@ -9,7 +9,7 @@ import logging
 import re
 import time
 import unicodedata
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -58,11 +58,10 @@ class Authenticator:
 
     def check_namespace(self, who: Identity, namespace: str) -> None:
         if not self.may_use_namespace(who, namespace):
-            raise errors.permission_denied(f"{who.user} may not use the agents of namespace {namespace}")
+            raise errors.permission_denied(f"{who.user} may not use the agents of namespace {errors.clip(namespace)}")
 
     def identify(self, context: grpc.aio.ServicerContext) -> Identity:
-        md = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
-        return self.identify_headers(md)
+        return self.identify_headers(credential_headers(context.invocation_metadata() or ()))
 
     def identify_headers(self, md: dict[str, str]) -> Identity:
         """The caller of a request with these (lower-cased) headers or metadata."""
@@ -80,6 +79,24 @@ class Authenticator:
         raise errors.unauthenticated("an authorization bearer token is required")
 
 
+# headers that name the caller: each may come once (which of several to believe is no client's choice)
+CREDENTIAL_HEADERS = ("authorization", SHARE_TOKEN_HEADER)
+
+
+def credential_headers(pairs: Iterable[tuple[str, Any]]) -> dict[str, str]:
+    """The (lower-cased) text headers or metadata of a request; UNAUTHENTICATED when a credential
+    header comes more than once."""
+    out: dict[str, str] = {}
+    for key, value in pairs:
+        if not isinstance(value, str):
+            continue
+        name = key.lower()
+        if name in out and name in CREDENTIAL_HEADERS:
+            raise errors.unauthenticated(f"the {name} header must be sent once (it came several times)")
+        out[name] = value
+    return out
+
+
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -93,16 +110,23 @@ def parse_uuid(value: str, field: str) -> UUID:
     try:
         return UUID(value)
     except ValueError:
-        raise errors.invalid(f"{field} {value[:80]!r} is not a valid UUID") from None
+        raise errors.invalid(f"{field} {errors.clip(value)!r} is not a valid UUID") from None
 
 
-def check_request_id(value: str) -> str:
+def check_request_id(value: str, field: str = "request_id") -> str:
     if not 1 <= len(value) <= 128:
-        raise errors.invalid(f"request_id must be 1 to 128 characters (got {len(value)})")
+        raise errors.invalid(f"{field} must be 1 to 128 characters (got {len(value)})")
+    if has_control(value):
+        raise errors.invalid(f"{field} must not contain control characters")
     return value
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def has_control(value: str) -> bool:
+    """Whether the text holds a control character (C0, DEL or C1)."""
+    return bool(_CONTROL.search(value)) or any(unicodedata.category(c) == "Cc" for c in value)
 
 
 def check_display_name(value: str, field: str = "name") -> str:
@@ -110,7 +134,7 @@ def check_display_name(value: str, field: str = "name") -> str:
         raise errors.invalid(f"{field} must be at most 200 characters (got {len(value)})")
     if value != value.strip():
         raise errors.invalid(f"{field} must not start or end with white space")
-    if _CONTROL.search(value) or any(unicodedata.category(c) == "Cc" for c in value):
+    if has_control(value):
         raise errors.invalid(f"{field} must not contain control characters")
     return value
 
@@ -188,9 +212,10 @@ def rpc(method: F) -> F:
         except (psycopg.DataError, json_format.Error) as e:
             # a value PostgreSQL or JSON cannot represent that validation let through: still the client's
             code = grpc.StatusCode.INVALID_ARGUMENT
-            log.info("unrepresentable value in %s: %s", name, e)
+            log.info("unrepresentable value in %s: %s", name, errors.clip(e, 500))
             await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, f"the request holds a value that cannot be stored: {e}"
+                grpc.StatusCode.INVALID_ARGUMENT,
+                errors.clip(f"the request holds a value that cannot be stored: {e}", errors.MAX_STATUS_MESSAGE),
             )
         except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as e:
             # the database is unreachable or failing over: a transient condition the client retries
@@ -222,16 +247,20 @@ def check_storable(request: Any) -> None:
     try:
         text = json_format.MessageToJson(request)
     except (json_format.Error, ValueError) as e:
-        raise errors.invalid(f"the request holds a value that cannot be stored: {e}") from None
+        raise errors.invalid(f"the request holds a value that cannot be stored: {errors.clip(e, 200)}") from None
     if _JSON_NUL.search(text):
         raise errors.invalid("text fields must not contain NUL characters")
 
 
 async def abort(context: grpc.aio.ServicerContext, e: SessionqError) -> None:
+    """Answer the error's status. The message is capped (errors.MAX_STATUS_MESSAGE): every value a
+    message quotes is cut by errors.clip already; this is the backstop, as a status travels in a
+    header that clients refuse beyond a few kilobytes."""
+    message = errors.clip(e.message, errors.MAX_STATUS_MESSAGE)
     trailing: tuple[tuple[str, bytes], ...] = ()
     if e.reason:
-        status = status_pb2.Status(code=e.code.value[0], message=e.message)
+        status = status_pb2.Status(code=e.code.value[0], message=message)
         info = error_details_pb2.ErrorInfo(reason=e.reason, domain="kagent.dev")
         status.details.add().Pack(info)
         trailing = (("grpc-status-details-bin", status.SerializeToString()),)
-    await context.abort(e.code, e.message, trailing_metadata=trailing)
+    await context.abort(e.code, message, trailing_metadata=trailing)

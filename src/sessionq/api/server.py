@@ -23,10 +23,11 @@ from sessionq.api.a2a import A2AService
 from sessionq.api.agents import AgentService
 from sessionq.api.checkpoints import CheckpointService
 from sessionq.api.common import Authenticator
+from sessionq.api.guard import InputGuard
 from sessionq.api.inventory import InventoryService
 from sessionq.api.sessions import SessionService
 from sessionq.api.taskstore import TaskStoreService
-from sessionq.config import Settings
+from sessionq.config import Settings, grpc_message_limit
 from sessionq.db.store import Store
 from sessionq.runtime.base import RuntimeReader
 
@@ -46,7 +47,14 @@ class ApiServer:
     ) -> None:
         self.settings = settings
         self.store = store
-        self.server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        # one limit on what a user sends (a2a.maxMessageBytes, checked by SendMessage); the server
+        # receives what a task store update of an admitted message carries (answers stay unlimited,
+        # as grpcio's default: a read never fails on the server's side for its size)
+        limit = grpc_message_limit(int(settings["a2a.maxMessageBytes"]))
+        self.server = grpc.aio.server(
+            interceptors=[InputGuard()],
+            options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", limit)],
+        )
         auth = Authenticator(settings["auth.tokens"], settings["auth.anonymousUser"], settings["auth.namespaces"])
         self.auth = auth
         session_pb2_grpc.add_SessionServiceServicer_to_server(
@@ -61,7 +69,10 @@ class ApiServer:
         taskstore_pb2_grpc.add_TaskStoreServiceServicer_to_server(TaskStoreService(store), self.server)
         checkpoint_pb2_grpc.add_CheckpointServiceServicer_to_server(CheckpointService(store, auth), self.server)
         a2a_pb2_grpc.add_A2AServiceServicer_to_server(
-            A2AService(store, auth, float(settings["sessions.dispatchTimeout"])), self.server
+            A2AService(
+                store, auth, float(settings["sessions.dispatchTimeout"]), int(settings["a2a.maxMessageBytes"])
+            ),
+            self.server,
         )
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)

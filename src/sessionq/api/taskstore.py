@@ -17,7 +17,7 @@ from google.protobuf import json_format
 
 from sessionq import errors
 from sessionq._pb.kagent.api.v1alpha1 import taskstore_pb2, taskstore_pb2_grpc
-from sessionq.api.common import decode_token, encode_token, parse_uuid, rpc
+from sessionq.api.common import credential_headers, decode_token, encode_token, parse_uuid, rpc
 from sessionq.db.store import Store
 from sessionq.domain import workload
 from sessionq.models import Task
@@ -45,7 +45,7 @@ class TaskStoreService(taskstore_pb2_grpc.TaskStoreServiceServicer):
 
     async def _session(self, context: grpc.aio.ServicerContext, session_id: str) -> UUID:
         sid = parse_uuid(session_id, "session_id")
-        md = {k.lower(): v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
+        md = credential_headers(context.invocation_metadata() or ())
         scheme, _, token = md.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not token:
             raise errors.unauthenticated("the task store needs the Actor's workload credential")
@@ -61,7 +61,7 @@ class TaskStoreService(taskstore_pb2_grpc.TaskStoreServiceServicer):
     async def _task(self, sid: UUID, task_id: str) -> Task:
         task = await self.store.get_task(task_id) if task_id else None
         if task is None or task.session_id != sid:
-            raise errors.not_found(f"task {task_id} not found")
+            raise errors.not_found(f"task {errors.clip(task_id)} not found")
         return task
 
     @staticmethod

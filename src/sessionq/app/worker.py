@@ -8,7 +8,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from sessionq.config import Settings
+from sessionq.config import Settings, grpc_message_limit
 from sessionq.db.store import Store
 from sessionq.domain.operations import OperationExecutor
 from sessionq.domain.quiescence import QuiescencePool
@@ -28,6 +28,7 @@ async def open_runtime(settings: Settings, url: str) -> AsyncIterator[Substrate]
         url,
         worker_pool_size=int(settings["runtime.simulator.workers"]),
         taskstore_address=settings["runtime.simulator.taskStoreAddress"] or settings["server.address"],
+        taskstore_message_limit=grpc_message_limit(int(settings["a2a.maxMessageBytes"])),
     )
     await sim.open()
     try:

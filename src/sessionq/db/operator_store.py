@@ -176,7 +176,7 @@ class OperatorStore:
     async def view(self, name: str, limit: int = 1000) -> list[Row]:
         """All rows of one of the operator views (tests, ad-hoc tooling)."""
         if name not in VIEWS:
-            raise errors.invalid(f"unknown view {name}; one of {', '.join(VIEWS)}")
+            raise errors.invalid(f"unknown view {errors.clip(name)}; one of {', '.join(VIEWS)}")
         return await self._rows(f"SELECT * FROM sessionq.{name} LIMIT %s", (limit,))  # name checked above
 
     async def status(self) -> Row:

@@ -119,7 +119,7 @@ class Store:
             f"SELECT {self._AGENT} AS a FROM sessionq.agents a WHERE namespace = %s AND name = %s", (namespace, name)
         )
         if not rows:
-            raise errors.not_found(f"agent {namespace}/{name} not found")
+            raise errors.not_found(f"agent {errors.clip(namespace)}/{errors.clip(name)} not found")
         return Agent.from_json(rows[0]["a"])
 
     async def stored_agent_spec(self, namespace: str, name: str) -> tuple[UUID, dict[str, Any]] | None:

@@ -58,13 +58,17 @@ _CONTROL_BUT_TAB = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 
 def check_namespace(value: str, what: str = "namespace") -> str:
     if not _DNS_LABEL.match(value or ""):
-        raise errors.invalid(f"{what} {value!r} must be a DNS label (lowercase letters, digits and '-', at most 63)")
+        raise errors.invalid(
+            f"{what} {errors.clip(value)!r} must be a DNS label (lowercase letters, digits and '-', at most 63)"
+        )
     return value
 
 
 def check_name(value: str, what: str = "name") -> str:
     if not _DNS_SUBDOMAIN.match(value or ""):
-        raise errors.invalid(f"{what} {value!r} must be a DNS subdomain (lowercase letters, digits, '-' and '.')")
+        raise errors.invalid(
+            f"{what} {errors.clip(value)!r} must be a DNS subdomain (lowercase letters, digits, '-' and '.')"
+        )
     return value
 
 
@@ -224,7 +228,7 @@ def compile_egress(spec: AgentSpec, cluster_domain: str = "cluster.local") -> li
     rules: dict[tuple[str, int], dict[str, Any]] = {}
     for i, dest in enumerate(spec.egress):
         check_egress_url(i, dest.url)  # before `where` repeats the URL
-        where = f"egress[{i}] ({dest.url})"
+        where = f"egress[{i}] ({errors.clip(dest.url)})"
         parts = urlsplit(dest.url)
         if parts.scheme not in ("http", "https"):
             raise errors.invalid(f"{where}: only http and https origins are supported")
@@ -241,10 +245,10 @@ def compile_egress(spec: AgentSpec, cluster_domain: str = "cluster.local") -> li
             # short or numeric IPv4 spellings (127.1, 0x7f.0.0.1, 0177.0.0.1) are addresses too
             raise errors.invalid(f"{where}: literal IP addresses are not supported; use a DNS name")
         if not _DNS_SUBDOMAIN.match(host):
-            raise errors.invalid(f"{where}: {host!r} is not a valid DNS name")
+            raise errors.invalid(f"{where}: {errors.clip(host)!r} is not a valid DNS name")
         if "." not in host or _is_partial_cluster_name(host, cluster_domain):
             raise errors.invalid(
-                f"{where}: {host!r} is not fully qualified; use the full name, "
+                f"{where}: {errors.clip(host)!r} is not fully qualified; use the full name, "
                 f"e.g. <service>.<namespace>.svc.{cluster_domain}"
             )
         try:
@@ -255,7 +259,7 @@ def compile_egress(spec: AgentSpec, cluster_domain: str = "cluster.local") -> li
             raise errors.invalid(f"{where}: invalid port {port}")
         for header in dest.credential_headers:
             if not _HEADER.match(header):
-                raise errors.invalid(f"{where}: {header!r} is not a valid header name")
+                raise errors.invalid(f"{where}: {errors.clip(header)!r} is not a valid header name")
         key = (host, port)
         if key in rules and rules[key]["protocol"] != parts.scheme:
             raise errors.invalid(

@@ -82,13 +82,13 @@ def parse_runtime_token(token: str, *, with_atespace: bool) -> tuple[str | None,
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
         payload = json.loads(raw.decode("utf-8"))
     except (binascii.Error, ValueError, UnicodeDecodeError) as e:
-        raise ValueError(f"runtime token {token!r} is not base64 JSON") from e
+        raise ValueError(f"runtime token {errors.clip(token)!r} is not base64 JSON") from e
     expected = {"v", "name", "atespace"} if with_atespace else {"v", "name"}
     if not isinstance(payload, dict) or set(payload) != expected or payload["v"] != RUNTIME_TOKEN_VERSION:
-        raise ValueError(f"runtime token {token!r} has another format")
+        raise ValueError(f"runtime token {errors.clip(token)!r} has another format")
     name, atespace = payload["name"], payload.get("atespace")
     if not isinstance(name, str) or (with_atespace and not isinstance(atespace, str)):
-        raise ValueError(f"runtime token {token!r} has another format")
+        raise ValueError(f"runtime token {errors.clip(token)!r} has another format")
     return atespace, name
 
 

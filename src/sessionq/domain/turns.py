@@ -6,6 +6,10 @@ The frontend only admits (sessionq.admit_turn records the dispatch reservation a
 delivers the message. The Actor reports through the task store and settles the task before
 `invoke` returns. If anything fails the dispatch is ended with fail_dispatch: an unfinished task
 becomes FAILED and abandoned (never continued), and the waiting caller is told.
+
+What fail_dispatch records is shown to the user (the FAILED task's status, the SendMessage answer):
+always one of the fixed reasons below, never the runtime's message, which names Actors, atespaces
+and internal RPCs; that detail goes to the log, with the Session's id.
 """
 
 from __future__ import annotations
@@ -19,6 +23,10 @@ from sessionq.db.store import Store
 from sessionq.runtime.base import ActorState, Code, InvokeRequest, Substrate, SubstrateError
 
 log = logging.getLogger(__name__)
+
+# user-facing reasons of a failed dispatch (see the module docstring)
+RUNTIME_FAILED = "the agent failed while running the turn"
+DEADLINE_EXCEEDED = "the turn exceeded its dispatch deadline"
 
 
 async def dispatch_turn(store: Store, runtime: Substrate, session_id: UUID) -> str:
@@ -65,9 +73,11 @@ async def dispatch_turn(store: Store, runtime: Substrate, session_id: UUID) -> s
                 ),
             )
     except (SubstrateError, TimeoutError) as e:
-        message = e.message if isinstance(e, SubstrateError) else "the turn exceeded its dispatch deadline"
-        log.warning("dispatch failed: %s", message, extra=extra)
-        await store.fail_dispatch(session_id, dispatch_id, message, issued)
+        detail = f"{e.code.name}: {e.message}" if isinstance(e, SubstrateError) else DEADLINE_EXCEEDED
+        log.warning("dispatch failed: %s", detail, extra=extra)
+        await store.fail_dispatch(
+            session_id, dispatch_id, RUNTIME_FAILED if isinstance(e, SubstrateError) else DEADLINE_EXCEEDED, issued
+        )
         return "failed"
     after = await store.session_by_id(session_id)
     if after is not None and after.dispatch_id == dispatch_id:

@@ -23,6 +23,11 @@ A turn that ends INPUT_REQUIRED or AUTH_REQUIRED leaves the agent awaiting a rep
 (or any turn run with ``continuation=True``) is the user's answer and completes with
 "Thanks, got: <text>". Every non-empty user text is recorded in order under ``questions``;
 a turn that does not complete records its text but has no other effect (nothing is remembered).
+
+Long texts: only a text of at most `INTENT_LIMIT` characters (directives stripped) is understood;
+a longer one is echoed (its regular expressions would backtrack for minutes on a megabyte). An
+answer quotes at most `QUOTE_LIMIT` characters of a user's text (then an ellipsis): the answer
+travels in the task's status, history and artifact, so a long message is not copied three more times.
 """
 
 from __future__ import annotations
@@ -57,6 +62,8 @@ REMEMBERED = "remembered_number"
 AWAITING = "awaiting_input"
 
 _MAX_EXPRESSION = 500  # characters
+QUOTE_LIMIT = 500  # characters of a user's text an answer quotes
+INTENT_LIMIT = 600  # characters of a text the agent tries to understand
 _MAX_DEPTH = 64  # nesting of parentheses / unary signs
 
 
@@ -265,10 +272,14 @@ def _remembered(memory: dict[str, Any]) -> int | None:
     return value
 
 
+def _quote(text: str) -> str:
+    return text if len(text) <= QUOTE_LIMIT else text[:QUOTE_LIMIT] + "\u2026"
+
+
 def _summary(previous: list[str]) -> str:
     if not previous:
         return "We have just started: you have not asked me anything before this."
-    quoted = "; ".join(f'"{q}"' for q in previous)
+    quoted = "; ".join(f'"{_quote(q)}"' for q in previous)
     noun = "question" if len(previous) == 1 else "questions"
     return f"So far you asked me {len(previous)} {noun}, in order: {quoted}"
 
@@ -277,6 +288,8 @@ def _answer(text: str, previous: list[str], memory: dict[str, Any]) -> tuple[str
     """The answer to a completed turn and the number to remember (None: keep the current one)."""
     if not text:
         return "I received an empty message. How can I help you?", None
+    if len(text) > INTENT_LIMIT:
+        return _echo(text), None
     if _RECALL_NUMBER.search(text):
         number = _remembered(memory)
         if number is None:
@@ -285,7 +298,7 @@ def _answer(text: str, previous: list[str], memory: dict[str, Any]) -> tuple[str
     if _FIRST_QUESTION.search(text):
         if not previous:
             return "You have not asked me anything before this.", None
-        return f'You first asked: "{previous[0]}"', None
+        return f'You first asked: "{_quote(previous[0])}"', None
     if _SUMMARIZE.search(text):
         return _summary(previous), None
     m = _REMEMBER.search(text)
@@ -295,10 +308,13 @@ def _answer(text: str, previous: list[str], memory: dict[str, Any]) -> tuple[str
     arithmetic = _arithmetic(text)
     if arithmetic is not None:
         return arithmetic, None
+    return _echo(text), None
+
+
+def _echo(text: str) -> str:
     return (
-        f'Thank you for your message: "{text}". I can do simple arithmetic, remember a number,'
-        " tell you what you asked first, and summarize our conversation.",
-        None,
+        f'Thank you for your message: "{_quote(text)}". I can do simple arithmetic, remember a number,'
+        " tell you what you asked first, and summarize our conversation."
     )
 
 
@@ -311,17 +327,18 @@ def run_turn(memory: dict[str, Any], text: str, *, continuation: bool | None = N
     awaiting = bool(new_memory.get(AWAITING))
     is_reply = awaiting if continuation is None else continuation
 
+    quoted = _quote(clean)
     if state == FAILED:
-        subject = f' "{clean}"' if clean else ""
+        subject = f' "{quoted}"' if clean else ""
         answer = f"Sorry, I could not complete your request{subject}: the turn failed."
     elif state == INPUT_REQUIRED:
-        subject = f' to answer "{clean}"' if clean else ""
+        subject = f' to answer "{quoted}"' if clean else ""
         answer = f"I need more information{subject}. Please reply with the missing details."
     elif state == AUTH_REQUIRED:
-        subject = f' before I can answer "{clean}"' if clean else ""
+        subject = f' before I can answer "{quoted}"' if clean else ""
         answer = f"I need you to authorize access{subject}. Please authenticate, then reply."
     elif is_reply:
-        answer = f"Thanks, got: {clean}"
+        answer = f"Thanks, got: {quoted}"
     else:
         answer, number = _answer(clean, previous, new_memory)
         if number is not None:

@@ -316,10 +316,14 @@ class SimulatedSubstrate(FaultInjection):
         worker_pool_size: int = 256,
         taskstore_address: str | None = None,
         pool_size: int = 8,
+        taskstore_message_limit: int | None = None,
     ) -> None:
         super().__init__(conninfo, worker_pool_size=worker_pool_size, pool_size=pool_size)
         # "host:port" of the TaskStoreService the simulated agents report to; may be set later
         self.taskstore_address = taskstore_address
+        # the gRPC message limit of the agents' task store channel (None: the client's default, sized
+        # for the default a2a.maxMessageBytes)
+        self.taskstore_message_limit = taskstore_message_limit
 
     # lifecycle ------------------------------------------------------------------------------
 
@@ -818,7 +822,11 @@ class SimulatedSubstrate(FaultInjection):
             message = parse_message(request.message)
             text = "\n".join(p.text for p in message.parts if p.WhichOneof("content") == "text")
             turn = run_turn(dict(row["durable"] or {}), text, continuation=request.task_id is not None)
-            client = TaskStoreClient(address, token)
+            client = (
+                TaskStoreClient(address, token)
+                if self.taskstore_message_limit is None
+                else TaskStoreClient(address, token, max_message_bytes=self.taskstore_message_limit)
+            )
             try:
                 await play_turn(
                     client, lambda memory: self.write_durable(atespace, name, uid, memory), request, message, turn

@@ -5,6 +5,10 @@ Bearer <token>``). Every call is retried on UNAVAILABLE and DEADLINE_EXCEEDED wi
 request message (the server makes a retry of the same payload idempotent: CreateTask and
 UpdateTask return the committed version), backing off 0.05 s, doubling up to 1 s, for at most
 about 10 s in total; any other status code raises `TaskStoreError` at once.
+
+The channel's message limits (`max_message_bytes`, both directions) must hold a task store update
+of the largest message the API admits, which carries it several times:
+`sessionq.config.grpc_message_limit(a2a.maxMessageBytes)`, the default.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import grpc
 from a2a.types import a2a_pb2
 
 from sessionq._pb.kagent.api.v1alpha1 import taskstore_pb2, taskstore_pb2_grpc
+from sessionq.config import MIB, grpc_message_limit
 
 __all__ = ["RETRYABLE", "TaskStoreClient", "TaskStoreError"]
 
@@ -29,6 +34,7 @@ INITIAL_BACKOFF = 0.05
 MAX_BACKOFF = 1.0
 RETRY_BUDGET = 10.0  # seconds, all attempts of one call together
 ATTEMPT_TIMEOUT = 5.0  # seconds, one attempt
+DEFAULT_MESSAGE_LIMIT = grpc_message_limit(MIB)  # for the default a2a.maxMessageBytes
 
 
 class TaskStoreError(Exception):
@@ -52,12 +58,19 @@ class TaskStoreClient:
         *,
         retry_budget: float = RETRY_BUDGET,
         attempt_timeout: float = ATTEMPT_TIMEOUT,
+        max_message_bytes: int = DEFAULT_MESSAGE_LIMIT,
     ) -> None:
         self.address = address
         self._metadata = (("authorization", f"Bearer {token}"),)
         self._retry_budget = retry_budget
         self._attempt_timeout = attempt_timeout
-        self._channel = grpc.aio.insecure_channel(address)
+        self._channel = grpc.aio.insecure_channel(
+            address,
+            options=[
+                ("grpc.max_send_message_length", max_message_bytes),
+                ("grpc.max_receive_message_length", max_message_bytes),
+            ],
+        )
         self._stub = taskstore_pb2_grpc.TaskStoreServiceStub(self._channel)
 
     async def close(self) -> None:
