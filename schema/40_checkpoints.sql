@@ -87,6 +87,8 @@ BEGIN
                           'KAGENT_SESSION_BUSY');
   END IF;
 END $$;
+COMMENT ON FUNCTION sessionq.check_checkpoint_blockers(sessionq.sessions) IS
+  'Raise ABORTED (KAGENT_SESSION_BUSY) while a checkpoint of the Session is being created: it blocks turns, explicit lifecycle changes and idle work.';
 
 -- admit_checkpoint: check the turn boundary and record a CREATING checkpoint (or answer a retry).
 CREATE OR REPLACE FUNCTION sessionq.admit_checkpoint(
