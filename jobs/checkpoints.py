@@ -17,7 +17,7 @@ async def _run(context: JobContext, checkpoint_id: str) -> CheckpointOutcomeStat
     """Another attempt holds a live claim: wait for it to lapse (its holder crashed), unless its
     completion or release makes the waiting job due sooner (sessionq.run_waiting_job)."""
     d = deps(context)
-    outcome = await run_checkpoint(d.store, d.runtime, UUID(checkpoint_id), d.settings.claim_lifetime)
+    outcome = await run_checkpoint(d.store, d.runtime, UUID(checkpoint_id), d.settings.sessions.claim_lifetime)
     if outcome.status == CheckpointOutcomeStatus.BUSY and outcome.retry_at is not None:
         await d.store.queue_checkpoint(UUID(checkpoint_id), outcome.retry_at)
     return outcome.status
