@@ -103,7 +103,7 @@ def test_typed_sections_carry_the_loaded_and_overridden_values(tmp_path):
     o = s.with_overrides(**{"sessions.claimLifetime": 5.0, "auth.admins": ["root"]})
     assert o.sessions.claim_lifetime == 5.0 and o.auth.admins == ["root"] and o.sessions.idle_ttl == 60.0
     assert s.sessions.claim_lifetime == 120.0  # the original is unchanged
-    with pytest.raises(config.ConfigError, match="sessions.bogus: unknown configuration key"):
+    with pytest.raises(config.ConfigError, match=r"sessions\.bogus: unknown configuration key"):
         s.with_overrides(**{"sessions.bogus": 1})
 
 
