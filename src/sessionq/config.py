@@ -17,7 +17,7 @@ import keyword
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -278,7 +278,7 @@ class Settings(Sections):
     from `KEYS`): ``settings.sessions.claim_lifetime``. `values` holds the same values by key path,
     for tools that walk `KEYS` (``settings["sessions.idleTtl"]``)."""
 
-    values: dict[str, Any] = field(default_factory=dict)
+    values: dict[str, Any]
 
     def __post_init__(self) -> None:
         missing = [k.path for k in KEYS if k.path not in self.values]
