@@ -23,7 +23,7 @@ def load_settings(config_file: str | None) -> config.Settings:
 
 def run(settings: config.Settings, main: Coroutine[Any, Any, T]) -> T:
     """Run a long-running command's coroutine on the configured event loop (server.eventLoop)."""
-    if settings["server.eventLoop"] == "uvloop":
+    if settings.server.event_loop == "uvloop":
         try:
             import uvloop
         except ImportError:
@@ -51,8 +51,8 @@ def up(config_file: str | None, data_dir: str, database_url: str | None) -> None
     from sessionq.app import process  # here, not at the top: client commands stay quick to start
 
     settings = load_settings(config_file)
-    logs.setup("text", settings["logging.level"])
-    run(settings, process.up(settings, Path(data_dir), database_url or settings.database_url or None, click.echo))
+    logs.setup("text", settings.logging.level)
+    run(settings, process.up(settings, Path(data_dir), database_url or settings.database.url or None, click.echo))
 
 
 @click.command()
@@ -62,7 +62,7 @@ def serve(config_file: str | None) -> None:
     from sessionq.app import process  # here, not at the top: client commands stay quick to start
 
     settings = load_settings(config_file)
-    logs.setup(settings["logging.format"], settings["logging.level"])
+    logs.setup(settings.logging.format, settings.logging.level)
     run(settings, process.serve(settings, api=True, workers=False))
 
 
@@ -73,7 +73,7 @@ def worker(config_file: str | None) -> None:
     from sessionq.app import process  # here, not at the top: client commands stay quick to start
 
     settings = load_settings(config_file)
-    logs.setup(settings["logging.format"], settings["logging.level"])
+    logs.setup(settings.logging.format, settings.logging.level)
     run(settings, process.serve(settings, api=False, workers=True))
 
 
@@ -86,7 +86,7 @@ def migrate(config_file: str | None, database_url: str | None) -> None:
     from sessionq.runtime.simulator import install_schema
 
     settings = load_settings(config_file)
-    url = database_url or settings.database_url
+    url = database_url or settings.database.url
     if not url:
         raise click.ClickException("a database URL is required (--database-url or database.url)")
     before = m.current(url)

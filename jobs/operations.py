@@ -9,10 +9,12 @@ from procrastinate import JobContext
 from sessionq.jobs.deps import deps
 from sessionq.jobs.manager import WorkerJobManager
 
+from sessionq.domain.operations import OutcomeStatus
+
 log = logging.getLogger(__name__)
 
 
-async def execute_operation(context: JobContext, session_id: str) -> str:
+async def execute_operation(context: JobContext, session_id: str) -> OutcomeStatus:
     """Deferred by admission (queueing lock ``operation:<session id>``). Runs the claim protocol;
     when another attempt holds a live claim, re-queues itself for when that claim lapses (a
     crashed executor's claim expires, and this job then takes over). The waiting job runs sooner
@@ -31,9 +33,9 @@ async def execute_operation(context: JobContext, session_id: str) -> str:
         if ending is not None and job_id is not None:
             ending.completion_uncertain(job_id)  # a lost response may hide a committed completion
         raise
-    if ending is not None and job_id is not None and outcome.status == "completed":
+    if ending is not None and job_id is not None and outcome.status == OutcomeStatus.COMPLETED:
         ending.ended_with_completion(job_id)
-    if outcome.status == "busy" and outcome.retry_at is not None:
+    if outcome.status == OutcomeStatus.BUSY and outcome.retry_at is not None:
         await d.store.queue_operation(UUID(session_id), outcome.retry_at)
     log.debug(
         "execute_operation %s: %s",

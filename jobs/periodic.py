@@ -14,7 +14,7 @@ from sessionq.domain.gc import collect_revisions
 
 async def expire_idle_sessions(context: JobContext, timestamp: int) -> dict[str, int]:
     d = deps(context)
-    result = await sweep(d.store, d.executor, d.url, float(d.settings["sessions.idleTtl"]), worker_name())
+    result = await sweep(d.store, d.executor, d.url, d.settings.sessions.idle_ttl, worker_name())
     return {
         "leader": int(result.leader),
         "admitted": result.admitted,

@@ -97,12 +97,6 @@ PERIODIC_ID = "sessionq-reaper"
 CRON = "* * * * * */15"  # procrastinate's optional sixth field: seconds (every 15 s, UTC)
 
 
-def stall_timeout(settings: object) -> float:
-    """workers.stallTimeout when the configuration has it, else the reaper's default (30 s)."""
-    values = getattr(settings, "values", {})
-    return float(values.get("workers.stallTimeout", STALL_TIMEOUT))
-
-
 def register(app: App) -> None:
     """Register the periodic reaper on `app`. Whether a stalled job is requeued or failed follows
     its task's retry policy, read from the app when the reaper runs (so the order of registration
@@ -114,7 +108,7 @@ def register(app: App) -> None:
         d = deps(context)
         report = await reap(
             OperatorStore.from_pool(d.store.pool),
-            stall_timeout=stall_timeout(d.settings),
+            stall_timeout=d.settings.workers.stall_timeout,
             retry_limits=retry_limits(context.app),
         )
         summary = report.summary()

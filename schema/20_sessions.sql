@@ -50,7 +50,7 @@ CREATE TABLE sessionq.sessions (
   idle_boundary_at     timestamptz,
   idle_executor        uuid,
   idle_claimed_at      timestamptz,
-  snapshot_status      text,
+  snapshot_status      text CHECK (snapshot_status IN ('IN_PROGRESS', 'COMPLETED')),
   snapshot_event_seq   bigint,
   pinned_checkpoint_id uuid GENERATED ALWAYS AS (CASE WHEN state <> 'DELETED' THEN source_checkpoint_id END) STORED,
   created_at           timestamptz NOT NULL DEFAULT clock_timestamp(),
@@ -76,18 +76,56 @@ CREATE INDEX sessions_pending_idx ON sessionq.sessions (id) WHERE operation <> '
 CREATE INDEX sessions_revision_idx ON sessionq.sessions (revision_id);
 CREATE INDEX sessions_actor_idx ON sessionq.sessions (actor_atespace, actor_name);
 COMMENT ON TABLE sessionq.sessions IS
-  'One row per Session: its pinned revision, its Actor, the lifecycle state and the operation in flight with its generation (operation_id) and executor claim. DELETED rows are kept forever as tombstones of explicit deletions.';
-COMMENT ON COLUMN sessionq.sessions.operation_id IS 'The generation: a fresh UUID per admitted operation, kept after completion until a later operation supersedes it.';
-COMMENT ON COLUMN sessionq.sessions.executor_id IS 'The attempt that claimed the generation. Kept when the claim is released: runtime work may have been issued.';
-COMMENT ON COLUMN sessionq.sessions.executor_expires_at IS 'When the claim lapses (at most sessions.claimLifetime after the claim); a retry may then claim with a new executor id.';
-COMMENT ON COLUMN sessionq.sessions.request_fingerprint IS 'The parameters of the creating request (agent and name, or checkpoint); a reused request id with other parameters is an idempotency conflict.';
-COMMENT ON COLUMN sessionq.sessions.pinned_checkpoint_id IS 'Generated: the source checkpoint while the Session is live (a RESTRICT foreign key pins it); NULL once DELETED.';
-COMMENT ON COLUMN sessionq.sessions.dispatch_id IS 'The dispatch reservation of an admitted turn: the dispatch job delivers dispatch_message to the Actor, whose task writes must carry this id. Expires at dispatch_expires_at.';
-COMMENT ON COLUMN sessionq.sessions.unsettled_task_id IS 'A task whose final update is staged but not yet settled (native cleanup unfinished): blocks task writes and explicit lifecycle changes.';
-COMMENT ON COLUMN sessionq.sessions.idle_boundary_id IS 'Set by a settlement (or a Resume): the Actor may be suspended. Claimed by a quiescence worker (idle_executor); a claim for possibly issued runtime work never expires.';
-COMMENT ON COLUMN sessionq.sessions.snapshot_event_seq IS 'The history sequence the recorded snapshot covers: a checkpoint of the head turn needs snapshot_event_seq = last_event_seq and snapshot_status COMPLETED.';
-COMMENT ON COLUMN sessionq.sessions.last_event_at IS 'Database time of the newest stored event of this Session (the idle clock runs from the later of this and created_at).';
-COMMENT ON COLUMN sessionq.sessions.failed_operation_id IS 'The generation whose preparation failed (failure_reason, failure_message say why); waiting callers of it are told.';
+  'One row per Session: its pinned revision, its Actor, the lifecycle state and the operation in flight with its generation (operation_id) and executor claim. DELETED rows are kept forever as tombstones of explicit deletions. The columns form six groups, each column''s comment starting with its group: [audit] who created it by which request and when; [lifecycle] state, the operation in flight and its claim, the Actor; [turns] the dispatch reservation, the running and unsettled task, the event history; [quiescence] the idle boundary and its claim; [snapshot] the recorded snapshot; [fork] the source checkpoint. The row is deliberately not split into one table per group: claims and progress writes are HOT updates of this one row (no index names a column they change; fillfactor 85), and every rule that spans groups (a turn against an operation, quiescence against a checkpoint) checks them under one row lock.';
+-- [audit]
+COMMENT ON COLUMN sessionq.sessions.id IS '[audit] The Session id (UUIDv7); also its A2A context id and, as session-<id>, its Actor''s name.';
+COMMENT ON COLUMN sessionq.sessions.creator IS '[audit] The user who created it (owner): the only one who sees it without a share.';
+COMMENT ON COLUMN sessionq.sessions.request_kind IS '[audit] The creating request: create (CreateSession, or SendMessage without a context) or fork (ForkSession).';
+COMMENT ON COLUMN sessionq.sessions.request_id IS '[audit] The caller''s idempotency key of the creating request, unique per creator and request kind.';
+COMMENT ON COLUMN sessionq.sessions.request_fingerprint IS '[audit] The parameters of the creating request (agent and name, or checkpoint); a reused request id with other parameters is an idempotency conflict.';
+COMMENT ON COLUMN sessionq.sessions.name IS '[audit] Display name given by the owner (empty: none); renaming does not touch the idle clock.';
+COMMENT ON COLUMN sessionq.sessions.created_at IS '[audit] Database time of the admission; the idle clock starts here.';
+COMMENT ON COLUMN sessionq.sessions.updated_at IS '[audit] Database time of the last change of the row, by any group.';
+-- [lifecycle]
+COMMENT ON COLUMN sessionq.sessions.agent_namespace IS '[lifecycle] The Agent the Session runs (namespace); with agent_name, its A2A authority.';
+COMMENT ON COLUMN sessionq.sessions.agent_name IS '[lifecycle] The Agent the Session runs (name).';
+COMMENT ON COLUMN sessionq.sessions.revision_id IS '[lifecycle] The pinned revision: the Agent''s latest successful one at creation (a fork: its checkpoint''s). Released (NULL) by the DELETED tombstone, which lets revision GC collect it.';
+COMMENT ON COLUMN sessionq.sessions.state IS '[lifecycle] CREATING, READY, SUSPENDED, DELETING or DELETED; changed only by admission (DELETE enters DELETING) and by completion of the operation in flight. FAILED is allowed, as in the API''s states, but no procedure enters it: a failed preparation keeps the state and records failure_reason.';
+COMMENT ON COLUMN sessionq.sessions.operation IS '[lifecycle] The operation in flight: CREATE, SUSPEND, RESUME or DELETE, NONE when none. Admitted with a new generation (operation_id); NONE again at completion.';
+COMMENT ON COLUMN sessionq.sessions.operation_id IS '[lifecycle] The generation: a fresh UUID per admitted operation, kept after completion until a later operation supersedes it.';
+COMMENT ON COLUMN sessionq.sessions.executor_id IS '[lifecycle] The attempt that claimed the generation. Kept when the claim is released: runtime work may have been issued.';
+COMMENT ON COLUMN sessionq.sessions.executor_expires_at IS '[lifecycle] When the claim lapses (at most sessions.claimLifetime after the claim); a retry may then claim with a new executor id.';
+COMMENT ON COLUMN sessionq.sessions.failure_reason IS '[lifecycle] Why the preparation of failed_operation_id failed (RevisionUnavailable, CheckpointUnavailable, CheckpointMismatch, ActorReplaced, RuntimeUnavailable); clients see it as Failure.reason. Cleared by the next admission or completion.';
+COMMENT ON COLUMN sessionq.sessions.failure_message IS '[lifecycle] The message of that failure, shown to clients.';
+COMMENT ON COLUMN sessionq.sessions.failed_operation_id IS '[lifecycle] The generation whose preparation failed (failure_reason, failure_message say why); waiting callers of it are told.';
+COMMENT ON COLUMN sessionq.sessions.deletion_reason IS '[lifecycle] Why a DELETE was admitted: user_requested (leaves a DELETED tombstone) or idle_timeout (the row goes at completion); an earlier reason is kept.';
+COMMENT ON COLUMN sessionq.sessions.actor_atespace IS '[lifecycle] The runtime atespace of the Actor (the revision''s template atespace).';
+COMMENT ON COLUMN sessionq.sessions.actor_name IS '[lifecycle] The deterministic Actor name session-<id>: a retried creation finds what an earlier attempt made.';
+COMMENT ON COLUMN sessionq.sessions.actor_template IS '[lifecycle] The actor template (<atespace>/<name>) of the pinned revision; an Actor with another template is never adopted.';
+COMMENT ON COLUMN sessionq.sessions.actor_uid IS '[lifecycle] The Actor''s runtime UID, recorded as soon as the creation returns it (record_actor); an Actor with another UID is never adopted. NULL before creation and in the tombstone.';
+-- [turns]
+COMMENT ON COLUMN sessionq.sessions.dispatch_id IS '[turns] The dispatch reservation of an admitted turn: the dispatch job delivers dispatch_message to the Actor, whose task writes must carry this id. Expires at dispatch_expires_at.';
+COMMENT ON COLUMN sessionq.sessions.dispatch_expires_at IS '[turns] When the reservation lapses (sessions.dispatchTimeout after admission); a lapsed reservation no longer blocks a new turn.';
+COMMENT ON COLUMN sessionq.sessions.dispatch_message IS '[turns] The admitted user message (A2A Message JSON) that the dispatch job delivers.';
+COMMENT ON COLUMN sessionq.sessions.dispatch_task_id IS '[turns] The task of the reservation: the waiting task a continuation names, or the task the Actor created for this turn (set by task_create).';
+COMMENT ON COLUMN sessionq.sessions.dispatch_failure IS '[turns] The last failed dispatch ({dispatch_id, message, task_id}), for the SendMessage call waiting on it. Cleared by the next admitted turn.';
+COMMENT ON COLUMN sessionq.sessions.active_task_id IS '[turns] The task the Actor is running (created or updated and not yet settled): blocks a new turn and a SUSPEND.';
+COMMENT ON COLUMN sessionq.sessions.unsettled_task_id IS '[turns] A task whose final update is staged but not yet settled (native cleanup unfinished): blocks task writes and explicit lifecycle changes.';
+COMMENT ON COLUMN sessionq.sessions.last_event_seq IS '[turns] The sequence number of the newest event of the history (sessionq.events); a fork starts at its checkpoint''s.';
+COMMENT ON COLUMN sessionq.sessions.last_event_at IS '[turns] Database time of the newest stored event of this Session (the idle clock runs from the later of this and created_at).';
+-- [quiescence]
+COMMENT ON COLUMN sessionq.sessions.idle_boundary_id IS '[quiescence] Set by a settlement (or a Resume): the Actor may be suspended. Claimed by a quiescence worker (idle_executor); a claim for possibly issued runtime work never expires.';
+COMMENT ON COLUMN sessionq.sessions.idle_boundary_at IS '[quiescence] When the boundary was marked: workers claim the oldest first (sessions_idle_boundary_idx).';
+COMMENT ON COLUMN sessionq.sessions.idle_executor IS '[quiescence] The quiescence worker that claimed the boundary; until it records the outcome (finish_idle), new turns, task writes and lifecycle changes wait.';
+COMMENT ON COLUMN sessionq.sessions.idle_claimed_at IS '[quiescence] When idle_executor claimed the boundary (operators see long-held claims).';
+-- [snapshot]
+COMMENT ON COLUMN sessionq.sessions.snapshot_generation IS '[snapshot] The exact VOLUMES snapshot generation recorded by the last suspension (quiescence or SUSPEND); never an older one.';
+COMMENT ON COLUMN sessionq.sessions.snapshot_uri IS '[snapshot] The URI of that generation, once durable (NULL while IN_PROGRESS).';
+COMMENT ON COLUMN sessionq.sessions.snapshot_status IS '[snapshot] IN_PROGRESS while the runtime still writes the recorded generation (a refresh_snapshot job looks again), then COMPLETED.';
+COMMENT ON COLUMN sessionq.sessions.snapshot_event_seq IS '[snapshot] The history sequence the recorded snapshot covers: a checkpoint of the head turn needs snapshot_event_seq = last_event_seq and snapshot_status COMPLETED.';
+-- [fork]
+COMMENT ON COLUMN sessionq.sessions.source_checkpoint_id IS '[fork] The checkpoint a forked Session was created from (NULL: not a fork); its Actor is created from tag checkpoint-<id>.';
+COMMENT ON COLUMN sessionq.sessions.pinned_checkpoint_id IS '[fork] Generated: the source checkpoint while the Session is live (a RESTRICT foreign key pins it); NULL once DELETED.';
 
 CREATE TABLE sessionq.session_shares (
   id          uuid PRIMARY KEY DEFAULT sessionq.uuid_v7(),

@@ -16,7 +16,6 @@ import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import Any
 
 import grpc
 
@@ -102,12 +101,6 @@ def _time_left(context: grpc.aio.ServicerContext) -> float | None:
     return None if remaining is None else max(0.0, remaining - DEADLINE_MARGIN)
 
 
-def _string_list(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [v.strip() for v in value.split(",") if v.strip()]
-    return [str(v) for v in value or []]
-
-
 class InventoryService(inventory_pb2_grpc.InventoryServiceServicer):
     """`runtime`: the process's runtime, read through its read-only port; without one (an API
     server started without a runtime) the inventory answers UNAVAILABLE."""
@@ -139,12 +132,12 @@ class InventoryService(inventory_pb2_grpc.InventoryServiceServicer):
     def from_settings(
         cls, settings: Settings, store: Store, auth: Authenticator, runtime: RuntimeReader | None = None
     ) -> InventoryService:
-        secret = str(settings.values.get("inventory.cursorSecret") or "")
+        secret = settings.inventory.cursor_secret
         return cls(
             store,
             auth,
-            admins=settings["auth.admins"],
-            watched_atespaces=_string_list(settings.values.get("inventory.watchedAtespaces")),
+            admins=settings.auth.admins,
+            watched_atespaces=settings.inventory.watched_atespaces,
             cursor_secret=secret.encode("utf-8") if secret else None,
             runtime=runtime,
         )

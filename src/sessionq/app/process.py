@@ -51,10 +51,10 @@ async def run_services(
 ) -> None:
     """Run the API and/or the workers on one database until `stop` is set, then stop cleanly:
     the API first (no new admissions), then the workers drain."""
-    store = await Store.open(url, pool_size=int(settings["database.poolSize"]), listen=api)
+    store = await Store.open(url, pool_size=settings.database.pool_size, listen=api)
     gauges = None
-    if settings["metrics.enabled"]:
-        metrics.serve(settings["metrics.address"])
+    if settings.metrics.enabled:
+        metrics.serve(settings.metrics.address)
         gauges = asyncio.create_task(metrics.refresh_queue_gauges(store, stop))
     try:
         async with open_runtime(settings, url) as runtime:
@@ -62,10 +62,10 @@ async def run_services(
             if api:
                 server = ApiServer(settings, store, runtime=runtime)
                 await server.start()
-                cards = AgentCardServer(store, server.auth, f"grpc://{settings['server.address']}")
-                await cards.start(settings["server.httpAddress"])
-                if hasattr(runtime, "taskstore_address") and not settings["runtime.simulator.taskStoreAddress"]:
-                    host = settings["server.address"].rpartition(":")[0]
+                cards = AgentCardServer(store, server.auth, f"grpc://{settings.server.address}")
+                await cards.start(settings.server.http_address)
+                if hasattr(runtime, "taskstore_address") and not settings.runtime.simulator.task_store_address:
+                    host = settings.server.address.rpartition(":")[0]
                     runtime.taskstore_address = f"{host}:{server.port}"  # simulated Actors report here
             worker_task = None
             if workers:
@@ -119,9 +119,9 @@ async def up(settings: Settings, data_dir: Path, database_url: str | None, echo:
         server = await asyncio.to_thread(embedded.start, data_dir)
         url = server.url
         psql = server.psql_command()
-    user = settings["auth.anonymousUser"] or getpass.getuser()
+    user = settings.auth.anonymous_user or getpass.getuser()
     settings = settings.with_overrides(**{"auth.anonymousUser": user})
-    host, _, _ = settings["server.address"].rpartition(":")
+    host, _, _ = settings.server.address.rpartition(":")
     if host not in ("127.0.0.1", "localhost", "::1", "[::1]"):
         raise SystemExit(f"sessionq up serves unauthenticated local calls and listens on loopback only, not {host}")
     await _prepare_database(url)
@@ -149,10 +149,10 @@ async def up(settings: Settings, data_dir: Path, database_url: str | None, echo:
 
 
 async def serve(settings: Settings, *, api: bool, workers: bool) -> None:
-    url = settings.database_url
+    url = settings.database.url
     if not url:
         raise SystemExit("database.url is required (set it in the config file or SESSIONQ_DATABASE__URL)")
-    if api and not settings["auth.tokens"]:
+    if api and not settings.auth.tokens:
         log.warning("no auth.tokens configured: every call will be UNAUTHENTICATED")
     stop = asyncio.Event()
     install_stop_signals(stop)

@@ -26,9 +26,9 @@ log = logging.getLogger(__name__)
 async def open_runtime(settings: Settings, url: str) -> AsyncIterator[Substrate]:
     sim = SimulatedSubstrate(
         url,
-        worker_pool_size=int(settings["runtime.simulator.workers"]),
-        taskstore_address=settings["runtime.simulator.taskStoreAddress"] or settings["server.address"],
-        taskstore_message_limit=grpc_message_limit(int(settings["a2a.maxMessageBytes"])),
+        worker_pool_size=settings.runtime.simulator.workers,
+        taskstore_address=settings.runtime.simulator.task_store_address or settings.server.address,
+        taskstore_message_limit=grpc_message_limit(settings.a2a.max_message_bytes),
     )
     await sim.open()
     try:
@@ -49,15 +49,15 @@ async def run_worker(
 ) -> None:
     """Run the job workers until `stop` is set, then drain: stop fetching, let running jobs
     finish (up to workers.shutdownTimeout) and return."""
-    executor = OperationExecutor(store, runtime, settings.claim_lifetime)
-    app = build_app(url, expiry=float(settings["sessions.idleTtl"]) > 0)
+    executor = OperationExecutor(store, runtime, settings.sessions.claim_lifetime)
+    app = build_app(url, expiry=settings.sessions.idle_ttl > 0)
     quiescence = QuiescencePool(
         store,
         runtime,
         url,
-        workers=int(settings["sessions.quiescenceWorkers"]),
-        recovery_interval=float(settings["sessions.quiescenceRecoveryInterval"]),
-        drain_timeout=float(settings["workers.shutdownTimeout"]),
+        workers=settings.sessions.quiescence_workers,
+        recovery_interval=settings.sessions.quiescence_recovery_interval,
+        drain_timeout=settings.workers.shutdown_timeout,
     )
     quiescence_stop = asyncio.Event()
     quiescence_task = asyncio.create_task(quiescence.run(quiescence_stop), name="quiescence")
@@ -93,13 +93,13 @@ async def _run_procrastinate(
                     app,
                     url=url,
                     stop=stop,
-                    check_interval=float(settings["workers.pollInterval"]),
+                    check_interval=settings.workers.poll_interval,
                     name=name or default_worker_name(),
                     queues=queues,
-                    concurrency=int(settings["workers.concurrency"]),
-                    fetch_job_polling_interval=float(settings["workers.pollInterval"]),
-                    shutdown_graceful_timeout=float(settings["workers.shutdownTimeout"]),
-                    stalled_worker_timeout=float(settings["workers.stallTimeout"]),
+                    concurrency=settings.workers.concurrency,
+                    fetch_job_polling_interval=settings.workers.poll_interval,
+                    shutdown_graceful_timeout=settings.workers.shutdown_timeout,
+                    stalled_worker_timeout=settings.workers.stall_timeout,
                     additional_context={"deps": Deps(settings, store, runtime, executor, url)},
                     delete_jobs="successful",
                 )

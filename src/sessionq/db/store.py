@@ -12,7 +12,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
 import psycopg
@@ -23,16 +23,26 @@ from sessionq import errors
 from sessionq.db.connection import Listener, make_pool
 from sessionq.models import (
     Admission,
+    AdmissionOutcome,
     Agent,
     Checkpoint,
     CheckpointClaim,
+    CheckpointClaimStatus,
+    CheckpointState,
     Claim,
+    ClaimStatus,
+    DeletionReason,
+    ExpiryOutcome,
     Observation,
+    ObservationStatus,
+    OperationKind,
     OperationStart,
     Revision,
     Session,
     Share,
+    SharePermission,
     Task,
+    TaskPhase,
 )
 
 SESSION_CHANNEL = "sessionq_session"
@@ -169,7 +179,9 @@ class Store:
         sent (see `wait_for_generation`)."""
         epoch = self._listen_epoch()
         row = await self._one(sql, params)
-        return Admission(row["outcome"], row["generation"], Session.from_json(row["session"]), epoch)
+        return Admission(
+            AdmissionOutcome(row["outcome"]), row["generation"], Session.from_json(row["session"]), epoch
+        )
 
     def _listen_epoch(self) -> int | None:
         return self.listener.epoch if self.listener is not None and self.listener.connected else None
@@ -180,7 +192,12 @@ class Store:
         )
 
     async def admit_operation(
-        self, session_id: UUID, caller: str, share_hash: str | None, kind: str, reason: str = "user_requested"
+        self,
+        session_id: UUID,
+        caller: str,
+        share_hash: str | None,
+        kind: OperationKind,
+        reason: DeletionReason = DeletionReason.USER_REQUESTED,
     ) -> Admission:
         return await self._admit(
             "SELECT * FROM sessionq.admit_operation(%s, %s, %s, %s, %s)", (session_id, caller, share_hash, kind, reason)
@@ -191,7 +208,9 @@ class Store:
             "SELECT * FROM sessionq.claim_operation(%s, %s, %s, %s)", (session_id, generation, executor, lifetime)
         )
         s = row["session"]
-        return Claim(row["status"], row["previous_executor"], row["expires_at"], Session.from_json(s) if s else None)
+        return Claim(
+            ClaimStatus(row["status"]), row["previous_executor"], row["expires_at"], Session.from_json(s) if s else None
+        )
 
     async def record_actor(self, session_id: UUID, generation: UUID, executor: UUID, uid: str) -> None:
         await self._rows("SELECT sessionq.record_actor(%s, %s, %s, %s)", (session_id, generation, executor, uid))
@@ -230,7 +249,7 @@ class Store:
     async def observe(self, session_id: UUID, generation: UUID) -> Observation:
         row = await self._one("SELECT * FROM sessionq.observe(%s, %s)", (session_id, generation))
         s = row["session"]
-        return Observation(row["status"], Session.from_json(s) if s else None)
+        return Observation(ObservationStatus(row["status"]), Session.from_json(s) if s else None)
 
     async def wait_for_generation(
         self, session_id: UUID, generation: UUID, timeout: float, *, admission: Admission | None = None
@@ -257,7 +276,7 @@ class Store:
             fields = payload.split(" ", 4)
             if len(fields) < 4 or fields[3] != generation_text:
                 return True  # another generation (or the row is gone): read to learn what happened
-            if fields[2] != "NONE":
+            if fields[2] != OperationKind.NONE:
                 return False  # our generation, still pending
             if len(fields) == 5:
                 completed.append(Session.from_json(json.loads(fields[4])))  # our generation's outcome
@@ -278,7 +297,7 @@ class Store:
             elif (
                 admission is not None
                 and admission.session.operation_id == generation
-                and admission.session.operation != "NONE"
+                and admission.session.operation != OperationKind.NONE
                 and admission.listen_epoch is not None
                 and admission.listen_epoch == self._listen_epoch()
             ):
@@ -287,12 +306,12 @@ class Store:
         try:
             while True:
                 if completed:
-                    return Observation("done", completed[-1])
+                    return Observation(ObservationStatus.DONE, completed[-1])
                 remaining = deadline - time.monotonic()
                 if read or remaining <= 0:
                     woke.clear()
                     obs = await self.observe(session_id, generation)
-                    if obs.status != "pending" or remaining <= 0:
+                    if obs.status != ObservationStatus.PENDING or remaining <= 0:
                         return obs
                 # without a listener (or if a notification is lost) poll now and then
                 with contextlib.suppress(TimeoutError):
@@ -321,8 +340,9 @@ class Store:
         session = Session.from_json(s) if s is not None else None
         revision = Revision.from_json(r) if r is not None else None
         claim = None
-        if row["status"] not in ("prepare", "gone"):
-            claim = Claim(row["status"], row["previous_executor"], row["expires_at"], session)
+        status = ClaimStatus(row["status"])
+        if status not in (ClaimStatus.PREPARE, ClaimStatus.GONE):
+            claim = Claim(status, row["previous_executor"], row["expires_at"], session)
         return OperationStart(session, revision, claim)
 
     async def list_sessions(
@@ -359,7 +379,9 @@ class Store:
 
     # -- shares ---------------------------------------------------------------------------------
 
-    async def create_share(self, session_id: UUID, caller: str, permission: str, ttl: float, token_hash: str) -> Share:
+    async def create_share(
+        self, session_id: UUID, caller: str, permission: SharePermission, ttl: float, token_hash: str
+    ) -> Share:
         value = await self._value(
             "SELECT sessionq.create_share(%s, %s, %s, %s, %s)", (session_id, caller, permission, ttl, token_hash)
         )
@@ -460,7 +482,9 @@ class Store:
             )
         )
 
-    async def wait_for_turn(self, session_id: UUID, dispatch_id: UUID, timeout: float) -> tuple[str, Any]:
+    async def wait_for_turn(
+        self, session_id: UUID, dispatch_id: UUID, timeout: float
+    ) -> tuple[Literal["task", "failed", "pending"], Any]:
         """Wait until the turn of a dispatch ends: ("task", Task) once its task is published in a
         final or waiting state, ("failed", message) if the dispatch failed, ("pending", None) on
         timeout. Woken by NOTIFY sessionq_task."""
@@ -477,7 +501,7 @@ class Store:
             while True:
                 woke.clear()
                 task = await self.task_of_dispatch(session_id, dispatch_id)
-                if task is not None and task.phase in ("settled", "abandoned"):
+                if task is not None and task.phase in (TaskPhase.SETTLED, TaskPhase.ABANDONED):
                     return ("task", task)
                 session = await self.session_by_id(session_id)
                 if session is None:
@@ -534,7 +558,10 @@ class Store:
         )
         c = row["checkpoint"]
         return CheckpointClaim(
-            row["status"], row["previous_executor"], row["expires_at"], Checkpoint.from_json(c) if c else None
+            CheckpointClaimStatus(row["status"]),
+            row["previous_executor"],
+            row["expires_at"],
+            Checkpoint.from_json(c) if c else None,
         )
 
     async def release_checkpoint(self, checkpoint_id: UUID, executor: UUID) -> None:
@@ -572,7 +599,9 @@ class Store:
     async def admit_fork(self, checkpoint_id: UUID, caller: str, request_id: str) -> Admission:
         return await self._admit("SELECT * FROM sessionq.admit_fork(%s, %s, %s)", (checkpoint_id, caller, request_id))
 
-    async def wait_for_checkpoint(self, checkpoint_id: UUID, states: set[str], timeout: float) -> Checkpoint | None:
+    async def wait_for_checkpoint(
+        self, checkpoint_id: UUID, states: set[CheckpointState], timeout: float
+    ) -> Checkpoint | None:
         """Wait until the checkpoint is in one of `states` or gone (None); returns the last read
         (still in another state on timeout). Woken by NOTIFY sessionq_checkpoint."""
         woke = asyncio.Event()
@@ -612,7 +641,7 @@ class Store:
 
     async def expire_session(self, session_id: UUID, ttl: float) -> Expiry:
         row = await self._one("SELECT * FROM sessionq.expire_session(%s, %s)", (session_id, ttl))
-        return Expiry(row["outcome"], row["generation"], row["idle_seconds"])
+        return Expiry(ExpiryOutcome(row["outcome"]), row["generation"], row["idle_seconds"])
 
     async def gc_discover(self) -> int:
         return int(await self._value("SELECT sessionq.gc_discover()"))
@@ -635,7 +664,7 @@ class Store:
 
 @dataclass(frozen=True)
 class Expiry:
-    outcome: str  # admitted | resumed | busy | active | gone
+    outcome: ExpiryOutcome
     generation: UUID | None
     idle_seconds: float | None
 

@@ -16,6 +16,7 @@ import yaml
 
 from sessionq import errors
 from sessionq.db.store import Store
+from sessionq.models import RevisionState
 from sessionq.runtime.base import Code, Substrate, SubstrateError
 
 log = logging.getLogger(__name__)
@@ -311,11 +312,11 @@ def _is_partial_cluster_name(host: str, cluster_domain: str) -> bool:
     return "svc" in labels or labels[-1] in ("local", "cluster")
 
 
-async def prepare_revision(store: Store, runtime: Substrate, revision_id: UUID) -> str:
+async def prepare_revision(store: Store, runtime: Substrate, revision_id: UUID) -> RevisionState:
     """Create the revision's actor template (once; a retry adopts the template it already made)
     and record the outcome. Returns the revision's final state."""
     rev = await store.get_revision(revision_id)
-    if rev.state != "PENDING":
+    if rev.state != RevisionState.PENDING:
         return rev.state
     try:
         try:
@@ -334,7 +335,7 @@ async def prepare_revision(store: Store, runtime: Substrate, revision_id: UUID) 
         if e.code in (Code.INVALID_ARGUMENT, Code.FAILED_PRECONDITION):
             log.warning("revision %s failed: %s", revision_id, e.message)
             await store.finish_revision(revision_id, None, f"actor template {rev.template_name}: {e.message}")
-            return "FAILED"
+            return RevisionState.FAILED
         raise  # transient: the job retries
     await store.finish_revision(revision_id, template.uid, None)
-    return "READY"
+    return RevisionState.READY

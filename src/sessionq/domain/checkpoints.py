@@ -8,6 +8,7 @@ and record the outcome with sessionq.finish_checkpoint.
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
 from dataclasses import dataclass
@@ -18,14 +19,33 @@ from sessionq.db.retry import detached, with_db_retry
 from sessionq.db.store import Store
 from sessionq.domain.operations import TRANSIENT
 from sessionq.domain.snapshots import pick_snapshot
+from sessionq.models import CheckpointClaimStatus, CheckpointState, SnapshotState
 from sessionq.runtime.base import Code, Substrate, SubstrateError
 
 log = logging.getLogger(__name__)
 
 
+class CheckpointOutcomeStatus(enum.StrEnum):
+    """What one run of a checkpoint job did (create_checkpoint / delete_checkpoint return it)."""
+
+    READY = "ready"  # the tag holds the snapshot
+    FAILED = "failed"  # the checkpoint is FAILED (the reason is recorded)
+    DELETED = "deleted"  # the tag and the row are gone
+    BUSY = "busy"  # another attempt holds a live claim (until retry_at)
+    DONE = "done"  # nothing left to do
+    GONE = "gone"  # no such checkpoint
+
+
+# the claim statuses that end a run without runtime work, as outcomes
+_UNCLAIMED = {
+    CheckpointClaimStatus.DONE: CheckpointOutcomeStatus.DONE,
+    CheckpointClaimStatus.GONE: CheckpointOutcomeStatus.GONE,
+}
+
+
 @dataclass(frozen=True)
 class CheckpointOutcome:
-    status: str  # ready | failed | deleted | busy | done | gone
+    status: CheckpointOutcomeStatus
     retry_at: datetime | None = None
 
 
@@ -34,16 +54,16 @@ async def run_checkpoint(store: Store, runtime: Substrate, checkpoint_id: UUID, 
     executor = uuid4()
     started = time.monotonic()
     claim = await store.claim_checkpoint(checkpoint_id, executor, lifetime)
-    if claim.status == "busy":
-        return CheckpointOutcome("busy", claim.expires_at)
-    if claim.status != "claimed":
-        return CheckpointOutcome(claim.status)
+    if claim.status == CheckpointClaimStatus.BUSY:
+        return CheckpointOutcome(CheckpointOutcomeStatus.BUSY, claim.expires_at)
+    if claim.status != CheckpointClaimStatus.CLAIMED:
+        return CheckpointOutcome(_UNCLAIMED[claim.status])
     c = claim.checkpoint
     assert c is not None
     failure: str | None = None
     try:
         async with asyncio.timeout(lifetime - (time.monotonic() - started)):
-            if c.state == "DELETING":
+            if c.state == CheckpointState.DELETING:
                 try:
                     await runtime.delete_tag(c.actor_atespace, c.tag_name)
                 except SubstrateError as e:
@@ -63,11 +83,11 @@ async def run_checkpoint(store: Store, runtime: Substrate, checkpoint_id: UUID, 
         raise SubstrateError(Code.DEADLINE_EXCEEDED, "checkpoint attempt exceeded its claim lifetime") from None
     done = await detached(with_db_retry(lambda: store.finish_checkpoint(checkpoint_id, executor, failure)))
     if done is None:
-        return CheckpointOutcome("deleted")
+        return CheckpointOutcome(CheckpointOutcomeStatus.DELETED)
     if failure:
         log.warning("checkpoint %s failed: %s", checkpoint_id, failure, extra={"session_id": str(c.session_id)})
-        return CheckpointOutcome("failed")
-    return CheckpointOutcome("ready")
+        return CheckpointOutcome(CheckpointOutcomeStatus.FAILED)
+    return CheckpointOutcome(CheckpointOutcomeStatus.READY)
 
 
 async def _tag(runtime: Substrate, atespace: str, tag: str, actor: str, uid: str, generation: int) -> str | None:
@@ -92,13 +112,17 @@ async def refresh_snapshot(store: Store, runtime: Substrate, session_id: UUID, g
     """Record a pending snapshot generation once it is COMPLETED. Raises while still pending (the
     job retries); returns False when the Session moved on."""
     session = await store.session_by_id(session_id)
-    if session is None or session.snapshot_generation != generation or session.snapshot_status != "IN_PROGRESS":
+    if (
+        session is None
+        or session.snapshot_generation != generation
+        or session.snapshot_status != SnapshotState.IN_PROGRESS
+    ):
         return False
     actor = await runtime.get_actor(session.actor_atespace, session.actor_name)
     snap = next((s for s in actor.snapshots if s.generation == generation), None)
     if snap is None:
         return False
     picked = pick_snapshot([snap])
-    if picked is None or picked["status"] != "COMPLETED":
+    if picked is None or picked["status"] != SnapshotState.COMPLETED:
         raise SubstrateError(Code.UNAVAILABLE, f"snapshot generation {generation} is still being written")
     return await store.record_snapshot_completed(session_id, generation, picked["uri"])

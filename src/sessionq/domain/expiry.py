@@ -18,7 +18,8 @@ from uuid import UUID
 from sessionq import metrics
 from sessionq.db.leader import leadership
 from sessionq.db.store import Store
-from sessionq.domain.operations import OperationExecutor
+from sessionq.domain.operations import OperationExecutor, OutcomeStatus
+from sessionq.models import ExpiryOutcome
 
 log = logging.getLogger("sessionq.expiry")
 
@@ -33,7 +34,7 @@ class SweepResult:
     admitted: int = 0
     expired: int = 0
     failed: int = 0
-    outcomes: dict[str, int] = field(default_factory=dict)
+    outcomes: dict[ExpiryOutcome, int] = field(default_factory=dict)
 
 
 async def sweep(
@@ -67,7 +68,7 @@ async def sweep(
             for sid in ids:
                 outcome = await store.expire_session(sid, ttl)
                 result.outcomes[outcome.outcome] = result.outcomes.get(outcome.outcome, 0) + 1
-                if outcome.outcome == "resumed":
+                if outcome.outcome == ExpiryOutcome.RESUMED:
                     tasks.append(asyncio.create_task(delete(sid, None)))
             if len(ids) < page:
                 break
@@ -80,7 +81,7 @@ async def sweep(
             for sid, _since in candidates:
                 outcome = await store.expire_session(sid, ttl)
                 result.outcomes[outcome.outcome] = result.outcomes.get(outcome.outcome, 0) + 1
-                if outcome.outcome == "admitted":
+                if outcome.outcome == ExpiryOutcome.ADMITTED:
                     result.admitted += 1
                     tasks.append(asyncio.create_task(delete(sid, outcome.idle_seconds)))
             if len(candidates) < page:
@@ -100,9 +101,9 @@ async def _delete(
         result.failed += 1
         log.warning("idle deletion failed; a later sweep resumes it: %s", e, extra={"session_id": str(session_id)})
         return
-    if outcome.status == "completed" and outcome.session is None:
+    if outcome.status == OutcomeStatus.COMPLETED and outcome.session is None:
         result.expired += 1
         metrics.SESSION_EXPIRED.inc()
         log.debug("expired idle session", extra={"session_id": str(session_id), "idle_time": idle_seconds})
-    elif outcome.status == "failed_preparation":
+    elif outcome.status == OutcomeStatus.FAILED_PREPARATION:
         result.failed += 1

@@ -22,6 +22,7 @@ time issue runtime mutations for a generation (clause OP-2).
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
 from dataclasses import dataclass
@@ -34,7 +35,15 @@ from sessionq.db.retry import detached, with_db_retry
 from sessionq.db.store import Store
 from sessionq.domain import workload
 from sessionq.domain.snapshots import pick_snapshot
-from sessionq.models import Revision, Session
+from sessionq.models import (
+    CheckpointState,
+    ClaimStatus,
+    OperationKind,
+    PreparationFailure,
+    Revision,
+    RevisionState,
+    Session,
+)
 from sessionq.runtime.base import (
     Actor,
     ActorState,
@@ -53,7 +62,7 @@ PREPARATION_ATTEMPTS = 3
 
 
 class PreparationFailed(Exception):
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: PreparationFailure, message: str) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
@@ -63,9 +72,29 @@ class RuntimeConflict(Exception):
     """The runtime holds something we must not adopt or overwrite (e.g. a replaced Actor)."""
 
 
+class OutcomeStatus(enum.StrEnum):
+    """What one run of the executor did (the execute_operation job returns it)."""
+
+    COMPLETED = "completed"  # this attempt completed the generation
+    BUSY = "busy"  # another attempt holds a live claim (until retry_at)
+    SUPERSEDED = "superseded"  # a newer generation is current
+    DONE = "done"  # the generation was already completed
+    GONE = "gone"  # the Session no longer exists
+    FAILED_PREPARATION = "failed_preparation"  # the generation was invalidated before anything was issued
+    NOTHING = "nothing"  # no operation is pending
+
+
+# the claim statuses that end a run without runtime work, as outcomes
+_UNCLAIMED = {
+    ClaimStatus.SUPERSEDED: OutcomeStatus.SUPERSEDED,
+    ClaimStatus.DONE: OutcomeStatus.DONE,
+    ClaimStatus.GONE: OutcomeStatus.GONE,
+}
+
+
 @dataclass(frozen=True)
 class Outcome:
-    status: str  # completed | busy | superseded | done | gone | failed_preparation | nothing
+    status: OutcomeStatus
     session: Session | None = None
     retry_at: datetime | None = None
 
@@ -103,8 +132,8 @@ class OperationExecutor:
         # its preparation (a READY revision) decided in the same statement
         start = await self.store.begin_operation(session_id, executor, lifetime)
         session, revision = start.session, start.revision
-        if session is None or session.operation == "NONE" or session.operation_id is None:
-            return Outcome("nothing", session)
+        if session is None or session.operation == OperationKind.NONE or session.operation_id is None:
+            return Outcome(OutcomeStatus.NOTHING, session)
         generation = session.operation_id
         log_extra = {"session_id": str(session_id), "operation_id": str(generation)}
 
@@ -118,19 +147,19 @@ class OperationExecutor:
                 try:
                     failed = await self.store.fail_preparation(session_id, generation, e.reason, e.message)
                 except errors.SessionqError:
-                    return Outcome("superseded")  # claimed or superseded meanwhile: not ours to fail
-                metrics.OPERATIONS.labels(kind=session.operation, outcome="failed_preparation").inc()
-                return Outcome("failed_preparation", failed)
+                    return Outcome(OutcomeStatus.SUPERSEDED)  # claimed or superseded meanwhile: not ours to fail
+                metrics.OPERATIONS.labels(kind=session.operation, outcome=OutcomeStatus.FAILED_PREPARATION).inc()
+                return Outcome(OutcomeStatus.FAILED_PREPARATION, failed)
 
             # 2. the execution claim
             started = time.monotonic()
             claim = await self.store.claim_operation(session_id, generation, executor, lifetime)
-        if claim.status != "claimed":
+        if claim.status != ClaimStatus.CLAIMED:
             metrics.CLAIM_CONFLICTS.labels(status=claim.status).inc()
-        if claim.status == "busy":
-            return Outcome("busy", claim.session, claim.expires_at)
-        if claim.status != "claimed":
-            return Outcome(claim.status, claim.session)
+        if claim.status == ClaimStatus.BUSY:
+            return Outcome(OutcomeStatus.BUSY, claim.session, claim.expires_at)
+        if claim.status != ClaimStatus.CLAIMED:
+            return Outcome(_UNCLAIMED[claim.status], claim.session)
         assert claim.session is not None
         log.info(
             "claimed %s operation", claim.session.operation.lower(), extra={**log_extra, "executor_id": str(executor)}
@@ -155,27 +184,29 @@ class OperationExecutor:
         completed = await detached(
             with_db_retry(lambda: self.store.complete_operation(session_id, generation, executor, result, job_id))
         )
-        metrics.OPERATIONS.labels(kind=claim.session.operation, outcome="completed").inc()
+        metrics.OPERATIONS.labels(kind=claim.session.operation, outcome=OutcomeStatus.COMPLETED).inc()
         log.info("completed %s operation", claim.session.operation.lower(), extra=log_extra)
-        return Outcome("completed", completed)
+        return Outcome(OutcomeStatus.COMPLETED, completed)
 
     # -- preparation --------------------------------------------------------------------------
 
     async def _prepare(self, session: Session, revision: Revision | None) -> None:
         """Read-only checks before the claim; `revision` is the Session's pinned revision (read
         together with the Session)."""
-        if session.operation == "CREATE":
-            if revision is None or revision.state != "READY":
-                raise PreparationFailed("RevisionUnavailable", f"revision {session.revision_id} is not prepared")
+        if session.operation == OperationKind.CREATE:
+            if revision is None or revision.state != RevisionState.READY:
+                raise PreparationFailed(
+                    PreparationFailure.REVISION_UNAVAILABLE, f"revision {session.revision_id} is not prepared"
+                )
             if session.source_checkpoint_id is not None:
                 await self._prepare_fork(session)
-        if session.operation == "CREATE" and session.actor_uid is None and session.executor_id is None:
+        if session.operation == OperationKind.CREATE and session.actor_uid is None and session.executor_id is None:
             return  # nothing was ever issued: there is no Actor to inspect yet
         # read the Actor as the runtime reports it (read-only); transient errors are retried
         actor = await self._inspect_with_retries(session)
         if actor is not None and session.actor_uid and actor.uid != session.actor_uid:
             raise PreparationFailed(
-                "ActorReplaced",
+                PreparationFailure.ACTOR_REPLACED,
                 f"actor {session.actor_atespace}/{session.actor_name} has uid {actor.uid}, "
                 f"not the recorded {session.actor_uid}; it is never adopted",
             )
@@ -185,16 +216,20 @@ class OperationExecutor:
         checkpoint's snapshot (also on every retry)."""
         assert session.source_checkpoint_id is not None
         checkpoint = await self.store.checkpoint_by_id(session.source_checkpoint_id)
-        if checkpoint is None or checkpoint.state != "READY":
-            raise PreparationFailed("CheckpointUnavailable", f"checkpoint {session.source_checkpoint_id} is not ready")
+        if checkpoint is None or checkpoint.state != CheckpointState.READY:
+            raise PreparationFailed(
+                PreparationFailure.CHECKPOINT_UNAVAILABLE, f"checkpoint {session.source_checkpoint_id} is not ready"
+            )
         try:
             tag = await self.runtime.get_tag(checkpoint.actor_atespace, checkpoint.tag_name)
         except SubstrateError as e:
-            code = "RuntimeUnavailable" if e.code in TRANSIENT else "CheckpointUnavailable"
+            code = PreparationFailure.CHECKPOINT_UNAVAILABLE
+            if e.code in TRANSIENT:
+                code = PreparationFailure.RUNTIME_UNAVAILABLE
             raise PreparationFailed(code, f"cannot read tag {checkpoint.tag_name}: {e.message}") from e
         if tag.snapshot_generation != checkpoint.snapshot_generation or tag.snapshot_uri != checkpoint.snapshot_uri:
             raise PreparationFailed(
-                "CheckpointMismatch",
+                PreparationFailure.CHECKPOINT_MISMATCH,
                 f"tag {checkpoint.tag_name} holds snapshot generation {tag.snapshot_generation}, "
                 f"not the checkpoint's {checkpoint.snapshot_generation}",
             )
@@ -207,7 +242,9 @@ class OperationExecutor:
                 if e.code == Code.NOT_FOUND:
                     return None
                 if e.code not in TRANSIENT or attempt == PREPARATION_ATTEMPTS - 1:
-                    raise PreparationFailed("RuntimeUnavailable", f"cannot inspect the actor: {e.message}") from e
+                    raise PreparationFailed(
+                        PreparationFailure.RUNTIME_UNAVAILABLE, f"cannot inspect the actor: {e.message}"
+                    ) from e
                 await asyncio.sleep(0.1 * 2**attempt)
         return None
 
@@ -216,14 +253,14 @@ class OperationExecutor:
     async def _execute(
         self, session: Session, revision: Revision | None, generation: UUID, executor: UUID, uncertain: bool
     ) -> dict[str, Any]:
-        if session.operation == "CREATE":
+        if session.operation == OperationKind.CREATE:
             assert revision is not None
             return await self._create(session, revision, generation, executor, uncertain)
-        if session.operation == "SUSPEND":
+        if session.operation == OperationKind.SUSPEND:
             return await self._suspend(session)
-        if session.operation == "RESUME":
+        if session.operation == OperationKind.RESUME:
             return await self._resume(session)
-        if session.operation == "DELETE":
+        if session.operation == OperationKind.DELETE:
             return await self._delete(session)
         raise AssertionError(f"unknown operation {session.operation}")
 

@@ -22,7 +22,7 @@ import collections
 import contextlib
 import logging
 import time
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID, uuid4
 
 import psycopg
@@ -32,7 +32,7 @@ from sessionq.db.connection import Listener
 from sessionq.db.retry import with_db_retry
 from sessionq.db.store import IDLE_CHANNEL, Store
 from sessionq.domain.snapshots import IdentityMismatch, pick_snapshot
-from sessionq.models import Session
+from sessionq.models import Session, SnapshotState
 from sessionq.runtime.base import (
     Actor,
     ActorState,
@@ -154,7 +154,11 @@ class QuiescencePool:
                 actor = await self._suspended_actor(session)
                 snapshot = pick_snapshot(actor.snapshots)
                 waited = 0.0
-                while snapshot is not None and snapshot["status"] != "COMPLETED" and waited < self.snapshot_wait:
+                while (
+                    snapshot is not None
+                    and snapshot["status"] != SnapshotState.COMPLETED
+                    and waited < self.snapshot_wait
+                ):
                     await asyncio.sleep(0.1)
                     waited += 0.1
                     actor = await self.runtime.get_actor(session.actor_atespace, session.actor_name)
@@ -230,7 +234,7 @@ class Wakeups:
                 self.waiters.remove(waiter)
 
 
-async def retry_claimed(pool: QuiescencePool, session_id: UUID) -> str:
+async def retry_claimed(pool: QuiescencePool, session_id: UUID) -> Literal["nothing", "recorded"]:
     """Take over a claimed idle boundary (its worker died) and finish it. Raises while the runtime
     keeps failing, so the job retries; the claim stays either way until an outcome is recorded."""
     session = await pool.store.take_over_idle_claim(session_id, uuid4())

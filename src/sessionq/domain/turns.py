@@ -17,9 +17,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Literal
 from uuid import UUID
 
 from sessionq.db.store import Store
+from sessionq.models import OperationKind, SessionState
 from sessionq.runtime.base import ActorState, Code, InvokeRequest, Substrate, SubstrateError
 
 log = logging.getLogger(__name__)
@@ -28,14 +30,17 @@ log = logging.getLogger(__name__)
 RUNTIME_FAILED = "the agent failed while running the turn"
 DEADLINE_EXCEEDED = "the turn exceeded its dispatch deadline"
 
+# what one run of the dispatch_turn job did
+DispatchOutcome = Literal["nothing", "failed", "running", "superseded", "done"]
 
-async def dispatch_turn(store: Store, runtime: Substrate, session_id: UUID) -> str:
+
+async def dispatch_turn(store: Store, runtime: Substrate, session_id: UUID) -> DispatchOutcome:
     """Deliver the Session's current turn, if one is reserved and not yet delivered."""
     session = await store.session_by_id(session_id)
     if session is None or session.dispatch_id is None:
         return "nothing"
     dispatch_id = session.dispatch_id
-    if session.state != "READY" or session.operation != "NONE":
+    if session.state != SessionState.READY or session.operation != OperationKind.NONE:
         # a lifecycle operation (a Delete, say) came after the turn was admitted: never wake the Actor for it
         await store.fail_dispatch(session_id, dispatch_id, f"the session is {session.state.lower()}", False)
         return "failed"
