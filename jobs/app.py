@@ -1,6 +1,6 @@
 """The procrastinate app of sessionq: every task, with its queue and retry policy.
 
-SQL defers these tasks by name (schema/05_jobs.sql), so the names here are the contract.
+SQL defers these tasks by name (schema/05_procrastinate.sql, sessionq.defer_job), so the names here are the contract.
 """
 
 from __future__ import annotations
