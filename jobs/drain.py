@@ -12,7 +12,7 @@ worker's own workers.shutdownTimeout.
    once procrastinate registered it, records the process in sessionq.worker_info (name, host,
    pid, queues, concurrency) so operators can see and name it;
 2. `watch_drains` waits for a drain request that applies to it;
-3. on a request (or `stop`) it marks itself draining, stops fetching (Worker.stop: the graceful
+3. on a request (or `stop`) it marks itself draining, stops fetching (RunningWorker.stop: the graceful
    path, never a second cancellation), waits for running jobs up to the drain timeout, then
    procrastinate aborts the rest cooperatively (their asyncio tasks are cancelled; a task with a
    retry strategy goes back to todo, so nothing is lost), unregisters, and returns;

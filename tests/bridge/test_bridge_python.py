@@ -60,7 +60,8 @@ def test_our_migrations_cover_procrastinates_schema_migrations() -> None:
                    if f.name.endswith(".sql"))
     assert names[-1] == NEWEST_SCHEMA_MIGRATION, (
         f"procrastinate ships schema migrations after {NEWEST_SCHEMA_MIGRATION}: "
-        f"{[n for n in names if n > NEWEST_SCHEMA_MIGRATION]}; add an Alembic revision that applies them")
+        f"{[n for n in names if n > NEWEST_SCHEMA_MIGRATION]}; add Alembic revisions that apply them "
+        "(docs/operating.md, 'Upgrading procrastinate')")
 
 
 def names_used_on(tree: ast.AST, receiver: str) -> set[str]:
