@@ -20,10 +20,11 @@
 --
 -- Lifecycle procedures admit an intent and queue the job that executes it in the same
 -- transaction: the job exists if and only if the admission committed. A completion ends the job
--- that executed it in the same transaction too (finish_operation_job). Rows of procrastinate_jobs
--- are changed only here: a plain insert (its insert trigger sends the NOTIFY that wakes workers
--- at commit; wake_workers sends it for a job made due by an UPDATE) or procrastinate's own
--- functions.
+-- that executed it in the same transaction too (finish_operation_job). sessionq's SQL changes
+-- rows of procrastinate_jobs only here: inserts (procrastinate's insert trigger sends the NOTIFY
+-- that wakes workers at commit; wake_workers sends it for a job made due by an UPDATE), updates
+-- of scheduled_at and status, the delete of a finished operation job, and procrastinate's own
+-- versioned functions, each called from exactly one wrapper.
 --
 -- Job statuses (procrastinate_job_status, the `status` column of sessionq.jobs) are the bridge's
 -- vocabulary: todo, doing, succeeded, failed, cancelled, aborted.
