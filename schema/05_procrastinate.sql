@@ -10,7 +10,7 @@
 -- and docs/operating.md says how to upgrade procrastinate.
 --
 -- The bridge, by what it is for:
---   reading     sessionq.jobs (job rows), sessionq.job_events, sessionq.job_event_times(job),
+--   reading     sessionq.job_rows, sessionq.job_events, sessionq.job_event_times(job),
 --               sessionq.worker_heartbeats (registered workers)
 --   queueing    sessionq.defer_job, sessionq.run_waiting_job, sessionq.wake_workers
 --   ending      sessionq.finish_operation_job, sessionq.finish_job, sessionq.retry_job_now,
@@ -26,21 +26,21 @@
 -- of scheduled_at and status, the delete of a finished operation job, and procrastinate's own
 -- versioned functions, each called from exactly one wrapper.
 --
--- Job statuses (procrastinate_job_status, the `status` column of sessionq.jobs) are the bridge's
+-- Job statuses (procrastinate_job_status, the `status` column of sessionq.job_rows) are the bridge's
 -- vocabulary: todo, doing, succeeded, failed, cancelled, aborted.
 
 -- -- reading -------------------------------------------------------------------------------------
 
-CREATE OR REPLACE VIEW sessionq.jobs AS
+CREATE OR REPLACE VIEW sessionq.job_rows AS
 SELECT j.id, j.queue_name, j.task_name, j.priority, j.lock, j.queueing_lock, j.args, j.status,
        j.scheduled_at, j.attempts, j.abort_requested, j.worker_id
   FROM procrastinate_jobs j;
-COMMENT ON VIEW sessionq.jobs IS
+COMMENT ON VIEW sessionq.job_rows IS
   'The SQL bridge''s view of procrastinate''s job rows (one per job; succeeded jobs are usually deleted at once). Read by the operator views and procedures; operators read sessionq.job_overview. Rows can be locked (FOR UPDATE) through it; they are changed only by the bridge''s functions.';
-COMMENT ON COLUMN sessionq.jobs.status IS 'todo (waiting, maybe scheduled for later), doing, succeeded, failed, cancelled or aborted (procrastinate''s enum, kept as is so that its partial indexes serve comparisons with these literals).';
-COMMENT ON COLUMN sessionq.jobs.queueing_lock IS 'At most one todo job per value.';
-COMMENT ON COLUMN sessionq.jobs.attempts IS 'Attempts made so far (a retried or requeued attempt counts).';
-COMMENT ON COLUMN sessionq.jobs.worker_id IS 'The worker that runs (or last ran) it: sessionq.worker_heartbeats.worker_id, sessionq.worker_info.worker_id.';
+COMMENT ON COLUMN sessionq.job_rows.status IS 'todo (waiting, maybe scheduled for later), doing, succeeded, failed, cancelled or aborted (procrastinate''s enum, kept as is so that its partial indexes serve comparisons with these literals).';
+COMMENT ON COLUMN sessionq.job_rows.queueing_lock IS 'At most one todo job per value.';
+COMMENT ON COLUMN sessionq.job_rows.attempts IS 'Attempts made so far (a retried or requeued attempt counts).';
+COMMENT ON COLUMN sessionq.job_rows.worker_id IS 'The worker that runs (or last ran) it: sessionq.worker_heartbeats.worker_id, sessionq.worker_info.worker_id.';
 
 CREATE OR REPLACE VIEW sessionq.job_events AS
 SELECT e.id, e.job_id, e.type::text AS type, e.at

@@ -2,7 +2,7 @@
 -- the reaper's procedures.
 --
 -- Everything here reads sessionq's tables and procrastinate's through the SQL bridge
--- (schema/05_procrastinate.sql: sessionq.jobs, job_events, job_event_times, worker_heartbeats);
+-- (schema/05_procrastinate.sql: sessionq.job_rows, job_events, job_event_times, worker_heartbeats);
 -- it changes jobs only through the procedures below (requeue_job, requeue_jobs, cancel_job,
 -- reap_stalled_jobs), which call the bridge's functions (retry_job_now, finish_job,
 -- cancel_or_abort_job, prune_dead_workers). `\dv+ sessionq.*` lists the views, `\d+
@@ -49,7 +49,7 @@ CREATE TABLE IF NOT EXISTS sessionq.worker_info (
 CREATE INDEX IF NOT EXISTS worker_info_name_idx ON sessionq.worker_info (name);
 COMMENT ON TABLE sessionq.worker_info IS
   'One row per live sessionq worker process, keyed by its procrastinate worker id (sessionq.worker_heartbeats has only an id and a heartbeat). Written by the worker at start, removed when it exits; rows of workers that died are removed by the reaper. No foreign key: procrastinate owns its table.';
-COMMENT ON COLUMN sessionq.worker_info.worker_id IS 'The procrastinate worker id of the process (sessionq.worker_heartbeats.worker_id; sessionq.jobs.worker_id of the jobs it runs).';
+COMMENT ON COLUMN sessionq.worker_info.worker_id IS 'The procrastinate worker id of the process (sessionq.worker_heartbeats.worker_id; sessionq.job_rows.worker_id of the jobs it runs).';
 COMMENT ON COLUMN sessionq.worker_info.name IS 'The worker name (default host-pid): what `sessionq workers drain NAME` names.';
 COMMENT ON COLUMN sessionq.worker_info.queues IS 'The queues it fetches from; NULL means every queue.';
 COMMENT ON COLUMN sessionq.worker_info.draining_since IS 'Set when the worker began to drain (a drain request or SIGTERM): it fetches no new job and exits once its running jobs finish or the drain timeout aborts them.';
@@ -104,7 +104,7 @@ SELECT j.id AS job_id,
        ev.deferred_at,
        greatest(ev.status_since, ac.last_action_at) AS status_since,
        now() - greatest(ev.status_since, ac.last_action_at) AS status_age
-  FROM sessionq.jobs j
+  FROM sessionq.job_rows j
   LEFT JOIN sessionq.worker_info wi ON wi.worker_id = j.worker_id
   LEFT JOIN LATERAL sessionq.job_event_times(j.id) ev ON true
   LEFT JOIN LATERAL (
@@ -187,7 +187,7 @@ COMMENT ON COLUMN sessionq.session_overview.delete_blockers IS 'Why a Delete wou
 CREATE OR REPLACE VIEW sessionq.claims AS
 WITH active_jobs AS (
   SELECT j.id, j.task_name, j.status, j.queueing_lock, j.args, j.worker_id
-    FROM sessionq.jobs j WHERE j.status IN ('todo', 'doing')
+    FROM sessionq.job_rows j WHERE j.status IN ('todo', 'doing')
 )
 SELECT 'operation'::text AS kind, s.id AS session_id, lower(s.operation) AS work, s.operation_id AS subject,
        s.executor_id AS holder, NULL::timestamptz AS claimed_at, s.executor_expires_at AS expires_at,
@@ -238,7 +238,7 @@ SELECT s.id AS session_id,
   FROM sessionq.sessions s
   LEFT JOIN (
     SELECT DISTINCT ON (pj.queueing_lock) pj.queueing_lock, pj.id, pj.status, pj.scheduled_at, pj.attempts
-      FROM sessionq.jobs pj
+      FROM sessionq.job_rows pj
      WHERE pj.status IN ('todo', 'doing') AND pj.queueing_lock LIKE 'operation:%'
      ORDER BY pj.queueing_lock, pj.status = 'doing' DESC, pj.id
   ) j ON j.queueing_lock = 'operation:' || s.id
@@ -353,7 +353,7 @@ AS $$
   SELECT j.id, j.queue_name::text, j.task_name::text, j.args, j.queueing_lock, j.lock, j.attempts, j.abort_requested,
          j.worker_id, wi.name, w.last_heartbeat, now() - w.last_heartbeat,
          (SELECT t.started_at FROM sessionq.job_event_times(j.id) t)
-    FROM sessionq.jobs j
+    FROM sessionq.job_rows j
     LEFT JOIN sessionq.worker_heartbeats w ON w.worker_id = j.worker_id
     LEFT JOIN sessionq.worker_info wi ON wi.worker_id = j.worker_id
    WHERE j.status = 'doing'
@@ -378,7 +378,7 @@ SELECT w.worker_id,
        wi.pid,
        wi.queues,
        wi.concurrency,
-       (SELECT count(*) FROM sessionq.jobs j WHERE j.worker_id = w.worker_id AND j.status = 'doing') AS running_jobs,
+       (SELECT count(*) FROM sessionq.job_rows j WHERE j.worker_id = w.worker_id AND j.status = 'doing') AS running_jobs,
        w.last_heartbeat,
        now() - w.last_heartbeat AS heartbeat_age,
        CASE WHEN w.last_heartbeat < now() - sessionq.stall_timeout() THEN 'stalled'
@@ -503,13 +503,13 @@ LANGUAGE plpgsql
 SET search_path = sessionq, public
 AS $$
 DECLARE
-  v sessionq.jobs;
+  v sessionq.job_rows;
   v_status text;
   v_cover bigint;
   v_heartbeat timestamptz;
   v_worker_alive boolean;
 BEGIN
-  SELECT * INTO v FROM sessionq.jobs j WHERE j.id = p_job FOR UPDATE;
+  SELECT * INTO v FROM sessionq.job_rows j WHERE j.id = p_job FOR UPDATE;
   IF NOT FOUND THEN
     RETURN QUERY SELECT p_job, NULL::text, NULL::text, NULL::text, 'refused'::text, NULL::bigint,
                         format('job %s not found', p_job);
@@ -550,7 +550,7 @@ BEGIN
   END IF;
 
   IF v.queueing_lock IS NOT NULL THEN
-    SELECT j.id INTO v_cover FROM sessionq.jobs j
+    SELECT j.id INTO v_cover FROM sessionq.job_rows j
      WHERE j.queueing_lock = v.queueing_lock AND j.status = 'todo' AND j.id <> v.id LIMIT 1;
   END IF;
   IF p_dry_run THEN
@@ -564,7 +564,7 @@ BEGIN
   PERFORM set_config('sessionq.actor', p_by, true);  -- for the guard trigger's record
   PERFORM sessionq.retry_job_now(v.id);
   PERFORM set_config('sessionq.actor', '', true);
-  SELECT * INTO v FROM sessionq.jobs j WHERE j.id = p_job;
+  SELECT * INTO v FROM sessionq.job_rows j WHERE j.id = p_job;
   IF v.status = 'todo' THEN
     PERFORM sessionq.wake_workers(v.queue_name, v.id);
     INSERT INTO sessionq.job_actions (job_id, action, detail, actor)
@@ -639,10 +639,10 @@ LANGUAGE plpgsql
 SET search_path = sessionq, public
 AS $$
 DECLARE
-  v sessionq.jobs;
-  v_after sessionq.jobs;
+  v sessionq.job_rows;
+  v_after sessionq.job_rows;
 BEGIN
-  SELECT * INTO v FROM sessionq.jobs j WHERE j.id = p_job FOR UPDATE;
+  SELECT * INTO v FROM sessionq.job_rows j WHERE j.id = p_job FOR UPDATE;
   IF NOT FOUND THEN
     PERFORM sessionq.fail('SQ404', format('job %s not found', p_job));
   END IF;
@@ -653,7 +653,7 @@ BEGIN
     PERFORM sessionq.fail('SQ412', format('job %s is %s; only waiting or running jobs can be cancelled', p_job, v.status));
   END IF;
   PERFORM sessionq.cancel_or_abort_job(p_job, p_abort);
-  SELECT * INTO v_after FROM sessionq.jobs j WHERE j.id = p_job;
+  SELECT * INTO v_after FROM sessionq.job_rows j WHERE j.id = p_job;
   INSERT INTO sessionq.job_actions (job_id, action, detail, actor)
   VALUES (p_job, CASE WHEN v_after.status = 'doing' THEN 'abort_requested' ELSE 'cancelled' END,
           format('%s -> %s', v.status, v_after.status), p_by);
@@ -672,11 +672,11 @@ LANGUAGE plpgsql
 SET search_path = sessionq, public
 AS $$
 DECLARE
-  v sessionq.jobs;
+  v sessionq.job_rows;
   v_max jsonb;
 BEGIN
   FOR v IN
-    SELECT j.* FROM sessionq.jobs j
+    SELECT j.* FROM sessionq.job_rows j
      WHERE j.id IN (SELECT s.job_id FROM sessionq.find_stalled_jobs(p_stall_timeout) s)
      ORDER BY j.id
      FOR UPDATE SKIP LOCKED
@@ -715,7 +715,7 @@ BEGIN
      WHERE s.dispatch_id IS NOT NULL
        AND (s.dispatch_expires_at < clock_timestamp()
             OR sessionq.uuid_v7_time(s.dispatch_id) < clock_timestamp() - make_interval(secs => p_orphan_grace)
-               AND NOT EXISTS (SELECT 1 FROM sessionq.jobs j
+               AND NOT EXISTS (SELECT 1 FROM sessionq.job_rows j
                                 WHERE j.status IN ('todo', 'doing') AND j.task_name = 'dispatch_turn'
                                   AND j.args ->> 'session_id' = s.id::text))
      ORDER BY s.dispatch_expires_at

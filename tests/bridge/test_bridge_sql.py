@@ -187,7 +187,7 @@ async def test_the_events_the_bridge_reads_are_written(database_url: str) -> Non
         _, since, started_at = conn.execute(
             "SELECT * FROM sessionq.job_event_times(%s)", (job_id,)).fetchone()
         assert started_at is not None and since == started_at > deferred_at
-        assert conn.execute("SELECT status::text, worker_id FROM sessionq.jobs WHERE id = %s",
+        assert conn.execute("SELECT status::text, worker_id FROM sessionq.job_rows WHERE id = %s",
                             (job_id,)).fetchone() == ("doing", worker)
         assert conn.execute("SELECT count(*) FROM sessionq.worker_heartbeats WHERE worker_id = %s",
                             (worker,)).fetchone() == (1,)
@@ -197,7 +197,7 @@ async def test_the_bridge_wrappers_run_procrastinates_functions(database_url: st
     """Each wrapper of a versioned function does what the operator procedures rely on."""
     with psycopg.connect(database_url, autocommit=True) as conn:
         def status(job: int) -> tuple[str, int]:
-            return conn.execute("SELECT status::text, attempts FROM sessionq.jobs WHERE id = %s",
+            return conn.execute("SELECT status::text, attempts FROM sessionq.job_rows WHERE id = %s",
                                 (job,)).fetchone()
 
         def defer(lock: str | None = None) -> int:
@@ -230,7 +230,7 @@ async def test_the_guard_trigger_covers_a_retry_that_collides(database_url: str)
         conn.execute("SELECT procrastinate_fetch_job_v2(ARRAY['bridge'], %s)", (worker,))
         waiting = conn.execute("SELECT sessionq.defer_job('bridge', 'noop', '{}', 'bridge:1')").fetchone()[0]
         conn.execute("SELECT procrastinate_retry_job_v2(%s, now(), NULL, NULL, NULL)", (running,))
-        assert conn.execute("SELECT status::text FROM sessionq.jobs WHERE id = %s", (running,)).fetchone() == ("cancelled",)
+        assert conn.execute("SELECT status::text FROM sessionq.job_rows WHERE id = %s", (running,)).fetchone() == ("cancelled",)
         assert conn.execute("SELECT action, covered_by FROM sessionq.job_actions WHERE job_id = %s",
                             (running,)).fetchall() == [("covered", waiting)]
 
