@@ -374,7 +374,7 @@ def jobs_list(ctx: click.Context, queue: str | None, status: str | None, task: s
 @output_option
 @click.pass_context
 def jobs_show(ctx: click.Context, job_id: int, database_url: str | None, output: str) -> None:
-    """One job with its events (procrastinate_events) and what operators and the reaper did to it."""
+    """One job with its events (sessionq.job_events) and what operators and the reaper did to it."""
 
     async def show(ops: OperatorStore) -> tuple[Row | None, list[Row], list[Row]]:
         return await ops.job(job_id), await ops.job_events(job_id), await ops.job_actions(job_id)

@@ -8,10 +8,11 @@ worker's own workers.shutdownTimeout.
 
 `run_drainable_worker` runs one procrastinate worker so that it can be drained:
 
-1. it starts procrastinate's Worker and, once procrastinate registered it, records the process in
-   sessionq.worker_info (name, host, pid, queues, concurrency) so operators can see and name it;
+1. it starts procrastinate's worker (through the bridge, jobs/bridge.py: RunningWorker) and,
+   once procrastinate registered it, records the process in sessionq.worker_info (name, host,
+   pid, queues, concurrency) so operators can see and name it;
 2. `watch_drains` waits for a drain request that applies to it;
-3. on a request (or `stop`) it marks itself draining, stops fetching (Worker.stop: the graceful
+3. on a request (or `stop`) it marks itself draining, stops fetching (RunningWorker.stop: the graceful
    path, never a second cancellation), waits for running jobs up to the drain timeout, then
    procrastinate aborts the rest cooperatively (their asyncio tasks are cancelled; a task with a
    retry strategy goes back to todo, so nothing is lost), unregisters, and returns;
@@ -34,7 +35,7 @@ from typing import Any
 
 import psycopg
 from procrastinate import App
-from procrastinate.worker import Worker
+from sessionq.jobs.bridge import RunningWorker
 
 from sessionq import errors
 from sessionq.db.connection import Listener, make_pool
@@ -123,30 +124,25 @@ async def run_drainable_worker(
     (`stop` was set: SIGTERM) or "exited" (procrastinate's worker ended by itself, e.g. a failed
     side task: the caller decides whether to restart it). An exception that ended procrastinate's
     worker is raised."""
-    options: dict[str, Any] = {**app.worker_defaults, **worker_options, "install_signal_handlers": False}
-    name = str(options.get("name") or default_worker_name())
-    options["name"] = name
-    app.perform_import_paths()
-    worker = Worker(app=app, **options)
+    worker = RunningWorker(app, default_name=default_worker_name(), **worker_options)
+    name = worker.name
     pool = make_pool(url, min_size=1, max_size=2, name="sessionq-drain")
     await pool.open(wait=True, timeout=30)
     ops = OperatorStore.from_pool(pool)
-    run_task = asyncio.create_task(worker.run(), name=f"procrastinate-worker {name}")
+    run_task = worker.start()
     worker_id: int | None = None
     watch_stop = asyncio.Event()
     watcher: asyncio.Task[DrainRequest | None] | None = None
     outcome = "exited"
     try:
-        # procrastinate registers the worker first thing in run(); stop() before that is lost
-        while worker.worker_id is None and not run_task.done():  # noqa: ASYNC110 (procrastinate has no event)
-            await asyncio.sleep(0.01)
-        if run_task.done():
+        # procrastinate registers the worker first thing; stop() before that is lost
+        worker_id = await worker.registered()
+        if worker_id is None:
             run_task.result()  # raises what made it fail at start
             return outcome
-        worker_id = int(worker.worker_id)  # type: ignore[arg-type]
         try:
             await ops.register_worker(worker_id, name, socket.gethostname(), os.getpid(),
-                                      options.get("queues"), int(options.get("concurrency") or 1))
+                                      worker.queues, worker.concurrency)
         except psycopg.Error as e:  # the worker still works; it is just not visible by name
             log.warning("cannot record worker %s in sessionq.worker_info (%s)", name, e)
         log.info("worker %s started (procrastinate worker %s)", name, worker_id)
@@ -205,11 +201,11 @@ async def run_drainable_worker(
             stop.set()  # the process exits cleanly
 
 
-async def _drain(worker: Worker, run_task: asyncio.Task[Any], request: DrainRequest, name: str) -> None:
+async def _drain(worker: RunningWorker, run_task: asyncio.Task[Any], request: DrainRequest, name: str) -> None:
     if request.timeout is not None:
-        worker.shutdown_graceful_timeout = request.timeout
-    running = len(getattr(worker, "_running_jobs", ()))  # procrastinate keeps no public count
-    timeout = worker.shutdown_graceful_timeout
+        worker.graceful_timeout = request.timeout
+    running = worker.running_jobs
+    timeout = worker.graceful_timeout
     log.info("worker %s draining (%s): %d running job(s), waiting up to %s before aborting them",
              name, f"drain {request.drain_id} by {request.requested_by}" if request.drain_id else request.requested_by,
              running, "forever" if timeout is None else f"{timeout:g}s")

@@ -6,8 +6,8 @@ import logging
 from uuid import UUID
 
 from procrastinate import JobContext
+from sessionq.jobs.bridge import worker_job_manager
 from sessionq.jobs.deps import deps
-from sessionq.jobs.manager import WorkerJobManager
 
 from sessionq.domain.operations import OutcomeStatus
 
@@ -23,9 +23,8 @@ async def execute_operation(context: JobContext, session_id: str) -> OutcomeStat
     raise, so procrastinate retries with backoff."""
     d = deps(context)
     # the completion ends this job in its own transaction when the worker's JobManager can skip
-    # its own finish call (jobs/manager.py)
-    manager = context.app.job_manager if context.app else None
-    ending = manager if isinstance(manager, WorkerJobManager) else None
+    # its own finish call (jobs/bridge.py, WorkerJobManager)
+    ending = worker_job_manager(context)
     job_id = context.job.id if ending is not None and context.job else None
     try:
         outcome = await d.executor.run(UUID(session_id), job_id=job_id)

@@ -21,7 +21,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from procrastinate import App, JobContext, RetryStrategy
+from procrastinate import App, JobContext
+from sessionq.jobs.bridge import retry_limits
 from sessionq.jobs.deps import deps
 
 from sessionq.db.operator_store import OperatorStore, Row
@@ -56,23 +57,10 @@ class ReapReport:
         return ", ".join(parts) or "nothing to do"
 
 
-def retry_limits(app: App) -> dict[str, int | None]:
-    """Task name -> how many attempts a job of it may make (None: unlimited, 0: never retried),
-    following each task's procrastinate retry strategy."""
-    limits: dict[str, int | None] = {}
-    for name, task in app.tasks.items():
-        strategy = task.retry_strategy
-        if strategy is None:
-            limits[name] = 0
-        elif isinstance(strategy, RetryStrategy):
-            limits[name] = strategy.max_attempts or None  # procrastinate: 0 / None means no limit
-        else:
-            limits[name] = None
-    return limits
-
-
 async def reap(ops: OperatorStore, *, stall_timeout: float = STALL_TIMEOUT,
                retry_limits: dict[str, int | None] | None = None, prune: bool = True) -> ReapReport:
+    """One pass of the reaper. `retry_limits` (task name -> attempts it may make; see
+    jobs/bridge.py, retry_limits) decides whether a stalled job is requeued or failed."""
     report = ReapReport()
     report.jobs = await ops.reap_stalled_jobs(stall_timeout, retry_limits or {})
     for r in report.jobs:

@@ -123,7 +123,7 @@ class OperatorStore:
 
     async def job_events(self, job_id: int) -> list[Row]:
         return await self._rows(
-            "SELECT e.id AS event_id, e.type::text AS type, e.at FROM procrastinate_events e"
+            "SELECT e.id AS event_id, e.type, e.at FROM sessionq.job_events e"
             " WHERE e.job_id = %s ORDER BY e.at, e.id", (job_id,),
         )
 
