@@ -390,3 +390,165 @@ async def test_a_caller_already_waiting_for_a_connection_fails_fast_when_postgre
         await asyncio.gather(*holders)
         await store.close(timeout=0)
 
+
+# -- processes: one signal stops them, a second forces the stop ---------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_worker_whose_postgresql_died_stops_on_sigterm(doomed_pg: Doomed, tmp_path: Path) -> None:
+    env = base_env(SESSIONQ_DATABASE__URL=doomed_pg.url)
+    worker = Process(["worker"], env, tmp_path)
+    try:
+        worker.wait_for_line("started (procrastinate worker")
+        kill_postmaster(doomed_pg.pgdata)
+        time.sleep(1.0)  # the worker notices: its connections break, reconnections are refused
+        code, _ = stop_and_check(worker, [signal.SIGTERM], within=SHUTDOWN_TIMEOUT + STOP_MARGIN)
+        # 0: drained; 1: forced at the timeout, e.g. while a job's end was still being recorded
+        # (WorkerJobManager retries that through an outage); a forced stop says so
+        assert code == 0 or (code == 1 and "forced stop (the graceful stop was still running" in worker.output), \
+            worker.output
+    finally:
+        worker.kill()
+
+
+def start_up(home: Path, shutdown_timeout: float = SHUTDOWN_TIMEOUT) -> tuple[Process, Path]:
+    """`sessionq up` in `home` (data under home/.sessionq); returns it and its pgdata."""
+    env = base_env(XDG_CONFIG_HOME=str(home / "config"),
+                   SESSIONQ_WORKERS__SHUTDOWN_TIMEOUT=f"{shutdown_timeout:g}s")
+    up = Process(["up", "--data-dir", str(home / ".sessionq")], env, home)
+    up.wait_for_line("gRPC endpoint")
+    return up, home / ".sessionq" / "pgdata"
+
+
+@pytest.fixture
+def up_home() -> Iterator[Path]:
+    home = Path(tempfile.mkdtemp(prefix="sq-up-"))  # short: the socket lives in it
+    yield home
+    for line in postgres_processes(home):
+        with contextlib.suppress(ValueError, ProcessLookupError):
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+    shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("signals", [[signal.SIGINT], [signal.SIGTERM, signal.SIGTERM]], ids=["SIGINT", "SIGTERMx2"])
+def test_up_whose_postgresql_was_killed_stops_on_a_signal(up_home: Path, signals: list[signal.Signals]) -> None:
+    up, pgdata = start_up(up_home)
+    try:
+        kill_postmaster(pgdata)
+        time.sleep(1.0)  # its connections break; the workers and the API find the server gone
+        code, _ = stop_and_check(up, signals, within=SHUTDOWN_TIMEOUT + STOP_MARGIN)
+        assert code == 0 or (code == 1 and "forced stop" in up.output), up.output  # a forced stop says so
+        left = wait_for_no_postgres(up_home)
+        assert not left, f"PostgreSQL processes outlived sessionq up: {left}"
+    finally:
+        up.kill()
+
+
+def wait_for_no_postgres(data_dir: Path, timeout: float = 15.0) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while (left := postgres_processes(data_dir)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+async def test_a_second_signal_forces_the_stop_of_up(up_home: Path) -> None:
+    """A job is stuck in a runtime call and workers.shutdownTimeout is long: the first SIGTERM's
+    graceful stop waits for it; the second forces the stop at once - exit status 1, one line
+    saying what was forced - and the embedded PostgreSQL stops too."""
+    import yaml
+
+    up, _pgdata = await asyncio.to_thread(start_up, up_home, 120.0)
+    try:
+        url = yaml.safe_load((up_home / ".sessionq" / "client.yaml").read_text())["databaseUrl"]
+        store = await Store.open(url, pool_size=2, listen=False)
+        sim = SimulatedSubstrate(url, worker_pool_size=8)
+        await sim.open()
+        try:
+            block = await sim.inject("create_actor", "block")
+            await apply_agent(store, sim)
+            await store.admit_create("alice", "stuck-create", "kagent", AGENT, "")
+            await sim.wait_blocked(block, timeout=30)  # up's worker runs the creation, stuck in create_actor
+        finally:
+            await sim.close()
+            await store.close()
+
+        started = time.monotonic()
+        up.signal(signal.SIGTERM)
+        assert await asyncio.to_thread(up.wait_exit, 1.5) is None, f"no graceful wait for the stuck job:\n{up.output}"
+        up.signal(signal.SIGTERM)
+        code = await asyncio.to_thread(up.wait_exit, 2.0 + STOP_MARGIN)
+        took = time.monotonic() - started
+        assert code == 1, f"exit {code} {took:.1f}s after the first SIGTERM:\n{up.output}"
+        forced = [line for line in up.lines if "forced stop" in line]
+        assert len(forced) == 1 and "a second signal (SIGTERM)" in forced[0], up.output
+        assert "the embedded PostgreSQL told to stop" in forced[0], forced
+        left = await asyncio.to_thread(wait_no_members, up.proc.pid)
+        assert not left, f"processes of sessionq up outlived it: {left}"
+        left = await asyncio.to_thread(wait_for_no_postgres, up_home)
+        assert not left, f"the embedded PostgreSQL outlived a forced stop: {left}"
+    finally:
+        up.kill()
+
+
+STUCK = '''
+import asyncio, logging, sys, time
+from sessionq import process
+
+async def main() -> int:
+    shutdown = process.Shutdown(float(sys.argv[1]))
+    shutdown.install()
+    shutdown.on_force("the test's action done", lambda: print("ACTION", flush=True))
+    print("READY", flush=True)
+    try:
+        await shutdown.stop.wait()
+        if sys.argv[2] == "loop":
+            time.sleep(3600)  # the event loop itself is stuck
+        await asyncio.sleep(3600)  # a graceful stop that never ends
+    except asyncio.CancelledError:
+        if shutdown.forced is None:
+            raise
+        if sys.argv[2] == "unwind":
+            await asyncio.sleep(3600)  # and neither does the forced stop's unwinding
+        return process.EXIT_FORCED
+    return 0
+
+logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(message)s")
+sys.exit(asyncio.run(main()))
+'''
+
+
+@pytest.mark.parametrize("stuck", ["stop", "unwind", "loop"])
+def test_a_graceful_stop_still_running_after_the_shutdown_timeout_is_forced(tmp_path: Path, stuck: str) -> None:
+    """The escalation by time, whatever hangs: the graceful stop (forced after workers.shutdownTimeout
+    + FORCE_AFTER), also the forced stop's own unwinding (the process exits FORCE_BUDGET later),
+    even an event loop that no longer runs (the same deadline, from a thread)."""
+    from sessionq.process import FORCE_AFTER, FORCE_BUDGET
+
+    timeout = 1.0
+    script = tmp_path / "stuck.py"
+    script.write_text(STUCK)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, str(script), str(timeout), stuck], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "READY"
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        expected = timeout + FORCE_AFTER + (0 if stuck == "stop" else FORCE_BUDGET)
+        code = proc.wait(expected + 5)
+        took = time.monotonic() - started
+        output = proc.stdout.read()
+        assert code == 1, output
+        assert expected - 0.5 <= took <= expected + 3, (took, output)
+        forced = [line for line in output.splitlines() if "forced stop" in line]
+        assert len(forced) == 1 and f"still running after {timeout + FORCE_AFTER:g}s" in forced[0], output
+        assert "the test's action done" in forced[0] and "ACTION" in output.splitlines(), output
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
