@@ -28,7 +28,7 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +52,26 @@ class DrainRequest:
     drain_id: int | None
     timeout: float | None
     requested_by: str
+
+
+async def unless_stopped(step: Awaitable[Any], stop: asyncio.Event) -> bool:
+    """Await a start-up step (opening a pool, say) unless `stop` is set first, in which case the
+    step is cancelled: a stop requested while PostgreSQL is unreachable does not wait out the
+    step's own timeout. Returns whether the step completed."""
+    task = asyncio.ensure_future(step)
+    if not task.done():
+        stop_wait = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait({task, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop_wait.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        return False
+    task.result()
+    return True
 
 
 def default_worker_name() -> str:
@@ -129,7 +149,9 @@ async def run_drainable_worker(
     app.perform_import_paths()
     worker = Worker(app=app, **options)
     pool = make_pool(url, min_size=1, max_size=2, name="sessionq-drain")
-    await pool.open(wait=True, timeout=30)
+    if not await unless_stopped(pool.open(wait=True, timeout=30), stop):
+        await pool.close(timeout=0)
+        return "stopped"
     ops = OperatorStore.from_pool(pool)
     run_task = asyncio.create_task(worker.run(), name=f"procrastinate-worker {name}")
     worker_id: int | None = None
@@ -138,7 +160,10 @@ async def run_drainable_worker(
     outcome = "exited"
     try:
         # procrastinate registers the worker first thing in run(); stop() before that is lost
-        while worker.worker_id is None and not run_task.done():  # noqa: ASYNC110 (procrastinate has no event)
+        while worker.worker_id is None and not run_task.done():  # procrastinate has no event for it
+            if stop.is_set():  # not registered yet (the database is slow or gone): nothing to drain
+                outcome = "stopped"
+                return outcome  # the finally cancels run_task
             await asyncio.sleep(0.01)
         if run_task.done():
             run_task.result()  # raises what made it fail at start
