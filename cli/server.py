@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
@@ -52,7 +53,10 @@ def up(config_file: str | None, data_dir: str, database_url: str | None) -> None
 
     settings = load_settings(config_file)
     logs.setup("text", settings.logging.level)
-    run(settings, process.up(settings, Path(data_dir), database_url or settings.database.url or None, click.echo))
+    url = database_url or settings.database.url or None
+    code = run(settings, process.up(settings, Path(data_dir), url, click.echo))
+    if code:
+        sys.exit(code)
 
 
 @click.command()
@@ -63,7 +67,9 @@ def serve(config_file: str | None) -> None:
 
     settings = load_settings(config_file)
     logs.setup(settings.logging.format, settings.logging.level)
-    run(settings, process.serve(settings, api=True, workers=False))
+    code = run(settings, process.serve(settings, api=True, workers=False))
+    if code:
+        sys.exit(code)
 
 
 @click.command()
@@ -74,7 +80,9 @@ def worker(config_file: str | None) -> None:
 
     settings = load_settings(config_file)
     logs.setup(settings.logging.format, settings.logging.level)
-    run(settings, process.serve(settings, api=False, workers=True))
+    code = run(settings, process.serve(settings, api=False, workers=True))
+    if code:
+        sys.exit(code)
 
 
 @click.command()

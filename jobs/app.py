@@ -12,7 +12,7 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from sessionq.jobs import agents, bridge, checkpoints, dispatch, operations, periodic, reaper
 
-from sessionq.db.connection import conninfo
+from sessionq.db.connection import FailFastPool, connect_kwargs, conninfo
 
 QUEUES = ("operations", "dispatch", "agents", "periodic")
 
@@ -28,9 +28,12 @@ async def _autocommit(conn: AsyncConnection[Any]) -> None:
 def _pool(**options: Any) -> AsyncConnectionPool:
     """procrastinate's pool, lighter: autocommit connections (each of its queries is one function
     call) and no liveness probe on every checkout (a broken connection fails one query, is
-    discarded, and the supervised worker carries on)."""
+    discarded, and the supervised worker carries on). Like sessionq's own pools it fails fast
+    while the database refuses connections (FailFastPool), so that a worker whose PostgreSQL is
+    gone still stops within workers.shutdownTimeout."""
     options.pop("check", None)
-    return AsyncConnectionPool(**options, configure=_autocommit)
+    options.setdefault("kwargs", connect_kwargs(str(options.get("conninfo", ""))))
+    return FailFastPool(**options, configure=_autocommit)
 
 
 def build_app(url: str, *, pool_size: int = 4, expiry: bool = True) -> App:

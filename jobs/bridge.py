@@ -201,11 +201,14 @@ class RunningWorker:
         self._task = asyncio.create_task(self._worker.run(), name=f"procrastinate-worker {self.name}")
         return self._task
 
-    async def registered(self) -> int | None:
+    async def registered(self, stop: asyncio.Event | None = None) -> int | None:
         """Wait until procrastinate registered the worker (procrastinate_workers) and return its
-        id, or None when the worker ended first. A stop() before registration would be lost."""
+        id, or None when the worker ended first or `stop` was set first (the database is slow or
+        gone: there is nothing to drain yet). A stop() before registration would be lost."""
         assert self._task is not None, "start() first"
-        while self._worker.worker_id is None and not self._task.done():  # noqa: ASYNC110 (procrastinate has no event)
+        while self._worker.worker_id is None and not self._task.done():
+            if stop is not None and stop.is_set():
+                return None
             await asyncio.sleep(0.01)
         if self._task.done():
             return None

@@ -29,7 +29,7 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +53,26 @@ class DrainRequest:
     drain_id: int | None
     timeout: float | None
     requested_by: str
+
+
+async def unless_stopped(step: Awaitable[Any], stop: asyncio.Event) -> bool:
+    """Await a start-up step (opening a pool, say) unless `stop` is set first, in which case the
+    step is cancelled: a stop requested while PostgreSQL is unreachable does not wait out the
+    step's own timeout. Returns whether the step completed."""
+    task = asyncio.ensure_future(step)
+    if not task.done():
+        stop_wait = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait({task, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop_wait.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        return False
+    task.result()
+    return True
 
 
 def default_worker_name() -> str:
@@ -127,7 +147,9 @@ async def run_drainable_worker(
     worker = RunningWorker(app, default_name=default_worker_name(), **worker_options)
     name = worker.name
     pool = make_pool(url, min_size=1, max_size=2, name="sessionq-drain")
-    await pool.open(wait=True, timeout=30)
+    if not await unless_stopped(pool.open(wait=True, timeout=30), stop):
+        await pool.close(timeout=0)
+        return "stopped"
     ops = OperatorStore.from_pool(pool)
     run_task = worker.start()
     worker_id: int | None = None
@@ -136,7 +158,10 @@ async def run_drainable_worker(
     outcome = "exited"
     try:
         # procrastinate registers the worker first thing; stop() before that is lost
-        worker_id = await worker.registered()
+        worker_id = await worker.registered(stop)
+        if worker_id is None and stop.is_set() and not run_task.done():
+            outcome = "stopped"  # not registered yet (the database is slow or gone): nothing to drain
+            return outcome  # the finally cancels run_task
         if worker_id is None:
             run_task.result()  # raises what made it fail at start
             return outcome

@@ -14,7 +14,7 @@ from sessionq.domain.operations import OperationExecutor
 from sessionq.domain.quiescence import QuiescencePool
 from sessionq.jobs.app import build_app
 from sessionq.jobs.deps import Deps
-from sessionq.jobs.drain import default_worker_name, run_drainable_worker
+from sessionq.jobs.drain import default_worker_name, run_drainable_worker, unless_stopped
 from sessionq.metrics import REVISION_GC
 from sessionq.runtime.base import Substrate
 from sessionq.runtime.simulator import SimulatedSubstrate
@@ -85,10 +85,16 @@ async def _run_procrastinate(
     gracefully: no new fetches, running jobs finish (up to workers.shutdownTimeout). If it stops on
     its own - procrastinate gives up when the database is unreachable - restart it with backoff
     instead of letting the process die."""
+
+    async def open_app() -> None:
+        await app.open_async()
+
     delay = 1.0
     while not stop.is_set():
         try:
-            async with app.open_async():
+            try:
+                if not await unless_stopped(open_app(), stop):  # stopped while the database is slow or gone
+                    return
                 outcome = await run_drainable_worker(
                     app,
                     url=url,
@@ -103,9 +109,14 @@ async def _run_procrastinate(
                     additional_context={"deps": Deps(settings, store, runtime, executor, url)},
                     delete_jobs="successful",
                 )
-                if outcome != "exited":  # "stopped" (stop was set) or "drained" (a drain request set stop)
-                    return
-                log.error("the procrastinate worker stopped (a side task failed); restarting in %.0f s", delay)
+            finally:
+                # also after a failed opening: procrastinate keeps the pool that timed out (closed)
+                # and would reuse it on the next attempt unless it is closed here
+                with contextlib.suppress(Exception):
+                    await app.close_async()
+            if outcome != "exited":  # "stopped" (stop was set) or "drained" (a drain request set stop)
+                return
+            log.error("the procrastinate worker stopped (a side task failed); restarting in %.0f s", delay)
         except Exception as e:  # e.g. the database is unreachable
             log.error("the procrastinate worker failed (%s); restarting in %.0f s", e, delay)
         with contextlib.suppress(TimeoutError):

@@ -7,10 +7,14 @@ reuses the data (and an already running server).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import psycopg
@@ -37,7 +41,36 @@ class EmbeddedPostgres:
         return f'{self.psql_path} "{self.url}"'
 
     def stop(self) -> None:
-        self._server.cleanup()  # type: ignore[attr-defined]
+        """Stop the server if this process is its last user (waits for the shutdown)."""
+        import psutil
+
+        try:
+            self._server.cleanup()  # type: ignore[attr-defined]
+        except psutil.NoSuchProcess:  # the postmaster died while being stopped (e.g. it was killed)
+            log.info("the embedded PostgreSQL was already gone")
+
+    def stop_now(self) -> None:
+        """Stop without waiting (a forced stop of `sessionq up`): forget this process's handle
+        and, if it was the server's last user, ask the postmaster for a fast shutdown (SIGINT),
+        which it completes on its own. Nothing happens if the postmaster is gone."""
+        server: Any = self._server
+        lock = server._lock
+        locked = False
+        with contextlib.suppress(Exception):  # another process holding the lock must not stop us
+            locked = bool(lock.acquire(blocking=False))
+        try:
+            users = server.global_process_id_list.get_and_remove(os.getpid())
+            if users != [os.getpid()] or server.cleanup_mode is None:
+                return
+            info = server._postmaster_info
+            if info is not None and info.process is not None and info.process.is_running():
+                os.kill(info.pid, signal.SIGINT)
+        except (OSError, ValueError) as e:
+            log.warning("could not stop the embedded PostgreSQL: %s", e)
+        finally:
+            if locked:
+                with contextlib.suppress(Exception):
+                    lock.release()
 
 
 def start(data_dir: Path, *, cleanup: str = "stop", max_connections: int = MAX_CONNECTIONS) -> EmbeddedPostgres:

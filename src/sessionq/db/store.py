@@ -20,7 +20,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from sessionq import errors
-from sessionq.db.connection import Listener, make_pool
+from sessionq.db.connection import DatabaseHealth, Listener, make_pool
 from sessionq.models import (
     Admission,
     AdmissionOutcome,
@@ -55,21 +55,28 @@ class Store:
     def __init__(self, pool: AsyncConnectionPool, listener: Listener | None = None) -> None:
         self.pool = pool
         self.listener = listener
+        self.health: DatabaseHealth = getattr(pool, "health", None) or DatabaseHealth()
 
     @classmethod
     async def open(cls, url: str, *, pool_size: int = 10, listen: bool = True, name: str = "sessionq") -> Store:
+        """The pool, and with `listen` the LISTEN connection that wakes waiters; both report their
+        connection attempts to one DatabaseHealth, so calls fail fast while the database is gone."""
         pool = make_pool(url, min_size=1, max_size=pool_size, name=name)
         await pool.open(wait=True, timeout=30)
         listener = None
         if listen:
-            listener = Listener(url, [SESSION_CHANNEL, TASK_CHANNEL, CHECKPOINT_CHANNEL], keyed=(SESSION_CHANNEL,))
+            listener = Listener(
+                url, [SESSION_CHANNEL, TASK_CHANNEL, CHECKPOINT_CHANNEL], keyed=(SESSION_CHANNEL,), health=pool.health
+            )
             await listener.start()
         return cls(pool, listener)
 
-    async def close(self) -> None:
+    async def close(self, timeout: float = 5.0) -> None:
+        """Stop listening and close the pool, waiting up to `timeout` for its background tasks
+        (0: do not wait, as a forced stop does)."""
         if self.listener:
             await self.listener.stop()
-        await self.pool.close()
+        await self.pool.close(timeout=timeout)
 
     # -- plumbing ---------------------------------------------------------------------------
 
