@@ -185,7 +185,7 @@ async def run_services(
             if api:
                 server = ApiServer(settings, store, runtime=runtime)
                 await server.start()
-                cards = AgentCardServer(store, server.auth, f"grpc://{settings['server.address']}")
+                cards = AgentCardServer(store, server.auth, f"grpc://{settings.server.address}")
                 await cards.start(settings.server.http_address)
                 if hasattr(runtime, "taskstore_address") and not settings.runtime.simulator.task_store_address:
                     host = settings.server.address.rpartition(":")[0]
