@@ -38,8 +38,10 @@ from procrastinate import App
 from sessionq.jobs.bridge import RunningWorker
 
 from sessionq import errors
+from sessionq.db import notify
 from sessionq.db.connection import Listener, make_pool
-from sessionq.db.operator_store import DRAIN_CHANNEL, OperatorStore
+from sessionq.db.notify import Channel
+from sessionq.db.operator_store import OperatorStore
 
 log = logging.getLogger(__name__)
 
@@ -96,11 +98,11 @@ async def watch_drains(
     wake.set()  # check at start: a request may have been made before this worker listened
 
     def notified(payload: str | None) -> None:
-        if payload is None or payload in ("*", worker_name):
+        if payload is None or notify.key_of(Channel.DRAIN, payload) in (notify.ALL_WORKERS, worker_name):
             wake.set()
 
-    listener = Listener(url, [DRAIN_CHANNEL])
-    listener.subscribe(DRAIN_CHANNEL, notified)
+    listener = Listener(url, [Channel.DRAIN])
+    listener.subscribe(Channel.DRAIN, notified)
     await listener.start()
     stop_wait = asyncio.create_task(stop.wait())
     try:

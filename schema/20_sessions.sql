@@ -143,31 +143,21 @@ COMMENT ON TABLE sessionq.session_shares IS
 -- A change of a Session row's outcome wakes the callers waiting on it (API waiters LISTEN on this
 -- channel). An insert notifies nobody: its admitting caller already knows the generation is pending.
 CREATE OR REPLACE FUNCTION sessionq.notify_session_change() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-  v_head text;
-  v_payload text;
 BEGIN
-  -- payload: "<id> <state> <operation> <operation_id or ->", or "<id> gone" when the row is deleted;
-  -- a waiter learns from it whether its generation is still pending without reading the row. When
-  -- no operation is pending the row itself follows as JSON, so the waiter of the generation that
-  -- just finished answers without reading it (unless that would pass NOTIFY's 8000-byte limit).
+  -- a waiter learns from the payload whether its generation is still pending without reading the
+  -- row; when no operation is pending the row itself rides along, so the waiter of the generation
+  -- that just finished answers without reading it (unless it would pass NOTIFY's limit)
   IF TG_OP = 'DELETE' THEN
-    PERFORM pg_notify('sessionq_session', OLD.id::text || ' gone');
+    PERFORM sessionq.notify('sessionq_session', jsonb_build_object('session', OLD.id, 'gone', true));
     RETURN NULL;
   END IF;
-  v_head := format('%s %s %s %s', NEW.id, NEW.state, NEW.operation, coalesce(NEW.operation_id::text, '-'));
-  v_payload := v_head;
-  IF NEW.operation = 'NONE' THEN
-    v_payload := v_head || ' ' || to_jsonb(NEW)::text;
-    IF octet_length(v_payload) > 7900 THEN
-      v_payload := v_head;
-    END IF;
-  END IF;
-  PERFORM pg_notify('sessionq_session', v_payload);
+  PERFORM sessionq.notify('sessionq_session', jsonb_build_object(
+    'session', NEW.id, 'state', NEW.state, 'operation', NEW.operation, 'generation', NEW.operation_id,
+    'row', CASE WHEN NEW.operation = 'NONE' THEN to_jsonb(NEW) END));
   RETURN NULL;
 END $$;
 COMMENT ON FUNCTION sessionq.notify_session_change() IS
-  'Trigger: NOTIFY sessionq_session after a delete, or an update that changes the state, the operation or its generation (delivered at commit). Payload "<id> <state> <operation> <operation_id or ->", followed by " <the row as JSON>" when the operation is NONE (if it fits NOTIFY''s limit), or "<id> gone" for a deleted row.';
+  'Trigger: NOTIFY sessionq_session after a delete, or an update that changes the state, the operation or its generation (delivered at commit). Payload {"session", "state", "operation", "generation", "row"}, the row only when the operation is NONE (and it fits NOTIFY''s limit), or {"session", "gone": true} for a deleted row (src/sessionq/db/notify.py).';
 CREATE TRIGGER sessions_notify_delete AFTER DELETE ON sessionq.sessions
   FOR EACH ROW EXECUTE FUNCTION sessionq.notify_session_change();
 -- waiters care about a generation's outcome only: not every claim or progress write
@@ -212,17 +202,10 @@ END $$;
 COMMENT ON FUNCTION sessionq.visible_session(uuid, text, text, text) IS
   'Lock a Session FOR UPDATE for a caller who needs p_need (read, write or owner) access; NOT_FOUND when missing, deleted or not visible, PERMISSION_DENIED when a share is too weak.';
 
--- operation_lock: the queueing lock of a Session's execute_operation job.
-CREATE OR REPLACE FUNCTION sessionq.operation_lock(p_session uuid) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 'operation:' || p_session $$;
-COMMENT ON FUNCTION sessionq.operation_lock(uuid) IS
-  'The queueing lock operation:<session id>: at most one execute_operation job of a Session waits at a time.';
-
 -- queue_operation: make sure an execute_operation job is waiting for this Session.
 CREATE OR REPLACE FUNCTION sessionq.queue_operation(p_session uuid, p_at timestamptz DEFAULT NULL)
 RETURNS bigint LANGUAGE sql AS $$
-  SELECT sessionq.defer_job('operations', 'execute_operation', jsonb_build_object('session_id', p_session),
-                            sessionq.operation_lock(p_session), p_at)
+  SELECT sessionq.defer('execute_operation', p_session::text, jsonb_build_object('session_id', p_session), p_at)
 $$;
 COMMENT ON FUNCTION sessionq.queue_operation(uuid, timestamptz) IS
   'Queue the execute_operation job of a Session (at most one waiting per Session: queueing lock operation:<id>), due at p_at (NULL: now); a job already waiting runs no later than that. The job executes whatever operation is current when it runs.';
@@ -489,7 +472,7 @@ BEGIN
     PERFORM sessionq.fail('SQ409', format('executor %s no longer holds the claim of session %s', p_executor, p_session));
   END IF;
   -- a job waiting for this claim to lapse may claim now
-  PERFORM sessionq.run_waiting_job(sessionq.operation_lock(p_session));
+  PERFORM sessionq.run_waiting_job(sessionq.job_lock('execute_operation', p_session::text));
 END $$;
 COMMENT ON FUNCTION sessionq.release_operation(uuid, uuid, uuid) IS
   'End an attempt without completing: the claim lapses now so a retry can claim at once (a job waiting for the claim to lapse becomes due now), but executor_id, the operation and all pins stay. A stale executor gets ABORTED.';
@@ -515,7 +498,7 @@ BEGIN
   END IF;
   -- a job that waits for this claim to lapse has nothing left to wait for: it runs now (and ends,
   -- unless a newer operation is current by then), so it never holds the queueing lock for long
-  PERFORM sessionq.run_waiting_job(sessionq.operation_lock(p_session));
+  PERFORM sessionq.run_waiting_job(sessionq.job_lock('execute_operation', p_session::text));
   v_kind := v.operation;
   IF v.operation = 'DELETE' AND v.deletion_reason = 'idle_timeout' THEN
     -- idle expiry leaves no tombstone: the row, its shares and its creation receipt go

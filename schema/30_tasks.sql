@@ -53,11 +53,11 @@ COMMENT ON TABLE sessionq.events IS
 
 CREATE OR REPLACE FUNCTION sessionq.notify_task_change() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  PERFORM pg_notify('sessionq_task', NEW.session_id::text);
+  PERFORM sessionq.notify('sessionq_task', jsonb_build_object('session', NEW.session_id));
   RETURN NULL;
 END $$;
 COMMENT ON FUNCTION sessionq.notify_task_change() IS
-  'Trigger: NOTIFY sessionq_task with the Session id when one of its tasks changes (waiting SendMessage calls re-read).';
+  'Trigger: NOTIFY sessionq_task {"session"} when one of its tasks changes (waiting SendMessage calls re-read).';
 CREATE TRIGGER tasks_notify AFTER INSERT OR UPDATE ON sessionq.tasks
   FOR EACH ROW EXECUTE FUNCTION sessionq.notify_task_change();
 
@@ -151,7 +151,7 @@ BEGIN
    WHERE s.id = v.id
   RETURNING * INTO v;
   -- the job delivers whatever turn is current when it runs: a job still waiting covers this one
-  PERFORM sessionq.defer_job('dispatch', 'dispatch_turn', jsonb_build_object('session_id', v.id), 'dispatch:' || v.id);
+  PERFORM sessionq.defer('dispatch_turn', v.id::text, jsonb_build_object('session_id', v.id));
   RETURN to_jsonb(v);
 END $$;
 COMMENT ON FUNCTION sessionq.admit_turn(uuid, text, text, jsonb, text, double precision) IS
@@ -320,7 +320,7 @@ BEGIN
          idle_boundary_id = sessionq.uuid_v7(), idle_boundary_at = clock_timestamp(),
          updated_at = clock_timestamp()
    WHERE id = v.id;
-  PERFORM pg_notify('sessionq_idle', v.id::text);
+  PERFORM sessionq.notify('sessionq_idle', jsonb_build_object('session', v.id));
 END $$;
 COMMENT ON FUNCTION sessionq.task_settle(uuid, text, bigint) IS
   'Task store SettleTask: the Actor''s native execution stopped at p_version. Publishes the staged task and its event atomically, ends the turn, marks the idle boundary and wakes quiescence workers. Does not wait for suspension; a retry is a no-op.';
@@ -364,9 +364,9 @@ BEGIN
          idle_boundary_at = CASE WHEN p_issued AND idle_executor IS NULL THEN clock_timestamp() ELSE idle_boundary_at END,
          updated_at = clock_timestamp()
    WHERE id = v.id;
-  PERFORM pg_notify('sessionq_task', v.id::text);
+  PERFORM sessionq.notify('sessionq_task', jsonb_build_object('session', v.id));
   IF p_issued THEN
-    PERFORM pg_notify('sessionq_idle', v.id::text);
+    PERFORM sessionq.notify('sessionq_idle', jsonb_build_object('session', v.id));
   END IF;
 END $$;
 COMMENT ON FUNCTION sessionq.fail_dispatch(uuid, uuid, text, boolean) IS
@@ -425,9 +425,9 @@ BEGIN
   END IF;
   IF v.snapshot_status = 'IN_PROGRESS' THEN
     -- the runtime is still writing it: look again until it is durable (never fall back to an older one)
-    PERFORM sessionq.defer_job('operations', 'refresh_snapshot',
-                               jsonb_build_object('session_id', v.id, 'generation', v.snapshot_generation),
-                               'snapshot:' || v.id, clock_timestamp() + interval '1 second');
+    PERFORM sessionq.defer('refresh_snapshot', v.id::text,
+                           jsonb_build_object('session_id', v.id, 'generation', v.snapshot_generation),
+                           clock_timestamp() + interval '1 second');
   END IF;
   RETURN to_jsonb(v);
 END $$;
@@ -444,7 +444,7 @@ BEGIN
       UPDATE sessionq.sessions SET idle_boundary_id = sessionq.uuid_v7(), idle_boundary_at = clock_timestamp()
        WHERE id = p_session.id;
     END IF;
-    PERFORM pg_notify('sessionq_idle', p_session.id::text);
+    PERFORM sessionq.notify('sessionq_idle', jsonb_build_object('session', p_session.id));
   END IF;
 END $$;
 COMMENT ON FUNCTION sessionq.quiesce_after_resume(sessionq.sessions, text) IS
@@ -495,8 +495,7 @@ BEGIN
   IF NOT EXISTS (SELECT 1 FROM sessionq.sessions WHERE id = p_session AND idle_executor IS NOT NULL) THEN
     PERFORM sessionq.fail('SQ412', format('session %s has no claimed idle work', p_session));
   END IF;
-  RETURN sessionq.defer_job('operations', 'retry_quiescence', jsonb_build_object('session_id', p_session),
-                            'quiescence:' || p_session);
+  RETURN sessionq.defer('retry_quiescence', p_session::text, jsonb_build_object('session_id', p_session));
 END $$;
 COMMENT ON FUNCTION sessionq.retry_quiescence(uuid) IS
   'Operator: queue a new attempt at the claimed idle work of a Session (after its worker died). The attempt takes the claim over and suspends the Actor (idempotent, UID-checked), then records the snapshot.';

@@ -448,11 +448,11 @@ BEGIN
   INSERT INTO sessionq.worker_drains (worker, timeout, requested_by)
   VALUES (p_worker, p_timeout, coalesce(nullif(p_by, ''), current_user))
   RETURNING id INTO v_id;
-  PERFORM pg_notify('sessionq_drain', p_worker);
+  PERFORM sessionq.notify('sessionq_drain', jsonb_build_object('worker', p_worker));
   RETURN QUERY SELECT v_id, v_ids, v_names;
 END $$;
 COMMENT ON FUNCTION sessionq.request_drain(text, double precision, text) IS
-  'Ask the worker named p_worker (or every worker: *) to drain: fetch no new job, let running jobs finish for up to p_timeout seconds (NULL: its workers.shutdownTimeout), then abort them cooperatively and exit. Durable (a worker_drains row) and immediate (NOTIFY sessionq_drain, payload the name or *). Returns the request id and the workers it applies to; NOT_FOUND for an unknown name.';
+  'Ask the worker named p_worker (or every worker: *) to drain: fetch no new job, let running jobs finish for up to p_timeout seconds (NULL: its workers.shutdownTimeout), then abort them cooperatively and exit. Durable (a worker_drains row) and immediate (NOTIFY sessionq_drain {"worker"}: the name or *). Returns the request id and the workers it applies to; NOT_FOUND for an unknown name.';
 
 CREATE OR REPLACE FUNCTION sessionq.take_drain(p_worker_id bigint)
 RETURNS TABLE (drain_id bigint, timeout double precision, requested_by text, requested_at timestamptz)

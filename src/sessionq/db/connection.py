@@ -16,6 +16,8 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from sessionq.db import notify
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -181,10 +183,11 @@ class Listener:
     background, and every subscriber is called with None again once it is (notifications may
     have been missed while disconnected). With `health`, connection attempts report to it.
 
-    On a *keyed* channel the payload starts with a key (the text before its first space, e.g. a
-    Session id): `subscribe_key` calls back only for that key, and `recent` returns the last payload
-    seen for a key (the most recent `remember` keys are kept), so that a caller who subscribes just
-    after its own commit also learns of a notification that arrived in between.
+    On a *keyed* channel each payload names a key (`notify.key_of`: e.g. the Session id of a
+    ``sessionq_session`` notification): `subscribe_key` calls back only for that key, and
+    `recent` returns the last payload seen for a key (the most recent `remember` keys are kept),
+    so that a caller who subscribes just after its own commit also learns of a notification that
+    arrived in between.
     """
 
     def __init__(
@@ -248,7 +251,11 @@ class Listener:
             if payload is None:
                 callbacks += [cb for cbs in by_key.values() for cb in cbs]
             else:
-                key = payload.split(" ", 1)[0]
+                try:
+                    key = notify.key_of(channel, payload)
+                except notify.PayloadError as e:
+                    log.warning("ignored a notification: %s", e)
+                    return
                 recent = self._recent[channel]
                 recent[key] = payload
                 recent.move_to_end(key)

@@ -26,7 +26,6 @@ from sessionq.db.connection import conninfo
 Row = dict[str, Any]
 JOB_STATUSES = ("todo", "doing", "succeeded", "failed", "cancelled", "aborted")
 SESSION_STATES = ("CREATING", "READY", "SUSPENDED", "FAILED", "DELETING", "DELETED")
-DRAIN_CHANNEL = "sessionq_drain"
 
 
 class OperatorStore:

@@ -20,7 +20,9 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from sessionq import errors
+from sessionq.db import notify
 from sessionq.db.connection import DatabaseHealth, Listener, make_pool
+from sessionq.db.notify import Channel
 from sessionq.models import (
     Admission,
     AdmissionOutcome,
@@ -45,11 +47,6 @@ from sessionq.models import (
     TaskPhase,
 )
 
-SESSION_CHANNEL = "sessionq_session"
-TASK_CHANNEL = "sessionq_task"
-CHECKPOINT_CHANNEL = "sessionq_checkpoint"
-IDLE_CHANNEL = "sessionq_idle"
-
 
 class Store:
     def __init__(self, pool: AsyncConnectionPool, listener: Listener | None = None) -> None:
@@ -66,7 +63,7 @@ class Store:
         listener = None
         if listen:
             listener = Listener(
-                url, [SESSION_CHANNEL, TASK_CHANNEL, CHECKPOINT_CHANNEL], keyed=(SESSION_CHANNEL,), health=pool.health
+                url, [Channel.SESSION, Channel.TASK, Channel.CHECKPOINT], keyed=(Channel.SESSION,), health=pool.health
             )
             await listener.start()
         return cls(pool, listener)
@@ -277,16 +274,16 @@ class Store:
 
         def settled(payload: str | None) -> bool:
             """Whether the payload may end the wait; keeps the row when it reports this generation
-            completed. "<id> <state> <operation> <operation_id> [<row>]" (or "<id> gone")."""
+            completed (notify.SessionChange)."""
             if payload is None:
                 return True  # reconnected: notifications may have been missed
-            fields = payload.split(" ", 4)
-            if len(fields) < 4 or fields[3] != generation_text:
+            change = notify.session_change(payload)
+            if change.gone or change.generation != generation_text:
                 return True  # another generation (or the row is gone): read to learn what happened
-            if fields[2] != OperationKind.NONE:
+            if change.operation != OperationKind.NONE:
                 return False  # our generation, still pending
-            if len(fields) == 5:
-                completed.append(Session.from_json(json.loads(fields[4])))  # our generation's outcome
+            if change.row is not None:
+                completed.append(Session.from_json(change.row))  # our generation's outcome
             return True
 
         def on_notify(payload: str | None) -> None:
@@ -296,8 +293,8 @@ class Store:
         read = True
         unsubscribe = None
         if self.listener is not None:
-            unsubscribe = self.listener.subscribe_key(SESSION_CHANNEL, key, on_notify)
-            last = self.listener.recent(SESSION_CHANNEL, key)
+            unsubscribe = self.listener.subscribe_key(Channel.SESSION, key, on_notify)
+            last = self.listener.recent(Channel.SESSION, key)
             last_settled = last is not None and settled(last)
             if completed:
                 read = False  # it completed before we subscribed, and the payload says how
@@ -499,10 +496,10 @@ class Store:
         key = str(session_id)
 
         def on_notify(payload: str | None) -> None:
-            if payload is None or payload == key:
+            if payload is None or notify.key_of(Channel.TASK, payload) == key:
                 woke.set()
 
-        unsubscribe = self.listener.subscribe(TASK_CHANNEL, on_notify) if self.listener else None
+        unsubscribe = self.listener.subscribe(Channel.TASK, on_notify) if self.listener else None
         deadline = time.monotonic() + timeout
         try:
             while True:
@@ -615,10 +612,10 @@ class Store:
         key = str(checkpoint_id)
 
         def on_notify(payload: str | None) -> None:
-            if payload is None or payload == key:
+            if payload is None or notify.key_of(Channel.CHECKPOINT, payload) == key:
                 woke.set()
 
-        unsubscribe = self.listener.subscribe(CHECKPOINT_CHANNEL, on_notify) if self.listener else None
+        unsubscribe = self.listener.subscribe(Channel.CHECKPOINT, on_notify) if self.listener else None
         deadline = time.monotonic() + timeout
         try:
             while True:

@@ -29,8 +29,9 @@ import psycopg
 
 from sessionq import metrics
 from sessionq.db.connection import Listener
+from sessionq.db.notify import Channel
 from sessionq.db.retry import with_db_retry
-from sessionq.db.store import IDLE_CHANNEL, Store
+from sessionq.db.store import Store
 from sessionq.domain.snapshots import IdentityMismatch, pick_snapshot
 from sessionq.models import Session, SnapshotState
 from sessionq.runtime.base import (
@@ -80,8 +81,8 @@ class QuiescencePool:
     async def run(self, stop: asyncio.Event) -> None:
         listener = None
         if self.listen:
-            listener = Listener(self.url, [IDLE_CHANNEL])
-            listener.subscribe(IDLE_CHANNEL, lambda _payload: self.wakeups.post())
+            listener = Listener(self.url, [Channel.IDLE])
+            listener.subscribe(Channel.IDLE, lambda _payload: self.wakeups.post())
             await listener.start()
         try:
             tasks = [asyncio.create_task(self._worker(i, stop), name=f"quiescence-{i}") for i in range(self.workers)]
