@@ -37,9 +37,12 @@ test-embedded: install-test
 test-pg15: install-test
 	SESSIONQ_TEST_DATABASE_URL=$(PG15_URL) $(PY) -m pytest $(PYTEST_ARGS)
 
+## make lint: ruff, mypy, the architecture's import contracts (ARCHITECTURE.md) and the procrastinate bridge rule
 lint: install-test
 	$(VENV)/bin/ruff check src jobs cli tests scripts
 	$(VENV)/bin/mypy src/sessionq && $(VENV)/bin/mypy jobs && $(VENV)/bin/mypy cli
+	$(PY) scripts/lint_imports.py
+	$(PY) scripts/check_bridge.py
 
 proto: install-test
 	$(PY) scripts/gen_proto.py

@@ -26,6 +26,7 @@ from sessionq.cli.client import (
 )
 
 from sessionq._pb.kagent.api.v1alpha1 import agent_pb2, agent_pb2_grpc, common_pb2
+from sessionq.models import RevisionState
 
 PAGE = 100
 POLL_INTERVAL = 0.2
@@ -176,10 +177,10 @@ def wait_until_prepared(ctx: click.Context, ref: common_pb2.ResourceReference,
         agent: agent_pb2.Agent = client.call(stub.GetAgent, agent_pb2.GetAgentRequest(agent=ref)).agent
         desired = desired_revision(agent)
         ready = condition(agent, "Ready")
-        if desired is not None and desired.state == "FAILED":
+        if desired is not None and desired.state == RevisionState.FAILED:
             why = desired.failure.message or (ready.message if ready else "") or "no reason given"
             raise CliError(f"agent {ref_name(agent)} revision {desired.number} failed: {why}")
-        if desired is not None and desired.state == "READY":
+        if desired is not None and desired.state == RevisionState.READY:
             return agent
         if desired is None and ready is not None and ready.status == "True":
             return agent

@@ -3,7 +3,7 @@
 They talk to PostgreSQL directly (the job queue and the lifecycle tables), not to the API. The
 database URL comes from --database-url, $SESSIONQ_DATABASE_URL, $SESSIONQ_DATABASE__URL (the
 server's setting) or the client config's `databaseUrl` (written by `sessionq up`). Every query is
-in sessionq.operator_store and the views and procedures of schema/80_operator_views.sql.
+in sessionq.db.operator_store and the views and procedures of schema/80_operator_views.sql.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from sessionq.cli.client import (
 )
 
 from sessionq import errors
-from sessionq.operator_store import JOB_STATUSES, SESSION_STATES, OperatorStore, Row, age, jsonable
+from sessionq.db.operator_store import JOB_STATUSES, SESSION_STATES, OperatorStore, Row, age, jsonable
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -374,7 +374,7 @@ def jobs_list(ctx: click.Context, queue: str | None, status: str | None, task: s
 @output_option
 @click.pass_context
 def jobs_show(ctx: click.Context, job_id: int, database_url: str | None, output: str) -> None:
-    """One job with its events (procrastinate_events) and what operators and the reaper did to it."""
+    """One job with its events (sessionq.job_events) and what operators and the reaper did to it."""
 
     async def show(ops: OperatorStore) -> tuple[Row | None, list[Row], list[Row]]:
         return await ops.job(job_id), await ops.job_events(job_id), await ops.job_actions(job_id)

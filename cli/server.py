@@ -24,7 +24,7 @@ def load_settings(config_file: str | None) -> config.Settings:
 
 def run(settings: config.Settings, main: Coroutine[Any, Any, T]) -> T:
     """Run a long-running command's coroutine on the configured event loop (server.eventLoop)."""
-    if settings["server.eventLoop"] == "uvloop":
+    if settings.server.event_loop == "uvloop":
         try:
             import uvloop
         except ImportError:
@@ -49,11 +49,11 @@ def run(settings: config.Settings, main: Coroutine[Any, Any, T]) -> T:
 @click.option("--database-url", help="Use this PostgreSQL instead of the embedded one.")
 def up(config_file: str | None, data_dir: str, database_url: str | None) -> None:
     """Run everything locally: embedded PostgreSQL, migrations, API on 127.0.0.1:8083, workers, simulator."""
-    from sessionq import process
+    from sessionq.app import process  # here, not at the top: client commands stay quick to start
 
     settings = load_settings(config_file)
-    logs.setup("text", settings["logging.level"])
-    url = database_url or settings.database_url or None
+    logs.setup("text", settings.logging.level)
+    url = database_url or settings.database.url or None
     code = run(settings, process.up(settings, Path(data_dir), url, click.echo))
     if code:
         sys.exit(code)
@@ -63,10 +63,10 @@ def up(config_file: str | None, data_dir: str, database_url: str | None) -> None
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="YAML configuration file.")
 def serve(config_file: str | None) -> None:
     """Run the gRPC API only (for multi-process deployments)."""
-    from sessionq import process
+    from sessionq.app import process  # here, not at the top: client commands stay quick to start
 
     settings = load_settings(config_file)
-    logs.setup(settings["logging.format"], settings["logging.level"])
+    logs.setup(settings.logging.format, settings.logging.level)
     code = run(settings, process.serve(settings, api=True, workers=False))
     if code:
         sys.exit(code)
@@ -76,10 +76,10 @@ def serve(config_file: str | None) -> None:
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="YAML configuration file.")
 def worker(config_file: str | None) -> None:
     """Run the job workers only; SIGTERM drains them (running jobs finish) before exiting."""
-    from sessionq import process
+    from sessionq.app import process  # here, not at the top: client commands stay quick to start
 
     settings = load_settings(config_file)
-    logs.setup(settings["logging.format"], settings["logging.level"])
+    logs.setup(settings.logging.format, settings.logging.level)
     code = run(settings, process.serve(settings, api=False, workers=True))
     if code:
         sys.exit(code)
@@ -90,11 +90,11 @@ def worker(config_file: str | None) -> None:
 @click.option("--database-url", help="Database to migrate (default: database.url).")
 def migrate(config_file: str | None, database_url: str | None) -> None:
     """Apply pending migrations (procrastinate's schema, then sessionq's). Idempotent."""
-    from sessionq import migrate as m
-    from sessionq.substrate.simulator import install_schema
+    from sessionq.db import migrate as m  # here: loads Alembic and SQLAlchemy only for this command
+    from sessionq.runtime.simulator import install_schema
 
     settings = load_settings(config_file)
-    url = database_url or settings.database_url
+    url = database_url or settings.database.url
     if not url:
         raise click.ClickException("a database URL is required (--database-url or database.url)")
     before = m.current(url)

@@ -1,6 +1,6 @@
 """The procrastinate app of sessionq: every task, with its queue and retry policy.
 
-SQL defers these tasks by name (schema/05_jobs.sql), so the names here are the contract.
+SQL defers these tasks by name (schema/05_procrastinate.sql, sessionq.defer_job), so the names here are the contract.
 """
 
 from __future__ import annotations
@@ -10,10 +10,9 @@ from typing import Any
 from procrastinate import App, PsycopgConnector, RetryStrategy
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
-from sessionq.jobs import agents, checkpoints, dispatch, operations, periodic, reaper
-from sessionq.jobs.manager import WorkerJobManager
+from sessionq.jobs import agents, bridge, checkpoints, dispatch, operations, periodic, reaper
 
-from sessionq.db import FailFastPool, connect_kwargs, conninfo
+from sessionq.db.connection import FailFastPool, connect_kwargs, conninfo
 
 QUEUES = ("operations", "dispatch", "agents", "periodic")
 
@@ -40,7 +39,7 @@ def _pool(**options: Any) -> AsyncConnectionPool:
 def build_app(url: str, *, pool_size: int = 4, expiry: bool = True) -> App:
     connector = PsycopgConnector(conninfo=conninfo(url), min_size=1, max_size=pool_size, pool_factory=_pool)
     app = App(connector=connector)
-    app.job_manager = WorkerJobManager(connector)
+    bridge.install_job_manager(app, connector)
     app.task(name="execute_operation", queue="operations", pass_context=True, retry=OPERATION_RETRY)(
         operations.execute_operation
     )

@@ -2,30 +2,32 @@
 
 from __future__ import annotations
 
+from typing import Literal
 from uuid import UUID
 
 from procrastinate import JobContext
 from sessionq.jobs.deps import deps
 
-from sessionq.checkpoints import refresh_snapshot as refresh
-from sessionq.checkpoints import run_checkpoint
+from sessionq.domain.checkpoints import CheckpointOutcomeStatus, run_checkpoint
+from sessionq.domain.checkpoints import refresh_snapshot as refresh
+from sessionq.domain.quiescence import QuiescencePool, retry_claimed
 
 
-async def _run(context: JobContext, checkpoint_id: str) -> str:
+async def _run(context: JobContext, checkpoint_id: str) -> CheckpointOutcomeStatus:
     """Another attempt holds a live claim: wait for it to lapse (its holder crashed), unless its
     completion or release makes the waiting job due sooner (sessionq.run_waiting_job)."""
     d = deps(context)
-    outcome = await run_checkpoint(d.store, d.runtime, UUID(checkpoint_id), d.settings.claim_lifetime)
-    if outcome.status == "busy" and outcome.retry_at is not None:
+    outcome = await run_checkpoint(d.store, d.runtime, UUID(checkpoint_id), d.settings.sessions.claim_lifetime)
+    if outcome.status == CheckpointOutcomeStatus.BUSY and outcome.retry_at is not None:
         await d.store.queue_checkpoint(UUID(checkpoint_id), outcome.retry_at)
     return outcome.status
 
 
-async def create_checkpoint(context: JobContext, checkpoint_id: str) -> str:
+async def create_checkpoint(context: JobContext, checkpoint_id: str) -> CheckpointOutcomeStatus:
     return await _run(context, checkpoint_id)
 
 
-async def delete_checkpoint(context: JobContext, checkpoint_id: str) -> str:
+async def delete_checkpoint(context: JobContext, checkpoint_id: str) -> CheckpointOutcomeStatus:
     return await _run(context, checkpoint_id)
 
 
@@ -34,10 +36,8 @@ async def refresh_snapshot(context: JobContext, session_id: str, generation: int
     return await refresh(d.store, d.runtime, UUID(session_id), int(generation))
 
 
-async def retry_quiescence(context: JobContext, session_id: str) -> str:
+async def retry_quiescence(context: JobContext, session_id: str) -> Literal["nothing", "recorded"]:
     """Operator-requested (sessionq.retry_quiescence): finish a claimed idle boundary whose worker died."""
-    from sessionq.quiescence import QuiescencePool, retry_claimed
-
     d = deps(context)
     pool = QuiescencePool(d.store, d.runtime, d.url, workers=1, listen=False)
     return await retry_claimed(pool, UUID(session_id))

@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from procrastinate import JobContext
 
 from sessionq.config import Settings
-from sessionq.operations import OperationExecutor
-from sessionq.store import Store
-from sessionq.substrate.base import Substrate
+from sessionq.db.store import Store
+from sessionq.domain.operations import OperationExecutor
+from sessionq.logs import JOB_ID
+from sessionq.runtime.base import Substrate
 
 
 @dataclass
@@ -23,8 +24,6 @@ class Deps:
 
 def deps(context: JobContext) -> Deps:
     """The job's dependencies; also tags this job's log lines with its job_id."""
-    from sessionq.logs import JOB_ID
-
     JOB_ID.set(context.job.id if context.job else None)  # each job runs in its own asyncio task
     d = context.additional_context.get("deps")
     assert isinstance(d, Deps), "the worker must be started with additional_context={'deps': Deps(...)}"

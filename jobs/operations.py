@@ -6,13 +6,15 @@ import logging
 from uuid import UUID
 
 from procrastinate import JobContext
+from sessionq.jobs.bridge import worker_job_manager
 from sessionq.jobs.deps import deps
-from sessionq.jobs.manager import WorkerJobManager
+
+from sessionq.domain.operations import OutcomeStatus
 
 log = logging.getLogger(__name__)
 
 
-async def execute_operation(context: JobContext, session_id: str) -> str:
+async def execute_operation(context: JobContext, session_id: str) -> OutcomeStatus:
     """Deferred by admission (queueing lock ``operation:<session id>``). Runs the claim protocol;
     when another attempt holds a live claim, re-queues itself for when that claim lapses (a
     crashed executor's claim expires, and this job then takes over). The waiting job runs sooner
@@ -21,9 +23,8 @@ async def execute_operation(context: JobContext, session_id: str) -> str:
     raise, so procrastinate retries with backoff."""
     d = deps(context)
     # the completion ends this job in its own transaction when the worker's JobManager can skip
-    # its own finish call (jobs/manager.py)
-    manager = context.app.job_manager if context.app else None
-    ending = manager if isinstance(manager, WorkerJobManager) else None
+    # its own finish call (jobs/bridge.py, WorkerJobManager)
+    ending = worker_job_manager(context)
     job_id = context.job.id if ending is not None and context.job else None
     try:
         outcome = await d.executor.run(UUID(session_id), job_id=job_id)
@@ -31,9 +32,9 @@ async def execute_operation(context: JobContext, session_id: str) -> str:
         if ending is not None and job_id is not None:
             ending.completion_uncertain(job_id)  # a lost response may hide a committed completion
         raise
-    if ending is not None and job_id is not None and outcome.status == "completed":
+    if ending is not None and job_id is not None and outcome.status == OutcomeStatus.COMPLETED:
         ending.ended_with_completion(job_id)
-    if outcome.status == "busy" and outcome.retry_at is not None:
+    if outcome.status == OutcomeStatus.BUSY and outcome.retry_at is not None:
         await d.store.queue_operation(UUID(session_id), outcome.retry_at)
     log.debug(
         "execute_operation %s: %s",

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 from procrastinate import App, JobContext
 from sessionq.jobs.deps import deps
+from sessionq.jobs.drain import default_worker_name as worker_name
 
-from sessionq.expiry import sweep
-from sessionq.gc import collect_revisions
-from sessionq.worker import worker_name
+from sessionq.domain.expiry import sweep
+from sessionq.domain.gc import collect_revisions
 
 
 async def expire_idle_sessions(context: JobContext, timestamp: int) -> dict[str, int]:
     d = deps(context)
-    result = await sweep(d.store, d.executor, d.url, float(d.settings["sessions.idleTtl"]), worker_name())
+    result = await sweep(d.store, d.executor, d.url, d.settings.sessions.idle_ttl, worker_name())
     return {
         "leader": int(result.leader),
         "admitted": result.admitted,

@@ -56,3 +56,18 @@ COMMENT ON TABLE sessionq.secrets IS
 INSERT INTO sessionq.secrets (name, value)
 VALUES ('workload', replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''))
 ON CONFLICT (name) DO NOTHING;
+
+-- notify: the one encoder of sessionq's NOTIFY payloads (decoded by src/sessionq/db/notify.py,
+-- which lists every channel and its payload).
+CREATE OR REPLACE FUNCTION sessionq.notify(p_channel text, p_payload jsonb) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_text text := p_payload::text;
+BEGIN
+  IF octet_length(v_text) > 7900 THEN  -- NOTIFY's limit is 8000 bytes: the optional row goes
+    v_text := (p_payload - 'row')::text;
+  END IF;
+  PERFORM pg_notify(p_channel, v_text);
+END $$;
+COMMENT ON FUNCTION sessionq.notify(text, jsonb) IS
+  'Send a sessionq notification (delivered at commit): p_payload, a JSON object holding the key of its channel (session, checkpoint or worker); an optional "row" is dropped when the payload would not fit NOTIFY''s 8000 bytes. Channels and payloads: src/sessionq/db/notify.py.';

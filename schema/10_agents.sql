@@ -145,8 +145,7 @@ BEGIN
            updated_at = clock_timestamp()
      WHERE a.namespace = p_namespace AND a.name = p_name;
   END IF;
-  PERFORM sessionq.defer_job('agents', 'prepare_revision', jsonb_build_object('revision_id', v_rev.id),
-                             'revision:' || v_rev.id);
+  PERFORM sessionq.defer('prepare_revision', v_rev.id::text, jsonb_build_object('revision_id', v_rev.id));
   RETURN QUERY SELECT p_namespace, p_name, true;
 END $$;
 COMMENT ON FUNCTION sessionq.apply_agent(text, text, jsonb, text, text, jsonb, text, boolean, uuid) IS

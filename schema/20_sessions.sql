@@ -50,7 +50,7 @@ CREATE TABLE sessionq.sessions (
   idle_boundary_at     timestamptz,
   idle_executor        uuid,
   idle_claimed_at      timestamptz,
-  snapshot_status      text,
+  snapshot_status      text CHECK (snapshot_status IN ('IN_PROGRESS', 'COMPLETED')),
   snapshot_event_seq   bigint,
   pinned_checkpoint_id uuid GENERATED ALWAYS AS (CASE WHEN state <> 'DELETED' THEN source_checkpoint_id END) STORED,
   created_at           timestamptz NOT NULL DEFAULT clock_timestamp(),
@@ -76,18 +76,56 @@ CREATE INDEX sessions_pending_idx ON sessionq.sessions (id) WHERE operation <> '
 CREATE INDEX sessions_revision_idx ON sessionq.sessions (revision_id);
 CREATE INDEX sessions_actor_idx ON sessionq.sessions (actor_atespace, actor_name);
 COMMENT ON TABLE sessionq.sessions IS
-  'One row per Session: its pinned revision, its Actor, the lifecycle state and the operation in flight with its generation (operation_id) and executor claim. DELETED rows are kept forever as tombstones of explicit deletions.';
-COMMENT ON COLUMN sessionq.sessions.operation_id IS 'The generation: a fresh UUID per admitted operation, kept after completion until a later operation supersedes it.';
-COMMENT ON COLUMN sessionq.sessions.executor_id IS 'The attempt that claimed the generation. Kept when the claim is released: runtime work may have been issued.';
-COMMENT ON COLUMN sessionq.sessions.executor_expires_at IS 'When the claim lapses (at most sessions.claimLifetime after the claim); a retry may then claim with a new executor id.';
-COMMENT ON COLUMN sessionq.sessions.request_fingerprint IS 'The parameters of the creating request (agent and name, or checkpoint); a reused request id with other parameters is an idempotency conflict.';
-COMMENT ON COLUMN sessionq.sessions.pinned_checkpoint_id IS 'Generated: the source checkpoint while the Session is live (a RESTRICT foreign key pins it); NULL once DELETED.';
-COMMENT ON COLUMN sessionq.sessions.dispatch_id IS 'The dispatch reservation of an admitted turn: the dispatch job delivers dispatch_message to the Actor, whose task writes must carry this id. Expires at dispatch_expires_at.';
-COMMENT ON COLUMN sessionq.sessions.unsettled_task_id IS 'A task whose final update is staged but not yet settled (native cleanup unfinished): blocks task writes and explicit lifecycle changes.';
-COMMENT ON COLUMN sessionq.sessions.idle_boundary_id IS 'Set by a settlement (or a Resume): the Actor may be suspended. Claimed by a quiescence worker (idle_executor); a claim for possibly issued runtime work never expires.';
-COMMENT ON COLUMN sessionq.sessions.snapshot_event_seq IS 'The history sequence the recorded snapshot covers: a checkpoint of the head turn needs snapshot_event_seq = last_event_seq and snapshot_status COMPLETED.';
-COMMENT ON COLUMN sessionq.sessions.last_event_at IS 'Database time of the newest stored event of this Session (the idle clock runs from the later of this and created_at).';
-COMMENT ON COLUMN sessionq.sessions.failed_operation_id IS 'The generation whose preparation failed (failure_reason, failure_message say why); waiting callers of it are told.';
+  'One row per Session: its pinned revision, its Actor, the lifecycle state and the operation in flight with its generation (operation_id) and executor claim. DELETED rows are kept forever as tombstones of explicit deletions. The columns form six groups, each column''s comment starting with its group: [audit] who created it by which request and when; [lifecycle] state, the operation in flight and its claim, the Actor; [turns] the dispatch reservation, the running and unsettled task, the event history; [quiescence] the idle boundary and its claim; [snapshot] the recorded snapshot; [fork] the source checkpoint. The row is deliberately not split into one table per group: claims and progress writes are HOT updates of this one row (no index names a column they change; fillfactor 85), and every rule that spans groups (a turn against an operation, quiescence against a checkpoint) checks them under one row lock.';
+-- [audit]
+COMMENT ON COLUMN sessionq.sessions.id IS '[audit] The Session id (UUIDv7); also its A2A context id and, as session-<id>, its Actor''s name.';
+COMMENT ON COLUMN sessionq.sessions.creator IS '[audit] The user who created it (owner): the only one who sees it without a share.';
+COMMENT ON COLUMN sessionq.sessions.request_kind IS '[audit] The creating request: create (CreateSession, or SendMessage without a context) or fork (ForkSession).';
+COMMENT ON COLUMN sessionq.sessions.request_id IS '[audit] The caller''s idempotency key of the creating request, unique per creator and request kind.';
+COMMENT ON COLUMN sessionq.sessions.request_fingerprint IS '[audit] The parameters of the creating request (agent and name, or checkpoint); a reused request id with other parameters is an idempotency conflict.';
+COMMENT ON COLUMN sessionq.sessions.name IS '[audit] Display name given by the owner (empty: none); renaming does not touch the idle clock.';
+COMMENT ON COLUMN sessionq.sessions.created_at IS '[audit] Database time of the admission; the idle clock starts here.';
+COMMENT ON COLUMN sessionq.sessions.updated_at IS '[audit] Database time of the last change of the row, by any group.';
+-- [lifecycle]
+COMMENT ON COLUMN sessionq.sessions.agent_namespace IS '[lifecycle] The Agent the Session runs (namespace); with agent_name, its A2A authority.';
+COMMENT ON COLUMN sessionq.sessions.agent_name IS '[lifecycle] The Agent the Session runs (name).';
+COMMENT ON COLUMN sessionq.sessions.revision_id IS '[lifecycle] The pinned revision: the Agent''s latest successful one at creation (a fork: its checkpoint''s). Released (NULL) by the DELETED tombstone, which lets revision GC collect it.';
+COMMENT ON COLUMN sessionq.sessions.state IS '[lifecycle] CREATING, READY, SUSPENDED, DELETING or DELETED; changed only by admission (DELETE enters DELETING) and by completion of the operation in flight. FAILED is allowed, as in the API''s states, but no procedure enters it: a failed preparation keeps the state and records failure_reason.';
+COMMENT ON COLUMN sessionq.sessions.operation IS '[lifecycle] The operation in flight: CREATE, SUSPEND, RESUME or DELETE, NONE when none. Admitted with a new generation (operation_id); NONE again at completion.';
+COMMENT ON COLUMN sessionq.sessions.operation_id IS '[lifecycle] The generation: a fresh UUID per admitted operation, kept after completion until a later operation supersedes it.';
+COMMENT ON COLUMN sessionq.sessions.executor_id IS '[lifecycle] The attempt that claimed the generation. Kept when the claim is released: runtime work may have been issued.';
+COMMENT ON COLUMN sessionq.sessions.executor_expires_at IS '[lifecycle] When the claim lapses (at most sessions.claimLifetime after the claim); a retry may then claim with a new executor id.';
+COMMENT ON COLUMN sessionq.sessions.failure_reason IS '[lifecycle] Why the preparation of failed_operation_id failed (RevisionUnavailable, CheckpointUnavailable, CheckpointMismatch, ActorReplaced, RuntimeUnavailable); clients see it as Failure.reason. Cleared by the next admission or completion.';
+COMMENT ON COLUMN sessionq.sessions.failure_message IS '[lifecycle] The message of that failure, shown to clients.';
+COMMENT ON COLUMN sessionq.sessions.failed_operation_id IS '[lifecycle] The generation whose preparation failed (failure_reason, failure_message say why); waiting callers of it are told.';
+COMMENT ON COLUMN sessionq.sessions.deletion_reason IS '[lifecycle] Why a DELETE was admitted: user_requested (leaves a DELETED tombstone) or idle_timeout (the row goes at completion); an earlier reason is kept.';
+COMMENT ON COLUMN sessionq.sessions.actor_atespace IS '[lifecycle] The runtime atespace of the Actor (the revision''s template atespace).';
+COMMENT ON COLUMN sessionq.sessions.actor_name IS '[lifecycle] The deterministic Actor name session-<id>: a retried creation finds what an earlier attempt made.';
+COMMENT ON COLUMN sessionq.sessions.actor_template IS '[lifecycle] The actor template (<atespace>/<name>) of the pinned revision; an Actor with another template is never adopted.';
+COMMENT ON COLUMN sessionq.sessions.actor_uid IS '[lifecycle] The Actor''s runtime UID, recorded as soon as the creation returns it (record_actor); an Actor with another UID is never adopted. NULL before creation and in the tombstone.';
+-- [turns]
+COMMENT ON COLUMN sessionq.sessions.dispatch_id IS '[turns] The dispatch reservation of an admitted turn: the dispatch job delivers dispatch_message to the Actor, whose task writes must carry this id. Expires at dispatch_expires_at.';
+COMMENT ON COLUMN sessionq.sessions.dispatch_expires_at IS '[turns] When the reservation lapses (sessions.dispatchTimeout after admission); a lapsed reservation no longer blocks a new turn.';
+COMMENT ON COLUMN sessionq.sessions.dispatch_message IS '[turns] The admitted user message (A2A Message JSON) that the dispatch job delivers.';
+COMMENT ON COLUMN sessionq.sessions.dispatch_task_id IS '[turns] The task of the reservation: the waiting task a continuation names, or the task the Actor created for this turn (set by task_create).';
+COMMENT ON COLUMN sessionq.sessions.dispatch_failure IS '[turns] The last failed dispatch ({dispatch_id, message, task_id}), for the SendMessage call waiting on it. Cleared by the next admitted turn.';
+COMMENT ON COLUMN sessionq.sessions.active_task_id IS '[turns] The task the Actor is running (created or updated and not yet settled): blocks a new turn and a SUSPEND.';
+COMMENT ON COLUMN sessionq.sessions.unsettled_task_id IS '[turns] A task whose final update is staged but not yet settled (native cleanup unfinished): blocks task writes and explicit lifecycle changes.';
+COMMENT ON COLUMN sessionq.sessions.last_event_seq IS '[turns] The sequence number of the newest event of the history (sessionq.events); a fork starts at its checkpoint''s.';
+COMMENT ON COLUMN sessionq.sessions.last_event_at IS '[turns] Database time of the newest stored event of this Session (the idle clock runs from the later of this and created_at).';
+-- [quiescence]
+COMMENT ON COLUMN sessionq.sessions.idle_boundary_id IS '[quiescence] Set by a settlement (or a Resume): the Actor may be suspended. Claimed by a quiescence worker (idle_executor); a claim for possibly issued runtime work never expires.';
+COMMENT ON COLUMN sessionq.sessions.idle_boundary_at IS '[quiescence] When the boundary was marked: workers claim the oldest first (sessions_idle_boundary_idx).';
+COMMENT ON COLUMN sessionq.sessions.idle_executor IS '[quiescence] The quiescence worker that claimed the boundary; until it records the outcome (finish_idle), new turns, task writes and lifecycle changes wait.';
+COMMENT ON COLUMN sessionq.sessions.idle_claimed_at IS '[quiescence] When idle_executor claimed the boundary (operators see long-held claims).';
+-- [snapshot]
+COMMENT ON COLUMN sessionq.sessions.snapshot_generation IS '[snapshot] The exact VOLUMES snapshot generation recorded by the last suspension (quiescence or SUSPEND); never an older one.';
+COMMENT ON COLUMN sessionq.sessions.snapshot_uri IS '[snapshot] The URI of that generation, once durable (NULL while IN_PROGRESS).';
+COMMENT ON COLUMN sessionq.sessions.snapshot_status IS '[snapshot] IN_PROGRESS while the runtime still writes the recorded generation (a refresh_snapshot job looks again), then COMPLETED.';
+COMMENT ON COLUMN sessionq.sessions.snapshot_event_seq IS '[snapshot] The history sequence the recorded snapshot covers: a checkpoint of the head turn needs snapshot_event_seq = last_event_seq and snapshot_status COMPLETED.';
+-- [fork]
+COMMENT ON COLUMN sessionq.sessions.source_checkpoint_id IS '[fork] The checkpoint a forked Session was created from (NULL: not a fork); its Actor is created from tag checkpoint-<id>.';
+COMMENT ON COLUMN sessionq.sessions.pinned_checkpoint_id IS '[fork] Generated: the source checkpoint while the Session is live (a RESTRICT foreign key pins it); NULL once DELETED.';
 
 CREATE TABLE sessionq.session_shares (
   id          uuid PRIMARY KEY DEFAULT sessionq.uuid_v7(),
@@ -105,31 +143,21 @@ COMMENT ON TABLE sessionq.session_shares IS
 -- A change of a Session row's outcome wakes the callers waiting on it (API waiters LISTEN on this
 -- channel). An insert notifies nobody: its admitting caller already knows the generation is pending.
 CREATE OR REPLACE FUNCTION sessionq.notify_session_change() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-  v_head text;
-  v_payload text;
 BEGIN
-  -- payload: "<id> <state> <operation> <operation_id or ->", or "<id> gone" when the row is deleted;
-  -- a waiter learns from it whether its generation is still pending without reading the row. When
-  -- no operation is pending the row itself follows as JSON, so the waiter of the generation that
-  -- just finished answers without reading it (unless that would pass NOTIFY's 8000-byte limit).
+  -- a waiter learns from the payload whether its generation is still pending without reading the
+  -- row; when no operation is pending the row itself rides along, so the waiter of the generation
+  -- that just finished answers without reading it (unless it would pass NOTIFY's limit)
   IF TG_OP = 'DELETE' THEN
-    PERFORM pg_notify('sessionq_session', OLD.id::text || ' gone');
+    PERFORM sessionq.notify('sessionq_session', jsonb_build_object('session', OLD.id, 'gone', true));
     RETURN NULL;
   END IF;
-  v_head := format('%s %s %s %s', NEW.id, NEW.state, NEW.operation, coalesce(NEW.operation_id::text, '-'));
-  v_payload := v_head;
-  IF NEW.operation = 'NONE' THEN
-    v_payload := v_head || ' ' || to_jsonb(NEW)::text;
-    IF octet_length(v_payload) > 7900 THEN
-      v_payload := v_head;
-    END IF;
-  END IF;
-  PERFORM pg_notify('sessionq_session', v_payload);
+  PERFORM sessionq.notify('sessionq_session', jsonb_build_object(
+    'session', NEW.id, 'state', NEW.state, 'operation', NEW.operation, 'generation', NEW.operation_id,
+    'row', CASE WHEN NEW.operation = 'NONE' THEN to_jsonb(NEW) END));
   RETURN NULL;
 END $$;
 COMMENT ON FUNCTION sessionq.notify_session_change() IS
-  'Trigger: NOTIFY sessionq_session after a delete, or an update that changes the state, the operation or its generation (delivered at commit). Payload "<id> <state> <operation> <operation_id or ->", followed by " <the row as JSON>" when the operation is NONE (if it fits NOTIFY''s limit), or "<id> gone" for a deleted row.';
+  'Trigger: NOTIFY sessionq_session after a delete, or an update that changes the state, the operation or its generation (delivered at commit). Payload {"session", "state", "operation", "generation", "row"}, the row only when the operation is NONE (and it fits NOTIFY''s limit), or {"session", "gone": true} for a deleted row (src/sessionq/db/notify.py).';
 CREATE TRIGGER sessions_notify_delete AFTER DELETE ON sessionq.sessions
   FOR EACH ROW EXECUTE FUNCTION sessionq.notify_session_change();
 -- waiters care about a generation's outcome only: not every claim or progress write
@@ -174,17 +202,10 @@ END $$;
 COMMENT ON FUNCTION sessionq.visible_session(uuid, text, text, text) IS
   'Lock a Session FOR UPDATE for a caller who needs p_need (read, write or owner) access; NOT_FOUND when missing, deleted or not visible, PERMISSION_DENIED when a share is too weak.';
 
--- operation_lock: the queueing lock of a Session's execute_operation job.
-CREATE OR REPLACE FUNCTION sessionq.operation_lock(p_session uuid) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 'operation:' || p_session $$;
-COMMENT ON FUNCTION sessionq.operation_lock(uuid) IS
-  'The queueing lock operation:<session id>: at most one execute_operation job of a Session waits at a time.';
-
 -- queue_operation: make sure an execute_operation job is waiting for this Session.
 CREATE OR REPLACE FUNCTION sessionq.queue_operation(p_session uuid, p_at timestamptz DEFAULT NULL)
 RETURNS bigint LANGUAGE sql AS $$
-  SELECT sessionq.defer_job('operations', 'execute_operation', jsonb_build_object('session_id', p_session),
-                            sessionq.operation_lock(p_session), p_at)
+  SELECT sessionq.defer('execute_operation', p_session::text, jsonb_build_object('session_id', p_session), p_at)
 $$;
 COMMENT ON FUNCTION sessionq.queue_operation(uuid, timestamptz) IS
   'Queue the execute_operation job of a Session (at most one waiting per Session: queueing lock operation:<id>), due at p_at (NULL: now); a job already waiting runs no later than that. The job executes whatever operation is current when it runs.';
@@ -338,7 +359,7 @@ BEGIN
       'session %s has a pending %s operation; retry after it completes', v.id, lower(v.operation)));
   END IF;
 
-  PERFORM sessionq.check_lifecycle_blockers(v, p_kind);
+  PERFORM sessionq.check_lifecycle_blockers(v, p_kind);  -- turns, quiescence, checkpoints (70_lifecycle_rules.sql)
 
   IF p_kind = 'SUSPEND' AND v.state = 'SUSPENDED' OR p_kind = 'RESUME' AND v.state = 'READY' THEN
     RETURN QUERY SELECT 'noop'::text, v.operation_id, to_jsonb(v);  -- already at the target state
@@ -353,16 +374,6 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION sessionq.admit_operation(uuid, text, text, text, text) IS
   'Admit SUSPEND, RESUME or DELETE under the Session row lock. Same kind pending: join. Another kind pending: ABORTED, except a DELETE supersedes an operation that never had an executor. Already at target: noop. DELETE enters DELETING. outcome: admitted, joined or noop.';
-
--- check_lifecycle_blockers: work that blocks explicit lifecycle changes. Turns, quiescence and
--- checkpoints add their rules here (30_tasks.sql, 40_checkpoints.sql redefine it).
-CREATE OR REPLACE FUNCTION sessionq.check_lifecycle_blockers(p_session sessionq.sessions, p_kind text)
-RETURNS void LANGUAGE plpgsql AS $$
-BEGIN
-  RETURN;
-END $$;
-COMMENT ON FUNCTION sessionq.check_lifecycle_blockers(sessionq.sessions, text) IS
-  'Raise ABORTED when running turns, unsettled cleanup, claimed quiescence or a checkpoint being created block an explicit lifecycle change.';
 
 -- claim_operation: take the execution claim of a generation for one attempt.
 CREATE OR REPLACE FUNCTION sessionq.claim_operation(
@@ -461,7 +472,7 @@ BEGIN
     PERFORM sessionq.fail('SQ409', format('executor %s no longer holds the claim of session %s', p_executor, p_session));
   END IF;
   -- a job waiting for this claim to lapse may claim now
-  PERFORM sessionq.run_waiting_job(sessionq.operation_lock(p_session));
+  PERFORM sessionq.run_waiting_job(sessionq.job_lock('execute_operation', p_session::text));
 END $$;
 COMMENT ON FUNCTION sessionq.release_operation(uuid, uuid, uuid) IS
   'End an attempt without completing: the claim lapses now so a retry can claim at once (a job waiting for the claim to lapse becomes due now), but executor_id, the operation and all pins stay. A stale executor gets ABORTED.';
@@ -487,12 +498,11 @@ BEGIN
   END IF;
   -- a job that waits for this claim to lapse has nothing left to wait for: it runs now (and ends,
   -- unless a newer operation is current by then), so it never holds the queueing lock for long
-  PERFORM sessionq.run_waiting_job(sessionq.operation_lock(p_session));
+  PERFORM sessionq.run_waiting_job(sessionq.job_lock('execute_operation', p_session::text));
   v_kind := v.operation;
   IF v.operation = 'DELETE' AND v.deletion_reason = 'idle_timeout' THEN
     -- idle expiry leaves no tombstone: the row, its shares and its creation receipt go
     DELETE FROM sessionq.sessions WHERE id = v.id;
-    PERFORM sessionq.on_session_removed(v);
     RETURN NULL;
   END IF;
   UPDATE sessionq.sessions s
@@ -515,21 +525,11 @@ BEGIN
   IF v.state = 'DELETED' THEN
     DELETE FROM sessionq.session_shares WHERE session_id = v.id;  -- revoke shares with the tombstone
   END IF;
-  PERFORM sessionq.on_operation_completed(v, v_kind);
+  PERFORM sessionq.on_operation_completed(v, v_kind);  -- what other domains do then (70_lifecycle_rules.sql)
   RETURN to_jsonb(v);
 END $$;
 COMMENT ON FUNCTION sessionq.complete_operation(uuid, uuid, uuid, jsonb, bigint) IS
   'Complete the generation by its claim holder, atomically: CREATE and RESUME -> READY, SUSPEND -> SUSPENDED, DELETE -> DELETED tombstone (revision pin, runtime routing, checkpoint pin and shares released) or, for idle_timeout, removal of the row. The operation UUID stays. A stale executor gets ABORTED. p_job, the executing execute_operation job, is ended in the same transaction (finish_operation_job); a job of the Session waiting for the claim to lapse becomes due now.';
-
--- Hooks other domains extend (30_tasks.sql and later files redefine them).
-CREATE OR REPLACE FUNCTION sessionq.on_operation_completed(p_session sessionq.sessions, p_kind text) RETURNS void
-LANGUAGE plpgsql AS $$ BEGIN RETURN; END $$;
-COMMENT ON FUNCTION sessionq.on_operation_completed(sessionq.sessions, text) IS
-  'Hook run inside complete_operation after the row changed (e.g. wake quiescence workers when a Session returns to READY).';
-CREATE OR REPLACE FUNCTION sessionq.on_session_removed(p_session sessionq.sessions) RETURNS void
-LANGUAGE plpgsql AS $$ BEGIN RETURN; END $$;
-COMMENT ON FUNCTION sessionq.on_session_removed(sessionq.sessions) IS
-  'Hook run inside complete_operation when an idle deletion removed the row.';
 
 -- fail_preparation: a generation that never had an executor failed before issuing anything.
 CREATE OR REPLACE FUNCTION sessionq.fail_preparation(

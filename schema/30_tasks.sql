@@ -53,11 +53,11 @@ COMMENT ON TABLE sessionq.events IS
 
 CREATE OR REPLACE FUNCTION sessionq.notify_task_change() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  PERFORM pg_notify('sessionq_task', NEW.session_id::text);
+  PERFORM sessionq.notify('sessionq_task', jsonb_build_object('session', NEW.session_id));
   RETURN NULL;
 END $$;
 COMMENT ON FUNCTION sessionq.notify_task_change() IS
-  'Trigger: NOTIFY sessionq_task with the Session id when one of its tasks changes (waiting SendMessage calls re-read).';
+  'Trigger: NOTIFY sessionq_task {"session"} when one of its tasks changes (waiting SendMessage calls re-read).';
 CREATE TRIGGER tasks_notify AFTER INSERT OR UPDATE ON sessionq.tasks
   FOR EACH ROW EXECUTE FUNCTION sessionq.notify_task_change();
 
@@ -110,16 +110,10 @@ BEGIN
   IF v.active_task_id IS NOT NULL OR v.dispatch_id IS NOT NULL AND v.dispatch_expires_at > clock_timestamp() THEN
     PERFORM sessionq.fail('SQ409', format('a turn is already running on session %s', v.id));
   END IF;
-  PERFORM sessionq.check_checkpoint_blockers(v);
+  PERFORM sessionq.check_checkpoint_blockers(v);  -- a checkpoint being created (40_checkpoints.sql)
 END $$;
 COMMENT ON FUNCTION sessionq.check_turn_blockers(sessionq.sessions) IS
   'Raise unless a locked Session can take a new turn: READY, no pending operation, no running or unsettled turn, no checkpoint being created.';
-
--- check_checkpoint_blockers: redefined by 40_checkpoints.sql; a checkpoint being created blocks turns and idle work.
-CREATE OR REPLACE FUNCTION sessionq.check_checkpoint_blockers(v sessionq.sessions) RETURNS void
-LANGUAGE plpgsql AS $$ BEGIN RETURN; END $$;
-COMMENT ON FUNCTION sessionq.check_checkpoint_blockers(sessionq.sessions) IS
-  'Raise ABORTED when a checkpoint of the Session is being created (see 40_checkpoints.sql).';
 
 -- admit_turn: record a user message as a turn with a dispatch reservation and queue its dispatch.
 CREATE OR REPLACE FUNCTION sessionq.admit_turn(
@@ -157,7 +151,7 @@ BEGIN
    WHERE s.id = v.id
   RETURNING * INTO v;
   -- the job delivers whatever turn is current when it runs: a job still waiting covers this one
-  PERFORM sessionq.defer_job('dispatch', 'dispatch_turn', jsonb_build_object('session_id', v.id), 'dispatch:' || v.id);
+  PERFORM sessionq.defer('dispatch_turn', v.id::text, jsonb_build_object('session_id', v.id));
   RETURN to_jsonb(v);
 END $$;
 COMMENT ON FUNCTION sessionq.admit_turn(uuid, text, text, jsonb, text, double precision) IS
@@ -326,7 +320,7 @@ BEGIN
          idle_boundary_id = sessionq.uuid_v7(), idle_boundary_at = clock_timestamp(),
          updated_at = clock_timestamp()
    WHERE id = v.id;
-  PERFORM pg_notify('sessionq_idle', v.id::text);
+  PERFORM sessionq.notify('sessionq_idle', jsonb_build_object('session', v.id));
 END $$;
 COMMENT ON FUNCTION sessionq.task_settle(uuid, text, bigint) IS
   'Task store SettleTask: the Actor''s native execution stopped at p_version. Publishes the staged task and its event atomically, ends the turn, marks the idle boundary and wakes quiescence workers. Does not wait for suspension; a retry is a no-op.';
@@ -370,9 +364,9 @@ BEGIN
          idle_boundary_at = CASE WHEN p_issued AND idle_executor IS NULL THEN clock_timestamp() ELSE idle_boundary_at END,
          updated_at = clock_timestamp()
    WHERE id = v.id;
-  PERFORM pg_notify('sessionq_task', v.id::text);
+  PERFORM sessionq.notify('sessionq_task', jsonb_build_object('session', v.id));
   IF p_issued THEN
-    PERFORM pg_notify('sessionq_idle', v.id::text);
+    PERFORM sessionq.notify('sessionq_idle', jsonb_build_object('session', v.id));
   END IF;
 END $$;
 COMMENT ON FUNCTION sessionq.fail_dispatch(uuid, uuid, text, boolean) IS
@@ -388,7 +382,7 @@ BEGIN
    WHERE s.idle_boundary_id IS NOT NULL AND s.idle_executor IS NULL
      AND s.state = 'READY' AND s.operation = 'NONE'
      AND s.dispatch_id IS NULL AND s.active_task_id IS NULL AND s.unsettled_task_id IS NULL
-     AND NOT sessionq.checkpoint_in_progress(s.id)
+     AND NOT sessionq.checkpoint_in_progress(s.id)  -- 40_checkpoints.sql
    ORDER BY s.idle_boundary_at
    LIMIT 1
    FOR UPDATE SKIP LOCKED;
@@ -401,11 +395,6 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION sessionq.claim_idle(uuid) IS
   'Claim the oldest idle boundary of a READY Session with nothing running, dispatched, unsettled, pending or being checkpointed (FOR UPDATE SKIP LOCKED, so replicas never take the same one). NULL when none is eligible now.';
-
-CREATE OR REPLACE FUNCTION sessionq.checkpoint_in_progress(p_session uuid) RETURNS boolean
-LANGUAGE sql STABLE AS $$ SELECT false $$;
-COMMENT ON FUNCTION sessionq.checkpoint_in_progress(uuid) IS
-  'True while a checkpoint of the Session is being created (redefined by 40_checkpoints.sql).';
 
 -- idle_work_blocked: after an empty claim, is unclaimed idle work waiting on something?
 CREATE OR REPLACE FUNCTION sessionq.idle_work_blocked() RETURNS boolean
@@ -436,9 +425,9 @@ BEGIN
   END IF;
   IF v.snapshot_status = 'IN_PROGRESS' THEN
     -- the runtime is still writing it: look again until it is durable (never fall back to an older one)
-    PERFORM sessionq.defer_job('operations', 'refresh_snapshot',
-                               jsonb_build_object('session_id', v.id, 'generation', v.snapshot_generation),
-                               'snapshot:' || v.id, clock_timestamp() + interval '1 second');
+    PERFORM sessionq.defer('refresh_snapshot', v.id::text,
+                           jsonb_build_object('session_id', v.id, 'generation', v.snapshot_generation),
+                           clock_timestamp() + interval '1 second');
   END IF;
   RETURN to_jsonb(v);
 END $$;
@@ -447,7 +436,7 @@ COMMENT ON FUNCTION sessionq.finish_idle(uuid, uuid, uuid, jsonb) IS
 
 -- An explicit Resume that returns a Session to READY marks an idle boundary and wakes the workers
 -- (it leaves the Actor running until the workers suspend it). A creation leaves the Actor suspended.
-CREATE OR REPLACE FUNCTION sessionq.on_operation_completed(p_session sessionq.sessions, p_kind text) RETURNS void
+CREATE OR REPLACE FUNCTION sessionq.quiesce_after_resume(p_session sessionq.sessions, p_kind text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
   IF p_session.state = 'READY' AND p_kind = 'RESUME' THEN
@@ -455,12 +444,14 @@ BEGIN
       UPDATE sessionq.sessions SET idle_boundary_id = sessionq.uuid_v7(), idle_boundary_at = clock_timestamp()
        WHERE id = p_session.id;
     END IF;
-    PERFORM pg_notify('sessionq_idle', p_session.id::text);
+    PERFORM sessionq.notify('sessionq_idle', jsonb_build_object('session', p_session.id));
   END IF;
 END $$;
+COMMENT ON FUNCTION sessionq.quiesce_after_resume(sessionq.sessions, text) IS
+  'Part of on_operation_completed: a completed RESUME that left the Session READY marks an idle boundary (unless one is marked) and wakes the quiescence workers, which suspend the Actor again.';
 
--- Explicit lifecycle changes wait for running turns, unsettled cleanup, claimed idle work and checkpoints.
-CREATE OR REPLACE FUNCTION sessionq.check_lifecycle_blockers(p_session sessionq.sessions, p_kind text)
+-- Explicit lifecycle changes wait for running turns, unsettled cleanup and claimed idle work.
+CREATE OR REPLACE FUNCTION sessionq.check_turn_lifecycle_blockers(p_session sessionq.sessions, p_kind text)
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
   IF p_session.unsettled_task_id IS NOT NULL THEN
@@ -475,8 +466,9 @@ BEGIN
                              OR p_session.dispatch_id IS NOT NULL AND p_session.dispatch_expires_at > clock_timestamp()) THEN
     PERFORM sessionq.fail('SQ409', format('a turn is running on session %s; it cannot be suspended now', p_session.id));
   END IF;
-  PERFORM sessionq.check_checkpoint_blockers(p_session);
 END $$;
+COMMENT ON FUNCTION sessionq.check_turn_lifecycle_blockers(sessionq.sessions, text) IS
+  'Part of check_lifecycle_blockers: ABORTED while the last turn is unsettled, while idle work is claimed (KAGENT_SESSION_BUSY), and for a SUSPEND while a turn runs or is dispatched.';
 
 -- task reads for the task store and the A2A frontend
 CREATE OR REPLACE FUNCTION sessionq.get_task(p_task_id text) RETURNS jsonb
@@ -503,8 +495,7 @@ BEGIN
   IF NOT EXISTS (SELECT 1 FROM sessionq.sessions WHERE id = p_session AND idle_executor IS NOT NULL) THEN
     PERFORM sessionq.fail('SQ412', format('session %s has no claimed idle work', p_session));
   END IF;
-  RETURN sessionq.defer_job('operations', 'retry_quiescence', jsonb_build_object('session_id', p_session),
-                            'quiescence:' || p_session);
+  RETURN sessionq.defer('retry_quiescence', p_session::text, jsonb_build_object('session_id', p_session));
 END $$;
 COMMENT ON FUNCTION sessionq.retry_quiescence(uuid) IS
   'Operator: queue a new attempt at the claimed idle work of a Session (after its worker died). The attempt takes the claim over and suspends the Actor (idempotent, UID-checked), then records the snapshot.';

@@ -47,26 +47,19 @@ ALTER TABLE sessionq.sessions
 
 CREATE OR REPLACE FUNCTION sessionq.notify_checkpoint_change() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  PERFORM pg_notify('sessionq_checkpoint', coalesce(NEW.id, OLD.id)::text);
+  PERFORM sessionq.notify('sessionq_checkpoint', jsonb_build_object('checkpoint', coalesce(NEW.id, OLD.id)));
   RETURN NULL;
 END $$;
 COMMENT ON FUNCTION sessionq.notify_checkpoint_change() IS
-  'Trigger: NOTIFY sessionq_checkpoint with the checkpoint id after every change (waiting API calls re-read).';
+  'Trigger: NOTIFY sessionq_checkpoint {"checkpoint"} after every change (waiting API calls re-read).';
 CREATE TRIGGER checkpoints_notify AFTER INSERT OR UPDATE OR DELETE ON sessionq.checkpoints
   FOR EACH ROW EXECUTE FUNCTION sessionq.notify_checkpoint_change();
-
--- checkpoint_lock: the queueing lock of a checkpoint's create/delete job.
-CREATE OR REPLACE FUNCTION sessionq.checkpoint_lock(p_checkpoint uuid) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT 'checkpoint:' || p_checkpoint $$;
-COMMENT ON FUNCTION sessionq.checkpoint_lock(uuid) IS
-  'The queueing lock checkpoint:<checkpoint id>: at most one create_checkpoint or delete_checkpoint job of a checkpoint waits at a time.';
 
 -- queue_checkpoint: make sure the job of a CREATING or DELETING checkpoint is waiting.
 CREATE OR REPLACE FUNCTION sessionq.queue_checkpoint(p_checkpoint uuid, p_at timestamptz DEFAULT NULL)
 RETURNS bigint LANGUAGE sql AS $$
-  SELECT sessionq.defer_job('operations',
-                            CASE c.state WHEN 'DELETING' THEN 'delete_checkpoint' ELSE 'create_checkpoint' END,
-                            jsonb_build_object('checkpoint_id', c.id), sessionq.checkpoint_lock(c.id), p_at)
+  SELECT sessionq.defer(CASE c.state WHEN 'DELETING' THEN 'delete_checkpoint' ELSE 'create_checkpoint' END,
+                        c.id::text, jsonb_build_object('checkpoint_id', c.id), p_at)
     FROM sessionq.checkpoints c WHERE c.id = p_checkpoint AND c.state IN ('CREATING', 'DELETING')
 $$;
 COMMENT ON FUNCTION sessionq.queue_checkpoint(uuid, timestamptz) IS
@@ -87,6 +80,8 @@ BEGIN
                           'KAGENT_SESSION_BUSY');
   END IF;
 END $$;
+COMMENT ON FUNCTION sessionq.check_checkpoint_blockers(sessionq.sessions) IS
+  'Raise ABORTED (KAGENT_SESSION_BUSY) while a checkpoint of the Session is being created: it blocks turns, explicit lifecycle changes and idle work.';
 
 -- admit_checkpoint: check the turn boundary and record a CREATING checkpoint (or answer a retry).
 CREATE OR REPLACE FUNCTION sessionq.admit_checkpoint(
@@ -197,7 +192,7 @@ LANGUAGE plpgsql AS $$
 BEGIN
   UPDATE sessionq.checkpoints SET executor_expires_at = least(executor_expires_at, clock_timestamp())
    WHERE id = p_checkpoint AND executor_id = p_executor;
-  PERFORM sessionq.run_waiting_job(sessionq.checkpoint_lock(p_checkpoint));  -- a waiting job may claim now
+  PERFORM sessionq.run_waiting_job(sessionq.job_lock('create_checkpoint', p_checkpoint::text));  -- a waiting job may claim now
 END $$;
 COMMENT ON FUNCTION sessionq.release_checkpoint(uuid, uuid) IS
   'End a failed attempt on a checkpoint: the claim lapses now (a job waiting for it to lapse becomes due now), the executor id stays recorded.';
@@ -214,7 +209,7 @@ BEGIN
   END IF;
   -- a job waiting for this claim to lapse runs now (and ends), so it never holds the queueing lock
   -- that a later DeleteCheckpoint defers under
-  PERFORM sessionq.run_waiting_job(sessionq.checkpoint_lock(c.id));
+  PERFORM sessionq.run_waiting_job(sessionq.job_lock('create_checkpoint', c.id::text));
   IF c.state = 'DELETING' THEN
     DELETE FROM sessionq.checkpoints WHERE id = c.id;  -- the tag is gone: the pin is released
     RETURN NULL;
@@ -224,7 +219,7 @@ BEGIN
          failure_message = p_failure, executor_id = NULL, executor_expires_at = NULL, updated_at = clock_timestamp()
    WHERE id = c.id RETURNING * INTO c;
   -- the Session's idle work and turns may go on
-  PERFORM pg_notify('sessionq_idle', c.session_id::text);
+  PERFORM sessionq.notify('sessionq_idle', jsonb_build_object('session', c.session_id));
   RETURN to_jsonb(c);
 END $$;
 COMMENT ON FUNCTION sessionq.finish_checkpoint(uuid, uuid, text) IS

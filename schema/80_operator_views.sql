@@ -1,10 +1,12 @@
 -- Operator surfaces: views for psql users, worker registration and drains, job requeues and
 -- the reaper's procedures.
 --
--- Everything here reads sessionq's and procrastinate's tables; it changes procrastinate jobs
--- only through the procedures below (requeue_job, requeue_jobs, cancel_job, reap_stalled_jobs),
--- which are the only callers of procrastinate's versioned functions besides defer_job. `\dv+
--- sessionq.*` lists the views, `\d+ sessionq.<view>` explains their columns.
+-- Everything here reads sessionq's tables and procrastinate's through the SQL bridge
+-- (schema/05_procrastinate.sql: sessionq.job_rows, job_events, job_event_times, worker_heartbeats);
+-- it changes jobs only through the procedures below (requeue_job, requeue_jobs, cancel_job,
+-- reap_stalled_jobs), which call the bridge's functions (retry_job_now, finish_job,
+-- cancel_or_abort_job, prune_dead_workers). `\dv+ sessionq.*` lists the views, `\d+
+-- sessionq.<view>` explains their columns.
 --
 -- Stalled: a job in `doing` whose worker stopped heartbeating for longer than the stall timeout
 -- (or whose worker row is gone). The timeout is an argument of the procedures; the views use the
@@ -46,8 +48,8 @@ CREATE TABLE IF NOT EXISTS sessionq.worker_info (
 );
 CREATE INDEX IF NOT EXISTS worker_info_name_idx ON sessionq.worker_info (name);
 COMMENT ON TABLE sessionq.worker_info IS
-  'One row per live sessionq worker process, keyed by its procrastinate worker id (procrastinate_workers has only an id and a heartbeat). Written by the worker at start, removed when it exits; rows of workers that died are removed by the reaper. No foreign key: procrastinate owns its table.';
-COMMENT ON COLUMN sessionq.worker_info.worker_id IS 'procrastinate_workers.id of the process (procrastinate_jobs.worker_id of the jobs it runs).';
+  'One row per live sessionq worker process, keyed by its procrastinate worker id (sessionq.worker_heartbeats has only an id and a heartbeat). Written by the worker at start, removed when it exits; rows of workers that died are removed by the reaper. No foreign key: procrastinate owns its table.';
+COMMENT ON COLUMN sessionq.worker_info.worker_id IS 'The procrastinate worker id of the process (sessionq.worker_heartbeats.worker_id; sessionq.job_rows.worker_id of the jobs it runs).';
 COMMENT ON COLUMN sessionq.worker_info.name IS 'The worker name (default host-pid): what `sessionq workers drain NAME` names.';
 COMMENT ON COLUMN sessionq.worker_info.queues IS 'The queues it fetches from; NULL means every queue.';
 COMMENT ON COLUMN sessionq.worker_info.draining_since IS 'Set when the worker began to drain (a drain request or SIGTERM): it fetches no new job and exits once its running jobs finish or the drain timeout aborts them.';
@@ -83,55 +85,6 @@ COMMENT ON COLUMN sessionq.job_actions.action IS 'requeued, covered (cancelled: 
 COMMENT ON COLUMN sessionq.job_actions.covered_by IS 'For covered: the waiting (todo) job with the same queueing lock.';
 COMMENT ON COLUMN sessionq.job_actions.actor IS 'Who: a user name from the CLI, "reaper", or "worker retry" (the guard trigger during procrastinate''s own retry).';
 
--- -- the queueing-lock guard -------------------------------------------------------------------
-
--- Putting a job back to todo while another todo job holds the same queueing lock violates
--- procrastinate's unique index; inside a worker's retry that leaves the job in doing forever.
--- Our jobs are idempotent and the waiting job does the same work, so the returning job is
--- cancelled instead, and the waiting job is moved forward to when the retry would have run.
-CREATE OR REPLACE FUNCTION sessionq.cover_requeued_job() RETURNS trigger
-LANGUAGE plpgsql
-SET search_path = sessionq, public
-AS $$
-DECLARE
-  v_cover procrastinate_jobs;
-BEGIN
-  SELECT * INTO v_cover FROM procrastinate_jobs j
-   WHERE j.queueing_lock = NEW.queueing_lock AND j.status = 'todo' AND j.id <> NEW.id
-   LIMIT 1;
-  IF v_cover.id IS NULL THEN
-    RETURN NEW;
-  END IF;
-  IF v_cover.scheduled_at IS NOT NULL AND (NEW.scheduled_at IS NULL OR v_cover.scheduled_at > NEW.scheduled_at) THEN
-    UPDATE procrastinate_jobs SET scheduled_at = NEW.scheduled_at WHERE id = v_cover.id AND status = 'todo';
-    IF NEW.scheduled_at IS NULL OR NEW.scheduled_at <= now() THEN
-      PERFORM sessionq.wake_workers(v_cover.queue_name, v_cover.id);
-    END IF;
-  END IF;
-  NEW.status := 'cancelled';
-  NEW.abort_requested := false;
-  NEW.scheduled_at := OLD.scheduled_at;
-  IF OLD.status <> 'doing' THEN
-    NEW.attempts := OLD.attempts;  -- only an attempt that was running counts
-  END IF;
-  INSERT INTO sessionq.job_actions (job_id, action, detail, covered_by, actor)
-  VALUES (NEW.id, 'covered',
-          format('cancelled instead of going back to todo: waiting job %s holds queueing lock %s and does the same work',
-                 v_cover.id, NEW.queueing_lock),
-          v_cover.id, coalesce(nullif(current_setting('sessionq.actor', true), ''), 'worker retry'));
-  RETURN NEW;
-END $$;
-COMMENT ON FUNCTION sessionq.cover_requeued_job() IS
-  'Trigger: a job going back to todo (a retry, a requeue) while another todo job holds its queueing lock is cancelled instead (recorded in job_actions as covered); the waiting job runs no later than the retry would have.';
-
-CREATE OR REPLACE TRIGGER sessionq_cover_requeued_job
-  BEFORE UPDATE OF status ON procrastinate_jobs
-  FOR EACH ROW
-  WHEN (NEW.status = 'todo' AND OLD.status <> 'todo' AND NEW.queueing_lock IS NOT NULL)
-  EXECUTE FUNCTION sessionq.cover_requeued_job();
-COMMENT ON TRIGGER sessionq_cover_requeued_job ON procrastinate_jobs IS
-  'sessionq: resolve queueing-lock collisions of retried and requeued jobs (see sessionq.cover_requeued_job).';
-
 -- -- views -------------------------------------------------------------------------------------
 
 CREATE OR REPLACE VIEW sessionq.job_overview AS
@@ -151,18 +104,14 @@ SELECT j.id AS job_id,
        ev.deferred_at,
        greatest(ev.status_since, ac.last_action_at) AS status_since,
        now() - greatest(ev.status_since, ac.last_action_at) AS status_age
-  FROM procrastinate_jobs j
+  FROM sessionq.job_rows j
   LEFT JOIN sessionq.worker_info wi ON wi.worker_id = j.worker_id
-  LEFT JOIN LATERAL (
-    SELECT min(e.at) FILTER (WHERE e.type = 'deferred') AS deferred_at,
-           max(e.at) FILTER (WHERE e.type IN ('deferred', 'started', 'deferred_for_retry', 'failed', 'succeeded',
-                                              'cancelled', 'aborted', 'retried')) AS status_since
-      FROM procrastinate_events e WHERE e.job_id = j.id) ev ON true
+  LEFT JOIN LATERAL sessionq.job_event_times(j.id) ev ON true
   LEFT JOIN LATERAL (
     SELECT max(a.at) AS last_action_at FROM sessionq.job_actions a
      WHERE a.job_id = j.id AND a.action IN ('requeued', 'covered', 'failed', 'aborted', 'cancelled')) ac ON true;
 COMMENT ON VIEW sessionq.job_overview IS
-  'Every procrastinate job with its worker''s name and the time it entered its current status (from procrastinate_events and sessionq.job_actions). `sessionq jobs list` reads it, newest first.';
+  'Every procrastinate job with its worker''s name and the time it entered its current status (from sessionq.job_events and sessionq.job_actions). `sessionq jobs list` reads it, newest first.';
 COMMENT ON COLUMN sessionq.job_overview.status IS 'todo (waiting, maybe scheduled for later), doing, succeeded (usually deleted at once), failed, cancelled or aborted.';
 COMMENT ON COLUMN sessionq.job_overview.queueing_lock IS 'At most one todo job per value: operation:<session>, dispatch:<session>, revision:<revision>.';
 COMMENT ON COLUMN sessionq.job_overview.worker_name IS 'The sessionq worker that runs (or last ran) the job; NULL when its worker is gone.';
@@ -238,7 +187,7 @@ COMMENT ON COLUMN sessionq.session_overview.delete_blockers IS 'Why a Delete wou
 CREATE OR REPLACE VIEW sessionq.claims AS
 WITH active_jobs AS (
   SELECT j.id, j.task_name, j.status, j.queueing_lock, j.args, j.worker_id
-    FROM procrastinate_jobs j WHERE j.status IN ('todo', 'doing')
+    FROM sessionq.job_rows j WHERE j.status IN ('todo', 'doing')
 )
 SELECT 'operation'::text AS kind, s.id AS session_id, lower(s.operation) AS work, s.operation_id AS subject,
        s.executor_id AS holder, NULL::timestamptz AS claimed_at, s.executor_expires_at AS expires_at,
@@ -289,7 +238,7 @@ SELECT s.id AS session_id,
   FROM sessionq.sessions s
   LEFT JOIN (
     SELECT DISTINCT ON (pj.queueing_lock) pj.queueing_lock, pj.id, pj.status, pj.scheduled_at, pj.attempts
-      FROM procrastinate_jobs pj
+      FROM sessionq.job_rows pj
      WHERE pj.status IN ('todo', 'doing') AND pj.queueing_lock LIKE 'operation:%'
      ORDER BY pj.queueing_lock, pj.status = 'doing' DESC, pj.id
   ) j ON j.queueing_lock = 'operation:' || s.id
@@ -403,12 +352,12 @@ SET search_path = sessionq, public
 AS $$
   SELECT j.id, j.queue_name::text, j.task_name::text, j.args, j.queueing_lock, j.lock, j.attempts, j.abort_requested,
          j.worker_id, wi.name, w.last_heartbeat, now() - w.last_heartbeat,
-         (SELECT max(e.at) FROM procrastinate_events e WHERE e.job_id = j.id AND e.type = 'started')
-    FROM procrastinate_jobs j
-    LEFT JOIN procrastinate_workers w ON w.id = j.worker_id
+         (SELECT t.started_at FROM sessionq.job_event_times(j.id) t)
+    FROM sessionq.job_rows j
+    LEFT JOIN sessionq.worker_heartbeats w ON w.worker_id = j.worker_id
     LEFT JOIN sessionq.worker_info wi ON wi.worker_id = j.worker_id
    WHERE j.status = 'doing'
-     AND (w.id IS NULL OR w.last_heartbeat < now() - sessionq.stall_timeout(p_timeout))
+     AND (w.worker_id IS NULL OR w.last_heartbeat < now() - sessionq.stall_timeout(p_timeout))
    ORDER BY j.id
 $$;
 COMMENT ON FUNCTION sessionq.find_stalled_jobs(double precision) IS
@@ -423,13 +372,13 @@ COMMENT ON COLUMN sessionq.stalled_jobs.heartbeat_age IS 'Time since the worker'
 COMMENT ON COLUMN sessionq.stalled_jobs.started_at IS 'When the job started on that worker.';
 
 CREATE OR REPLACE VIEW sessionq.workers AS
-SELECT w.id AS worker_id,
+SELECT w.worker_id,
        wi.name,
        wi.host,
        wi.pid,
        wi.queues,
        wi.concurrency,
-       (SELECT count(*) FROM procrastinate_jobs j WHERE j.worker_id = w.id AND j.status = 'doing') AS running_jobs,
+       (SELECT count(*) FROM sessionq.job_rows j WHERE j.worker_id = w.worker_id AND j.status = 'doing') AS running_jobs,
        w.last_heartbeat,
        now() - w.last_heartbeat AS heartbeat_age,
        CASE WHEN w.last_heartbeat < now() - sessionq.stall_timeout() THEN 'stalled'
@@ -440,10 +389,10 @@ SELECT w.id AS worker_id,
        wi.drain_timeout,
        (SELECT min(d.requested_at) FROM sessionq.worker_drains d
          WHERE (d.worker = wi.name OR d.worker = '*') AND d.requested_at >= wi.started_at) AS drain_requested_at
-  FROM procrastinate_workers w
-  LEFT JOIN sessionq.worker_info wi ON wi.worker_id = w.id;
+  FROM sessionq.worker_heartbeats w
+  LEFT JOIN sessionq.worker_info wi ON wi.worker_id = w.worker_id;
 COMMENT ON VIEW sessionq.workers IS
-  'Every registered worker process (procrastinate_workers) with its sessionq name, host, pid, queues, concurrency, running jobs, heartbeat age and state. Workers not started by sessionq have no name.';
+  'Every registered worker process (sessionq.worker_heartbeats) with its sessionq name, host, pid, queues, concurrency, running jobs, heartbeat age and state. Workers not started by sessionq have no name.';
 COMMENT ON COLUMN sessionq.workers.queues IS 'The queues it fetches from; NULL: every queue.';
 COMMENT ON COLUMN sessionq.workers.running_jobs IS 'Its jobs in doing.';
 COMMENT ON COLUMN sessionq.workers.heartbeat_age IS 'Time since its last heartbeat (every 10 s while alive).';
@@ -499,11 +448,11 @@ BEGIN
   INSERT INTO sessionq.worker_drains (worker, timeout, requested_by)
   VALUES (p_worker, p_timeout, coalesce(nullif(p_by, ''), current_user))
   RETURNING id INTO v_id;
-  PERFORM pg_notify('sessionq_drain', p_worker);
+  PERFORM sessionq.notify('sessionq_drain', jsonb_build_object('worker', p_worker));
   RETURN QUERY SELECT v_id, v_ids, v_names;
 END $$;
 COMMENT ON FUNCTION sessionq.request_drain(text, double precision, text) IS
-  'Ask the worker named p_worker (or every worker: *) to drain: fetch no new job, let running jobs finish for up to p_timeout seconds (NULL: its workers.shutdownTimeout), then abort them cooperatively and exit. Durable (a worker_drains row) and immediate (NOTIFY sessionq_drain, payload the name or *). Returns the request id and the workers it applies to; NOT_FOUND for an unknown name.';
+  'Ask the worker named p_worker (or every worker: *) to drain: fetch no new job, let running jobs finish for up to p_timeout seconds (NULL: its workers.shutdownTimeout), then abort them cooperatively and exit. Durable (a worker_drains row) and immediate (NOTIFY sessionq_drain {"worker"}: the name or *). Returns the request id and the workers it applies to; NOT_FOUND for an unknown name.';
 
 CREATE OR REPLACE FUNCTION sessionq.take_drain(p_worker_id bigint)
 RETURNS TABLE (drain_id bigint, timeout double precision, requested_by text, requested_at timestamptz)
@@ -544,7 +493,8 @@ COMMENT ON FUNCTION sessionq.mark_worker_draining(bigint, double precision) IS
 
 -- -- requeue, retry, cancel ------------------------------------------------------------------------
 
--- requeue_one: the one place that puts a procrastinate job back to todo (or ends a stalled one).
+-- requeue_one: where an operator or the reaper puts a job back to todo (or ends a stalled one),
+-- through the bridge's retry_job_now and finish_job.
 CREATE OR REPLACE FUNCTION sessionq.requeue_one(
   p_job bigint, p_by text, p_stall_timeout double precision, p_dry_run boolean, p_any_terminal boolean
 ) RETURNS TABLE (job_id bigint, queue_name text, task_name text, previous_status text, action text,
@@ -553,13 +503,13 @@ LANGUAGE plpgsql
 SET search_path = sessionq, public
 AS $$
 DECLARE
-  v procrastinate_jobs;
+  v sessionq.job_rows;
   v_status text;
   v_cover bigint;
   v_heartbeat timestamptz;
   v_worker_alive boolean;
 BEGIN
-  SELECT * INTO v FROM procrastinate_jobs j WHERE j.id = p_job FOR UPDATE;
+  SELECT * INTO v FROM sessionq.job_rows j WHERE j.id = p_job FOR UPDATE;
   IF NOT FOUND THEN
     RETURN QUERY SELECT p_job, NULL::text, NULL::text, NULL::text, 'refused'::text, NULL::bigint,
                         format('job %s not found', p_job);
@@ -567,7 +517,7 @@ BEGIN
   END IF;
   v_status := v.status::text;
   IF v_status = 'doing' THEN
-    SELECT w.last_heartbeat INTO v_heartbeat FROM procrastinate_workers w WHERE w.id = v.worker_id;
+    SELECT w.last_heartbeat INTO v_heartbeat FROM sessionq.worker_heartbeats w WHERE w.worker_id = v.worker_id;
     v_worker_alive := FOUND AND v_heartbeat >= now() - sessionq.stall_timeout(p_stall_timeout);
     IF v_worker_alive THEN
       RETURN QUERY SELECT v.id, v.queue_name::text, v.task_name::text, v_status, 'refused'::text, NULL::bigint,
@@ -589,7 +539,7 @@ BEGIN
   IF v_status = 'doing' AND v.abort_requested THEN
     -- its abort was requested before its worker died: honour it instead of running it again
     IF NOT p_dry_run THEN
-      PERFORM procrastinate_finish_job_v1(v.id, 'aborted', false);
+      PERFORM sessionq.finish_job(v.id, 'aborted');
       INSERT INTO sessionq.job_actions (job_id, action, detail, actor)
       VALUES (v.id, 'aborted', 'stalled after its abort was requested: marked aborted instead of requeued', p_by);
     END IF;
@@ -600,7 +550,7 @@ BEGIN
   END IF;
 
   IF v.queueing_lock IS NOT NULL THEN
-    SELECT j.id INTO v_cover FROM procrastinate_jobs j
+    SELECT j.id INTO v_cover FROM sessionq.job_rows j
      WHERE j.queueing_lock = v.queueing_lock AND j.status = 'todo' AND j.id <> v.id LIMIT 1;
   END IF;
   IF p_dry_run THEN
@@ -612,15 +562,9 @@ BEGIN
   END IF;
 
   PERFORM set_config('sessionq.actor', p_by, true);  -- for the guard trigger's record
-  IF v_status IN ('doing', 'failed') THEN
-    PERFORM procrastinate_retry_job_v2(v.id, now(), NULL, NULL, NULL);
-  ELSE  -- aborted or cancelled: procrastinate refuses to retry those; put it back the same way
-    UPDATE procrastinate_jobs j SET status = 'todo', abort_requested = false, scheduled_at = NULL,
-                                    attempts = j.attempts + 1
-     WHERE j.id = v.id;
-  END IF;
+  PERFORM sessionq.retry_job_now(v.id);
   PERFORM set_config('sessionq.actor', '', true);
-  SELECT * INTO v FROM procrastinate_jobs j WHERE j.id = p_job;
+  SELECT * INTO v FROM sessionq.job_rows j WHERE j.id = p_job;
   IF v.status = 'todo' THEN
     PERFORM sessionq.wake_workers(v.queue_name, v.id);
     INSERT INTO sessionq.job_actions (job_id, action, detail, actor)
@@ -695,10 +639,10 @@ LANGUAGE plpgsql
 SET search_path = sessionq, public
 AS $$
 DECLARE
-  v procrastinate_jobs;
-  v_after procrastinate_jobs;
+  v sessionq.job_rows;
+  v_after sessionq.job_rows;
 BEGIN
-  SELECT * INTO v FROM procrastinate_jobs j WHERE j.id = p_job FOR UPDATE;
+  SELECT * INTO v FROM sessionq.job_rows j WHERE j.id = p_job FOR UPDATE;
   IF NOT FOUND THEN
     PERFORM sessionq.fail('SQ404', format('job %s not found', p_job));
   END IF;
@@ -708,8 +652,8 @@ BEGIN
   IF v.status NOT IN ('todo', 'doing') THEN
     PERFORM sessionq.fail('SQ412', format('job %s is %s; only waiting or running jobs can be cancelled', p_job, v.status));
   END IF;
-  PERFORM procrastinate_cancel_job_v1(p_job, p_abort, false);
-  SELECT * INTO v_after FROM procrastinate_jobs j WHERE j.id = p_job;
+  PERFORM sessionq.cancel_or_abort_job(p_job, p_abort);
+  SELECT * INTO v_after FROM sessionq.job_rows j WHERE j.id = p_job;
   INSERT INTO sessionq.job_actions (job_id, action, detail, actor)
   VALUES (p_job, CASE WHEN v_after.status = 'doing' THEN 'abort_requested' ELSE 'cancelled' END,
           format('%s -> %s', v.status, v_after.status), p_by);
@@ -728,11 +672,11 @@ LANGUAGE plpgsql
 SET search_path = sessionq, public
 AS $$
 DECLARE
-  v procrastinate_jobs;
+  v sessionq.job_rows;
   v_max jsonb;
 BEGIN
   FOR v IN
-    SELECT j.* FROM procrastinate_jobs j
+    SELECT j.* FROM sessionq.job_rows j
      WHERE j.id IN (SELECT s.job_id FROM sessionq.find_stalled_jobs(p_stall_timeout) s)
      ORDER BY j.id
      FOR UPDATE SKIP LOCKED
@@ -741,7 +685,7 @@ BEGIN
     IF NOT v.abort_requested AND v_max IS NOT NULL AND jsonb_typeof(v_max) = 'number'
        AND v.attempts + 1 >= (v_max #>> '{}')::integer THEN
       -- the stalled attempt was its last one (or its task is never retried): it failed
-      PERFORM procrastinate_finish_job_v1(v.id, 'failed', false);
+      PERFORM sessionq.finish_job(v.id, 'failed');
       INSERT INTO sessionq.job_actions (job_id, action, detail, actor)
       VALUES (v.id, 'failed', format('stalled on worker %s; task %s allows no further attempt', v.worker_id, v.task_name),
               'reaper');
@@ -771,7 +715,7 @@ BEGIN
      WHERE s.dispatch_id IS NOT NULL
        AND (s.dispatch_expires_at < clock_timestamp()
             OR sessionq.uuid_v7_time(s.dispatch_id) < clock_timestamp() - make_interval(secs => p_orphan_grace)
-               AND NOT EXISTS (SELECT 1 FROM procrastinate_jobs j
+               AND NOT EXISTS (SELECT 1 FROM sessionq.job_rows j
                                 WHERE j.status IN ('todo', 'doing') AND j.task_name = 'dispatch_turn'
                                   AND j.args ->> 'session_id' = s.id::text))
      ORDER BY s.dispatch_expires_at
@@ -797,10 +741,10 @@ DECLARE
 BEGIN
   IF p_stalled_worker_age IS NOT NULL THEN
     -- workers that died long ago; their stalled jobs were requeued meanwhile
-    SELECT count(*) INTO v_workers FROM procrastinate_prune_stalled_workers_v1(p_stalled_worker_age);
+    v_workers := sessionq.prune_dead_workers(p_stalled_worker_age);
   END IF;
   DELETE FROM sessionq.worker_info wi
-   WHERE NOT EXISTS (SELECT 1 FROM procrastinate_workers w WHERE w.id = wi.worker_id);
+   WHERE NOT EXISTS (SELECT 1 FROM sessionq.worker_heartbeats w WHERE w.worker_id = wi.worker_id);
   GET DIAGNOSTICS n = ROW_COUNT; v_rows := v_rows + n;
   DELETE FROM sessionq.worker_drains d WHERE d.requested_at < clock_timestamp() - make_interval(secs => p_keep);
   GET DIAGNOSTICS n = ROW_COUNT; v_rows := v_rows + n;

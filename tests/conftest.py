@@ -18,7 +18,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from sessionq import migrate
+from sessionq.db import migrate
 
 
 def _with_database(url: str, name: str) -> str:
@@ -38,7 +38,7 @@ def pg_admin_url() -> Iterator[str]:
     import shutil
     import tempfile
 
-    from sessionq import embedded
+    from sessionq.db import embedded
 
     # not under pytest's basetemp: pytest prunes old basetemps, which must not touch a live server
     data = Path(tempfile.mkdtemp(prefix="sessionq-test-pg-"))
@@ -56,7 +56,7 @@ def template_database(pg_admin_url: str) -> Iterator[str]:
         conn.execute(f'CREATE DATABASE "{name}"')
     url = _with_database(pg_admin_url, name)
     migrate.upgrade(url)
-    from sessionq.substrate.simulator import install_schema
+    from sessionq.runtime.simulator import install_schema
 
     asyncio.run(install_schema(url))
     yield name
@@ -103,7 +103,7 @@ from typing import Any  # noqa: E402
 import grpc  # noqa: E402
 
 from sessionq import config  # noqa: E402
-from sessionq.store import Store  # noqa: E402
+from sessionq.db.store import Store  # noqa: E402
 
 
 def make_settings(**overrides: Any) -> config.Settings:
@@ -133,7 +133,7 @@ async def store(database_url: str) -> AsyncIterator[Store]:
 
 @pytest.fixture
 async def sim(database_url: str) -> AsyncIterator[Any]:
-    from sessionq.substrate.simulator import SimulatedSubstrate
+    from sessionq.runtime.simulator import SimulatedSubstrate
 
     s = SimulatedSubstrate(database_url, worker_pool_size=64)  # as make_settings: runtime.simulator.workers
     await s.open()
@@ -143,7 +143,7 @@ async def sim(database_url: str) -> AsyncIterator[Any]:
 
 @contextlib.asynccontextmanager
 async def running_worker(settings: config.Settings, url: str, store: Store, runtime: Any, name: str = "test-worker") -> AsyncIterator[None]:
-    from sessionq.worker import run_worker
+    from sessionq.app.worker import run_worker
 
     stop = asyncio.Event()
     task = asyncio.create_task(run_worker(settings, url, store, runtime, stop=stop, name=name))
@@ -186,7 +186,7 @@ async def api(settings: config.Settings, store: Store, sim: Any, worker: None) -
 async def apply_agent(store: Store, sim: Any, name: str = "my-first-agent", namespace: str = "kagent",
                       egress: list[dict[str, Any]] | None = None) -> Any:
     """Apply an Agent and prepare its revision in-line (no worker needed)."""
-    from sessionq.agents import compile_egress, parse_spec, prepare_revision
+    from sessionq.domain.agents import compile_egress, parse_spec, prepare_revision
 
     spec = parse_spec({"name": name, "namespace": namespace, "egress": egress or []})
     await store.apply_agent(spec.namespace, spec.name, spec.to_json(), spec.spec_hash(), spec.image,

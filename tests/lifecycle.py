@@ -7,9 +7,9 @@ from uuid import UUID
 
 from conftest import apply_agent
 
+from sessionq.db.store import Store
+from sessionq.domain.operations import OperationExecutor
 from sessionq.models import Session
-from sessionq.operations import OperationExecutor
-from sessionq.store import Store
 
 AGENT = "my-first-agent"
 
@@ -71,8 +71,8 @@ async def turn_by_store(store: Store, sim: Any, session: Session, final: str = "
 
 async def ready_checkpoint(store: Store, sim: Any, request_id: str = "source") -> Any:
     """A READY checkpoint of a fresh Session after one settled turn (quiesced first)."""
-    from sessionq.checkpoints import run_checkpoint
-    from sessionq.quiescence import QuiescencePool, claim_and_quiesce
+    from sessionq.domain.checkpoints import run_checkpoint
+    from sessionq.domain.quiescence import QuiescencePool, claim_and_quiesce
 
     source = await ready_session(store, sim, request_id)
     head = await turn_by_store(store, sim, source)

@@ -47,7 +47,7 @@ def test_lifecycle_log_lines_carry_ids():
 
     from sessionq import logs
 
-    record = logging.LogRecord("sessionq.operations", logging.INFO, __file__, 1, "claimed %s operation", ("create",), None)
+    record = logging.LogRecord("sessionq.domain.operations", logging.INFO, __file__, 1, "claimed %s operation", ("create",), None)
     record.session_id, record.operation_id = "s-1", "g-1"
     token = logs.JOB_ID.set(42)
     try:
@@ -78,3 +78,47 @@ def test_long_running_commands_use_the_configured_event_loop(choice, module):
 def test_unknown_event_loop_is_refused():
     with pytest.raises(config.ConfigError, match=r"server\.eventLoop"):
         config.load(None, env={"SESSIONQ_SERVER__EVENT_LOOP": "trio"})
+
+
+def test_typed_sections_are_generated_from_the_keys_and_current():
+    from sessionq import config_sections
+
+    assert Path(config_sections.__file__).read_text() == config.sections_module(), "run: python scripts/gen_docs.py"
+    s = config.defaults()
+    for key in config.KEYS:  # every key is an attribute of its section, with the same value
+        node = s
+        for part in key.path.split(".")[:-1]:
+            node = getattr(node, part + "_" if part == "global" else part)
+        assert getattr(node, key.attribute) == s[key.path], key.path
+
+
+def test_typed_sections_carry_the_loaded_and_overridden_values(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("sessions:\n  idleTtl: 60s\nauth:\n  tokens:\n    t1: alice\nglobal:\n  clusterDomain: corp.example\n")
+    s = config.load(f, env={"SESSIONQ_WORKERS__CONCURRENCY": "3", "SESSIONQ_RUNTIME__SIMULATOR__WORKERS": "7"})
+    assert s.sessions.idle_ttl == 60.0 and isinstance(s.sessions.idle_ttl, float)
+    assert s.auth.tokens == {"t1": "alice"} and s.global_.cluster_domain == "corp.example"
+    assert s.workers.concurrency == 3 and s.runtime.simulator.workers == 7
+    assert s.server.address == "127.0.0.1:8083" and s.logging.level == "info"
+    o = s.with_overrides(**{"sessions.claimLifetime": 5.0, "auth.admins": ["root"]})
+    assert o.sessions.claim_lifetime == 5.0 and o.auth.admins == ["root"] and o.sessions.idle_ttl == 60.0
+    assert s.sessions.claim_lifetime == 120.0  # the original is unchanged
+    with pytest.raises(config.ConfigError, match=r"sessions\.bogus: unknown configuration key"):
+        s.with_overrides(**{"sessions.bogus": 1})
+
+
+def test_code_reads_settings_through_the_typed_sections():
+    """src/, jobs/ and cli/ never read a value by key path (settings["..."], settings.values)."""
+    import re
+
+    root = Path(__file__).parent.parent
+    by_path = re.compile(r"settings(\.values)?\[|settings\.values\b|\.values\.get\(")
+    offenders = [
+        f"{path.relative_to(root)}:{n}"
+        for folder in ("src/sessionq", "jobs", "cli")
+        for path in (root / folder).rglob("*.py")
+        if path.name != "config.py"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if by_path.search(line)
+    ]
+    assert offenders == []

@@ -28,3 +28,14 @@ def test_documented_query_runs(database_url, doc, sql):
         except psycopg.Error as e:
             # a procedure may refuse the example's made-up target with one of our own errors: it ran
             assert (e.sqlstate or "").startswith("SQ"), f"{doc}: {sql}\n{e}"
+
+
+def test_every_sql_function_is_defined_once():
+    """No file redefines another's function (behaviour would depend on file order): a rule that
+    spans domains is composed once, after them (schema/70_lifecycle_rules.sql)."""
+    defined: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "schema").glob("*.sql")):
+        for name in re.findall(r"CREATE (?:OR REPLACE )?FUNCTION\s+([\w.]+)\s*\(", path.read_text(), re.I):
+            defined.setdefault(name.lower(), []).append(path.name)
+    twice = {name: files for name, files in defined.items() if len(files) > 1}
+    assert not twice, f"functions defined more than once: {twice}"

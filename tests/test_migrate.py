@@ -7,7 +7,7 @@ from click.testing import CliRunner
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sessionq.cli.main import main
 
-from sessionq import migrate
+from sessionq.db import migrate
 
 
 def test_migrate_is_idempotent(empty_database_url):

@@ -4,18 +4,26 @@ Keys follow the requirements' names (``sessions.idleTtl``). Every key can also b
 environment variable: ``SESSIONQ_`` + the key path in upper snake case, dots becoming double
 underscores, e.g. ``sessions.idleTtl`` -> ``SESSIONQ_SESSIONS__IDLE_TTL``. Environment variables
 win over the file. See ``docs/configuration.md`` (generated from `KEYS`) for the full list.
+
+Code reads a value through the typed sections of `Settings`, generated from `KEYS` into
+``sessionq/config_sections.py`` (``python scripts/gen_docs.py`` writes both; tests check that they
+are current): ``settings.sessions.idle_ttl`` is a float, ``settings.auth.tokens`` a
+``dict[str, str]``, ``settings.global_.cluster_domain`` a str (``global`` is a Python keyword).
 """
 
 from __future__ import annotations
 
+import keyword
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from sessionq.config_sections import Sections
 
 
 class ConfigError(ValueError):
@@ -89,14 +97,21 @@ def _str(value: Any, key: str) -> str:
     return str(value)
 
 
-def _choice(*choices: str) -> Callable[[Any, str], str]:
-    def parse(value: Any, key: str) -> str:
+@dataclass(frozen=True)
+class _Choice:
+    """One of a closed set of strings (typed as their Literal)."""
+
+    choices: tuple[str, ...]
+
+    def __call__(self, value: Any, key: str) -> str:
         v = _str(value, key)
-        if v not in choices:
-            raise ConfigError(f"{key}: {v!r} is not one of {', '.join(choices)}")
+        if v not in self.choices:
+            raise ConfigError(f"{key}: {v!r} is not one of {', '.join(self.choices)}")
         return v
 
-    return parse
+
+def _choice(*choices: str) -> _Choice:
+    return _Choice(choices)
 
 
 def _address(value: Any, key: str) -> str:
@@ -146,6 +161,18 @@ def _namespaces(value: Any, key: str) -> dict[str, list[str]]:
     return {str(k): [str(n) for n in v] for k, v in value.items()}
 
 
+def _users(value: Any, key: str) -> list[str]:
+    return [u for u in (value.split(",") if isinstance(value, str) else value or []) if u]
+
+
+def _atespaces(value: Any, key: str) -> list[str]:
+    return [u.strip() for u in (value.split(",") if isinstance(value, str) else value or []) if str(u).strip()]
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)([A-Z])", r"_\1", name)
+
+
 @dataclass(frozen=True)
 class Key:
     path: str
@@ -155,8 +182,21 @@ class Key:
 
     @property
     def env(self) -> str:
-        parts = [re.sub(r"(?<!^)([A-Z])", r"_\1", p).upper() for p in self.path.split(".")]
+        parts = [_snake(p).upper() for p in self.path.split(".")]
         return "SESSIONQ_" + "__".join(parts)
+
+    @property
+    def attribute(self) -> str:
+        """The attribute of its section in the typed settings: ``sessions.idleTtl`` -> ``idle_ttl``."""
+        return _snake(self.path.rpartition(".")[2]).lower()
+
+    @property
+    def annotation(self) -> str:
+        """The Python type of its parsed value, as source text (the parser's return annotation)."""
+        if isinstance(self.parse, _Choice):
+            return "Literal[" + ", ".join(f'"{c}"' for c in self.parse.choices) + "]"
+        annotation = self.parse.__annotations__["return"]
+        return annotation if isinstance(annotation, str) else annotation.__name__
 
 
 KEYS: tuple[Key, ...] = (
@@ -202,12 +242,7 @@ KEYS: tuple[Key, ...] = (
     Key("metrics.enabled", _bool, False, "Serve Prometheus metrics over HTTP."),
     Key("metrics.address", _address, "127.0.0.1:9464", "Metrics listen address."),
     Key("auth.tokens", _tokens, {}, "Bearer tokens mapped to user names."),
-    Key(
-        "auth.admins",
-        lambda v, k: [u for u in (v.split(",") if isinstance(v, str) else v or []) if u],
-        [],
-        "Users who may list every creator's Sessions (all_creators).",
-    ),
+    Key("auth.admins", _users, [], "Users who may list every creator's Sessions (all_creators)."),
     Key(
         "auth.namespaces",
         _namespaces,
@@ -223,12 +258,7 @@ KEYS: tuple[Key, ...] = (
         "",
         "Where simulated Actors reach the task store API (empty: this process's API, else server.address).",
     ),
-    Key(
-        "inventory.watchedAtespaces",
-        lambda v, k: [u.strip() for u in (v.split(",") if isinstance(v, str) else v or []) if str(u).strip()],
-        [],
-        "Atespaces the inventory lists (empty: all).",
-    ),
+    Key("inventory.watchedAtespaces", _atespaces, [], "Atespaces the inventory lists (empty: all)."),
     Key(
         "inventory.cursorSecret",
         _str,
@@ -243,8 +273,18 @@ _BY_PATH = {k.path: k for k in KEYS}
 
 
 @dataclass(frozen=True)
-class Settings:
-    values: dict[str, Any] = field(default_factory=dict)
+class Settings(Sections):
+    """The validated configuration. Read it through its typed sections (`Sections`, generated
+    from `KEYS`): ``settings.sessions.claim_lifetime``. `values` holds the same values by key path,
+    for tools that walk `KEYS` (``settings["sessions.idleTtl"]``)."""
+
+    values: dict[str, Any]
+
+    def __post_init__(self) -> None:
+        missing = [k.path for k in KEYS if k.path not in self.values]
+        if missing:  # every key has a value: defaults() and load() fill them all
+            raise ConfigError(f"{missing[0]}: no value")
+        self._set_sections(self.values)
 
     def __getitem__(self, path: str) -> Any:
         return self.values[path]
@@ -258,14 +298,10 @@ class Settings:
             v[path] = value
         return Settings(v)
 
-    # typed accessors for the commonly used values
     @property
     def database_url(self) -> str:
-        return str(self.values["database.url"])
-
-    @property
-    def claim_lifetime(self) -> float:
-        return float(self.values["sessions.claimLifetime"])
+        """database.url (the one key several commands also take as an option)."""
+        return self.database.url
 
 
 def _flatten(prefix: str, data: Mapping[str, Any], out: dict[str, Any]) -> None:
@@ -323,3 +359,73 @@ def reference_markdown() -> str:
             else f"| `{k.path}` | `{k.env}` | `{d}` | {k.doc} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _section_class(section: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in section.split(".")) + "Settings"
+
+
+def _section_attribute(name: str) -> str:
+    attribute = _snake(name).lower()
+    return attribute + "_" if keyword.iskeyword(attribute) else attribute
+
+
+def sections_module() -> str:
+    """The source of ``sessionq/config_sections.py``: one frozen dataclass per section of `KEYS`
+    (nested sections as attributes), and `Sections`, which `Settings` extends."""
+    sections: dict[str, list[tuple[str, str, str]]] = {}  # section -> (attribute, annotation, comment)
+    builders: dict[str, list[tuple[str, str]]] = {}  # section -> (attribute, expression)
+    for k in KEYS:
+        section = k.path.rpartition(".")[0]
+        sections.setdefault(section, []).append((k.attribute, k.annotation, k.path))
+        builders.setdefault(section, []).append((k.attribute, f'values["{k.path}"]'))
+        parts = section.split(".")
+        for i in range(len(parts) - 1, 0, -1):  # a nested section is an attribute of its parent
+            parent, child = ".".join(parts[:i]), ".".join(parts[: i + 1])
+            entry = (_section_attribute(parts[i]), _section_class(child), f"{child}.*")
+            if entry not in sections.setdefault(parent, []):
+                sections[parent].append(entry)
+                builders.setdefault(parent, []).append((entry[0], f"{entry[1]}.from_values(values)"))
+    top = [s for s in sections if "." not in s]
+    out = [
+        '"""The typed sections of the configuration: one frozen dataclass per section of the keys.',
+        "",
+        "Generated from sessionq.config.KEYS by `python scripts/gen_docs.py`: do not edit",
+        "(tests/test_config.py checks that it is current). It imports nothing of sessionq.",
+        '"""',
+        "",
+        "from __future__ import annotations",
+        "",
+        "from collections.abc import Mapping",
+        "from dataclasses import dataclass",
+        "from typing import Any, Literal",
+        "",
+    ]
+    for section in sorted(sections, key=lambda s: -s.count(".")):  # children first
+        name = _section_class(section)
+        out += ["", "@dataclass(frozen=True)", f"class {name}:", f'    """{section}.*"""', ""]
+        out += [f"    {attribute}: {annotation}  # {comment}" for attribute, annotation, comment in sections[section]]
+        out += [
+            "",
+            "    @classmethod",
+            f"    def from_values(cls, values: Mapping[str, Any]) -> {name}:",
+            "        return cls(",
+            *(f"            {attribute}={expression}," for attribute, expression in builders[section]),
+            "        )",
+            "",
+        ]
+    out += [
+        "",
+        "class Sections:",
+        '    """The sections of sessionq.config.Settings, as typed attributes."""',
+        "",
+        *(f"    {_section_attribute(s)}: {_section_class(s)}" for s in top),
+        "",
+        "    def _set_sections(self, values: Mapping[str, Any]) -> None:",
+        '        """Set every section from the values by key path (Settings is frozen)."""',
+        *(
+            f'        object.__setattr__(self, "{_section_attribute(s)}", {_section_class(s)}.from_values(values))'
+            for s in top
+        ),
+    ]
+    return "\n".join(out) + "\n"

@@ -1,11 +1,160 @@
-"""Typed rows that the store returns. Built from the JSON the procedures return."""
+"""Typed rows that the store returns, and the states, kinds and outcomes they carry.
+
+Built from the JSON the procedures return (`Row.from_json` converts uuid, timestamp and enum
+columns by their annotation). Every `StrEnum` here holds exactly the strings that the SQL allows:
+a CHECK constraint of its column, or the statuses its procedures return (tests/sql/test_enums.py
+compares them with the database, so that a drift fails). A StrEnum member is a `str`: it compares
+equal to its value, formats as its value and goes to PostgreSQL and JSON as its value.
+"""
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any, Self
+from types import NoneType, UnionType
+from typing import Any, ClassVar, Self, Union, get_args, get_origin, get_type_hints
 from uuid import UUID
+
+# -- column values (CHECK constraints) -------------------------------------------------------------
+
+
+class SessionState(enum.StrEnum):
+    """sessions.state: the lifecycle state of a Session."""
+
+    CREATING = "CREATING"
+    READY = "READY"
+    SUSPENDED = "SUSPENDED"
+    FAILED = "FAILED"
+    DELETING = "DELETING"
+    DELETED = "DELETED"
+
+
+class OperationKind(enum.StrEnum):
+    """sessions.operation: the lifecycle operation in flight (NONE: none)."""
+
+    NONE = "NONE"
+    CREATE = "CREATE"
+    SUSPEND = "SUSPEND"
+    RESUME = "RESUME"
+    DELETE = "DELETE"
+
+
+class RequestKind(enum.StrEnum):
+    """sessions.request_kind: the request that created a Session."""
+
+    CREATE = "create"
+    FORK = "fork"
+
+
+class DeletionReason(enum.StrEnum):
+    """sessions.deletion_reason: why a Session is being (or was) deleted."""
+
+    USER_REQUESTED = "user_requested"
+    IDLE_TIMEOUT = "idle_timeout"
+
+
+class SnapshotState(enum.StrEnum):
+    """sessions.snapshot_status: whether the recorded snapshot generation is durable yet."""
+
+    IN_PROGRESS = "IN_PROGRESS"
+    COMPLETED = "COMPLETED"
+
+
+class SharePermission(enum.StrEnum):
+    """session_shares.permission."""
+
+    READ_ONLY = "READ_ONLY"
+    READ_WRITE = "READ_WRITE"
+
+
+class RevisionState(enum.StrEnum):
+    """revisions.state: whether the revision's actor template is prepared."""
+
+    PENDING = "PENDING"
+    READY = "READY"
+    FAILED = "FAILED"
+
+
+class CheckpointState(enum.StrEnum):
+    """checkpoints.state."""
+
+    CREATING = "CREATING"
+    READY = "READY"
+    FAILED = "FAILED"
+    DELETING = "DELETING"
+
+
+class TaskPhase(enum.StrEnum):
+    """tasks.phase: a turn is active, settled, or abandoned (interrupted; never continued)."""
+
+    ACTIVE = "active"
+    SETTLED = "settled"
+    ABANDONED = "abandoned"
+
+
+class PreparationFailure(enum.StrEnum):
+    """sessions.failure_reason as the executor writes it: why a generation's read-only
+    preparation failed (clients see it as Failure.reason). The column is free text."""
+
+    REVISION_UNAVAILABLE = "RevisionUnavailable"
+    CHECKPOINT_UNAVAILABLE = "CheckpointUnavailable"
+    CHECKPOINT_MISMATCH = "CheckpointMismatch"
+    ACTOR_REPLACED = "ActorReplaced"
+    RUNTIME_UNAVAILABLE = "RuntimeUnavailable"  # transient: the client may retry
+
+
+# -- procedure results ---------------------------------------------------------------------------
+
+
+class AdmissionOutcome(enum.StrEnum):
+    """outcome of admit_create, admit_operation and admit_fork."""
+
+    ADMITTED = "admitted"  # a new generation
+    JOINED = "joined"  # the same operation was pending: wait for its generation
+    EXISTING = "existing"  # a retried creation of a Session that exists: its current state
+    NOOP = "noop"  # already at the target state
+
+
+class ClaimStatus(enum.StrEnum):
+    """status of claim_operation (and begin_operation, which may claim at once)."""
+
+    CLAIMED = "claimed"
+    BUSY = "busy"  # another attempt holds a live claim, until expires_at
+    SUPERSEDED = "superseded"
+    DONE = "done"
+    GONE = "gone"
+    PREPARE = "prepare"  # begin_operation only: prepare, then claim_operation
+
+
+class CheckpointClaimStatus(enum.StrEnum):
+    """status of claim_checkpoint."""
+
+    CLAIMED = "claimed"
+    BUSY = "busy"
+    DONE = "done"
+    GONE = "gone"
+
+
+class ObservationStatus(enum.StrEnum):
+    """status of observe: what became of a generation a caller waits for."""
+
+    PENDING = "pending"
+    DONE = "done"
+    FAILED = "failed"  # its preparation failed
+    SUPERSEDED = "superseded"
+    GONE = "gone"  # the row was removed (idle expiry)
+
+
+class ExpiryOutcome(enum.StrEnum):
+    """outcome of expire_session."""
+
+    ADMITTED = "admitted"
+    RESUMED = "resumed"
+    BUSY = "busy"
+    ACTIVE = "active"
+    GONE = "gone"
 
 
 def _ts(v: Any) -> datetime | None:
@@ -20,20 +169,50 @@ def _uuid(v: Any) -> UUID | None:
     return UUID(v)
 
 
+def _enum(cls: type[enum.StrEnum]) -> Callable[[Any], Any]:
+    members = cls._value2member_map_
+
+    def convert(v: Any) -> Any:
+        if v is None:
+            return None
+        try:
+            return members[v]
+        except KeyError:
+            raise ValueError(f"{v!r} is not a {cls.__name__}") from None
+
+    return convert
+
+
+def _converter(annotation: Any) -> Callable[[Any], Any] | None:
+    """How to convert a JSON value to a field's type (None: as it is)."""
+    if get_origin(annotation) in (Union, UnionType):
+        inner = [a for a in get_args(annotation) if a is not NoneType]
+        annotation = inner[0] if len(inner) == 1 else annotation
+    if annotation is UUID:
+        return _uuid
+    if annotation is datetime:
+        return _ts
+    if isinstance(annotation, type) and issubclass(annotation, enum.StrEnum):
+        return _enum(annotation)
+    return None
+
+
 class Row:
-    """Build a dataclass from a dict, converting uuid and timestamp columns by their annotation."""
+    """Build a dataclass from a dict, converting uuid, timestamp and enum columns by their annotation."""
+
+    _converters: ClassVar[dict[type, tuple[tuple[str, Callable[[Any], Any] | None], ...]]] = {}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Self:
+        plan = Row._converters.get(cls)
+        if plan is None:
+            hints = get_type_hints(cls)
+            plan = tuple((f.name, _converter(hints[f.name])) for f in fields(cls))  # type: ignore[arg-type]
+            Row._converters[cls] = plan
         kwargs: dict[str, Any] = {}
-        for f in fields(cls):  # type: ignore[arg-type]
-            v = data.get(f.name)
-            t = str(f.type)
-            if "UUID" in t:
-                v = _uuid(v)
-            elif "datetime" in t:
-                v = _ts(v)
-            kwargs[f.name] = v
+        for name, convert in plan:
+            v = data.get(name)
+            kwargs[name] = v if convert is None else convert(v)
         return cls(**kwargs)
 
 
@@ -41,14 +220,14 @@ class Row:
 class Session(Row):
     id: UUID
     creator: str
-    request_kind: str
+    request_kind: RequestKind
     request_id: str
     agent_namespace: str
     agent_name: str
     revision_id: UUID | None
     name: str
-    state: str
-    operation: str
+    state: SessionState
+    operation: OperationKind
     operation_id: UUID | None
     executor_id: UUID | None
     executor_expires_at: datetime | None
@@ -61,7 +240,7 @@ class Session(Row):
     actor_uid: str | None
     snapshot_generation: int | None
     snapshot_uri: str | None
-    deletion_reason: str | None
+    deletion_reason: DeletionReason | None
     source_checkpoint_id: UUID | None
     pinned_checkpoint_id: UUID | None
     dispatch_id: UUID | None
@@ -77,7 +256,7 @@ class Session(Row):
     idle_boundary_at: datetime | None
     idle_executor: UUID | None
     idle_claimed_at: datetime | None
-    snapshot_status: str | None
+    snapshot_status: SnapshotState | None
     snapshot_event_seq: int | None
     created_at: datetime
     updated_at: datetime
@@ -94,14 +273,14 @@ class Task(Row):
     published_version: int
     staged_task: dict[str, Any] | None
     dispatch_id: UUID | None
-    phase: str
+    phase: TaskPhase
     created_at: datetime
     updated_at: datetime
 
 
 @dataclass(frozen=True)
 class Admission:
-    outcome: str  # admitted | joined | existing | noop
+    outcome: AdmissionOutcome
     generation: UUID | None
     session: Session
     # the store's LISTEN connection epoch when the admission was sent (None: not listening); while
@@ -111,7 +290,7 @@ class Admission:
 
 @dataclass(frozen=True)
 class Claim:
-    status: str  # claimed | busy | superseded | done | gone
+    status: ClaimStatus
     previous_executor: UUID | None
     expires_at: datetime | None
     session: Session | None
@@ -129,7 +308,7 @@ class OperationStart:
 
 @dataclass(frozen=True)
 class Observation:
-    status: str  # pending | done | failed | superseded | gone
+    status: ObservationStatus
     session: Session | None
 
 
@@ -145,7 +324,7 @@ class Revision(Row):
     template_name: str
     template_uid: str | None
     egress: list[dict[str, Any]]
-    state: str
+    state: RevisionState
     failure_message: str | None
     created_at: datetime
     prepared_at: datetime | None
@@ -168,7 +347,7 @@ class Agent(Row):
 class Share(Row):
     id: UUID
     session_id: UUID
-    permission: str
+    permission: SharePermission
     created_by: str
     created_at: datetime
     expires_at: datetime
@@ -182,7 +361,7 @@ class Checkpoint(Row):
     request_id: str
     head_task_id: str
     history_sequence: int
-    state: str
+    state: CheckpointState
     name: str
     default_name: str
     agent_namespace: str
@@ -203,7 +382,7 @@ class Checkpoint(Row):
 
 @dataclass(frozen=True)
 class CheckpointClaim:
-    status: str  # claimed | busy | done | gone
+    status: CheckpointClaimStatus
     previous_executor: UUID | None
     expires_at: datetime | None
     checkpoint: Checkpoint | None

@@ -26,7 +26,7 @@ from sessionq._pb.kagent.api.v1alpha1 import (
     session_pb2,
     session_pb2_grpc,
 )
-from sessionq.agents import REDACTED, check_template, parse_spec
+from sessionq.domain.agents import REDACTED, check_template, parse_spec
 from sessionq.errors import SessionqError
 
 SECRET = "Bearer sk-alice-0123456789"
@@ -191,7 +191,7 @@ async def test_a_stale_base_revision_is_refused(store):
     """The procedure refuses an apply whose kept credentials came from a revision that is no longer
     the desired one (another apply came in between): the caller reads again."""
     spec = parse_spec({"name": REF.name, "egress": [{"url": URL, "credentialHeaders": {"Authorization": SECRET}}]})
-    from sessionq.agents import compile_egress
+    from sessionq.domain.agents import compile_egress
 
     async def raw_apply(s: Any, base: Any = None) -> bool:
         return await store.apply_agent(s.namespace, s.name, s.to_json(), s.spec_hash(), s.image, compile_egress(s),
@@ -285,7 +285,7 @@ async def test_no_view_shows_credential_values(api, stub, store, aconn):
 async def test_sql_and_python_redact_alike(aconn, spec, shown):
     from psycopg.types.json import Jsonb
 
-    from sessionq.agents import redact_spec
+    from sessionq.domain.agents import redact_spec
 
     cur = await aconn.execute("SELECT sessionq.redact_agent_spec(%s)", (Jsonb(spec),))
     assert (await cur.fetchone())[0] == shown

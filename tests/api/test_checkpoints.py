@@ -201,7 +201,7 @@ async def test_fork_continues_from_the_pinned_turns_and_diverges(api, store, sim
     cp = await create_cp(api, sid, t2.id, "cp")
     source = await store.session_by_id(UUID(sid))
     await apply_agent(store, sim)  # same spec: no new revision; apply another to move the Agent on
-    from sessionq.agents import compile_egress, parse_spec, prepare_revision
+    from sessionq.domain.agents import compile_egress, parse_spec, prepare_revision
     spec = parse_spec({"name": "my-first-agent", "template": "image:v2"})
     await store.apply_agent("kagent", spec.name, spec.to_json(), spec.spec_hash(), spec.image, compile_egress(spec), "alice")
     await prepare_revision(store, sim, (await store.get_agent("kagent", spec.name)).desired_revision_id)

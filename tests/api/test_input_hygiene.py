@@ -22,7 +22,7 @@ import pytest
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 from conftest import apply_agent, make_settings
 
-from sessionq import errors, workload
+from sessionq import errors
 from sessionq._pb.kagent.api.v1alpha1 import (
     agent_pb2,
     agent_pb2_grpc,
@@ -37,6 +37,7 @@ from sessionq._pb.kagent.api.v1alpha1 import (
 from sessionq.api.agentcard import AgentCardServer
 from sessionq.api.common import Authenticator, rpc
 from sessionq.api.guard import RateLimitedLog, Rejection
+from sessionq.domain import workload
 from sessionq.errors import SessionqError
 
 SC = grpc.StatusCode

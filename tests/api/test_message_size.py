@@ -19,8 +19,9 @@ import pytest
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 from conftest import Api, apply_agent, make_settings
 
-from sessionq import config, turns
+from sessionq import config
 from sessionq.api.server import ApiServer
+from sessionq.domain import turns
 
 TENANT = "kagent/my-first-agent"
 SMALL_LIMIT = 4096
@@ -140,7 +141,7 @@ async def test_task_store_failure_gives_a_status_without_internal_names(api, sto
     stub = a2a_pb2_grpc.A2AServiceStub(api.channel)
     msg = a2a_pb2.Message(message_id="m1", role=a2a_pb2.ROLE_USER, context_id=sid,
                           parts=[a2a_pb2.Part(text="Tell me something [slow:1.5]")])
-    with caplog.at_level(logging.WARNING, logger="sessionq.turns"):
+    with caplog.at_level(logging.WARNING, logger="sessionq.domain.turns"):
         call = asyncio.ensure_future(stub.SendMessage(a2a_pb2.SendMessageRequest(tenant=TENANT, message=msg),
                                                       metadata=api.md(), timeout=30))
         async with store.pool.connection() as conn:
@@ -160,5 +161,5 @@ async def test_task_store_failure_gives_a_status_without_internal_names(api, sto
     assert got.status == task.status
     for internal in ("session-", "kagent/", "TaskStore", "UpdateTask", "ABORTED", "actor"):
         assert internal not in status
-    detail = [r.getMessage() for r in caplog.records if r.name == "sessionq.turns"]
+    detail = [r.getMessage() for r in caplog.records if r.name == "sessionq.domain.turns"]
     assert any("TaskStoreService/UpdateTask" in line for line in detail), detail

@@ -79,7 +79,7 @@ async def _count(url: str, sql: str, params: Any = ()) -> int:
 def _app(url: str) -> Any:
     from procrastinate import App, PsycopgConnector
 
-    from sessionq.db import conninfo
+    from sessionq.db.connection import conninfo
 
     return App(connector=PsycopgConnector(conninfo=conninfo(url), min_size=1, max_size=4))
 

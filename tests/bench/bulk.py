@@ -27,9 +27,9 @@ SESSION_COLUMNS = (
 
 async def template_session(url: str, request_id: str = "bulk-template", *, sim_workers: int = 256) -> UUID:
     """One READY Session made the normal way (the clones' template)."""
-    from sessionq.operations import OperationExecutor
-    from sessionq.store import Store
-    from sessionq.substrate.simulator import SimulatedSubstrate
+    from sessionq.db.store import Store
+    from sessionq.domain.operations import OperationExecutor
+    from sessionq.runtime.simulator import SimulatedSubstrate
 
     store = await Store.open(url, pool_size=2, listen=False, name="bench-bulk")
     sim = SimulatedSubstrate(url, worker_pool_size=sim_workers)

@@ -155,8 +155,8 @@ class Server:
 
     def build_template(self) -> None:
         """The migrated schema plus the simulator's, once per run."""
-        from sessionq import migrate
-        from sessionq.substrate.simulator import install_schema
+        from sessionq.db import migrate
+        from sessionq.runtime.simulator import install_schema
 
         name = f"sq_bench_tpl_{os.getpid()}"
         self.execute(f'DROP DATABASE IF EXISTS "{name}"')
@@ -202,7 +202,7 @@ def server(database_url: str | None) -> Iterator[Server]:
     if database_url:
         s = Server(database_url, None)
     else:
-        from sessionq import embedded
+        from sessionq.db import embedded
 
         data = Path(tempfile.mkdtemp(prefix="sessionq-bench-pg-"))
         pg = embedded.start(data, cleanup="stop")
@@ -421,9 +421,9 @@ def bench_module_command(module: str, *args: str) -> list[str]:
 
 async def setup_agent(url: str, *, worker_pool_size: int = 256) -> None:
     """Apply the benchmark Agent and prepare its revision in-line (as the tests' apply_agent)."""
-    from sessionq.agents import compile_egress, parse_spec, prepare_revision
-    from sessionq.store import Store
-    from sessionq.substrate.simulator import SimulatedSubstrate
+    from sessionq.db.store import Store
+    from sessionq.domain.agents import compile_egress, parse_spec, prepare_revision
+    from sessionq.runtime.simulator import SimulatedSubstrate
 
     store = await Store.open(url, pool_size=2, listen=False, name="bench-setup")
     sim = SimulatedSubstrate(url, worker_pool_size=worker_pool_size)

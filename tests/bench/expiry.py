@@ -11,7 +11,7 @@ active, so nothing is due. Then, ANALYZEd:
    and, for comparison, of the body with the cutoff computed once as a constant.
 2. K more Sessions idle for longer than the TTL, their Actors created in bulk in the simulator's
    tables (SUSPENDED, with an egress policy, as after a real creation): the time
-   `sessionq.expiry.sweep` takes to expire all of them (admission under the row lock, the
+   `sessionq.domain.expiry.sweep` takes to expire all of them (admission under the row lock, the
    deletion through the operation/claim machinery, the Actor deleted in the simulated runtime at
    zero latency, the row removed), run in this process with the product defaults (pages of 100,
    4 deletions in flight).
@@ -61,10 +61,10 @@ BODY_CONSTANT_CUTOFF = BODY.replace("clock_timestamp() - make_interval(secs => {
 
 
 async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | None = None) -> dict[str, Any]:
-    from sessionq.expiry import sweep
-    from sessionq.operations import OperationExecutor
-    from sessionq.store import Store
-    from sessionq.substrate.simulator import SimulatedSubstrate
+    from sessionq.db.store import Store
+    from sessionq.domain.expiry import sweep
+    from sessionq.domain.operations import OperationExecutor
+    from sessionq.runtime.simulator import SimulatedSubstrate
 
     sizes = {"sessions": 100_000 if quick else 1_000_000, "idle": 1_000 if quick else 10_000, **(sizes or {})}
     n, k = int(sizes["sessions"]), int(sizes["idle"])
@@ -158,7 +158,7 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
                  "outcomes": result.outcomes, "per_s": round(result.expired / elapsed, 1) if elapsed else None,
                  "remaining_idle_rows": remaining, "delete_actor_calls": deleted_actors}
     met_sweep = result.expired == k and elapsed <= 60
-    say(table(f"expiring {k:,} idle Sessions with sessionq.expiry.sweep ({n:,} others in the table; Actors created in "
+    say(table(f"expiring {k:,} idle Sessions with sessionq.domain.expiry.sweep ({n:,} others in the table; Actors created in "
               "bulk in the simulator, so every delete is a real one)",
               ["what", "expired", "seconds", "per s", "failed", "target"],
               [("sweep", result.expired, sweep_res["seconds"], sweep_res["per_s"], result.failed,

@@ -1,5 +1,5 @@
 """The quiescence workers alone, in their own process (``python -m tests.bench.quiesce_proc URL``):
-`sessionq.quiescence.QuiescencePool` exactly as `sessionq worker` builds it (4 workers, LISTEN
+`sessionq.domain.quiescence.QuiescencePool` exactly as `sessionq worker` builds it (4 workers, LISTEN
 sessionq_idle, the simulated runtime), without the procrastinate workers. The wake scenario uses
 it because its turns are admitted through the store (admit_turn defers a dispatch job that a
 procrastinate worker would run against an Actor the benchmark plays itself).
@@ -28,9 +28,9 @@ async def main() -> None:
     a = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
-    from sessionq.quiescence import QuiescencePool
-    from sessionq.store import Store
-    from sessionq.substrate.simulator import SimulatedSubstrate
+    from sessionq.db.store import Store
+    from sessionq.domain.quiescence import QuiescencePool
+    from sessionq.runtime.simulator import SimulatedSubstrate
 
     store = await Store.open(a.url, pool_size=a.pool_size, listen=False)
     sim = SimulatedSubstrate(a.url, worker_pool_size=a.sim_workers)

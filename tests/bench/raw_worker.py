@@ -15,7 +15,7 @@ import os
 def build(url: str) -> object:
     from procrastinate import App, PsycopgConnector
 
-    from sessionq.db import conninfo
+    from sessionq.db.connection import conninfo
 
     app = App(connector=PsycopgConnector(conninfo=conninfo(url), min_size=1, max_size=4))
 

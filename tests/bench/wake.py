@@ -72,7 +72,7 @@ class Turns:
         self.sim = sim
 
     async def create_sessions(self, n: int, prefix: str, concurrency: int = 8) -> list[Any]:
-        from sessionq.operations import OperationExecutor
+        from sessionq.domain.operations import OperationExecutor
 
         executor = OperationExecutor(self.store, self.sim, 120)
         out: list[Any] = []
@@ -264,8 +264,8 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
     sizes = {"rate": 50.0, "seconds": 10.0 if quick else 60.0, "sessions": 60 if quick else 150,
              "raw_seconds": 5.0 if quick else 20.0, "census_seconds": 2.0 if quick else 4.0, **(sizes or {})}
     say("", "== wake: settle commit -> SuspendActor issued in another process ==")
-    from sessionq.store import Store
-    from sessionq.substrate.simulator import SimulatedSubstrate
+    from sessionq.db.store import Store
+    from sessionq.runtime.simulator import SimulatedSubstrate
 
     url = srv.fresh_database("wake")
     await setup_agent(url, worker_pool_size=SIM_WORKERS)

@@ -49,7 +49,7 @@ async def prepared_agent(store: Any, name: str = "my-first-agent", namespace: st
     (conftest's `apply_agent` prepares in-line, which races the `worker` fixture's prepare job
     for the same revision: the loser's create_actor_template gets ALREADY_EXISTS and can mark the
     revision FAILED. The `api` fixture always runs a worker, so these tests wait for it instead.)"""
-    from sessionq.agents import compile_egress, parse_spec
+    from sessionq.domain.agents import compile_egress, parse_spec
 
     spec = parse_spec({"name": name, "namespace": namespace})
     await store.apply_agent(spec.namespace, spec.name, spec.to_json(), spec.spec_hash(), spec.image,

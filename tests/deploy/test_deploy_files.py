@@ -448,7 +448,7 @@ def exported_metrics() -> dict[str, set[str] | None]:
     # metrics may be defined next to the code that records them: import every module (but the
     # generated protobuf code and the alembic scripts, which run on import)
     for mod in pkgutil.walk_packages(sessionq.__path__, "sessionq."):
-        if not mod.name.startswith(("sessionq._pb", "sessionq.migrations")):
+        if not mod.name.startswith(("sessionq._pb", "sessionq.db.migrations")):
             importlib.import_module(mod.name)
     registry = prometheus_client.REGISTRY
     labels_by_name: dict[str, set[str]] = {}

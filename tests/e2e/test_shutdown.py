@@ -40,10 +40,10 @@ from a2a.types import a2a_pb2, a2a_pb2_grpc
 from conftest import apply_agent
 from lifecycle import AGENT, ready_session
 
-from sessionq import embedded, migrate
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, session_pb2, session_pb2_grpc
-from sessionq.store import Store
-from sessionq.substrate.simulator import SimulatedSubstrate, install_schema
+from sessionq.db import embedded, migrate
+from sessionq.db.store import Store
+from sessionq.runtime.simulator import SimulatedSubstrate, install_schema
 
 SHUTDOWN_TIMEOUT = 3.0  # workers.shutdownTimeout of the processes under test
 STOP_MARGIN = 5.0  # what a stop may take beyond it (process.FORCE_AFTER + process.FORCE_BUDGET, plus slack)
@@ -319,7 +319,7 @@ async def test_calls_in_flight_answer_unavailable_within_a_second_of_postgresql_
 async def test_a_busy_pool_keeps_its_normal_timeout(database_url: str) -> None:
     """The database accepts connections: a caller waits for a busy pool as long as it takes (well
     beyond FAIL_FAST), and gets its connection."""
-    from sessionq.db import FAIL_FAST
+    from sessionq.db.connection import FAIL_FAST
 
     store = await Store.open(database_url, pool_size=2, listen=True)
     release = asyncio.Event()
@@ -496,7 +496,7 @@ async def test_a_second_signal_forces_the_stop_of_up(up_home: Path) -> None:
 
 STUCK = '''
 import asyncio, logging, sys, time
-from sessionq import process
+from sessionq.app import process
 
 async def main() -> int:
     shutdown = process.Shutdown(float(sys.argv[1]))
@@ -526,7 +526,7 @@ def test_a_graceful_stop_still_running_after_the_shutdown_timeout_is_forced(tmp_
     """The escalation by time, whatever hangs: the graceful stop (forced after workers.shutdownTimeout
     + FORCE_AFTER), also the forced stop's own unwinding (the process exits FORCE_BUDGET later),
     even an event loop that no longer runs (the same deadline, from a thread)."""
-    from sessionq.process import FORCE_AFTER, FORCE_BUDGET
+    from sessionq.app.process import FORCE_AFTER, FORCE_BUDGET
 
     timeout = 1.0
     script = tmp_path / "stuck.py"

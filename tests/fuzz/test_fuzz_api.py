@@ -54,7 +54,6 @@ from google.rpc import error_details_pb2, status_pb2
 from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
-from sessionq import workload
 from sessionq._pb.kagent.api.v1alpha1 import (
     agent_pb2,
     agent_pb2_grpc,
@@ -69,6 +68,7 @@ from sessionq._pb.kagent.api.v1alpha1 import (
     taskstore_pb2_grpc,
 )
 from sessionq.api.common import encode_token
+from sessionq.domain import workload
 
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
 

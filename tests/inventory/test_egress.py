@@ -10,11 +10,11 @@ from lifecycle import AGENT, count
 from psycopg.types.json import Jsonb
 
 from sessionq._pb.kagent.api.v1alpha1 import agent_pb2, agent_pb2_grpc, common_pb2
-from sessionq.agents import compile_egress, parse_spec
 from sessionq.api.server import ApiServer
+from sessionq.domain.agents import compile_egress, parse_spec
+from sessionq.domain.operations import OperationExecutor
 from sessionq.errors import SessionqError
-from sessionq.operations import OperationExecutor
-from sessionq.substrate.base import ActorState, Code, EgressRule, SubstrateError
+from sessionq.runtime.base import ActorState, Code, EgressRule, SubstrateError
 
 EGRESS = [
     {"url": "https://api.openai.com/v1", "credentialHeaders": {"Authorization": "Bearer sk-model"}},

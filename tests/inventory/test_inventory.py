@@ -1,4 +1,4 @@
-"""The inventory engine (sessionq.inventory) over the simulated runtime: INV-1..INV-7."""
+"""The inventory engine (sessionq.domain.inventory) over the simulated runtime: INV-1..INV-7."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from sessionq.errors import SessionqError
-from sessionq.inventory import (
+from sessionq.domain.inventory import (
     LATER_BATCH,
     MAX_PAGES,
     MAX_ROWS,
@@ -23,8 +22,9 @@ from sessionq.inventory import (
     parse_runtime_token,
     runtime_token,
 )
-from sessionq.substrate.base import Actor, Code, Page, Worker
-from sessionq.substrate.simulator import decode_actor_token
+from sessionq.errors import SessionqError
+from sessionq.runtime.base import Actor, Code, Page, Worker
+from sessionq.runtime.simulator import decode_actor_token
 
 SECRET = b"inventory-test-secret-0123456789"
 
@@ -487,7 +487,7 @@ async def test_runtime_error_details_stay_in_the_log(sim, database_url, caplog):
     await seed(database_url, {"a": 50})
     inv = engine(sim)
     fault = await sim.inject("list_actors", "fail_before", code=Code.INTERNAL)
-    with caplog.at_level(logging.WARNING, logger="sessionq.inventory"):
+    with caplog.at_level(logging.WARNING, logger="sessionq.domain.inventory"):
         with pytest.raises(SessionqError) as e:
             await inv.list_actors(authorize=Authz(), limit=5)
     assert e.value.sqlstate == "SQ503" and e.value.code.name == "UNAVAILABLE"
@@ -523,7 +523,7 @@ async def test_stuck_token_fails_the_scan(sim, database_url, caplog):
     inv = engine(sim)
     # 1st call: an empty page with a token; 2nd call: the same token again, no rows
     await sim.inject("list_actors", "stuck_token", times=2)
-    with caplog.at_level(logging.ERROR, logger="sessionq.inventory"):
+    with caplog.at_level(logging.ERROR, logger="sessionq.domain.inventory"):
         with pytest.raises(SessionqError) as e:
             await inv.list_actors(authorize=Authz(), limit=5)
     assert e.value.sqlstate == "SQ503"

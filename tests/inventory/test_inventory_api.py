@@ -19,7 +19,7 @@ from sessionq._pb.kagent.api.v1alpha1 import (
     session_pb2_grpc,
 )
 from sessionq.api.server import SERVICE_NAMES
-from sessionq.substrate.base import Code
+from sessionq.runtime.base import Code
 
 AGENT = common_pb2.ResourceReference(namespace="kagent", name="my-first-agent")
 

@@ -1,6 +1,6 @@
 """A worker process for the drain tests: `python drain_worker.py URL NAME [TIMEOUT]`.
 
-Runs the test app's worker through sessionq.drain.run_drainable_worker, as sessionq's worker
+Runs the test app's worker through sessionq.jobs.drain.run_drainable_worker, as sessionq's worker
 process does, with SIGTERM/SIGINT setting the stop event. Exits 0 after a drain or a signal."""
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ import signal
 import sys
 
 import optest_app
-
-from sessionq.drain import run_drainable_worker
+from sessionq.jobs.drain import run_drainable_worker
 
 
 async def main(url: str, name: str, timeout: float) -> int:

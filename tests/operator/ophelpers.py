@@ -19,9 +19,9 @@ from click.testing import CliRunner, Result
 from psycopg.rows import dict_row
 from sessionq.cli.main import main
 from sessionq.cli.operator import COMMANDS
+from sessionq.jobs.drain import run_drainable_worker
 
-from sessionq.drain import run_drainable_worker
-from sessionq.operator_store import OperatorStore
+from sessionq.db.operator_store import OperatorStore
 
 T = TypeVar("T")
 

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 from procrastinate import App, JobContext, PsycopgConnector, RetryStrategy
 
-from sessionq.db import conninfo
+from sessionq.db.connection import conninfo
 
 QUEUE = "optest"
 SETUP_SQL = """

@@ -30,7 +30,7 @@ from ophelpers import (  # noqa: F401 (fixtures)
     q,
 )
 
-from sessionq.operator_store import OperatorStore
+from sessionq.db.operator_store import OperatorStore
 
 HERE = Path(__file__).parent
 
@@ -161,12 +161,12 @@ async def test_drain_of_a_worker_in_another_process(database_url, db, cli, tmp_p
 
 
 def _worker_py_wired() -> bool:
-    from sessionq import worker
+    from sessionq.app import worker
 
     return "run_drainable_worker" in inspect.getsource(worker)
 
 
-@pytest.mark.skipif(not _worker_py_wired(), reason="sessionq.worker does not run workers through sessionq.drain yet")
+@pytest.mark.skipif(not _worker_py_wired(), reason="sessionq.app.worker does not run workers through sessionq.jobs.drain yet")
 async def test_sessionq_worker_process_drains_on_request_and_on_sigterm(database_url, cli, tmp_path):
     env = {**os.environ, "SESSIONQ_DATABASE__URL": database_url, "SESSIONQ_WORKERS__POLL_INTERVAL": "0.2s",
            "SESSIONQ_LOGGING__FORMAT": "text", "SESSIONQ_RUNTIME__SIMULATOR__WORKERS": "4",

@@ -25,8 +25,7 @@ from ophelpers import (  # noqa: F401 (fixtures)
     ops_fixture,
     q,
 )
-
-from sessionq import reaper
+from sessionq.jobs import reaper
 
 
 async def actions(db: Any, job_id: int) -> list[dict[str, Any]]:
@@ -160,12 +159,12 @@ async def test_the_periodic_reaper_is_registered_every_15_seconds_and_runs_in_a_
 
     from sessionq.jobs.deps import Deps
 
-    from sessionq.operations import OperationExecutor
+    from sessionq.domain.operations import OperationExecutor
 
     dead = await dead_worker(db, 300)
     stalled = (await q(db, "SELECT sessionq.queue_operation(%s) AS id", uuid.uuid4()))[0]["id"]
     await make_doing(db, stalled, dead)
-    deps = Deps(settings, store, sim, OperationExecutor(store, sim, settings.claim_lifetime), database_url)
+    deps = Deps(settings, store, sim, OperationExecutor(store, sim, settings.sessions.claim_lifetime), database_url)
     async with drainable_worker(database_url, "w-reaper", app=app, queues=None,
                                 additional_context={"deps": deps}):
         await app.configure_task("reap").defer_async(timestamp=0)  # the tick, without waiting for one

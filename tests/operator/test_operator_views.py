@@ -12,11 +12,11 @@ from typing import Any
 from lifecycle import ready_session, turn_by_store
 from ophelpers import cli_fixture, db_fixture, dead_worker, defer, live_worker, make_doing, make_failed, ops_fixture, q  # noqa: F401 (fixtures)
 
-from sessionq.operator_store import VIEWS
+from sessionq.db.operator_store import VIEWS
 
 
 async def test_every_view_shows_the_state_of_the_system(db, ops, store, sim):
-    from sessionq.quiescence import QuiescencePool, claim_and_quiesce
+    from sessionq.domain.quiescence import QuiescencePool, claim_and_quiesce
 
     ready = await ready_session(store, sim, "req-ready")
     turn = await turn_by_store(store, sim, ready)

@@ -1,7 +1,7 @@
 """The soak cluster: one PostgreSQL, the migrated schema, 2 `sessionq serve` and 2 `sessionq worker`
 processes on 127.0.0.1, and the means to break them (kill -9, PostgreSQL restart).
 
-PostgreSQL is the embedded server (`sessionq.embedded`) in a temporary directory unless a URL is
+PostgreSQL is the embedded server (`sessionq.db.embedded`) in a temporary directory unless a URL is
 given; then the harness creates a fresh database on that server (and drops it at the end) so the
 invariants look at this run only. Only the embedded server can be restarted (pg_ctl stop, pause,
 pg_ctl start on the same data directory and socket); on an external server the "restart" is
@@ -132,7 +132,7 @@ class Database:
             except psycopg.Error:
                 self.url = self.external_url  # no CREATEDB right: use the given database as is
             return
-        from sessionq import embedded
+        from sessionq.db import embedded
 
         self._embedded = embedded.start(self.work / "pg", cleanup="stop")
         self.url = self._embedded.url

@@ -20,7 +20,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from sessionq.substrate.base import Code
+from sessionq.runtime.base import Code
 
 from .cluster import CLAIM_LIFETIME
 

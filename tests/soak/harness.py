@@ -17,7 +17,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sessionq._pb.kagent.api.v1alpha1 import agent_pb2, checkpoint_pb2, session_pb2
-from sessionq.substrate.simulator import SimulatedSubstrate
+from sessionq.runtime.simulator import SimulatedSubstrate
 
 from . import checks
 from .client import AGENT, Client, Gateway, Shared

@@ -20,7 +20,7 @@ import psycopg
 from conftest import apply_agent
 from lifecycle import AGENT, ready_checkpoint
 
-from sessionq.store import Store
+from sessionq.db.store import Store
 
 EARLIER_SESSIONS = 300
 

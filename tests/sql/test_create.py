@@ -4,9 +4,9 @@ import pytest
 from conftest import apply_agent
 from lifecycle import AGENT, count, ready_session
 
-from sessionq.agents import compile_egress, parse_spec, prepare_revision
+from sessionq.domain.agents import compile_egress, parse_spec, prepare_revision
+from sessionq.domain.operations import OperationExecutor
 from sessionq.errors import SessionqError
-from sessionq.operations import OperationExecutor
 
 
 async def apply_spec(store, sim, template: str, prepare: bool = True):

@@ -3,8 +3,8 @@
 import pytest
 from lifecycle import AGENT, count, raw_session, ready_session
 
+from sessionq.domain.operations import OperationExecutor
 from sessionq.errors import SessionqError
-from sessionq.operations import OperationExecutor
 
 
 @pytest.mark.clause("DEL-1")

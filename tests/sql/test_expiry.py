@@ -9,10 +9,10 @@ import pytest
 from lifecycle import count, raw_session, ready_session, task_json, turn_by_store
 
 from sessionq import config, metrics
+from sessionq.db.store import Store
+from sessionq.domain.expiry import sweep
+from sessionq.domain.operations import OperationExecutor
 from sessionq.errors import SessionqError
-from sessionq.expiry import sweep
-from sessionq.operations import OperationExecutor
-from sessionq.store import Store
 
 TTL = 3600.0
 
@@ -28,7 +28,7 @@ async def age(store, session_id, seconds):
 
 
 async def quiesce(store, sim):
-    from sessionq.quiescence import QuiescencePool, claim_and_quiesce
+    from sessionq.domain.quiescence import QuiescencePool, claim_and_quiesce
 
     pool = QuiescencePool(store, sim, "", listen=False)
     while await claim_and_quiesce(pool):
@@ -256,7 +256,7 @@ async def test_completed_expiry_removes_session_but_keeps_history_and_checkpoint
     await quiesce(store, sim)
     await store.create_share(s.id, "alice", "READ_ONLY", 3600, "share-hash")
     cp = await store.admit_checkpoint(s.id, "alice", "cp-1", tid)
-    from sessionq.checkpoints import run_checkpoint
+    from sessionq.domain.checkpoints import run_checkpoint
 
     assert (await run_checkpoint(store, sim, cp.id, 30)).status == "ready"
     await age(store, s.id, 10 * TTL)

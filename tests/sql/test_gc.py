@@ -12,10 +12,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from sessionq import metrics
-from sessionq.agents import compile_egress, parse_spec, prepare_revision
-from sessionq.gc import collect_revisions
+from sessionq.domain.agents import compile_egress, parse_spec, prepare_revision
+from sessionq.domain.gc import collect_revisions
+from sessionq.domain.operations import OperationExecutor
 from sessionq.metrics import RevisionGcMetrics
-from sessionq.operations import OperationExecutor
 
 
 async def new_revision(store, sim, template):
@@ -110,7 +110,7 @@ async def test_pending_gauge_semantics(store, sim, database_url):
             await conn.execute("ALTER FUNCTION sessionq.gc_discover_away() RENAME TO gc_discover")
     assert scrape(m)["kagent_runtime_revision_gc_pending"].samples[0].value == 1
     # a standby replica (another holds the leadership) exports no gauge
-    from sessionq.leader import leadership
+    from sessionq.db.leader import leadership
 
     standby = RevisionGcMetrics()
     standby.pending, standby.active = 5, True
@@ -132,7 +132,7 @@ async def test_duration_histogram_labels(store, sim, database_url):
     await new_revision(store, sim, "image:2")
     await new_revision(store, sim, "image:3")
     m = RevisionGcMetrics()
-    await sim.inject("delete_actor_template", "fail_before", code=__import__("sessionq.substrate.base", fromlist=["Code"]).Code.UNAVAILABLE)
+    await sim.inject("delete_actor_template", "fail_before", code=__import__("sessionq.runtime.base", fromlist=["Code"]).Code.UNAVAILABLE)
     await collect_revisions(store, sim, database_url, "w", metrics=m)  # discovery ok, collection fails
     await sim.inject("delete_actor_template", "delay", delay=5.0)
     await collect_revisions(store, sim, database_url, "w", metrics=m, deadline=0.3)  # a deadline is a failure

@@ -14,7 +14,7 @@ import psycopg
 from conftest import apply_agent
 from lifecycle import AGENT
 
-from sessionq.store import Store
+from sessionq.db.store import Store
 
 
 async def hot_and_all_updates(conn: psycopg.AsyncConnection[Any]) -> tuple[int, int]:

@@ -1,4 +1,4 @@
-"""How a worker ends a job attempt (jobs/manager.py, WorkerJobManager).
+"""How a worker ends a job attempt (jobs/bridge.py, WorkerJobManager).
 
 A completion ends the execute_operation job that ran it, in the completing transaction
 (sessionq.finish_operation_job), and the worker then skips procrastinate's own finish call. Ending
@@ -18,11 +18,11 @@ from procrastinate.exceptions import ConnectorException
 from procrastinate.jobs import Job, Status
 from procrastinate.manager import JobManager
 from sessionq.jobs.app import build_app
-from sessionq.jobs.manager import WorkerJobManager
+from sessionq.jobs.bridge import WorkerJobManager
 
+from sessionq.db.store import Store
+from sessionq.domain.operations import OperationExecutor
 from sessionq.errors import SessionqError
-from sessionq.operations import OperationExecutor
-from sessionq.store import Store
 
 
 async def running_job(app: App, worker_id: int, session_id: UUID) -> Job:

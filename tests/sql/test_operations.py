@@ -10,10 +10,10 @@ from conftest import apply_agent
 from lifecycle import AGENT, count, raw_session, ready_checkpoint, ready_session
 
 from sessionq import config
+from sessionq.db.store import Store
+from sessionq.domain.operations import OperationExecutor
 from sessionq.errors import SessionqError
-from sessionq.operations import OperationExecutor
-from sessionq.store import Store
-from sessionq.substrate.base import Code, SubstrateError
+from sessionq.runtime.base import Code, SubstrateError
 
 
 async def admitted_create(store, sim, request_id="r"):

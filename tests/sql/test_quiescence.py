@@ -9,11 +9,11 @@ import psycopg
 import pytest
 from lifecycle import raw_session, ready_session, turn_by_store
 
+from sessionq.db.store import Store
+from sessionq.domain.operations import OperationExecutor
+from sessionq.domain.quiescence import QuiescencePool, claim_and_quiesce, pick_snapshot
 from sessionq.errors import SessionqError
-from sessionq.operations import OperationExecutor
-from sessionq.quiescence import QuiescencePool, claim_and_quiesce, pick_snapshot
-from sessionq.store import Store
-from sessionq.substrate.base import SnapshotFidelity
+from sessionq.runtime.base import SnapshotFidelity
 
 
 @contextlib.asynccontextmanager

@@ -6,8 +6,8 @@ import uuid
 import pytest
 from lifecycle import count, raw_session, ready_session, task_json, turn_by_store
 
+from sessionq.domain.operations import OperationExecutor
 from sessionq.errors import SessionqError
-from sessionq.operations import OperationExecutor
 
 MSG = {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "What is 2+2?"}]}
 

@@ -1,7 +1,7 @@
 """How a mutation's caller waits for its generation: NOTIFY payloads and the keyed listener.
 
-The Session row's NOTIFY carries "<id> <state> <operation> <operation_id>", and when no operation
-is pending the row itself as JSON. A waiter reads the row only when its generation may have
+The Session row's NOTIFY carries its id, state, operation and generation (sessionq.db.notify), and
+when no operation is pending the row itself. A waiter reads the row only when its generation may have
 finished and the notification did not say how; a waiter that subscribes just after its own
 admission still learns of a completion whose notification arrived in between.
 """
@@ -16,10 +16,12 @@ import pytest
 from conftest import apply_agent
 from lifecycle import AGENT
 
-from sessionq.db import Listener
+from sessionq.db import notify
+from sessionq.db.connection import Listener
+from sessionq.db.notify import Channel
+from sessionq.db.store import Store
+from sessionq.domain.operations import OperationExecutor
 from sessionq.models import Observation
-from sessionq.operations import OperationExecutor
-from sessionq.store import SESSION_CHANNEL, Store
 
 
 class CountingStore(Store):
@@ -53,8 +55,8 @@ async def settled_payload(listener: Listener, key: str, timeout: float = 5.0) ->
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while loop.time() < deadline:
-        payload = listener.recent(SESSION_CHANNEL, key)
-        if payload is not None and payload.split(" ")[2] == "NONE":
+        payload = listener.recent(Channel.SESSION, key)
+        if payload is not None and notify.session_change(payload).operation == "NONE":
             return payload
         await asyncio.sleep(0.01)
     raise AssertionError(f"no settled notification for {key}")
@@ -67,7 +69,9 @@ async def test_payload_names_state_operation_and_generation(counting: CountingSt
     key = str(adm.session.id)
     await OperationExecutor(counting, sim, 120).run(adm.session.id)
     payload = await settled_payload(counting.listener, key)
-    head, row = payload.split(" ", 4)[:4], json.loads(payload.split(" ", 4)[4])
+    change = notify.session_change(payload)
+    head, row = [change.session, change.state, change.operation, change.generation], change.row
+    assert row is not None
     assert head == [key, "READY", "NONE", str(adm.generation)]
     assert row["id"] == key and row["state"] == "READY" and row["operation_id"] == str(adm.generation)
     assert row["actor_uid"] and row["executor_id"] is None
@@ -80,11 +84,12 @@ async def test_pending_payload_carries_no_row(counting: CountingStore, sim: Any)
     sus = await counting.admit_operation(s.id, "alice", None, "SUSPEND")
     # the admission notifies (operation and generation changed) while the operation is pending
     for _ in range(500):
-        payload = counting.listener.recent(SESSION_CHANNEL, key)
-        if payload is not None and payload.split(" ")[2] == "SUSPEND":
+        payload = counting.listener.recent(Channel.SESSION, key)
+        if payload is not None and notify.session_change(payload).operation == "SUSPEND":
             break
         await asyncio.sleep(0.01)
-    assert payload == f"{key} READY SUSPEND {sus.generation}"
+    assert payload is not None
+    assert notify.session_change(payload) == notify.SessionChange(key, False, "READY", "SUSPEND", str(sus.generation))
 
 
 async def test_completion_between_admission_and_wait_is_seen_without_polling(counting: CountingStore, sim: Any) -> None:
@@ -159,16 +164,22 @@ async def test_keyed_listener_calls_back_per_key_and_remembers(database_url: str
     try:
         async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
             for payload in ("a 1", "b 1", "a 2", "c 1", "d 1"):
-                await conn.execute("SELECT pg_notify('sq_test_keyed', %s)", (payload,))
+                key, n = payload.split()
+                await conn.execute("SELECT sessionq.notify('sq_test_keyed', jsonb_build_object('key', %s::text, 'n', %s::int))",
+                                   (key, int(n)))
         for _ in range(500):
             if listener.recent("sq_test_keyed", "d") is not None:
                 break
             await asyncio.sleep(0.01)
-        assert got == ["a 1", "a 2"]
+        def short(payload: str | None) -> str | None:  # '{"key": "a", "n": 1}' -> "a 1"
+            data = json.loads(payload) if payload is not None else None
+            return f"{data['key']} {data['n']}" if data is not None else None
+
+        assert [short(p) for p in got] == ["a 1", "a 2"]
         # only the two most recent keys are remembered
         assert listener.recent("sq_test_keyed", "a") is None
-        assert listener.recent("sq_test_keyed", "c") == "c 1"
-        assert listener.recent("sq_test_keyed", "d") == "d 1"
+        assert short(listener.recent("sq_test_keyed", "c")) == "c 1"
+        assert short(listener.recent("sq_test_keyed", "d")) == "d 1"
     finally:
         unsubscribe()
         await listener.stop()

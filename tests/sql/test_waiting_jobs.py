@@ -22,8 +22,8 @@ from lifecycle import ready_checkpoint, ready_session, turn_by_store
 from procrastinate import App
 from sessionq.jobs.app import build_app
 
-from sessionq.quiescence import QuiescencePool, claim_and_quiesce
-from sessionq.store import Store
+from sessionq.db.store import Store
+from sessionq.domain.quiescence import QuiescencePool, claim_and_quiesce
 
 LATER = dt.timedelta(seconds=100)
 

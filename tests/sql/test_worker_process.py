@@ -11,8 +11,8 @@ import uuid
 import pytest
 from lifecycle import raw_session, ready_session, turn_by_store
 
+from sessionq.domain.quiescence import QuiescencePool, claim_and_quiesce
 from sessionq.errors import SessionqError
-from sessionq.quiescence import QuiescencePool, claim_and_quiesce
 
 
 def start_worker(database_url: str) -> subprocess.Popen:

@@ -1,4 +1,4 @@
-"""The simulated agent (sessionq.substrate.agent): pure logic, no database."""
+"""The simulated agent (sessionq.runtime.simulator.agent): pure logic, no database."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sessionq.substrate.agent import (
+from sessionq.runtime.simulator.agent import (
     AUTH_REQUIRED,
     COMPLETED,
     FAILED,

@@ -17,10 +17,9 @@ from google.protobuf import json_format
 from google.protobuf.message import Message as ProtoMessage
 
 from sessionq._pb.kagent.api.v1alpha1 import taskstore_pb2, taskstore_pb2_grpc
-from sessionq.substrate import ActorState, Code, SimulatedSubstrate, SubstrateError
-from sessionq.substrate.base import InvokeRequest
-from sessionq.substrate.simulator import WORKLOAD_TOKEN_ENV
-from sessionq.substrate.taskstore_client import TaskStoreClient, TaskStoreError
+from sessionq.runtime.base import ActorState, Code, InvokeRequest, SubstrateError
+from sessionq.runtime.simulator import WORKLOAD_TOKEN_ENV, SimulatedSubstrate
+from sessionq.runtime.simulator.taskstore_client import TaskStoreClient, TaskStoreError
 
 NS = "kagent"
 TEMPLATE = f"{NS}/rev-1"

@@ -1,4 +1,4 @@
-"""The runtime simulator (sessionq.substrate.simulator) against a real PostgreSQL database."""
+"""The runtime simulator (sessionq.runtime.simulator) against a real PostgreSQL database."""
 
 from __future__ import annotations
 
@@ -12,23 +12,26 @@ from collections.abc import AsyncIterator
 import psycopg
 import pytest
 
-from sessionq.store import Store
-from sessionq.substrate import (
+from sessionq.db.store import Store
+from sessionq.runtime.base import (
     Actor,
     ActorState,
     Code,
     EgressPolicy,
     EgressRule,
-    SimulatedSubstrate,
     SnapshotFidelity,
     SnapshotStatus,
     Substrate,
     SubstrateError,
+)
+from sessionq.runtime.simulator import (
+    PROTOCOL_METHODS,
+    SimulatedSubstrate,
     decode_actor_token,
     encode_actor_token,
     install_schema,
+    worker_identity,
 )
-from sessionq.substrate.simulator import PROTOCOL_METHODS, worker_identity
 
 NS = "team-a"
 TEMPLATE = f"{NS}/rev-1"

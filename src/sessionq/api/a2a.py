@@ -18,14 +18,14 @@ from a2a.types import a2a_pb2, a2a_pb2_grpc
 from google.protobuf import json_format
 
 from sessionq import errors
-from sessionq.agents import check_name, check_namespace
 from sessionq.api.common import Authenticator, Identity, has_control, rpc, wait_budget
 from sessionq.api.sessions import await_generation
 from sessionq.api.taskstore import task_from_json
 from sessionq.config import MIB
+from sessionq.db.store import Store
+from sessionq.domain.agents import check_name, check_namespace
 from sessionq.errors import SessionqError
 from sessionq.models import Session
-from sessionq.store import Store
 
 TASK_NOT_FOUND = "TaskNotFound: no such task or context"
 

@@ -18,8 +18,8 @@ from google.protobuf import json_format
 
 from sessionq import errors
 from sessionq.api.common import Authenticator, credential_headers
+from sessionq.db.store import Store
 from sessionq.errors import SessionqError
-from sessionq.store import Store
 
 log = logging.getLogger("sessionq.api")
 

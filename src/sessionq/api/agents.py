@@ -9,7 +9,9 @@ import grpc
 
 from sessionq import errors
 from sessionq._pb.kagent.api.v1alpha1 import agent_pb2, agent_pb2_grpc, common_pb2
-from sessionq.agents import (
+from sessionq.api.common import Authenticator, decode_token, encode_token, page_limit, rpc, ts
+from sessionq.db.store import Store
+from sessionq.domain.agents import (
     AgentSpec,
     EgressDestination,
     apply_spec,
@@ -18,9 +20,7 @@ from sessionq.agents import (
     parse_spec,
     redact_spec,
 )
-from sessionq.api.common import Authenticator, decode_token, encode_token, page_limit, rpc, ts
 from sessionq.models import Agent, Revision
-from sessionq.store import Store
 
 
 def spec_from_proto(msg: agent_pb2.AgentSpec) -> AgentSpec:

@@ -25,8 +25,8 @@ from sessionq.api.common import (
     wait_budget,
 )
 from sessionq.api.sessions import await_generation, session_to_proto
-from sessionq.models import Checkpoint
-from sessionq.store import Store
+from sessionq.db.store import Store
+from sessionq.models import Checkpoint, CheckpointState
 
 
 def checkpoint_to_proto(c: Checkpoint) -> checkpoint_pb2.Checkpoint:
@@ -59,9 +59,10 @@ class CheckpointService(checkpoint_pb2_grpc.CheckpointServiceServicer):
         if not request.expected_head_task_id:
             raise errors.invalid("expected_head_task_id is required")
         c = await self.store.admit_checkpoint(sid, who.user, request.request_id, request.expected_head_task_id)
-        if c.state == "CREATING":
-            c = await self.store.wait_for_checkpoint(c.id, {"READY", "FAILED", "DELETING"}, wait_budget(context)) or c
-            if c.state == "CREATING":
+        if c.state == CheckpointState.CREATING:
+            settled = {CheckpointState.READY, CheckpointState.FAILED, CheckpointState.DELETING}
+            c = await self.store.wait_for_checkpoint(c.id, settled, wait_budget(context)) or c
+            if c.state == CheckpointState.CREATING:
                 raise errors.unavailable(f"checkpoint {c.id} is still being created; retry the same request")
         return checkpoint_pb2.CreateCheckpointResponse(checkpoint=checkpoint_to_proto(c))
 

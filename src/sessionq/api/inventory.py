@@ -15,18 +15,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
-from contextlib import AbstractAsyncContextManager
-from typing import Any
+from collections.abc import AsyncIterator, Iterable, Sequence
 
 import grpc
 
 from sessionq import errors
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, inventory_pb2, inventory_pb2_grpc
-from sessionq.agents import check_namespace
 from sessionq.api.common import Authenticator, Identity, page_limit, rpc, ts
 from sessionq.config import Settings
-from sessionq.inventory import (
+from sessionq.db.store import Store
+from sessionq.domain.agents import check_namespace
+from sessionq.domain.inventory import (
     MAX_PAGES,
     MAX_ROWS,
     TIMEOUT,
@@ -36,13 +35,11 @@ from sessionq.inventory import (
     Inventory,
     WorkerAuthorizer,
 )
-from sessionq.store import Store
-from sessionq.substrate.base import Actor, Substrate, Worker
+from sessionq.runtime.base import Actor, RuntimeReader, Worker
 
 log = logging.getLogger("sessionq.api")
 
 DEADLINE_MARGIN = 0.1  # seconds
-RuntimeFactory = Callable[[], AbstractAsyncContextManager[Substrate]]
 
 
 async def visible_actors(
@@ -104,14 +101,9 @@ def _time_left(context: grpc.aio.ServicerContext) -> float | None:
     return None if remaining is None else max(0.0, remaining - DEADLINE_MARGIN)
 
 
-def _string_list(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [v.strip() for v in value.split(",") if v.strip()]
-    return [str(v) for v in value or []]
-
-
 class InventoryService(inventory_pb2_grpc.InventoryServiceServicer):
-    """`runtime`: the process's runtime; without one, each request opens `runtime_factory()`."""
+    """`runtime`: the process's runtime, read through its read-only port; without one (an API
+    server started without a runtime) the inventory answers UNAVAILABLE."""
 
     def __init__(
         self,
@@ -121,73 +113,48 @@ class InventoryService(inventory_pb2_grpc.InventoryServiceServicer):
         admins: Iterable[str] = (),
         watched_atespaces: Iterable[str] = (),
         cursor_secret: bytes | None = None,
-        runtime: Substrate | None = None,
-        runtime_factory: RuntimeFactory | None = None,
+        runtime: RuntimeReader | None = None,
         max_rows: int = MAX_ROWS,
         max_pages: int = MAX_PAGES,
         timeout: float = TIMEOUT,
     ) -> None:
-        if runtime is None and runtime_factory is None:
-            raise ValueError("InventoryService needs a runtime or a runtime factory")
         self.store = store
         self.auth = auth
         self.admins = frozenset(admins)
         self.watched = tuple(watched_atespaces)
         self.cursor_secret = cursor_secret or os.urandom(32)
         self.runtime = runtime
-        self.runtime_factory = runtime_factory
         self.max_rows = max_rows
         self.max_pages = max_pages
         self.timeout = timeout
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, store: Store, auth: Authenticator, runtime: Substrate | None = None
+        cls, settings: Settings, store: Store, auth: Authenticator, runtime: RuntimeReader | None = None
     ) -> InventoryService:
-        factory: RuntimeFactory | None = None
-        if runtime is None:
-            from sessionq.worker import open_runtime
-
-            url = str(store.pool.conninfo)
-
-            def factory() -> AbstractAsyncContextManager[Substrate]:
-                return open_runtime(settings, url)
-
-        secret = str(settings.values.get("inventory.cursorSecret") or "")
+        secret = settings.inventory.cursor_secret
         return cls(
             store,
             auth,
-            admins=settings["auth.admins"],
-            watched_atespaces=_string_list(settings.values.get("inventory.watchedAtespaces")),
+            admins=settings.auth.admins,
+            watched_atespaces=settings.inventory.watched_atespaces,
             cursor_secret=secret.encode("utf-8") if secret else None,
             runtime=runtime,
-            runtime_factory=factory,
         )
 
     @contextlib.asynccontextmanager
     async def _inventory(self) -> AsyncIterator[Inventory]:
-        def engine(runtime: Substrate) -> Inventory:
-            return Inventory(
-                runtime,
-                cursor_secret=self.cursor_secret,
-                watched_atespaces=self.watched,
-                max_rows=self.max_rows,
-                max_pages=self.max_pages,
-                timeout=self.timeout,
-            )
-
-        if self.runtime is not None:
-            yield engine(self.runtime)
-            return
-        assert self.runtime_factory is not None
-        stack = contextlib.AsyncExitStack()
-        try:
-            runtime = await stack.enter_async_context(self.runtime_factory())
-        except Exception as e:
-            log.warning("inventory: cannot reach the runtime: %s", e)
-            raise errors.unavailable(UNAVAILABLE_MESSAGE) from None
-        async with stack:
-            yield engine(runtime)
+        if self.runtime is None:
+            log.warning("inventory: this API server was started without a runtime")
+            raise errors.unavailable(UNAVAILABLE_MESSAGE)
+        yield Inventory(
+            self.runtime,
+            cursor_secret=self.cursor_secret,
+            watched_atespaces=self.watched,
+            max_rows=self.max_rows,
+            max_pages=self.max_pages,
+            timeout=self.timeout,
+        )
 
     def _request(self, atespace: str, page: common_pb2.PageRequest) -> tuple[str, int]:
         scope = check_namespace(atespace, "atespace") if atespace else ""

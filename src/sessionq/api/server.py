@@ -28,8 +28,8 @@ from sessionq.api.inventory import InventoryService
 from sessionq.api.sessions import SessionService
 from sessionq.api.taskstore import TaskStoreService
 from sessionq.config import Settings, grpc_message_limit
-from sessionq.store import Store
-from sessionq.substrate.base import Substrate
+from sessionq.db.store import Store
+from sessionq.runtime.base import RuntimeReader
 
 SERVICE_NAMES = [
     session_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name,
@@ -43,25 +43,25 @@ SERVICE_NAMES = [
 
 class ApiServer:
     def __init__(
-        self, settings: Settings, store: Store, *, address: str | None = None, runtime: Substrate | None = None
+        self, settings: Settings, store: Store, *, address: str | None = None, runtime: RuntimeReader | None = None
     ) -> None:
         self.settings = settings
         self.store = store
         # one limit on what a user sends (a2a.maxMessageBytes, checked by SendMessage); the server
         # receives what a task store update of an admitted message carries (answers stay unlimited,
         # as grpcio's default: a read never fails on the server's side for its size)
-        limit = grpc_message_limit(int(settings["a2a.maxMessageBytes"]))
+        limit = grpc_message_limit(settings.a2a.max_message_bytes)
         self.server = grpc.aio.server(
             interceptors=[InputGuard()],
             options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", limit)],
         )
-        auth = Authenticator(settings["auth.tokens"], settings["auth.anonymousUser"], settings["auth.namespaces"])
+        auth = Authenticator(settings.auth.tokens, settings.auth.anonymous_user, settings.auth.namespaces)
         self.auth = auth
         session_pb2_grpc.add_SessionServiceServicer_to_server(
-            SessionService(store, auth, settings["auth.admins"]), self.server
+            SessionService(store, auth, settings.auth.admins), self.server
         )
         agent_pb2_grpc.add_AgentServiceServicer_to_server(
-            AgentService(store, auth, settings["global.clusterDomain"], settings["auth.admins"]), self.server
+            AgentService(store, auth, settings.global_.cluster_domain, settings.auth.admins), self.server
         )
         inventory_pb2_grpc.add_InventoryServiceServicer_to_server(
             InventoryService.from_settings(settings, store, auth, runtime), self.server
@@ -69,9 +69,7 @@ class ApiServer:
         taskstore_pb2_grpc.add_TaskStoreServiceServicer_to_server(TaskStoreService(store), self.server)
         checkpoint_pb2_grpc.add_CheckpointServiceServicer_to_server(CheckpointService(store, auth), self.server)
         a2a_pb2_grpc.add_A2AServiceServicer_to_server(
-            A2AService(
-                store, auth, float(settings["sessions.dispatchTimeout"]), int(settings["a2a.maxMessageBytes"])
-            ),
+            A2AService(store, auth, settings.sessions.dispatch_timeout, settings.a2a.max_message_bytes),
             self.server,
         )
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
@@ -80,9 +78,9 @@ class ApiServer:
             [*SERVICE_NAMES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
             self.server,
         )
-        self.port = self.server.add_insecure_port(address or settings["server.address"])
+        self.port = self.server.add_insecure_port(address or settings.server.address)
         if self.port == 0:
-            raise OSError(f"cannot listen on {address or settings['server.address']}")
+            raise OSError(f"cannot listen on {address or settings.server.address}")
 
     async def start(self) -> None:
         await self.server.start()

@@ -15,7 +15,6 @@ import grpc
 
 from sessionq import errors
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, session_pb2, session_pb2_grpc
-from sessionq.agents import check_name, check_namespace
 from sessionq.api.common import (
     Authenticator,
     after_id,
@@ -29,15 +28,26 @@ from sessionq.api.common import (
     ts,
     wait_budget,
 )
+from sessionq.db.store import Store
+from sessionq.domain.agents import check_name, check_namespace
 from sessionq.metrics import OPERATIONS
-from sessionq.models import Admission, Session, Share
-from sessionq.store import Store
+from sessionq.models import (
+    Admission,
+    AdmissionOutcome,
+    ObservationStatus,
+    OperationKind,
+    PreparationFailure,
+    Session,
+    SessionState,
+    Share,
+    SharePermission,
+)
 
 BUSY_WAIT = 5.0  # how long a lifecycle call waits out a turn's cleanup or quiescence
 
 PERMISSIONS = {
-    common_pb2.SESSION_SHARE_PERMISSION_READ_ONLY: "READ_ONLY",
-    common_pb2.SESSION_SHARE_PERMISSION_READ_WRITE: "READ_WRITE",
+    common_pb2.SESSION_SHARE_PERMISSION_READ_ONLY: SharePermission.READ_ONLY,
+    common_pb2.SESSION_SHARE_PERMISSION_READ_WRITE: SharePermission.READ_WRITE,
 }
 
 
@@ -74,35 +84,35 @@ async def await_generation(store: Store, admission: Admission, context: grpc.aio
     """Wait for the admitted or joined generation and translate what happened to it."""
     s = admission.session
     kind = s.operation.lower()
-    if admission.outcome in ("existing", "noop") or admission.generation is None:
+    if admission.outcome in (AdmissionOutcome.EXISTING, AdmissionOutcome.NOOP) or admission.generation is None:
         return s
-    if admission.outcome == "admitted":
-        OPERATIONS.labels(kind=s.operation, outcome="admitted").inc()
+    if admission.outcome == AdmissionOutcome.ADMITTED:
+        OPERATIONS.labels(kind=s.operation, outcome=AdmissionOutcome.ADMITTED).inc()
     obs = await store.wait_for_generation(s.id, admission.generation, wait_budget(context), admission=admission)
-    if obs.status == "done":
+    if obs.status == ObservationStatus.DONE:
         assert obs.session is not None
         return obs.session
-    if obs.status == "pending":
+    if obs.status == ObservationStatus.PENDING:
         raise errors.unavailable(
             f"the {kind} operation of session {s.id} is still in progress; retry the same call to follow it"
         )
-    if obs.status == "failed":
+    if obs.status == ObservationStatus.FAILED:
         assert obs.session is not None
         message = (
             f"the {kind} operation of session {s.id} failed before it changed anything: {obs.session.failure_message}"
         )
-        if obs.session.failure_reason == "RuntimeUnavailable":
+        if obs.session.failure_reason == PreparationFailure.RUNTIME_UNAVAILABLE:
             raise errors.unavailable(message + "; retry the same call")
         raise errors.precondition(message)
     if (
-        obs.status == "gone"
+        obs.status == ObservationStatus.GONE
         or obs.session is None
-        or (kind == "create" and obs.session.state in ("DELETING", "DELETED"))
+        or (s.operation == OperationKind.CREATE and obs.session.state in (SessionState.DELETING, SessionState.DELETED))
     ):
         raise errors.not_found(f"session {s.id} not found (it was deleted)")
     raise errors.conflict(
         f"the {kind} operation of session {s.id} was superseded by a newer "
-        f"{obs.session.operation.lower() if obs.session.operation != 'NONE' else 'operation'}"
+        f"{obs.session.operation.lower() if obs.session.operation != OperationKind.NONE else 'operation'}"
     )
 
 
@@ -166,7 +176,9 @@ class SessionService(session_pb2_grpc.SessionServiceServicer):
         session = await self.store.rename_session(sid, who.user, who.share_hash, request.name)
         return session_pb2.UpdateSessionNameResponse(session=session_to_proto(session))
 
-    async def _lifecycle(self, session_id: str, kind: str, context: grpc.aio.ServicerContext) -> session_pb2.Session:
+    async def _lifecycle(
+        self, session_id: str, kind: OperationKind, context: grpc.aio.ServicerContext
+    ) -> session_pb2.Session:
         who = self.auth.identify(context)
         sid = parse_uuid(session_id, "session_id")
         # a turn's cleanup or its quiescence is brief: wait for it (within the deadline) rather than fail
@@ -185,19 +197,19 @@ class SessionService(session_pb2_grpc.SessionServiceServicer):
     async def SuspendSession(
         self, request: session_pb2.SuspendSessionRequest, context: grpc.aio.ServicerContext
     ) -> session_pb2.SuspendSessionResponse:
-        return session_pb2.SuspendSessionResponse(session=await self._lifecycle(request.session_id, "SUSPEND", context))
+        return session_pb2.SuspendSessionResponse(session=await self._lifecycle(request.session_id, OperationKind.SUSPEND, context))
 
     @rpc
     async def ResumeSession(
         self, request: session_pb2.ResumeSessionRequest, context: grpc.aio.ServicerContext
     ) -> session_pb2.ResumeSessionResponse:
-        return session_pb2.ResumeSessionResponse(session=await self._lifecycle(request.session_id, "RESUME", context))
+        return session_pb2.ResumeSessionResponse(session=await self._lifecycle(request.session_id, OperationKind.RESUME, context))
 
     @rpc
     async def DeleteSession(
         self, request: session_pb2.DeleteSessionRequest, context: grpc.aio.ServicerContext
     ) -> session_pb2.DeleteSessionResponse:
-        return session_pb2.DeleteSessionResponse(session=await self._lifecycle(request.session_id, "DELETE", context))
+        return session_pb2.DeleteSessionResponse(session=await self._lifecycle(request.session_id, OperationKind.DELETE, context))
 
     @rpc
     async def CreateSessionShare(

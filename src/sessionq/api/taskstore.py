@@ -1,7 +1,7 @@
 """kagent.api.v1alpha1.TaskStoreService: the runtime's private API.
 
 Callers authenticate as the Session's Actor with the workload credential the runtime was given
-when the Actor was created (sessionq.workload); a user's token is refused. Every rule (versions,
+when the Actor was created (sessionq.domain.workload); a user's token is refused. Every rule (versions,
 staging, settlement, admission under the Session row lock) lives in the stored procedures of
 schema/30_tasks.sql.
 """
@@ -15,11 +15,12 @@ import grpc
 from a2a.types import a2a_pb2
 from google.protobuf import json_format
 
-from sessionq import errors, workload
+from sessionq import errors
 from sessionq._pb.kagent.api.v1alpha1 import taskstore_pb2, taskstore_pb2_grpc
 from sessionq.api.common import credential_headers, decode_token, encode_token, parse_uuid, rpc
+from sessionq.db.store import Store
+from sessionq.domain import workload
 from sessionq.models import Task
-from sessionq.store import Store
 
 STATE_NAMES = {v: k for k, v in a2a_pb2.TaskState.items()}
 

@@ -1,0 +1,241 @@
+"""The Python bridge to procrastinate: the one module that uses anything of procrastinate's beyond
+its public API.
+
+Everything else in sessionq uses procrastinate's public API only (`App`, `@app.task`,
+`defer_async`, periodic tasks, `JobContext`, `RetryStrategy`, `PsycopgConnector`, the public
+methods of `JobManager`) and this module for the rest; the SQL side has its own bridge
+(schema/05_procrastinate.sql). What this module assumes of procrastinate's internals is pinned by
+tests/bridge/ (docs/operating.md, "Upgrading procrastinate"):
+
+- how a worker ends a job attempt: `WorkerJobManager` overrides `JobManager.finish_job` and
+  `JobManager.retry_job`, which procrastinate's `Worker` calls through `app.job_manager`;
+- how a worker is started, observed and stopped: `RunningWorker` wraps `procrastinate.worker.Worker`
+  (its `worker_id`, set once registered; its private `_running_jobs`; `shutdown_graceful_timeout`;
+  the graceful `stop()`), started with the app's `worker_defaults` as `App.run_worker_async` does;
+- the task retry limits the reaper needs (`retry_limits`: `App.tasks`, `Task.retry_strategy`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import psycopg
+from procrastinate import App, JobContext, PsycopgConnector, RetryStrategy
+from procrastinate.exceptions import ConnectorException
+from procrastinate.jobs import Job, Status
+from procrastinate.manager import JobManager
+from procrastinate.worker import Worker
+
+from sessionq.db.retry import with_db_retry
+
+log = logging.getLogger(__name__)
+
+# The procrastinate release (major.minor) whose internals this module and schema/05_procrastinate.sql
+# were checked against; tests/bridge fails on any other, so an upgrade is always reviewed.
+CHECKED_VERSION = "3.10"
+
+# how long a worker keeps trying to record the end of a job attempt while PostgreSQL is unreachable
+PERSIST_BUDGET = 30.0
+
+
+# -- ending job attempts ---------------------------------------------------------------------------
+
+
+class WorkerJobManager(JobManager):
+    """procrastinate's JobManager with two changes to how a worker records the end of a job
+    attempt (`finish_job`, `retry_job`):
+
+    - An execute_operation job can end in the transaction that completes its operation
+      (sessionq.complete_operation deletes its row, as procrastinate does for a succeeded job under
+      delete_jobs = 'successful'). The task says so (`ended_with_completion`) and the worker's own
+      call is skipped: one round trip and one commit less per operation. When the task failed
+      (`completion_uncertain`: if it got as far as its completion, that may have committed with its
+      response lost), the attempt is looked up first, and only an attempt still open is ended by
+      procrastinate.
+    - The call is retried when the connection fails (a PostgreSQL restart or failover) with
+      sessionq's `with_db_retry`, for up to `persist_budget` seconds, with the attempt looked up
+      before each retry (the failed call may have committed). procrastinate makes the call once;
+      a failure would leave the job `doing` under a live worker, which neither procrastinate nor
+      the reaper would ever run again.
+    """
+
+    def __init__(self, connector: PsycopgConnector, *, persist_budget: float = PERSIST_BUDGET) -> None:
+        super().__init__(connector=connector)
+        self.persist_budget = persist_budget
+        self._ended: set[int] = set()
+        self._uncertain: set[int] = set()
+
+    def ended_with_completion(self, job_id: int) -> None:
+        self._ended.add(job_id)
+
+    def completion_uncertain(self, job_id: int) -> None:
+        self._uncertain.add(job_id)
+
+    async def _attempt_open(self, job: Job) -> bool:
+        """Is this attempt of the job still running here (doing, on this worker, not retried)?"""
+        row = await self.connector.execute_query_one_async(
+            "SELECT count(*) AS n FROM procrastinate_jobs WHERE id = %(job_id)s AND status = 'doing'"
+            " AND worker_id IS NOT DISTINCT FROM %(worker_id)s AND attempts = %(attempts)s",
+            job_id=job.id,
+            worker_id=job.worker_id,
+            attempts=job.attempts,
+        )
+        return bool(row["n"])
+
+    async def _end_attempt(self, job: Job, call: Callable[[], Awaitable[None]]) -> None:
+        assert job.id is not None
+        if job.id in self._ended:
+            self._ended.discard(job.id)
+            return
+        look_first = job.id in self._uncertain
+        self._uncertain.discard(job.id)
+
+        async def attempt() -> None:
+            nonlocal look_first
+            try:
+                if look_first and not await self._attempt_open(job):
+                    log.info("job %s: its attempt has already ended", job.id)
+                    return
+                look_first = True  # if this call fails, it may still have committed
+                await call()
+            except ConnectorException as e:
+                if isinstance(e.__cause__, (psycopg.OperationalError, psycopg.InterfaceError)):
+                    raise e.__cause__ from e  # a lost connection: with_db_retry tries again
+                raise
+
+        await with_db_retry(attempt, budget=self.persist_budget)
+
+    async def finish_job(self, job: Job, status: Status, delete_job: bool) -> None:
+        await self._end_attempt(job, lambda: super(WorkerJobManager, self).finish_job(job, status, delete_job))
+
+    async def retry_job(
+        self,
+        job: Job,
+        retry_at: datetime.datetime | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+        lock: str | None = None,
+    ) -> None:
+        await self._end_attempt(
+            job,
+            lambda: super(WorkerJobManager, self).retry_job(
+                job, retry_at=retry_at, priority=priority, queue=queue, lock=lock
+            ),
+        )
+
+
+def install_job_manager(app: App, connector: PsycopgConnector) -> WorkerJobManager:
+    """Make the workers of `app` (whose connector is `connector`) end job attempts through a
+    WorkerJobManager; returns it."""
+    manager = WorkerJobManager(connector)
+    app.job_manager = manager
+    return manager
+
+
+def worker_job_manager(context: JobContext) -> WorkerJobManager | None:
+    """The WorkerJobManager of the worker running this job, or None when its app has none (a
+    plain procrastinate app: then nothing may skip procrastinate's own finish call)."""
+    manager = context.app.job_manager if context.app else None
+    return manager if isinstance(manager, WorkerJobManager) else None
+
+
+# -- task retry limits ------------------------------------------------------------------------------
+
+
+def retry_limits(app: App) -> dict[str, int | None]:
+    """Task name -> how many attempts a job of it may make (None: unlimited, 0: never retried),
+    following each task's procrastinate retry strategy."""
+    limits: dict[str, int | None] = {}
+    for name, task in app.tasks.items():
+        strategy = task.retry_strategy
+        if strategy is None:
+            limits[name] = 0
+        elif isinstance(strategy, RetryStrategy):
+            limits[name] = strategy.max_attempts or None  # procrastinate: 0 / None means no limit
+        else:
+            limits[name] = None
+    return limits
+
+
+# -- running a worker -------------------------------------------------------------------------------
+
+
+class RunningWorker:
+    """One procrastinate worker of an open `app`, run as a task of this event loop: started,
+    observed (its worker id once registered, its running jobs) and stopped gracefully.
+
+    `options` are procrastinate's worker options (name, queues, concurrency,
+    fetch_job_polling_interval, shutdown_graceful_timeout, stalled_worker_timeout,
+    additional_context, delete_jobs, ...), over the app's worker_defaults as
+    `App.run_worker_async` takes them; a worker named by neither gets `default_name`. Signal
+    handlers are never installed: the process owns its signals (procrastinate's would replace them)."""
+
+    def __init__(self, app: App, *, default_name: str, **options: Any) -> None:
+        self.options: dict[str, Any] = {**app.worker_defaults, **options, "install_signal_handlers": False}
+        self.options["name"] = str(self.options.get("name") or default_name)
+        app.perform_import_paths()
+        self._worker = Worker(app=app, **self.options)
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.options["name"])
+
+    @property
+    def queues(self) -> list[str] | None:
+        queues = self.options.get("queues")
+        return list(queues) if queues is not None else None
+
+    @property
+    def concurrency(self) -> int:
+        return int(self.options.get("concurrency") or 1)
+
+    def start(self) -> asyncio.Task[None]:
+        """Run the worker (registration, fetching, heartbeats) until it is stopped or ends by
+        itself (e.g. a failed side task); the task raises what ended it, if anything."""
+        assert self._task is None, "a worker runs once"
+        self._task = asyncio.create_task(self._worker.run(), name=f"procrastinate-worker {self.name}")
+        return self._task
+
+    async def registered(self, stop: asyncio.Event | None = None) -> int | None:
+        """Wait until procrastinate registered the worker (procrastinate_workers) and return its
+        id, or None when the worker ended first or `stop` was set first (the database is slow or
+        gone: there is nothing to drain yet). A stop() before registration would be lost."""
+        assert self._task is not None, "start() first"
+        while self._worker.worker_id is None and not self._task.done():
+            if stop is not None and stop.is_set():
+                return None
+            await asyncio.sleep(0.01)
+        if self._task.done():
+            return None
+        return int(self._worker.worker_id)  # type: ignore[arg-type]
+
+    @property
+    def worker_id(self) -> int | None:
+        """procrastinate's id of the worker while it is registered (None before and after)."""
+        worker_id = self._worker.worker_id
+        return int(worker_id) if worker_id is not None else None
+
+    @property
+    def running_jobs(self) -> int:
+        """Jobs this worker runs now (procrastinate keeps no public count)."""
+        return len(self._worker._running_jobs)
+
+    @property
+    def graceful_timeout(self) -> float | None:
+        """Seconds a stop waits for running jobs before aborting them (None: forever)."""
+        return self._worker.shutdown_graceful_timeout
+
+    @graceful_timeout.setter
+    def graceful_timeout(self, seconds: float | None) -> None:
+        self._worker.shutdown_graceful_timeout = seconds
+
+    def stop(self) -> None:
+        """Stop gracefully: fetch nothing new, let running jobs finish for up to graceful_timeout,
+        then abort them cooperatively and deregister. The worker's task ends when that is done.
+        Never cancel the task instead (a second cancellation orphans running jobs)."""
+        self._worker.stop()

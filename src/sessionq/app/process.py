@@ -1,0 +1,312 @@
+"""Process entry points: `up` (everything in one process group), `serve` (API) and `worker`.
+
+Stopping (`Shutdown`): the first SIGINT or SIGTERM starts a graceful stop - the API stops
+admitting (in-flight calls get up to 5 s), the workers drain (running jobs get
+workers.shutdownTimeout) - and the process exits 0. A second signal, or a graceful stop still
+running FORCE_AFTER seconds past workers.shutdownTimeout (e.g. because PostgreSQL is gone and
+nothing can be recorded), forces it: one ERROR line says why and what is cut short, running jobs
+and calls are cancelled, connections close without waiting, the embedded PostgreSQL of `up` is
+told to stop, and the process exits with status 1 within FORCE_BUDGET seconds whatever is still
+running. A third signal exits at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sessionq import metrics
+from sessionq.api.agentcard import AgentCardServer
+from sessionq.api.server import ApiServer
+from sessionq.app.worker import open_runtime, run_worker
+from sessionq.config import Settings
+from sessionq.db import embedded, migrate
+from sessionq.db.store import Store
+from sessionq.runtime.simulator import install_schema
+
+log = logging.getLogger("sessionq")
+
+CLIENT_CONFIG = "client.yaml"
+
+API_GRACE = 5.0  # how long in-flight calls may finish when the API stops (at most workers.shutdownTimeout)
+FORCE_AFTER = 2.0  # a graceful stop still running this long past workers.shutdownTimeout is forced
+FORCE_BUDGET = 2.0  # a forced stop ends the process within this many seconds, whatever still runs
+EXIT_FORCED = 1
+
+
+class Shutdown:
+    """SIGINT/SIGTERM handling of a long-running command; `stop` is the graceful stop's event.
+
+    See the module's docstring. `on_force` registers what a forced stop must do at once; such an
+    action must not wait (it runs on the event loop, or from the last-resort exit's thread when the
+    loop is stuck) and runs once.
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self.stop = asyncio.Event()
+        self.timeout = timeout
+        self.forced: str | None = None  # why, once forced
+        self.signals = 0
+        self._loop = asyncio.get_running_loop()
+        self._main = asyncio.current_task()
+        self._timer: asyncio.TimerHandle | None = None
+        self._actions: list[tuple[str, Callable[[], None]]] = []
+        self._lock = threading.Lock()
+
+    @property
+    def limit(self) -> float:
+        """How long a graceful stop may run before it is forced."""
+        return self.timeout + FORCE_AFTER
+
+    def install(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                self._loop.add_signal_handler(sig, self.signalled, sig)
+
+    def on_force(self, what: str, action: Callable[[], None]) -> None:
+        """Have a forced stop do `action` (named `what` in its line); at once if the stop was
+        forced already. Any thread may call it."""
+        with self._lock:
+            self._actions.append((what, action))
+            now = self.forced is not None
+        if now:
+            self._run_actions()
+
+    def signalled(self, sig: int) -> None:
+        self.signals += 1
+        name = signal.Signals(sig).name
+        if self.signals == 1:
+            log.warning("%s: stopping gracefully (at most %gs; %s again forces the stop)", name, self.limit, name)
+            self.begin()
+        elif self.forced is None:
+            self.force(f"a second signal ({name}) during the graceful stop")
+        else:
+            log.error("%s: a third signal; exiting now", name)
+            self.exit_now()
+
+    def begin(self) -> None:
+        """Start the graceful stop; it is forced if still running after `limit` seconds."""
+        self.stop.set()
+        if self._timer is None:
+            why = f"the graceful stop was still running after {self.limit:g}s"
+            self._timer = self._loop.call_later(self.limit, self.force, why)
+            self._exit_later(self.limit + FORCE_BUDGET, why)  # even if the event loop is stuck
+
+    def force(self, why: str) -> None:
+        """Cut the stop short: one line, the actions, the main task cancelled, and an exit within
+        FORCE_BUDGET seconds whatever is still running."""
+        if not self._announce(why):
+            return
+        self.stop.set()
+        self._run_actions()
+        self._exit_later(FORCE_BUDGET, why)
+        if self._main is not None and not self._main.done():
+            self._main.cancel()
+
+    def _announce(self, why: str) -> bool:
+        with self._lock:
+            if self.forced is not None:
+                return False
+            self.forced = why
+        what = ["running jobs and calls cancelled", "database connections closed without waiting",
+                *(w for w, _ in self._actions)]
+        log.error("forced stop (%s): %s; exit status %d", why, ", ".join(what), EXIT_FORCED)
+        return True
+
+    def _run_actions(self) -> None:
+        with self._lock:
+            actions, self._actions = self._actions, []
+        for what, action in actions:
+            try:
+                action()
+            except Exception as e:  # the others must still run
+                log.error("forced stop: %s failed: %s", what, e)
+
+    def _exit_later(self, delay: float, why: str) -> None:
+        timer = threading.Timer(delay, self.exit_now, kwargs={"why": why})
+        timer.daemon = True
+        timer.start()
+
+    def exit_now(self, why: str = "a third signal") -> None:
+        """The last resort (any thread): the forced stop's actions if not done yet, then exit."""
+        self._announce(why)
+        self._run_actions()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(EXIT_FORCED)
+
+
+async def _prepare_database(url: str) -> None:
+    await asyncio.to_thread(migrate.upgrade, url)
+    await install_schema(url)
+
+
+async def run_services(
+    settings: Settings,
+    url: str,
+    *,
+    api: bool,
+    workers: bool,
+    stop: asyncio.Event,
+    on_ready: Callable[[int | None], Awaitable[None] | None] | None = None,
+    shutdown: Shutdown | None = None,
+) -> None:
+    """Run the API and/or the workers on one database until `stop` is set, then stop cleanly:
+    the API stops admitting (in-flight calls get up to API_GRACE seconds, at most
+    workers.shutdownTimeout) while the workers drain. When `shutdown` forces the stop (this task
+    is cancelled), the workers are cancelled, the API stops at once and the connections close
+    without waiting."""
+
+    def forced() -> bool:
+        return shutdown is not None and shutdown.forced is not None
+
+    grace = min(API_GRACE, settings.workers.shutdown_timeout)
+    store = await Store.open(url, pool_size=settings.database.pool_size, listen=api)
+    gauges = None
+    server = None
+    worker_task: asyncio.Task[None] | None = None
+    if settings.metrics.enabled:
+        metrics.serve(settings.metrics.address)
+        gauges = asyncio.create_task(metrics.refresh_queue_gauges(store, stop))
+    try:
+        async with open_runtime(settings, url) as runtime:
+            if api:
+                server = ApiServer(settings, store, runtime=runtime)
+                await server.start()
+                cards = AgentCardServer(store, server.auth, f"grpc://{settings.server.address}")
+                await cards.start(settings.server.http_address)
+                if hasattr(runtime, "taskstore_address") and not settings.runtime.simulator.task_store_address:
+                    host = settings.server.address.rpartition(":")[0]
+                    runtime.taskstore_address = f"{host}:{server.port}"  # simulated Actors report here
+            if workers:
+                worker_task = asyncio.create_task(run_worker(settings, url, store, runtime, stop=stop))
+            if on_ready is not None:
+                r = on_ready(server.port if server else None)
+                if r is not None:
+                    await r
+            if worker_task is not None:
+                waiter = asyncio.create_task(stop.wait())
+                await asyncio.wait({worker_task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                if worker_task.done() and not stop.is_set():
+                    worker_task.result()  # run_worker restarts procrastinate itself; this is a bug
+                    raise RuntimeError("the worker pool stopped unexpectedly")
+            else:
+                await stop.wait()
+            if server is not None:
+                await cards.stop()
+                await server.stop(grace=grace)
+            if worker_task is not None:
+                stop.set()
+                # not `await worker_task`: cancelling this task would then wait for the worker's drain
+                await asyncio.wait({worker_task})
+                worker_task.result()
+    finally:
+        if worker_task is not None and not worker_task.done():
+            worker_task.cancel()  # a forced stop (or a failure): do not wait for its drain
+        if server is not None and forced():
+            with contextlib.suppress(Exception):
+                await server.stop(grace=0)
+        if gauges is not None:
+            gauges.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await gauges
+        await store.close(timeout=0 if forced() else 5.0)
+
+
+def write_client_config(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def user_client_config() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "sessionq" / CLIENT_CONFIG
+
+
+async def up(settings: Settings, data_dir: Path, database_url: str | None, echo: Callable[[str], None]) -> int:
+    """The embedded default: PostgreSQL (embedded unless database_url), migrations, API on
+    loopback, workers and the simulator, until Ctrl-C. Returns the exit status."""
+    shutdown = Shutdown(settings.workers.shutdown_timeout)
+    shutdown.install()
+    server: embedded.EmbeddedPostgres | None = None
+    try:
+        psql = None
+        if database_url:
+            url = database_url
+            psql = f'psql "{url}"'
+        else:
+
+            def start_embedded() -> embedded.EmbeddedPostgres:
+                started = embedded.start(data_dir)
+                shutdown.on_force("the embedded PostgreSQL told to stop", started.stop_now)
+                return started
+
+            server = await asyncio.to_thread(start_embedded)
+            url = server.url
+            psql = server.psql_command()
+        user = settings.auth.anonymous_user or getpass.getuser()
+        settings = settings.with_overrides(**{"auth.anonymousUser": user})
+        host, _, _ = settings.server.address.rpartition(":")
+        if host not in ("127.0.0.1", "localhost", "::1", "[::1]"):
+            raise SystemExit(
+                f"sessionq up serves unauthenticated local calls and listens on loopback only, not {host}"
+            )
+        await _prepare_database(url)
+
+        def ready(port: int | None) -> None:
+            endpoint = f"{host}:{port}"
+            client = {"server": endpoint, "user": user, "databaseUrl": url, "psql": psql}
+            for path in (data_dir.resolve() / CLIENT_CONFIG, user_client_config()):
+                with contextlib.suppress(OSError):
+                    write_client_config(path, client)
+            echo(f"sessionq is up (user {user})")
+            echo(f"  gRPC endpoint : {endpoint}  (reflection and health on; calls without a token are {user}'s)")
+            echo(f"  psql          : {psql}")
+            echo(f"  client config : {user_client_config()}")
+            echo("  Ctrl-C stops everything.")
+
+        if not shutdown.stop.is_set():  # a Ctrl-C while starting: nothing to run
+            await run_services(
+                settings, url, api=True, workers=True, stop=shutdown.stop, on_ready=ready, shutdown=shutdown
+            )
+    except asyncio.CancelledError:
+        if shutdown.forced is None:
+            raise
+        return EXIT_FORCED
+    finally:
+        if server is not None and shutdown.forced is None:
+            await asyncio.to_thread(server.stop)
+    echo("sessionq stopped")
+    return 0
+
+
+async def serve(settings: Settings, *, api: bool, workers: bool) -> int:
+    """`sessionq serve` (api) and `sessionq worker` (workers) until SIGINT/SIGTERM. Returns the
+    exit status."""
+    url = settings.database.url
+    if not url:
+        raise SystemExit("database.url is required (set it in the config file or SESSIONQ_DATABASE__URL)")
+    if api and not settings.auth.tokens:
+        log.warning("no auth.tokens configured: every call will be UNAUTHENTICATED")
+    shutdown = Shutdown(settings.workers.shutdown_timeout)
+    shutdown.install()
+    try:
+        await run_services(settings, url, api=api, workers=workers, stop=shutdown.stop, shutdown=shutdown)
+    except asyncio.CancelledError:
+        if shutdown.forced is None:
+            raise
+        return EXIT_FORCED
+    return 0

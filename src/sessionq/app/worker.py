@@ -1,0 +1,124 @@
+"""The worker process: procrastinate workers that execute sessionq's jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from sessionq.config import Settings, grpc_message_limit
+from sessionq.db.store import Store
+from sessionq.domain.operations import OperationExecutor
+from sessionq.domain.quiescence import QuiescencePool
+from sessionq.jobs.app import build_app
+from sessionq.jobs.deps import Deps
+from sessionq.jobs.drain import default_worker_name, run_drainable_worker, unless_stopped
+from sessionq.metrics import REVISION_GC
+from sessionq.runtime.base import Substrate
+from sessionq.runtime.simulator import SimulatedSubstrate
+
+log = logging.getLogger(__name__)
+
+
+@contextlib.asynccontextmanager
+async def open_runtime(settings: Settings, url: str) -> AsyncIterator[Substrate]:
+    sim = SimulatedSubstrate(
+        url,
+        worker_pool_size=settings.runtime.simulator.workers,
+        taskstore_address=settings.runtime.simulator.task_store_address or settings.server.address,
+        taskstore_message_limit=grpc_message_limit(settings.a2a.max_message_bytes),
+    )
+    await sim.open()
+    try:
+        yield sim
+    finally:
+        await sim.close()
+
+
+async def run_worker(
+    settings: Settings,
+    url: str,
+    store: Store,
+    runtime: Substrate,
+    *,
+    stop: asyncio.Event,
+    name: str | None = None,
+    queues: list[str] | None = None,
+) -> None:
+    """Run the job workers until `stop` is set, then drain: stop fetching, let running jobs
+    finish (up to workers.shutdownTimeout) and return."""
+    executor = OperationExecutor(store, runtime, settings.sessions.claim_lifetime)
+    app = build_app(url, expiry=settings.sessions.idle_ttl > 0)
+    quiescence = QuiescencePool(
+        store,
+        runtime,
+        url,
+        workers=settings.sessions.quiescence_workers,
+        recovery_interval=settings.sessions.quiescence_recovery_interval,
+        drain_timeout=settings.workers.shutdown_timeout,
+    )
+    quiescence_stop = asyncio.Event()
+    quiescence_task = asyncio.create_task(quiescence.run(quiescence_stop), name="quiescence")
+    try:
+        await _run_procrastinate(app, settings, url, store, runtime, executor, stop=stop, name=name, queues=queues)
+    finally:
+        quiescence_stop.set()
+        await quiescence_task
+        REVISION_GC.stop()  # no pending gauge once GC stops
+
+
+async def _run_procrastinate(
+    app: Any,
+    settings: Settings,
+    url: str,
+    store: Store,
+    runtime: Substrate,
+    executor: OperationExecutor,
+    *,
+    stop: asyncio.Event,
+    name: str | None,
+    queues: list[str] | None,
+) -> None:
+    """Run procrastinate's worker until `stop` (SIGTERM, Ctrl-C) or a drain request, then stop it
+    gracefully: no new fetches, running jobs finish (up to workers.shutdownTimeout). If it stops on
+    its own - procrastinate gives up when the database is unreachable - restart it with backoff
+    instead of letting the process die."""
+
+    async def open_app() -> None:
+        await app.open_async()
+
+    delay = 1.0
+    while not stop.is_set():
+        try:
+            try:
+                if not await unless_stopped(open_app(), stop):  # stopped while the database is slow or gone
+                    return
+                outcome = await run_drainable_worker(
+                    app,
+                    url=url,
+                    stop=stop,
+                    check_interval=settings.workers.poll_interval,
+                    name=name or default_worker_name(),
+                    queues=queues,
+                    concurrency=settings.workers.concurrency,
+                    fetch_job_polling_interval=settings.workers.poll_interval,
+                    shutdown_graceful_timeout=settings.workers.shutdown_timeout,
+                    stalled_worker_timeout=settings.workers.stall_timeout,
+                    additional_context={"deps": Deps(settings, store, runtime, executor, url)},
+                    delete_jobs="successful",
+                )
+            finally:
+                # also after a failed opening: procrastinate keeps the pool that timed out (closed)
+                # and would reuse it on the next attempt unless it is closed here
+                with contextlib.suppress(Exception):
+                    await app.close_async()
+            if outcome != "exited":  # "stopped" (stop was set) or "drained" (a drain request set stop)
+                return
+            log.error("the procrastinate worker stopped (a side task failed); restarting in %.0f s", delay)
+        except Exception as e:  # e.g. the database is unreachable
+            log.error("the procrastinate worker failed (%s); restarting in %.0f s", e, delay)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=delay)
+        delay = min(delay * 2, 30.0)

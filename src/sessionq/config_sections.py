@@ -1,0 +1,233 @@
+"""The typed sections of the configuration: one frozen dataclass per section of the keys.
+
+Generated from sessionq.config.KEYS by `python scripts/gen_docs.py`: do not edit
+(tests/test_config.py checks that it is current). It imports nothing of sessionq.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+
+@dataclass(frozen=True)
+class RuntimeSimulatorSettings:
+    """runtime.simulator.*"""
+
+    workers: int  # runtime.simulator.workers
+    task_store_address: str  # runtime.simulator.taskStoreAddress
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> RuntimeSimulatorSettings:
+        return cls(
+            workers=values["runtime.simulator.workers"],
+            task_store_address=values["runtime.simulator.taskStoreAddress"],
+        )
+
+
+@dataclass(frozen=True)
+class DatabaseSettings:
+    """database.*"""
+
+    url: str  # database.url
+    pool_size: int  # database.poolSize
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> DatabaseSettings:
+        return cls(
+            url=values["database.url"],
+            pool_size=values["database.poolSize"],
+        )
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """server.*"""
+
+    address: str  # server.address
+    http_address: str  # server.httpAddress
+    event_loop: Literal["uvloop", "asyncio"]  # server.eventLoop
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> ServerSettings:
+        return cls(
+            address=values["server.address"],
+            http_address=values["server.httpAddress"],
+            event_loop=values["server.eventLoop"],
+        )
+
+
+@dataclass(frozen=True)
+class SessionsSettings:
+    """sessions.*"""
+
+    idle_ttl: float  # sessions.idleTtl
+    quiescence_recovery_interval: float  # sessions.quiescenceRecoveryInterval
+    claim_lifetime: float  # sessions.claimLifetime
+    quiescence_workers: int  # sessions.quiescenceWorkers
+    dispatch_timeout: float  # sessions.dispatchTimeout
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> SessionsSettings:
+        return cls(
+            idle_ttl=values["sessions.idleTtl"],
+            quiescence_recovery_interval=values["sessions.quiescenceRecoveryInterval"],
+            claim_lifetime=values["sessions.claimLifetime"],
+            quiescence_workers=values["sessions.quiescenceWorkers"],
+            dispatch_timeout=values["sessions.dispatchTimeout"],
+        )
+
+
+@dataclass(frozen=True)
+class A2aSettings:
+    """a2a.*"""
+
+    max_message_bytes: int  # a2a.maxMessageBytes
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> A2aSettings:
+        return cls(
+            max_message_bytes=values["a2a.maxMessageBytes"],
+        )
+
+
+@dataclass(frozen=True)
+class WorkersSettings:
+    """workers.*"""
+
+    concurrency: int  # workers.concurrency
+    poll_interval: float  # workers.pollInterval
+    shutdown_timeout: float  # workers.shutdownTimeout
+    stall_timeout: float  # workers.stallTimeout
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> WorkersSettings:
+        return cls(
+            concurrency=values["workers.concurrency"],
+            poll_interval=values["workers.pollInterval"],
+            shutdown_timeout=values["workers.shutdownTimeout"],
+            stall_timeout=values["workers.stallTimeout"],
+        )
+
+
+@dataclass(frozen=True)
+class MetricsSettings:
+    """metrics.*"""
+
+    enabled: bool  # metrics.enabled
+    address: str  # metrics.address
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> MetricsSettings:
+        return cls(
+            enabled=values["metrics.enabled"],
+            address=values["metrics.address"],
+        )
+
+
+@dataclass(frozen=True)
+class AuthSettings:
+    """auth.*"""
+
+    tokens: dict[str, str]  # auth.tokens
+    admins: list[str]  # auth.admins
+    namespaces: dict[str, list[str]]  # auth.namespaces
+    anonymous_user: str  # auth.anonymousUser
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> AuthSettings:
+        return cls(
+            tokens=values["auth.tokens"],
+            admins=values["auth.admins"],
+            namespaces=values["auth.namespaces"],
+            anonymous_user=values["auth.anonymousUser"],
+        )
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    """runtime.*"""
+
+    kind: Literal["simulator"]  # runtime.kind
+    simulator: RuntimeSimulatorSettings  # runtime.simulator.*
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> RuntimeSettings:
+        return cls(
+            kind=values["runtime.kind"],
+            simulator=RuntimeSimulatorSettings.from_values(values),
+        )
+
+
+@dataclass(frozen=True)
+class InventorySettings:
+    """inventory.*"""
+
+    watched_atespaces: list[str]  # inventory.watchedAtespaces
+    cursor_secret: str  # inventory.cursorSecret
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> InventorySettings:
+        return cls(
+            watched_atespaces=values["inventory.watchedAtespaces"],
+            cursor_secret=values["inventory.cursorSecret"],
+        )
+
+
+@dataclass(frozen=True)
+class GlobalSettings:
+    """global.*"""
+
+    cluster_domain: str  # global.clusterDomain
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> GlobalSettings:
+        return cls(
+            cluster_domain=values["global.clusterDomain"],
+        )
+
+
+@dataclass(frozen=True)
+class LoggingSettings:
+    """logging.*"""
+
+    format: Literal["json", "text"]  # logging.format
+    level: Literal["debug", "info", "warning", "error"]  # logging.level
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> LoggingSettings:
+        return cls(
+            format=values["logging.format"],
+            level=values["logging.level"],
+        )
+
+
+class Sections:
+    """The sections of sessionq.config.Settings, as typed attributes."""
+
+    database: DatabaseSettings
+    server: ServerSettings
+    sessions: SessionsSettings
+    a2a: A2aSettings
+    workers: WorkersSettings
+    metrics: MetricsSettings
+    auth: AuthSettings
+    runtime: RuntimeSettings
+    inventory: InventorySettings
+    global_: GlobalSettings
+    logging: LoggingSettings
+
+    def _set_sections(self, values: Mapping[str, Any]) -> None:
+        """Set every section from the values by key path (Settings is frozen)."""
+        object.__setattr__(self, "database", DatabaseSettings.from_values(values))
+        object.__setattr__(self, "server", ServerSettings.from_values(values))
+        object.__setattr__(self, "sessions", SessionsSettings.from_values(values))
+        object.__setattr__(self, "a2a", A2aSettings.from_values(values))
+        object.__setattr__(self, "workers", WorkersSettings.from_values(values))
+        object.__setattr__(self, "metrics", MetricsSettings.from_values(values))
+        object.__setattr__(self, "auth", AuthSettings.from_values(values))
+        object.__setattr__(self, "runtime", RuntimeSettings.from_values(values))
+        object.__setattr__(self, "inventory", InventorySettings.from_values(values))
+        object.__setattr__(self, "global_", GlobalSettings.from_values(values))
+        object.__setattr__(self, "logging", LoggingSettings.from_values(values))

@@ -1,0 +1,259 @@
+"""The operator's queries: the only place the `workers`, `jobs`, `requeue` and `status` commands, the
+reaper and the drain watcher read or change the database.
+
+Most of the logic lives in schema/80_operator_views.sql (views and procedures documented with
+COMMENT ON); this module selects from them. Rows come back as plain dicts with the views' column
+names; `jsonable` turns them into JSON-friendly values (timestamps as ISO 8601, intervals as seconds).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import decimal
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from sessionq import errors
+from sessionq.db.connection import conninfo
+
+Row = dict[str, Any]
+JOB_STATUSES = ("todo", "doing", "succeeded", "failed", "cancelled", "aborted")
+SESSION_STATES = ("CREATING", "READY", "SUSPENDED", "FAILED", "DELETING", "DELETED")
+
+
+class OperatorStore:
+    """Operator queries over one connection source: a pool (workers, reaper) or a single
+    connection opened by `OperatorStore.connect` (the CLI)."""
+
+    def __init__(self, connection: Callable[[], contextlib.AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]]):
+        self._connection = connection
+
+    @classmethod
+    def from_pool(cls, pool: AsyncConnectionPool) -> OperatorStore:
+        return cls(pool.connection)
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def connect(cls, url: str, *, application_name: str = "sessionq-operator") -> AsyncIterator[OperatorStore]:
+        """One autocommit connection for the lifetime of the block."""
+        conn = await psycopg.AsyncConnection.connect(
+            conninfo(url), autocommit=True, row_factory=dict_row, application_name=application_name, connect_timeout=10,
+        )
+
+        @contextlib.asynccontextmanager
+        async def borrow() -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+            yield conn
+
+        try:
+            yield cls(borrow)
+        finally:
+            await conn.close()
+
+    # -- plumbing ---------------------------------------------------------------------------------
+
+    async def _rows(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Row]:
+        try:
+            async with self._connection() as conn:
+                cur = conn.cursor(row_factory=dict_row)
+                await cur.execute(sql, params)
+                return list(await cur.fetchall()) if cur.description else []
+        except psycopg.Error as e:
+            domain = errors.from_database(e)
+            if domain is not None:
+                raise domain from None
+            raise
+
+    async def _one(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Row | None:
+        rows = await self._rows(sql, params)
+        return rows[0] if rows else None
+
+    # -- workers and drains ----------------------------------------------------------------------
+
+    async def workers(self, worker_ids: Sequence[int] | None = None) -> list[Row]:
+        return await self._rows(
+            "SELECT * FROM sessionq.workers WHERE %(ids)s::bigint[] IS NULL OR worker_id = ANY(%(ids)s::bigint[])"
+            " ORDER BY name NULLS LAST, worker_id",
+            {"ids": list(worker_ids) if worker_ids is not None else None},
+        )
+
+    async def request_drain(self, worker: str, timeout: float | None, by: str) -> Row:
+        row = await self._one("SELECT * FROM sessionq.request_drain(%s, %s, %s)", (worker, timeout, by))
+        assert row is not None
+        return row
+
+    async def register_worker(self, worker_id: int, name: str, host: str, pid: int, queues: Sequence[str] | None,
+                              concurrency: int) -> None:
+        await self._rows("SELECT sessionq.register_worker(%s, %s, %s, %s, %s, %s)",
+                         (worker_id, name, host, pid, list(queues) if queues is not None else None, concurrency))
+
+    async def unregister_worker(self, worker_id: int) -> None:
+        await self._rows("SELECT sessionq.unregister_worker(%s)", (worker_id,))
+
+    async def take_drain(self, worker_id: int) -> Row | None:
+        return await self._one("SELECT * FROM sessionq.take_drain(%s)", (worker_id,))
+
+    async def mark_draining(self, worker_id: int, timeout: float | None) -> None:
+        await self._rows("SELECT sessionq.mark_worker_draining(%s, %s)", (worker_id, timeout))
+
+    # -- jobs -------------------------------------------------------------------------------------
+
+    async def list_jobs(self, *, queue: str | None = None, status: str | None = None, task: str | None = None,
+                        before: int | None = None, limit: int = 50) -> list[Row]:
+        """Jobs newest first (by id), those with an id below `before` (the page token)."""
+        return await self._rows(
+            "SELECT * FROM sessionq.job_overview"
+            " WHERE (%(queue)s::text IS NULL OR queue_name = %(queue)s)"
+            "   AND (%(status)s::text IS NULL OR status = %(status)s)"
+            "   AND (%(task)s::text IS NULL OR task_name = %(task)s)"
+            "   AND (%(before)s::bigint IS NULL OR job_id < %(before)s)"
+            " ORDER BY job_id DESC LIMIT %(limit)s",
+            {"queue": queue, "status": status, "task": task, "before": before, "limit": limit},
+        )
+
+    async def job(self, job_id: int) -> Row | None:
+        return await self._one("SELECT * FROM sessionq.job_overview WHERE job_id = %s", (job_id,))
+
+    async def job_events(self, job_id: int) -> list[Row]:
+        return await self._rows(
+            "SELECT e.id AS event_id, e.type, e.at FROM sessionq.job_events e"
+            " WHERE e.job_id = %s ORDER BY e.at, e.id", (job_id,),
+        )
+
+    async def job_actions(self, job_id: int) -> list[Row]:
+        return await self._rows(
+            "SELECT at, action, actor, covered_by, detail FROM sessionq.job_actions WHERE job_id = %s ORDER BY id",
+            (job_id,),
+        )
+
+    async def retry_job(self, job_id: int, by: str, stall_timeout: float | None = None) -> Row:
+        row = await self._one("SELECT * FROM sessionq.requeue_job(%s, %s, %s)", (job_id, by, stall_timeout))
+        assert row is not None
+        return row
+
+    async def cancel_job(self, job_id: int, abort: bool, by: str) -> Row:
+        row = await self._one("SELECT * FROM sessionq.cancel_job(%s, %s, %s)", (job_id, abort, by))
+        assert row is not None
+        return row
+
+    async def requeue(self, which: str, *, queue: str | None, task: str | None, since: float | None, by: str,
+                      dry_run: bool, stall_timeout: float | None = None) -> list[Row]:
+        return await self._rows(
+            "SELECT * FROM sessionq.requeue_jobs(%s, %s, %s, %s, %s, %s, %s)",
+            (which, queue, task, since, by, stall_timeout, dry_run),
+        )
+
+    async def stalled_jobs(self, stall_timeout: float | None = None) -> list[Row]:
+        return await self._rows("SELECT * FROM sessionq.find_stalled_jobs(%s)", (stall_timeout,))
+
+    # -- the reaper -------------------------------------------------------------------------------
+
+    async def reap_stalled_jobs(self, stall_timeout: float, max_attempts: dict[str, int | None]) -> list[Row]:
+        return await self._rows("SELECT * FROM sessionq.reap_stalled_jobs(%s, %s)",
+                                (stall_timeout, Jsonb(max_attempts)))
+
+    async def end_dead_dispatches(self, limit: int = 100, orphan_grace: float = 10.0) -> list[Row]:
+        return await self._rows("SELECT * FROM sessionq.end_dead_dispatches(%s, %s)", (limit, orphan_grace))
+
+    async def prune(self, stalled_worker_age: float | None) -> Row:
+        row = await self._one("SELECT * FROM sessionq.prune_operator_rows(%s)", (stalled_worker_age,))
+        assert row is not None
+        return row
+
+    # -- views and the status screen ---------------------------------------------------------------
+
+    async def retry_quiescence(self, session_id: str) -> int | None:
+        row = await self._one("SELECT sessionq.retry_quiescence(%s) AS job_id", (session_id,))
+        return row["job_id"] if row else None
+
+    async def view(self, name: str, limit: int = 1000) -> list[Row]:
+        """All rows of one of the operator views (tests, ad-hoc tooling)."""
+        if name not in VIEWS:
+            raise errors.invalid(f"unknown view {errors.clip(name)}; one of {', '.join(VIEWS)}")
+        return await self._rows(f"SELECT * FROM sessionq.{name} LIMIT %s", (limit,))  # name checked above
+
+    async def status(self) -> Row:
+        """Everything `sessionq status` shows, in one dict."""
+        sessions = await self._rows("SELECT state, count(*) AS sessions FROM sessionq.sessions GROUP BY state")
+        pending = await self._rows(
+            "SELECT kind, count(*) AS operations, max(age) AS oldest_age,"
+            " count(*) FILTER (WHERE job_status IS NULL) AS without_job"
+            " FROM sessionq.pending_operations GROUP BY kind ORDER BY kind"
+        )
+        claims = await self._rows(
+            "SELECT kind, state, count(*) AS claims FROM sessionq.claims GROUP BY kind, state ORDER BY kind, state"
+        )
+        backlog = await self._rows(
+            "SELECT status, count(*) AS sessions, max(waiting) AS oldest_waiting"
+            " FROM sessionq.quiescence_backlog GROUP BY status ORDER BY status"
+        )
+        queues = await self._rows("SELECT * FROM sessionq.queue_depth ORDER BY queue_name, status")
+        stalled = await self._rows("SELECT count(*) AS jobs FROM sessionq.stalled_jobs")
+        return {
+            "sessions": {r["state"]: r["sessions"] for r in sessions},
+            "pending_operations": pending,
+            "claims": claims,
+            "quiescence_backlog": backlog,
+            "queues": queues,
+            "workers": await self.workers(),
+            "stalled_jobs": stalled[0]["jobs"] if stalled else 0,
+            "leaders": (leaders := await self.leaders()),
+            "expiry_leader": next((r for r in leaders if r["role"] == "expiry"), None),
+        }
+
+    async def leaders(self) -> list[Row]:
+        """Leaders of the leader-only periodic jobs (sessionq.leaders: expiry, revision_gc), if recorded."""
+        exists = await self._one("SELECT to_regclass('sessionq.leaders') IS NOT NULL AS present")
+        if not exists or not exists["present"]:
+            return []
+        return await self._rows(
+            "SELECT role, holder, since, last_run, now() - since AS held_for, now() - last_run AS last_run_age"
+            " FROM sessionq.leaders ORDER BY role"
+        )
+
+
+VIEWS = ("session_overview", "claims", "pending_operations", "quiescence_backlog", "checkpoints_overview",
+         "queue_depth", "stalled_jobs", "workers", "job_overview", "agent_overview")
+
+
+# -- presentation helpers (shared by the CLI and tests) -------------------------------------------
+
+def jsonable(value: Any) -> Any:
+    """Rows -> JSON: timestamps as ISO 8601 UTC, intervals as seconds, UUIDs as strings."""
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.UTC)
+        return value.isoformat().replace("+00:00", "Z")
+    if isinstance(value, dt.timedelta):
+        return round(value.total_seconds(), 3)
+    if isinstance(value, decimal.Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, UUID):
+        return str(value)
+    return value
+
+
+def age(value: dt.timedelta | dt.datetime | None, now: dt.datetime | None = None) -> str:
+    """kubectl-style age of an interval or since a timestamp: 45s, 11m, 2h, 3d ("-" when unknown)."""
+    if value is None:
+        return "-"
+    if isinstance(value, dt.datetime):
+        value = (now or dt.datetime.now(dt.UTC)) - value
+    seconds = max(0, int(value.total_seconds()))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m"
+    if seconds < 86400:
+        return f"{seconds // 3600}h"
+    return f"{seconds // 86400}d"

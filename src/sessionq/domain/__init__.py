@@ -1,0 +1,1 @@
+"""The domain: lifecycle execution, quiescence, turns, checkpoints, expiry, GC, agents, inventory."""

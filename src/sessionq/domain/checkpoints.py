@@ -1,0 +1,128 @@
+"""The runtime side of checkpoints: tag the snapshot, remove the tag; refresh pending snapshots.
+
+Admission (sessionq.admit_checkpoint / admit_checkpoint_delete) decides; these functions run in
+jobs with an executor claim on the checkpoint row, call the runtime with no transaction open,
+and record the outcome with sessionq.finish_checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID, uuid4
+
+from sessionq.db.retry import detached, with_db_retry
+from sessionq.db.store import Store
+from sessionq.domain.operations import TRANSIENT
+from sessionq.domain.snapshots import pick_snapshot
+from sessionq.models import CheckpointClaimStatus, CheckpointState, SnapshotState
+from sessionq.runtime.base import Code, Substrate, SubstrateError
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointOutcomeStatus(enum.StrEnum):
+    """What one run of a checkpoint job did (create_checkpoint / delete_checkpoint return it)."""
+
+    READY = "ready"  # the tag holds the snapshot
+    FAILED = "failed"  # the checkpoint is FAILED (the reason is recorded)
+    DELETED = "deleted"  # the tag and the row are gone
+    BUSY = "busy"  # another attempt holds a live claim (until retry_at)
+    DONE = "done"  # nothing left to do
+    GONE = "gone"  # no such checkpoint
+
+
+# the claim statuses that end a run without runtime work, as outcomes
+_UNCLAIMED = {
+    CheckpointClaimStatus.DONE: CheckpointOutcomeStatus.DONE,
+    CheckpointClaimStatus.GONE: CheckpointOutcomeStatus.GONE,
+}
+
+
+@dataclass(frozen=True)
+class CheckpointOutcome:
+    status: CheckpointOutcomeStatus
+    retry_at: datetime | None = None
+
+
+async def run_checkpoint(store: Store, runtime: Substrate, checkpoint_id: UUID, lifetime: float) -> CheckpointOutcome:
+    """Create the tag of a CREATING checkpoint, or remove the tag of a DELETING one."""
+    executor = uuid4()
+    started = time.monotonic()
+    claim = await store.claim_checkpoint(checkpoint_id, executor, lifetime)
+    if claim.status == CheckpointClaimStatus.BUSY:
+        return CheckpointOutcome(CheckpointOutcomeStatus.BUSY, claim.expires_at)
+    if claim.status != CheckpointClaimStatus.CLAIMED:
+        return CheckpointOutcome(_UNCLAIMED[claim.status])
+    c = claim.checkpoint
+    assert c is not None
+    failure: str | None = None
+    try:
+        async with asyncio.timeout(lifetime - (time.monotonic() - started)):
+            if c.state == CheckpointState.DELETING:
+                try:
+                    await runtime.delete_tag(c.actor_atespace, c.tag_name)
+                except SubstrateError as e:
+                    if e.code != Code.NOT_FOUND:
+                        raise
+            else:
+                failure = await _tag(
+                    runtime, c.actor_atespace, c.tag_name, c.actor_name, c.actor_uid, c.snapshot_generation
+                )
+    except SubstrateError as e:
+        if e.code in TRANSIENT:
+            await detached(with_db_retry(lambda: store.release_checkpoint(checkpoint_id, executor)))
+            raise
+        failure = f"the runtime refused the tag: {e.message}"
+    except TimeoutError:
+        await detached(with_db_retry(lambda: store.release_checkpoint(checkpoint_id, executor)))
+        raise SubstrateError(Code.DEADLINE_EXCEEDED, "checkpoint attempt exceeded its claim lifetime") from None
+    done = await detached(with_db_retry(lambda: store.finish_checkpoint(checkpoint_id, executor, failure)))
+    if done is None:
+        return CheckpointOutcome(CheckpointOutcomeStatus.DELETED)
+    if failure:
+        log.warning("checkpoint %s failed: %s", checkpoint_id, failure, extra={"session_id": str(c.session_id)})
+        return CheckpointOutcome(CheckpointOutcomeStatus.FAILED)
+    return CheckpointOutcome(CheckpointOutcomeStatus.READY)
+
+
+async def _tag(runtime: Substrate, atespace: str, tag: str, actor: str, uid: str, generation: int) -> str | None:
+    """Tag the Actor's current snapshot (a retry adopts the tag it made). Returns a failure message
+    when the tag would not hold exactly the recorded generation."""
+    try:
+        made = await runtime.create_tag(atespace, tag, actor, uid)
+    except SubstrateError as e:
+        if e.code != Code.ALREADY_EXISTS:
+            raise
+        made = await runtime.get_tag(atespace, tag)
+    if made.actor_uid != uid or made.snapshot_generation != generation:
+        await runtime.delete_tag(atespace, tag)  # never keep a tag on another snapshot
+        return (
+            f"the actor's snapshot is generation {made.snapshot_generation}, not the recorded {generation}; "
+            "create a new checkpoint"
+        )
+    return None
+
+
+async def refresh_snapshot(store: Store, runtime: Substrate, session_id: UUID, generation: int) -> bool:
+    """Record a pending snapshot generation once it is COMPLETED. Raises while still pending (the
+    job retries); returns False when the Session moved on."""
+    session = await store.session_by_id(session_id)
+    if (
+        session is None
+        or session.snapshot_generation != generation
+        or session.snapshot_status != SnapshotState.IN_PROGRESS
+    ):
+        return False
+    actor = await runtime.get_actor(session.actor_atespace, session.actor_name)
+    snap = next((s for s in actor.snapshots if s.generation == generation), None)
+    if snap is None:
+        return False
+    picked = pick_snapshot([snap])
+    if picked is None or picked["status"] != SnapshotState.COMPLETED:
+        raise SubstrateError(Code.UNAVAILABLE, f"snapshot generation {generation} is still being written")
+    return await store.record_snapshot_completed(session_id, generation, picked["uri"])

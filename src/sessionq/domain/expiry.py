@@ -1,0 +1,109 @@
+"""Idle expiration: a leader-only sweep, once a minute, in bounded pages, with a bounded number
+of deletions in flight.
+
+`sweep()` runs in the ``expire_idle_sessions`` periodic job. Only the holder of the ``expiry``
+advisory lock sweeps; the others return at once. Each candidate is rechecked and admitted under
+the Session row lock by sessionq.expire_session (an ordinary DELETE with reason idle_timeout),
+then deleted through the normal operation and claim machinery (OperationExecutor). Admitted
+deletions that failed or were interrupted are resumed by later sweeps, whatever the TTL now.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from sessionq import metrics
+from sessionq.db.leader import leadership
+from sessionq.db.store import Store
+from sessionq.domain.operations import OperationExecutor, OutcomeStatus
+from sessionq.models import ExpiryOutcome
+
+log = logging.getLogger("sessionq.expiry")
+
+PAGE = 100
+IN_FLIGHT = 4
+
+
+@dataclass
+class SweepResult:
+    leader: bool
+    scanned: int = 0
+    admitted: int = 0
+    expired: int = 0
+    failed: int = 0
+    outcomes: dict[ExpiryOutcome, int] = field(default_factory=dict)
+
+
+async def sweep(
+    store: Store,
+    executor: OperationExecutor,
+    url: str,
+    ttl: float,
+    holder: str,
+    *,
+    page: int = PAGE,
+    in_flight: int = IN_FLIGHT,
+) -> SweepResult:
+    """One sweep. ttl <= 0 disables expiry entirely (no sweep, no retries)."""
+    if ttl <= 0:
+        return SweepResult(leader=False)
+    async with leadership(url, "expiry", holder) as leader:
+        if not leader:
+            return SweepResult(leader=False)
+        result = SweepResult(leader=True)
+        limit = asyncio.Semaphore(in_flight)
+        tasks: list[asyncio.Task[None]] = []
+
+        async def delete(session_id: UUID, idle_seconds: float | None) -> None:
+            async with limit:
+                await _delete(store, executor, session_id, idle_seconds, result)
+
+        # 1. resume admitted idle deletions (failed preparation, lost worker, ...)
+        after: UUID | None = None
+        while True:
+            ids = await store.idle_deletions_to_resume(after, page)
+            for sid in ids:
+                outcome = await store.expire_session(sid, ttl)
+                result.outcomes[outcome.outcome] = result.outcomes.get(outcome.outcome, 0) + 1
+                if outcome.outcome == ExpiryOutcome.RESUMED:
+                    tasks.append(asyncio.create_task(delete(sid, None)))
+            if len(ids) < page:
+                break
+            after = ids[-1]
+        # 2. new candidates, page by page (a full page continues at once)
+        key = None
+        while True:
+            candidates = await store.idle_candidates(ttl, key, page)
+            result.scanned += len(candidates)
+            for sid, _since in candidates:
+                outcome = await store.expire_session(sid, ttl)
+                result.outcomes[outcome.outcome] = result.outcomes.get(outcome.outcome, 0) + 1
+                if outcome.outcome == ExpiryOutcome.ADMITTED:
+                    result.admitted += 1
+                    tasks.append(asyncio.create_task(delete(sid, outcome.idle_seconds)))
+            if len(candidates) < page:
+                break
+            key = candidates[-1][1], candidates[-1][0]
+        if tasks:
+            await asyncio.gather(*tasks)
+        return result
+
+
+async def _delete(
+    store: Store, executor: OperationExecutor, session_id: UUID, idle_seconds: float | None, result: SweepResult
+) -> None:
+    try:
+        outcome = await executor.run(session_id)
+    except Exception as e:  # the next sweep resumes it
+        result.failed += 1
+        log.warning("idle deletion failed; a later sweep resumes it: %s", e, extra={"session_id": str(session_id)})
+        return
+    if outcome.status == OutcomeStatus.COMPLETED and outcome.session is None:
+        result.expired += 1
+        metrics.SESSION_EXPIRED.inc()
+        log.debug("expired idle session", extra={"session_id": str(session_id), "idle_time": idle_seconds})
+    elif outcome.status == OutcomeStatus.FAILED_PREPARATION:
+        result.failed += 1

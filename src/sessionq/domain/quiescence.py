@@ -1,0 +1,255 @@
+"""Automatic quiescence: after every turn the Actor gives its worker back.
+
+A settlement marks the Session's idle boundary and sends NOTIFY sessionq_idle in the same
+transaction. Every worker process runs `QuiescencePool`: one LISTEN connection and N workers
+(sessions.quiescenceWorkers, default 4) that claim boundaries with FOR UPDATE SKIP LOCKED,
+suspend the Actor with a VOLUMES snapshot, and record the exact snapshot.
+
+Waking: a notification sets one shared event (wake-ups coalesce); a worker that claimed work
+sets it again before its runtime I/O (hands the wake-up on), so a burst is drained by all
+workers. With nothing to claim a worker checks for blocked work: if some exists it retries
+within a second, otherwise it waits for the recovery interval (sessions.quiescenceRecoveryInterval,
+default 60 s) - the only polling, which recovers a lost notification or a crashed replica.
+
+A claim may have issued runtime work, so it never expires: a failed or crashed attempt leaves it
+in place, blocking new work on that Session until its outcome is recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from typing import Any, Literal
+from uuid import UUID, uuid4
+
+import psycopg
+
+from sessionq import metrics
+from sessionq.db.connection import Listener
+from sessionq.db.notify import Channel
+from sessionq.db.retry import with_db_retry
+from sessionq.db.store import Store
+from sessionq.domain.snapshots import IdentityMismatch, pick_snapshot
+from sessionq.models import Session, SnapshotState
+from sessionq.runtime.base import (
+    Actor,
+    ActorState,
+    Code,
+    SnapshotFidelity,
+    Substrate,
+    SubstrateError,
+)
+
+log = logging.getLogger(__name__)
+
+SHORT_RETRY = 1.0
+RUNTIME_ATTEMPTS = 5
+SUSPEND_BOUND = 120.0
+SNAPSHOT_WAIT = 2.0
+
+
+class QuiescencePool:
+    def __init__(
+        self,
+        store: Store,
+        runtime: Substrate,
+        url: str,
+        *,
+        workers: int = 4,
+        recovery_interval: float = 60.0,
+        short_retry: float = SHORT_RETRY,
+        listen: bool = True,
+        snapshot_wait: float = SNAPSHOT_WAIT,
+        drain_timeout: float = 30.0,
+    ) -> None:
+        self.snapshot_wait = snapshot_wait
+        self.drain_timeout = drain_timeout
+        self.store = store
+        self.runtime = runtime
+        self.url = url
+        self.workers = workers
+        self.recovery_interval = recovery_interval
+        self.short_retry = min(short_retry, recovery_interval)
+        self.listen = listen
+        self.wakeups = Wakeups(workers)
+        self.claims = 0  # for tests and metrics: claims taken by this pool
+        self.queries = 0  # claim attempts + blocked checks made by this pool
+
+    async def run(self, stop: asyncio.Event) -> None:
+        listener = None
+        if self.listen:
+            listener = Listener(self.url, [Channel.IDLE])
+            listener.subscribe(Channel.IDLE, lambda _payload: self.wakeups.post())
+            await listener.start()
+        try:
+            tasks = [asyncio.create_task(self._worker(i, stop), name=f"quiescence-{i}") for i in range(self.workers)]
+            await stop.wait()
+            self.wakeups.post_all()  # idle workers see the stop at once; busy ones finish their claim first
+            _done, pending = await asyncio.wait(tasks, timeout=self.drain_timeout)
+            for t in pending:  # past the drain timeout: such a claim stays (it may have issued work)
+                t.cancel()
+            for t in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+        finally:
+            if listener:
+                await listener.stop()
+
+    async def _worker(self, index: int, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                self.queries += 1
+                session = await self.store.claim_idle(uuid4())
+                if session is not None:
+                    self.claims += 1
+                    self.wakeups.post()  # hand a wake-up on before runtime I/O: a sibling joins a burst
+                    await self.quiesce(session)
+                    continue
+                self.queries += 1
+                blocked = await self.store.idle_work_blocked()
+            except (psycopg.OperationalError, psycopg.InterfaceError) as e:
+                log.warning("quiescence worker %d: database error (%s); retrying shortly", index, e)
+                blocked = True
+            except Exception:
+                log.exception("quiescence worker %d failed; retrying shortly", index)
+                blocked = True
+            if stop.is_set():
+                break
+            timeout = self.short_retry if blocked else self.recovery_interval
+            await self.wakeups.wait(timeout)
+
+    async def quiesce(self, session: Session) -> Session | None:
+        """Suspend the claimed Session's Actor and record the exact snapshot. On failure the
+        claim stays (it may have issued runtime work) and the error is logged."""
+        assert session.idle_boundary_id is not None and session.idle_executor is not None
+        extra = {"session_id": str(session.id)}
+        try:
+            snapshot = await asyncio.wait_for(self._suspend(session), timeout=SUSPEND_BOUND)
+        except IdentityMismatch as e:
+            log.error("quiescence refused: %s; the idle claim stays until an operator resolves it", e, extra=extra)
+            return None
+        except (SubstrateError, TimeoutError) as e:
+            log.error(
+                "quiescence runtime call failed (%s); the idle claim stays (the suspend may have been issued)",
+                e,
+                extra=extra,
+            )
+            return None
+        recorded = await with_db_retry(
+            lambda: self.store.finish_idle(session.id, session.idle_boundary_id, session.idle_executor, snapshot),  # type: ignore[arg-type]
+            budget=60.0,
+        )
+        if session.idle_boundary_at is not None:
+            lag = time.time() - session.idle_boundary_at.timestamp()
+            metrics.QUIESCENCE_LATENCY.observe(max(lag, 0.0))
+        log.debug("quiesced session", extra=extra)
+        return recorded
+
+    async def _suspend(self, session: Session) -> dict[str, Any] | None:
+        delay = 0.1
+        for attempt in range(RUNTIME_ATTEMPTS):
+            try:
+                actor = await self._suspended_actor(session)
+                snapshot = pick_snapshot(actor.snapshots)
+                waited = 0.0
+                while (
+                    snapshot is not None
+                    and snapshot["status"] != SnapshotState.COMPLETED
+                    and waited < self.snapshot_wait
+                ):
+                    await asyncio.sleep(0.1)
+                    waited += 0.1
+                    actor = await self.runtime.get_actor(session.actor_atespace, session.actor_name)
+                    snapshot = pick_snapshot(actor.snapshots)
+                return snapshot
+            except SubstrateError as e:
+                if e.code == Code.NOT_FOUND or attempt == RUNTIME_ATTEMPTS - 1 or e.code == Code.FAILED_PRECONDITION:
+                    raise
+                await asyncio.sleep(delay)
+                delay *= 2
+        return None
+
+    async def _suspended_actor(self, session: Session) -> Actor:
+        """Suspend with the recorded UID in one call (the runtime refuses another UID and answers an
+        already suspended Actor as it is); inspect only when it refuses."""
+        if session.actor_uid:
+            try:
+                return await self.runtime.suspend_actor(
+                    session.actor_atespace, session.actor_name, session.actor_uid, SnapshotFidelity.VOLUMES
+                )
+            except SubstrateError as e:
+                if e.code != Code.FAILED_PRECONDITION:
+                    raise
+        actor = await self.runtime.get_actor(session.actor_atespace, session.actor_name)
+        if session.actor_uid and actor.uid != session.actor_uid:
+            raise IdentityMismatch(
+                f"actor {session.actor_name} has uid {actor.uid}, not the recorded {session.actor_uid}"
+            )
+        if actor.state in (ActorState.RUNNING, ActorState.PAUSED, ActorState.RESUMING):
+            actor = await self.runtime.suspend_actor(
+                session.actor_atespace, session.actor_name, actor.uid, SnapshotFidelity.VOLUMES
+            )
+        return actor
+
+
+class Wakeups:
+    """Coalescing wake-ups for N workers: each notification wakes one idle worker (or is kept as a
+    token, at most N), instead of waking every worker for one piece of work."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.tokens = 0
+        self.waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def post(self) -> None:
+        while self.waiters:
+            waiter = self.waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self.tokens = min(self.tokens + 1, self.cap)
+
+    def post_all(self) -> None:
+        for _ in range(self.cap + len(self.waiters)):
+            self.post()
+
+    async def wait(self, timeout: float) -> bool:
+        """True when woken, False when the timeout passed."""
+        if self.tokens:
+            self.tokens -= 1
+            return True
+        waiter = asyncio.get_running_loop().create_future()
+        self.waiters.append(waiter)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), timeout=timeout)
+            return True
+        except TimeoutError:
+            if waiter.done():  # woken just as the timeout passed: keep the wake-up for someone
+                self.post()
+            return False
+        finally:
+            with contextlib.suppress(ValueError):
+                self.waiters.remove(waiter)
+
+
+async def retry_claimed(pool: QuiescencePool, session_id: UUID) -> Literal["nothing", "recorded"]:
+    """Take over a claimed idle boundary (its worker died) and finish it. Raises while the runtime
+    keeps failing, so the job retries; the claim stays either way until an outcome is recorded."""
+    session = await pool.store.take_over_idle_claim(session_id, uuid4())
+    if session is None:
+        return "nothing"
+    if await pool.quiesce(session) is None:
+        raise RuntimeError(f"quiescence of session {session_id} failed again; the claim stays")
+    return "recorded"
+
+
+async def claim_and_quiesce(pool: QuiescencePool) -> UUID | None:
+    """One claim attempt and, if it got one, the quiescence of that Session (tests, benchmarks)."""
+    session = await pool.store.claim_idle(uuid4())
+    if session is None:
+        return None
+    await pool.quiesce(session)
+    return session.id

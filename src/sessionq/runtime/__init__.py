@@ -1,0 +1,1 @@
+"""The runtime boundary: the `Substrate` interface (base) and its implementations (simulator)."""

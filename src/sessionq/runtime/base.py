@@ -1,0 +1,237 @@
+"""The runtime boundary: everything sessionq asks of Substrate goes through `Substrate`.
+
+The shapes follow the Substrate control API (`ateapi.Control`) as described in
+`shared/spec/wire.md`: Actors with a server-assigned UID and a version that rises on every
+mutation, VOLUMES snapshots with increasing generations, tags that pin snapshots, one egress
+policy named ``default`` per Actor, actor templates (one per prepared revision) and a pool of
+workers that a RUNNING Actor holds.
+
+Every method is a network call in production: callers must hold no database transaction or
+lock while awaiting one (clause OP-3).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+class Code(enum.StrEnum):
+    """gRPC status code names the runtime answers with."""
+
+    NOT_FOUND = "NOT_FOUND"
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    FAILED_PRECONDITION = "FAILED_PRECONDITION"
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    UNAVAILABLE = "UNAVAILABLE"
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+    ABORTED = "ABORTED"
+    INTERNAL = "INTERNAL"
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+
+
+class SubstrateError(Exception):
+    """A runtime call failed with a status code. `effect_applied` is never known to the caller:
+    a lost response looks exactly like a failure before the effect (UNAVAILABLE)."""
+
+    def __init__(self, code: Code, message: str) -> None:
+        super().__init__(f"{code.value}: {message}")
+        self.code = code
+        self.message = message
+
+
+class ActorState(enum.StrEnum):
+    UNSPECIFIED = "ACTOR_STATE_UNSPECIFIED"
+    RESUMING = "ACTOR_STATE_RESUMING"
+    RUNNING = "ACTOR_STATE_RUNNING"
+    SUSPENDING = "ACTOR_STATE_SUSPENDING"
+    SUSPENDED = "ACTOR_STATE_SUSPENDED"
+    PAUSING = "ACTOR_STATE_PAUSING"
+    PAUSED = "ACTOR_STATE_PAUSED"
+    CRASHED = "ACTOR_STATE_CRASHED"
+    DELETING = "ACTOR_STATE_DELETING"
+    REVERTING = "ACTOR_STATE_REVERTING"
+
+
+class SnapshotFidelity(enum.StrEnum):
+    UNSPECIFIED = "SNAPSHOT_FIDELITY_UNSPECIFIED"
+    VOLUMES = "SNAPSHOT_FIDELITY_VOLUMES"
+    ROOTFS = "SNAPSHOT_FIDELITY_ROOTFS"
+    MEMORY = "SNAPSHOT_FIDELITY_MEMORY"
+
+
+class SnapshotStatus(enum.StrEnum):
+    UNSPECIFIED = "SNAPSHOT_STORAGE_STATUS_UNSPECIFIED"
+    IN_PROGRESS = "SNAPSHOT_STORAGE_STATUS_IN_PROGRESS"
+    COMPLETED = "SNAPSHOT_STORAGE_STATUS_COMPLETED"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    generation: int
+    fidelity: SnapshotFidelity
+    status: SnapshotStatus
+    uri: str  # object-storage URI; meaningful only when status is COMPLETED
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Actor:
+    atespace: str
+    name: str
+    uid: str
+    template: str  # "<atespace>/<template name>"
+    state: ActorState
+    worker: str | None  # the worker it holds while RUNNING, else None
+    worker_ip: str | None
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    snapshots: tuple[Snapshot, ...] = ()  # all generations, ascending
+
+
+@dataclass(frozen=True)
+class ActorTemplate:
+    atespace: str
+    name: str
+    uid: str
+    image: str
+    version: int
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class EgressRule:
+    """One allow rule: protocol is "http", "https" or "tls_passthrough"."""
+
+    protocol: str
+    hostname: str
+    port: int
+    # excluded from the hash (a dict is unhashable) but not from equality
+    credential_headers: dict[str, str] = field(default_factory=dict, hash=False)
+
+
+@dataclass(frozen=True)
+class EgressPolicy:
+    """The single policy named ``default`` of an Actor; rules are an unordered allow-set."""
+
+    actor_uid: str
+    rules: frozenset[EgressRule] | tuple[EgressRule, ...]
+    version: int
+
+
+@dataclass(frozen=True)
+class Tag:
+    atespace: str
+    name: str
+    actor_name: str
+    actor_uid: str
+    snapshot_generation: int
+    snapshot_uri: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Worker:
+    name: str
+    atespace: str
+    ip: str
+    actor: str | None  # "<atespace>/<actor name>" while held
+    state: str
+
+
+@dataclass(frozen=True)
+class InvokeRequest:
+    """One message delivered to an Actor's private A2A endpoint (port 80).
+
+    message: the A2A Message in protobuf JSON form (camelCase, as json_format.MessageToDict
+    gives); task_id: the task a continuation continues (None for a new turn); dispatch_id: the
+    dispatch reservation the Actor passes back to the task store with its writes."""
+
+    session_id: str
+    dispatch_id: str
+    message: dict[str, Any]
+    task_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    items: list[T]
+    next_page_token: str  # empty: last page
+
+
+class RuntimeReader(Protocol):
+    """The read-only port of the runtime: the listings the inventory pages over. The API depends
+    on this, never on a runtime implementation."""
+
+    async def list_actors(self, atespace: str | None, page_size: int, page_token: str) -> Page[Actor]: ...
+    async def list_workers(self, page_size: int, page_token: str) -> Page[Worker]: ...
+
+
+class Substrate(RuntimeReader, Protocol):
+    """The runtime (its listings are those of `RuntimeReader`). Methods that mutate an existing
+    Actor take the UID the caller recorded and fail with FAILED_PRECONDITION when the Actor of
+    that name has another UID (a same-name replacement is never adopted, clause Q-11)."""
+
+    # actor templates (one per prepared revision)
+    async def create_actor_template(self, atespace: str, name: str, image: str) -> ActorTemplate: ...
+    async def get_actor_template(self, atespace: str, name: str) -> ActorTemplate: ...
+    async def delete_actor_template(self, atespace: str, name: str, uid: str) -> None: ...
+
+    # actors
+    async def create_actor(
+        self,
+        atespace: str,
+        name: str,
+        template: str,
+        *,
+        from_tag: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Actor:
+        """Create an Actor, SUSPENDED, from a template ("<atespace>/<name>") or seeded from the
+        snapshot a tag names. ALREADY_EXISTS if an Actor of that name exists."""
+        ...
+
+    async def get_actor(self, atespace: str, name: str) -> Actor: ...
+    async def suspend_actor(
+        self, atespace: str, name: str, uid: str, fidelity: SnapshotFidelity = SnapshotFidelity.VOLUMES
+    ) -> Actor:
+        """Stop the Actor, release its worker and write a snapshot of the given fidelity."""
+        ...
+
+    async def resume_actor(self, atespace: str, name: str, uid: str) -> tuple[Actor, bool]:
+        """Resume onto a worker; returns (actor, resumed) with resumed=False if already running."""
+        ...
+
+    async def pause_actor(self, atespace: str, name: str, uid: str) -> Actor: ...
+    async def delete_actor(self, atespace: str, name: str, uid: str, *, any_state: bool = False) -> None:
+        """Delete a SUSPENDED or CRASHED Actor (any state with any_state)."""
+        ...
+
+    # egress policy (one named "default" per Actor)
+    async def create_egress_policy(
+        self, atespace: str, actor: str, uid: str, rules: list[EgressRule]
+    ) -> EgressPolicy: ...
+    async def get_egress_policy(self, atespace: str, actor: str) -> EgressPolicy: ...
+    async def update_egress_policy(
+        self, atespace: str, actor: str, uid: str, rules: list[EgressRule]
+    ) -> EgressPolicy: ...
+
+    # tags
+    async def create_tag(self, atespace: str, name: str, actor: str, uid: str) -> Tag:
+        """Copy the suspended Actor's current snapshot under a tag; the tagged snapshot is never collected."""
+        ...
+
+    async def get_tag(self, atespace: str, name: str) -> Tag: ...
+    async def delete_tag(self, atespace: str, name: str) -> None: ...
+
+    # the Actor's private A2A endpoint: run one turn and return when it ended
+    async def invoke(self, atespace: str, name: str, uid: str, request: InvokeRequest) -> None:
+        """Deliver a message to a RUNNING Actor (FAILED_PRECONDITION otherwise) and wait for the
+        turn: the Actor reports the task through the TaskStore API with its workload credential
+        (env SESSIONQ_WORKLOAD_TOKEN given at creation) and settles it before this returns."""
+        ...

@@ -1,0 +1,33 @@
+"""The simulated Substrate: a PostgreSQL-backed stand-in for the real runtime.
+
+- `substrate.py`: `SimulatedSubstrate`, the `Substrate` implementation: Actors, templates, tags,
+  egress policies, workers, listings, and test hooks (durable directories, crashes, call log);
+- `faults.py`: fault injection (delays, blocks, errors before the effect, lost responses);
+- `turns.py`: one turn of the agent as an Actor plays it; `agent.py` is the deterministic agent
+  itself, `taskstore_client.py` how it reports to the TaskStoreService;
+- `database.py` and `schema.sql`: its own connection pool and schema, ``substrate_sim``.
+
+It owns its connection to its own schema (it stands in for an external system), and never uses
+sessionq's stores.
+"""
+
+from sessionq.runtime.simulator.database import install_schema, worker_identity
+from sessionq.runtime.simulator.faults import FAULT_KINDS, LIST_METHODS, PROTOCOL_METHODS
+from sessionq.runtime.simulator.substrate import (
+    WORKLOAD_TOKEN_ENV,
+    SimulatedSubstrate,
+    decode_actor_token,
+    encode_actor_token,
+)
+
+__all__ = [
+    "FAULT_KINDS",
+    "LIST_METHODS",
+    "PROTOCOL_METHODS",
+    "WORKLOAD_TOKEN_ENV",
+    "SimulatedSubstrate",
+    "decode_actor_token",
+    "encode_actor_token",
+    "install_schema",
+    "worker_identity",
+]

@@ -1,0 +1,222 @@
+"""The simulator's own database: its connection pool, its schema (schema.sql, ``substrate_sim``) and
+the statements every call runs. The simulator stands in for an external runtime, so it keeps its
+state outside the control plane's transactions, on its own connections."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.resources
+from collections.abc import AsyncIterator
+from datetime import tzinfo
+from typing import Any, Self, TypeVar
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from sessionq.runtime.base import (
+    Code,
+    SubstrateError,
+)
+
+T = TypeVar("T")
+
+SCHEMA = "substrate_sim"
+POLL_INTERVAL = 0.01  # seconds between polls of the faults table while blocked or waiting
+
+WORKER_ATESPACE = "kagent"
+WORKER_PREFIX = "kagent-default-7c9f8b6d54-"
+WORKER_STATE = "WORKER_STATE_READY"
+_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the alphabet of Kubernetes' generated name suffixes
+
+# pg_advisory_xact_lock key serialising install_schema across processes ("SubstrSm").
+_INSTALL_LOCK_KEY = 0x5375627374725353
+
+_Cursor = psycopg.AsyncCursor[DictRow]
+_FAIL_SQLSTATE = "SX001"  # substrate_sim.fail: the Code name in DETAIL
+
+
+# --------------------------------------------------------------------------------------------
+# schema installation
+
+
+def _schema_sql() -> str:
+    return importlib.resources.files("sessionq.runtime.simulator").joinpath("schema.sql").read_text("utf-8")
+
+
+def worker_identity(index: int, taken: set[str] | None = None) -> tuple[str, str]:
+    """The (name, ip) of the worker with this pool index: deterministic from the index.
+
+    `taken` holds names already given to lower indices; a (very unlikely) suffix collision is
+    resolved deterministically by hashing again."""
+    attempt = 0
+    while True:
+        digest = hashlib.sha256(f"substrate-sim-worker:{index}:{attempt}".encode()).digest()
+        suffix = "".join(_SUFFIX_ALPHABET[b % len(_SUFFIX_ALPHABET)] for b in digest[:5])
+        name = WORKER_PREFIX + suffix
+        if taken is None or name not in taken:
+            return name, f"10.244.{index // 250}.{index % 250 + 2}"
+        attempt += 1
+
+
+def _worker_rows(count: int) -> list[tuple[str, int, str, str]]:
+    taken: set[str] = set()
+    rows = []
+    for i in range(count):
+        name, ip = worker_identity(i, taken)
+        taken.add(name)
+        rows.append((name, i, WORKER_ATESPACE, ip))
+    return rows
+
+
+async def install_schema(conninfo: str, *, worker_pool_size: int = 256) -> None:
+    """Create the simulator schema and the worker pool rows that are missing. Idempotent and safe
+    when several processes run it at once (transaction-level advisory lock)."""
+    if worker_pool_size < 0:
+        raise ValueError("worker_pool_size must be >= 0")
+    async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_INSTALL_LOCK_KEY,))
+            await conn.execute(_schema_sql().encode())
+            async with conn.cursor() as cur:
+                await cur.execute("SELECT count(*) FROM substrate_sim.workers")
+                row = await cur.fetchone()
+                existing = int(row[0]) if row else 0
+                if existing < worker_pool_size:
+                    await cur.executemany(
+                        "INSERT INTO substrate_sim.workers (name, idx, atespace, ip, state)"
+                        " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                        [(*r, WORKER_STATE) for r in _worker_rows(worker_pool_size)[existing:]],
+                    )
+
+
+# The simulator's commits do not wait for their WAL flush (asynchronous commit). It stands in for
+# a runtime that keeps its own state: its durability is not the control plane's promise, and a
+# crash of the server may forget its last changes, as a runtime may lose work. That loss is one
+# the control plane already handles: every control-plane commit is synchronous and flushes all
+# earlier WAL, so a simulator change survives once anything the control plane recorded after it
+# survives (the Actor UID after create_actor, the completion after the egress policy, and so on).
+# What can be lost is only a change the control plane never recorded, which is a lost response
+# (OP-14): a retry inspects the Actor and continues from what exists. Saves a WAL flush on each
+# runtime call (two per creation). Set on each new connection of the simulator's pool, so that
+# options in the database URL stay as they are.
+async def _commit_asynchronously(conn: psycopg.AsyncConnection[Any]) -> None:
+    await conn.execute("SET synchronous_commit = off")
+
+
+class SimulatorDatabase:
+    """The connection pool of one simulator instance, and its two ways to run SQL: `_tx` (one
+    short transaction) and `_execute` (one autocommit statement). `worker_pool_size` bounds the
+    workers this instance allocates and lists (the pool rows are created by `install_schema`;
+    `open` adds missing ones)."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        worker_pool_size: int = 256,
+        taskstore_address: str | None = None,
+        pool_size: int = 8,
+    ) -> None:
+        if worker_pool_size < 0:
+            raise ValueError("worker_pool_size must be >= 0")
+        self._conninfo = conninfo
+        self.worker_pool_size = worker_pool_size
+        # "host:port" of the TaskStoreService the simulated agents report to; may be set later
+        self.taskstore_address = taskstore_address
+        self._pool: AsyncConnectionPool | None = None
+        self._pool_size = pool_size
+
+    # lifecycle ------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._pool is not None:
+            return
+        pool = AsyncConnectionPool(
+            self._conninfo,
+            min_size=1,
+            max_size=self._pool_size,
+            open=False,
+            name="substrate_sim",
+            kwargs={"autocommit": True, "application_name": "substrate_sim"},
+            configure=_commit_asynchronously,
+        )
+        await pool.open(wait=True, timeout=30.0)
+        self._pool = pool
+        try:
+            await self._ensure_installed()
+        except BaseException:
+            self._pool = None
+            await pool.close()
+            raise
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def _ensure_installed(self) -> None:
+        """Install the schema when it is missing, lacks its functions or indexes (a database
+        installed before they existed) or holds fewer workers than this instance's pool."""
+        async with self._tx() as cur:
+            await cur.execute(
+                "SELECT to_regclass('substrate_sim.workers') IS NOT NULL AS present,"
+                " to_regprocedure('substrate_sim.release_worker(text,text)') IS NOT NULL"
+                " AND to_regclass('substrate_sim.workers_free_idx') IS NOT NULL AS current"
+            )
+            row = await cur.fetchone()
+            present = bool(row and row["present"])
+            current = bool(row and row["current"])
+            count = 0
+            if present:
+                await cur.execute("SELECT count(*) AS n FROM substrate_sim.workers")
+                row = await cur.fetchone()
+                count = int(row["n"]) if row else 0
+        if not present or not current or count < self.worker_pool_size:
+            await install_schema(self._conninfo, worker_pool_size=self.worker_pool_size)
+
+    @contextlib.asynccontextmanager
+    async def _tx(self) -> AsyncIterator[_Cursor]:
+        """One short transaction on a pooled connection."""
+        if self._pool is None:
+            raise RuntimeError(f"{type(self).__name__} is not open")
+        try:
+            async with self._pool.connection() as conn, conn.transaction():
+                async with conn.cursor(row_factory=dict_row) as cur:
+                    yield cur
+        except pg_errors.TransactionRollback as exc:
+            raise SubstrateError(Code.ABORTED, f"simulated runtime transaction aborted: {exc}") from exc
+        except psycopg.OperationalError as exc:
+            raise SubstrateError(Code.UNAVAILABLE, f"simulated runtime store unavailable: {exc}") from exc
+
+    async def _execute(self, sql: str, params: Any) -> tuple[Any, tzinfo]:
+        """One statement on an autocommit pooled connection (its own transaction, one round trip):
+        the first column of its first row (None without rows) and the session time zone. Errors map
+        as in `_tx`; substrate_sim.fail's SX001 becomes SubstrateError(Code(detail), message)."""
+        if self._pool is None:
+            raise RuntimeError(f"{type(self).__name__} is not open")
+        try:
+            async with self._pool.connection() as conn:
+                cur = await conn.execute(sql, params)
+                row = await cur.fetchone()
+                tz = conn.info.timezone
+        except pg_errors.TransactionRollback as exc:
+            raise SubstrateError(Code.ABORTED, f"simulated runtime transaction aborted: {exc}") from exc
+        except psycopg.OperationalError as exc:
+            raise SubstrateError(Code.UNAVAILABLE, f"simulated runtime store unavailable: {exc}") from exc
+        except psycopg.Error as exc:
+            if exc.sqlstate == _FAIL_SQLSTATE:
+                raise SubstrateError(
+                    Code(exc.diag.message_detail or Code.INTERNAL), exc.diag.message_primary or ""
+                ) from None
+            raise
+        return (row[0] if row is not None else None), tz

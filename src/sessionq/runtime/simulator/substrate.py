@@ -1,0 +1,904 @@
+"""A simulated Substrate runtime backed by PostgreSQL.
+
+`SimulatedSubstrate` implements the `Substrate` Protocol (runtime/base.py). Its state lives in the schema
+``substrate_sim`` (schema.sql) of the same database as the control plane but OUTSIDE the
+control plane's transactions: the simulator has its own small connection pool and every call is a
+short transaction of its own that locks (``SELECT ... FOR UPDATE``) the rows it changes. Every
+process on the database (API, workers, tests) therefore sees one runtime.
+
+The hot calls (create_actor, get_actor, suspend_actor, resume_actor, delete_actor and
+create_egress_policy) are one autocommit statement each: it consumes the call's faults
+(substrate_sim.take_faults) and, when none matched, applies the call in the same transaction by
+calling the SQL function of the same name in schema.sql. The other calls take their faults in
+one statement, then run their own transaction.
+
+Besides the Protocol the simulator offers test hooks: the durable directory of an Actor
+(`read_durable` / `write_durable`), pending snapshots (`set_option("snapshot_pending", True)` and
+`complete_snapshots`), a log of the mutations that took effect (`calls`, `mutation_count`) and fault
+injection (`inject`, `release`, `wait_blocked`, `clear_faults`) stored in the database so that it
+works across processes.
+
+`invoke` runs the deterministic agent of agent.py as the Actor would: its memory is the Actor's
+durable directory, and it reports the turn to the TaskStoreService at `taskstore_address` (settable
+after construction) with the workload token of its env (SESSIONQ_WORKLOAD_TOKEN).
+
+Fault semantics: faults match a Protocol method name and, optionally, a resource name (the Actor
+name for actor and egress calls and create_tag; the tag name for get_tag/delete_tag; the template
+name for template calls; list calls only match faults without a name). Each call consumes, under a
+row lock, at most one *wait* fault (``delay``, ``block``) and at most one *outcome* fault
+(``fail_before``, ``lose_after``, ``empty_page``, ``stuck_token``), the oldest matching of each, so
+several outcome faults on one method script consecutive calls. Waits never hold a transaction or a
+connection: blocked calls poll the faults table every 10 ms. (A hot call whose statement took faults
+did nothing else; it honours them, then applies the call with its function alone.)
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import uuid
+from collections.abc import Iterable
+from datetime import datetime, tzinfo
+from typing import Any, TypeVar
+
+from psycopg.rows import DictRow
+from psycopg.types.json import Jsonb
+
+from sessionq.runtime.base import (
+    Actor,
+    ActorState,
+    ActorTemplate,
+    Code,
+    EgressPolicy,
+    EgressRule,
+    InvokeRequest,
+    Page,
+    Snapshot,
+    SnapshotFidelity,
+    SnapshotStatus,
+    Substrate,
+    SubstrateError,
+    Tag,
+    Worker,
+)
+from sessionq.runtime.simulator.agent import run_turn
+from sessionq.runtime.simulator.database import (
+    _Cursor,
+)
+from sessionq.runtime.simulator.faults import FaultInjection
+from sessionq.runtime.simulator.taskstore_client import TaskStoreClient, TaskStoreError
+from sessionq.runtime.simulator.turns import parse_message, play_turn
+
+__all__ = ["WORKLOAD_TOKEN_ENV", "SimulatedSubstrate", "decode_actor_token", "encode_actor_token"]
+
+T = TypeVar("T")
+
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
+# the env variable holding the Actor's workload credential for the TaskStoreService
+WORKLOAD_TOKEN_ENV = "SESSIONQ_WORKLOAD_TOKEN"
+
+EGRESS_PROTOCOLS = frozenset({"http", "https", "tls_passthrough"})
+_WORKER_HOLDING_STATES = (ActorState.RUNNING, ActorState.PAUSED)
+# --------------------------------------------------------------------------------------------
+# page tokens (the runtime's keyset format)
+
+
+def encode_actor_token(atespace: str | None, name: str) -> str:
+    """Keyset token resuming strictly after (atespace, name); atespace None for a listing within
+    one atespace and for workers: urlsafe base64 (no padding) of compact JSON."""
+    payload: dict[str, Any] = {"v": 1}
+    if atespace is not None:
+        payload["atespace"] = atespace
+    payload["name"] = name
+    raw = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def decode_actor_token(token: str, *, global_listing: bool) -> tuple[str | None, str]:
+    """Inverse of `encode_actor_token`: (atespace or None, name). `global_listing` says whether the
+    token must carry an atespace (a ListActors over all atespaces). Raises INVALID_ARGUMENT."""
+
+    def bad(why: str) -> SubstrateError:
+        return SubstrateError(Code.INVALID_ARGUMENT, f"invalid page token {token!r}: {why}")
+
+    if not token or not isinstance(token, str):
+        raise bad("empty")
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        payload = json.loads(raw.decode("utf-8"))
+    except (binascii.Error, ValueError, UnicodeDecodeError) as exc:
+        raise bad("not base64 JSON") from exc
+    if not isinstance(payload, dict) or payload.get("v") != 1:
+        raise bad("unsupported version")
+    name = payload.get("name")
+    if not isinstance(name, str):
+        raise bad("missing name")
+    expected = {"v", "name", "atespace"} if global_listing else {"v", "name"}
+    if set(payload) != expected:
+        known = set(payload) <= {"v", "name", "atespace"}
+        raise bad("wrong keys for this listing" if known else "unknown keys")
+    if global_listing:
+        atespace = payload["atespace"]
+        if not isinstance(atespace, str):
+            raise bad("atespace is not a string")
+        return atespace, name
+    return None, name
+
+
+# --------------------------------------------------------------------------------------------
+# row conversion helpers
+
+
+def _rule_to_json(rule: EgressRule) -> dict[str, Any]:
+    return {
+        "protocol": rule.protocol,
+        "hostname": rule.hostname,
+        "port": rule.port,
+        "credential_headers": dict(sorted(rule.credential_headers.items())),
+    }
+
+
+def _rule_from_json(data: dict[str, Any]) -> EgressRule:
+    return EgressRule(
+        protocol=data["protocol"],
+        hostname=data["hostname"],
+        port=int(data["port"]),
+        credential_headers=dict(data.get("credential_headers") or {}),
+    )
+
+
+def _rule_sort_key(rule: dict[str, Any]) -> tuple[str, str, int, str]:
+    return (rule["protocol"], rule["hostname"], rule["port"], json.dumps(rule["credential_headers"]))
+
+
+def _canonical_rules(rules: Iterable[EgressRule], *, actor: str) -> list[dict[str, Any]]:
+    """Validate and de-duplicate an allow-set; conflicting rules for one host and port are rejected."""
+    seen: dict[tuple[str, int], dict[str, Any]] = {}
+    for rule in rules:
+        if not isinstance(rule, EgressRule):
+            raise SubstrateError(Code.INVALID_ARGUMENT, f"egress policy of actor {actor}: not an EgressRule")
+        if rule.protocol not in EGRESS_PROTOCOLS:
+            raise SubstrateError(
+                Code.INVALID_ARGUMENT,
+                f"egress policy of actor {actor}: unsupported protocol {rule.protocol!r}",
+            )
+        if not rule.hostname or not isinstance(rule.port, int) or not 0 < rule.port < 65536:
+            raise SubstrateError(
+                Code.INVALID_ARGUMENT,
+                f"egress policy of actor {actor}: invalid destination {rule.hostname!r}:{rule.port!r}",
+            )
+        data = _rule_to_json(rule)
+        key = (rule.hostname.lower(), rule.port)
+        if key in seen and seen[key] != data:
+            raise SubstrateError(
+                Code.INVALID_ARGUMENT,
+                f"egress policy of actor {actor}: conflicting rules for {rule.hostname}:{rule.port}",
+            )
+        seen[key] = data
+    return sorted(seen.values(), key=_rule_sort_key)
+
+
+def _rule_collection(data: list[dict[str, Any]]) -> frozenset[EgressRule] | tuple[EgressRule, ...]:
+    rules = [_rule_from_json(d) for d in data]
+    try:
+        return frozenset(rules)
+    except TypeError:
+        # EgressRule is a frozen dataclass holding a dict (credential_headers), so it is unhashable
+        # and cannot go into a frozenset; fall back to a tuple in canonical order.
+        return tuple(rules)
+
+
+def _snapshot(row: DictRow) -> Snapshot:
+    return Snapshot(
+        generation=row["generation"],
+        fidelity=SnapshotFidelity(row["fidelity"]),
+        status=SnapshotStatus(row["status"]),
+        uri=row["uri"],
+        created_at=row["created_at"],
+    )
+
+
+def _actor(row: DictRow, snapshots: Iterable[Snapshot] = ()) -> Actor:
+    return Actor(
+        atespace=row["atespace"],
+        name=row["name"],
+        uid=row["uid"],
+        template=row["template"],
+        state=ActorState(row["state"]),
+        worker=row["worker"],
+        worker_ip=row["worker_ip"],
+        version=row["version"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        snapshots=tuple(snapshots),
+    )
+
+
+def _template(row: DictRow) -> ActorTemplate:
+    return ActorTemplate(
+        atespace=row["atespace"],
+        name=row["name"],
+        uid=row["uid"],
+        image=row["image"],
+        version=row["version"],
+        created_at=row["created_at"],
+    )
+
+
+def _tag(row: DictRow) -> Tag:
+    return Tag(
+        atespace=row["atespace"],
+        name=row["name"],
+        actor_name=row["actor_name"],
+        actor_uid=row["actor_uid"],
+        snapshot_generation=row["snapshot_generation"],
+        snapshot_uri=row["uri"],
+        created_at=row["created_at"],
+    )
+
+
+def _policy(row: DictRow) -> EgressPolicy:
+    return EgressPolicy(actor_uid=row["actor_uid"], rules=_rule_collection(row["rules"]), version=row["version"])
+
+
+def _worker(row: DictRow) -> Worker:
+    holder = f"{row['holder_atespace']}/{row['holder_name']}" if row["holder_name"] is not None else None
+    return Worker(name=row["name"], atespace=row["atespace"], ip=row["ip"], actor=holder, state=row["state"])
+
+
+def _page_size(page_size: int) -> int:
+    if page_size < 0:
+        raise SubstrateError(Code.INVALID_ARGUMENT, f"negative page_size {page_size}")
+    if page_size == 0:
+        return DEFAULT_PAGE_SIZE
+    return min(page_size, MAX_PAGE_SIZE)
+
+
+def _require_name(kind: str, value: str) -> None:
+    if not isinstance(value, str) or not value or "/" in value:
+        raise SubstrateError(Code.INVALID_ARGUMENT, f"invalid {kind} {value!r}")
+
+
+def _split_template(template: str) -> tuple[str, str]:
+    atespace, sep, name = template.partition("/")
+    if not sep or not atespace or not name or "/" in name:
+        raise SubstrateError(Code.INVALID_ARGUMENT, f"template must be '<atespace>/<name>', got {template!r}")
+    return atespace, name
+_ACTOR_SELECT = (
+    "SELECT a.atespace, a.name, a.uid, a.template, a.state, a.worker, a.version, a.durable,"
+    " a.created_at, a.updated_at, w.ip AS worker_ip"
+    " FROM substrate_sim.actors a LEFT JOIN substrate_sim.workers w ON w.name = a.worker"
+)
+
+
+# The hot calls: the function of schema.sql that applies each, called by `_call_fn`.
+_FN_CREATE_ACTOR = (
+    "substrate_sim.create_actor(%(atespace)s, %(name)s, %(template)s, %(from_tag)s, %(env)s, %(uid)s, %(pid)s::integer)"
+)
+_FN_GET_ACTOR = "substrate_sim.get_actor(%(atespace)s, %(name)s)"
+_FN_RESUME_ACTOR = (
+    "substrate_sim.resume_actor(%(atespace)s, %(name)s, %(uid)s, %(pool_size)s::integer, %(pid)s::integer)"
+)
+_FN_SUSPEND_ACTOR = "substrate_sim.suspend_actor(%(atespace)s, %(name)s, %(uid)s, %(fidelity)s, %(pid)s::integer)"
+_FN_DELETE_ACTOR = "substrate_sim.delete_actor(%(atespace)s, %(name)s, %(uid)s, %(any_state)s, %(pid)s::integer)"
+_FN_CREATE_EGRESS_POLICY = (
+    "substrate_sim.create_egress_policy(%(atespace)s, %(actor)s, %(uid)s, %(rules)s, %(pid)s::integer)"
+)
+
+def _timestamp(value: str, tz: tzinfo) -> datetime:
+    """A timestamptz of a jsonb result, in the session time zone as psycopg loads timestamptz columns."""
+    return datetime.fromisoformat(value).astimezone(tz)
+
+
+def _actor_from_json(data: dict[str, Any], tz: tzinfo) -> Actor:
+    """An Actor of substrate_sim.actor_json (the same fields as a row of _ACTOR_SELECT)."""
+    snapshots = (_snapshot({**snap, "created_at": _timestamp(snap["created_at"], tz)}) for snap in data["snapshots"])
+    row = {**data, "created_at": _timestamp(data["created_at"], tz), "updated_at": _timestamp(data["updated_at"], tz)}
+    return _actor(row, snapshots)
+
+
+def _actor_result(result: dict[str, Any], tz: tzinfo) -> Actor:
+    return _actor_from_json(result["actor"], tz)
+
+
+class SimulatedSubstrate(FaultInjection):
+    """The runtime simulator; see the module docstring. Use ``async with SimulatedSubstrate(url)``
+    or call `open` / `close`. `worker_pool_size` bounds the workers this instance allocates and lists
+    (the pool rows are created by `install_schema`; `open` adds missing ones); every process on one
+    database should use the same size."""
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        worker_pool_size: int = 256,
+        taskstore_address: str | None = None,
+        pool_size: int = 8,
+        taskstore_message_limit: int | None = None,
+    ) -> None:
+        super().__init__(conninfo, worker_pool_size=worker_pool_size, pool_size=pool_size)
+        # "host:port" of the TaskStoreService the simulated agents report to; may be set later
+        self.taskstore_address = taskstore_address
+        # the gRPC message limit of the agents' task store channel (None: the client's default, sized
+        # for the default a2a.maxMessageBytes)
+        self.taskstore_message_limit = taskstore_message_limit
+
+    # lifecycle ------------------------------------------------------------------------------
+
+    # options, call log ---------------------------------------------------------------------
+
+    async def set_option(self, key: str, value: Any) -> None:
+        async with self._tx() as cur:
+            await cur.execute(
+                "INSERT INTO substrate_sim.options (key, value) VALUES (%s, %s)"
+                " ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = clock_timestamp()",
+                (key, Jsonb(value)),
+            )
+
+    async def get_option(self, key: str) -> Any:
+        """The option's value, None when unset."""
+        async with self._tx() as cur:
+            await cur.execute("SELECT value FROM substrate_sim.options WHERE key = %s", (key,))
+            row = await cur.fetchone()
+        return None if row is None else row["value"]
+
+    async def mutation_count(self, *, actor: str | None = None, method: str | None = None) -> int:
+        """Mutations that took effect, optionally for one resource name and/or one method."""
+        async with self._tx() as cur:
+            await cur.execute(
+                "SELECT count(*) AS n FROM substrate_sim.calls"
+                " WHERE (%(actor)s::text IS NULL OR name = %(actor)s)"
+                " AND (%(method)s::text IS NULL OR method = %(method)s)",
+                {"actor": actor, "method": method},
+            )
+            row = await cur.fetchone()
+        return int(row["n"]) if row else 0
+
+    async def calls(self, actor: str | None = None) -> list[dict[str, Any]]:
+        """The mutation log in order: dicts with id, method, atespace, name, uid, detail, pid, at."""
+        async with self._tx() as cur:
+            await cur.execute(
+                "SELECT id, method, atespace, name, uid, detail, pid, at FROM substrate_sim.calls"
+                " WHERE (%(actor)s::text IS NULL OR name = %(actor)s) ORDER BY id",
+                {"actor": actor},
+            )
+            return [dict(r) for r in await cur.fetchall()]
+
+    @staticmethod
+    async def _log(
+        cur: _Cursor,
+        method: str,
+        atespace: str | None,
+        name: str | None,
+        uid: str | None,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        await cur.execute(
+            "INSERT INTO substrate_sim.calls (method, atespace, name, uid, detail, pid)"
+            " VALUES (%s, %s, %s, %s, %s, %s)",
+            (method, atespace, name, uid, Jsonb(detail) if detail is not None else None, os.getpid()),
+        )
+
+    # shared actor helpers ------------------------------------------------------------------
+
+    @staticmethod
+    async def _lock_actor(cur: _Cursor, atespace: str, name: str, uid: str | None) -> DictRow:
+        """Lock the Actor row; NOT_FOUND if missing, FAILED_PRECONDITION if `uid` differs."""
+        await cur.execute(_ACTOR_SELECT + " WHERE a.atespace = %s AND a.name = %s FOR UPDATE OF a", (atespace, name))
+        row = await cur.fetchone()
+        if row is None:
+            raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{name} not found")
+        if uid is not None and row["uid"] != uid:
+            raise SubstrateError(
+                Code.FAILED_PRECONDITION,
+                f"actor uid mismatch for {atespace}/{name}: expected {uid}, found {row['uid']}",
+            )
+        return row
+
+    @staticmethod
+    async def _snapshots_of(cur: _Cursor, uids: list[str]) -> dict[str, list[Snapshot]]:
+        result: dict[str, list[Snapshot]] = {u: [] for u in uids}
+        if uids:
+            await cur.execute(
+                "SELECT actor_uid, generation, fidelity, status, uri, created_at FROM substrate_sim.snapshots"
+                " WHERE actor_uid = ANY(%s) ORDER BY actor_uid, generation",
+                (uids,),
+            )
+            for row in await cur.fetchall():
+                result[row["actor_uid"]].append(_snapshot(row))
+        return result
+
+    async def _load_actor(self, cur: _Cursor, atespace: str, name: str) -> Actor:
+        await cur.execute(_ACTOR_SELECT + " WHERE a.atespace = %s AND a.name = %s", (atespace, name))
+        row = await cur.fetchone()
+        if row is None:
+            raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{name} not found")
+        snaps = await self._snapshots_of(cur, [row["uid"]])
+        return _actor(row, snaps[row["uid"]])
+
+    @staticmethod
+    async def _release_worker(cur: _Cursor, row: DictRow) -> None:
+        if row["worker"] is not None:
+            await cur.execute("SELECT substrate_sim.release_worker(%s, %s)", (row["worker"], row["uid"]))
+
+    # templates -----------------------------------------------------------------------------
+
+    async def create_actor_template(self, atespace: str, name: str, image: str) -> ActorTemplate:
+        async def op() -> ActorTemplate:
+            _require_name("atespace", atespace)
+            _require_name("template name", name)
+            async with self._tx() as cur:
+                await cur.execute(
+                    "INSERT INTO substrate_sim.templates (atespace, name, uid, image) VALUES (%s, %s, %s, %s)"
+                    " ON CONFLICT (atespace, name) DO NOTHING RETURNING *",
+                    (atespace, name, str(uuid.uuid4()), image),
+                )
+                row = await cur.fetchone()
+                if row is None:
+                    raise SubstrateError(Code.ALREADY_EXISTS, f"actor template {atespace}/{name} already exists")
+                await self._log(cur, "create_actor_template", atespace, name, row["uid"], {"image": image})
+                return _template(row)
+
+        return await self._call("create_actor_template", name, op)
+
+    async def get_actor_template(self, atespace: str, name: str) -> ActorTemplate:
+        async def op() -> ActorTemplate:
+            async with self._tx() as cur:
+                await cur.execute(
+                    "SELECT * FROM substrate_sim.templates WHERE atespace = %s AND name = %s",
+                    (atespace, name),
+                )
+                row = await cur.fetchone()
+            if row is None:
+                raise SubstrateError(Code.NOT_FOUND, f"actor template {atespace}/{name} not found")
+            return _template(row)
+
+        return await self._call("get_actor_template", name, op)
+
+    async def delete_actor_template(self, atespace: str, name: str, uid: str) -> None:
+        async def op() -> None:
+            async with self._tx() as cur:
+                await cur.execute(
+                    "SELECT uid FROM substrate_sim.templates WHERE atespace = %s AND name = %s FOR UPDATE",
+                    (atespace, name),
+                )
+                row = await cur.fetchone()
+                if row is None:
+                    raise SubstrateError(Code.NOT_FOUND, f"actor template {atespace}/{name} not found")
+                if row["uid"] != uid:
+                    raise SubstrateError(
+                        Code.FAILED_PRECONDITION,
+                        f"actor template uid mismatch for {atespace}/{name}: expected {uid}, found {row['uid']}",
+                    )
+                await cur.execute(
+                    "DELETE FROM substrate_sim.templates WHERE atespace = %s AND name = %s", (atespace, name)
+                )
+                await self._log(cur, "delete_actor_template", atespace, name, uid)
+
+        await self._call("delete_actor_template", name, op)
+
+    # actors --------------------------------------------------------------------------------
+
+    async def create_actor(
+        self,
+        atespace: str,
+        name: str,
+        template: str,
+        *,
+        from_tag: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Actor:
+        try:
+            _require_name("atespace", atespace)
+            _require_name("actor name", name)
+            _split_template(template)
+            env_json = Jsonb(dict(env or {}))
+        except Exception as exc:
+            await self._rejected("create_actor", name, exc)
+        params = {
+            "atespace": atespace,
+            "name": name,
+            "template": template,
+            "from_tag": from_tag,
+            "env": env_json,
+            "uid": str(uuid.uuid4()),
+            "pid": os.getpid(),
+        }
+        return await self._call_fn("create_actor", name, _FN_CREATE_ACTOR, params, _actor_result)
+
+    async def get_actor(self, atespace: str, name: str) -> Actor:
+        params = {"atespace": atespace, "name": name}
+        return await self._call_fn("get_actor", name, _FN_GET_ACTOR, params, _actor_result)
+
+    async def resume_actor(self, atespace: str, name: str, uid: str) -> tuple[Actor, bool]:
+        def parse(result: dict[str, Any], tz: tzinfo) -> tuple[Actor, bool]:
+            return _actor_from_json(result["actor"], tz), bool(result["changed"])
+
+        params = {
+            "atespace": atespace,
+            "name": name,
+            "uid": uid,
+            "pool_size": self.worker_pool_size,
+            "pid": os.getpid(),
+        }
+        return await self._call_fn("resume_actor", name, _FN_RESUME_ACTOR, params, parse)
+
+    async def suspend_actor(
+        self, atespace: str, name: str, uid: str, fidelity: SnapshotFidelity = SnapshotFidelity.VOLUMES
+    ) -> Actor:
+        try:
+            fid = SnapshotFidelity(fidelity)
+            if fid in (SnapshotFidelity.ROOTFS, SnapshotFidelity.UNSPECIFIED):
+                raise SubstrateError(
+                    Code.INVALID_ARGUMENT,
+                    f"snapshot fidelity {fid.value} rejected (suspending {atespace}/{name})",
+                )
+        except Exception as exc:
+            await self._rejected("suspend_actor", name, exc)
+        params = {"atespace": atespace, "name": name, "uid": uid, "fidelity": fid.value, "pid": os.getpid()}
+        return await self._call_fn("suspend_actor", name, _FN_SUSPEND_ACTOR, params, _actor_result)
+
+    async def pause_actor(self, atespace: str, name: str, uid: str) -> Actor:
+        async def op() -> Actor:
+            async with self._tx() as cur:
+                row = await self._lock_actor(cur, atespace, name, uid)
+                state = ActorState(row["state"])
+                if state == ActorState.PAUSED:
+                    return await self._load_actor(cur, atespace, name)
+                if state != ActorState.RUNNING:
+                    raise SubstrateError(
+                        Code.FAILED_PRECONDITION, f"actor {atespace}/{name} cannot pause from {state.value}"
+                    )
+                await cur.execute(
+                    "UPDATE substrate_sim.actors SET state = %s, version = version + 1,"
+                    " updated_at = clock_timestamp() WHERE uid = %s",
+                    (ActorState.PAUSED.value, uid),
+                )
+                await self._log(cur, "pause_actor", atespace, name, uid)
+                return await self._load_actor(cur, atespace, name)
+
+        return await self._call("pause_actor", name, op)
+
+    async def delete_actor(self, atespace: str, name: str, uid: str, *, any_state: bool = False) -> None:
+        params = {"atespace": atespace, "name": name, "uid": uid, "any_state": bool(any_state), "pid": os.getpid()}
+        await self._call_fn("delete_actor", name, _FN_DELETE_ACTOR, params, lambda result, tz: None)
+
+    # egress --------------------------------------------------------------------------------
+
+    async def create_egress_policy(self, atespace: str, actor: str, uid: str, rules: list[EgressRule]) -> EgressPolicy:
+        try:
+            data = _canonical_rules(rules, actor=f"{atespace}/{actor}")
+        except Exception as exc:
+            await self._rejected("create_egress_policy", actor, exc)
+
+        def parse(result: dict[str, Any], tz: tzinfo) -> EgressPolicy:
+            policy = result["policy"]
+            return EgressPolicy(
+                actor_uid=policy["actor_uid"], rules=_rule_collection(policy["rules"]), version=int(policy["version"])
+            )
+
+        params = {"atespace": atespace, "actor": actor, "uid": uid, "rules": Jsonb(data), "pid": os.getpid()}
+        return await self._call_fn("create_egress_policy", actor, _FN_CREATE_EGRESS_POLICY, params, parse)
+
+    async def get_egress_policy(self, atespace: str, actor: str) -> EgressPolicy:
+        async def op() -> EgressPolicy:
+            async with self._tx() as cur:
+                await cur.execute(
+                    "SELECT a.uid, p.* FROM substrate_sim.actors a"
+                    " LEFT JOIN substrate_sim.egress_policies p ON p.actor_uid = a.uid"
+                    " WHERE a.atespace = %s AND a.name = %s",
+                    (atespace, actor),
+                )
+                row = await cur.fetchone()
+            if row is None:
+                raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{actor} not found")
+            if row["actor_uid"] is None:
+                raise SubstrateError(Code.NOT_FOUND, f"egress policy default of actor {atespace}/{actor} not found")
+            return _policy(row)
+
+        return await self._call("get_egress_policy", actor, op)
+
+    async def update_egress_policy(self, atespace: str, actor: str, uid: str, rules: list[EgressRule]) -> EgressPolicy:
+        async def op() -> EgressPolicy:
+            data = _canonical_rules(rules, actor=f"{atespace}/{actor}")
+            async with self._tx() as cur:
+                await self._lock_actor(cur, atespace, actor, uid)
+                await cur.execute(
+                    "UPDATE substrate_sim.egress_policies SET rules = %s, version = version + 1,"
+                    " updated_at = clock_timestamp() WHERE actor_uid = %s RETURNING *",
+                    (Jsonb(data), uid),
+                )
+                row = await cur.fetchone()
+                if row is None:
+                    raise SubstrateError(Code.NOT_FOUND, f"egress policy default of actor {atespace}/{actor} not found")
+                await self._log(cur, "update_egress_policy", atespace, actor, uid, {"rules": data})
+                return _policy(row)
+
+        return await self._call("update_egress_policy", actor, op)
+
+    # tags ----------------------------------------------------------------------------------
+
+    async def create_tag(self, atespace: str, name: str, actor: str, uid: str) -> Tag:
+        async def op() -> Tag:
+            _require_name("tag name", name)
+            async with self._tx() as cur:
+                row = await self._lock_actor(cur, atespace, actor, uid)
+                if row["state"] != ActorState.SUSPENDED.value:
+                    raise SubstrateError(
+                        Code.FAILED_PRECONDITION,
+                        f"actor {atespace}/{actor} is {row['state']}; only a SUSPENDED actor can be tagged",
+                    )
+                await cur.execute(
+                    "SELECT generation, fidelity, status, uri, durable FROM substrate_sim.snapshots"
+                    " WHERE actor_uid = %s ORDER BY generation DESC LIMIT 1",
+                    (uid,),
+                )
+                snap = await cur.fetchone()
+                if snap is None:
+                    raise SubstrateError(Code.FAILED_PRECONDITION, f"actor {atespace}/{actor} has no snapshot to tag")
+                if snap["status"] != SnapshotStatus.COMPLETED.value:
+                    raise SubstrateError(
+                        Code.FAILED_PRECONDITION,
+                        f"snapshot generation {snap['generation']} of actor {atespace}/{actor} is not completed",
+                    )
+                await cur.execute(
+                    "INSERT INTO substrate_sim.tags (atespace, name, actor_name, actor_uid,"
+                    " snapshot_generation, fidelity, uri, durable) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+                    " ON CONFLICT (atespace, name) DO NOTHING RETURNING *",
+                    (
+                        atespace,
+                        name,
+                        actor,
+                        uid,
+                        snap["generation"],
+                        snap["fidelity"],
+                        snap["uri"],
+                        Jsonb(snap["durable"]),
+                    ),
+                )
+                tag = await cur.fetchone()
+                if tag is None:
+                    raise SubstrateError(Code.ALREADY_EXISTS, f"tag {atespace}/{name} already exists")
+                detail = {"tag": name, "generation": snap["generation"]}
+                await self._log(cur, "create_tag", atespace, actor, uid, detail)
+                return _tag(tag)
+
+        return await self._call("create_tag", actor, op)
+
+    async def get_tag(self, atespace: str, name: str) -> Tag:
+        async def op() -> Tag:
+            async with self._tx() as cur:
+                await cur.execute(
+                    "SELECT * FROM substrate_sim.tags WHERE atespace = %s AND name = %s", (atespace, name)
+                )
+                row = await cur.fetchone()
+            if row is None:
+                raise SubstrateError(Code.NOT_FOUND, f"tag {atespace}/{name} not found")
+            return _tag(row)
+
+        return await self._call("get_tag", name, op)
+
+    async def delete_tag(self, atespace: str, name: str) -> None:
+        async def op() -> None:
+            async with self._tx() as cur:
+                # Lock the tagged actor (if it still exists) before the tag, the order create_tag and
+                # delete_actor use, so a concurrent delete_actor cannot leave the snapshot orphaned.
+                await cur.execute(
+                    "SELECT a.uid FROM substrate_sim.tags t"
+                    " JOIN substrate_sim.actors a ON a.uid = t.actor_uid"
+                    " WHERE t.atespace = %s AND t.name = %s FOR UPDATE OF a",
+                    (atespace, name),
+                )
+                await cur.fetchall()
+                await cur.execute(
+                    "DELETE FROM substrate_sim.tags WHERE atespace = %s AND name = %s"
+                    " RETURNING actor_uid, snapshot_generation",
+                    (atespace, name),
+                )
+                row = await cur.fetchone()
+                if row is None:
+                    raise SubstrateError(Code.NOT_FOUND, f"tag {atespace}/{name} not found")
+                # collect the snapshot the tag kept alive once its actor is gone and nothing else pins it
+                await cur.execute(
+                    "DELETE FROM substrate_sim.snapshots s"
+                    " WHERE s.actor_uid = %(uid)s AND s.generation = %(g)s"
+                    " AND NOT EXISTS (SELECT 1 FROM substrate_sim.actors a WHERE a.uid = %(uid)s)"
+                    " AND NOT EXISTS (SELECT 1 FROM substrate_sim.tags t"
+                    "   WHERE t.actor_uid = %(uid)s AND t.snapshot_generation = %(g)s)",
+                    {"uid": row["actor_uid"], "g": row["snapshot_generation"]},
+                )
+                await self._log(cur, "delete_tag", atespace, name, None, {"actor_uid": row["actor_uid"]})
+
+        await self._call("delete_tag", name, op)
+
+    # inventory -----------------------------------------------------------------------------
+
+    async def list_actors(self, atespace: str | None, page_size: int, page_token: str) -> Page[Actor]:
+        global_listing = atespace is None
+        size = _page_size(page_size)
+        boundary = decode_actor_token(page_token, global_listing=global_listing) if page_token else None
+
+        def fake_page(kind: str) -> Page[Actor]:
+            if kind == "stuck_token" and page_token:
+                return Page(items=[], next_page_token=page_token)
+            key = boundary or (("" if global_listing else None), "")
+            # an empty page that still advances: just past the boundary ("\x01" sorts before any name character)
+            name = key[1] + "\x01" if boundary else key[1]
+            return Page(items=[], next_page_token=encode_actor_token(key[0], name))
+
+        async def op() -> Page[Actor]:
+            async with self._tx() as cur:
+                if global_listing:
+                    b_atespace, b_name = boundary if boundary is not None else ("", "")
+                    await cur.execute(
+                        _ACTOR_SELECT + " WHERE (a.atespace, a.name) > (%s, %s) ORDER BY a.atespace, a.name LIMIT %s",
+                        (b_atespace, b_name, size + 1),
+                    )
+                else:
+                    b_name = boundary[1] if boundary is not None else ""
+                    await cur.execute(
+                        _ACTOR_SELECT + " WHERE a.atespace = %s AND a.name > %s ORDER BY a.name LIMIT %s",
+                        (atespace, b_name, size + 1),
+                    )
+                rows = await cur.fetchall()
+                more = len(rows) > size
+                rows = rows[:size]
+                snaps = await self._snapshots_of(cur, [r["uid"] for r in rows])
+            items = [_actor(r, snaps[r["uid"]]) for r in rows]
+            token = ""
+            if more:
+                last = items[-1]
+                token = encode_actor_token(last.atespace if global_listing else None, last.name)
+            return Page(items=items, next_page_token=token)
+
+        return await self._call("list_actors", None, op, fake_page)
+
+    async def list_workers(self, page_size: int, page_token: str) -> Page[Worker]:
+        size = _page_size(page_size)
+        boundary = decode_actor_token(page_token, global_listing=False)[1] if page_token else None
+
+        def fake_page(kind: str) -> Page[Worker]:
+            if kind == "stuck_token" and page_token:
+                return Page(items=[], next_page_token=page_token)
+            return Page(items=[], next_page_token=encode_actor_token(None, boundary + "\x01" if boundary else ""))
+
+        async def op() -> Page[Worker]:
+            async with self._tx() as cur:
+                await cur.execute(
+                    "SELECT * FROM substrate_sim.workers WHERE idx < %s AND name > %s ORDER BY name LIMIT %s",
+                    (self.worker_pool_size, boundary or "", size + 1),
+                )
+                rows = await cur.fetchall()
+            more = len(rows) > size
+            items = [_worker(r) for r in rows[:size]]
+            return Page(items=items, next_page_token=encode_actor_token(None, items[-1].name) if more else "")
+
+        return await self._call("list_workers", None, op, fake_page)
+
+    # the Actor's private A2A endpoint ------------------------------------------------------
+
+    async def invoke(self, atespace: str, name: str, uid: str, request: InvokeRequest) -> None:
+        """Run one turn of the simulated agent (sessionq.runtime.simulator.agent) inside the RUNNING Actor.
+
+        The agent reports through the TaskStoreService at `taskstore_address` with the workload
+        token of its env (SESSIONQ_WORKLOAD_TOKEN): CreateTask (WORKING) for a new turn, or GetTask
+        and UpdateTask (WORKING) for a continuation; then, after the turn's delay and the write of
+        its memory to the durable directory, UpdateTask with the final task and SettleTask with
+        that version. A task store error becomes a SubstrateError with the same code (INTERNAL for
+        codes the runtime does not use)."""
+
+        async def op() -> None:
+            async with self._tx() as cur:
+                await cur.execute(
+                    "SELECT uid, state, env, durable FROM substrate_sim.actors WHERE atespace = %s AND name = %s",
+                    (atespace, name),
+                )
+                row = await cur.fetchone()
+            if row is None:
+                raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{name} not found")
+            if row["uid"] != uid:
+                raise SubstrateError(
+                    Code.FAILED_PRECONDITION,
+                    f"actor uid mismatch for {atespace}/{name}: expected {uid}, found {row['uid']}",
+                )
+            if row["state"] != ActorState.RUNNING.value:
+                raise SubstrateError(
+                    Code.FAILED_PRECONDITION, f"actor {atespace}/{name} is not running ({row['state']})"
+                )
+            address = self.taskstore_address
+            if not address:
+                raise SubstrateError(
+                    Code.FAILED_PRECONDITION,
+                    f"actor {atespace}/{name} cannot report its turn: no task store address configured",
+                )
+            token = dict(row["env"] or {}).get(WORKLOAD_TOKEN_ENV)
+            if not token:
+                raise SubstrateError(
+                    Code.FAILED_PRECONDITION,
+                    f"actor {atespace}/{name} has no workload credential ({WORKLOAD_TOKEN_ENV} unset)",
+                )
+            message = parse_message(request.message)
+            text = "\n".join(p.text for p in message.parts if p.WhichOneof("content") == "text")
+            turn = run_turn(dict(row["durable"] or {}), text, continuation=request.task_id is not None)
+            client = (
+                TaskStoreClient(address, token)
+                if self.taskstore_message_limit is None
+                else TaskStoreClient(address, token, max_message_bytes=self.taskstore_message_limit)
+            )
+            try:
+                await play_turn(
+                    client, lambda memory: self.write_durable(atespace, name, uid, memory), request, message, turn
+                )
+            except TaskStoreError as exc:
+                code = Code.__members__.get(exc.code.name, Code.INTERNAL)
+                raise SubstrateError(code, f"actor {atespace}/{name}: {exc}") from exc
+            finally:
+                await client.close()
+
+        await self._call("invoke", name, op)
+    # simulator-only hooks ------------------------------------------------------------------
+
+    async def read_durable(self, atespace: str, name: str) -> dict[str, Any]:
+        """The Actor's durable directory /data (a JSON object), in any state."""
+        async with self._tx() as cur:
+            await cur.execute(
+                "SELECT durable FROM substrate_sim.actors WHERE atespace = %s AND name = %s", (atespace, name)
+            )
+            row = await cur.fetchone()
+        if row is None:
+            raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{name} not found")
+        return dict(row["durable"] or {})
+
+    async def write_durable(self, atespace: str, name: str, uid: str, data: dict[str, Any]) -> None:
+        """Replace the durable directory of a RUNNING Actor (what the agent inside does); not a
+        counted mutation."""
+        async with self._tx() as cur:
+            row = await self._lock_actor(cur, atespace, name, uid)
+            if row["state"] != ActorState.RUNNING.value:
+                raise SubstrateError(
+                    Code.FAILED_PRECONDITION,
+                    f"actor {atespace}/{name} is {row['state']}; its durable directory is writable only while RUNNING",
+                )
+            await cur.execute("UPDATE substrate_sim.actors SET durable = %s WHERE uid = %s", (Jsonb(dict(data)), uid))
+
+    async def read_env(self, atespace: str, name: str) -> dict[str, str]:
+        """The env the Actor was created with."""
+        async with self._tx() as cur:
+            await cur.execute(
+                "SELECT env FROM substrate_sim.actors WHERE atespace = %s AND name = %s", (atespace, name)
+            )
+            row = await cur.fetchone()
+        if row is None:
+            raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{name} not found")
+        return dict(row["env"])
+
+    async def complete_snapshots(self, atespace: str, name: str) -> int:
+        """Mark the Actor's IN_PROGRESS snapshots COMPLETED; returns how many changed."""
+        async with self._tx() as cur:
+            row = await self._lock_actor(cur, atespace, name, None)
+            await cur.execute(
+                "UPDATE substrate_sim.snapshots SET status = %s, completed_at = clock_timestamp()"
+                " WHERE actor_uid = %s AND status = %s",
+                (SnapshotStatus.COMPLETED.value, row["uid"], SnapshotStatus.IN_PROGRESS.value),
+            )
+            return cur.rowcount
+
+    async def crash_actor(self, atespace: str, name: str) -> Actor:
+        """Simulate a crash: the Actor becomes CRASHED and loses its worker (a counted mutation,
+        logged with method "crash")."""
+        async with self._tx() as cur:
+            row = await self._lock_actor(cur, atespace, name, None)
+            await self._release_worker(cur, row)
+            await cur.execute(
+                "UPDATE substrate_sim.actors SET state = %s, worker = NULL, version = version + 1,"
+                " updated_at = clock_timestamp() WHERE uid = %s",
+                (ActorState.CRASHED.value, row["uid"]),
+            )
+            await self._log(cur, "crash", atespace, name, row["uid"], {"from": row["state"]})
+            return await self._load_actor(cur, atespace, name)
+
+def _conforms(sim: SimulatedSubstrate) -> Substrate:
+    """Static check (mypy) that the simulator implements the Protocol."""
+    return sim

@@ -1,0 +1,103 @@
+"""One turn of the simulated agent, played as an Actor plays it: the deterministic agent of agent.py
+answers, and the turn is reported to the TaskStoreService (taskstore_client.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from a2a.types import a2a_pb2
+from google.protobuf import json_format
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from sessionq.runtime.base import Code, InvokeRequest, SubstrateError
+from sessionq.runtime.simulator.agent import TurnResult
+from sessionq.runtime.simulator.taskstore_client import TaskStoreClient
+
+
+async def play_turn(
+    client: TaskStoreClient,
+    save_memory: Callable[[dict[str, Any]], Awaitable[None]],
+    request: InvokeRequest,
+    message: a2a_pb2.Message,
+    turn: TurnResult,
+) -> None:
+    """Report one turn of the agent as an Actor does: the task WORKING (CreateTask, or GetTask and
+    UpdateTask for a continuation), the turn's delay, its memory saved to the durable directory
+    (`save_memory`), the final UpdateTask and, after native cleanup, SettleTask at that version."""
+    session_id = request.session_id
+    user = a2a_pb2.Message()
+    user.CopyFrom(message)
+    user.role = a2a_pb2.ROLE_USER
+    if not user.message_id:
+        user.message_id = str(uuid.uuid4())
+
+    # 1. the task is WORKING
+    if request.task_id is None:
+        task_id = str(uuid.uuid4())
+        context_id = session_id
+        user.context_id, user.task_id = context_id, task_id
+        task = a2a_pb2.Task(
+            id=task_id,
+            context_id=context_id,
+            status=a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_WORKING, timestamp=_now()),
+        )
+        task.history.append(user)
+        version = await client.create_task(session_id, task, request.dispatch_id)
+    else:
+        task_id = request.task_id
+        task, version = await client.get_task(session_id, task_id)
+        context_id = task.context_id or session_id
+        user.context_id, user.task_id = context_id, task_id
+        task.history.append(user)
+        task.status.CopyFrom(a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_WORKING, timestamp=_now()))
+        version = await client.update_task(session_id, task, version, _status_event(task), request.dispatch_id)
+
+    # 2. the turn takes its time (the Actor stays RUNNING), then the agent saves its memory
+    if turn.delay > 0:
+        await asyncio.sleep(turn.delay)
+    await save_memory(turn.memory)
+
+    # 3. the final update (the task store stages it until the task is settled)
+    state = a2a_pb2.TaskState.Value(turn.state)
+    answer = a2a_pb2.Message(
+        message_id=str(uuid.uuid4()),
+        context_id=context_id,
+        task_id=task_id,
+        role=a2a_pb2.ROLE_AGENT,
+        parts=[a2a_pb2.Part(text=turn.answer)],
+    )
+    task.status.CopyFrom(a2a_pb2.TaskStatus(state=state, message=answer, timestamp=_now()))
+    task.history.append(answer)
+    if state == a2a_pb2.TASK_STATE_COMPLETED:
+        task.artifacts.append(
+            a2a_pb2.Artifact(artifact_id=str(uuid.uuid4()), name="answer", parts=[a2a_pb2.Part(text=turn.answer)])
+        )
+    version = await client.update_task(session_id, task, version, _status_event(task), request.dispatch_id)
+
+    # 4. native cleanup (nothing to release in the simulator), then settle at the final version
+    await client.settle_task(session_id, task_id, version)
+
+
+def _now() -> Timestamp:
+    ts = Timestamp()
+    ts.GetCurrentTime()
+    return ts
+
+
+def _status_event(task: a2a_pb2.Task) -> a2a_pb2.StreamResponse:
+    return a2a_pb2.StreamResponse(
+        status_update=a2a_pb2.TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id, status=task.status)
+    )
+
+
+def parse_message(data: Any) -> a2a_pb2.Message:
+    """The A2A Message of an InvokeRequest (protobuf JSON, camelCase; unknown fields ignored)."""
+    if not isinstance(data, dict):
+        raise SubstrateError(Code.INVALID_ARGUMENT, "invoke: message must be a protobuf JSON object")
+    try:
+        return json_format.ParseDict(data, a2a_pb2.Message(), ignore_unknown_fields=True)
+    except json_format.ParseError as exc:
+        raise SubstrateError(Code.INVALID_ARGUMENT, f"invoke: invalid message: {exc}") from exc
