@@ -8,7 +8,7 @@ from sessionq.cli.agent import agent
 from sessionq.cli.checkpoint import checkpoint
 from sessionq.cli.client import DEFAULT_SERVER, DEFAULT_TIMEOUT
 from sessionq.cli.invoke import invoke
-from sessionq.cli.operator import jobs, quiescence, requeue, status, workers
+from sessionq.cli.operator import jobs, queues, quiescence, requeue, status, workers
 from sessionq.cli.server import migrate, serve, up, worker
 from sessionq.cli.session import session
 
@@ -35,7 +35,7 @@ def main(ctx: click.Context, server: str | None, token: str | None, client_confi
 for command in (up, serve, worker, migrate):
     main.add_command(command)
 
-for command in (workers, jobs, requeue, status, quiescence):
+for command in (workers, jobs, requeue, status, quiescence, queues):
     main.add_command(command)
 main.add_command(agent)
 main.add_command(session)

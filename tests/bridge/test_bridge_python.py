@@ -206,6 +206,10 @@ async def test_a_running_worker_registers_counts_its_jobs_ends_them_through_the_
                 await asyncio.sleep(0.05)
             assert ("retry_job", failing, "todo") in manager.calls
             assert ("finish_job", failing, "failed") in manager.calls
+            for _ in range(100):  # the failing job's asyncio task ends just after its finish call
+                if worker.running_jobs == 1:
+                    break
+                await asyncio.sleep(0.02)
             assert worker.running_jobs == 1
             assert worker.graceful_timeout == 10
             worker.graceful_timeout = 5

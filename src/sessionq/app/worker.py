@@ -49,7 +49,8 @@ async def run_worker(
 ) -> None:
     """Run the job workers until `stop` is set, then drain: stop fetching, let running jobs
     finish (up to workers.shutdownTimeout) and return."""
-    executor = OperationExecutor(store, runtime, settings.sessions.claim_lifetime)
+    keep_jobs = settings.jobs.retention > 0
+    executor = OperationExecutor(store, runtime, settings.sessions.claim_lifetime, keep_jobs=keep_jobs)
     app = build_app(url, expiry=settings.sessions.idle_ttl > 0)
     quiescence = QuiescencePool(
         store,
@@ -107,7 +108,8 @@ async def _run_procrastinate(
                     shutdown_graceful_timeout=settings.workers.shutdown_timeout,
                     stalled_worker_timeout=settings.workers.stall_timeout,
                     additional_context={"deps": Deps(settings, store, runtime, executor, url)},
-                    delete_jobs="successful",
+                    # succeeded jobs are kept as history for jobs.retention (purged by jobs/history.py)
+                    delete_jobs="never" if settings.jobs.retention > 0 else "successful",
                 )
             finally:
                 # also after a failed opening: procrastinate keeps the pool that timed out (closed)

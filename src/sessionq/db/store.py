@@ -219,8 +219,14 @@ class Store:
     async def record_actor(self, session_id: UUID, generation: UUID, executor: UUID, uid: str) -> None:
         await self._rows("SELECT sessionq.record_actor(%s, %s, %s, %s)", (session_id, generation, executor, uid))
 
-    async def release_operation(self, session_id: UUID, generation: UUID, executor: UUID) -> None:
-        await self._rows("SELECT sessionq.release_operation(%s, %s, %s)", (session_id, generation, executor))
+    async def release_operation(
+        self, session_id: UUID, generation: UUID, executor: UUID, reason: str | None = None, message: str | None = None
+    ) -> None:
+        """End a failed attempt without completing; `reason` and `message` say why (shown on the
+        Session as its failure while the operation stays pending)."""
+        await self._rows(
+            "SELECT sessionq.release_operation(%s, %s, %s, %s, %s)", (session_id, generation, executor, reason, message)
+        )
 
     async def complete_operation(
         self,
@@ -229,12 +235,14 @@ class Store:
         executor: UUID,
         result: dict[str, Any] | None = None,
         job_id: int | None = None,
+        keep_job: bool = False,
     ) -> Session | None:
         """Complete the generation; `job_id`, the execute_operation job running it, ends in the
-        same transaction (its worker must then skip procrastinate's own finish call)."""
+        same transaction (its worker must then skip procrastinate's own finish call): kept as
+        succeeded with `keep_job` (jobs.retention above zero), else deleted."""
         value = await self._value(
-            "SELECT sessionq.complete_operation(%s, %s, %s, %s, %s)",
-            (session_id, generation, executor, Jsonb(result or {}), job_id),
+            "SELECT sessionq.complete_operation(%s, %s, %s, %s, %s, %s)",
+            (session_id, generation, executor, Jsonb(result or {}), job_id, keep_job),
         )
         return Session.from_json(value) if value else None
 
