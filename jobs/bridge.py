@@ -50,6 +50,7 @@ CHECKED_VERSION = "3.10"
 PERSIST_BUDGET = 30.0
 MESSAGE_LIMIT = 2000  # characters of an attempt's error message kept (sessionq.job_attempts)
 TRACEBACK_LIMIT = 8000  # characters of the end of its traceback kept
+LINE_LIMIT = 500  # characters of one line of the traceback kept
 
 
 # -- what ended an attempt --------------------------------------------------------------------------
@@ -70,7 +71,11 @@ class AttemptError:
         name = kind.__qualname__ if kind.__module__ in ("builtins", "asyncio.exceptions") else (
             f"{kind.__module__}.{kind.__qualname__}")
         message = " ".join(str(error).split()) or name
-        text = "".join(traceback.format_exception(error))
+        # every line cut to LINE_LIMIT, so that a huge message leaves room for the frames
+        lines = [line if len(line) <= LINE_LIMIT else line[:LINE_LIMIT] + "…\n"
+                 for chunk in traceback.TracebackException.from_exception(error).format() for line in
+                 chunk.splitlines(keepends=True)]
+        text = "".join(lines)
         return cls(name[:200], message[:MESSAGE_LIMIT], text[-TRACEBACK_LIMIT:],
                    isinstance(error, JobAborted | asyncio.CancelledError))
 
