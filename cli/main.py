@@ -12,8 +12,12 @@ from sessionq.cli.operator import jobs, queues, quiescence, requeue, status, wor
 from sessionq.cli.server import migrate, serve, up, worker
 from sessionq.cli.session import session
 
+COMPLETION = """Shell completion: eval "$(_SESSIONQ_COMPLETE=bash_source sessionq)" in ~/.bashrc (zsh: zsh_source
+in ~/.zshrc; fish: _SESSIONQ_COMPLETE=fish_source sessionq > ~/.config/fish/completions/sessionq.fish)."""
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=COMPLETION)
+@click.version_option(package_name="sessionq", prog_name="sessionq", message="%(prog)s %(version)s")
 @click.option("--server", envvar="SESSIONQ_SERVER", metavar="HOST:PORT",
               help=f"The sessionq API (default: the client config's server, else {DEFAULT_SERVER}).")
 @click.option("--token", envvar="SESSIONQ_TOKEN", metavar="TOKEN",

@@ -37,6 +37,7 @@ from procrastinate.jobs import Job, Status
 from procrastinate.manager import JobManager
 from procrastinate.worker import Worker
 
+from sessionq import metrics
 from sessionq.db.retry import with_db_retry
 from sessionq.models import JobAttemptOutcome
 
@@ -171,7 +172,7 @@ class WorkerJobManager(JobManager):
     async def _end_attempt(self, job: Job, call: Callable[[], Awaitable[None]]) -> None:
         assert job.id is not None
         self._errors.pop(job.id, None)
-        if job.id in self._ended:
+        if job.id in self._ended:  # ended by its operation's completion: succeeded
             self._ended.discard(job.id)
             return
         look_first = job.id in self._uncertain
@@ -210,6 +211,7 @@ class WorkerJobManager(JobManager):
             )
 
         await self._end_attempt(job, end)
+        metrics.JOB_ATTEMPTS.labels(task=job.task_name, outcome=status.value).inc()
 
     async def retry_job(
         self,
@@ -238,6 +240,7 @@ class WorkerJobManager(JobManager):
             )
 
         await self._end_attempt(job, retry)
+        metrics.JOB_ATTEMPTS.labels(task=job.task_name, outcome=outcome.value).inc()
 
 
 def install_job_manager(app: App, connector: PsycopgConnector) -> WorkerJobManager:

@@ -214,6 +214,69 @@ class OperatorStore:
         assert row is not None
         return row
 
+    # -- Sessions (the web console) -----------------------------------------------------------------
+
+    async def find_sessions(self, text: str = "", state: str | None = None, limit: int = 50) -> list[Row]:
+        """Sessions newest first: by id (a whole UUID), else whose name, agent or creator contains
+        `text` (case-insensitive; empty: any), optionally in one state."""
+        sid: UUID | None = None
+        try:
+            sid = UUID(text.strip()) if text.strip() else None
+        except ValueError:
+            sid = None
+        pattern = "%" + text.strip().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        return await self._rows(
+            "SELECT session_id, name, creator, agent_namespace, agent_name, state, operation, claim_state,"
+            " failure_reason, created_at, updated_at FROM sessionq.session_overview"
+            " WHERE (%(id)s::uuid IS NULL OR session_id = %(id)s)"
+            "   AND (%(id)s::uuid IS NOT NULL OR %(text)s = '' OR name ILIKE %(pattern)s"
+            "        OR agent_name ILIKE %(pattern)s OR creator ILIKE %(pattern)s OR agent_namespace ILIKE %(pattern)s)"
+            "   AND (%(state)s::text IS NULL OR state = %(state)s)"
+            " ORDER BY session_id DESC LIMIT %(limit)s",
+            {"id": sid, "text": text.strip(), "pattern": pattern, "state": state, "limit": limit},
+        )
+
+    async def session_detail(self, session_id: UUID) -> dict[str, Any] | None:
+        """One Session as an operator sees it: its overview row (state, operation, claims, delete
+        blockers...), its pending operation, claims, latest turns, checkpoints, forks and jobs."""
+        session = await self._one(
+            "SELECT o.*, s.source_checkpoint_id, s.request_kind, s.deletion_reason, s.dispatch_failure"
+            " FROM sessionq.session_overview o JOIN sessionq.sessions s ON s.id = o.session_id"
+            " WHERE o.session_id = %s", (session_id,))
+        if session is None:
+            return None
+        sid = (session_id,)
+        return {
+            "session": session,
+            "pending": await self._one("SELECT * FROM sessionq.pending_operations WHERE session_id = %s", sid),
+            "claims": await self._rows("SELECT * FROM sessionq.claims WHERE session_id = %s ORDER BY kind", sid),
+            "tasks": await self._rows(
+                "SELECT id, seq, state, phase, version, dispatch_id, created_at, updated_at FROM sessionq.tasks"
+                " WHERE session_id = %s ORDER BY seq DESC LIMIT 20", sid),
+            "checkpoints": await self._rows(
+                "SELECT id, name, state, live_forks, failure_message, created_at FROM sessionq.checkpoints_overview"
+                " WHERE session_id = %s ORDER BY created_at DESC", sid),
+            "forks": await self._rows(
+                "SELECT f.id AS session_id, f.name, f.state, f.source_checkpoint_id FROM sessionq.sessions f"
+                " JOIN sessionq.checkpoints c ON c.id = f.source_checkpoint_id"
+                " WHERE c.session_id = %s ORDER BY f.id DESC LIMIT 50", sid),
+            "jobs": await self._rows(
+                "SELECT job_id, queue_name, task_name, status, attempts, worker_name, status_age FROM"
+                " sessionq.job_overview WHERE args ->> 'session_id' = %s ORDER BY job_id DESC LIMIT 20",
+                (str(session_id),)),
+        }
+
+    async def overview(self) -> Row:
+        """What the console's overview shows: `status()` plus operations stuck for five minutes."""
+        out = await self.status()
+        stuck = await self._rows(
+            "SELECT session_id, kind, age, claim_state, job_id, job_status, failure_reason, failure_message"
+            " FROM sessionq.pending_operations WHERE age > interval '5 minutes' ORDER BY age DESC LIMIT 20")
+        out["stuck_operations"] = stuck
+        out["queue_list"] = await self.queues()
+        out["recent_failures"] = await self.recent_failures(10)
+        return out
+
     # -- views and the status screen ---------------------------------------------------------------
 
     async def retry_quiescence(self, session_id: str) -> int | None:
