@@ -29,6 +29,7 @@ from sessionq import config
 from sessionq.console.server import ConsoleServer
 
 CHROMIUM = "/usr/bin/chromium"
+HAVE_CHROMIUM = Path(CHROMIUM).exists()
 ADMIN, READER = "admin-token-123", "reader-token-456"
 TRACEBACK = ('Traceback (most recent call last):\n  File "jobs/operations.py", line 30, in execute_operation\n'
              '    outcome = await d.executor.run(UUID(session_id), job_id=job_id)\n'
@@ -58,7 +59,7 @@ async def failed_job(db: Any) -> int:
 
 @pytest.fixture
 async def browser() -> AsyncIterator[Any]:
-    if not Path(CHROMIUM).exists():
+    if not HAVE_CHROMIUM:
         pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
     from playwright.async_api import async_playwright
 
