@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import sessionq.jobs.bridge  # noqa: F401 - registers nothing new, but imports what the workers import
 from prometheus_client import REGISTRY, generate_latest
 
-import sessionq.jobs.bridge  # noqa: F401 - registers nothing new, but imports what the workers import
 from sessionq import metrics
 from sessionq.db.store import Store
 
