@@ -346,3 +346,19 @@ async def test_a_completed_operation_job_is_kept_as_succeeded_when_retention_kee
     await make_doing(db, row2["id"], worker)
     await OperationExecutor(store, sim, 30).run(adm2.session.id, job_id=row2["id"])
     assert not await q(db, "SELECT 1 FROM procrastinate_jobs WHERE id = %s", row2["id"])
+
+
+async def test_a_drain_of_a_worker_that_changed_meanwhile_changes_nothing(db, ops):
+    live = await live_worker(db, "host-x-1")
+    dead = await dead_worker(db, 300, name="host-y-1")
+    with pytest.raises(errors.SessionqError) as e:  # the page showed host-y-1 running; it stalled since
+        await ops.request_drain("host-y-1", None, "tester", worker_id=dead)
+    assert e.value.code.name == "ABORTED" and "is stalled now; nothing was changed" in e.value.message
+    with pytest.raises(errors.SessionqError) as e:  # another process took the name meanwhile
+        await ops.request_drain("host-x-1", None, "tester", worker_id=dead)
+    assert e.value.code.name == "ABORTED" and "is no longer running" in e.value.message
+    assert not await q(db, "SELECT 1 FROM sessionq.worker_drains")
+    row = await ops.request_drain("host-x-1", 5.0, "tester", worker_id=live)
+    assert row["worker_ids"] == [live]
+    (action,) = await q(db, "SELECT target, action, actor FROM sessionq.job_actions")
+    assert (action["target"], action["action"], action["actor"]) == ("worker host-x-1", "drain_requested", "tester")
