@@ -25,7 +25,7 @@ from sessionq.cli.client import (
     yaml_problem,
 )
 
-from sessionq._pb.kagent.api.v1alpha1 import agent_pb2, agent_pb2_grpc, common_pb2
+from sessionq._pb.kagent.api.v1alpha1 import agents_pb2, agents_pb2_grpc, common_pb2
 from sessionq.models import RevisionState
 
 PAGE = 100
@@ -33,8 +33,8 @@ POLL_INTERVAL = 0.2
 SPEC_KEYS = {"name", "namespace", "template", "egress"}
 
 
-def _stub(ctx: click.Context) -> agent_pb2_grpc.AgentServiceStub:
-    return get_client(ctx).stub(agent_pb2_grpc.AgentServiceStub)
+def _stub(ctx: click.Context) -> agents_pb2_grpc.AgentServiceStub:
+    return get_client(ctx).stub(agents_pb2_grpc.AgentServiceStub)
 
 
 def spec_of_agent_document(data: dict[str, Any], source: str) -> dict[str, Any]:
@@ -52,7 +52,7 @@ def spec_of_agent_document(data: dict[str, Any], source: str) -> dict[str, Any]:
     return {k: v for k, v in plain.items() if v is not None}
 
 
-def spec_from_yaml(text: str, source: str) -> agent_pb2.AgentSpec:
+def spec_from_yaml(text: str, source: str) -> agents_pb2.AgentSpec:
     """name, namespace (default kagent), template, egress: [{url, credentialHeaders}] -> AgentSpec.
 
     The output of `agent get -o yaml|json` is accepted too (its spec is applied). Its credential
@@ -88,10 +88,10 @@ def spec_from_yaml(text: str, source: str) -> agent_pb2.AgentSpec:
         headers = item.get("credentialHeaders") or {}
         if not isinstance(headers, dict):
             raise CliError(f"{source}: egress[{i}].credentialHeaders must map header names to values")
-        egress.append(agent_pb2.EgressDestination(
+        egress.append(agents_pb2.EgressDestination(
             url=item["url"], credential_headers={str(k): str(v) for k, v in headers.items()},
         ))
-    return agent_pb2.AgentSpec(
+    return agents_pb2.AgentSpec(
         ref=common_pb2.ResourceReference(namespace=str(data.get("namespace") or "kagent"),
                                          name=str(data["name"])),
         template=template,
@@ -99,29 +99,29 @@ def spec_from_yaml(text: str, source: str) -> agent_pb2.AgentSpec:
     )
 
 
-def condition(agent: agent_pb2.Agent, kind: str) -> agent_pb2.Condition | None:
+def condition(agent: agents_pb2.Agent, kind: str) -> agents_pb2.Condition | None:
     return next((c for c in agent.conditions if c.type == kind), None)
 
 
-def desired_revision(agent: agent_pb2.Agent) -> agent_pb2.Revision | None:
+def desired_revision(agent: agents_pb2.Agent) -> agents_pb2.Revision | None:
     return next((r for r in agent.revisions if r.id == agent.desired_revision), None)
 
 
-def ref_name(agent: agent_pb2.Agent) -> str:
+def ref_name(agent: agents_pb2.Agent) -> str:
     return f"{agent.ref.namespace}/{agent.ref.name}"
 
 
-def ready_text(agent: agent_pb2.Agent) -> str:
+def ready_text(agent: agents_pb2.Agent) -> str:
     ready = condition(agent, "Ready")
     return ready.status if ready else "Unknown"
 
 
-def revision_number(agent: agent_pb2.Agent, revision_id: str) -> str:
+def revision_number(agent: agents_pb2.Agent, revision_id: str) -> str:
     rev = next((r for r in agent.revisions if r.id == revision_id), None)
     return str(rev.number) if rev else ""
 
 
-def agents_table(agents: list[agent_pb2.Agent]) -> str:
+def agents_table(agents: list[agents_pb2.Agent]) -> str:
     rows = []
     for a in agents:
         desired = desired_revision(a)
@@ -134,14 +134,14 @@ def agents_table(agents: list[agent_pb2.Agent]) -> str:
                         "CREATED"], rows)
 
 
-def egress_text(e: agent_pb2.EgressDestination) -> str:
+def egress_text(e: agents_pb2.EgressDestination) -> str:
     """A URL and the names of its credential headers (their values are never shown)."""
     if not e.credential_headers:
         return e.url
     return f"{e.url} (credential headers: {', '.join(sorted(e.credential_headers))})"
 
 
-def agent_detail(agent: agent_pb2.Agent) -> str:
+def agent_detail(agent: agents_pb2.Agent) -> str:
     desired = desired_revision(agent)
     lines = [
         f"Agent:     {printable(ref_name(agent))}",
@@ -167,14 +167,14 @@ def agent_detail(agent: agent_pb2.Agent) -> str:
 
 
 def wait_until_prepared(ctx: click.Context, ref: common_pb2.ResourceReference,
-                        timeout: float) -> agent_pb2.Agent:
+                        timeout: float) -> agents_pb2.Agent:
     """Poll GetAgent until the desired revision is READY (Ready condition True), or FAILED (an
     error naming the failure), or the timeout passes (an error)."""
     client = get_client(ctx)
     stub = _stub(ctx)
     deadline = time.monotonic() + timeout
     while True:
-        agent: agent_pb2.Agent = client.call(stub.GetAgent, agent_pb2.GetAgentRequest(agent=ref)).agent
+        agent: agents_pb2.Agent = client.call(stub.GetAgent, agents_pb2.GetAgentRequest(agent=ref)).agent
         desired = desired_revision(agent)
         ready = condition(agent, "Ready")
         if desired is not None and desired.state == RevisionState.FAILED:
@@ -212,8 +212,8 @@ def apply(ctx: click.Context, spec_file: Any, no_wait: bool, wait_timeout: float
     source = getattr(spec_file, "name", "the spec")
     spec = spec_from_yaml(spec_file.read(), str(source))
     client = get_client(ctx)
-    request = agent_pb2.ApplyAgentRequest(spec=spec)
-    response: agent_pb2.ApplyAgentResponse = client.call(_stub(ctx).ApplyAgent, request)
+    request = agents_pb2.ApplyAgentRequest(spec=spec)
+    response: agents_pb2.ApplyAgentResponse = client.call(_stub(ctx).ApplyAgent, request)
     if not no_wait:
         response.agent.CopyFrom(wait_until_prepared(ctx, response.agent.ref, wait_timeout))
     if output == "json":
@@ -234,8 +234,8 @@ def list_(ctx: click.Context, namespace: str, output: str) -> None:
     """List Agents (every page)."""
     client = get_client(ctx)
     stub = _stub(ctx)
-    request = agent_pb2.ListAgentsRequest(namespace=namespace, page=common_pb2.PageRequest(limit=PAGE))
-    result = agent_pb2.ListAgentsResponse()
+    request = agents_pb2.ListAgentsRequest(namespace=namespace, page=common_pb2.PageRequest(limit=PAGE))
+    result = agents_pb2.ListAgentsResponse()
     while True:
         response = client.call(stub.ListAgents, request)
         result.agents.extend(response.agents)
@@ -259,7 +259,7 @@ def get(ctx: click.Context, name: str, namespace: str, output: str) -> None:
     """Show one Agent: its conditions and revisions. Credential header values read <redacted>;
     `agent apply -f` of the `-o yaml` output keeps them."""
     ref = common_pb2.ResourceReference(namespace=namespace, name=name)
-    response = get_client(ctx).call(_stub(ctx).GetAgent, agent_pb2.GetAgentRequest(agent=ref))
+    response = get_client(ctx).call(_stub(ctx).GetAgent, agents_pb2.GetAgentRequest(agent=ref))
     if output in ("json", "yaml"):
         print_message(response, output)
     else:

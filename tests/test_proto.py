@@ -18,13 +18,14 @@ if str(SRC) not in sys.path:
     sys.path.insert(0, str(SRC))
 
 from sessionq._pb.kagent.api.v1alpha1 import (  # noqa: E402
-    agent_pb2,
-    checkpoint_pb2,
+    agents_pb2,
+    checkpoints_pb2,
     common_pb2,
-    inventory_pb2,
-    session_pb2,
-    taskstore_pb2,
+    runtime_pb2,
+    sessions_pb2,
+    task_store_pb2,
 )
+from sessionq._pb.sessionq.v1 import inventory_pb2  # noqa: E402
 
 PKG = "kagent.api.v1alpha1"
 
@@ -85,21 +86,26 @@ def test_generated_code_is_up_to_date() -> None:
 
 
 def test_file_package_and_paths() -> None:
+    # upstream's file names: reflection describes the files a kagent client was built from
     for mod, name in [
         (common_pb2, "common"),
-        (session_pb2, "session"),
-        (checkpoint_pb2, "checkpoint"),
-        (taskstore_pb2, "taskstore"),
-        (agent_pb2, "agent"),
-        (inventory_pb2, "inventory"),
+        (runtime_pb2, "runtime"),
+        (sessions_pb2, "sessions"),
+        (checkpoints_pb2, "checkpoints"),
+        (task_store_pb2, "task_store"),
+        (agents_pb2, "agents"),
     ]:
         assert mod.DESCRIPTOR.package == PKG
-        assert mod.DESCRIPTOR.name == f"sessionq/_pb/kagent/api/v1alpha1/{name}.proto"
-    assert [d.name for d in taskstore_pb2.DESCRIPTOR.dependencies] == ["a2a.proto"]
+        assert mod.DESCRIPTOR.name == f"kagent/api/v1alpha1/{name}.proto"
+        assert mod.__name__ == f"sessionq._pb.kagent.api.v1alpha1.{name}_pb2"
+    # sessionq's own services are in sessionq's own package
+    assert inventory_pb2.DESCRIPTOR.package == "sessionq.v1"
+    assert inventory_pb2.DESCRIPTOR.name == "sessionq/v1/inventory.proto"
+    assert [d.name for d in task_store_pb2.DESCRIPTOR.dependencies] == ["a2a.proto"]
 
 
 def test_enums() -> None:
-    assert _enum(common_pb2.RuntimeState) == {
+    assert _enum(runtime_pb2.RuntimeState) == {
         "RUNTIME_STATE_UNSPECIFIED": 0,
         "RUNTIME_STATE_CREATING": 1,
         "RUNTIME_STATE_READY": 2,
@@ -108,7 +114,7 @@ def test_enums() -> None:
         "RUNTIME_STATE_DELETING": 5,
         "RUNTIME_STATE_DELETED": 6,
     }
-    assert _enum(common_pb2.RuntimeOperation) == {
+    assert _enum(runtime_pb2.RuntimeOperation) == {
         "RUNTIME_OPERATION_UNSPECIFIED": 0,
         "RUNTIME_OPERATION_CREATE": 1,
         "RUNTIME_OPERATION_SUSPEND": 2,
@@ -116,32 +122,32 @@ def test_enums() -> None:
         "RUNTIME_OPERATION_DELETE": 4,
         "RUNTIME_OPERATION_NONE": 5,
     }
-    assert _enum(common_pb2.CheckpointState) == {
+    assert _enum(checkpoints_pb2.CheckpointState) == {
         "CHECKPOINT_STATE_UNSPECIFIED": 0,
         "CHECKPOINT_STATE_CREATING": 1,
         "CHECKPOINT_STATE_READY": 2,
         "CHECKPOINT_STATE_FAILED": 3,
         "CHECKPOINT_STATE_DELETING": 4,
     }
-    assert _enum(common_pb2.SessionSharePermission) == {
+    assert _enum(sessions_pb2.SessionSharePermission) == {
         "SESSION_SHARE_PERMISSION_UNSPECIFIED": 0,
         "SESSION_SHARE_PERMISSION_READ_ONLY": 1,
         "SESSION_SHARE_PERMISSION_READ_WRITE": 2,
     }
     for enum in (
-        common_pb2.RuntimeState,
-        common_pb2.RuntimeOperation,
-        common_pb2.CheckpointState,
-        common_pb2.SessionSharePermission,
+        runtime_pb2.RuntimeState,
+        runtime_pb2.RuntimeOperation,
+        checkpoints_pb2.CheckpointState,
+        sessions_pb2.SessionSharePermission,
     ):
         assert enum.DESCRIPTOR.full_name.startswith(PKG + ".")
 
 
 def test_common_messages() -> None:
     _check(common_pb2.ResourceReference, {1: ("namespace", STR), 2: ("name", STR)})
-    _check(common_pb2.PageRequest, {1: ("limit", I32), 2: ("page_token", STR)})
+    _check(common_pb2.PageRequest, {1: ("limit", I32), 2: ("page_token", STR), 3: ("offset", I32)})
     _check(common_pb2.PageResponse, {1: ("next_page_token", STR)})
-    _check(common_pb2.Failure, {1: ("reason", STR), 2: ("message", STR)})
+    _check(sessions_pb2.Failure, {1: ("reason", STR), 2: ("message", STR)})
 
 
 TS = "google.protobuf.Timestamp"
@@ -152,7 +158,7 @@ PAGE_RESP = f"{PKG}.PageResponse"
 
 def test_session_message() -> None:
     _check(
-        session_pb2.Session,
+        sessions_pb2.Session,
         {
             1: ("id", STR),
             2: ("creator", STR),
@@ -169,32 +175,32 @@ def test_session_message() -> None:
         },
     )
     proto = descriptor_pb2.DescriptorProto()
-    session_pb2.Session.DESCRIPTOR.CopyToProto(proto)
+    sessions_pb2.Session.DESCRIPTOR.CopyToProto(proto)
     reserved = sorted(n for r in proto.reserved_range for n in range(r.start, r.end))
     assert reserved == [3, 4, 12]
 
 
 def test_session_requests_and_responses() -> None:
     _check(
-        session_pb2.CreateSessionRequest,
+        sessions_pb2.CreateSessionRequest,
         {3: ("request_id", STR), 4: ("name", STR), 5: ("agent", MSG, REF)},
     )
     for name in ("Get", "Suspend", "Resume", "Delete"):
-        _check(getattr(session_pb2, f"{name}SessionRequest"), {1: ("session_id", STR)})
+        _check(getattr(sessions_pb2, f"{name}SessionRequest"), {1: ("session_id", STR)})
     for name in ("Create", "Get", "Suspend", "Resume", "Delete", "UpdateName"):
         resp = "UpdateSessionNameResponse" if name == "UpdateName" else f"{name}SessionResponse"
-        _check(getattr(session_pb2, resp), {1: ("session", MSG, f"{PKG}.Session")})
+        _check(getattr(sessions_pb2, resp), {1: ("session", MSG, f"{PKG}.Session")})
     _check(
-        session_pb2.ListSessionsRequest,
+        sessions_pb2.ListSessionsRequest,
         {2: ("all_creators", BOOL), 3: ("page", MSG, PAGE_REQ), 6: ("agent", MSG, REF)},
     )
     _check(
-        session_pb2.ListSessionsResponse,
+        sessions_pb2.ListSessionsResponse,
         {1: ("sessions", MSG, f"{PKG}.Session", True), 2: ("page", MSG, PAGE_RESP)},
     )
-    _check(session_pb2.UpdateSessionNameRequest, {1: ("session_id", STR), 2: ("name", STR)})
+    _check(sessions_pb2.UpdateSessionNameRequest, {1: ("session_id", STR), 2: ("name", STR)})
     _check(
-        session_pb2.SessionShare,
+        sessions_pb2.SessionShare,
         {
             1: ("id", STR),
             2: ("session_id", STR),
@@ -204,7 +210,7 @@ def test_session_requests_and_responses() -> None:
         },
     )
     _check(
-        session_pb2.CreateSessionShareRequest,
+        sessions_pb2.CreateSessionShareRequest,
         {
             1: ("session_id", STR),
             2: ("permission", ENUM, f"{PKG}.SessionSharePermission"),
@@ -212,30 +218,30 @@ def test_session_requests_and_responses() -> None:
         },
     )
     _check(
-        session_pb2.CreateSessionShareResponse,
+        sessions_pb2.CreateSessionShareResponse,
         {1: ("share", MSG, f"{PKG}.SessionShare"), 2: ("token", STR)},
     )
-    _check(session_pb2.ListSessionSharesRequest, {1: ("session_id", STR), 2: ("page", MSG, PAGE_REQ)})
+    _check(sessions_pb2.ListSessionSharesRequest, {1: ("session_id", STR), 2: ("page", MSG, PAGE_REQ)})
     _check(
-        session_pb2.ListSessionSharesResponse,
+        sessions_pb2.ListSessionSharesResponse,
         {1: ("shares", MSG, f"{PKG}.SessionShare", True), 2: ("page", MSG, PAGE_RESP)},
     )
-    _check(session_pb2.RevokeSessionShareRequest, {1: ("share_id", STR)})
-    _check(session_pb2.RevokeSessionShareResponse, {})
+    _check(sessions_pb2.RevokeSessionShareRequest, {1: ("share_id", STR)})
+    _check(sessions_pb2.RevokeSessionShareResponse, {})
 
 
-def _methods(file_module: Any, service: str) -> dict[str, tuple[str, str]]:
+def _methods(file_module: Any, service: str, pkg: str = PKG) -> dict[str, tuple[str, str]]:
     svc = file_module.DESCRIPTOR.services_by_name[service]
-    assert svc.full_name == f"{PKG}.{service}"
+    assert svc.full_name == f"{pkg}.{service}"
     return {m.name: (m.input_type.full_name, m.output_type.full_name) for m in svc.methods}
 
 
-def _plain(rpcs: list[str]) -> dict[str, tuple[str, str]]:
-    return {r: (f"{PKG}.{r}Request", f"{PKG}.{r}Response") for r in rpcs}
+def _plain(rpcs: list[str], pkg: str = PKG) -> dict[str, tuple[str, str]]:
+    return {r: (f"{pkg}.{r}Request", f"{pkg}.{r}Response") for r in rpcs}
 
 
 def test_services() -> None:
-    assert _methods(session_pb2, "SessionService") == _plain(
+    assert _methods(sessions_pb2, "SessionService") == _plain(
         [
             "CreateSession",
             "GetSession",
@@ -249,7 +255,7 @@ def test_services() -> None:
             "RevokeSessionShare",
         ]
     )
-    assert _methods(checkpoint_pb2, "CheckpointService") == _plain(
+    assert _methods(checkpoints_pb2, "CheckpointService") == _plain(
         [
             "CreateCheckpoint",
             "GetCheckpoint",
@@ -259,18 +265,20 @@ def test_services() -> None:
             "UpdateCheckpointName",
         ]
     )
-    assert _methods(taskstore_pb2, "TaskStoreService") == {
+    assert _methods(task_store_pb2, "TaskStoreService") == {
         r: (f"{PKG}.TaskStoreService{r}Request", f"{PKG}.TaskStoreService{r}Response")
         for r in ["CreateTask", "GetTask", "UpdateTask", "ListTasks", "SettleTask"]
     }
-    assert _methods(agent_pb2, "AgentService") == _plain(
+    assert _methods(agents_pb2, "AgentService") == _plain(
         ["ApplyAgent", "GetAgent", "ListAgents", "DeleteAgent"]
     )
-    assert _methods(inventory_pb2, "InventoryService") == _plain(["ListActors", "ListWorkers"])
+    assert _methods(inventory_pb2, "InventoryService", "sessionq.v1") == _plain(
+        ["ListActors", "ListWorkers"], "sessionq.v1"
+    )
     for svc in (
-        session_pb2.DESCRIPTOR.services_by_name["SessionService"],
-        checkpoint_pb2.DESCRIPTOR.services_by_name["CheckpointService"],
-        taskstore_pb2.DESCRIPTOR.services_by_name["TaskStoreService"],
+        sessions_pb2.DESCRIPTOR.services_by_name["SessionService"],
+        checkpoints_pb2.DESCRIPTOR.services_by_name["CheckpointService"],
+        task_store_pb2.DESCRIPTOR.services_by_name["TaskStoreService"],
     ):
         for m in svc.methods:
             assert not m.client_streaming and not m.server_streaming
@@ -279,7 +287,7 @@ def test_services() -> None:
 def test_checkpoint_messages() -> None:
     ckpt = f"{PKG}.Checkpoint"
     _check(
-        checkpoint_pb2.Checkpoint,
+        checkpoints_pb2.Checkpoint,
         {
             1: ("id", STR),
             2: ("session_id", STR),
@@ -292,37 +300,37 @@ def test_checkpoint_messages() -> None:
         },
     )
     _check(
-        checkpoint_pb2.CreateCheckpointRequest,
+        checkpoints_pb2.CreateCheckpointRequest,
         {1: ("session_id", STR), 2: ("request_id", STR), 3: ("expected_head_task_id", STR)},
     )
     for resp in ("CreateCheckpointResponse", "GetCheckpointResponse", "UpdateCheckpointNameResponse"):
-        _check(getattr(checkpoint_pb2, resp), {1: ("checkpoint", MSG, ckpt)})
-    _check(checkpoint_pb2.GetCheckpointRequest, {1: ("checkpoint_id", STR)})
-    _check(checkpoint_pb2.DeleteCheckpointRequest, {1: ("checkpoint_id", STR)})
-    _check(checkpoint_pb2.DeleteCheckpointResponse, {})
-    _check(checkpoint_pb2.ListCheckpointsRequest, {1: ("session_id", STR), 2: ("page", MSG, PAGE_REQ)})
+        _check(getattr(checkpoints_pb2, resp), {1: ("checkpoint", MSG, ckpt)})
+    _check(checkpoints_pb2.GetCheckpointRequest, {1: ("checkpoint_id", STR)})
+    _check(checkpoints_pb2.DeleteCheckpointRequest, {1: ("checkpoint_id", STR)})
+    _check(checkpoints_pb2.DeleteCheckpointResponse, {})
+    _check(checkpoints_pb2.ListCheckpointsRequest, {1: ("session_id", STR), 2: ("page", MSG, PAGE_REQ)})
     _check(
-        checkpoint_pb2.ListCheckpointsResponse,
+        checkpoints_pb2.ListCheckpointsResponse,
         {1: ("checkpoints", MSG, ckpt, True), 2: ("page", MSG, PAGE_RESP)},
     )
-    _check(checkpoint_pb2.ForkSessionRequest, {1: ("checkpoint_id", STR), 2: ("request_id", STR)})
-    _check(checkpoint_pb2.ForkSessionResponse, {1: ("session", MSG, f"{PKG}.Session")})
-    _check(checkpoint_pb2.UpdateCheckpointNameRequest, {1: ("checkpoint_id", STR), 2: ("name", STR)})
+    _check(checkpoints_pb2.ForkSessionRequest, {1: ("checkpoint_id", STR), 2: ("request_id", STR)})
+    _check(checkpoints_pb2.ForkSessionResponse, {1: ("session", MSG, f"{PKG}.Session")})
+    _check(checkpoints_pb2.UpdateCheckpointNameRequest, {1: ("checkpoint_id", STR), 2: ("name", STR)})
 
 
 def test_taskstore_messages() -> None:
     task = "lf.a2a.v1.Task"
     p = "TaskStoreService"
-    _check(taskstore_pb2.StoredTask, {1: ("task", MSG, task), 2: ("version", I64)})
+    _check(task_store_pb2.StoredTask, {1: ("task", MSG, task), 2: ("version", I64)})
     _check(
-        getattr(taskstore_pb2, f"{p}CreateTaskRequest"),
+        getattr(task_store_pb2, f"{p}CreateTaskRequest"),
         {1: ("session_id", STR), 2: ("task", MSG, task), 3: ("dispatch_id", STR)},
     )
-    _check(getattr(taskstore_pb2, f"{p}CreateTaskResponse"), {1: ("version", I64)})
-    _check(getattr(taskstore_pb2, f"{p}GetTaskRequest"), {1: ("session_id", STR), 2: ("task_id", STR)})
-    _check(getattr(taskstore_pb2, f"{p}GetTaskResponse"), {1: ("stored", MSG, f"{PKG}.StoredTask")})
+    _check(getattr(task_store_pb2, f"{p}CreateTaskResponse"), {1: ("version", I64)})
+    _check(getattr(task_store_pb2, f"{p}GetTaskRequest"), {1: ("session_id", STR), 2: ("task_id", STR)})
+    _check(getattr(task_store_pb2, f"{p}GetTaskResponse"), {1: ("stored", MSG, f"{PKG}.StoredTask")})
     _check(
-        getattr(taskstore_pb2, f"{p}UpdateTaskRequest"),
+        getattr(task_store_pb2, f"{p}UpdateTaskRequest"),
         {
             1: ("session_id", STR),
             2: ("task", MSG, task),
@@ -331,24 +339,24 @@ def test_taskstore_messages() -> None:
             5: ("dispatch_id", STR),
         },
     )
-    _check(getattr(taskstore_pb2, f"{p}UpdateTaskResponse"), {1: ("version", I64)})
+    _check(getattr(task_store_pb2, f"{p}UpdateTaskResponse"), {1: ("version", I64)})
     _check(
-        getattr(taskstore_pb2, f"{p}ListTasksRequest"),
+        getattr(task_store_pb2, f"{p}ListTasksRequest"),
         {1: ("session_id", STR), 2: ("request", MSG, "lf.a2a.v1.ListTasksRequest")},
     )
     _check(
-        getattr(taskstore_pb2, f"{p}ListTasksResponse"),
+        getattr(task_store_pb2, f"{p}ListTasksResponse"),
         {1: ("result", MSG, "lf.a2a.v1.ListTasksResponse")},
     )
     _check(
-        getattr(taskstore_pb2, f"{p}SettleTaskRequest"),
+        getattr(task_store_pb2, f"{p}SettleTaskRequest"),
         {1: ("session_id", STR), 2: ("task_id", STR), 3: ("version", I64)},
     )
-    _check(getattr(taskstore_pb2, f"{p}SettleTaskResponse"), {})
+    _check(getattr(task_store_pb2, f"{p}SettleTaskResponse"), {})
 
     # dispatch_id is proto3 `optional`: it has presence.
     for name in ("CreateTaskRequest", "UpdateTaskRequest"):
-        cls = getattr(taskstore_pb2, f"{p}{name}")
+        cls = getattr(task_store_pb2, f"{p}{name}")
         assert cls.DESCRIPTOR.fields_by_name["dispatch_id"].has_presence
         msg = cls()
         assert not msg.HasField("dispatch_id")
@@ -358,19 +366,19 @@ def test_taskstore_messages() -> None:
 
 def test_agent_and_inventory_messages() -> None:
     _check(
-        agent_pb2.EgressDestination,
+        agents_pb2.EgressDestination,
         {
             1: ("url", STR),
             2: ("credential_headers", MSG, f"{PKG}.EgressDestination.CredentialHeadersEntry", True),
         },
     )
     assert (
-        agent_pb2.EgressDestination.DESCRIPTOR.fields_by_name["credential_headers"]
+        agents_pb2.EgressDestination.DESCRIPTOR.fields_by_name["credential_headers"]
         .message_type.GetOptions()
         .map_entry
     )
     _check(
-        agent_pb2.Agent,
+        agents_pb2.Agent,
         {
             1: ("ref", MSG, REF),
             2: ("spec", MSG, f"{PKG}.AgentSpec"),
@@ -383,7 +391,7 @@ def test_agent_and_inventory_messages() -> None:
         },
     )
     _check(
-        agent_pb2.ApplyAgentResponse,
+        agents_pb2.ApplyAgentResponse,
         {1: ("agent", MSG, f"{PKG}.Agent"), 2: ("revision_created", BOOL)},
     )
     _check(
@@ -403,7 +411,7 @@ def test_agent_and_inventory_messages() -> None:
     )
     _check(
         inventory_pb2.ListWorkersResponse,
-        {1: ("workers", MSG, f"{PKG}.Worker", True), 2: ("page", MSG, PAGE_RESP)},
+        {1: ("workers", MSG, "sessionq.v1.Worker", True), 2: ("page", MSG, PAGE_RESP)},
     )
 
 
@@ -413,17 +421,24 @@ def test_agent_and_inventory_messages() -> None:
 def test_taskstore_shares_a2a_types_with_the_sdk() -> None:
     from a2a.types import a2a_pb2
 
-    from sessionq._pb.kagent.api.v1alpha1 import taskstore_pb2_grpc  # noqa: F401
+    from sessionq._pb.kagent.api.v1alpha1 import (  # noqa: F401
+        agents_pb2,
+        checkpoints_pb2,
+        common_pb2,
+        runtime_pb2,
+        sessions_pb2,
+        task_store_pb2,
+    )
 
     # Our file depends on the very FileDescriptor the SDK registered (not a second copy).
-    assert taskstore_pb2.DESCRIPTOR.dependencies[0] is a2a_pb2.DESCRIPTOR
-    field = taskstore_pb2.StoredTask.DESCRIPTOR.fields_by_name["task"]
+    assert task_store_pb2.DESCRIPTOR.dependencies[0] is a2a_pb2.DESCRIPTOR
+    field = task_store_pb2.StoredTask.DESCRIPTOR.fields_by_name["task"]
     assert field.message_type is a2a_pb2.Task.DESCRIPTOR
-    stored = taskstore_pb2.StoredTask(
+    stored = task_store_pb2.StoredTask(
         task=a2a_pb2.Task(id="t1", status=a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_WORKING)),
         version=7,
     )
-    round_tripped = taskstore_pb2.StoredTask.FromString(stored.SerializeToString())
+    round_tripped = task_store_pb2.StoredTask.FromString(stored.SerializeToString())
     assert round_tripped == stored
     assert isinstance(round_tripped.task, a2a_pb2.Task)
 
@@ -433,13 +448,14 @@ def test_fresh_process_imports_in_either_order() -> None:
         "import importlib, sys\n"
         "mods = sys.argv[1:]\n"
         "for m in mods: importlib.import_module(m)\n"
-        "from sessionq._pb.kagent.api.v1alpha1 import (session_pb2_grpc, checkpoint_pb2_grpc,\n"
-        "    taskstore_pb2_grpc, agent_pb2_grpc, inventory_pb2_grpc)\n"
+        "from sessionq._pb.kagent.api.v1alpha1 import (sessions_pb2_grpc, checkpoints_pb2_grpc,\n"
+        "    task_store_pb2_grpc, agents_pb2_grpc)\n"
+        "from sessionq._pb.sessionq.v1 import inventory_pb2_grpc\n"
         "print('ok')\n"
     )
     for order in (
-        ["a2a.types.a2a_pb2", "sessionq._pb.kagent.api.v1alpha1.taskstore_pb2"],
-        ["sessionq._pb.kagent.api.v1alpha1.taskstore_pb2", "a2a.types.a2a_pb2"],
+        ["a2a.types.a2a_pb2", "sessionq._pb.kagent.api.v1alpha1.task_store_pb2"],
+        ["sessionq._pb.kagent.api.v1alpha1.task_store_pb2", "a2a.types.a2a_pb2"],
     ):
         result = subprocess.run(
             [sys.executable, "-c", script, *order],

@@ -8,7 +8,7 @@ from typing import Any
 import grpc
 
 from sessionq import errors
-from sessionq._pb.kagent.api.v1alpha1 import agent_pb2, agent_pb2_grpc, common_pb2
+from sessionq._pb.kagent.api.v1alpha1 import agents_pb2, agents_pb2_grpc, common_pb2, sessions_pb2
 from sessionq.api.common import Authenticator, decode_token, encode_token, page_limit, rpc, ts
 from sessionq.db.store import Store
 from sessionq.domain.agents import (
@@ -23,7 +23,7 @@ from sessionq.domain.agents import (
 from sessionq.models import Agent, Revision
 
 
-def spec_from_proto(msg: agent_pb2.AgentSpec) -> AgentSpec:
+def spec_from_proto(msg: agents_pb2.AgentSpec) -> AgentSpec:
     data = {
         "name": msg.ref.name,
         "namespace": msg.ref.namespace or "kagent",
@@ -33,14 +33,14 @@ def spec_from_proto(msg: agent_pb2.AgentSpec) -> AgentSpec:
     return parse_spec(data)
 
 
-def spec_to_proto(stored: dict[str, Any]) -> agent_pb2.AgentSpec:
+def spec_to_proto(stored: dict[str, Any]) -> agents_pb2.AgentSpec:
     """A stored spec as clients see it: credential header values redacted (write-only)."""
     spec = redact_spec(stored)
-    return agent_pb2.AgentSpec(
+    return agents_pb2.AgentSpec(
         ref=common_pb2.ResourceReference(namespace=spec.get("namespace", ""), name=spec.get("name", "")),
         template=spec.get("template", ""),
         egress=[
-            agent_pb2.EgressDestination(url=e["url"], credential_headers=e.get("credentialHeaders") or {})
+            agents_pb2.EgressDestination(url=e["url"], credential_headers=e.get("credentialHeaders") or {})
             for e in spec.get("egress") or []
         ],
     )
@@ -50,12 +50,12 @@ def _time(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value) if value else None
 
 
-def agent_to_proto(a: Agent, revisions: list[Revision]) -> agent_pb2.Agent:
-    return agent_pb2.Agent(
+def agent_to_proto(a: Agent, revisions: list[Revision]) -> agents_pb2.Agent:
+    return agents_pb2.Agent(
         ref=common_pb2.ResourceReference(namespace=a.namespace, name=a.name),
         spec=spec_to_proto(a.spec),
         conditions=[
-            agent_pb2.Condition(
+            agents_pb2.Condition(
                 type=c["type"],
                 status=c["status"],
                 reason=c.get("reason", ""),
@@ -67,13 +67,13 @@ def agent_to_proto(a: Agent, revisions: list[Revision]) -> agent_pb2.Agent:
         desired_revision=str(a.desired_revision_id),
         latest_successful_revision=str(a.latest_successful_revision_id or ""),
         revisions=[
-            agent_pb2.Revision(
+            agents_pb2.Revision(
                 id=str(r.id),
                 number=r.number,
                 state=r.state,
                 template_atespace=r.template_atespace,
                 template_name=r.template_name,
-                failure=common_pb2.Failure(reason="RevisionFailed", message=r.failure_message)
+                failure=sessions_pb2.Failure(reason="RevisionFailed", message=r.failure_message)
                 if r.failure_message
                 else None,
                 created_at=ts(r.created_at),
@@ -86,7 +86,7 @@ def agent_to_proto(a: Agent, revisions: list[Revision]) -> agent_pb2.Agent:
     )
 
 
-class AgentService(agent_pb2_grpc.AgentServiceServicer):
+class AgentService(agents_pb2_grpc.AgentServiceServicer):
     def __init__(
         self, store: Store, auth: Authenticator, cluster_domain: str = "cluster.local", admins: list[str] | None = None
     ) -> None:
@@ -95,35 +95,35 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
         self.cluster_domain = cluster_domain
         self.admins = set(admins or ())
 
-    async def _agent(self, namespace: str, name: str) -> agent_pb2.Agent:
+    async def _agent(self, namespace: str, name: str) -> agents_pb2.Agent:
         agent = await self.store.get_agent(namespace, name)
         return agent_to_proto(agent, await self.store.agent_revisions(namespace, name))
 
     @rpc
     async def ApplyAgent(
-        self, request: agent_pb2.ApplyAgentRequest, context: grpc.aio.ServicerContext
-    ) -> agent_pb2.ApplyAgentResponse:
+        self, request: agents_pb2.ApplyAgentRequest, context: grpc.aio.ServicerContext
+    ) -> agents_pb2.ApplyAgentResponse:
         who = self.auth.identify(context)
         spec = spec_from_proto(request.spec)
         self.auth.check_namespace(who, spec.namespace)
         created = await apply_spec(self.store, spec, who.user, who.user in self.admins, self.cluster_domain)
-        return agent_pb2.ApplyAgentResponse(
+        return agents_pb2.ApplyAgentResponse(
             agent=await self._agent(spec.namespace, spec.name), revision_created=created
         )
 
     @rpc
     async def GetAgent(
-        self, request: agent_pb2.GetAgentRequest, context: grpc.aio.ServicerContext
-    ) -> agent_pb2.GetAgentResponse:
+        self, request: agents_pb2.GetAgentRequest, context: grpc.aio.ServicerContext
+    ) -> agents_pb2.GetAgentResponse:
         self.auth.identify(context)
         ns = check_namespace(request.agent.namespace or "kagent", "agent.namespace")
         name = check_name(request.agent.name, "agent.name")
-        return agent_pb2.GetAgentResponse(agent=await self._agent(ns, name))
+        return agents_pb2.GetAgentResponse(agent=await self._agent(ns, name))
 
     @rpc
     async def ListAgents(
-        self, request: agent_pb2.ListAgentsRequest, context: grpc.aio.ServicerContext
-    ) -> agent_pb2.ListAgentsResponse:
+        self, request: agents_pb2.ListAgentsRequest, context: grpc.aio.ServicerContext
+    ) -> agents_pb2.ListAgentsResponse:
         self.auth.identify(context)
         limit = page_limit(request.page.limit)
         ns = check_namespace(request.namespace, "namespace") if request.namespace else None
@@ -134,17 +134,17 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
         rows = await self.store.list_agents(ns, after, limit + 1)
         token = encode_token(rows[limit - 1].namespace, rows[limit - 1].name) if len(rows) > limit else ""
         agents = [agent_to_proto(a, await self.store.agent_revisions(a.namespace, a.name)) for a in rows[:limit]]
-        return agent_pb2.ListAgentsResponse(agents=agents, page=common_pb2.PageResponse(next_page_token=token))
+        return agents_pb2.ListAgentsResponse(agents=agents, page=common_pb2.PageResponse(next_page_token=token))
 
     @rpc
     async def DeleteAgent(
-        self, request: agent_pb2.DeleteAgentRequest, context: grpc.aio.ServicerContext
-    ) -> agent_pb2.DeleteAgentResponse:
+        self, request: agents_pb2.DeleteAgentRequest, context: grpc.aio.ServicerContext
+    ) -> agents_pb2.DeleteAgentResponse:
         who = self.auth.identify(context)
         ns = check_namespace(request.agent.namespace or "kagent", "agent.namespace")
         name = check_name(request.agent.name, "agent.name")
         await self.store.delete_agent(ns, name, who.user, who.user in self.admins)
-        return agent_pb2.DeleteAgentResponse()
+        return agents_pb2.DeleteAgentResponse()
 
 
 __all__ = ["AgentService", "EgressDestination", "errors"]

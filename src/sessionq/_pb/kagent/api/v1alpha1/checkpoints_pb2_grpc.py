@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from sessionq._pb.kagent.api.v1alpha1 import checkpoint_pb2 as sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2
+from sessionq._pb.kagent.api.v1alpha1 import checkpoints_pb2 as kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in sessionq/_pb/kagent/api/v1alpha1/checkpoint_pb2_grpc.py depends on'
+        + ' but the generated code in kagent/api/v1alpha1/checkpoints_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -37,33 +37,33 @@ class CheckpointServiceStub:
         """
         self.CreateCheckpoint = channel.unary_unary(
                 '/kagent.api.v1alpha1.CheckpointService/CreateCheckpoint',
-                request_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.CreateCheckpointRequest.SerializeToString,
-                response_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.CreateCheckpointResponse.FromString,
+                request_serializer=kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.CreateCheckpointRequest.SerializeToString,
+                response_deserializer=kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.CreateCheckpointResponse.FromString,
                 _registered_method=True)
         self.GetCheckpoint = channel.unary_unary(
                 '/kagent.api.v1alpha1.CheckpointService/GetCheckpoint',
-                request_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.GetCheckpointRequest.SerializeToString,
-                response_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.GetCheckpointResponse.FromString,
+                request_serializer=kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.GetCheckpointRequest.SerializeToString,
+                response_deserializer=kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.GetCheckpointResponse.FromString,
                 _registered_method=True)
         self.ListCheckpoints = channel.unary_unary(
                 '/kagent.api.v1alpha1.CheckpointService/ListCheckpoints',
-                request_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.ListCheckpointsRequest.SerializeToString,
-                response_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.ListCheckpointsResponse.FromString,
+                request_serializer=kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.ListCheckpointsRequest.SerializeToString,
+                response_deserializer=kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.ListCheckpointsResponse.FromString,
                 _registered_method=True)
         self.DeleteCheckpoint = channel.unary_unary(
                 '/kagent.api.v1alpha1.CheckpointService/DeleteCheckpoint',
-                request_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.DeleteCheckpointRequest.SerializeToString,
-                response_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.DeleteCheckpointResponse.FromString,
+                request_serializer=kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.DeleteCheckpointRequest.SerializeToString,
+                response_deserializer=kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.DeleteCheckpointResponse.FromString,
                 _registered_method=True)
         self.ForkSession = channel.unary_unary(
                 '/kagent.api.v1alpha1.CheckpointService/ForkSession',
-                request_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.ForkSessionRequest.SerializeToString,
-                response_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.ForkSessionResponse.FromString,
+                request_serializer=kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.ForkSessionRequest.SerializeToString,
+                response_deserializer=kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.ForkSessionResponse.FromString,
                 _registered_method=True)
         self.UpdateCheckpointName = channel.unary_unary(
                 '/kagent.api.v1alpha1.CheckpointService/UpdateCheckpointName',
-                request_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.UpdateCheckpointNameRequest.SerializeToString,
-                response_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.UpdateCheckpointNameResponse.FromString,
+                request_serializer=kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.UpdateCheckpointNameRequest.SerializeToString,
+                response_deserializer=kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.UpdateCheckpointNameResponse.FromString,
                 _registered_method=True)
 
 
@@ -118,33 +118,33 @@ def add_CheckpointServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'CreateCheckpoint': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateCheckpoint,
-                    request_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.CreateCheckpointRequest.FromString,
-                    response_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.CreateCheckpointResponse.SerializeToString,
+                    request_deserializer=kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.CreateCheckpointRequest.FromString,
+                    response_serializer=kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.CreateCheckpointResponse.SerializeToString,
             ),
             'GetCheckpoint': grpc.unary_unary_rpc_method_handler(
                     servicer.GetCheckpoint,
-                    request_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.GetCheckpointRequest.FromString,
-                    response_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.GetCheckpointResponse.SerializeToString,
+                    request_deserializer=kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.GetCheckpointRequest.FromString,
+                    response_serializer=kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.GetCheckpointResponse.SerializeToString,
             ),
             'ListCheckpoints': grpc.unary_unary_rpc_method_handler(
                     servicer.ListCheckpoints,
-                    request_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.ListCheckpointsRequest.FromString,
-                    response_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.ListCheckpointsResponse.SerializeToString,
+                    request_deserializer=kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.ListCheckpointsRequest.FromString,
+                    response_serializer=kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.ListCheckpointsResponse.SerializeToString,
             ),
             'DeleteCheckpoint': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteCheckpoint,
-                    request_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.DeleteCheckpointRequest.FromString,
-                    response_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.DeleteCheckpointResponse.SerializeToString,
+                    request_deserializer=kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.DeleteCheckpointRequest.FromString,
+                    response_serializer=kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.DeleteCheckpointResponse.SerializeToString,
             ),
             'ForkSession': grpc.unary_unary_rpc_method_handler(
                     servicer.ForkSession,
-                    request_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.ForkSessionRequest.FromString,
-                    response_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.ForkSessionResponse.SerializeToString,
+                    request_deserializer=kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.ForkSessionRequest.FromString,
+                    response_serializer=kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.ForkSessionResponse.SerializeToString,
             ),
             'UpdateCheckpointName': grpc.unary_unary_rpc_method_handler(
                     servicer.UpdateCheckpointName,
-                    request_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.UpdateCheckpointNameRequest.FromString,
-                    response_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.UpdateCheckpointNameResponse.SerializeToString,
+                    request_deserializer=kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.UpdateCheckpointNameRequest.FromString,
+                    response_serializer=kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.UpdateCheckpointNameResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -173,8 +173,8 @@ class CheckpointService:
             request,
             target,
             '/kagent.api.v1alpha1.CheckpointService/CreateCheckpoint',
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.CreateCheckpointRequest.SerializeToString,
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.CreateCheckpointResponse.FromString,
+            kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.CreateCheckpointRequest.SerializeToString,
+            kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.CreateCheckpointResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -200,8 +200,8 @@ class CheckpointService:
             request,
             target,
             '/kagent.api.v1alpha1.CheckpointService/GetCheckpoint',
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.GetCheckpointRequest.SerializeToString,
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.GetCheckpointResponse.FromString,
+            kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.GetCheckpointRequest.SerializeToString,
+            kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.GetCheckpointResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -227,8 +227,8 @@ class CheckpointService:
             request,
             target,
             '/kagent.api.v1alpha1.CheckpointService/ListCheckpoints',
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.ListCheckpointsRequest.SerializeToString,
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.ListCheckpointsResponse.FromString,
+            kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.ListCheckpointsRequest.SerializeToString,
+            kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.ListCheckpointsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -254,8 +254,8 @@ class CheckpointService:
             request,
             target,
             '/kagent.api.v1alpha1.CheckpointService/DeleteCheckpoint',
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.DeleteCheckpointRequest.SerializeToString,
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.DeleteCheckpointResponse.FromString,
+            kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.DeleteCheckpointRequest.SerializeToString,
+            kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.DeleteCheckpointResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -281,8 +281,8 @@ class CheckpointService:
             request,
             target,
             '/kagent.api.v1alpha1.CheckpointService/ForkSession',
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.ForkSessionRequest.SerializeToString,
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.ForkSessionResponse.FromString,
+            kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.ForkSessionRequest.SerializeToString,
+            kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.ForkSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -308,8 +308,8 @@ class CheckpointService:
             request,
             target,
             '/kagent.api.v1alpha1.CheckpointService/UpdateCheckpointName',
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.UpdateCheckpointNameRequest.SerializeToString,
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_checkpoint__pb2.UpdateCheckpointNameResponse.FromString,
+            kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.UpdateCheckpointNameRequest.SerializeToString,
+            kagent_dot_api_dot_v1alpha1_dot_checkpoints__pb2.UpdateCheckpointNameResponse.FromString,
             options,
             channel_credentials,
             insecure,

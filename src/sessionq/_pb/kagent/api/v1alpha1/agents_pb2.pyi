@@ -2,6 +2,7 @@ import datetime
 
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2 as _common_pb2
+from sessionq._pb.kagent.api.v1alpha1 import sessions_pb2 as _sessions_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -64,10 +65,10 @@ class Revision(_message.Message):
     state: str
     template_atespace: str
     template_name: str
-    failure: _common_pb2.Failure
+    failure: _sessions_pb2.Failure
     created_at: _timestamp_pb2.Timestamp
     prepared_at: _timestamp_pb2.Timestamp
-    def __init__(self, id: _Optional[str] = ..., number: _Optional[int] = ..., state: _Optional[str] = ..., template_atespace: _Optional[str] = ..., template_name: _Optional[str] = ..., failure: _Optional[_Union[_common_pb2.Failure, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., prepared_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., number: _Optional[int] = ..., state: _Optional[str] = ..., template_atespace: _Optional[str] = ..., template_name: _Optional[str] = ..., failure: _Optional[_Union[_sessions_pb2.Failure, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., prepared_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Agent(_message.Message):
     __slots__ = ("ref", "spec", "conditions", "desired_revision", "latest_successful_revision", "revisions", "created_at", "updated_at")

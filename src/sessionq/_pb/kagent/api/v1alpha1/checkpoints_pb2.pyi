@@ -2,14 +2,28 @@ import datetime
 
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2 as _common_pb2
-from sessionq._pb.kagent.api.v1alpha1 import session_pb2 as _session_pb2
+from sessionq._pb.kagent.api.v1alpha1 import sessions_pb2 as _sessions_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class CheckpointState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CHECKPOINT_STATE_UNSPECIFIED: _ClassVar[CheckpointState]
+    CHECKPOINT_STATE_CREATING: _ClassVar[CheckpointState]
+    CHECKPOINT_STATE_READY: _ClassVar[CheckpointState]
+    CHECKPOINT_STATE_FAILED: _ClassVar[CheckpointState]
+    CHECKPOINT_STATE_DELETING: _ClassVar[CheckpointState]
+CHECKPOINT_STATE_UNSPECIFIED: CheckpointState
+CHECKPOINT_STATE_CREATING: CheckpointState
+CHECKPOINT_STATE_READY: CheckpointState
+CHECKPOINT_STATE_FAILED: CheckpointState
+CHECKPOINT_STATE_DELETING: CheckpointState
 
 class Checkpoint(_message.Message):
     __slots__ = ("id", "session_id", "head_task_id", "history_sequence", "state", "created_at", "failure", "name")
@@ -25,11 +39,11 @@ class Checkpoint(_message.Message):
     session_id: str
     head_task_id: str
     history_sequence: int
-    state: _common_pb2.CheckpointState
+    state: CheckpointState
     created_at: _timestamp_pb2.Timestamp
-    failure: _common_pb2.Failure
+    failure: _sessions_pb2.Failure
     name: str
-    def __init__(self, id: _Optional[str] = ..., session_id: _Optional[str] = ..., head_task_id: _Optional[str] = ..., history_sequence: _Optional[int] = ..., state: _Optional[_Union[_common_pb2.CheckpointState, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., failure: _Optional[_Union[_common_pb2.Failure, _Mapping]] = ..., name: _Optional[str] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., session_id: _Optional[str] = ..., head_task_id: _Optional[str] = ..., history_sequence: _Optional[int] = ..., state: _Optional[_Union[CheckpointState, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., failure: _Optional[_Union[_sessions_pb2.Failure, _Mapping]] = ..., name: _Optional[str] = ...) -> None: ...
 
 class CreateCheckpointRequest(_message.Message):
     __slots__ = ("session_id", "request_id", "expected_head_task_id")
@@ -96,8 +110,8 @@ class ForkSessionRequest(_message.Message):
 class ForkSessionResponse(_message.Message):
     __slots__ = ("session",)
     SESSION_FIELD_NUMBER: _ClassVar[int]
-    session: _session_pb2.Session
-    def __init__(self, session: _Optional[_Union[_session_pb2.Session, _Mapping]] = ...) -> None: ...
+    session: _sessions_pb2.Session
+    def __init__(self, session: _Optional[_Union[_sessions_pb2.Session, _Mapping]] = ...) -> None: ...
 
 class UpdateCheckpointNameRequest(_message.Message):
     __slots__ = ("checkpoint_id", "name")

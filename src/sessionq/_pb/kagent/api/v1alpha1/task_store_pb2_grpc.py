@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from sessionq._pb.kagent.api.v1alpha1 import taskstore_pb2 as sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2
+from sessionq._pb.kagent.api.v1alpha1 import task_store_pb2 as kagent_dot_api_dot_v1alpha1_dot_task__store__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in sessionq/_pb/kagent/api/v1alpha1/taskstore_pb2_grpc.py depends on'
+        + ' but the generated code in kagent/api/v1alpha1/task_store_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -37,28 +37,28 @@ class TaskStoreServiceStub:
         """
         self.CreateTask = channel.unary_unary(
                 '/kagent.api.v1alpha1.TaskStoreService/CreateTask',
-                request_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2.TaskStoreServiceCreateTaskRequest.SerializeToString,
-                response_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2.TaskStoreServiceCreateTaskResponse.FromString,
+                request_serializer=kagent_dot_api_dot_v1alpha1_dot_task__store__pb2.TaskStoreServiceCreateTaskRequest.SerializeToString,
+                response_deserializer=kagent_dot_api_dot_v1alpha1_dot_task__store__pb2.TaskStoreServiceCreateTaskResponse.FromString,
                 _registered_method=True)
         self.GetTask = channel.unary_unary(
                 '/kagent.api.v1alpha1.TaskStoreService/GetTask',
-                request_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2.TaskStoreServiceGetTaskRequest.SerializeToString,
-                response_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2.TaskStoreServiceGetTaskResponse.FromString,
+                request_serializer=kagent_dot_api_dot_v1alpha1_dot_task__store__pb2.TaskStoreServiceGetTaskRequest.SerializeToString,
+                response_deserializer=kagent_dot_api_dot_v1alpha1_dot_task__store__pb2.TaskStoreServiceGetTaskResponse.FromString,
                 _registered_method=True)
         self.UpdateTask = channel.unary_unary(
                 '/kagent.api.v1alpha1.TaskStoreService/UpdateTask',
-                request_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2.TaskStoreServiceUpdateTaskRequest.SerializeToString,
-                response_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2.TaskStoreServiceUpdateTaskResponse.FromString,
+                request_serializer=kagent_dot_api_dot_v1alpha1_dot_task__store__pb2.TaskStoreServiceUpdateTaskRequest.SerializeToString,
+                response_deserializer=kagent_dot_api_dot_v1alpha1_dot_task__store__pb2.TaskStoreServiceUpdateTaskResponse.FromString,
                 _registered_method=True)
         self.ListTasks = channel.unary_unary(
                 '/kagent.api.v1alpha1.TaskStoreService/ListTasks',
-                request_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2.TaskStoreServiceListTasksRequest.SerializeToString,
-                response_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2.TaskStoreServiceListTasksResponse.FromString,
+                request_serializer=kagent_dot_api_dot_v1alpha1_dot_task__store__pb2.TaskStoreServiceListTasksRequest.SerializeToString,
+                response_deserializer=kagent_dot_api_dot_v1alpha1_dot_task__store__pb2.TaskStoreServiceListTasksResponse.FromString,
                 _registered_method=True)
         self.SettleTask = channel.unary_unary(
                 '/kagent.api.v1alpha1.TaskStoreService/SettleTask',
-                request_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2.TaskStoreServiceSettleTaskRequest.SerializeToString,
-                response_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2.TaskStoreServiceSettleTaskResponse.FromString,
+                request_serializer=kagent_dot_api_dot_v1alpha1_dot_task__store__pb2.TaskStoreServiceSettleTaskRequest.SerializeToString,
+                response_deserializer=kagent_dot_api_dot_v1alpha1_dot_task__store__pb2.TaskStoreServiceSettleTaskResponse.FromString,
                 _registered_method=True)
 
 
@@ -106,28 +106,28 @@ def add_TaskStoreServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'CreateTask': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateTask,
-                    request_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2.TaskStoreServiceCreateTaskRequest.FromString,
-                    response_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2.TaskStoreServiceCreateTaskResponse.SerializeToString,
+                    request_deserializer=kagent_dot_api_dot_v1alpha1_dot_task__store__pb2.TaskStoreServiceCreateTaskRequest.FromString,
+                    response_serializer=kagent_dot_api_dot_v1alpha1_dot_task__store__pb2.TaskStoreServiceCreateTaskResponse.SerializeToString,
             ),
             'GetTask': grpc.unary_unary_rpc_method_handler(
                     servicer.GetTask,
-                    request_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2.TaskStoreServiceGetTaskRequest.FromString,
-                    response_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2.TaskStoreServiceGetTaskResponse.SerializeToString,
+                    request_deserializer=kagent_dot_api_dot_v1alpha1_dot_task__store__pb2.TaskStoreServiceGetTaskRequest.FromString,
+                    response_serializer=kagent_dot_api_dot_v1alpha1_dot_task__store__pb2.TaskStoreServiceGetTaskResponse.SerializeToString,
             ),
             'UpdateTask': grpc.unary_unary_rpc_method_handler(
                     servicer.UpdateTask,
-                    request_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2.TaskStoreServiceUpdateTaskRequest.FromString,
-                    response_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2.TaskStoreServiceUpdateTaskResponse.SerializeToString,
+                    request_deserializer=kagent_dot_api_dot_v1alpha1_dot_task__store__pb2.TaskStoreServiceUpdateTaskRequest.FromString,
+                    response_serializer=kagent_dot_api_dot_v1alpha1_dot_task__store__pb2.TaskStoreServiceUpdateTaskResponse.SerializeToString,
             ),
             'ListTasks': grpc.unary_unary_rpc_method_handler(
                     servicer.ListTasks,
-                    request_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2.TaskStoreServiceListTasksRequest.FromString,
-                    response_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2.TaskStoreServiceListTasksResponse.SerializeToString,
+                    request_deserializer=kagent_dot_api_dot_v1alpha1_dot_task__store__pb2.TaskStoreServiceListTasksRequest.FromString,
+                    response_serializer=kagent_dot_api_dot_v1alpha1_dot_task__store__pb2.TaskStoreServiceListTasksResponse.SerializeToString,
             ),
             'SettleTask': grpc.unary_unary_rpc_method_handler(
                     servicer.SettleTask,
-                    request_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2.TaskStoreServiceSettleTaskRequest.FromString,
-                    response_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2.TaskStoreServiceSettleTaskResponse.SerializeToString,
+                    request_deserializer=kagent_dot_api_dot_v1alpha1_dot_task__store__pb2.TaskStoreServiceSettleTaskRequest.FromString,
+                    response_serializer=kagent_dot_api_dot_v1alpha1_dot_task__store__pb2.TaskStoreServiceSettleTaskResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -156,8 +156,8 @@ class TaskStoreService:
             request,
             target,
             '/kagent.api.v1alpha1.TaskStoreService/CreateTask',
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2.TaskStoreServiceCreateTaskRequest.SerializeToString,
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2.TaskStoreServiceCreateTaskResponse.FromString,
+            kagent_dot_api_dot_v1alpha1_dot_task__store__pb2.TaskStoreServiceCreateTaskRequest.SerializeToString,
+            kagent_dot_api_dot_v1alpha1_dot_task__store__pb2.TaskStoreServiceCreateTaskResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -183,8 +183,8 @@ class TaskStoreService:
             request,
             target,
             '/kagent.api.v1alpha1.TaskStoreService/GetTask',
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2.TaskStoreServiceGetTaskRequest.SerializeToString,
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2.TaskStoreServiceGetTaskResponse.FromString,
+            kagent_dot_api_dot_v1alpha1_dot_task__store__pb2.TaskStoreServiceGetTaskRequest.SerializeToString,
+            kagent_dot_api_dot_v1alpha1_dot_task__store__pb2.TaskStoreServiceGetTaskResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -210,8 +210,8 @@ class TaskStoreService:
             request,
             target,
             '/kagent.api.v1alpha1.TaskStoreService/UpdateTask',
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2.TaskStoreServiceUpdateTaskRequest.SerializeToString,
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2.TaskStoreServiceUpdateTaskResponse.FromString,
+            kagent_dot_api_dot_v1alpha1_dot_task__store__pb2.TaskStoreServiceUpdateTaskRequest.SerializeToString,
+            kagent_dot_api_dot_v1alpha1_dot_task__store__pb2.TaskStoreServiceUpdateTaskResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -237,8 +237,8 @@ class TaskStoreService:
             request,
             target,
             '/kagent.api.v1alpha1.TaskStoreService/ListTasks',
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2.TaskStoreServiceListTasksRequest.SerializeToString,
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2.TaskStoreServiceListTasksResponse.FromString,
+            kagent_dot_api_dot_v1alpha1_dot_task__store__pb2.TaskStoreServiceListTasksRequest.SerializeToString,
+            kagent_dot_api_dot_v1alpha1_dot_task__store__pb2.TaskStoreServiceListTasksResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -264,8 +264,8 @@ class TaskStoreService:
             request,
             target,
             '/kagent.api.v1alpha1.TaskStoreService/SettleTask',
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2.TaskStoreServiceSettleTaskRequest.SerializeToString,
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_taskstore__pb2.TaskStoreServiceSettleTaskResponse.FromString,
+            kagent_dot_api_dot_v1alpha1_dot_task__store__pb2.TaskStoreServiceSettleTaskRequest.SerializeToString,
+            kagent_dot_api_dot_v1alpha1_dot_task__store__pb2.TaskStoreServiceSettleTaskResponse.FromString,
             options,
             channel_credentials,
             insecure,

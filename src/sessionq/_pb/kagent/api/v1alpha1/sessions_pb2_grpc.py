@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from sessionq._pb.kagent.api.v1alpha1 import session_pb2 as sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2
+from sessionq._pb.kagent.api.v1alpha1 import sessions_pb2 as kagent_dot_api_dot_v1alpha1_dot_sessions__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in sessionq/_pb/kagent/api/v1alpha1/session_pb2_grpc.py depends on'
+        + ' but the generated code in kagent/api/v1alpha1/sessions_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -37,53 +37,53 @@ class SessionServiceStub:
         """
         self.CreateSession = channel.unary_unary(
                 '/kagent.api.v1alpha1.SessionService/CreateSession',
-                request_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.CreateSessionRequest.SerializeToString,
-                response_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.CreateSessionResponse.FromString,
+                request_serializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.CreateSessionRequest.SerializeToString,
+                response_deserializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.CreateSessionResponse.FromString,
                 _registered_method=True)
         self.GetSession = channel.unary_unary(
                 '/kagent.api.v1alpha1.SessionService/GetSession',
-                request_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.GetSessionRequest.SerializeToString,
-                response_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.GetSessionResponse.FromString,
+                request_serializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.GetSessionRequest.SerializeToString,
+                response_deserializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.GetSessionResponse.FromString,
                 _registered_method=True)
         self.ListSessions = channel.unary_unary(
                 '/kagent.api.v1alpha1.SessionService/ListSessions',
-                request_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.ListSessionsRequest.SerializeToString,
-                response_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.ListSessionsResponse.FromString,
+                request_serializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.ListSessionsRequest.SerializeToString,
+                response_deserializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.ListSessionsResponse.FromString,
                 _registered_method=True)
         self.UpdateSessionName = channel.unary_unary(
                 '/kagent.api.v1alpha1.SessionService/UpdateSessionName',
-                request_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.UpdateSessionNameRequest.SerializeToString,
-                response_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.UpdateSessionNameResponse.FromString,
+                request_serializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.UpdateSessionNameRequest.SerializeToString,
+                response_deserializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.UpdateSessionNameResponse.FromString,
                 _registered_method=True)
         self.SuspendSession = channel.unary_unary(
                 '/kagent.api.v1alpha1.SessionService/SuspendSession',
-                request_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.SuspendSessionRequest.SerializeToString,
-                response_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.SuspendSessionResponse.FromString,
+                request_serializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.SuspendSessionRequest.SerializeToString,
+                response_deserializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.SuspendSessionResponse.FromString,
                 _registered_method=True)
         self.ResumeSession = channel.unary_unary(
                 '/kagent.api.v1alpha1.SessionService/ResumeSession',
-                request_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.ResumeSessionRequest.SerializeToString,
-                response_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.ResumeSessionResponse.FromString,
+                request_serializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.ResumeSessionRequest.SerializeToString,
+                response_deserializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.ResumeSessionResponse.FromString,
                 _registered_method=True)
         self.DeleteSession = channel.unary_unary(
                 '/kagent.api.v1alpha1.SessionService/DeleteSession',
-                request_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.DeleteSessionRequest.SerializeToString,
-                response_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.DeleteSessionResponse.FromString,
+                request_serializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.DeleteSessionRequest.SerializeToString,
+                response_deserializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.DeleteSessionResponse.FromString,
                 _registered_method=True)
         self.CreateSessionShare = channel.unary_unary(
                 '/kagent.api.v1alpha1.SessionService/CreateSessionShare',
-                request_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.CreateSessionShareRequest.SerializeToString,
-                response_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.CreateSessionShareResponse.FromString,
+                request_serializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.CreateSessionShareRequest.SerializeToString,
+                response_deserializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.CreateSessionShareResponse.FromString,
                 _registered_method=True)
         self.ListSessionShares = channel.unary_unary(
                 '/kagent.api.v1alpha1.SessionService/ListSessionShares',
-                request_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.ListSessionSharesRequest.SerializeToString,
-                response_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.ListSessionSharesResponse.FromString,
+                request_serializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.ListSessionSharesRequest.SerializeToString,
+                response_deserializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.ListSessionSharesResponse.FromString,
                 _registered_method=True)
         self.RevokeSessionShare = channel.unary_unary(
                 '/kagent.api.v1alpha1.SessionService/RevokeSessionShare',
-                request_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.RevokeSessionShareRequest.SerializeToString,
-                response_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.RevokeSessionShareResponse.FromString,
+                request_serializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.RevokeSessionShareRequest.SerializeToString,
+                response_deserializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.RevokeSessionShareResponse.FromString,
                 _registered_method=True)
 
 
@@ -166,53 +166,53 @@ def add_SessionServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'CreateSession': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateSession,
-                    request_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.CreateSessionRequest.FromString,
-                    response_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.CreateSessionResponse.SerializeToString,
+                    request_deserializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.CreateSessionRequest.FromString,
+                    response_serializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.CreateSessionResponse.SerializeToString,
             ),
             'GetSession': grpc.unary_unary_rpc_method_handler(
                     servicer.GetSession,
-                    request_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.GetSessionRequest.FromString,
-                    response_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.GetSessionResponse.SerializeToString,
+                    request_deserializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.GetSessionRequest.FromString,
+                    response_serializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.GetSessionResponse.SerializeToString,
             ),
             'ListSessions': grpc.unary_unary_rpc_method_handler(
                     servicer.ListSessions,
-                    request_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.ListSessionsRequest.FromString,
-                    response_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.ListSessionsResponse.SerializeToString,
+                    request_deserializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.ListSessionsRequest.FromString,
+                    response_serializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.ListSessionsResponse.SerializeToString,
             ),
             'UpdateSessionName': grpc.unary_unary_rpc_method_handler(
                     servicer.UpdateSessionName,
-                    request_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.UpdateSessionNameRequest.FromString,
-                    response_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.UpdateSessionNameResponse.SerializeToString,
+                    request_deserializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.UpdateSessionNameRequest.FromString,
+                    response_serializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.UpdateSessionNameResponse.SerializeToString,
             ),
             'SuspendSession': grpc.unary_unary_rpc_method_handler(
                     servicer.SuspendSession,
-                    request_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.SuspendSessionRequest.FromString,
-                    response_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.SuspendSessionResponse.SerializeToString,
+                    request_deserializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.SuspendSessionRequest.FromString,
+                    response_serializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.SuspendSessionResponse.SerializeToString,
             ),
             'ResumeSession': grpc.unary_unary_rpc_method_handler(
                     servicer.ResumeSession,
-                    request_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.ResumeSessionRequest.FromString,
-                    response_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.ResumeSessionResponse.SerializeToString,
+                    request_deserializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.ResumeSessionRequest.FromString,
+                    response_serializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.ResumeSessionResponse.SerializeToString,
             ),
             'DeleteSession': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteSession,
-                    request_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.DeleteSessionRequest.FromString,
-                    response_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.DeleteSessionResponse.SerializeToString,
+                    request_deserializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.DeleteSessionRequest.FromString,
+                    response_serializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.DeleteSessionResponse.SerializeToString,
             ),
             'CreateSessionShare': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateSessionShare,
-                    request_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.CreateSessionShareRequest.FromString,
-                    response_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.CreateSessionShareResponse.SerializeToString,
+                    request_deserializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.CreateSessionShareRequest.FromString,
+                    response_serializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.CreateSessionShareResponse.SerializeToString,
             ),
             'ListSessionShares': grpc.unary_unary_rpc_method_handler(
                     servicer.ListSessionShares,
-                    request_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.ListSessionSharesRequest.FromString,
-                    response_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.ListSessionSharesResponse.SerializeToString,
+                    request_deserializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.ListSessionSharesRequest.FromString,
+                    response_serializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.ListSessionSharesResponse.SerializeToString,
             ),
             'RevokeSessionShare': grpc.unary_unary_rpc_method_handler(
                     servicer.RevokeSessionShare,
-                    request_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.RevokeSessionShareRequest.FromString,
-                    response_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.RevokeSessionShareResponse.SerializeToString,
+                    request_deserializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.RevokeSessionShareRequest.FromString,
+                    response_serializer=kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.RevokeSessionShareResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -241,8 +241,8 @@ class SessionService:
             request,
             target,
             '/kagent.api.v1alpha1.SessionService/CreateSession',
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.CreateSessionRequest.SerializeToString,
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.CreateSessionResponse.FromString,
+            kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.CreateSessionRequest.SerializeToString,
+            kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.CreateSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -268,8 +268,8 @@ class SessionService:
             request,
             target,
             '/kagent.api.v1alpha1.SessionService/GetSession',
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.GetSessionRequest.SerializeToString,
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.GetSessionResponse.FromString,
+            kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.GetSessionRequest.SerializeToString,
+            kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.GetSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -295,8 +295,8 @@ class SessionService:
             request,
             target,
             '/kagent.api.v1alpha1.SessionService/ListSessions',
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.ListSessionsRequest.SerializeToString,
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.ListSessionsResponse.FromString,
+            kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.ListSessionsRequest.SerializeToString,
+            kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.ListSessionsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -322,8 +322,8 @@ class SessionService:
             request,
             target,
             '/kagent.api.v1alpha1.SessionService/UpdateSessionName',
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.UpdateSessionNameRequest.SerializeToString,
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.UpdateSessionNameResponse.FromString,
+            kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.UpdateSessionNameRequest.SerializeToString,
+            kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.UpdateSessionNameResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -349,8 +349,8 @@ class SessionService:
             request,
             target,
             '/kagent.api.v1alpha1.SessionService/SuspendSession',
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.SuspendSessionRequest.SerializeToString,
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.SuspendSessionResponse.FromString,
+            kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.SuspendSessionRequest.SerializeToString,
+            kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.SuspendSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -376,8 +376,8 @@ class SessionService:
             request,
             target,
             '/kagent.api.v1alpha1.SessionService/ResumeSession',
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.ResumeSessionRequest.SerializeToString,
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.ResumeSessionResponse.FromString,
+            kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.ResumeSessionRequest.SerializeToString,
+            kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.ResumeSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -403,8 +403,8 @@ class SessionService:
             request,
             target,
             '/kagent.api.v1alpha1.SessionService/DeleteSession',
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.DeleteSessionRequest.SerializeToString,
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.DeleteSessionResponse.FromString,
+            kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.DeleteSessionRequest.SerializeToString,
+            kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.DeleteSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -430,8 +430,8 @@ class SessionService:
             request,
             target,
             '/kagent.api.v1alpha1.SessionService/CreateSessionShare',
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.CreateSessionShareRequest.SerializeToString,
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.CreateSessionShareResponse.FromString,
+            kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.CreateSessionShareRequest.SerializeToString,
+            kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.CreateSessionShareResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -457,8 +457,8 @@ class SessionService:
             request,
             target,
             '/kagent.api.v1alpha1.SessionService/ListSessionShares',
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.ListSessionSharesRequest.SerializeToString,
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.ListSessionSharesResponse.FromString,
+            kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.ListSessionSharesRequest.SerializeToString,
+            kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.ListSessionSharesResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -484,8 +484,8 @@ class SessionService:
             request,
             target,
             '/kagent.api.v1alpha1.SessionService/RevokeSessionShare',
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.RevokeSessionShareRequest.SerializeToString,
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_session__pb2.RevokeSessionShareResponse.FromString,
+            kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.RevokeSessionShareRequest.SerializeToString,
+            kagent_dot_api_dot_v1alpha1_dot_sessions__pb2.RevokeSessionShareResponse.FromString,
             options,
             channel_credentials,
             insecure,

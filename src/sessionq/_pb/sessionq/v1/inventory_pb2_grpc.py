@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from sessionq._pb.kagent.api.v1alpha1 import inventory_pb2 as sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_inventory__pb2
+from sessionq._pb.sessionq.v1 import inventory_pb2 as sessionq_dot_v1_dot_inventory__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in sessionq/_pb/kagent/api/v1alpha1/inventory_pb2_grpc.py depends on'
+        + ' but the generated code in sessionq/v1/inventory_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,14 +36,14 @@ class InventoryServiceStub:
             channel: A grpc.Channel.
         """
         self.ListActors = channel.unary_unary(
-                '/kagent.api.v1alpha1.InventoryService/ListActors',
-                request_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_inventory__pb2.ListActorsRequest.SerializeToString,
-                response_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_inventory__pb2.ListActorsResponse.FromString,
+                '/sessionq.v1.InventoryService/ListActors',
+                request_serializer=sessionq_dot_v1_dot_inventory__pb2.ListActorsRequest.SerializeToString,
+                response_deserializer=sessionq_dot_v1_dot_inventory__pb2.ListActorsResponse.FromString,
                 _registered_method=True)
         self.ListWorkers = channel.unary_unary(
-                '/kagent.api.v1alpha1.InventoryService/ListWorkers',
-                request_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_inventory__pb2.ListWorkersRequest.SerializeToString,
-                response_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_inventory__pb2.ListWorkersResponse.FromString,
+                '/sessionq.v1.InventoryService/ListWorkers',
+                request_serializer=sessionq_dot_v1_dot_inventory__pb2.ListWorkersRequest.SerializeToString,
+                response_deserializer=sessionq_dot_v1_dot_inventory__pb2.ListWorkersResponse.FromString,
                 _registered_method=True)
 
 
@@ -70,19 +70,19 @@ def add_InventoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'ListActors': grpc.unary_unary_rpc_method_handler(
                     servicer.ListActors,
-                    request_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_inventory__pb2.ListActorsRequest.FromString,
-                    response_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_inventory__pb2.ListActorsResponse.SerializeToString,
+                    request_deserializer=sessionq_dot_v1_dot_inventory__pb2.ListActorsRequest.FromString,
+                    response_serializer=sessionq_dot_v1_dot_inventory__pb2.ListActorsResponse.SerializeToString,
             ),
             'ListWorkers': grpc.unary_unary_rpc_method_handler(
                     servicer.ListWorkers,
-                    request_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_inventory__pb2.ListWorkersRequest.FromString,
-                    response_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_inventory__pb2.ListWorkersResponse.SerializeToString,
+                    request_deserializer=sessionq_dot_v1_dot_inventory__pb2.ListWorkersRequest.FromString,
+                    response_serializer=sessionq_dot_v1_dot_inventory__pb2.ListWorkersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
-            'kagent.api.v1alpha1.InventoryService', rpc_method_handlers)
+            'sessionq.v1.InventoryService', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
-    server.add_registered_method_handlers('kagent.api.v1alpha1.InventoryService', rpc_method_handlers)
+    server.add_registered_method_handlers('sessionq.v1.InventoryService', rpc_method_handlers)
 
 
  # This class is part of an EXPERIMENTAL API.
@@ -104,9 +104,9 @@ class InventoryService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/kagent.api.v1alpha1.InventoryService/ListActors',
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_inventory__pb2.ListActorsRequest.SerializeToString,
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_inventory__pb2.ListActorsResponse.FromString,
+            '/sessionq.v1.InventoryService/ListActors',
+            sessionq_dot_v1_dot_inventory__pb2.ListActorsRequest.SerializeToString,
+            sessionq_dot_v1_dot_inventory__pb2.ListActorsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -131,9 +131,9 @@ class InventoryService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/kagent.api.v1alpha1.InventoryService/ListWorkers',
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_inventory__pb2.ListWorkersRequest.SerializeToString,
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_inventory__pb2.ListWorkersResponse.FromString,
+            '/sessionq.v1.InventoryService/ListWorkers',
+            sessionq_dot_v1_dot_inventory__pb2.ListWorkersRequest.SerializeToString,
+            sessionq_dot_v1_dot_inventory__pb2.ListWorkersResponse.FromString,
             options,
             channel_credentials,
             insecure,

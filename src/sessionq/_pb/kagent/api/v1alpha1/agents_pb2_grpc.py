@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from sessionq._pb.kagent.api.v1alpha1 import agent_pb2 as sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_agent__pb2
+from sessionq._pb.kagent.api.v1alpha1 import agents_pb2 as kagent_dot_api_dot_v1alpha1_dot_agents__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in sessionq/_pb/kagent/api/v1alpha1/agent_pb2_grpc.py depends on'
+        + ' but the generated code in kagent/api/v1alpha1/agents_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -37,23 +37,23 @@ class AgentServiceStub:
         """
         self.ApplyAgent = channel.unary_unary(
                 '/kagent.api.v1alpha1.AgentService/ApplyAgent',
-                request_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_agent__pb2.ApplyAgentRequest.SerializeToString,
-                response_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_agent__pb2.ApplyAgentResponse.FromString,
+                request_serializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.ApplyAgentRequest.SerializeToString,
+                response_deserializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.ApplyAgentResponse.FromString,
                 _registered_method=True)
         self.GetAgent = channel.unary_unary(
                 '/kagent.api.v1alpha1.AgentService/GetAgent',
-                request_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_agent__pb2.GetAgentRequest.SerializeToString,
-                response_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_agent__pb2.GetAgentResponse.FromString,
+                request_serializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.GetAgentRequest.SerializeToString,
+                response_deserializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.GetAgentResponse.FromString,
                 _registered_method=True)
         self.ListAgents = channel.unary_unary(
                 '/kagent.api.v1alpha1.AgentService/ListAgents',
-                request_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_agent__pb2.ListAgentsRequest.SerializeToString,
-                response_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_agent__pb2.ListAgentsResponse.FromString,
+                request_serializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.ListAgentsRequest.SerializeToString,
+                response_deserializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.ListAgentsResponse.FromString,
                 _registered_method=True)
         self.DeleteAgent = channel.unary_unary(
                 '/kagent.api.v1alpha1.AgentService/DeleteAgent',
-                request_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_agent__pb2.DeleteAgentRequest.SerializeToString,
-                response_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_agent__pb2.DeleteAgentResponse.FromString,
+                request_serializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.DeleteAgentRequest.SerializeToString,
+                response_deserializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.DeleteAgentResponse.FromString,
                 _registered_method=True)
 
 
@@ -94,23 +94,23 @@ def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'ApplyAgent': grpc.unary_unary_rpc_method_handler(
                     servicer.ApplyAgent,
-                    request_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_agent__pb2.ApplyAgentRequest.FromString,
-                    response_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_agent__pb2.ApplyAgentResponse.SerializeToString,
+                    request_deserializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.ApplyAgentRequest.FromString,
+                    response_serializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.ApplyAgentResponse.SerializeToString,
             ),
             'GetAgent': grpc.unary_unary_rpc_method_handler(
                     servicer.GetAgent,
-                    request_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_agent__pb2.GetAgentRequest.FromString,
-                    response_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_agent__pb2.GetAgentResponse.SerializeToString,
+                    request_deserializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.GetAgentRequest.FromString,
+                    response_serializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.GetAgentResponse.SerializeToString,
             ),
             'ListAgents': grpc.unary_unary_rpc_method_handler(
                     servicer.ListAgents,
-                    request_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_agent__pb2.ListAgentsRequest.FromString,
-                    response_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_agent__pb2.ListAgentsResponse.SerializeToString,
+                    request_deserializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.ListAgentsRequest.FromString,
+                    response_serializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.ListAgentsResponse.SerializeToString,
             ),
             'DeleteAgent': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteAgent,
-                    request_deserializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_agent__pb2.DeleteAgentRequest.FromString,
-                    response_serializer=sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_agent__pb2.DeleteAgentResponse.SerializeToString,
+                    request_deserializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.DeleteAgentRequest.FromString,
+                    response_serializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.DeleteAgentResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -139,8 +139,8 @@ class AgentService:
             request,
             target,
             '/kagent.api.v1alpha1.AgentService/ApplyAgent',
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_agent__pb2.ApplyAgentRequest.SerializeToString,
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_agent__pb2.ApplyAgentResponse.FromString,
+            kagent_dot_api_dot_v1alpha1_dot_agents__pb2.ApplyAgentRequest.SerializeToString,
+            kagent_dot_api_dot_v1alpha1_dot_agents__pb2.ApplyAgentResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -166,8 +166,8 @@ class AgentService:
             request,
             target,
             '/kagent.api.v1alpha1.AgentService/GetAgent',
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_agent__pb2.GetAgentRequest.SerializeToString,
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_agent__pb2.GetAgentResponse.FromString,
+            kagent_dot_api_dot_v1alpha1_dot_agents__pb2.GetAgentRequest.SerializeToString,
+            kagent_dot_api_dot_v1alpha1_dot_agents__pb2.GetAgentResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -193,8 +193,8 @@ class AgentService:
             request,
             target,
             '/kagent.api.v1alpha1.AgentService/ListAgents',
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_agent__pb2.ListAgentsRequest.SerializeToString,
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_agent__pb2.ListAgentsResponse.FromString,
+            kagent_dot_api_dot_v1alpha1_dot_agents__pb2.ListAgentsRequest.SerializeToString,
+            kagent_dot_api_dot_v1alpha1_dot_agents__pb2.ListAgentsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -220,8 +220,8 @@ class AgentService:
             request,
             target,
             '/kagent.api.v1alpha1.AgentService/DeleteAgent',
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_agent__pb2.DeleteAgentRequest.SerializeToString,
-            sessionq_dot___pb_dot_kagent_dot_api_dot_v1alpha1_dot_agent__pb2.DeleteAgentResponse.FromString,
+            kagent_dot_api_dot_v1alpha1_dot_agents__pb2.DeleteAgentRequest.SerializeToString,
+            kagent_dot_api_dot_v1alpha1_dot_agents__pb2.DeleteAgentResponse.FromString,
             options,
             channel_credentials,
             insecure,

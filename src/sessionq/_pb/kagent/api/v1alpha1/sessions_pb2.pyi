@@ -3,13 +3,32 @@ import datetime
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2 as _common_pb2
+from sessionq._pb.kagent.api.v1alpha1 import runtime_pb2 as _runtime_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class SessionSharePermission(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SESSION_SHARE_PERMISSION_UNSPECIFIED: _ClassVar[SessionSharePermission]
+    SESSION_SHARE_PERMISSION_READ_ONLY: _ClassVar[SessionSharePermission]
+    SESSION_SHARE_PERMISSION_READ_WRITE: _ClassVar[SessionSharePermission]
+SESSION_SHARE_PERMISSION_UNSPECIFIED: SessionSharePermission
+SESSION_SHARE_PERMISSION_READ_ONLY: SessionSharePermission
+SESSION_SHARE_PERMISSION_READ_WRITE: SessionSharePermission
+
+class Failure(_message.Message):
+    __slots__ = ("reason", "message")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    message: str
+    def __init__(self, reason: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Session(_message.Message):
     __slots__ = ("id", "creator", "prepared_revision", "a2a_authority", "state", "operation", "failure", "created_at", "updated_at", "name", "context_id", "agent")
@@ -29,15 +48,15 @@ class Session(_message.Message):
     creator: str
     prepared_revision: str
     a2a_authority: str
-    state: _common_pb2.RuntimeState
-    operation: _common_pb2.RuntimeOperation
-    failure: _common_pb2.Failure
+    state: _runtime_pb2.RuntimeState
+    operation: _runtime_pb2.RuntimeOperation
+    failure: Failure
     created_at: _timestamp_pb2.Timestamp
     updated_at: _timestamp_pb2.Timestamp
     name: str
     context_id: str
     agent: _common_pb2.ResourceReference
-    def __init__(self, id: _Optional[str] = ..., creator: _Optional[str] = ..., prepared_revision: _Optional[str] = ..., a2a_authority: _Optional[str] = ..., state: _Optional[_Union[_common_pb2.RuntimeState, str]] = ..., operation: _Optional[_Union[_common_pb2.RuntimeOperation, str]] = ..., failure: _Optional[_Union[_common_pb2.Failure, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., name: _Optional[str] = ..., context_id: _Optional[str] = ..., agent: _Optional[_Union[_common_pb2.ResourceReference, _Mapping]] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., creator: _Optional[str] = ..., prepared_revision: _Optional[str] = ..., a2a_authority: _Optional[str] = ..., state: _Optional[_Union[_runtime_pb2.RuntimeState, str]] = ..., operation: _Optional[_Union[_runtime_pb2.RuntimeOperation, str]] = ..., failure: _Optional[_Union[Failure, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., name: _Optional[str] = ..., context_id: _Optional[str] = ..., agent: _Optional[_Union[_common_pb2.ResourceReference, _Mapping]] = ...) -> None: ...
 
 class CreateSessionRequest(_message.Message):
     __slots__ = ("request_id", "name", "agent")
@@ -144,10 +163,10 @@ class SessionShare(_message.Message):
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
     id: str
     session_id: str
-    permission: _common_pb2.SessionSharePermission
+    permission: SessionSharePermission
     created_at: _timestamp_pb2.Timestamp
     expires_at: _timestamp_pb2.Timestamp
-    def __init__(self, id: _Optional[str] = ..., session_id: _Optional[str] = ..., permission: _Optional[_Union[_common_pb2.SessionSharePermission, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., session_id: _Optional[str] = ..., permission: _Optional[_Union[SessionSharePermission, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class CreateSessionShareRequest(_message.Message):
     __slots__ = ("session_id", "permission", "ttl")
@@ -155,9 +174,9 @@ class CreateSessionShareRequest(_message.Message):
     PERMISSION_FIELD_NUMBER: _ClassVar[int]
     TTL_FIELD_NUMBER: _ClassVar[int]
     session_id: str
-    permission: _common_pb2.SessionSharePermission
+    permission: SessionSharePermission
     ttl: _duration_pb2.Duration
-    def __init__(self, session_id: _Optional[str] = ..., permission: _Optional[_Union[_common_pb2.SessionSharePermission, str]] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    def __init__(self, session_id: _Optional[str] = ..., permission: _Optional[_Union[SessionSharePermission, str]] = ..., ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class CreateSessionShareResponse(_message.Message):
     __slots__ = ("share", "token")
