@@ -134,8 +134,10 @@ def list_(ctx: click.Context, agent_name: str, namespace: str, all_creators: boo
     stub = _stub(ctx)
     request = sessions_pb2.ListSessionsRequest(all_creators=all_creators,
                                               page=common_pb2.PageRequest(limit=PAGE))
-    if agent_name or namespace:
-        request.agent.CopyFrom(common_pb2.ResourceReference(namespace=namespace, name=agent_name))
+    if namespace and not agent_name:
+        raise CliError("--namespace filters by an Agent: give --agent too")
+    if agent_name:  # an Agent reference names both (kagent's rule)
+        request.agent.CopyFrom(common_pb2.ResourceReference(namespace=namespace or "kagent", name=agent_name))
     result = sessions_pb2.ListSessionsResponse()
     while True:
         response = client.call(stub.ListSessions, request)

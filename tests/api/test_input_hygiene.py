@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 import pytest
 from a2a.types import a2a_pb2, a2a_pb2_grpc
+from agentapi import resource
 from conftest import apply_agent, make_settings
 
 from sessionq import errors
@@ -138,16 +139,17 @@ async def test_huge_invalid_values_get_a_short_invalid_argument(api, store, sim)
     sid = (await sessions.CreateSession(sessions_pb2.CreateSessionRequest(request_id="s", agent=AGENT),
                                         metadata=api.md(), timeout=15)).session.id
     calls = {
-        "agent name": agents.ApplyAgent(agents_pb2.ApplyAgentRequest(spec=agents_pb2.AgentSpec(
-            ref=common_pb2.ResourceReference(namespace="kagent", name=MB))), metadata=api.md(), timeout=10),
+        "agent name": agents.CreateAgent(agents_pb2.CreateAgentRequest(
+            ref=common_pb2.ResourceReference(namespace="kagent", name=MB), resource=resource({})),
+            metadata=api.md(), timeout=10),
         "agent namespace": agents.GetAgent(agents_pb2.GetAgentRequest(
-            agent=common_pb2.ResourceReference(namespace=MB, name="x")), metadata=api.md(), timeout=10),
-        "egress URL": agents.ApplyAgent(agents_pb2.ApplyAgentRequest(spec=agents_pb2.AgentSpec(
+            ref=common_pb2.ResourceReference(namespace=MB, name="x")), metadata=api.md(), timeout=10),
+        "egress URL": agents.CreateAgent(agents_pb2.CreateAgentRequest(
             ref=common_pb2.ResourceReference(namespace="kagent", name="egress"),
-            egress=[agents_pb2.EgressDestination(url="ftp://" + MB + MB)])), metadata=api.md(), timeout=10),
-        "egress host": agents.ApplyAgent(agents_pb2.ApplyAgentRequest(spec=agents_pb2.AgentSpec(
+            resource=resource({"egress": [{"url": "ftp://" + MB + MB}]})), metadata=api.md(), timeout=10),
+        "egress host": agents.CreateAgent(agents_pb2.CreateAgentRequest(
             ref=common_pb2.ResourceReference(namespace="kagent", name="egress"),
-            egress=[agents_pb2.EgressDestination(url="https://" + "_" * (1024 * 1024) + ".example.com")])),
+            resource=resource({"egress": [{"url": "https://" + "_" * (1024 * 1024) + ".example.com"}]})),
             metadata=api.md(), timeout=10),
         "session agent": sessions.CreateSession(sessions_pb2.CreateSessionRequest(
             request_id="r", agent=common_pb2.ResourceReference(namespace="kagent", name=MB)),
@@ -232,7 +234,7 @@ async def test_several_authorization_headers_are_unauthenticated(api, store, sim
                                         metadata=api.md(), timeout=15)).session.id
     token = workload.token_for(await store.secret("workload"), uuid.UUID(sid))
     ts = task_store_pb2_grpc.TaskStoreServiceStub(api.channel)
-    request = task_store_pb2.TaskStoreServiceListTasksRequest(session_id=sid)
+    request = task_store_pb2.TaskStoreServiceListTasksRequest(session_id=sid, request=a2a_pb2.ListTasksRequest())
     await ts.ListTasks(request, metadata=[("authorization", f"Bearer {token}")], timeout=5)
     code, _ = await status_of(ts.ListTasks(request, metadata=[("authorization", f"Bearer {token}")] * 2, timeout=5))
     assert code == SC.UNAUTHENTICATED

@@ -81,7 +81,7 @@ async def test_ids_identity_and_other_users(api, store, sim):
     s = await create(api)
     st = stub(api)
     code, details = await code_of(st.GetSession(sessions_pb2.GetSessionRequest(session_id="nope"), metadata=api.md(), timeout=5))
-    assert code == grpc.StatusCode.INVALID_ARGUMENT and "not a valid UUID" in details
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and "session_id must be a UUID" in details
     missing = "0198c3d7-4f2a-7b61-9c3e-5d8f7a2b4e10"
     c1, d1 = await code_of(st.GetSession(sessions_pb2.GetSessionRequest(session_id=missing), metadata=api.md(), timeout=5))
     c2, d2 = await code_of(st.GetSession(sessions_pb2.GetSessionRequest(session_id=s.id), metadata=api.md("bob"), timeout=5))
@@ -144,7 +144,8 @@ async def test_shares_and_rename(api, store, sim):
     code, _ = await code_of(st.SuspendSession(sessions_pb2.SuspendSessionRequest(session_id=s.id), metadata=bob, timeout=5))
     assert code == grpc.StatusCode.PERMISSION_DENIED
     for bad in (sessions_pb2.CreateSessionShareRequest(session_id=s.id, ttl={"seconds": 60}),
-                sessions_pb2.CreateSessionShareRequest(session_id=s.id, permission=1)):
+                sessions_pb2.CreateSessionShareRequest(session_id=s.id, permission=1, ttl={"seconds": 0}),
+                sessions_pb2.CreateSessionShareRequest(session_id=s.id, permission=1, ttl={"seconds": -5})):
         code, _ = await code_of(st.CreateSessionShare(bad, metadata=api.md(), timeout=5))
         assert code == grpc.StatusCode.INVALID_ARGUMENT
     listed = await st.ListSessionShares(sessions_pb2.ListSessionSharesRequest(session_id=s.id), metadata=api.md(), timeout=5)

@@ -611,20 +611,34 @@ egress = st.fixed_dictionaries({}, optional={
     "url": st.one_of(st.sampled_from(["https://api.example.com", "http://x:80/", "https://*.example.com",
                                       "ftp://x", "https://", "https://a:99999", "tls://x:443", "https://[::1]:443"]),
                      texts(120)),
-    "credential_headers": st.dictionaries(texts(40), texts(80), max_size=2),
+    "credentialHeaders": st.dictionaries(texts(40), texts(80), max_size=2),
 })
+agent_resources = st.one_of(st.none(), st.fixed_dictionaries({}, optional={
+    "api_version": st.one_of(st.just("api.kagent.dev/v1alpha3"), texts(60)),
+    "kind": st.one_of(st.just("Agent"), texts(20)),
+    "value": st.fixed_dictionaries({}, optional={
+        "apiVersion": st.one_of(st.just("api.kagent.dev/v1alpha3"), texts(60)),
+        "kind": st.one_of(st.just("Agent"), texts(20)),
+        "metadata": st.fixed_dictionaries({}, optional={"name": texts(80), "namespace": texts(80)}),
+        "spec": st.fixed_dictionaries({}, optional={
+            "template": st.one_of(texts(), st.just("i" * 513)), "egress": st.lists(egress, max_size=3)}),
+        "status": st.fixed_dictionaries({}, optional={"conditions": st.lists(texts(20), max_size=2)}),
+    }),
+}))
+VALID_RESOURCE = {"api_version": "api.kagent.dev/v1alpha3", "kind": "Agent", "value": {"spec": {}}}
 AGENT_RPCS = [
-    Rpc("AgentService", "ApplyAgent", agents_pb2_grpc.AgentServiceStub, agents_pb2.ApplyAgentRequest,
-        {"spec": st.one_of(st.none(), st.fixed_dictionaries({}, optional={
-            "ref": agent_refs(), "template": st.one_of(texts(), st.just("i" * 513)),
-            "egress": st.lists(egress, max_size=3)}))},
-        {"spec": {"ref": {"namespace": "kagent", "name": "my-first-agent"}}}),
+    Rpc("AgentService", "CreateAgent", agents_pb2_grpc.AgentServiceStub, agents_pb2.CreateAgentRequest,
+        {"ref": agent_refs(), "resource": agent_resources},
+        {"ref": {"namespace": "kagent", "name": "fuzzed-agent"}, "resource": VALID_RESOURCE}),
+    Rpc("AgentService", "UpdateAgent", agents_pb2_grpc.AgentServiceStub, agents_pb2.UpdateAgentRequest,
+        {"ref": agent_refs(), "resource": agent_resources},
+        {"ref": {"namespace": "kagent", "name": "my-first-agent"}, "resource": VALID_RESOURCE}),
     Rpc("AgentService", "GetAgent", agents_pb2_grpc.AgentServiceStub, agents_pb2.GetAgentRequest,
-        {"agent": agent_refs()}, {"agent": {"namespace": "kagent", "name": "my-first-agent"}}),
+        {"ref": agent_refs()}, {"ref": {"namespace": "kagent", "name": "my-first-agent"}}),
     Rpc("AgentService", "ListAgents", agents_pb2_grpc.AgentServiceStub, agents_pb2.ListAgentsRequest,
-        {"namespace": st.one_of(st.just("kagent"), texts(80)), "page": pages()}, {"namespace": "kagent"}),
+        {"namespace": st.one_of(st.just("kagent"), texts(80))}, {"namespace": "kagent"}),
     Rpc("AgentService", "DeleteAgent", agents_pb2_grpc.AgentServiceStub, agents_pb2.DeleteAgentRequest,
-        {"agent": agent_refs()}, {"agent": {"namespace": "kagent", "name": "no-such-agent"}}),
+        {"ref": agent_refs()}, {"ref": {"namespace": "kagent", "name": "no-such-agent"}}),
 ]
 
 INVENTORY_RPCS = [
@@ -864,10 +878,11 @@ REPLAYS: list[tuple[str, dict[str, Any], str]] = [
     ("CheckpointService/CreateCheckpoint", {"session_id": Ref("alice_sid"), "request_id": "replay",
                                             "expected_head_task_id": NUL}, "alice"),
     ("CheckpointService/ForkSession", {"checkpoint_id": Ref("alice_cp"), "request_id": NUL}, "alice"),
-    ("AgentService/ApplyAgent", {"spec": {"ref": {"namespace": "kagent", "name": "replay"}, "template": NUL}}, "alice"),
-    ("AgentService/ApplyAgent", {"spec": {"ref": {"namespace": "kagent", "name": "replay"}, "egress": [
-        {"url": "https://api.example.com", "credential_headers": {"x-key": NUL}}]}}, "alice"),
-    ("AgentService/ListAgents", {"page": {"page_token": encode_token(NUL, "x")}}, "alice"),
+    ("AgentService/CreateAgent", {"ref": {"namespace": "kagent", "name": "replay"}, "resource": {
+        **VALID_RESOURCE, "value": {"spec": {"template": NUL}}}}, "alice"),
+    ("AgentService/CreateAgent", {"ref": {"namespace": "kagent", "name": "replay"}, "resource": {
+        **VALID_RESOURCE, "value": {"spec": {"egress": [{"url": "https://api.example.com",
+                                                          "credentialHeaders": {"x-key": NUL}}]}}}}, "alice"),
     ("InventoryService/ListActors", {"page": {"page_token": encode_token(NUL)}}, "alice"),
     ("TaskStoreService/GetTask", {"session_id": Ref("alice_sid"), "task_id": NUL}, "wl_alice"),
     ("TaskStoreService/SettleTask", {"session_id": Ref("alice_sid"), "task_id": NUL, "version": 1}, "wl_alice"),

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from google.protobuf import json_format, struct_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from sessionq._pb.kagent.api.v1alpha1 import agents_pb2, checkpoints_pb2, sessions_pb2
+from sessionq._pb.kagent.api.v1alpha1 import agents_pb2, checkpoints_pb2, common_pb2, sessions_pb2
 from sessionq.runtime.simulator import SimulatedSubstrate
 
 from . import checks
@@ -135,18 +136,22 @@ class Harness:
 
     async def apply_agent(self) -> None:
         assert self.gateway is not None
-        r = await self.gateway.call("harness", "apply-agent", "agents", "ApplyAgent",
-                                    agents_pb2.ApplyAgentRequest(spec=agents_pb2.AgentSpec(ref=AGENT)),
+        value = struct_pb2.Struct()
+        value.update({"apiVersion": "api.kagent.dev/v1alpha3", "kind": "Agent", "spec": {}})
+        resource = common_pb2.StructuredObject(api_version="api.kagent.dev/v1alpha3", kind="Agent", value=value)
+        r = await self.gateway.call("harness", "create-agent", "agents", "CreateAgent",
+                                    agents_pb2.CreateAgentRequest(ref=AGENT, resource=resource),
                                     user="admin", max_attempts=10, budget=60)
-        if not r.ok:
-            raise RuntimeError(f"ApplyAgent failed: {r.code} {r.details}")
+        if not r.ok and r.code != "ALREADY_EXISTS":
+            raise RuntimeError(f"CreateAgent failed: {r.code} {r.details}")
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             g = await self.gateway.call("harness", "get-agent", "agents", "GetAgent",
-                                        agents_pb2.GetAgentRequest(agent=AGENT), user="admin", max_attempts=3)
+                                        agents_pb2.GetAgentRequest(ref=AGENT), user="admin", max_attempts=3)
             if g.ok:
-                desired = next((x for x in g.resp.agent.revisions if x.id == g.resp.agent.desired_revision), None)
-                if desired is not None and desired.state == "READY":
+                status = json_format.MessageToDict(g.resp.agent.resource.value).get("status", {})
+                desired = next((x for x in status.get("revisions", []) if x["id"] == status.get("desiredRevision")), None)
+                if desired is not None and desired["state"] == "READY":
                     return
                 if desired is not None and desired.state == "FAILED":
                     raise RuntimeError(f"the agent revision failed: {desired.failure.message}")

@@ -15,7 +15,6 @@ from sessionq._pb.kagent.api.v1alpha1 import checkpoints_pb2, checkpoints_pb2_gr
 from sessionq.api.common import (
     Authenticator,
     after_id,
-    check_display_name,
     check_request_id,
     next_id_token,
     page_limit,
@@ -55,9 +54,7 @@ class CheckpointService(checkpoints_pb2_grpc.CheckpointServiceServicer):
     ) -> checkpoints_pb2.CreateCheckpointResponse:
         who = self.auth.identify(context)
         sid = parse_uuid(request.session_id, "session_id")
-        check_request_id(request.request_id)
-        if not request.expected_head_task_id:
-            raise errors.invalid("expected_head_task_id is required")
+        check_request_id(request.request_id)  # expected_head_task_id set: its rule
         c = await self.store.admit_checkpoint(sid, who.user, request.request_id, request.expected_head_task_id)
         if c.state == CheckpointState.CREATING:
             settled = {CheckpointState.READY, CheckpointState.FAILED, CheckpointState.DELETING}
@@ -118,6 +115,5 @@ class CheckpointService(checkpoints_pb2_grpc.CheckpointServiceServicer):
     ) -> checkpoints_pb2.UpdateCheckpointNameResponse:
         who = self.auth.identify(context)
         cid = parse_uuid(request.checkpoint_id, "checkpoint_id")
-        check_display_name(request.name)
         c = await self.store.rename_checkpoint(cid, who.user, request.name)
         return checkpoints_pb2.UpdateCheckpointNameResponse(checkpoint=checkpoint_to_proto(c))

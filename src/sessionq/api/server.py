@@ -26,6 +26,7 @@ from sessionq.api.guard import InputGuard
 from sessionq.api.inventory import InventoryService
 from sessionq.api.sessions import SessionService
 from sessionq.api.taskstore import TaskStoreService
+from sessionq.api.validation import RequestValidation
 from sessionq.config import Settings, grpc_message_limit
 from sessionq.db.store import Store
 from sessionq.runtime.base import RuntimeReader
@@ -42,7 +43,13 @@ SERVICE_NAMES = [
 
 class ApiServer:
     def __init__(
-        self, settings: Settings, store: Store, *, address: str | None = None, runtime: RuntimeReader | None = None
+        self,
+        settings: Settings,
+        store: Store,
+        *,
+        address: str | None = None,
+        runtime: RuntimeReader | None = None,
+        validate: bool = True,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -51,13 +58,17 @@ class ApiServer:
         # as grpcio's default: a read never fails on the server's side for its size)
         limit = grpc_message_limit(settings.a2a.max_message_bytes)
         self.server = grpc.aio.server(
-            interceptors=[InputGuard()],
+            # RequestValidation enforces the protos' buf.validate rules before any servicer (and so
+            # any database call) runs; it wraps InputGuard's handlers, whose deserializer has turned
+            # an undecodable body into a marker InputGuard answers (and which answers unimplemented
+            # methods). `validate` is off only in the benchmark that measures what the check costs.
+            interceptors=[*([RequestValidation()] if validate else []), InputGuard()],
             options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", limit)],
         )
         auth = Authenticator(settings.auth.tokens, settings.auth.anonymous_user, settings.auth.namespaces)
         self.auth = auth
         sessions_pb2_grpc.add_SessionServiceServicer_to_server(
-            SessionService(store, auth, settings.auth.admins), self.server
+            SessionService(store, auth, settings.auth.admins, settings.shares.max_ttl), self.server
         )
         agents_pb2_grpc.add_AgentServiceServicer_to_server(
             AgentService(store, auth, settings.global_.cluster_domain, settings.auth.admins), self.server

@@ -18,7 +18,6 @@ from sessionq._pb.kagent.api.v1alpha1 import common_pb2, runtime_pb2, sessions_p
 from sessionq.api.common import (
     Authenticator,
     after_id,
-    check_display_name,
     check_request_id,
     hash_token,
     next_id_token,
@@ -29,7 +28,6 @@ from sessionq.api.common import (
     wait_budget,
 )
 from sessionq.db.store import Store
-from sessionq.domain.agents import check_name, check_namespace
 from sessionq.metrics import OPERATIONS
 from sessionq.models import (
     Admission,
@@ -44,6 +42,7 @@ from sessionq.models import (
 )
 
 BUSY_WAIT = 5.0  # how long a lifecycle call waits out a turn's cleanup or quiescence
+MAX_SHARE_TTL = 100 * 365 * 86400  # seconds; longer: until revoked (an unset ttl, no shares.maxTtl)
 
 PERMISSIONS = {
     sessions_pb2.SESSION_SHARE_PERMISSION_READ_ONLY: SharePermission.READ_ONLY,
@@ -116,23 +115,36 @@ async def await_generation(store: Store, admission: Admission, context: grpc.aio
     )
 
 
+def share_ttl(request: sessions_pb2.CreateSessionShareRequest, max_ttl: float) -> float | None:
+    """A share's lifetime in seconds (None: until revoked). An unset ttl takes the configured
+    maximum (shares.maxTtl; 0: none); a ttl above it is refused. ttl > 0 is the field's rule."""
+    if not request.HasField("ttl"):
+        return max_ttl or None
+    ttl = request.ttl.seconds + request.ttl.nanos / 1e9
+    if max_ttl and ttl > max_ttl:
+        raise errors.invalid(f"ttl must be at most {max_ttl:g}s (shares.maxTtl); leave it unset for the maximum")
+    if ttl > MAX_SHARE_TTL:  # a date PostgreSQL cannot hold: sessionq's own bound
+        raise errors.invalid(f"ttl must be at most {MAX_SHARE_TTL // 86400} days; leave it unset for no expiry")
+    return ttl
+
+
 class SessionService(sessions_pb2_grpc.SessionServiceServicer):
-    def __init__(self, store: Store, auth: Authenticator, admins: list[str] | None = None) -> None:
+    def __init__(
+        self, store: Store, auth: Authenticator, admins: list[str] | None = None, max_share_ttl: float = 0.0
+    ) -> None:
         self.store = store
         self.auth = auth
         self.admins = set(admins or ())
+        self.max_share_ttl = max_share_ttl
 
     @rpc
     async def CreateSession(
         self, request: sessions_pb2.CreateSessionRequest, context: grpc.aio.ServicerContext
     ) -> sessions_pb2.CreateSessionResponse:
+        # request_id, name and agent are checked by their buf.validate rules (api/validation.py)
         who = self.auth.identify(context)
         check_request_id(request.request_id)
-        check_display_name(request.name)
-        if not request.HasField("agent") or not request.agent.name:
-            raise errors.invalid("agent is required")
-        namespace = check_namespace(request.agent.namespace or "kagent", "agent.namespace")
-        name = check_name(request.agent.name, "agent.name")
+        namespace, name = request.agent.namespace, request.agent.name
         admission = await self.store.admit_create(who.user, request.request_id, namespace, name, request.name)
         session = await await_generation(self.store, admission, context)
         return sessions_pb2.CreateSessionResponse(session=session_to_proto(session))
@@ -156,9 +168,8 @@ class SessionService(sessions_pb2_grpc.SessionServiceServicer):
             raise errors.permission_denied("listing every creator's sessions needs an administrator")
         after = after_id(request.page)
         namespace = agent = None
-        if request.HasField("agent") and (request.agent.name or request.agent.namespace):
-            namespace = check_namespace(request.agent.namespace or "kagent", "agent.namespace")
-            agent = check_name(request.agent.name, "agent.name") if request.agent.name else None
+        if request.HasField("agent"):  # a set agent is a whole ResourceReference (its rules)
+            namespace, agent = request.agent.namespace, request.agent.name
         rows = await self.store.list_sessions(who.user, request.all_creators, namespace, agent, after, limit + 1)
         token = next_id_token(rows, limit)
         return sessions_pb2.ListSessionsResponse(
@@ -172,7 +183,6 @@ class SessionService(sessions_pb2_grpc.SessionServiceServicer):
     ) -> sessions_pb2.UpdateSessionNameResponse:
         who = self.auth.identify(context)
         sid = parse_uuid(request.session_id, "session_id")
-        check_display_name(request.name)
         session = await self.store.rename_session(sid, who.user, who.share_hash, request.name)
         return sessions_pb2.UpdateSessionNameResponse(session=session_to_proto(session))
 
@@ -217,14 +227,8 @@ class SessionService(sessions_pb2_grpc.SessionServiceServicer):
     ) -> sessions_pb2.CreateSessionShareResponse:
         who = self.auth.identify(context)
         sid = parse_uuid(request.session_id, "session_id")
-        permission = PERMISSIONS.get(request.permission)
-        if permission is None:
-            raise errors.invalid("permission must be READ_ONLY or READ_WRITE")
-        ttl = request.ttl.seconds + request.ttl.nanos / 1e9
-        if ttl <= 0:
-            raise errors.invalid("ttl must be greater than zero")
-        if ttl > 366 * 86400:
-            raise errors.invalid("ttl must be at most 366 days")
+        permission = PERMISSIONS[request.permission]  # READ_ONLY or READ_WRITE: its rules
+        ttl = share_ttl(request, self.max_share_ttl)
         token = "sqs_" + secrets.token_urlsafe(32)
         share = await self.store.create_share(sid, who.user, permission, ttl, hash_token(token))
         return sessions_pb2.CreateSessionShareResponse(share=share_to_proto(share), token=token)

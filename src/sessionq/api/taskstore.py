@@ -73,8 +73,10 @@ class TaskStoreService(task_store_pb2_grpc.TaskStoreServiceServicer):
         self, request: task_store_pb2.TaskStoreServiceCreateTaskRequest, context: grpc.aio.ServicerContext
     ) -> task_store_pb2.TaskStoreServiceCreateTaskResponse:
         sid = await self._session(context, request.session_id)
-        if not 1 <= len(request.task.id) <= 128:
-            raise errors.invalid("task.id must be 1 to 128 characters")
+        # task and its ids are required by the request's rules; the length bound is sessionq's own
+        # (task ids are stored keys), which the protos do not express
+        if len(request.task.id) > 128:
+            raise errors.invalid("task.id must be at most 128 characters")
         dispatch = self._dispatch(request.dispatch_id, request.HasField("dispatch_id"))
         version = await self.store.task_create(sid, request.task.id, to_json(request.task), dispatch)
         return task_store_pb2.TaskStoreServiceCreateTaskResponse(version=version)
@@ -94,11 +96,7 @@ class TaskStoreService(task_store_pb2_grpc.TaskStoreServiceServicer):
     async def UpdateTask(
         self, request: task_store_pb2.TaskStoreServiceUpdateTaskRequest, context: grpc.aio.ServicerContext
     ) -> task_store_pb2.TaskStoreServiceUpdateTaskResponse:
-        sid = await self._session(context, request.session_id)
-        if request.expected_version <= 0:
-            raise errors.invalid("expected_version must be greater than 0")
-        if not request.task.id:
-            raise errors.invalid("task.id is required")
+        sid = await self._session(context, request.session_id)  # expected_version > 0, task ids: the rules
         dispatch = self._dispatch(request.dispatch_id, request.HasField("dispatch_id"))
         event = to_json(request.event) if request.HasField("event") else None
         version = await self.store.task_update(
@@ -118,9 +116,7 @@ class TaskStoreService(task_store_pb2_grpc.TaskStoreServiceServicer):
     async def SettleTask(
         self, request: task_store_pb2.TaskStoreServiceSettleTaskRequest, context: grpc.aio.ServicerContext
     ) -> task_store_pb2.TaskStoreServiceSettleTaskResponse:
-        sid = await self._session(context, request.session_id)
-        if request.version <= 0:
-            raise errors.invalid("version must be greater than 0")
+        sid = await self._session(context, request.session_id)  # version > 0, task_id set: the rules
         await self._task(sid, request.task_id)
         await self.store.task_settle(sid, request.task_id, request.version)
         return task_store_pb2.TaskStoreServiceSettleTaskResponse()

@@ -22,48 +22,53 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from sessionq._pb.buf.validate import validate_pb2 as buf_dot_validate_dot_validate__pb2
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2 as kagent_dot_api_dot_v1alpha1_dot_common__pb2
-from sessionq._pb.kagent.api.v1alpha1 import sessions_pb2 as kagent_dot_api_dot_v1alpha1_dot_sessions__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n kagent/api/v1alpha1/agents.proto\x12\x13kagent.api.v1alpha1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a kagent/api/v1alpha1/common.proto\x1a\"kagent/api/v1alpha1/sessions.proto\"\xb5\x01\n\x11\x45gressDestination\x12\x0b\n\x03url\x18\x01 \x01(\t\x12Y\n\x12\x63redential_headers\x18\x02 \x03(\x0b\x32=.kagent.api.v1alpha1.EgressDestination.CredentialHeadersEntry\x1a\x38\n\x16\x43redentialHeadersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x8a\x01\n\tAgentSpec\x12\x33\n\x03ref\x18\x01 \x01(\x0b\x32&.kagent.api.v1alpha1.ResourceReference\x12\x10\n\x08template\x18\x02 \x01(\t\x12\x36\n\x06\x65gress\x18\x03 \x03(\x0b\x32&.kagent.api.v1alpha1.EgressDestination\"\x84\x01\n\tCondition\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x38\n\x14last_transition_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xf7\x01\n\x08Revision\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06number\x18\x02 \x01(\x05\x12\r\n\x05state\x18\x03 \x01(\t\x12\x19\n\x11template_atespace\x18\x04 \x01(\t\x12\x15\n\rtemplate_name\x18\x05 \x01(\t\x12-\n\x07\x66\x61ilure\x18\x06 \x01(\x0b\x32\x1c.kagent.api.v1alpha1.Failure\x12.\n\ncreated_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bprepared_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xee\x02\n\x05\x41gent\x12\x33\n\x03ref\x18\x01 \x01(\x0b\x32&.kagent.api.v1alpha1.ResourceReference\x12,\n\x04spec\x18\x02 \x01(\x0b\x32\x1e.kagent.api.v1alpha1.AgentSpec\x12\x32\n\nconditions\x18\x03 \x03(\x0b\x32\x1e.kagent.api.v1alpha1.Condition\x12\x18\n\x10\x64\x65sired_revision\x18\x04 \x01(\t\x12\"\n\x1alatest_successful_revision\x18\x05 \x01(\t\x12\x30\n\trevisions\x18\x06 \x03(\x0b\x32\x1d.kagent.api.v1alpha1.Revision\x12.\n\ncreated_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"A\n\x11\x41pplyAgentRequest\x12,\n\x04spec\x18\x01 \x01(\x0b\x32\x1e.kagent.api.v1alpha1.AgentSpec\"Y\n\x12\x41pplyAgentResponse\x12)\n\x05\x61gent\x18\x01 \x01(\x0b\x32\x1a.kagent.api.v1alpha1.Agent\x12\x18\n\x10revision_created\x18\x02 \x01(\x08\"H\n\x0fGetAgentRequest\x12\x35\n\x05\x61gent\x18\x01 \x01(\x0b\x32&.kagent.api.v1alpha1.ResourceReference\"=\n\x10GetAgentResponse\x12)\n\x05\x61gent\x18\x01 \x01(\x0b\x32\x1a.kagent.api.v1alpha1.Agent\"V\n\x11ListAgentsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12.\n\x04page\x18\x02 \x01(\x0b\x32 .kagent.api.v1alpha1.PageRequest\"q\n\x12ListAgentsResponse\x12*\n\x06\x61gents\x18\x01 \x03(\x0b\x32\x1a.kagent.api.v1alpha1.Agent\x12/\n\x04page\x18\x02 \x01(\x0b\x32!.kagent.api.v1alpha1.PageResponse\"K\n\x12\x44\x65leteAgentRequest\x12\x35\n\x05\x61gent\x18\x01 \x01(\x0b\x32&.kagent.api.v1alpha1.ResourceReference\"\x15\n\x13\x44\x65leteAgentResponse2\x87\x03\n\x0c\x41gentService\x12]\n\nApplyAgent\x12&.kagent.api.v1alpha1.ApplyAgentRequest\x1a\'.kagent.api.v1alpha1.ApplyAgentResponse\x12W\n\x08GetAgent\x12$.kagent.api.v1alpha1.GetAgentRequest\x1a%.kagent.api.v1alpha1.GetAgentResponse\x12]\n\nListAgents\x12&.kagent.api.v1alpha1.ListAgentsRequest\x1a\'.kagent.api.v1alpha1.ListAgentsResponse\x12`\n\x0b\x44\x65leteAgent\x12\'.kagent.api.v1alpha1.DeleteAgentRequest\x1a(.kagent.api.v1alpha1.DeleteAgentResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n kagent/api/v1alpha1/agents.proto\x12\x13kagent.api.v1alpha1\x1a\x1b\x62uf/validate/validate.proto\x1a kagent/api/v1alpha1/common.proto\"u\n\x05\x41gent\x12\x33\n\x03ref\x18\x01 \x01(\x0b\x32&.kagent.api.v1alpha1.ResourceReference\x12\x37\n\x08resource\x18\x02 \x01(\x0b\x32%.kagent.api.v1alpha1.StructuredObject\"R\n\x11ListAgentsRequest\x12=\n\tnamespace\x18\x01 \x01(\tB*\xbaH\'r%\x10\x01\x18?2\x1f^[a-z0-9]([-a-z0-9]*[a-z0-9])?$\"@\n\x12ListAgentsResponse\x12*\n\x06\x61gents\x18\x01 \x03(\x0b\x32\x1a.kagent.api.v1alpha1.Agent\"N\n\x0fGetAgentRequest\x12;\n\x03ref\x18\x01 \x01(\x0b\x32&.kagent.api.v1alpha1.ResourceReferenceB\x06\xbaH\x03\xc8\x01\x01\"=\n\x10GetAgentResponse\x12)\n\x05\x61gent\x18\x01 \x01(\x0b\x32\x1a.kagent.api.v1alpha1.Agent\"\x92\x01\n\x12\x43reateAgentRequest\x12;\n\x03ref\x18\x01 \x01(\x0b\x32&.kagent.api.v1alpha1.ResourceReferenceB\x06\xbaH\x03\xc8\x01\x01\x12?\n\x08resource\x18\x02 \x01(\x0b\x32%.kagent.api.v1alpha1.StructuredObjectB\x06\xbaH\x03\xc8\x01\x01\"@\n\x13\x43reateAgentResponse\x12)\n\x05\x61gent\x18\x01 \x01(\x0b\x32\x1a.kagent.api.v1alpha1.Agent\"\x92\x01\n\x12UpdateAgentRequest\x12;\n\x03ref\x18\x01 \x01(\x0b\x32&.kagent.api.v1alpha1.ResourceReferenceB\x06\xbaH\x03\xc8\x01\x01\x12?\n\x08resource\x18\x02 \x01(\x0b\x32%.kagent.api.v1alpha1.StructuredObjectB\x06\xbaH\x03\xc8\x01\x01\"@\n\x13UpdateAgentResponse\x12)\n\x05\x61gent\x18\x01 \x01(\x0b\x32\x1a.kagent.api.v1alpha1.Agent\"Q\n\x12\x44\x65leteAgentRequest\x12;\n\x03ref\x18\x01 \x01(\x0b\x32&.kagent.api.v1alpha1.ResourceReferenceB\x06\xbaH\x03\xc8\x01\x01\"\x15\n\x13\x44\x65leteAgentResponse2\xec\x03\n\x0c\x41gentService\x12]\n\nListAgents\x12&.kagent.api.v1alpha1.ListAgentsRequest\x1a\'.kagent.api.v1alpha1.ListAgentsResponse\x12W\n\x08GetAgent\x12$.kagent.api.v1alpha1.GetAgentRequest\x1a%.kagent.api.v1alpha1.GetAgentResponse\x12`\n\x0b\x43reateAgent\x12\'.kagent.api.v1alpha1.CreateAgentRequest\x1a(.kagent.api.v1alpha1.CreateAgentResponse\x12`\n\x0bUpdateAgent\x12\'.kagent.api.v1alpha1.UpdateAgentRequest\x1a(.kagent.api.v1alpha1.UpdateAgentResponse\x12`\n\x0b\x44\x65leteAgent\x12\'.kagent.api.v1alpha1.DeleteAgentRequest\x1a(.kagent.api.v1alpha1.DeleteAgentResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'sessionq._pb.kagent.api.v1alpha1.agents_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_EGRESSDESTINATION_CREDENTIALHEADERSENTRY']._loaded_options = None
-  _globals['_EGRESSDESTINATION_CREDENTIALHEADERSENTRY']._serialized_options = b'8\001'
-  _globals['_EGRESSDESTINATION']._serialized_start=161
-  _globals['_EGRESSDESTINATION']._serialized_end=342
-  _globals['_EGRESSDESTINATION_CREDENTIALHEADERSENTRY']._serialized_start=286
-  _globals['_EGRESSDESTINATION_CREDENTIALHEADERSENTRY']._serialized_end=342
-  _globals['_AGENTSPEC']._serialized_start=345
-  _globals['_AGENTSPEC']._serialized_end=483
-  _globals['_CONDITION']._serialized_start=486
-  _globals['_CONDITION']._serialized_end=618
-  _globals['_REVISION']._serialized_start=621
-  _globals['_REVISION']._serialized_end=868
-  _globals['_AGENT']._serialized_start=871
-  _globals['_AGENT']._serialized_end=1237
-  _globals['_APPLYAGENTREQUEST']._serialized_start=1239
-  _globals['_APPLYAGENTREQUEST']._serialized_end=1304
-  _globals['_APPLYAGENTRESPONSE']._serialized_start=1306
-  _globals['_APPLYAGENTRESPONSE']._serialized_end=1395
-  _globals['_GETAGENTREQUEST']._serialized_start=1397
-  _globals['_GETAGENTREQUEST']._serialized_end=1469
-  _globals['_GETAGENTRESPONSE']._serialized_start=1471
-  _globals['_GETAGENTRESPONSE']._serialized_end=1532
-  _globals['_LISTAGENTSREQUEST']._serialized_start=1534
-  _globals['_LISTAGENTSREQUEST']._serialized_end=1620
-  _globals['_LISTAGENTSRESPONSE']._serialized_start=1622
-  _globals['_LISTAGENTSRESPONSE']._serialized_end=1735
-  _globals['_DELETEAGENTREQUEST']._serialized_start=1737
-  _globals['_DELETEAGENTREQUEST']._serialized_end=1812
-  _globals['_DELETEAGENTRESPONSE']._serialized_start=1814
-  _globals['_DELETEAGENTRESPONSE']._serialized_end=1835
-  _globals['_AGENTSERVICE']._serialized_start=1838
-  _globals['_AGENTSERVICE']._serialized_end=2229
+  _globals['_LISTAGENTSREQUEST'].fields_by_name['namespace']._loaded_options = None
+  _globals['_LISTAGENTSREQUEST'].fields_by_name['namespace']._serialized_options = b'\272H\'r%\020\001\030?2\037^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'
+  _globals['_GETAGENTREQUEST'].fields_by_name['ref']._loaded_options = None
+  _globals['_GETAGENTREQUEST'].fields_by_name['ref']._serialized_options = b'\272H\003\310\001\001'
+  _globals['_CREATEAGENTREQUEST'].fields_by_name['ref']._loaded_options = None
+  _globals['_CREATEAGENTREQUEST'].fields_by_name['ref']._serialized_options = b'\272H\003\310\001\001'
+  _globals['_CREATEAGENTREQUEST'].fields_by_name['resource']._loaded_options = None
+  _globals['_CREATEAGENTREQUEST'].fields_by_name['resource']._serialized_options = b'\272H\003\310\001\001'
+  _globals['_UPDATEAGENTREQUEST'].fields_by_name['ref']._loaded_options = None
+  _globals['_UPDATEAGENTREQUEST'].fields_by_name['ref']._serialized_options = b'\272H\003\310\001\001'
+  _globals['_UPDATEAGENTREQUEST'].fields_by_name['resource']._loaded_options = None
+  _globals['_UPDATEAGENTREQUEST'].fields_by_name['resource']._serialized_options = b'\272H\003\310\001\001'
+  _globals['_DELETEAGENTREQUEST'].fields_by_name['ref']._loaded_options = None
+  _globals['_DELETEAGENTREQUEST'].fields_by_name['ref']._serialized_options = b'\272H\003\310\001\001'
+  _globals['_AGENT']._serialized_start=120
+  _globals['_AGENT']._serialized_end=237
+  _globals['_LISTAGENTSREQUEST']._serialized_start=239
+  _globals['_LISTAGENTSREQUEST']._serialized_end=321
+  _globals['_LISTAGENTSRESPONSE']._serialized_start=323
+  _globals['_LISTAGENTSRESPONSE']._serialized_end=387
+  _globals['_GETAGENTREQUEST']._serialized_start=389
+  _globals['_GETAGENTREQUEST']._serialized_end=467
+  _globals['_GETAGENTRESPONSE']._serialized_start=469
+  _globals['_GETAGENTRESPONSE']._serialized_end=530
+  _globals['_CREATEAGENTREQUEST']._serialized_start=533
+  _globals['_CREATEAGENTREQUEST']._serialized_end=679
+  _globals['_CREATEAGENTRESPONSE']._serialized_start=681
+  _globals['_CREATEAGENTRESPONSE']._serialized_end=745
+  _globals['_UPDATEAGENTREQUEST']._serialized_start=748
+  _globals['_UPDATEAGENTREQUEST']._serialized_end=894
+  _globals['_UPDATEAGENTRESPONSE']._serialized_start=896
+  _globals['_UPDATEAGENTRESPONSE']._serialized_end=960
+  _globals['_DELETEAGENTREQUEST']._serialized_start=962
+  _globals['_DELETEAGENTREQUEST']._serialized_end=1043
+  _globals['_DELETEAGENTRESPONSE']._serialized_start=1045
+  _globals['_DELETEAGENTRESPONSE']._serialized_end=1066
+  _globals['_AGENTSERVICE']._serialized_start=1069
+  _globals['_AGENTSERVICE']._serialized_end=1561
 # @@protoc_insertion_point(module_scope)

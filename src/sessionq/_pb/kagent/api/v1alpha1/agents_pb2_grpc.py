@@ -26,7 +26,9 @@ if _version_not_supported:
 
 
 class AgentServiceStub:
-    """Manages Agents: declarative specs that are prepared into runtime revisions.
+    """Manages Agents. An Agent travels whole as a resource (apiVersion api.kagent.dev/v1alpha3,
+    kind Agent, metadata, spec, status); a changed spec makes a new revision, prepared in the
+    runtime, and the status reports its conditions and revisions.
     """
 
     def __init__(self, channel):
@@ -35,20 +37,25 @@ class AgentServiceStub:
         Args:
             channel: A grpc.Channel.
         """
-        self.ApplyAgent = channel.unary_unary(
-                '/kagent.api.v1alpha1.AgentService/ApplyAgent',
-                request_serializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.ApplyAgentRequest.SerializeToString,
-                response_deserializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.ApplyAgentResponse.FromString,
+        self.ListAgents = channel.unary_unary(
+                '/kagent.api.v1alpha1.AgentService/ListAgents',
+                request_serializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.ListAgentsRequest.SerializeToString,
+                response_deserializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.ListAgentsResponse.FromString,
                 _registered_method=True)
         self.GetAgent = channel.unary_unary(
                 '/kagent.api.v1alpha1.AgentService/GetAgent',
                 request_serializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.GetAgentRequest.SerializeToString,
                 response_deserializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.GetAgentResponse.FromString,
                 _registered_method=True)
-        self.ListAgents = channel.unary_unary(
-                '/kagent.api.v1alpha1.AgentService/ListAgents',
-                request_serializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.ListAgentsRequest.SerializeToString,
-                response_deserializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.ListAgentsResponse.FromString,
+        self.CreateAgent = channel.unary_unary(
+                '/kagent.api.v1alpha1.AgentService/CreateAgent',
+                request_serializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.CreateAgentRequest.SerializeToString,
+                response_deserializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.CreateAgentResponse.FromString,
+                _registered_method=True)
+        self.UpdateAgent = channel.unary_unary(
+                '/kagent.api.v1alpha1.AgentService/UpdateAgent',
+                request_serializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.UpdateAgentRequest.SerializeToString,
+                response_deserializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.UpdateAgentResponse.FromString,
                 _registered_method=True)
         self.DeleteAgent = channel.unary_unary(
                 '/kagent.api.v1alpha1.AgentService/DeleteAgent',
@@ -58,11 +65,13 @@ class AgentServiceStub:
 
 
 class AgentServiceServicer:
-    """Manages Agents: declarative specs that are prepared into runtime revisions.
+    """Manages Agents. An Agent travels whole as a resource (apiVersion api.kagent.dev/v1alpha3,
+    kind Agent, metadata, spec, status); a changed spec makes a new revision, prepared in the
+    runtime, and the status reports its conditions and revisions.
     """
 
-    def ApplyAgent(self, request, context):
-        """Creates or updates an Agent from a spec; a changed spec creates a new revision.
+    def ListAgents(self, request, context):
+        """Lists the Agents of one namespace.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -75,8 +84,15 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def ListAgents(self, request, context):
-        """Lists Agents, optionally in one namespace.
+    def CreateAgent(self, request, context):
+        """Creates an Agent (ALREADY_EXISTS when it exists).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateAgent(self, request, context):
+        """Replaces an Agent's spec (NOT_FOUND when it does not exist).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -92,20 +108,25 @@ class AgentServiceServicer:
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
-            'ApplyAgent': grpc.unary_unary_rpc_method_handler(
-                    servicer.ApplyAgent,
-                    request_deserializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.ApplyAgentRequest.FromString,
-                    response_serializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.ApplyAgentResponse.SerializeToString,
+            'ListAgents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAgents,
+                    request_deserializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.ListAgentsRequest.FromString,
+                    response_serializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.ListAgentsResponse.SerializeToString,
             ),
             'GetAgent': grpc.unary_unary_rpc_method_handler(
                     servicer.GetAgent,
                     request_deserializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.GetAgentRequest.FromString,
                     response_serializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.GetAgentResponse.SerializeToString,
             ),
-            'ListAgents': grpc.unary_unary_rpc_method_handler(
-                    servicer.ListAgents,
-                    request_deserializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.ListAgentsRequest.FromString,
-                    response_serializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.ListAgentsResponse.SerializeToString,
+            'CreateAgent': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateAgent,
+                    request_deserializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.CreateAgentRequest.FromString,
+                    response_serializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.CreateAgentResponse.SerializeToString,
+            ),
+            'UpdateAgent': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateAgent,
+                    request_deserializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.UpdateAgentRequest.FromString,
+                    response_serializer=kagent_dot_api_dot_v1alpha1_dot_agents__pb2.UpdateAgentResponse.SerializeToString,
             ),
             'DeleteAgent': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteAgent,
@@ -121,11 +142,13 @@ def add_AgentServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class AgentService:
-    """Manages Agents: declarative specs that are prepared into runtime revisions.
+    """Manages Agents. An Agent travels whole as a resource (apiVersion api.kagent.dev/v1alpha3,
+    kind Agent, metadata, spec, status); a changed spec makes a new revision, prepared in the
+    runtime, and the status reports its conditions and revisions.
     """
 
     @staticmethod
-    def ApplyAgent(request,
+    def ListAgents(request,
             target,
             options=(),
             channel_credentials=None,
@@ -138,9 +161,9 @@ class AgentService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/kagent.api.v1alpha1.AgentService/ApplyAgent',
-            kagent_dot_api_dot_v1alpha1_dot_agents__pb2.ApplyAgentRequest.SerializeToString,
-            kagent_dot_api_dot_v1alpha1_dot_agents__pb2.ApplyAgentResponse.FromString,
+            '/kagent.api.v1alpha1.AgentService/ListAgents',
+            kagent_dot_api_dot_v1alpha1_dot_agents__pb2.ListAgentsRequest.SerializeToString,
+            kagent_dot_api_dot_v1alpha1_dot_agents__pb2.ListAgentsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -179,7 +202,7 @@ class AgentService:
             _registered_method=True)
 
     @staticmethod
-    def ListAgents(request,
+    def CreateAgent(request,
             target,
             options=(),
             channel_credentials=None,
@@ -192,9 +215,36 @@ class AgentService:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/kagent.api.v1alpha1.AgentService/ListAgents',
-            kagent_dot_api_dot_v1alpha1_dot_agents__pb2.ListAgentsRequest.SerializeToString,
-            kagent_dot_api_dot_v1alpha1_dot_agents__pb2.ListAgentsResponse.FromString,
+            '/kagent.api.v1alpha1.AgentService/CreateAgent',
+            kagent_dot_api_dot_v1alpha1_dot_agents__pb2.CreateAgentRequest.SerializeToString,
+            kagent_dot_api_dot_v1alpha1_dot_agents__pb2.CreateAgentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateAgent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/kagent.api.v1alpha1.AgentService/UpdateAgent',
+            kagent_dot_api_dot_v1alpha1_dot_agents__pb2.UpdateAgentRequest.SerializeToString,
+            kagent_dot_api_dot_v1alpha1_dot_agents__pb2.UpdateAgentResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -22,46 +22,67 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from sessionq._pb.buf.validate import validate_pb2 as buf_dot_validate_dot_validate__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2 as kagent_dot_api_dot_v1alpha1_dot_common__pb2
 from sessionq._pb.kagent.api.v1alpha1 import sessions_pb2 as kagent_dot_api_dot_v1alpha1_dot_sessions__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%kagent/api/v1alpha1/checkpoints.proto\x12\x13kagent.api.v1alpha1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a kagent/api/v1alpha1/common.proto\x1a\"kagent/api/v1alpha1/sessions.proto\"\xfe\x01\n\nCheckpoint\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x14\n\x0chead_task_id\x18\x03 \x01(\t\x12\x18\n\x10history_sequence\x18\x04 \x01(\x04\x12\x33\n\x05state\x18\x05 \x01(\x0e\x32$.kagent.api.v1alpha1.CheckpointState\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12-\n\x07\x66\x61ilure\x18\x07 \x01(\x0b\x32\x1c.kagent.api.v1alpha1.Failure\x12\x0c\n\x04name\x18\x08 \x01(\t\"`\n\x17\x43reateCheckpointRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\x12\x1d\n\x15\x65xpected_head_task_id\x18\x03 \x01(\t\"O\n\x18\x43reateCheckpointResponse\x12\x33\n\ncheckpoint\x18\x01 \x01(\x0b\x32\x1f.kagent.api.v1alpha1.Checkpoint\"-\n\x14GetCheckpointRequest\x12\x15\n\rcheckpoint_id\x18\x01 \x01(\t\"L\n\x15GetCheckpointResponse\x12\x33\n\ncheckpoint\x18\x01 \x01(\x0b\x32\x1f.kagent.api.v1alpha1.Checkpoint\"\\\n\x16ListCheckpointsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12.\n\x04page\x18\x02 \x01(\x0b\x32 .kagent.api.v1alpha1.PageRequest\"\x80\x01\n\x17ListCheckpointsResponse\x12\x34\n\x0b\x63heckpoints\x18\x01 \x03(\x0b\x32\x1f.kagent.api.v1alpha1.Checkpoint\x12/\n\x04page\x18\x02 \x01(\x0b\x32!.kagent.api.v1alpha1.PageResponse\"0\n\x17\x44\x65leteCheckpointRequest\x12\x15\n\rcheckpoint_id\x18\x01 \x01(\t\"\x1a\n\x18\x44\x65leteCheckpointResponse\"?\n\x12\x46orkSessionRequest\x12\x15\n\rcheckpoint_id\x18\x01 \x01(\t\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"D\n\x13\x46orkSessionResponse\x12-\n\x07session\x18\x01 \x01(\x0b\x32\x1c.kagent.api.v1alpha1.Session\"B\n\x1bUpdateCheckpointNameRequest\x12\x15\n\rcheckpoint_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"S\n\x1cUpdateCheckpointNameResponse\x12\x33\n\ncheckpoint\x18\x01 \x01(\x0b\x32\x1f.kagent.api.v1alpha1.Checkpoint*\xaa\x01\n\x0f\x43heckpointState\x12 \n\x1c\x43HECKPOINT_STATE_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x43HECKPOINT_STATE_CREATING\x10\x01\x12\x1a\n\x16\x43HECKPOINT_STATE_READY\x10\x02\x12\x1b\n\x17\x43HECKPOINT_STATE_FAILED\x10\x03\x12\x1d\n\x19\x43HECKPOINT_STATE_DELETING\x10\x04\x32\xaa\x05\n\x11\x43heckpointService\x12o\n\x10\x43reateCheckpoint\x12,.kagent.api.v1alpha1.CreateCheckpointRequest\x1a-.kagent.api.v1alpha1.CreateCheckpointResponse\x12\x66\n\rGetCheckpoint\x12).kagent.api.v1alpha1.GetCheckpointRequest\x1a*.kagent.api.v1alpha1.GetCheckpointResponse\x12l\n\x0fListCheckpoints\x12+.kagent.api.v1alpha1.ListCheckpointsRequest\x1a,.kagent.api.v1alpha1.ListCheckpointsResponse\x12o\n\x10\x44\x65leteCheckpoint\x12,.kagent.api.v1alpha1.DeleteCheckpointRequest\x1a-.kagent.api.v1alpha1.DeleteCheckpointResponse\x12`\n\x0b\x46orkSession\x12\'.kagent.api.v1alpha1.ForkSessionRequest\x1a(.kagent.api.v1alpha1.ForkSessionResponse\x12{\n\x14UpdateCheckpointName\x12\x30.kagent.api.v1alpha1.UpdateCheckpointNameRequest\x1a\x31.kagent.api.v1alpha1.UpdateCheckpointNameResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%kagent/api/v1alpha1/checkpoints.proto\x12\x13kagent.api.v1alpha1\x1a\x1b\x62uf/validate/validate.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a kagent/api/v1alpha1/common.proto\x1a\"kagent/api/v1alpha1/sessions.proto\"\xfe\x01\n\nCheckpoint\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12\x14\n\x0chead_task_id\x18\x03 \x01(\t\x12\x18\n\x10history_sequence\x18\x04 \x01(\x04\x12\x33\n\x05state\x18\x05 \x01(\x0e\x32$.kagent.api.v1alpha1.CheckpointState\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12-\n\x07\x66\x61ilure\x18\x07 \x01(\x0b\x32\x1c.kagent.api.v1alpha1.Failure\x12\x0c\n\x04name\x18\x08 \x01(\t\"\x7f\n\x17\x43reateCheckpointRequest\x12\x1c\n\nsession_id\x18\x01 \x01(\tB\x08\xbaH\x05r\x03\xb0\x01\x01\x12\x1e\n\nrequest_id\x18\x02 \x01(\tB\n\xbaH\x07r\x05\x10\x01\x18\x80\x01\x12&\n\x15\x65xpected_head_task_id\x18\x03 \x01(\tB\x07\xbaH\x04r\x02\x10\x01\"O\n\x18\x43reateCheckpointResponse\x12\x33\n\ncheckpoint\x18\x01 \x01(\x0b\x32\x1f.kagent.api.v1alpha1.Checkpoint\"7\n\x14GetCheckpointRequest\x12\x1f\n\rcheckpoint_id\x18\x01 \x01(\tB\x08\xbaH\x05r\x03\xb0\x01\x01\"L\n\x15GetCheckpointResponse\x12\x33\n\ncheckpoint\x18\x01 \x01(\x0b\x32\x1f.kagent.api.v1alpha1.Checkpoint\"f\n\x16ListCheckpointsRequest\x12\x1c\n\nsession_id\x18\x01 \x01(\tB\x08\xbaH\x05r\x03\xb0\x01\x01\x12.\n\x04page\x18\x02 \x01(\x0b\x32 .kagent.api.v1alpha1.PageRequest\"\x80\x01\n\x17ListCheckpointsResponse\x12\x34\n\x0b\x63heckpoints\x18\x01 \x03(\x0b\x32\x1f.kagent.api.v1alpha1.Checkpoint\x12/\n\x04page\x18\x02 \x01(\x0b\x32!.kagent.api.v1alpha1.PageResponse\":\n\x17\x44\x65leteCheckpointRequest\x12\x1f\n\rcheckpoint_id\x18\x01 \x01(\tB\x08\xbaH\x05r\x03\xb0\x01\x01\"\x1a\n\x18\x44\x65leteCheckpointResponse\"U\n\x12\x46orkSessionRequest\x12\x1f\n\rcheckpoint_id\x18\x01 \x01(\tB\x08\xbaH\x05r\x03\xb0\x01\x01\x12\x1e\n\nrequest_id\x18\x02 \x01(\tB\n\xbaH\x07r\x05\x10\x01\x18\x80\x01\"D\n\x13\x46orkSessionResponse\x12-\n\x07session\x18\x01 \x01(\x0b\x32\x1c.kagent.api.v1alpha1.Session\"\x8b\x01\n\x1bUpdateCheckpointNameRequest\x12\x1f\n\rcheckpoint_id\x18\x01 \x01(\tB\x08\xbaH\x05r\x03\xb0\x01\x01\x12K\n\x04name\x18\x02 \x01(\tB=\xbaH:r8\x18\xc8\x01\x32\x33^(?:$|[^\\p{Z}\\p{Cc}](?:[^\\p{Cc}]*[^\\p{Z}\\p{Cc}])?)$\"S\n\x1cUpdateCheckpointNameResponse\x12\x33\n\ncheckpoint\x18\x01 \x01(\x0b\x32\x1f.kagent.api.v1alpha1.Checkpoint*\xaa\x01\n\x0f\x43heckpointState\x12 \n\x1c\x43HECKPOINT_STATE_UNSPECIFIED\x10\x00\x12\x1d\n\x19\x43HECKPOINT_STATE_CREATING\x10\x01\x12\x1a\n\x16\x43HECKPOINT_STATE_READY\x10\x02\x12\x1b\n\x17\x43HECKPOINT_STATE_FAILED\x10\x03\x12\x1d\n\x19\x43HECKPOINT_STATE_DELETING\x10\x04\x32\xaa\x05\n\x11\x43heckpointService\x12o\n\x10\x43reateCheckpoint\x12,.kagent.api.v1alpha1.CreateCheckpointRequest\x1a-.kagent.api.v1alpha1.CreateCheckpointResponse\x12\x66\n\rGetCheckpoint\x12).kagent.api.v1alpha1.GetCheckpointRequest\x1a*.kagent.api.v1alpha1.GetCheckpointResponse\x12l\n\x0fListCheckpoints\x12+.kagent.api.v1alpha1.ListCheckpointsRequest\x1a,.kagent.api.v1alpha1.ListCheckpointsResponse\x12o\n\x10\x44\x65leteCheckpoint\x12,.kagent.api.v1alpha1.DeleteCheckpointRequest\x1a-.kagent.api.v1alpha1.DeleteCheckpointResponse\x12`\n\x0b\x46orkSession\x12\'.kagent.api.v1alpha1.ForkSessionRequest\x1a(.kagent.api.v1alpha1.ForkSessionResponse\x12{\n\x14UpdateCheckpointName\x12\x30.kagent.api.v1alpha1.UpdateCheckpointNameRequest\x1a\x31.kagent.api.v1alpha1.UpdateCheckpointNameResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'sessionq._pb.kagent.api.v1alpha1.checkpoints_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CHECKPOINTSTATE']._serialized_start=1318
-  _globals['_CHECKPOINTSTATE']._serialized_end=1488
-  _globals['_CHECKPOINT']._serialized_start=166
-  _globals['_CHECKPOINT']._serialized_end=420
-  _globals['_CREATECHECKPOINTREQUEST']._serialized_start=422
-  _globals['_CREATECHECKPOINTREQUEST']._serialized_end=518
-  _globals['_CREATECHECKPOINTRESPONSE']._serialized_start=520
-  _globals['_CREATECHECKPOINTRESPONSE']._serialized_end=599
-  _globals['_GETCHECKPOINTREQUEST']._serialized_start=601
-  _globals['_GETCHECKPOINTREQUEST']._serialized_end=646
-  _globals['_GETCHECKPOINTRESPONSE']._serialized_start=648
-  _globals['_GETCHECKPOINTRESPONSE']._serialized_end=724
-  _globals['_LISTCHECKPOINTSREQUEST']._serialized_start=726
-  _globals['_LISTCHECKPOINTSREQUEST']._serialized_end=818
-  _globals['_LISTCHECKPOINTSRESPONSE']._serialized_start=821
-  _globals['_LISTCHECKPOINTSRESPONSE']._serialized_end=949
-  _globals['_DELETECHECKPOINTREQUEST']._serialized_start=951
-  _globals['_DELETECHECKPOINTREQUEST']._serialized_end=999
-  _globals['_DELETECHECKPOINTRESPONSE']._serialized_start=1001
-  _globals['_DELETECHECKPOINTRESPONSE']._serialized_end=1027
-  _globals['_FORKSESSIONREQUEST']._serialized_start=1029
-  _globals['_FORKSESSIONREQUEST']._serialized_end=1092
-  _globals['_FORKSESSIONRESPONSE']._serialized_start=1094
-  _globals['_FORKSESSIONRESPONSE']._serialized_end=1162
-  _globals['_UPDATECHECKPOINTNAMEREQUEST']._serialized_start=1164
-  _globals['_UPDATECHECKPOINTNAMEREQUEST']._serialized_end=1230
-  _globals['_UPDATECHECKPOINTNAMERESPONSE']._serialized_start=1232
-  _globals['_UPDATECHECKPOINTNAMERESPONSE']._serialized_end=1315
-  _globals['_CHECKPOINTSERVICE']._serialized_start=1491
-  _globals['_CHECKPOINTSERVICE']._serialized_end=2173
+  _globals['_CREATECHECKPOINTREQUEST'].fields_by_name['session_id']._loaded_options = None
+  _globals['_CREATECHECKPOINTREQUEST'].fields_by_name['session_id']._serialized_options = b'\272H\005r\003\260\001\001'
+  _globals['_CREATECHECKPOINTREQUEST'].fields_by_name['request_id']._loaded_options = None
+  _globals['_CREATECHECKPOINTREQUEST'].fields_by_name['request_id']._serialized_options = b'\272H\007r\005\020\001\030\200\001'
+  _globals['_CREATECHECKPOINTREQUEST'].fields_by_name['expected_head_task_id']._loaded_options = None
+  _globals['_CREATECHECKPOINTREQUEST'].fields_by_name['expected_head_task_id']._serialized_options = b'\272H\004r\002\020\001'
+  _globals['_GETCHECKPOINTREQUEST'].fields_by_name['checkpoint_id']._loaded_options = None
+  _globals['_GETCHECKPOINTREQUEST'].fields_by_name['checkpoint_id']._serialized_options = b'\272H\005r\003\260\001\001'
+  _globals['_LISTCHECKPOINTSREQUEST'].fields_by_name['session_id']._loaded_options = None
+  _globals['_LISTCHECKPOINTSREQUEST'].fields_by_name['session_id']._serialized_options = b'\272H\005r\003\260\001\001'
+  _globals['_DELETECHECKPOINTREQUEST'].fields_by_name['checkpoint_id']._loaded_options = None
+  _globals['_DELETECHECKPOINTREQUEST'].fields_by_name['checkpoint_id']._serialized_options = b'\272H\005r\003\260\001\001'
+  _globals['_FORKSESSIONREQUEST'].fields_by_name['checkpoint_id']._loaded_options = None
+  _globals['_FORKSESSIONREQUEST'].fields_by_name['checkpoint_id']._serialized_options = b'\272H\005r\003\260\001\001'
+  _globals['_FORKSESSIONREQUEST'].fields_by_name['request_id']._loaded_options = None
+  _globals['_FORKSESSIONREQUEST'].fields_by_name['request_id']._serialized_options = b'\272H\007r\005\020\001\030\200\001'
+  _globals['_UPDATECHECKPOINTNAMEREQUEST'].fields_by_name['checkpoint_id']._loaded_options = None
+  _globals['_UPDATECHECKPOINTNAMEREQUEST'].fields_by_name['checkpoint_id']._serialized_options = b'\272H\005r\003\260\001\001'
+  _globals['_UPDATECHECKPOINTNAMEREQUEST'].fields_by_name['name']._loaded_options = None
+  _globals['_UPDATECHECKPOINTNAMEREQUEST'].fields_by_name['name']._serialized_options = b'\272H:r8\030\310\00123^(?:$|[^\\p{Z}\\p{Cc}](?:[^\\p{Cc}]*[^\\p{Z}\\p{Cc}])?)$'
+  _globals['_CHECKPOINTSTATE']._serialized_start=1504
+  _globals['_CHECKPOINTSTATE']._serialized_end=1674
+  _globals['_CHECKPOINT']._serialized_start=195
+  _globals['_CHECKPOINT']._serialized_end=449
+  _globals['_CREATECHECKPOINTREQUEST']._serialized_start=451
+  _globals['_CREATECHECKPOINTREQUEST']._serialized_end=578
+  _globals['_CREATECHECKPOINTRESPONSE']._serialized_start=580
+  _globals['_CREATECHECKPOINTRESPONSE']._serialized_end=659
+  _globals['_GETCHECKPOINTREQUEST']._serialized_start=661
+  _globals['_GETCHECKPOINTREQUEST']._serialized_end=716
+  _globals['_GETCHECKPOINTRESPONSE']._serialized_start=718
+  _globals['_GETCHECKPOINTRESPONSE']._serialized_end=794
+  _globals['_LISTCHECKPOINTSREQUEST']._serialized_start=796
+  _globals['_LISTCHECKPOINTSREQUEST']._serialized_end=898
+  _globals['_LISTCHECKPOINTSRESPONSE']._serialized_start=901
+  _globals['_LISTCHECKPOINTSRESPONSE']._serialized_end=1029
+  _globals['_DELETECHECKPOINTREQUEST']._serialized_start=1031
+  _globals['_DELETECHECKPOINTREQUEST']._serialized_end=1089
+  _globals['_DELETECHECKPOINTRESPONSE']._serialized_start=1091
+  _globals['_DELETECHECKPOINTRESPONSE']._serialized_end=1117
+  _globals['_FORKSESSIONREQUEST']._serialized_start=1119
+  _globals['_FORKSESSIONREQUEST']._serialized_end=1204
+  _globals['_FORKSESSIONRESPONSE']._serialized_start=1206
+  _globals['_FORKSESSIONRESPONSE']._serialized_end=1274
+  _globals['_UPDATECHECKPOINTNAMEREQUEST']._serialized_start=1277
+  _globals['_UPDATECHECKPOINTNAMEREQUEST']._serialized_end=1416
+  _globals['_UPDATECHECKPOINTNAMERESPONSE']._serialized_start=1418
+  _globals['_UPDATECHECKPOINTNAMERESPONSE']._serialized_end=1501
+  _globals['_CHECKPOINTSERVICE']._serialized_start=1677
+  _globals['_CHECKPOINTSERVICE']._serialized_end=2359
 # @@protoc_insertion_point(module_scope)

@@ -1,5 +1,6 @@
 import datetime
 
+from sessionq._pb.buf.validate import validate_pb2 as _validate_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2 as _common_pb2
 from sessionq._pb.kagent.api.v1alpha1 import sessions_pb2 as _sessions_pb2

@@ -22,24 +22,33 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from sessionq._pb.buf.validate import validate_pb2 as buf_dot_validate_dot_validate__pb2
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n kagent/api/v1alpha1/common.proto\x12\x13kagent.api.v1alpha1\x1a\x1cgoogle/protobuf/struct.proto\"]\n\x10StructuredObject\x12\x13\n\x0b\x61pi_version\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12&\n\x05value\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\"4\n\x11ResourceReference\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"@\n\x0bPageRequest\x12\r\n\x05limit\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x0e\n\x06offset\x18\x03 \x01(\x05\"\'\n\x0cPageResponse\x12\x17\n\x0fnext_page_token\x18\x01 \x01(\t*`\n\rSortDirection\x12\x1e\n\x1aSORT_DIRECTION_UNSPECIFIED\x10\x00\x12\x16\n\x12SORT_DIRECTION_ASC\x10\x01\x12\x17\n\x13SORT_DIRECTION_DESC\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n kagent/api/v1alpha1/common.proto\x12\x13kagent.api.v1alpha1\x1a\x1b\x62uf/validate/validate.proto\x1a\x1cgoogle/protobuf/struct.proto\"]\n\x10StructuredObject\x12\x13\n\x0b\x61pi_version\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12&\n\x05value\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\"\xb0\x01\n\x11ResourceReference\x12=\n\tnamespace\x18\x01 \x01(\tB*\xbaH\'r%\x10\x01\x18?2\x1f^[a-z0-9]([-a-z0-9]*[a-z0-9])?$\x12\\\n\x04name\x18\x02 \x01(\tBN\xbaHKrI\x10\x01\x18\xfd\x01\x32\x42^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\"T\n\x0bPageRequest\x12\x18\n\x05limit\x18\x01 \x01(\x05\x42\t\xbaH\x06\x1a\x04\x18\x64(\x00\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x17\n\x06offset\x18\x03 \x01(\x05\x42\x07\xbaH\x04\x1a\x02(\x00\"\'\n\x0cPageResponse\x12\x17\n\x0fnext_page_token\x18\x01 \x01(\t*`\n\rSortDirection\x12\x1e\n\x1aSORT_DIRECTION_UNSPECIFIED\x10\x00\x12\x16\n\x12SORT_DIRECTION_ASC\x10\x01\x12\x17\n\x13SORT_DIRECTION_DESC\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'sessionq._pb.kagent.api.v1alpha1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SORTDIRECTION']._serialized_start=343
-  _globals['_SORTDIRECTION']._serialized_end=439
-  _globals['_STRUCTUREDOBJECT']._serialized_start=87
-  _globals['_STRUCTUREDOBJECT']._serialized_end=180
-  _globals['_RESOURCEREFERENCE']._serialized_start=182
-  _globals['_RESOURCEREFERENCE']._serialized_end=234
-  _globals['_PAGEREQUEST']._serialized_start=236
-  _globals['_PAGEREQUEST']._serialized_end=300
-  _globals['_PAGERESPONSE']._serialized_start=302
-  _globals['_PAGERESPONSE']._serialized_end=341
+  _globals['_RESOURCEREFERENCE'].fields_by_name['namespace']._loaded_options = None
+  _globals['_RESOURCEREFERENCE'].fields_by_name['namespace']._serialized_options = b'\272H\'r%\020\001\030?2\037^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'
+  _globals['_RESOURCEREFERENCE'].fields_by_name['name']._loaded_options = None
+  _globals['_RESOURCEREFERENCE'].fields_by_name['name']._serialized_options = b'\272HKrI\020\001\030\375\0012B^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$'
+  _globals['_PAGEREQUEST'].fields_by_name['limit']._loaded_options = None
+  _globals['_PAGEREQUEST'].fields_by_name['limit']._serialized_options = b'\272H\006\032\004\030d(\000'
+  _globals['_PAGEREQUEST'].fields_by_name['offset']._loaded_options = None
+  _globals['_PAGEREQUEST'].fields_by_name['offset']._serialized_options = b'\272H\004\032\002(\000'
+  _globals['_SORTDIRECTION']._serialized_start=517
+  _globals['_SORTDIRECTION']._serialized_end=613
+  _globals['_STRUCTUREDOBJECT']._serialized_start=116
+  _globals['_STRUCTUREDOBJECT']._serialized_end=209
+  _globals['_RESOURCEREFERENCE']._serialized_start=212
+  _globals['_RESOURCEREFERENCE']._serialized_end=388
+  _globals['_PAGEREQUEST']._serialized_start=390
+  _globals['_PAGEREQUEST']._serialized_end=474
+  _globals['_PAGERESPONSE']._serialized_start=476
+  _globals['_PAGERESPONSE']._serialized_end=515
 # @@protoc_insertion_point(module_scope)

@@ -22,67 +22,114 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from sessionq._pb.buf.validate import validate_pb2 as buf_dot_validate_dot_validate__pb2
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2 as kagent_dot_api_dot_v1alpha1_dot_common__pb2
 from sessionq._pb.kagent.api.v1alpha1 import runtime_pb2 as kagent_dot_api_dot_v1alpha1_dot_runtime__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"kagent/api/v1alpha1/sessions.proto\x12\x13kagent.api.v1alpha1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a kagent/api/v1alpha1/common.proto\x1a!kagent/api/v1alpha1/runtime.proto\"*\n\x07\x46\x61ilure\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"\xbe\x03\n\x07Session\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x63reator\x18\x02 \x01(\t\x12\x19\n\x11prepared_revision\x18\x05 \x01(\t\x12\x15\n\ra2a_authority\x18\x06 \x01(\t\x12\x30\n\x05state\x18\x07 \x01(\x0e\x32!.kagent.api.v1alpha1.RuntimeState\x12\x38\n\toperation\x18\x08 \x01(\x0e\x32%.kagent.api.v1alpha1.RuntimeOperation\x12-\n\x07\x66\x61ilure\x18\t \x01(\x0b\x32\x1c.kagent.api.v1alpha1.Failure\x12.\n\ncreated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04name\x18\r \x01(\t\x12\x12\n\ncontext_id\x18\x0e \x01(\t\x12\x35\n\x05\x61gent\x18\x0f \x01(\x0b\x32&.kagent.api.v1alpha1.ResourceReferenceJ\x04\x08\x03\x10\x04J\x04\x08\x04\x10\x05J\x04\x08\x0c\x10\r\"o\n\x14\x43reateSessionRequest\x12\x12\n\nrequest_id\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x35\n\x05\x61gent\x18\x05 \x01(\x0b\x32&.kagent.api.v1alpha1.ResourceReference\"F\n\x15\x43reateSessionResponse\x12-\n\x07session\x18\x01 \x01(\x0b\x32\x1c.kagent.api.v1alpha1.Session\"\'\n\x11GetSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"C\n\x12GetSessionResponse\x12-\n\x07session\x18\x01 \x01(\x0b\x32\x1c.kagent.api.v1alpha1.Session\"\x92\x01\n\x13ListSessionsRequest\x12\x14\n\x0c\x61ll_creators\x18\x02 \x01(\x08\x12.\n\x04page\x18\x03 \x01(\x0b\x32 .kagent.api.v1alpha1.PageRequest\x12\x35\n\x05\x61gent\x18\x06 \x01(\x0b\x32&.kagent.api.v1alpha1.ResourceReference\"w\n\x14ListSessionsResponse\x12.\n\x08sessions\x18\x01 \x03(\x0b\x32\x1c.kagent.api.v1alpha1.Session\x12/\n\x04page\x18\x02 \x01(\x0b\x32!.kagent.api.v1alpha1.PageResponse\"<\n\x18UpdateSessionNameRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"J\n\x19UpdateSessionNameResponse\x12-\n\x07session\x18\x01 \x01(\x0b\x32\x1c.kagent.api.v1alpha1.Session\"+\n\x15SuspendSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"G\n\x16SuspendSessionResponse\x12-\n\x07session\x18\x01 \x01(\x0b\x32\x1c.kagent.api.v1alpha1.Session\"*\n\x14ResumeSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"F\n\x15ResumeSessionResponse\x12-\n\x07session\x18\x01 \x01(\x0b\x32\x1c.kagent.api.v1alpha1.Session\"*\n\x14\x44\x65leteSessionRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\"F\n\x15\x44\x65leteSessionResponse\x12-\n\x07session\x18\x01 \x01(\x0b\x32\x1c.kagent.api.v1alpha1.Session\"\xcf\x01\n\x0cSessionShare\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12?\n\npermission\x18\x03 \x01(\x0e\x32+.kagent.api.v1alpha1.SessionSharePermission\x12.\n\ncreated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nexpires_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x98\x01\n\x19\x43reateSessionShareRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12?\n\npermission\x18\x02 \x01(\x0e\x32+.kagent.api.v1alpha1.SessionSharePermission\x12&\n\x03ttl\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"]\n\x1a\x43reateSessionShareResponse\x12\x30\n\x05share\x18\x01 \x01(\x0b\x32!.kagent.api.v1alpha1.SessionShare\x12\r\n\x05token\x18\x02 \x01(\t\"^\n\x18ListSessionSharesRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12.\n\x04page\x18\x02 \x01(\x0b\x32 .kagent.api.v1alpha1.PageRequest\"\x7f\n\x19ListSessionSharesResponse\x12\x31\n\x06shares\x18\x01 \x03(\x0b\x32!.kagent.api.v1alpha1.SessionShare\x12/\n\x04page\x18\x02 \x01(\x0b\x32!.kagent.api.v1alpha1.PageResponse\"-\n\x19RevokeSessionShareRequest\x12\x10\n\x08share_id\x18\x01 \x01(\t\"\x1c\n\x1aRevokeSessionShareResponse*\x93\x01\n\x16SessionSharePermission\x12(\n$SESSION_SHARE_PERMISSION_UNSPECIFIED\x10\x00\x12&\n\"SESSION_SHARE_PERMISSION_READ_ONLY\x10\x01\x12\'\n#SESSION_SHARE_PERMISSION_READ_WRITE\x10\x02\x32\xcd\x08\n\x0eSessionService\x12\x66\n\rCreateSession\x12).kagent.api.v1alpha1.CreateSessionRequest\x1a*.kagent.api.v1alpha1.CreateSessionResponse\x12]\n\nGetSession\x12&.kagent.api.v1alpha1.GetSessionRequest\x1a\'.kagent.api.v1alpha1.GetSessionResponse\x12\x63\n\x0cListSessions\x12(.kagent.api.v1alpha1.ListSessionsRequest\x1a).kagent.api.v1alpha1.ListSessionsResponse\x12r\n\x11UpdateSessionName\x12-.kagent.api.v1alpha1.UpdateSessionNameRequest\x1a..kagent.api.v1alpha1.UpdateSessionNameResponse\x12i\n\x0eSuspendSession\x12*.kagent.api.v1alpha1.SuspendSessionRequest\x1a+.kagent.api.v1alpha1.SuspendSessionResponse\x12\x66\n\rResumeSession\x12).kagent.api.v1alpha1.ResumeSessionRequest\x1a*.kagent.api.v1alpha1.ResumeSessionResponse\x12\x66\n\rDeleteSession\x12).kagent.api.v1alpha1.DeleteSessionRequest\x1a*.kagent.api.v1alpha1.DeleteSessionResponse\x12u\n\x12\x43reateSessionShare\x12..kagent.api.v1alpha1.CreateSessionShareRequest\x1a/.kagent.api.v1alpha1.CreateSessionShareResponse\x12r\n\x11ListSessionShares\x12-.kagent.api.v1alpha1.ListSessionSharesRequest\x1a..kagent.api.v1alpha1.ListSessionSharesResponse\x12u\n\x12RevokeSessionShare\x12..kagent.api.v1alpha1.RevokeSessionShareRequest\x1a/.kagent.api.v1alpha1.RevokeSessionShareResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"kagent/api/v1alpha1/sessions.proto\x12\x13kagent.api.v1alpha1\x1a\x1b\x62uf/validate/validate.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a kagent/api/v1alpha1/common.proto\x1a!kagent/api/v1alpha1/runtime.proto\"*\n\x07\x46\x61ilure\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"\xe9\x04\n\x07Session\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0f\n\x07\x63reator\x18\x02 \x01(\t\x12\x19\n\x11prepared_revision\x18\x05 \x01(\t\x12\x15\n\ra2a_authority\x18\x06 \x01(\t\x12\x30\n\x05state\x18\x07 \x01(\x0e\x32!.kagent.api.v1alpha1.RuntimeState\x12\x38\n\toperation\x18\x08 \x01(\x0e\x32%.kagent.api.v1alpha1.RuntimeOperation\x12-\n\x07\x66\x61ilure\x18\t \x01(\x0b\x32\x1c.kagent.api.v1alpha1.Failure\x12.\n\ncreated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04name\x18\r \x01(\t\x12\x12\n\ncontext_id\x18\x0e \x01(\t\x12\x35\n\x05\x61gent\x18\x0f \x01(\x0b\x32&.kagent.api.v1alpha1.ResourceReference\x12G\n\x17last_quiescence_failure\x18\x10 \x01(\x0b\x32&.kagent.api.v1alpha1.QuiescenceFailure\x12?\n\rvolume_source\x18\x11 \x01(\x0b\x32(.kagent.api.v1alpha1.SessionVolumeSourceJ\x04\x08\x03\x10\x04J\x04\x08\x04\x10\x05J\x04\x08\x0c\x10\rR\x07harnessR\x0e\x61gent_templateR\x06labels\"\x90\x02\n\x13SessionVolumeSource\x12\x44\n\x08snapshot\x18\x01 \x01(\x0b\x32*.kagent.api.v1alpha1.SessionVolumeSnapshotB\x06\xbaH\x03\xc8\x01\x01\x12H\n\x08\x63\x61pacity\x18\x02 \x01(\tB6\xbaH3r1\x10\x01\x18 2+^[0-9]+(\\.[0-9]+)?([eE][0-9]+|[kMGTPE]i?)?$\x12i\n\rstorage_class\x18\x03 \x01(\tBR\xbaHOrM\x18\xfd\x01\x32H^(?:$|[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*)$\"\xb2\x01\n\x15SessionVolumeSnapshot\x12\x61\n\ncsi_driver\x18\x01 \x01(\tBM\xbaHJrH\x10\x01\x18?2B^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$\x12\x36\n\x0fsnapshot_handle\x18\x02 \x01(\tB\x1d\xbaH\x1ar\x18\x10\x01\x18\x80\x08\x32\x11^[^\\p{Z}\\p{Cc}]+$\"t\n\x11QuiescenceFailure\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12-\n\tfailed_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xdf\x02\n\x14\x43reateSessionRequest\x12\x1e\n\nrequest_id\x18\x03 \x01(\tB\n\xbaH\x07r\x05\x10\x01\x18\x80\x01\x12K\n\x04name\x18\x04 \x01(\tB=\xbaH:r8\x18\xc8\x01\x32\x33^(?:$|[^\\p{Z}\\p{Cc}](?:[^\\p{Cc}]*[^\\p{Z}\\p{Cc}])?)$\x12=\n\x05\x61gent\x18\x05 \x01(\x0b\x32&.kagent.api.v1alpha1.ResourceReferenceB\x06\xbaH\x03\xc8\x01\x01\x12?\n\rvolume_source\x18\x06 \x01(\x0b\x32(.kagent.api.v1alpha1.SessionVolumeSource\x12\x35\n\x0f\x61\x64mission_token\x18\x07 \x01(\tB\x1c\xbaH\x19r\x17\x18\x80\x80\x01\x32\x11^[^\\p{Z}\\p{Cc}]*$J\x04\x08\x01\x10\x02J\x04\x08\x02\x10\x03R\x07harnessR\x0e\x61gent_template\"F\n\x15\x43reateSessionResponse\x12-\n\x07session\x18\x01 \x01(\x0b\x32\x1c.kagent.api.v1alpha1.Session\"1\n\x11GetSessionRequest\x12\x1c\n\nsession_id\x18\x01 \x01(\tB\x08\xbaH\x05r\x03\xb0\x01\x01\"C\n\x12GetSessionResponse\x12-\n\x07session\x18\x01 \x01(\x0b\x32\x1c.kagent.api.v1alpha1.Session\"\xcb\x01\n\x13ListSessionsRequest\x12\x14\n\x0c\x61ll_creators\x18\x02 \x01(\x08\x12.\n\x04page\x18\x03 \x01(\x0b\x32 .kagent.api.v1alpha1.PageRequest\x12\x35\n\x05\x61gent\x18\x06 \x01(\x0b\x32&.kagent.api.v1alpha1.ResourceReferenceJ\x04\x08\x01\x10\x02J\x04\x08\x04\x10\x05J\x04\x08\x05\x10\x06R\x0cmatch_labelsR\x0e\x61gent_templateR\x07harness\"w\n\x14ListSessionsResponse\x12.\n\x08sessions\x18\x01 \x03(\x0b\x32\x1c.kagent.api.v1alpha1.Session\x12/\n\x04page\x18\x02 \x01(\x0b\x32!.kagent.api.v1alpha1.PageResponse\"\x85\x01\n\x18UpdateSessionNameRequest\x12\x1c\n\nsession_id\x18\x01 \x01(\tB\x08\xbaH\x05r\x03\xb0\x01\x01\x12K\n\x04name\x18\x02 \x01(\tB=\xbaH:r8\x18\xc8\x01\x32\x33^(?:$|[^\\p{Z}\\p{Cc}](?:[^\\p{Cc}]*[^\\p{Z}\\p{Cc}])?)$\"J\n\x19UpdateSessionNameResponse\x12-\n\x07session\x18\x01 \x01(\x0b\x32\x1c.kagent.api.v1alpha1.Session\"5\n\x15SuspendSessionRequest\x12\x1c\n\nsession_id\x18\x01 \x01(\tB\x08\xbaH\x05r\x03\xb0\x01\x01\"G\n\x16SuspendSessionResponse\x12-\n\x07session\x18\x01 \x01(\x0b\x32\x1c.kagent.api.v1alpha1.Session\"4\n\x14ResumeSessionRequest\x12\x1c\n\nsession_id\x18\x01 \x01(\tB\x08\xbaH\x05r\x03\xb0\x01\x01\"F\n\x15ResumeSessionResponse\x12-\n\x07session\x18\x01 \x01(\x0b\x32\x1c.kagent.api.v1alpha1.Session\"4\n\x14\x44\x65leteSessionRequest\x12\x1c\n\nsession_id\x18\x01 \x01(\tB\x08\xbaH\x05r\x03\xb0\x01\x01\"F\n\x15\x44\x65leteSessionResponse\x12-\n\x07session\x18\x01 \x01(\x0b\x32\x1c.kagent.api.v1alpha1.Session\"\xcf\x01\n\x0cSessionShare\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12?\n\npermission\x18\x03 \x01(\x0e\x32+.kagent.api.v1alpha1.SessionSharePermission\x12.\n\ncreated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nexpires_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xb8\x01\n\x19\x43reateSessionShareRequest\x12\x1c\n\nsession_id\x18\x01 \x01(\tB\x08\xbaH\x05r\x03\xb0\x01\x01\x12K\n\npermission\x18\x02 \x01(\x0e\x32+.kagent.api.v1alpha1.SessionSharePermissionB\n\xbaH\x07\x82\x01\x04\x10\x01 \x00\x12\x30\n\x03ttl\x18\x03 \x01(\x0b\x32\x19.google.protobuf.DurationB\x08\xbaH\x05\xaa\x01\x02*\x00\"]\n\x1a\x43reateSessionShareResponse\x12\x30\n\x05share\x18\x01 \x01(\x0b\x32!.kagent.api.v1alpha1.SessionShare\x12\r\n\x05token\x18\x02 \x01(\t\"h\n\x18ListSessionSharesRequest\x12\x1c\n\nsession_id\x18\x01 \x01(\tB\x08\xbaH\x05r\x03\xb0\x01\x01\x12.\n\x04page\x18\x02 \x01(\x0b\x32 .kagent.api.v1alpha1.PageRequest\"\x7f\n\x19ListSessionSharesResponse\x12\x31\n\x06shares\x18\x01 \x03(\x0b\x32!.kagent.api.v1alpha1.SessionShare\x12/\n\x04page\x18\x02 \x01(\x0b\x32!.kagent.api.v1alpha1.PageResponse\"7\n\x19RevokeSessionShareRequest\x12\x1a\n\x08share_id\x18\x01 \x01(\tB\x08\xbaH\x05r\x03\xb0\x01\x01\"\x1c\n\x1aRevokeSessionShareResponse*\x93\x01\n\x16SessionSharePermission\x12(\n$SESSION_SHARE_PERMISSION_UNSPECIFIED\x10\x00\x12&\n\"SESSION_SHARE_PERMISSION_READ_ONLY\x10\x01\x12\'\n#SESSION_SHARE_PERMISSION_READ_WRITE\x10\x02\x32\xcd\x08\n\x0eSessionService\x12\x66\n\rCreateSession\x12).kagent.api.v1alpha1.CreateSessionRequest\x1a*.kagent.api.v1alpha1.CreateSessionResponse\x12]\n\nGetSession\x12&.kagent.api.v1alpha1.GetSessionRequest\x1a\'.kagent.api.v1alpha1.GetSessionResponse\x12\x63\n\x0cListSessions\x12(.kagent.api.v1alpha1.ListSessionsRequest\x1a).kagent.api.v1alpha1.ListSessionsResponse\x12r\n\x11UpdateSessionName\x12-.kagent.api.v1alpha1.UpdateSessionNameRequest\x1a..kagent.api.v1alpha1.UpdateSessionNameResponse\x12i\n\x0eSuspendSession\x12*.kagent.api.v1alpha1.SuspendSessionRequest\x1a+.kagent.api.v1alpha1.SuspendSessionResponse\x12\x66\n\rResumeSession\x12).kagent.api.v1alpha1.ResumeSessionRequest\x1a*.kagent.api.v1alpha1.ResumeSessionResponse\x12\x66\n\rDeleteSession\x12).kagent.api.v1alpha1.DeleteSessionRequest\x1a*.kagent.api.v1alpha1.DeleteSessionResponse\x12u\n\x12\x43reateSessionShare\x12..kagent.api.v1alpha1.CreateSessionShareRequest\x1a/.kagent.api.v1alpha1.CreateSessionShareResponse\x12r\n\x11ListSessionShares\x12-.kagent.api.v1alpha1.ListSessionSharesRequest\x1a..kagent.api.v1alpha1.ListSessionSharesResponse\x12u\n\x12RevokeSessionShare\x12..kagent.api.v1alpha1.RevokeSessionShareRequest\x1a/.kagent.api.v1alpha1.RevokeSessionShareResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'sessionq._pb.kagent.api.v1alpha1.sessions_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SESSIONSHAREPERMISSION']._serialized_start=2502
-  _globals['_SESSIONSHAREPERMISSION']._serialized_end=2649
-  _globals['_FAILURE']._serialized_start=193
-  _globals['_FAILURE']._serialized_end=235
-  _globals['_SESSION']._serialized_start=238
-  _globals['_SESSION']._serialized_end=684
-  _globals['_CREATESESSIONREQUEST']._serialized_start=686
-  _globals['_CREATESESSIONREQUEST']._serialized_end=797
-  _globals['_CREATESESSIONRESPONSE']._serialized_start=799
-  _globals['_CREATESESSIONRESPONSE']._serialized_end=869
-  _globals['_GETSESSIONREQUEST']._serialized_start=871
-  _globals['_GETSESSIONREQUEST']._serialized_end=910
-  _globals['_GETSESSIONRESPONSE']._serialized_start=912
-  _globals['_GETSESSIONRESPONSE']._serialized_end=979
-  _globals['_LISTSESSIONSREQUEST']._serialized_start=982
-  _globals['_LISTSESSIONSREQUEST']._serialized_end=1128
-  _globals['_LISTSESSIONSRESPONSE']._serialized_start=1130
-  _globals['_LISTSESSIONSRESPONSE']._serialized_end=1249
-  _globals['_UPDATESESSIONNAMEREQUEST']._serialized_start=1251
-  _globals['_UPDATESESSIONNAMEREQUEST']._serialized_end=1311
-  _globals['_UPDATESESSIONNAMERESPONSE']._serialized_start=1313
-  _globals['_UPDATESESSIONNAMERESPONSE']._serialized_end=1387
-  _globals['_SUSPENDSESSIONREQUEST']._serialized_start=1389
-  _globals['_SUSPENDSESSIONREQUEST']._serialized_end=1432
-  _globals['_SUSPENDSESSIONRESPONSE']._serialized_start=1434
-  _globals['_SUSPENDSESSIONRESPONSE']._serialized_end=1505
-  _globals['_RESUMESESSIONREQUEST']._serialized_start=1507
-  _globals['_RESUMESESSIONREQUEST']._serialized_end=1549
-  _globals['_RESUMESESSIONRESPONSE']._serialized_start=1551
-  _globals['_RESUMESESSIONRESPONSE']._serialized_end=1621
-  _globals['_DELETESESSIONREQUEST']._serialized_start=1623
-  _globals['_DELETESESSIONREQUEST']._serialized_end=1665
-  _globals['_DELETESESSIONRESPONSE']._serialized_start=1667
-  _globals['_DELETESESSIONRESPONSE']._serialized_end=1737
-  _globals['_SESSIONSHARE']._serialized_start=1740
-  _globals['_SESSIONSHARE']._serialized_end=1947
-  _globals['_CREATESESSIONSHAREREQUEST']._serialized_start=1950
-  _globals['_CREATESESSIONSHAREREQUEST']._serialized_end=2102
-  _globals['_CREATESESSIONSHARERESPONSE']._serialized_start=2104
-  _globals['_CREATESESSIONSHARERESPONSE']._serialized_end=2197
-  _globals['_LISTSESSIONSHARESREQUEST']._serialized_start=2199
-  _globals['_LISTSESSIONSHARESREQUEST']._serialized_end=2293
-  _globals['_LISTSESSIONSHARESRESPONSE']._serialized_start=2295
-  _globals['_LISTSESSIONSHARESRESPONSE']._serialized_end=2422
-  _globals['_REVOKESESSIONSHAREREQUEST']._serialized_start=2424
-  _globals['_REVOKESESSIONSHAREREQUEST']._serialized_end=2469
-  _globals['_REVOKESESSIONSHARERESPONSE']._serialized_start=2471
-  _globals['_REVOKESESSIONSHARERESPONSE']._serialized_end=2499
-  _globals['_SESSIONSERVICE']._serialized_start=2652
-  _globals['_SESSIONSERVICE']._serialized_end=3753
+  _globals['_SESSIONVOLUMESOURCE'].fields_by_name['snapshot']._loaded_options = None
+  _globals['_SESSIONVOLUMESOURCE'].fields_by_name['snapshot']._serialized_options = b'\272H\003\310\001\001'
+  _globals['_SESSIONVOLUMESOURCE'].fields_by_name['capacity']._loaded_options = None
+  _globals['_SESSIONVOLUMESOURCE'].fields_by_name['capacity']._serialized_options = b'\272H3r1\020\001\030 2+^[0-9]+(\\.[0-9]+)?([eE][0-9]+|[kMGTPE]i?)?$'
+  _globals['_SESSIONVOLUMESOURCE'].fields_by_name['storage_class']._loaded_options = None
+  _globals['_SESSIONVOLUMESOURCE'].fields_by_name['storage_class']._serialized_options = b'\272HOrM\030\375\0012H^(?:$|[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*)$'
+  _globals['_SESSIONVOLUMESNAPSHOT'].fields_by_name['csi_driver']._loaded_options = None
+  _globals['_SESSIONVOLUMESNAPSHOT'].fields_by_name['csi_driver']._serialized_options = b'\272HJrH\020\001\030?2B^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$'
+  _globals['_SESSIONVOLUMESNAPSHOT'].fields_by_name['snapshot_handle']._loaded_options = None
+  _globals['_SESSIONVOLUMESNAPSHOT'].fields_by_name['snapshot_handle']._serialized_options = b'\272H\032r\030\020\001\030\200\0102\021^[^\\p{Z}\\p{Cc}]+$'
+  _globals['_CREATESESSIONREQUEST'].fields_by_name['request_id']._loaded_options = None
+  _globals['_CREATESESSIONREQUEST'].fields_by_name['request_id']._serialized_options = b'\272H\007r\005\020\001\030\200\001'
+  _globals['_CREATESESSIONREQUEST'].fields_by_name['name']._loaded_options = None
+  _globals['_CREATESESSIONREQUEST'].fields_by_name['name']._serialized_options = b'\272H:r8\030\310\00123^(?:$|[^\\p{Z}\\p{Cc}](?:[^\\p{Cc}]*[^\\p{Z}\\p{Cc}])?)$'
+  _globals['_CREATESESSIONREQUEST'].fields_by_name['agent']._loaded_options = None
+  _globals['_CREATESESSIONREQUEST'].fields_by_name['agent']._serialized_options = b'\272H\003\310\001\001'
+  _globals['_CREATESESSIONREQUEST'].fields_by_name['admission_token']._loaded_options = None
+  _globals['_CREATESESSIONREQUEST'].fields_by_name['admission_token']._serialized_options = b'\272H\031r\027\030\200\200\0012\021^[^\\p{Z}\\p{Cc}]*$'
+  _globals['_GETSESSIONREQUEST'].fields_by_name['session_id']._loaded_options = None
+  _globals['_GETSESSIONREQUEST'].fields_by_name['session_id']._serialized_options = b'\272H\005r\003\260\001\001'
+  _globals['_UPDATESESSIONNAMEREQUEST'].fields_by_name['session_id']._loaded_options = None
+  _globals['_UPDATESESSIONNAMEREQUEST'].fields_by_name['session_id']._serialized_options = b'\272H\005r\003\260\001\001'
+  _globals['_UPDATESESSIONNAMEREQUEST'].fields_by_name['name']._loaded_options = None
+  _globals['_UPDATESESSIONNAMEREQUEST'].fields_by_name['name']._serialized_options = b'\272H:r8\030\310\00123^(?:$|[^\\p{Z}\\p{Cc}](?:[^\\p{Cc}]*[^\\p{Z}\\p{Cc}])?)$'
+  _globals['_SUSPENDSESSIONREQUEST'].fields_by_name['session_id']._loaded_options = None
+  _globals['_SUSPENDSESSIONREQUEST'].fields_by_name['session_id']._serialized_options = b'\272H\005r\003\260\001\001'
+  _globals['_RESUMESESSIONREQUEST'].fields_by_name['session_id']._loaded_options = None
+  _globals['_RESUMESESSIONREQUEST'].fields_by_name['session_id']._serialized_options = b'\272H\005r\003\260\001\001'
+  _globals['_DELETESESSIONREQUEST'].fields_by_name['session_id']._loaded_options = None
+  _globals['_DELETESESSIONREQUEST'].fields_by_name['session_id']._serialized_options = b'\272H\005r\003\260\001\001'
+  _globals['_CREATESESSIONSHAREREQUEST'].fields_by_name['session_id']._loaded_options = None
+  _globals['_CREATESESSIONSHAREREQUEST'].fields_by_name['session_id']._serialized_options = b'\272H\005r\003\260\001\001'
+  _globals['_CREATESESSIONSHAREREQUEST'].fields_by_name['permission']._loaded_options = None
+  _globals['_CREATESESSIONSHAREREQUEST'].fields_by_name['permission']._serialized_options = b'\272H\007\202\001\004\020\001 \000'
+  _globals['_CREATESESSIONSHAREREQUEST'].fields_by_name['ttl']._loaded_options = None
+  _globals['_CREATESESSIONSHAREREQUEST'].fields_by_name['ttl']._serialized_options = b'\272H\005\252\001\002*\000'
+  _globals['_LISTSESSIONSHARESREQUEST'].fields_by_name['session_id']._loaded_options = None
+  _globals['_LISTSESSIONSHARESREQUEST'].fields_by_name['session_id']._serialized_options = b'\272H\005r\003\260\001\001'
+  _globals['_REVOKESESSIONSHAREREQUEST'].fields_by_name['share_id']._loaded_options = None
+  _globals['_REVOKESESSIONSHAREREQUEST'].fields_by_name['share_id']._serialized_options = b'\272H\005r\003\260\001\001'
+  _globals['_SESSIONSHAREPERMISSION']._serialized_start=3740
+  _globals['_SESSIONSHAREPERMISSION']._serialized_end=3887
+  _globals['_FAILURE']._serialized_start=222
+  _globals['_FAILURE']._serialized_end=264
+  _globals['_SESSION']._serialized_start=267
+  _globals['_SESSION']._serialized_end=884
+  _globals['_SESSIONVOLUMESOURCE']._serialized_start=887
+  _globals['_SESSIONVOLUMESOURCE']._serialized_end=1159
+  _globals['_SESSIONVOLUMESNAPSHOT']._serialized_start=1162
+  _globals['_SESSIONVOLUMESNAPSHOT']._serialized_end=1340
+  _globals['_QUIESCENCEFAILURE']._serialized_start=1342
+  _globals['_QUIESCENCEFAILURE']._serialized_end=1458
+  _globals['_CREATESESSIONREQUEST']._serialized_start=1461
+  _globals['_CREATESESSIONREQUEST']._serialized_end=1812
+  _globals['_CREATESESSIONRESPONSE']._serialized_start=1814
+  _globals['_CREATESESSIONRESPONSE']._serialized_end=1884
+  _globals['_GETSESSIONREQUEST']._serialized_start=1886
+  _globals['_GETSESSIONREQUEST']._serialized_end=1935
+  _globals['_GETSESSIONRESPONSE']._serialized_start=1937
+  _globals['_GETSESSIONRESPONSE']._serialized_end=2004
+  _globals['_LISTSESSIONSREQUEST']._serialized_start=2007
+  _globals['_LISTSESSIONSREQUEST']._serialized_end=2210
+  _globals['_LISTSESSIONSRESPONSE']._serialized_start=2212
+  _globals['_LISTSESSIONSRESPONSE']._serialized_end=2331
+  _globals['_UPDATESESSIONNAMEREQUEST']._serialized_start=2334
+  _globals['_UPDATESESSIONNAMEREQUEST']._serialized_end=2467
+  _globals['_UPDATESESSIONNAMERESPONSE']._serialized_start=2469
+  _globals['_UPDATESESSIONNAMERESPONSE']._serialized_end=2543
+  _globals['_SUSPENDSESSIONREQUEST']._serialized_start=2545
+  _globals['_SUSPENDSESSIONREQUEST']._serialized_end=2598
+  _globals['_SUSPENDSESSIONRESPONSE']._serialized_start=2600
+  _globals['_SUSPENDSESSIONRESPONSE']._serialized_end=2671
+  _globals['_RESUMESESSIONREQUEST']._serialized_start=2673
+  _globals['_RESUMESESSIONREQUEST']._serialized_end=2725
+  _globals['_RESUMESESSIONRESPONSE']._serialized_start=2727
+  _globals['_RESUMESESSIONRESPONSE']._serialized_end=2797
+  _globals['_DELETESESSIONREQUEST']._serialized_start=2799
+  _globals['_DELETESESSIONREQUEST']._serialized_end=2851
+  _globals['_DELETESESSIONRESPONSE']._serialized_start=2853
+  _globals['_DELETESESSIONRESPONSE']._serialized_end=2923
+  _globals['_SESSIONSHARE']._serialized_start=2926
+  _globals['_SESSIONSHARE']._serialized_end=3133
+  _globals['_CREATESESSIONSHAREREQUEST']._serialized_start=3136
+  _globals['_CREATESESSIONSHAREREQUEST']._serialized_end=3320
+  _globals['_CREATESESSIONSHARERESPONSE']._serialized_start=3322
+  _globals['_CREATESESSIONSHARERESPONSE']._serialized_end=3415
+  _globals['_LISTSESSIONSHARESREQUEST']._serialized_start=3417
+  _globals['_LISTSESSIONSHARESREQUEST']._serialized_end=3521
+  _globals['_LISTSESSIONSHARESRESPONSE']._serialized_start=3523
+  _globals['_LISTSESSIONSHARESRESPONSE']._serialized_end=3650
+  _globals['_REVOKESESSIONSHAREREQUEST']._serialized_start=3652
+  _globals['_REVOKESESSIONSHAREREQUEST']._serialized_end=3707
+  _globals['_REVOKESESSIONSHARERESPONSE']._serialized_start=3709
+  _globals['_REVOKESESSIONSHARERESPONSE']._serialized_end=3737
+  _globals['_SESSIONSERVICE']._serialized_start=3890
+  _globals['_SESSIONSERVICE']._serialized_end=4991
 # @@protoc_insertion_point(module_scope)

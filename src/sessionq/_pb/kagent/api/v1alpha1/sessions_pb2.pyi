@@ -1,5 +1,6 @@
 import datetime
 
+from sessionq._pb.buf.validate import validate_pb2 as _validate_pb2
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2 as _common_pb2
@@ -31,7 +32,7 @@ class Failure(_message.Message):
     def __init__(self, reason: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Session(_message.Message):
-    __slots__ = ("id", "creator", "prepared_revision", "a2a_authority", "state", "operation", "failure", "created_at", "updated_at", "name", "context_id", "agent")
+    __slots__ = ("id", "creator", "prepared_revision", "a2a_authority", "state", "operation", "failure", "created_at", "updated_at", "name", "context_id", "agent", "last_quiescence_failure", "volume_source")
     ID_FIELD_NUMBER: _ClassVar[int]
     CREATOR_FIELD_NUMBER: _ClassVar[int]
     PREPARED_REVISION_FIELD_NUMBER: _ClassVar[int]
@@ -44,6 +45,8 @@ class Session(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     CONTEXT_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_FIELD_NUMBER: _ClassVar[int]
+    LAST_QUIESCENCE_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    VOLUME_SOURCE_FIELD_NUMBER: _ClassVar[int]
     id: str
     creator: str
     prepared_revision: str
@@ -56,17 +59,53 @@ class Session(_message.Message):
     name: str
     context_id: str
     agent: _common_pb2.ResourceReference
-    def __init__(self, id: _Optional[str] = ..., creator: _Optional[str] = ..., prepared_revision: _Optional[str] = ..., a2a_authority: _Optional[str] = ..., state: _Optional[_Union[_runtime_pb2.RuntimeState, str]] = ..., operation: _Optional[_Union[_runtime_pb2.RuntimeOperation, str]] = ..., failure: _Optional[_Union[Failure, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., name: _Optional[str] = ..., context_id: _Optional[str] = ..., agent: _Optional[_Union[_common_pb2.ResourceReference, _Mapping]] = ...) -> None: ...
+    last_quiescence_failure: QuiescenceFailure
+    volume_source: SessionVolumeSource
+    def __init__(self, id: _Optional[str] = ..., creator: _Optional[str] = ..., prepared_revision: _Optional[str] = ..., a2a_authority: _Optional[str] = ..., state: _Optional[_Union[_runtime_pb2.RuntimeState, str]] = ..., operation: _Optional[_Union[_runtime_pb2.RuntimeOperation, str]] = ..., failure: _Optional[_Union[Failure, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., name: _Optional[str] = ..., context_id: _Optional[str] = ..., agent: _Optional[_Union[_common_pb2.ResourceReference, _Mapping]] = ..., last_quiescence_failure: _Optional[_Union[QuiescenceFailure, _Mapping]] = ..., volume_source: _Optional[_Union[SessionVolumeSource, _Mapping]] = ...) -> None: ...
+
+class SessionVolumeSource(_message.Message):
+    __slots__ = ("snapshot", "capacity", "storage_class")
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_CLASS_FIELD_NUMBER: _ClassVar[int]
+    snapshot: SessionVolumeSnapshot
+    capacity: str
+    storage_class: str
+    def __init__(self, snapshot: _Optional[_Union[SessionVolumeSnapshot, _Mapping]] = ..., capacity: _Optional[str] = ..., storage_class: _Optional[str] = ...) -> None: ...
+
+class SessionVolumeSnapshot(_message.Message):
+    __slots__ = ("csi_driver", "snapshot_handle")
+    CSI_DRIVER_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_HANDLE_FIELD_NUMBER: _ClassVar[int]
+    csi_driver: str
+    snapshot_handle: str
+    def __init__(self, csi_driver: _Optional[str] = ..., snapshot_handle: _Optional[str] = ...) -> None: ...
+
+class QuiescenceFailure(_message.Message):
+    __slots__ = ("task_id", "reason", "message", "failed_at")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FAILED_AT_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    reason: str
+    message: str
+    failed_at: _timestamp_pb2.Timestamp
+    def __init__(self, task_id: _Optional[str] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., failed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class CreateSessionRequest(_message.Message):
-    __slots__ = ("request_id", "name", "agent")
+    __slots__ = ("request_id", "name", "agent", "volume_source", "admission_token")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     AGENT_FIELD_NUMBER: _ClassVar[int]
+    VOLUME_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    ADMISSION_TOKEN_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     name: str
     agent: _common_pb2.ResourceReference
-    def __init__(self, request_id: _Optional[str] = ..., name: _Optional[str] = ..., agent: _Optional[_Union[_common_pb2.ResourceReference, _Mapping]] = ...) -> None: ...
+    volume_source: SessionVolumeSource
+    admission_token: str
+    def __init__(self, request_id: _Optional[str] = ..., name: _Optional[str] = ..., agent: _Optional[_Union[_common_pb2.ResourceReference, _Mapping]] = ..., volume_source: _Optional[_Union[SessionVolumeSource, _Mapping]] = ..., admission_token: _Optional[str] = ...) -> None: ...
 
 class CreateSessionResponse(_message.Message):
     __slots__ = ("session",)

@@ -26,7 +26,9 @@ if _version_not_supported:
 
 
 class SessionServiceStub:
-    """Manages Sessions: one conversation with an Agent backed by a runtime Actor.
+    """Manages Sessions: one conversation with an Agent backed by a runtime Actor. Mutations do their
+    lifecycle work within the call; after a retryable error the client repeats the same call (a
+    CreateSession retry with the same request_id and input). GetSession only reads.
     """
 
     def __init__(self, channel):
@@ -88,7 +90,9 @@ class SessionServiceStub:
 
 
 class SessionServiceServicer:
-    """Manages Sessions: one conversation with an Agent backed by a runtime Actor.
+    """Manages Sessions: one conversation with an Agent backed by a runtime Actor. Mutations do their
+    lifecycle work within the call; after a retryable error the client repeats the same call (a
+    CreateSession retry with the same request_id and input). GetSession only reads.
     """
 
     def CreateSession(self, request, context):
@@ -223,7 +227,9 @@ def add_SessionServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class SessionService:
-    """Manages Sessions: one conversation with an Agent backed by a runtime Actor.
+    """Manages Sessions: one conversation with an Agent backed by a runtime Actor. Mutations do their
+    lifecycle work within the call; after a retryable error the client repeats the same call (a
+    CreateSession retry with the same request_id and input). GetSession only reads.
     """
 
     @staticmethod

@@ -23,35 +23,70 @@ _sym_db = _symbol_database.Default()
 
 
 from a2a.types import a2a_pb2 as a2a__pb2
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$kagent/api/v1alpha1/task_store.proto\x12\x13kagent.api.v1alpha1\x1a\ta2a.proto\"<\n\nStoredTask\x12\x1d\n\x04task\x18\x01 \x01(\x0b\x32\x0f.lf.a2a.v1.Task\x12\x0f\n\x07version\x18\x02 \x01(\x03\"\x80\x01\n!TaskStoreServiceCreateTaskRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x1d\n\x04task\x18\x02 \x01(\x0b\x32\x0f.lf.a2a.v1.Task\x12\x18\n\x0b\x64ispatch_id\x18\x03 \x01(\tH\x00\x88\x01\x01\x42\x0e\n\x0c_dispatch_id\"5\n\"TaskStoreServiceCreateTaskResponse\x12\x0f\n\x07version\x18\x01 \x01(\x03\"E\n\x1eTaskStoreServiceGetTaskRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\"R\n\x1fTaskStoreServiceGetTaskResponse\x12/\n\x06stored\x18\x01 \x01(\x0b\x32\x1f.kagent.api.v1alpha1.StoredTask\"\xc4\x01\n!TaskStoreServiceUpdateTaskRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x1d\n\x04task\x18\x02 \x01(\x0b\x32\x0f.lf.a2a.v1.Task\x12\x18\n\x10\x65xpected_version\x18\x03 \x01(\x03\x12(\n\x05\x65vent\x18\x04 \x01(\x0b\x32\x19.lf.a2a.v1.StreamResponse\x12\x18\n\x0b\x64ispatch_id\x18\x05 \x01(\tH\x00\x88\x01\x01\x42\x0e\n\x0c_dispatch_id\"5\n\"TaskStoreServiceUpdateTaskResponse\x12\x0f\n\x07version\x18\x01 \x01(\x03\"d\n TaskStoreServiceListTasksRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12,\n\x07request\x18\x02 \x01(\x0b\x32\x1b.lf.a2a.v1.ListTasksRequest\"Q\n!TaskStoreServiceListTasksResponse\x12,\n\x06result\x18\x01 \x01(\x0b\x32\x1c.lf.a2a.v1.ListTasksResponse\"Y\n!TaskStoreServiceSettleTaskRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x03\"$\n\"TaskStoreServiceSettleTaskResponse2\x81\x05\n\x10TaskStoreService\x12}\n\nCreateTask\x12\x36.kagent.api.v1alpha1.TaskStoreServiceCreateTaskRequest\x1a\x37.kagent.api.v1alpha1.TaskStoreServiceCreateTaskResponse\x12t\n\x07GetTask\x12\x33.kagent.api.v1alpha1.TaskStoreServiceGetTaskRequest\x1a\x34.kagent.api.v1alpha1.TaskStoreServiceGetTaskResponse\x12}\n\nUpdateTask\x12\x36.kagent.api.v1alpha1.TaskStoreServiceUpdateTaskRequest\x1a\x37.kagent.api.v1alpha1.TaskStoreServiceUpdateTaskResponse\x12z\n\tListTasks\x12\x35.kagent.api.v1alpha1.TaskStoreServiceListTasksRequest\x1a\x36.kagent.api.v1alpha1.TaskStoreServiceListTasksResponse\x12}\n\nSettleTask\x12\x36.kagent.api.v1alpha1.TaskStoreServiceSettleTaskRequest\x1a\x37.kagent.api.v1alpha1.TaskStoreServiceSettleTaskResponseb\x06proto3')
+from sessionq._pb.buf.validate import validate_pb2 as buf_dot_validate_dot_validate__pb2
+
+
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$kagent/api/v1alpha1/task_store.proto\x12\x13kagent.api.v1alpha1\x1a\ta2a.proto\x1a\x1b\x62uf/validate/validate.proto\"<\n\nStoredTask\x12\x1d\n\x04task\x18\x01 \x01(\x0b\x32\x0f.lf.a2a.v1.Task\x12\x0f\n\x07version\x18\x02 \x01(\x03\"\x94\x02\n!TaskStoreServiceCreateTaskRequest\x12\x1c\n\nsession_id\x18\x01 \x01(\tB\x08\xbaH\x05r\x03\xb0\x01\x01\x12%\n\x04task\x18\x02 \x01(\x0b\x32\x0f.lf.a2a.v1.TaskB\x06\xbaH\x03\xc8\x01\x01\x12\"\n\x0b\x64ispatch_id\x18\x03 \x01(\tB\x08\xbaH\x05r\x03\xb0\x01\x01H\x00\x88\x01\x01:v\xbaHs\x1aq\n\x1atask_store.create_identity\x12!task and context IDs are required\x1a\x30this.task.id != \'\' && this.task.context_id != \'\'B\x0e\n\x0c_dispatch_id\"5\n\"TaskStoreServiceCreateTaskResponse\x12\x0f\n\x07version\x18\x01 \x01(\x03\"X\n\x1eTaskStoreServiceGetTaskRequest\x12\x1c\n\nsession_id\x18\x01 \x01(\tB\x08\xbaH\x05r\x03\xb0\x01\x01\x12\x18\n\x07task_id\x18\x02 \x01(\tB\x07\xbaH\x04r\x02\x10\x01\"R\n\x1fTaskStoreServiceGetTaskResponse\x12/\n\x06stored\x18\x01 \x01(\x0b\x32\x1f.kagent.api.v1alpha1.StoredTask\"\xdf\x02\n!TaskStoreServiceUpdateTaskRequest\x12\x1c\n\nsession_id\x18\x01 \x01(\tB\x08\xbaH\x05r\x03\xb0\x01\x01\x12%\n\x04task\x18\x02 \x01(\x0b\x32\x0f.lf.a2a.v1.TaskB\x06\xbaH\x03\xc8\x01\x01\x12!\n\x10\x65xpected_version\x18\x03 \x01(\x03\x42\x07\xbaH\x04\"\x02 \x00\x12(\n\x05\x65vent\x18\x04 \x01(\x0b\x32\x19.lf.a2a.v1.StreamResponse\x12\"\n\x0b\x64ispatch_id\x18\x05 \x01(\tB\x08\xbaH\x05r\x03\xb0\x01\x01H\x00\x88\x01\x01:t\xbaHq\x1ao\n\x18task_store.task_identity\x12!task and context IDs are required\x1a\x30this.task.id != \'\' && this.task.context_id != \'\'B\x0e\n\x0c_dispatch_id\"5\n\"TaskStoreServiceUpdateTaskResponse\x12\x0f\n\x07version\x18\x01 \x01(\x03\"v\n TaskStoreServiceListTasksRequest\x12\x1c\n\nsession_id\x18\x01 \x01(\tB\x08\xbaH\x05r\x03\xb0\x01\x01\x12\x34\n\x07request\x18\x02 \x01(\x0b\x32\x1b.lf.a2a.v1.ListTasksRequestB\x06\xbaH\x03\xc8\x01\x01\"Q\n!TaskStoreServiceListTasksResponse\x12,\n\x06result\x18\x01 \x01(\x0b\x32\x1c.lf.a2a.v1.ListTasksResponse\"u\n!TaskStoreServiceSettleTaskRequest\x12\x1c\n\nsession_id\x18\x01 \x01(\tB\x08\xbaH\x05r\x03\xb0\x01\x01\x12\x18\n\x07task_id\x18\x02 \x01(\tB\x07\xbaH\x04r\x02\x10\x01\x12\x18\n\x07version\x18\x03 \x01(\x03\x42\x07\xbaH\x04\"\x02 \x00\"$\n\"TaskStoreServiceSettleTaskResponse2\x81\x05\n\x10TaskStoreService\x12}\n\nCreateTask\x12\x36.kagent.api.v1alpha1.TaskStoreServiceCreateTaskRequest\x1a\x37.kagent.api.v1alpha1.TaskStoreServiceCreateTaskResponse\x12t\n\x07GetTask\x12\x33.kagent.api.v1alpha1.TaskStoreServiceGetTaskRequest\x1a\x34.kagent.api.v1alpha1.TaskStoreServiceGetTaskResponse\x12}\n\nUpdateTask\x12\x36.kagent.api.v1alpha1.TaskStoreServiceUpdateTaskRequest\x1a\x37.kagent.api.v1alpha1.TaskStoreServiceUpdateTaskResponse\x12z\n\tListTasks\x12\x35.kagent.api.v1alpha1.TaskStoreServiceListTasksRequest\x1a\x36.kagent.api.v1alpha1.TaskStoreServiceListTasksResponse\x12}\n\nSettleTask\x12\x36.kagent.api.v1alpha1.TaskStoreServiceSettleTaskRequest\x1a\x37.kagent.api.v1alpha1.TaskStoreServiceSettleTaskResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'sessionq._pb.kagent.api.v1alpha1.task_store_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STOREDTASK']._serialized_start=72
-  _globals['_STOREDTASK']._serialized_end=132
-  _globals['_TASKSTORESERVICECREATETASKREQUEST']._serialized_start=135
-  _globals['_TASKSTORESERVICECREATETASKREQUEST']._serialized_end=263
-  _globals['_TASKSTORESERVICECREATETASKRESPONSE']._serialized_start=265
-  _globals['_TASKSTORESERVICECREATETASKRESPONSE']._serialized_end=318
-  _globals['_TASKSTORESERVICEGETTASKREQUEST']._serialized_start=320
-  _globals['_TASKSTORESERVICEGETTASKREQUEST']._serialized_end=389
-  _globals['_TASKSTORESERVICEGETTASKRESPONSE']._serialized_start=391
-  _globals['_TASKSTORESERVICEGETTASKRESPONSE']._serialized_end=473
-  _globals['_TASKSTORESERVICEUPDATETASKREQUEST']._serialized_start=476
-  _globals['_TASKSTORESERVICEUPDATETASKREQUEST']._serialized_end=672
-  _globals['_TASKSTORESERVICEUPDATETASKRESPONSE']._serialized_start=674
-  _globals['_TASKSTORESERVICEUPDATETASKRESPONSE']._serialized_end=727
-  _globals['_TASKSTORESERVICELISTTASKSREQUEST']._serialized_start=729
-  _globals['_TASKSTORESERVICELISTTASKSREQUEST']._serialized_end=829
-  _globals['_TASKSTORESERVICELISTTASKSRESPONSE']._serialized_start=831
-  _globals['_TASKSTORESERVICELISTTASKSRESPONSE']._serialized_end=912
-  _globals['_TASKSTORESERVICESETTLETASKREQUEST']._serialized_start=914
-  _globals['_TASKSTORESERVICESETTLETASKREQUEST']._serialized_end=1003
-  _globals['_TASKSTORESERVICESETTLETASKRESPONSE']._serialized_start=1005
-  _globals['_TASKSTORESERVICESETTLETASKRESPONSE']._serialized_end=1041
-  _globals['_TASKSTORESERVICE']._serialized_start=1044
-  _globals['_TASKSTORESERVICE']._serialized_end=1685
+  _globals['_TASKSTORESERVICECREATETASKREQUEST'].fields_by_name['session_id']._loaded_options = None
+  _globals['_TASKSTORESERVICECREATETASKREQUEST'].fields_by_name['session_id']._serialized_options = b'\272H\005r\003\260\001\001'
+  _globals['_TASKSTORESERVICECREATETASKREQUEST'].fields_by_name['task']._loaded_options = None
+  _globals['_TASKSTORESERVICECREATETASKREQUEST'].fields_by_name['task']._serialized_options = b'\272H\003\310\001\001'
+  _globals['_TASKSTORESERVICECREATETASKREQUEST'].fields_by_name['dispatch_id']._loaded_options = None
+  _globals['_TASKSTORESERVICECREATETASKREQUEST'].fields_by_name['dispatch_id']._serialized_options = b'\272H\005r\003\260\001\001'
+  _globals['_TASKSTORESERVICECREATETASKREQUEST']._loaded_options = None
+  _globals['_TASKSTORESERVICECREATETASKREQUEST']._serialized_options = b'\272Hs\032q\n\032task_store.create_identity\022!task and context IDs are required\0320this.task.id != \'\' && this.task.context_id != \'\''
+  _globals['_TASKSTORESERVICEGETTASKREQUEST'].fields_by_name['session_id']._loaded_options = None
+  _globals['_TASKSTORESERVICEGETTASKREQUEST'].fields_by_name['session_id']._serialized_options = b'\272H\005r\003\260\001\001'
+  _globals['_TASKSTORESERVICEGETTASKREQUEST'].fields_by_name['task_id']._loaded_options = None
+  _globals['_TASKSTORESERVICEGETTASKREQUEST'].fields_by_name['task_id']._serialized_options = b'\272H\004r\002\020\001'
+  _globals['_TASKSTORESERVICEUPDATETASKREQUEST'].fields_by_name['session_id']._loaded_options = None
+  _globals['_TASKSTORESERVICEUPDATETASKREQUEST'].fields_by_name['session_id']._serialized_options = b'\272H\005r\003\260\001\001'
+  _globals['_TASKSTORESERVICEUPDATETASKREQUEST'].fields_by_name['task']._loaded_options = None
+  _globals['_TASKSTORESERVICEUPDATETASKREQUEST'].fields_by_name['task']._serialized_options = b'\272H\003\310\001\001'
+  _globals['_TASKSTORESERVICEUPDATETASKREQUEST'].fields_by_name['expected_version']._loaded_options = None
+  _globals['_TASKSTORESERVICEUPDATETASKREQUEST'].fields_by_name['expected_version']._serialized_options = b'\272H\004\"\002 \000'
+  _globals['_TASKSTORESERVICEUPDATETASKREQUEST'].fields_by_name['dispatch_id']._loaded_options = None
+  _globals['_TASKSTORESERVICEUPDATETASKREQUEST'].fields_by_name['dispatch_id']._serialized_options = b'\272H\005r\003\260\001\001'
+  _globals['_TASKSTORESERVICEUPDATETASKREQUEST']._loaded_options = None
+  _globals['_TASKSTORESERVICEUPDATETASKREQUEST']._serialized_options = b'\272Hq\032o\n\030task_store.task_identity\022!task and context IDs are required\0320this.task.id != \'\' && this.task.context_id != \'\''
+  _globals['_TASKSTORESERVICELISTTASKSREQUEST'].fields_by_name['session_id']._loaded_options = None
+  _globals['_TASKSTORESERVICELISTTASKSREQUEST'].fields_by_name['session_id']._serialized_options = b'\272H\005r\003\260\001\001'
+  _globals['_TASKSTORESERVICELISTTASKSREQUEST'].fields_by_name['request']._loaded_options = None
+  _globals['_TASKSTORESERVICELISTTASKSREQUEST'].fields_by_name['request']._serialized_options = b'\272H\003\310\001\001'
+  _globals['_TASKSTORESERVICESETTLETASKREQUEST'].fields_by_name['session_id']._loaded_options = None
+  _globals['_TASKSTORESERVICESETTLETASKREQUEST'].fields_by_name['session_id']._serialized_options = b'\272H\005r\003\260\001\001'
+  _globals['_TASKSTORESERVICESETTLETASKREQUEST'].fields_by_name['task_id']._loaded_options = None
+  _globals['_TASKSTORESERVICESETTLETASKREQUEST'].fields_by_name['task_id']._serialized_options = b'\272H\004r\002\020\001'
+  _globals['_TASKSTORESERVICESETTLETASKREQUEST'].fields_by_name['version']._loaded_options = None
+  _globals['_TASKSTORESERVICESETTLETASKREQUEST'].fields_by_name['version']._serialized_options = b'\272H\004\"\002 \000'
+  _globals['_STOREDTASK']._serialized_start=101
+  _globals['_STOREDTASK']._serialized_end=161
+  _globals['_TASKSTORESERVICECREATETASKREQUEST']._serialized_start=164
+  _globals['_TASKSTORESERVICECREATETASKREQUEST']._serialized_end=440
+  _globals['_TASKSTORESERVICECREATETASKRESPONSE']._serialized_start=442
+  _globals['_TASKSTORESERVICECREATETASKRESPONSE']._serialized_end=495
+  _globals['_TASKSTORESERVICEGETTASKREQUEST']._serialized_start=497
+  _globals['_TASKSTORESERVICEGETTASKREQUEST']._serialized_end=585
+  _globals['_TASKSTORESERVICEGETTASKRESPONSE']._serialized_start=587
+  _globals['_TASKSTORESERVICEGETTASKRESPONSE']._serialized_end=669
+  _globals['_TASKSTORESERVICEUPDATETASKREQUEST']._serialized_start=672
+  _globals['_TASKSTORESERVICEUPDATETASKREQUEST']._serialized_end=1023
+  _globals['_TASKSTORESERVICEUPDATETASKRESPONSE']._serialized_start=1025
+  _globals['_TASKSTORESERVICEUPDATETASKRESPONSE']._serialized_end=1078
+  _globals['_TASKSTORESERVICELISTTASKSREQUEST']._serialized_start=1080
+  _globals['_TASKSTORESERVICELISTTASKSREQUEST']._serialized_end=1198
+  _globals['_TASKSTORESERVICELISTTASKSRESPONSE']._serialized_start=1200
+  _globals['_TASKSTORESERVICELISTTASKSRESPONSE']._serialized_end=1281
+  _globals['_TASKSTORESERVICESETTLETASKREQUEST']._serialized_start=1283
+  _globals['_TASKSTORESERVICESETTLETASKREQUEST']._serialized_end=1400
+  _globals['_TASKSTORESERVICESETTLETASKRESPONSE']._serialized_start=1402
+  _globals['_TASKSTORESERVICESETTLETASKRESPONSE']._serialized_end=1438
+  _globals['_TASKSTORESERVICE']._serialized_start=1441
+  _globals['_TASKSTORESERVICE']._serialized_end=2082
 # @@protoc_insertion_point(module_scope)

@@ -1,4 +1,5 @@
 from a2a.types import a2a_pb2 as _a2a_pb2
+from sessionq._pb.buf.validate import validate_pb2 as _validate_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Mapping as _Mapping
