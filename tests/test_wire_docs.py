@@ -59,7 +59,7 @@ def client_pool(tmp_path_factory: pytest.TempPathFactory) -> descriptor_pool.Des
                 {n for r in m.reserved_range for n in range(r.start, r.end)}, set(m.reserved_name)
             )
     names = {f.name for f in fds.file}
-    assert {"kagent/api/v1alpha1/sessions.proto",
+    assert {"kagent/api/v1alpha1/sessions.proto", "kagent/api/v1alpha1/sandboxes.proto",
             "kagent/api/v1alpha1/agents.proto", "sessionq/v1/inventory.proto"} <= names
     return pool
 

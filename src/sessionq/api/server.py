@@ -12,6 +12,8 @@ from sessionq._pb.kagent.api.v1alpha1 import (
     agents_pb2_grpc,
     checkpoints_pb2,
     checkpoints_pb2_grpc,
+    sandboxes_pb2,
+    sandboxes_pb2_grpc,
     sessions_pb2,
     sessions_pb2_grpc,
     task_store_pb2,
@@ -35,6 +37,7 @@ SERVICE_NAMES = [
     sessions_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name,
     agents_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
     inventory_pb2.DESCRIPTOR.services_by_name["InventoryService"].full_name,
+    sandboxes_pb2.DESCRIPTOR.services_by_name["SandboxService"].full_name,
     task_store_pb2.DESCRIPTOR.services_by_name["TaskStoreService"].full_name,
     checkpoints_pb2.DESCRIPTOR.services_by_name["CheckpointService"].full_name,
     a2a_pb2.DESCRIPTOR.services_by_name["A2AService"].full_name,
@@ -76,6 +79,9 @@ class ApiServer:
         inventory_pb2_grpc.add_InventoryServiceServicer_to_server(
             InventoryService.from_settings(settings, store, auth, runtime), self.server
         )
+        # kagent's SandboxService: its requests are validated; its lifecycle is not implemented yet
+        # (a valid call answers UNIMPLEMENTED)
+        sandboxes_pb2_grpc.add_SandboxServiceServicer_to_server(sandboxes_pb2_grpc.SandboxServiceServicer(), self.server)
         task_store_pb2_grpc.add_TaskStoreServiceServicer_to_server(TaskStoreService(store), self.server)
         checkpoints_pb2_grpc.add_CheckpointServiceServicer_to_server(CheckpointService(store, auth), self.server)
         a2a_pb2_grpc.add_A2AServiceServicer_to_server(
