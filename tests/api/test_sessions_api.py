@@ -1,6 +1,7 @@
 """SessionService over gRPC: status codes, bad input, identity, shares, restarts."""
 
 import asyncio
+import uuid
 
 import grpc
 import pytest
@@ -9,6 +10,7 @@ from lifecycle import count
 
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, runtime_pb2, sessions_pb2, sessions_pb2_grpc
 from sessionq.api.server import ApiServer
+from sessionq.errors import SessionqError
 
 AGENT = common_pb2.ResourceReference(namespace="kagent", name="my-first-agent")
 
@@ -187,3 +189,55 @@ async def test_pending_operation_survives_api_restart(settings, database_url, st
         await second.stop(0)
     assert await sim.mutation_count(method="create_actor") == 1
     await asyncio.sleep(0)
+
+
+async def test_volume_source_without_admission_and_the_token_never_stored(api, store, sim):
+    """Issue 20: a volume source is refused FAILED_PRECONDITION when no volume admission is
+    configured (sessionq has none); an admission token alone passes and is never stored."""
+    await apply_agent(store, sim)
+    st = stub(api)
+    volume = sessions_pb2.SessionVolumeSource(
+        snapshot=sessions_pb2.SessionVolumeSnapshot(csi_driver="ebs.csi.aws.com", snapshot_handle="snap-0abc"),
+        capacity="20Gi")
+    code, details = await code_of(st.CreateSession(sessions_pb2.CreateSessionRequest(
+        request_id="v1", agent=AGENT, volume_source=volume, admission_token="proof-123"), metadata=api.md(), timeout=10))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and "volume admission" in details
+    assert "proof-123" not in details
+    r = await st.CreateSession(sessions_pb2.CreateSessionRequest(request_id="v2", agent=AGENT, admission_token="proof-456"),
+                               metadata=api.md(), timeout=10)
+    assert not r.session.HasField("volume_source") and not r.session.HasField("last_quiescence_failure")
+    async with store.pool.connection() as conn:
+        cur = await conn.execute("SELECT count(*) FROM sessionq.sessions WHERE to_jsonb(sessions)::text LIKE '%proof-%'")
+        assert (await cur.fetchone())["count"] == 0
+        cur = await conn.execute("SELECT count(*) FROM sessionq.sessions WHERE request_id = 'v1'")
+        assert (await cur.fetchone())["count"] == 0
+
+
+async def test_share_without_ttl_lasts_until_revoked(api, store, sim):
+    """Issue 20: an unset ttl takes shares.maxTtl; without one (the default) the share never expires."""
+    await apply_agent(store, sim)
+    s = await create(api, request_id="sh1")
+    st = stub(api)
+    share = await st.CreateSessionShare(sessions_pb2.CreateSessionShareRequest(session_id=s.id, permission=1),
+                                        metadata=api.md(), timeout=10)
+    assert share.token and not share.share.HasField("expires_at")
+    got = await st.GetSession(sessions_pb2.GetSessionRequest(session_id=s.id),
+                              metadata=api.md("bob") + [("x-kagent-share-token", share.token)], timeout=10)
+    assert got.session.id == s.id
+    timed = await st.CreateSessionShare(sessions_pb2.CreateSessionShareRequest(
+        session_id=s.id, permission=1, ttl={"seconds": 60}), metadata=api.md(), timeout=10)
+    assert timed.share.expires_at.seconds - timed.share.created_at.seconds == 60
+
+
+async def test_share_ttl_defaults_to_and_is_bounded_by_max_ttl(settings, store):
+    from sessionq.api.sessions import share_ttl
+
+    unset = sessions_pb2.CreateSessionShareRequest(session_id=str(uuid.uuid4()), permission=1)
+    assert share_ttl(unset, 0.0) is None
+    assert share_ttl(unset, 3600.0) == 3600.0
+    within = sessions_pb2.CreateSessionShareRequest(permission=1, ttl={"seconds": 60})
+    assert share_ttl(within, 3600.0) == 60.0
+    over = sessions_pb2.CreateSessionShareRequest(permission=1, ttl={"seconds": 7200})
+    with pytest.raises(SessionqError) as e:
+        share_ttl(over, 3600.0)
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "shares.maxTtl" in e.value.message

@@ -141,9 +141,17 @@ class SessionService(sessions_pb2_grpc.SessionServiceServicer):
     async def CreateSession(
         self, request: sessions_pb2.CreateSessionRequest, context: grpc.aio.ServicerContext
     ) -> sessions_pb2.CreateSessionResponse:
-        # request_id, name and agent are checked by their buf.validate rules (api/validation.py)
+        # request_id, name, agent, volume_source and admission_token are checked by their
+        # buf.validate rules (api/validation.py)
         who = self.auth.identify(context)
         check_request_id(request.request_id)
+        if request.HasField("volume_source"):
+            # kagent refuses every volume source when no volume admission is configured; sessionq
+            # has none (the admission_token, which only an admission reads, is never stored)
+            raise errors.precondition(
+                "volume_source needs a configured volume admission, and this server has none: "
+                "a session cannot be seeded from a snapshot here"
+            )
         namespace, name = request.agent.namespace, request.agent.name
         admission = await self.store.admit_create(who.user, request.request_id, namespace, name, request.name)
         session = await await_generation(self.store, admission, context)
