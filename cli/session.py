@@ -9,6 +9,7 @@ import click
 from google.protobuf.duration_pb2 import Duration
 from sessionq.cli.client import (
     DURATION,
+    CliError,
     boxed_table,
     fmt_time,
     get_client,

@@ -52,7 +52,9 @@ GENERATED_DIRS = [*PROTO_DIRS, Path(VALIDATE_PROTO).parent]
 GEN_ROOT = Path("sessionq/_pb")
 PKG_DIRS = [GEN_ROOT / d for d in GENERATED_DIRS]
 # Package directories (below SRC_ROOT) that get an __init__.py.
-INIT_DIRS = sorted({GEN_ROOT, *(GEN_ROOT / Path(*d.parts[:i]) for d in GENERATED_DIRS for i in range(1, len(d.parts) + 1))})
+INIT_DIRS = sorted(
+    {GEN_ROOT, *(GEN_ROOT / Path(*d.parts[:i]) for d in GENERATED_DIRS for i in range(1, len(d.parts) + 1))}
+)
 # the top-level Python packages protoc derives from our proto paths, moved below sessionq._pb
 _OUR_PACKAGES = "|".join(re.escape(".".join(d.parts)) for d in GENERATED_DIRS)
 _MODULE_REWRITE = re.compile(r"(?<![.\w])(" + _OUR_PACKAGES + r")\.(\w+_pb2)\b")

@@ -222,7 +222,7 @@ async def test_share_without_ttl_lasts_until_revoked(api, store, sim):
                                         metadata=api.md(), timeout=10)
     assert share.token and not share.share.HasField("expires_at")
     got = await st.GetSession(sessions_pb2.GetSessionRequest(session_id=s.id),
-                              metadata=api.md("bob") + [("x-kagent-share-token", share.token)], timeout=10)
+                              metadata=[*api.md("bob"), ("x-kagent-share-token", share.token)], timeout=10)
     assert got.session.id == s.id
     timed = await st.CreateSessionShare(sessions_pb2.CreateSessionShareRequest(
         session_id=s.id, permission=1, ttl={"seconds": 60}), metadata=api.md(), timeout=10)

@@ -25,9 +25,9 @@ from sessionq.db.connection import DatabaseHealth, Listener, make_pool
 from sessionq.db.notify import Channel
 from sessionq.models import (
     Admission,
-    ApplyMode,
     AdmissionOutcome,
     Agent,
+    ApplyMode,
     Checkpoint,
     CheckpointClaim,
     CheckpointClaimStatus,
