@@ -682,7 +682,7 @@ TASKSTORE_RPCS = [
         {"session_id": Ref("alice_sid"), "task": {"id": Ref("alice_task"), "context_id": Ref("alice_sid")},
          "expected_version": Ref("alice_task_version")}, valid_md="wl_alice", mds=tuple(WORKLOAD_MDS)),
     Rpc(T, "ListTasks", ts_stub, task_store_pb2.TaskStoreServiceListTasksRequest,
-        {"session_id": ids(*TS_SIDS), "request": list_requests}, {"session_id": Ref("alice_sid")},
+        {"session_id": ids(*TS_SIDS), "request": list_requests}, {"session_id": Ref("alice_sid"), "request": {}},
         valid_md="wl_alice", mds=tuple(WORKLOAD_MDS)),
     Rpc(T, "SettleTask", ts_stub, task_store_pb2.TaskStoreServiceSettleTaskRequest,
         {"session_id": ids(*TS_SIDS), "task_id": task_ids(*TASK_REFS),
