@@ -26,7 +26,7 @@ def run(settings: config.Settings, main: Coroutine[Any, Any, T]) -> T:
     """Run a long-running command's coroutine on the configured event loop (server.eventLoop)."""
     if settings.server.event_loop == "uvloop":
         try:
-            import uvloop
+            import uvloop  # optional: not installed on Windows
         except ImportError:
             main.close()
             raise click.ClickException(
@@ -91,7 +91,7 @@ def worker(config_file: str | None) -> None:
 def migrate(config_file: str | None, database_url: str | None) -> None:
     """Apply pending migrations (procrastinate's schema, then sessionq's). Idempotent."""
     from sessionq.db import migrate as m  # here: loads Alembic and SQLAlchemy only for this command
-    from sessionq.runtime.simulator import install_schema
+    from sessionq.runtime.simulator import install_schema  # here, as above
 
     settings = load_settings(config_file)
     url = database_url or settings.database.url
