@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -679,8 +680,6 @@ class Expiry:
 
 def payload_hash(task: dict[str, Any], event: dict[str, Any] | None, dispatch_id: UUID | None) -> str:
     """Identity of a task write: an identical retry has the same hash."""
-    import hashlib
-
     return hashlib.sha256(dumps([task, event, str(dispatch_id) if dispatch_id else None]).encode()).hexdigest()
 
 
