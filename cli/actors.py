@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 from sessionq.cli.client import fmt_age, get_client, output_option, plain_table, print_json, printable
 
-from sessionq._pb.kagent.api.v1alpha1 import common_pb2, inventory_pb2, inventory_pb2_grpc
+from sessionq._pb.kagent.api.v1alpha1 import common_pb2
+from sessionq._pb.sessionq.v1 import inventory_pb2, inventory_pb2_grpc
 
 
 def actors_table(actors: list[inventory_pb2.Actor]) -> str:

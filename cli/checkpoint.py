@@ -12,14 +12,14 @@ from google.rpc import error_details_pb2, status_pb2
 from sessionq.cli.client import boxed_table, fmt_time, get_client, output_option, print_json, strip_prefix
 from sessionq.cli.session import _show_session, session
 
-from sessionq._pb.kagent.api.v1alpha1 import checkpoint_pb2, checkpoint_pb2_grpc, common_pb2
+from sessionq._pb.kagent.api.v1alpha1 import checkpoints_pb2, checkpoints_pb2_grpc, common_pb2
 
 PAGE = 100
 SNAPSHOT_PENDING = "KAGENT_CHECKPOINT_SNAPSHOT_PENDING"
 
 
-def _stub(ctx: click.Context) -> checkpoint_pb2_grpc.CheckpointServiceStub:
-    return get_client(ctx).stub(checkpoint_pb2_grpc.CheckpointServiceStub)
+def _stub(ctx: click.Context) -> checkpoints_pb2_grpc.CheckpointServiceStub:
+    return get_client(ctx).stub(checkpoints_pb2_grpc.CheckpointServiceStub)
 
 
 def reason_of(error: grpc.RpcError) -> str | None:
@@ -33,7 +33,7 @@ def reason_of(error: grpc.RpcError) -> str | None:
     return None
 
 
-def checkpoints_table(checkpoints: list[checkpoint_pb2.Checkpoint]) -> str:
+def checkpoints_table(checkpoints: list[checkpoints_pb2.Checkpoint]) -> str:
     return boxed_table(
         ["ID", "SESSION", "HEAD TASK", "SEQ", "STATE", "NAME", "CREATED"],
         [
@@ -42,7 +42,7 @@ def checkpoints_table(checkpoints: list[checkpoint_pb2.Checkpoint]) -> str:
                 c.session_id,
                 c.head_task_id,
                 c.history_sequence,
-                strip_prefix(common_pb2.CheckpointState.Name(c.state), "CHECKPOINT_STATE_"),
+                strip_prefix(checkpoints_pb2.CheckpointState.Name(c.state), "CHECKPOINT_STATE_"),
                 c.name,
                 fmt_time(c.created_at),
             ]
@@ -78,7 +78,7 @@ def create(ctx: click.Context, session_id: str, head_task_id: str, request_id: s
     """Create a checkpoint. While the snapshot of that turn is still being written the same request
     is sent again (as the API asks), until --timeout."""
     client = get_client(ctx)
-    request = checkpoint_pb2.CreateCheckpointRequest(
+    request = checkpoints_pb2.CreateCheckpointRequest(
         session_id=session_id, expected_head_task_id=head_task_id, request_id=request_id or str(uuid.uuid4())
     )
     deadline = time.monotonic() + client.timeout
@@ -103,8 +103,8 @@ def create(ctx: click.Context, session_id: str, head_task_id: str, request_id: s
 def list_(ctx: click.Context, session_id: str, output: str) -> None:
     """List a Session's checkpoints (every page)."""
     client = get_client(ctx)
-    request = checkpoint_pb2.ListCheckpointsRequest(session_id=session_id, page=common_pb2.PageRequest(limit=PAGE))
-    result = checkpoint_pb2.ListCheckpointsResponse()
+    request = checkpoints_pb2.ListCheckpointsRequest(session_id=session_id, page=common_pb2.PageRequest(limit=PAGE))
+    result = checkpoints_pb2.ListCheckpointsResponse()
     while True:
         response = client.call(_stub(ctx).ListCheckpoints, request)
         result.checkpoints.extend(response.checkpoints)
@@ -125,7 +125,7 @@ def get(ctx: click.Context, checkpoint_id: str, output: str) -> None:
     """Show one checkpoint."""
     _show(
         get_client(ctx).call(
-            _stub(ctx).GetCheckpoint, checkpoint_pb2.GetCheckpointRequest(checkpoint_id=checkpoint_id)
+            _stub(ctx).GetCheckpoint, checkpoints_pb2.GetCheckpointRequest(checkpoint_id=checkpoint_id)
         ),
         output,
     )
@@ -138,7 +138,7 @@ def get(ctx: click.Context, checkpoint_id: str, output: str) -> None:
 @click.pass_context
 def rename(ctx: click.Context, checkpoint_id: str, name: str, output: str) -> None:
     """Rename a checkpoint ("" restores the default name)."""
-    request = checkpoint_pb2.UpdateCheckpointNameRequest(checkpoint_id=checkpoint_id, name=name)
+    request = checkpoints_pb2.UpdateCheckpointNameRequest(checkpoint_id=checkpoint_id, name=name)
     _show(get_client(ctx).call(_stub(ctx).UpdateCheckpointName, request), output)
 
 
@@ -151,7 +151,7 @@ def delete(ctx: click.Context, checkpoint_id: str, output: str) -> None:
     fork pins it."""
     client = get_client(ctx)
     response = client.call_retrying(
-        _stub(ctx).DeleteCheckpoint, checkpoint_pb2.DeleteCheckpointRequest(checkpoint_id=checkpoint_id)
+        _stub(ctx).DeleteCheckpoint, checkpoints_pb2.DeleteCheckpointRequest(checkpoint_id=checkpoint_id)
     )
     if output == "json":
         print_json(response)
@@ -166,6 +166,8 @@ def delete(ctx: click.Context, checkpoint_id: str, output: str) -> None:
 @click.pass_context
 def fork(ctx: click.Context, checkpoint_id: str, request_id: str | None, output: str) -> None:
     """Start a new Session from CHECKPOINT_ID: it continues the pinned conversation on its own."""
-    request = checkpoint_pb2.ForkSessionRequest(checkpoint_id=checkpoint_id, request_id=request_id or str(uuid.uuid4()))
+    request = checkpoints_pb2.ForkSessionRequest(
+        checkpoint_id=checkpoint_id, request_id=request_id or str(uuid.uuid4())
+    )
     response = get_client(ctx).call_retrying(_stub(ctx).ForkSession, request)
     _show_session(response, output)

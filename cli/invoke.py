@@ -8,7 +8,7 @@ import click
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 from sessionq.cli.client import CliError, get_client, output_option, print_json, printable
 
-from sessionq._pb.kagent.api.v1alpha1 import session_pb2, session_pb2_grpc
+from sessionq._pb.kagent.api.v1alpha1 import sessions_pb2, sessions_pb2_grpc
 
 
 def answer_text(task: a2a_pb2.Task) -> str:
@@ -38,8 +38,8 @@ def invoke(ctx: click.Context, session_id: str, text: str, task_id: str, output:
     resumed automatically. `-o json` prints the SendMessage response (`.task.id`)."""
     client = get_client(ctx)
     session = client.call(
-        session_pb2_grpc.SessionServiceStub(client.channel).GetSession,
-        session_pb2.GetSessionRequest(session_id=session_id),
+        sessions_pb2_grpc.SessionServiceStub(client.channel).GetSession,
+        sessions_pb2.GetSessionRequest(session_id=session_id),
     ).session
     message = a2a_pb2.Message(
         message_id=str(uuid.uuid4()),

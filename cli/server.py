@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import sys
 from collections.abc import Coroutine
 from pathlib import Path
@@ -39,7 +41,7 @@ def run(settings: config.Settings, main: Coroutine[Any, Any, T]) -> T:
 def _run(settings: config.Settings, main: Coroutine[Any, Any, T]) -> T:
     if settings.server.event_loop == "uvloop":
         try:
-            import uvloop
+            import uvloop  # optional: not installed on Windows
         except ImportError:
             main.close()
             raise click.ClickException(
@@ -48,6 +50,17 @@ def _run(settings: config.Settings, main: Coroutine[Any, Any, T]) -> T:
             ) from None
         return uvloop.run(main)
     return asyncio.run(main)
+
+
+def finish(code: int) -> None:
+    """End a long-running command with its exit status once everything it ran has stopped. The
+    process exits here, skipping the interpreter's finalization: that resets the signal handlers
+    to the default action, and a second Ctrl-C or SIGTERM arriving then would kill the process
+    (status -15) instead of forcing a stop with one line (status 1)."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
 
 
 @click.command()
@@ -67,9 +80,7 @@ def up(config_file: str | None, data_dir: str, database_url: str | None) -> None
     settings = load_settings(config_file)
     logs.setup("text", settings.logging.level)
     url = database_url or settings.database.url or None
-    code = run(settings, process.up(settings, Path(data_dir), url, click.echo))
-    if code:
-        sys.exit(code)
+    finish(run(settings, process.up(settings, Path(data_dir), url, click.echo)))
 
 
 @click.command()
@@ -80,9 +91,7 @@ def serve(config_file: str | None) -> None:
 
     settings = load_settings(config_file)
     logs.setup(settings.logging.format, settings.logging.level)
-    code = run(settings, process.serve(settings, api=True, workers=False))
-    if code:
-        sys.exit(code)
+    finish(run(settings, process.serve(settings, api=True, workers=False)))
 
 
 @click.command()
@@ -93,9 +102,7 @@ def worker(config_file: str | None) -> None:
 
     settings = load_settings(config_file)
     logs.setup(settings.logging.format, settings.logging.level)
-    code = run(settings, process.serve(settings, api=False, workers=True))
-    if code:
-        sys.exit(code)
+    finish(run(settings, process.serve(settings, api=False, workers=True)))
 
 
 @click.command()
@@ -104,7 +111,7 @@ def worker(config_file: str | None) -> None:
 def migrate(config_file: str | None, database_url: str | None) -> None:
     """Apply pending migrations (procrastinate's schema, then sessionq's). Idempotent."""
     from sessionq.db import migrate as m  # here: loads Alembic and SQLAlchemy only for this command
-    from sessionq.runtime.simulator import install_schema
+    from sessionq.runtime.simulator import install_schema  # here, as above
 
     settings = load_settings(config_file)
     url = database_url or settings.database.url

@@ -19,28 +19,28 @@ from sessionq.cli.client import (
     strip_prefix,
 )
 
-from sessionq._pb.kagent.api.v1alpha1 import common_pb2, session_pb2, session_pb2_grpc
+from sessionq._pb.kagent.api.v1alpha1 import common_pb2, runtime_pb2, sessions_pb2, sessions_pb2_grpc
 
 PAGE = 100
 PERMISSIONS = {
-    "read-only": common_pb2.SESSION_SHARE_PERMISSION_READ_ONLY,
-    "read-write": common_pb2.SESSION_SHARE_PERMISSION_READ_WRITE,
+    "read-only": sessions_pb2.SESSION_SHARE_PERMISSION_READ_ONLY,
+    "read-write": sessions_pb2.SESSION_SHARE_PERMISSION_READ_WRITE,
 }
 
 
-def _stub(ctx: click.Context) -> session_pb2_grpc.SessionServiceStub:
-    return get_client(ctx).stub(session_pb2_grpc.SessionServiceStub)
+def _stub(ctx: click.Context) -> sessions_pb2_grpc.SessionServiceStub:
+    return get_client(ctx).stub(sessions_pb2_grpc.SessionServiceStub)
 
 
-def state_name(s: session_pb2.Session) -> str:
-    return strip_prefix(common_pb2.RuntimeState.Name(s.state), "RUNTIME_STATE_")
+def state_name(s: sessions_pb2.Session) -> str:
+    return strip_prefix(runtime_pb2.RuntimeState.Name(s.state), "RUNTIME_STATE_")
 
 
-def operation_name(s: session_pb2.Session) -> str:
-    return strip_prefix(common_pb2.RuntimeOperation.Name(s.operation), "RUNTIME_OPERATION_")
+def operation_name(s: sessions_pb2.Session) -> str:
+    return strip_prefix(runtime_pb2.RuntimeOperation.Name(s.operation), "RUNTIME_OPERATION_")
 
 
-def sessions_table(sessions: list[session_pb2.Session]) -> str:
+def sessions_table(sessions: list[sessions_pb2.Session]) -> str:
     """ID AGENT STATE CREATED, boxed, as `kagent agent session list` prints them."""
     return boxed_table(
         ["ID", "AGENT", "STATE", "CREATED"],
@@ -48,7 +48,7 @@ def sessions_table(sessions: list[session_pb2.Session]) -> str:
     )
 
 
-def session_detail(s: session_pb2.Session) -> str:
+def session_detail(s: sessions_pb2.Session) -> str:
     rows = [
         ("ID", s.id),
         ("NAME", s.name),
@@ -66,11 +66,11 @@ def session_detail(s: session_pb2.Session) -> str:
     return boxed_table(["FIELD", "VALUE"], rows)
 
 
-def shares_table(shares: list[session_pb2.SessionShare]) -> str:
+def shares_table(shares: list[sessions_pb2.SessionShare]) -> str:
     return boxed_table(
         ["ID", "SESSION", "PERMISSION", "CREATED", "EXPIRES"],
         [[sh.id, sh.session_id,
-          strip_prefix(common_pb2.SessionSharePermission.Name(sh.permission), "SESSION_SHARE_PERMISSION_"),
+          strip_prefix(sessions_pb2.SessionSharePermission.Name(sh.permission), "SESSION_SHARE_PERMISSION_"),
           fmt_time(sh.created_at), fmt_time(sh.expires_at)] for sh in shares],
     )
 
@@ -102,7 +102,7 @@ def session() -> None:
 def create(ctx: click.Context, agent_name: str, namespace: str, name: str, request_id: str | None,
            output: str) -> None:
     """Create a Session with an Agent (retried with the same request id while the server is busy)."""
-    request = session_pb2.CreateSessionRequest(
+    request = sessions_pb2.CreateSessionRequest(
         request_id=request_id or str(uuid.uuid4()),
         name=name,
         agent=common_pb2.ResourceReference(namespace=namespace, name=agent_name),
@@ -125,7 +125,7 @@ def create(ctx: click.Context, agent_name: str, namespace: str, name: str, reque
 @click.pass_context
 def get(ctx: click.Context, session_id: str, output: str) -> None:
     """Show one Session."""
-    request = session_pb2.GetSessionRequest(session_id=session_id)
+    request = sessions_pb2.GetSessionRequest(session_id=session_id)
     response = get_client(ctx).call(_stub(ctx).GetSession, request)
     _show_session(response, output, detail=True)
 
@@ -140,11 +140,13 @@ def list_(ctx: click.Context, agent_name: str, namespace: str, all_creators: boo
     """List your Sessions (every page)."""
     client = get_client(ctx)
     stub = _stub(ctx)
-    request = session_pb2.ListSessionsRequest(all_creators=all_creators,
+    request = sessions_pb2.ListSessionsRequest(all_creators=all_creators,
                                               page=common_pb2.PageRequest(limit=PAGE))
-    if agent_name or namespace:
-        request.agent.CopyFrom(common_pb2.ResourceReference(namespace=namespace, name=agent_name))
-    result = session_pb2.ListSessionsResponse()
+    if namespace and not agent_name:
+        raise CliError("--namespace filters by an Agent: give --agent too")
+    if agent_name:  # an Agent reference names both (kagent's rule)
+        request.agent.CopyFrom(common_pb2.ResourceReference(namespace=namespace or "kagent", name=agent_name))
+    result = sessions_pb2.ListSessionsResponse()
     while True:
         response = client.call(stub.ListSessions, request)
         result.sessions.extend(response.sessions)
@@ -166,7 +168,7 @@ def list_(ctx: click.Context, agent_name: str, namespace: str, all_creators: boo
 @click.pass_context
 def rename(ctx: click.Context, session_id: str, name: str, output: str) -> None:
     """Set a Session's display name ("" clears it)."""
-    request = session_pb2.UpdateSessionNameRequest(session_id=session_id, name=name)
+    request = sessions_pb2.UpdateSessionNameRequest(session_id=session_id, name=name)
     response = get_client(ctx).call(_stub(ctx).UpdateSessionName, request)
     _show_session(response, output, detail=True)
 
@@ -177,7 +179,7 @@ def rename(ctx: click.Context, session_id: str, name: str, output: str) -> None:
 @click.pass_context
 def suspend(ctx: click.Context, session_id: str, output: str) -> None:
     """Suspend a Session's runtime."""
-    request = session_pb2.SuspendSessionRequest(session_id=session_id)
+    request = sessions_pb2.SuspendSessionRequest(session_id=session_id)
     _show_session(get_client(ctx).call_retrying(_stub(ctx).SuspendSession, request), output)
 
 
@@ -187,7 +189,7 @@ def suspend(ctx: click.Context, session_id: str, output: str) -> None:
 @click.pass_context
 def resume(ctx: click.Context, session_id: str, output: str) -> None:
     """Resume a suspended Session's runtime."""
-    request = session_pb2.ResumeSessionRequest(session_id=session_id)
+    request = sessions_pb2.ResumeSessionRequest(session_id=session_id)
     _show_session(get_client(ctx).call_retrying(_stub(ctx).ResumeSession, request), output)
 
 
@@ -197,7 +199,7 @@ def resume(ctx: click.Context, session_id: str, output: str) -> None:
 @click.pass_context
 def delete(ctx: click.Context, session_id: str, output: str) -> None:
     """Delete a Session and its runtime."""
-    request = session_pb2.DeleteSessionRequest(session_id=session_id)
+    request = sessions_pb2.DeleteSessionRequest(session_id=session_id)
     _show_session(get_client(ctx).call_retrying(_stub(ctx).DeleteSession, request), output)
 
 
@@ -219,7 +221,7 @@ def share_create(ctx: click.Context, session_id: str, permission: str, ttl: floa
     """Create a share token for a Session (the token is shown only once)."""
     duration = Duration()
     duration.FromNanoseconds(int(ttl * 1e9))
-    request = session_pb2.CreateSessionShareRequest(
+    request = sessions_pb2.CreateSessionShareRequest(
         session_id=session_id, permission=PERMISSIONS[permission.lower()], ttl=duration,
     )
     response = get_client(ctx).call(_stub(ctx).CreateSessionShare, request)
@@ -239,9 +241,9 @@ def share_list(ctx: click.Context, session_id: str, output: str) -> None:
     """List a Session's shares (every page)."""
     client = get_client(ctx)
     stub = _stub(ctx)
-    request = session_pb2.ListSessionSharesRequest(session_id=session_id,
+    request = sessions_pb2.ListSessionSharesRequest(session_id=session_id,
                                                    page=common_pb2.PageRequest(limit=PAGE))
-    result = session_pb2.ListSessionSharesResponse()
+    result = sessions_pb2.ListSessionSharesResponse()
     while True:
         response = client.call(stub.ListSessionShares, request)
         result.shares.extend(response.shares)
@@ -263,7 +265,7 @@ def share_list(ctx: click.Context, session_id: str, output: str) -> None:
 def share_revoke(ctx: click.Context, share_id: str, output: str) -> None:
     """Revoke a share."""
     response = get_client(ctx).call(_stub(ctx).RevokeSessionShare,
-                                    session_pb2.RevokeSessionShareRequest(share_id=share_id))
+                                    sessions_pb2.RevokeSessionShareRequest(share_id=share_id))
     if output == "json":
         print_json(response)
     else:

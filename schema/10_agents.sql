@@ -94,9 +94,11 @@ COMMENT ON FUNCTION sessionq.agent_conditions(sessionq.revisions, uuid) IS
 -- apply_agent: create or update an Agent; a changed spec makes a new revision and queues its preparation.
 -- p_base_revision: the desired revision whose stored credential header values the caller kept (a
 -- spec applied with redacted values); the apply is refused (SQ409) when it is no longer the desired one.
+-- p_mode: apply (create or update), create (ALREADY_EXISTS when the Agent exists: CreateAgent) or
+-- update (NOT_FOUND when it does not: UpdateAgent).
 CREATE OR REPLACE FUNCTION sessionq.apply_agent(
   p_namespace text, p_name text, p_spec jsonb, p_spec_hash text, p_image text, p_egress jsonb, p_caller text,
-  p_admin boolean DEFAULT false, p_base_revision uuid DEFAULT NULL
+  p_admin boolean DEFAULT false, p_base_revision uuid DEFAULT NULL, p_mode text DEFAULT 'apply'
 ) RETURNS TABLE (agent_namespace text, agent_name text, revision_created boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -108,6 +110,16 @@ BEGIN
   -- serialize appliers of one Agent name (the row may not exist yet)
   PERFORM pg_advisory_xact_lock(hashtextextended('sessionq.agent:' || p_namespace || '/' || p_name, 0));
   SELECT * INTO v_agent FROM sessionq.agents a WHERE a.namespace = p_namespace AND a.name = p_name FOR UPDATE;
+  IF p_mode NOT IN ('apply', 'create', 'update') THEN
+    PERFORM sessionq.fail('SQ400', format('unknown apply mode %s', sessionq.clip(p_mode)));
+  END IF;
+  IF FOUND AND p_mode = 'create' THEN
+    PERFORM sessionq.fail('SQ422', format('agent %s/%s already exists; update it instead',
+                                          sessionq.clip(p_namespace), sessionq.clip(p_name)));
+  ELSIF NOT FOUND AND p_mode = 'update' THEN
+    PERFORM sessionq.fail('SQ404', format('agent %s/%s not found; create it first',
+                                          sessionq.clip(p_namespace), sessionq.clip(p_name)));
+  END IF;
   IF FOUND THEN
     IF v_agent.created_by <> p_caller AND NOT p_admin THEN
       PERFORM sessionq.fail('SQ403', format('agent %s/%s belongs to %s; only its owner or an administrator may change it',
@@ -148,8 +160,8 @@ BEGIN
   PERFORM sessionq.defer('prepare_revision', v_rev.id::text, jsonb_build_object('revision_id', v_rev.id));
   RETURN QUERY SELECT p_namespace, p_name, true;
 END $$;
-COMMENT ON FUNCTION sessionq.apply_agent(text, text, jsonb, text, text, jsonb, text, boolean, uuid) IS
-  'Create or update an Agent (an existing one only by its owner or an administrator). A spec whose hash differs from the desired revision creates revision n+1 (PENDING) and queues its prepare_revision job in the same transaction. p_base_revision (optional): the desired revision the caller took kept credential header values from; SQ409 when another apply or a delete came in between. p_spec and p_egress hold the credential values: no view or read path returns them (readers see them redacted).';
+COMMENT ON FUNCTION sessionq.apply_agent(text, text, jsonb, text, text, jsonb, text, boolean, uuid, text) IS
+  'Create or update an Agent (an existing one only by its owner or an administrator); p_mode create refuses an existing Agent (ALREADY_EXISTS), update a missing one (NOT_FOUND), apply does either. A spec whose hash differs from the desired revision creates revision n+1 (PENDING) and queues its prepare_revision job in the same transaction. p_base_revision (optional): the desired revision the caller took kept credential header values from; SQ409 when another apply or a delete came in between. p_spec and p_egress hold the credential values: no view or read path returns them (readers see them redacted).';
 
 -- finish_revision: record the outcome of preparing a revision in the runtime.
 CREATE OR REPLACE FUNCTION sessionq.finish_revision(p_revision uuid, p_template_uid text, p_failure text)

@@ -134,11 +134,11 @@ CREATE TABLE sessionq.session_shares (
   token_hash  text NOT NULL UNIQUE,
   created_by  text NOT NULL,
   created_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
-  expires_at  timestamptz NOT NULL
+  expires_at  timestamptz  -- NULL: never (a share created without a ttl and no shares.maxTtl)
 );
 CREATE INDEX session_shares_session_idx ON sessionq.session_shares (session_id, id);
 COMMENT ON TABLE sessionq.session_shares IS
-  'Bearer shares of a Session: the token is shown once and only its SHA-256 is stored. READ_ONLY reads; READ_WRITE also sends and cancels. Revoked by deletion of the Session.';
+  'Bearer shares of a Session: the token is shown once and only its SHA-256 is stored. READ_ONLY reads; READ_WRITE also sends and cancels. Valid until expires_at (NULL: until revoked); revoked by deletion of the Session.';
 
 -- A change of a Session row's outcome wakes the callers waiting on it (API waiters LISTEN on this
 -- channel). An insert notifies nobody: its admitting caller already knows the generation is pending.
@@ -174,7 +174,8 @@ RETURNS text LANGUAGE sql STABLE AS $$
     WHEN p_session.id IS NULL OR p_session.state = 'DELETED' THEN NULL
     WHEN p_session.creator = p_caller THEN 'owner'
     ELSE (SELECT max(sh.permission) FROM sessionq.session_shares sh
-           WHERE sh.session_id = p_session.id AND sh.token_hash = p_share_hash AND sh.expires_at > clock_timestamp())
+           WHERE sh.session_id = p_session.id AND sh.token_hash = p_share_hash
+             AND (sh.expires_at IS NULL OR sh.expires_at > clock_timestamp()))
   END
 $$;
 COMMENT ON FUNCTION sessionq.access(sessionq.sessions, text, text) IS
@@ -639,12 +640,13 @@ BEGIN
     PERFORM sessionq.fail('SQ412', format('session %s is being deleted', v.id));
   END IF;
   INSERT INTO sessionq.session_shares (session_id, permission, token_hash, created_by, expires_at)
-  VALUES (v.id, p_permission, p_token_hash, p_caller, clock_timestamp() + make_interval(secs => p_ttl))
+  VALUES (v.id, p_permission, p_token_hash, p_caller,
+          CASE WHEN p_ttl IS NOT NULL THEN clock_timestamp() + make_interval(secs => p_ttl) END)
   RETURNING * INTO v_share;
   RETURN to_jsonb(v_share);
 END $$;
 COMMENT ON FUNCTION sessionq.create_share(uuid, text, text, double precision, text) IS
-  'Share a Session for p_ttl seconds with whoever holds the token whose SHA-256 is p_token_hash. Owner only.';
+  'Share a Session for p_ttl seconds (NULL: until revoked) with whoever holds the token whose SHA-256 is p_token_hash. Owner only.';
 
 CREATE OR REPLACE FUNCTION sessionq.list_shares(p_session uuid, p_caller text, p_after uuid, p_limit integer)
 RETURNS SETOF jsonb LANGUAGE plpgsql STABLE AS $$

@@ -232,6 +232,13 @@ KEYS: tuple[Key, ...] = (
     Key("sessions.quiescenceWorkers", _int(1, 64), 4, "Quiescence workers per worker process."),
     Key("sessions.dispatchTimeout", _positive_duration, 600.0, "Lifetime of a turn's dispatch reservation."),
     Key(
+        "shares.maxTtl",
+        _duration,
+        0.0,
+        "Longest lifetime of a Session share; a CreateSessionShare without ttl gets it, and a longer ttl is"
+        " refused. 0s: no maximum (a share created without ttl is valid until revoked or its Session deleted).",
+    ),
+    Key(
         "a2a.maxMessageBytes",
         _int(1024, 64 * MIB),
         MIB,

@@ -82,6 +82,19 @@ class SessionsSettings:
 
 
 @dataclass(frozen=True)
+class SharesSettings:
+    """shares.*"""
+
+    max_ttl: float  # shares.maxTtl
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> SharesSettings:
+        return cls(
+            max_ttl=values["shares.maxTtl"],
+        )
+
+
+@dataclass(frozen=True)
 class A2aSettings:
     """a2a.*"""
 
@@ -224,6 +237,7 @@ class Sections:
     database: DatabaseSettings
     server: ServerSettings
     sessions: SessionsSettings
+    shares: SharesSettings
     a2a: A2aSettings
     workers: WorkersSettings
     jobs: JobsSettings
@@ -239,6 +253,7 @@ class Sections:
         object.__setattr__(self, "database", DatabaseSettings.from_values(values))
         object.__setattr__(self, "server", ServerSettings.from_values(values))
         object.__setattr__(self, "sessions", SessionsSettings.from_values(values))
+        object.__setattr__(self, "shares", SharesSettings.from_values(values))
         object.__setattr__(self, "a2a", A2aSettings.from_values(values))
         object.__setattr__(self, "workers", WorkersSettings.from_values(values))
         object.__setattr__(self, "jobs", JobsSettings.from_values(values))

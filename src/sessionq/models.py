@@ -77,6 +77,14 @@ class RevisionState(enum.StrEnum):
     FAILED = "FAILED"
 
 
+class ApplyMode(enum.StrEnum):
+    """p_mode of apply_agent: create or update (apply), create only (CreateAgent), update only (UpdateAgent)."""
+
+    APPLY = "apply"
+    CREATE = "create"
+    UPDATE = "update"
+
+
 class CheckpointState(enum.StrEnum):
     """checkpoints.state."""
 
@@ -381,7 +389,7 @@ class Share(Row):
     permission: SharePermission
     created_by: str
     created_at: datetime
-    expires_at: datetime
+    expires_at: datetime | None  # None: until revoked
 
 
 @dataclass(frozen=True)

@@ -7,14 +7,14 @@ import pytest
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 from conftest import apply_agent
 
-from sessionq._pb.kagent.api.v1alpha1 import common_pb2, session_pb2, session_pb2_grpc
+from sessionq._pb.kagent.api.v1alpha1 import common_pb2, runtime_pb2, sessions_pb2, sessions_pb2_grpc
 
 TENANT = "kagent/my-first-agent"
 
 
 async def new_session(api, user="alice"):
-    r = await session_pb2_grpc.SessionServiceStub(api.channel).CreateSession(
-        session_pb2.CreateSessionRequest(request_id=f"s-{user}", agent=common_pb2.ResourceReference(
+    r = await sessions_pb2_grpc.SessionServiceStub(api.channel).CreateSession(
+        sessions_pb2.CreateSessionRequest(request_id=f"s-{user}", agent=common_pb2.ResourceReference(
             namespace="kagent", name="my-first-agent")), metadata=api.md(user), timeout=10)
     return r.session.id
 
@@ -56,8 +56,8 @@ async def test_conversation_over_a2a(api, store, sim):
     # without context or task id: a new conversation (a new Session) of the existing Agent
     t3 = await send(api, "What is 3*5?")
     assert "15" in answer(t3) and t3.context_id not in ("", sid)
-    s3 = await session_pb2_grpc.SessionServiceStub(api.channel).GetSession(
-        session_pb2.GetSessionRequest(session_id=t3.context_id), metadata=api.md(), timeout=5)
+    s3 = await sessions_pb2_grpc.SessionServiceStub(api.channel).GetSession(
+        sessions_pb2.GetSessionRequest(session_id=t3.context_id), metadata=api.md(), timeout=5)
     assert s3.session.agent.name == "my-first-agent"
     code, _ = await code_of(send(api, "hi", tenant="kagent/no-such-agent"))
     assert code == grpc.StatusCode.NOT_FOUND
@@ -80,8 +80,8 @@ async def test_missing_expired_and_foreign_contexts_are_task_not_found(api, stor
     ]
     assert {a for a in answers} == {(grpc.StatusCode.NOT_FOUND, "TaskNotFound: no such task or context")}
     # a deleted Session's context is gone the same way
-    await session_pb2_grpc.SessionServiceStub(api.channel).DeleteSession(
-        session_pb2.DeleteSessionRequest(session_id=sid), metadata=api.md(), timeout=10)
+    await sessions_pb2_grpc.SessionServiceStub(api.channel).DeleteSession(
+        sessions_pb2.DeleteSessionRequest(session_id=sid), metadata=api.md(), timeout=10)
     assert await code_of(send(api, "hi", sid)) == answers[0]
     code, _ = await code_of(send(api, "hi", sid, user="nobody"))
     assert code == grpc.StatusCode.UNAUTHENTICATED
@@ -102,10 +102,10 @@ async def test_actor_suspends_between_turns_and_runs_during_one(api, store, sim)
     await apply_agent(store, sim)
     sid = await new_session(api)
     name = f"session-{sid}"
-    sessions = session_pb2_grpc.SessionServiceStub(api.channel)
+    sessions = sessions_pb2_grpc.SessionServiceStub(api.channel)
 
     async def session_state():
-        r = await sessions.GetSession(session_pb2.GetSessionRequest(session_id=sid), metadata=api.md(), timeout=5)
+        r = await sessions.GetSession(sessions_pb2.GetSessionRequest(session_id=sid), metadata=api.md(), timeout=5)
         return r.session.state
 
     async def settled_actor():
@@ -129,9 +129,9 @@ async def test_actor_suspends_between_turns_and_runs_during_one(api, store, sim)
         await asyncio.sleep(0.01)
     assert running is not None and running.worker and running.uid == first.uid
     assert running.version > first.version
-    assert await session_state() == common_pb2.RUNTIME_STATE_READY
+    assert await session_state() == runtime_pb2.RUNTIME_STATE_READY
     task = await slow
     assert "What is 2+2?" in answer(task)
     after = await settled_actor()
     assert after.uid == first.uid and after.worker is None and after.version > running.version
-    assert await session_state() == common_pb2.RUNTIME_STATE_READY
+    assert await session_state() == runtime_pb2.RUNTIME_STATE_READY

@@ -11,21 +11,18 @@ URLs and header values hold no control characters.
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 from typing import Any
 from uuid import UUID
 
 import grpc
 import pytest
+from agentapi import Applied, spec_of, status_of
+from agentapi import apply as apply_agent
 from lifecycle import count
 
-from sessionq._pb.kagent.api.v1alpha1 import (
-    agent_pb2,
-    agent_pb2_grpc,
-    common_pb2,
-    session_pb2,
-    session_pb2_grpc,
-)
+from sessionq._pb.kagent.api.v1alpha1 import agents_pb2, agents_pb2_grpc, common_pb2, sessions_pb2, sessions_pb2_grpc
 from sessionq.domain.agents import REDACTED, check_template, parse_spec
 from sessionq.errors import SessionqError
 
@@ -36,25 +33,24 @@ MCP_URL = "http://mcp.tools.svc.cluster.local:8080/mcp"
 REF = common_pb2.ResourceReference(namespace="kagent", name="secret-agent")
 
 
-def spec_msg(template: str = "example.com/agents/helper:1.0", secret: str = SECRET, mcp: str = MCP_SECRET,
-             name: str = REF.name) -> agent_pb2.AgentSpec:
-    return agent_pb2.AgentSpec(
-        ref=common_pb2.ResourceReference(namespace="kagent", name=name),
-        template=template,
-        egress=[
-            agent_pb2.EgressDestination(url=URL, credential_headers={"Authorization": secret}),
-            agent_pb2.EgressDestination(url=MCP_URL, credential_headers={"X-Api-Key": mcp, "X-Empty": ""}),
-            agent_pb2.EgressDestination(url="https://otel.observability.svc.cluster.local:4318"),
+def spec_msg(template: str = "example.com/agents/helper:1.0", secret: str = SECRET, mcp: str = MCP_SECRET
+             ) -> dict[str, Any]:
+    return {
+        "template": template,
+        "egress": [
+            {"url": URL, "credentialHeaders": {"Authorization": secret}},
+            {"url": MCP_URL, "credentialHeaders": {"X-Api-Key": mcp, "X-Empty": ""}},
+            {"url": "https://otel.observability.svc.cluster.local:4318", "credentialHeaders": {}},
         ],
-    )
+    }
 
 
 def md(user: str) -> list[tuple[str, str]]:
     return [("authorization", f"Bearer {user}-token")]
 
 
-async def apply(stub: Any, spec: agent_pb2.AgentSpec, user: str = "alice") -> agent_pb2.ApplyAgentResponse:
-    return await stub.ApplyAgent(agent_pb2.ApplyAgentRequest(spec=spec), metadata=md(user), timeout=10)
+async def apply(stub: Any, spec: dict[str, Any], user: str = "alice") -> Applied:
+    return await apply_agent(stub, spec, name=REF.name, metadata=md(user))
 
 
 async def refused(call: Any, code: grpc.StatusCode = grpc.StatusCode.INVALID_ARGUMENT) -> str:
@@ -70,9 +66,9 @@ def no_secret(data: bytes | str) -> None:
         assert secret not in text
 
 
-def shows_redacted(agent: agent_pb2.Agent) -> None:
+def shows_redacted(agent: agents_pb2.Agent) -> None:
     no_secret(agent.SerializeToString())
-    headers = {e.url: dict(e.credential_headers) for e in agent.spec.egress}
+    headers = {e["url"]: e.get("credentialHeaders") or {} for e in spec_of(agent)["egress"]}
     assert headers == {
         URL: {"Authorization": REDACTED},
         MCP_URL: {"X-Api-Key": REDACTED, "X-Empty": ""},  # empty: no value is set
@@ -90,8 +86,8 @@ async def stored_values(store: Any) -> list[dict[str, str]]:
 
 
 @pytest.fixture
-def stub(api: Any) -> agent_pb2_grpc.AgentServiceStub:
-    return agent_pb2_grpc.AgentServiceStub(api.channel)
+def stub(api: Any) -> agents_pb2_grpc.AgentServiceStub:
+    return agents_pb2_grpc.AgentServiceStub(api.channel)
 
 
 # -- every read path, as another user, the owner and an administrator --------------------------------
@@ -101,21 +97,21 @@ def stub(api: Any) -> agent_pb2_grpc.AgentServiceStub:
 async def test_no_read_path_returns_credential_values(api, stub, reader):
     applied = await apply(stub, spec_msg())
     shows_redacted(applied.agent)  # not even the apply's own answer echoes them
-    got = await stub.GetAgent(agent_pb2.GetAgentRequest(agent=REF), metadata=md(reader), timeout=10)
+    got = await stub.GetAgent(agents_pb2.GetAgentRequest(ref=REF), metadata=md(reader), timeout=10)
     shows_redacted(got.agent)
-    listed = await stub.ListAgents(agent_pb2.ListAgentsRequest(), metadata=md(reader), timeout=10)
+    listed = await stub.ListAgents(agents_pb2.ListAgentsRequest(namespace="kagent"), metadata=md(reader), timeout=10)
     assert [a.ref.name for a in listed.agents] == [REF.name]
     shows_redacted(listed.agents[0])
-    one_ns = await stub.ListAgents(agent_pb2.ListAgentsRequest(namespace="kagent"), metadata=md(reader), timeout=10)
+    one_ns = await stub.ListAgents(agents_pb2.ListAgentsRequest(namespace="kagent"), metadata=md(reader), timeout=10)
     shows_redacted(one_ns.agents[0])
 
 
 async def test_the_runtime_gets_the_real_values(api, stub, store, sim):
     await apply(stub, spec_msg())
     await wait_ready(stub)
-    sessions = session_pb2_grpc.SessionServiceStub(api.channel)
+    sessions = sessions_pb2_grpc.SessionServiceStub(api.channel)
     created = await sessions.CreateSession(
-        session_pb2.CreateSessionRequest(request_id="s1", agent=REF), metadata=md("alice"), timeout=20)
+        sessions_pb2.CreateSessionRequest(request_id="s1", agent=REF), metadata=md("alice"), timeout=20)
     row = await store.get_session(UUID(created.session.id), "alice")
     policy = await sim.get_egress_policy(row.actor_atespace, row.actor_name)
     by_host = {r.hostname: r.credential_headers for r in policy.rules}
@@ -124,10 +120,10 @@ async def test_the_runtime_gets_the_real_values(api, stub, store, sim):
     no_secret(created.SerializeToString())
 
 
-async def wait_ready(stub: Any) -> agent_pb2.Agent:
+async def wait_ready(stub: Any) -> agents_pb2.Agent:
     for _ in range(200):
-        agent = (await stub.GetAgent(agent_pb2.GetAgentRequest(agent=REF), metadata=md("alice"), timeout=10)).agent
-        if agent.latest_successful_revision == agent.desired_revision:
+        agent = (await stub.GetAgent(agents_pb2.GetAgentRequest(ref=REF), metadata=md("alice"), timeout=10)).agent
+        if status_of(agent)["latestSuccessfulRevision"] == status_of(agent)["desiredRevision"]:
             return agent
         await asyncio.sleep(0.05)
     raise AssertionError("the revision was not prepared in 10 s")
@@ -139,22 +135,20 @@ async def wait_ready(stub: Any) -> agent_pb2.Agent:
 async def test_applying_what_get_returned_keeps_the_stored_values(api, stub, store):
     first = await apply(stub, spec_msg())
     assert first.revision_created
-    seen = (await stub.GetAgent(agent_pb2.GetAgentRequest(agent=REF), metadata=md("alice"), timeout=10)).agent
+    seen = (await stub.GetAgent(agents_pb2.GetAgentRequest(ref=REF), metadata=md("alice"), timeout=10)).agent
     # the spec as read (markers included) applied again: unchanged, no new revision (same spec hash)
-    again = await apply(stub, seen.spec)
+    again = await apply(stub, spec_of(seen))
     assert not again.revision_created
     assert await stored_values(store) == [{"Authorization": SECRET, "X-Api-Key": MCP_SECRET, "X-Empty": ""}]
     # an administrator changes the template of Alice's Agent from what it read: the secrets stay
-    edited = agent_pb2.AgentSpec()
-    edited.CopyFrom(seen.spec)
-    edited.template = "example.com/agents/helper:2.0"
+    edited = copy.deepcopy(spec_of(seen))
+    edited["template"] = "example.com/agents/helper:2.0"
     assert (await apply(stub, edited, user="admin")).revision_created
     assert (await stored_values(store))[-1] == {"Authorization": SECRET, "X-Api-Key": MCP_SECRET, "X-Empty": ""}
     # the marker is matched by header name case-insensitively, on the same URL
-    lower = agent_pb2.AgentSpec()
-    lower.CopyFrom(edited)
-    lower.egress[0].credential_headers.clear()
-    lower.egress[0].credential_headers["authorization"] = REDACTED
+    lower = copy.deepcopy(edited)
+    lower["egress"][0]["credentialHeaders"].clear()
+    lower["egress"][0]["credentialHeaders"]["authorization"] = REDACTED
     assert (await apply(stub, lower)).revision_created  # the header's spelling changed
     assert (await stored_values(store))[-1]["authorization"] == SECRET
     # a new value replaces the stored one
@@ -174,13 +168,13 @@ async def test_a_marker_without_a_stored_value_is_refused(api, stub, store):
     await apply(stub, spec_msg())
     # another URL: a secret is kept only for the URL it was given for (it cannot be sent elsewhere)
     moved = spec_msg()
-    moved.egress[0].url = "https://attacker.example.com/v1"
-    moved.egress[0].credential_headers["Authorization"] = REDACTED
+    moved["egress"][0]["url"] = "https://attacker.example.com/v1"
+    moved["egress"][0]["credentialHeaders"]["Authorization"] = REDACTED
     details = await refused(apply(stub, moved, user="admin"))
     assert "no stored value" in details
     # another header name on the same URL
     other = spec_msg()
-    other.egress[0].credential_headers["X-Other"] = REDACTED
+    other["egress"][0]["credentialHeaders"]["X-Other"] = REDACTED
     await refused(apply(stub, other))
     assert await count(store, "SELECT count(*) FROM sessionq.revisions") == 1
     # another user may not apply it at all, markers or not
@@ -220,9 +214,8 @@ async def test_racing_appliers_never_keep_a_stale_or_marker_value(api, stub, sto
         await apply(stub, spec_msg(template=f"example.com/agents/helper:alice-{i}", secret=f"Bearer v{i + 1}"))
 
     async def keep(i: int) -> None:
-        edited = agent_pb2.AgentSpec()
-        edited.CopyFrom(marked)
-        edited.template = f"example.com/agents/helper:admin-{i}"
+        edited = copy.deepcopy(marked)
+        edited["template"] = f"example.com/agents/helper:admin-{i}"
         try:
             await apply(stub, edited, user="admin")
         except grpc.aio.AioRpcError as e:  # three reads in a row overtaken: told to apply again
@@ -254,8 +247,8 @@ async def test_racing_appliers_never_keep_a_stale_or_marker_value(api, stub, sto
 async def test_no_view_shows_credential_values(api, stub, store, aconn):
     await apply(stub, spec_msg())
     await wait_ready(stub)
-    sessions = session_pb2_grpc.SessionServiceStub(api.channel)
-    await sessions.CreateSession(session_pb2.CreateSessionRequest(request_id="v1", agent=REF), metadata=md("alice"),
+    sessions = sessions_pb2_grpc.SessionServiceStub(api.channel)
+    await sessions.CreateSession(sessions_pb2.CreateSessionRequest(request_id="v1", agent=REF), metadata=md("alice"),
                                  timeout=20)
     cur = await aconn.execute(
         "SELECT table_schema, table_name FROM information_schema.views"
@@ -300,11 +293,11 @@ async def test_no_log_line_shows_credential_values(api, stub, caplog):
     await refused(apply(stub, spec_msg(template="Not An Image")))
     await refused(apply(stub, spec_msg(secret="Bearer x\r\nX-Injected: 1")))
     bad_url = spec_msg()
-    bad_url.egress[0].url = f"https://user:{MCP_SECRET}@api.example.com"
+    bad_url["egress"][0]["url"] = f"https://user:{MCP_SECRET}@api.example.com"
     await refused(apply(stub, bad_url))
-    await stub.ListAgents(agent_pb2.ListAgentsRequest(), metadata=md("bob"), timeout=10)
-    sessions = session_pb2_grpc.SessionServiceStub(api.channel)
-    await sessions.CreateSession(session_pb2.CreateSessionRequest(request_id="l1", agent=REF), metadata=md("alice"),
+    await stub.ListAgents(agents_pb2.ListAgentsRequest(namespace="kagent"), metadata=md("bob"), timeout=10)
+    sessions = sessions_pb2_grpc.SessionServiceStub(api.channel)
+    await sessions.CreateSession(sessions_pb2.CreateSessionRequest(request_id="l1", agent=REF), metadata=md("alice"),
                                  timeout=20)
     assert caplog.records
     for record in caplog.records:
@@ -324,7 +317,7 @@ async def test_no_log_line_shows_credential_values(api, stub, caplog):
 ])
 async def test_urls_with_user_info_are_refused_without_echoing_them(api, stub, store, url):
     spec = spec_msg()
-    spec.egress[1].url = url
+    spec["egress"][1]["url"] = url
     details = await refused(apply(stub, spec))
     assert details.startswith("egress[1].url must not contain a user name or password")
     no_secret(details)
@@ -343,7 +336,7 @@ async def test_urls_with_user_info_are_refused_without_echoing_them(api, stub, s
 ])
 async def test_urls_with_control_characters_are_refused(api, stub, store, url):
     spec = spec_msg()
-    spec.egress[0].url = url
+    spec["egress"][0]["url"] = url
     details = await refused(apply(stub, spec))
     assert details == "egress[0].url must not contain spaces or control characters"
     assert await count(store, "SELECT count(*) FROM sessionq.revisions") == 0
@@ -361,7 +354,7 @@ async def test_header_values_with_control_characters_are_refused_without_echo(ap
 
 async def test_an_invalid_url_is_invalid_argument_not_internal(api, stub):
     spec = spec_msg()
-    spec.egress[0].url = "http://[not-an-address"
+    spec["egress"][0]["url"] = "http://[not-an-address"
     assert "is not a valid URL" in await refused(apply(stub, spec))
 
 

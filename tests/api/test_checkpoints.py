@@ -13,16 +13,17 @@ from lifecycle import count
 from test_a2a import answer, new_session, send
 
 from sessionq._pb.kagent.api.v1alpha1 import (
-    checkpoint_pb2,
-    checkpoint_pb2_grpc,
+    checkpoints_pb2,
+    checkpoints_pb2_grpc,
     common_pb2,
-    session_pb2,
-    session_pb2_grpc,
+    runtime_pb2,
+    sessions_pb2,
+    sessions_pb2_grpc,
 )
 
 
 def cps(api):
-    return checkpoint_pb2_grpc.CheckpointServiceStub(api.channel)
+    return checkpoints_pb2_grpc.CheckpointServiceStub(api.channel)
 
 
 def reason_of(err: grpc.aio.AioRpcError) -> str | None:
@@ -42,7 +43,7 @@ async def create_cp(api, sid, head, rid, user="alice", wait=10.0):
     while True:
         try:
             r = await cps(api).CreateCheckpoint(
-                checkpoint_pb2.CreateCheckpointRequest(session_id=sid, expected_head_task_id=head, request_id=rid),
+                checkpoints_pb2.CreateCheckpointRequest(session_id=sid, expected_head_task_id=head, request_id=rid),
                 metadata=api.md(user), timeout=10)
             return r.checkpoint
         except grpc.aio.AioRpcError as e:
@@ -52,7 +53,7 @@ async def create_cp(api, sid, head, rid, user="alice", wait=10.0):
 
 
 async def fork(api, cp_id, rid, user="alice"):
-    r = await cps(api).ForkSession(checkpoint_pb2.ForkSessionRequest(checkpoint_id=cp_id, request_id=rid),
+    r = await cps(api).ForkSession(checkpoints_pb2.ForkSessionRequest(checkpoint_id=cp_id, request_id=rid),
                                    metadata=api.md(user), timeout=15)
     return r.session
 
@@ -78,7 +79,7 @@ async def conversation(api, store, sim):
 async def test_checkpoint_pins_snapshot_with_a_tag_idempotently(api, store, sim, conversation):
     sid, _t1, t2 = conversation
     cp = await create_cp(api, sid, t2.id, "rid-1")
-    assert cp.state == common_pb2.CHECKPOINT_STATE_READY and cp.session_id == sid and cp.head_task_id == t2.id
+    assert cp.state == checkpoints_pb2.CHECKPOINT_STATE_READY and cp.session_id == sid and cp.head_task_id == t2.id
     assert cp.history_sequence == 4 and cp.name == "my-first-agent turn 4" and cp.created_at.seconds > 0
     again = await create_cp(api, sid, t2.id, "rid-1")
     assert again.id == cp.id
@@ -92,10 +93,10 @@ async def test_checkpoint_pins_snapshot_with_a_tag_idempotently(api, store, sim,
         code, _, _ = await failure(create_cp(api, sid, t2.id, rid))
         assert code == grpc.StatusCode.INVALID_ARGUMENT
     # DeleteCheckpoint removes the tag and releases the pin
-    await cps(api).DeleteCheckpoint(checkpoint_pb2.DeleteCheckpointRequest(checkpoint_id=cp.id), metadata=api.md(), timeout=10)
+    await cps(api).DeleteCheckpoint(checkpoints_pb2.DeleteCheckpointRequest(checkpoint_id=cp.id), metadata=api.md(), timeout=10)
     with pytest.raises(Exception):
         await sim.get_tag("kagent", f"checkpoint-{cp.id}")
-    code, _, _ = await failure(cps(api).GetCheckpoint(checkpoint_pb2.GetCheckpointRequest(checkpoint_id=cp.id),
+    code, _, _ = await failure(cps(api).GetCheckpoint(checkpoints_pb2.GetCheckpointRequest(checkpoint_id=cp.id),
                                                       metadata=api.md(), timeout=5))
     assert code == grpc.StatusCode.NOT_FOUND
 
@@ -127,7 +128,7 @@ async def test_checkpoint_preconditions(api, store, sim, conversation):
     await sim.set_option("snapshot_pending", False)
     await sim.complete_snapshots(row.actor_atespace, row.actor_name)
     cp = await create_cp(api, sid, t5.id, "pending", wait=10.0)
-    assert cp.state == common_pb2.CHECKPOINT_STATE_READY and t3.id and done.id
+    assert cp.state == checkpoints_pb2.CHECKPOINT_STATE_READY and t3.id and done.id
 
 
 @pytest.mark.clause("CKPT-4")
@@ -136,36 +137,36 @@ async def test_list_pages_and_only_the_callers(api, store, sim, conversation):
     ids = [(await create_cp(api, sid, t2.id, f"p{i}")).id for i in range(3)]
     seen, token = [], ""
     while True:
-        r = await cps(api).ListCheckpoints(checkpoint_pb2.ListCheckpointsRequest(
+        r = await cps(api).ListCheckpoints(checkpoints_pb2.ListCheckpointsRequest(
             session_id=sid, page=common_pb2.PageRequest(limit=2, page_token=token)), metadata=api.md(), timeout=5)
         seen += [c.id for c in r.checkpoints]
         token = r.page.next_page_token
         if not token:
             break
     assert seen == sorted(ids)
-    r = await cps(api).ListCheckpoints(checkpoint_pb2.ListCheckpointsRequest(session_id=sid), metadata=api.md(), timeout=5)
+    r = await cps(api).ListCheckpoints(checkpoints_pb2.ListCheckpointsRequest(session_id=sid), metadata=api.md(), timeout=5)
     assert len(r.checkpoints) == 3 and not r.page.next_page_token  # default page of 50
     for limit in (-1, 101):
-        code, _, _ = await failure(cps(api).ListCheckpoints(checkpoint_pb2.ListCheckpointsRequest(
+        code, _, _ = await failure(cps(api).ListCheckpoints(checkpoints_pb2.ListCheckpointsRequest(
             session_id=sid, page=common_pb2.PageRequest(limit=limit)), metadata=api.md(), timeout=5))
         assert code == grpc.StatusCode.INVALID_ARGUMENT
     missing = "0198c3d7-4f2a-7b61-9c3e-5d8f7a2b4e10"
     # issue 15: another user's Session is NOT_FOUND like a missing one (as GetSession), not an empty page
     for session, user in ((sid, "bob"), (missing, "alice")):
-        code, details, _ = await failure(cps(api).ListCheckpoints(checkpoint_pb2.ListCheckpointsRequest(
+        code, details, _ = await failure(cps(api).ListCheckpoints(checkpoints_pb2.ListCheckpointsRequest(
             session_id=session, page=common_pb2.PageRequest(limit=100)), metadata=api.md(user), timeout=5))
         assert code == grpc.StatusCode.NOT_FOUND and details == f"session {session} not found"
     for cid, user in ((ids[0], "bob"), (missing, "alice")):
-        code, details, _ = await failure(cps(api).GetCheckpoint(checkpoint_pb2.GetCheckpointRequest(checkpoint_id=cid),
+        code, details, _ = await failure(cps(api).GetCheckpoint(checkpoints_pb2.GetCheckpointRequest(checkpoint_id=cid),
                                                                 metadata=api.md(user), timeout=5))
         assert code == grpc.StatusCode.NOT_FOUND and details == f"checkpoint {cid} not found"
-    code, _, _ = await failure(cps(api).GetCheckpoint(checkpoint_pb2.GetCheckpointRequest(checkpoint_id="bad"),
+    code, _, _ = await failure(cps(api).GetCheckpoint(checkpoints_pb2.GetCheckpointRequest(checkpoint_id="bad"),
                                                       metadata=api.md(), timeout=5))
     assert code == grpc.StatusCode.INVALID_ARGUMENT
-    renamed = await cps(api).UpdateCheckpointName(checkpoint_pb2.UpdateCheckpointNameRequest(checkpoint_id=ids[0], name="mine"),
+    renamed = await cps(api).UpdateCheckpointName(checkpoints_pb2.UpdateCheckpointNameRequest(checkpoint_id=ids[0], name="mine"),
                                                   metadata=api.md(), timeout=5)
     assert renamed.checkpoint.name == "mine"
-    back = await cps(api).UpdateCheckpointName(checkpoint_pb2.UpdateCheckpointNameRequest(checkpoint_id=ids[0], name=""),
+    back = await cps(api).UpdateCheckpointName(checkpoints_pb2.UpdateCheckpointNameRequest(checkpoint_id=ids[0], name=""),
                                                metadata=api.md(), timeout=5)
     assert back.checkpoint.name == "my-first-agent turn 4"
 
@@ -189,7 +190,7 @@ async def test_checkpoint_being_created_blocks_turns_lifecycle_and_idle_work(api
     assert await store.claim_idle(__import__("uuid").uuid4()) is None
     await sim.release(block)
     cp = await creating
-    assert cp.state == common_pb2.CHECKPOINT_STATE_READY
+    assert cp.state == checkpoints_pb2.CHECKPOINT_STATE_READY
 
 
 @pytest.mark.clause("FORK-1")
@@ -207,7 +208,7 @@ async def test_fork_continues_from_the_pinned_turns_and_diverges(api, store, sim
     await prepare_revision(store, sim, (await store.get_agent("kagent", spec.name)).desired_revision_id)
 
     f = await fork(api, cp.id, "fork-1")
-    assert f.state == common_pb2.RUNTIME_STATE_READY and f.name == cp.name and f.context_id == f.id != sid
+    assert f.state == runtime_pb2.RUNTIME_STATE_READY and f.name == cp.name and f.context_id == f.id != sid
     assert f.prepared_revision == str(source.revision_id)  # the source Session's revision, not the Agent's newest
     again = await fork(api, cp.id, "fork-1")
     assert again.id == f.id
@@ -261,13 +262,13 @@ async def test_fork_retry_must_match_the_retained_snapshot(api, store, sim, conv
 async def test_checkpoint_outlives_source_and_live_fork_pins_it(api, store, sim, conversation):
     sid, _t1, t2 = conversation
     cp = await create_cp(api, sid, t2.id, "cp")
-    sessions = session_pb2_grpc.SessionServiceStub(api.channel)
-    await sessions.DeleteSession(session_pb2.DeleteSessionRequest(session_id=sid), metadata=api.md(), timeout=10)
-    got = await cps(api).GetCheckpoint(checkpoint_pb2.GetCheckpointRequest(checkpoint_id=cp.id), metadata=api.md(), timeout=5)
-    assert got.checkpoint.state == common_pb2.CHECKPOINT_STATE_READY
-    listed = await cps(api).ListCheckpoints(checkpoint_pb2.ListCheckpointsRequest(session_id=sid), metadata=api.md(), timeout=5)
+    sessions = sessions_pb2_grpc.SessionServiceStub(api.channel)
+    await sessions.DeleteSession(sessions_pb2.DeleteSessionRequest(session_id=sid), metadata=api.md(), timeout=10)
+    got = await cps(api).GetCheckpoint(checkpoints_pb2.GetCheckpointRequest(checkpoint_id=cp.id), metadata=api.md(), timeout=5)
+    assert got.checkpoint.state == checkpoints_pb2.CHECKPOINT_STATE_READY
+    listed = await cps(api).ListCheckpoints(checkpoints_pb2.ListCheckpointsRequest(session_id=sid), metadata=api.md(), timeout=5)
     assert [c.id for c in listed.checkpoints] == [cp.id]  # still listed by its owner after the Session is gone
-    code, _, _ = await failure(cps(api).ListCheckpoints(checkpoint_pb2.ListCheckpointsRequest(session_id=sid),
+    code, _, _ = await failure(cps(api).ListCheckpoints(checkpoints_pb2.ListCheckpointsRequest(session_id=sid),
                                                         metadata=api.md("bob"), timeout=5))
     assert code == grpc.StatusCode.NOT_FOUND
     f = await fork(api, cp.id, "after-delete")
@@ -275,18 +276,18 @@ async def test_checkpoint_outlives_source_and_live_fork_pins_it(api, store, sim,
     row = await store.session_by_id(UUID(f.id))
     assert row.pinned_checkpoint_id == UUID(cp.id) and row.source_checkpoint_id == UUID(cp.id)
     code, details, _ = await failure(cps(api).DeleteCheckpoint(
-        checkpoint_pb2.DeleteCheckpointRequest(checkpoint_id=cp.id), metadata=api.md(), timeout=10))
+        checkpoints_pb2.DeleteCheckpointRequest(checkpoint_id=cp.id), metadata=api.md(), timeout=10))
     assert code == grpc.StatusCode.FAILED_PRECONDITION and "pinned by live session" in details
     # the generated column is a real RESTRICT foreign key while the fork is live
     with pytest.raises(Exception, match="sessions_pinned_checkpoint_fk"):
         async with store.pool.connection() as conn:
             await conn.execute("DELETE FROM sessionq.checkpoints WHERE id = %s", (UUID(cp.id),))
-    await sessions.DeleteSession(session_pb2.DeleteSessionRequest(session_id=f.id), metadata=api.md(), timeout=10)
+    await sessions.DeleteSession(sessions_pb2.DeleteSessionRequest(session_id=f.id), metadata=api.md(), timeout=10)
     row = await store.session_by_id(UUID(f.id))
     assert row.pinned_checkpoint_id is None and row.source_checkpoint_id == UUID(cp.id)  # request identity stays
-    await cps(api).DeleteCheckpoint(checkpoint_pb2.DeleteCheckpointRequest(checkpoint_id=cp.id), metadata=api.md(), timeout=10)
+    await cps(api).DeleteCheckpoint(checkpoints_pb2.DeleteCheckpointRequest(checkpoint_id=cp.id), metadata=api.md(), timeout=10)
     assert await count(store, "SELECT count(*) FROM sessionq.checkpoints") == 0
     # a deleted Session without checkpoints of the caller: NOT_FOUND, as GetSession
-    code, _, _ = await failure(cps(api).ListCheckpoints(checkpoint_pb2.ListCheckpointsRequest(session_id=sid),
+    code, _, _ = await failure(cps(api).ListCheckpoints(checkpoints_pb2.ListCheckpointsRequest(session_id=sid),
                                                         metadata=api.md(), timeout=5))
     assert code == grpc.StatusCode.NOT_FOUND

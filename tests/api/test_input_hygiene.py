@@ -20,19 +20,20 @@ from typing import Any
 import grpc
 import pytest
 from a2a.types import a2a_pb2, a2a_pb2_grpc
+from agentapi import resource
 from conftest import apply_agent, make_settings
 
 from sessionq import errors
 from sessionq._pb.kagent.api.v1alpha1 import (
-    agent_pb2,
-    agent_pb2_grpc,
-    checkpoint_pb2,
-    checkpoint_pb2_grpc,
+    agents_pb2,
+    agents_pb2_grpc,
+    checkpoints_pb2,
+    checkpoints_pb2_grpc,
     common_pb2,
-    session_pb2,
-    session_pb2_grpc,
-    taskstore_pb2,
-    taskstore_pb2_grpc,
+    sessions_pb2,
+    sessions_pb2_grpc,
+    task_store_pb2,
+    task_store_pb2_grpc,
 )
 from sessionq.api.agentcard import AgentCardServer
 from sessionq.api.common import Authenticator, rpc
@@ -88,8 +89,8 @@ async def test_malformed_bodies_are_invalid_argument_with_one_warning(api, caplo
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len([w for w in warnings if "malformed request" in w]) == 1, warnings  # rate-limited
     # a well-formed call still works
-    r = await session_pb2_grpc.SessionServiceStub(api.channel).ListSessions(
-        session_pb2.ListSessionsRequest(), metadata=api.md(), timeout=5)
+    r = await sessions_pb2_grpc.SessionServiceStub(api.channel).ListSessions(
+        sessions_pb2.ListSessionsRequest(), metadata=api.md(), timeout=5)
     assert list(r.sessions) == []
 
 
@@ -131,35 +132,36 @@ async def test_huge_invalid_values_get_a_short_invalid_argument(api, store, sim)
     """Each call uses grpcio's default channel options: a status message of a megabyte would come
     back as RESOURCE_EXHAUSTED "metadata size exceeds hard limit" instead."""
     await apply_agent(store, sim)
-    sessions = session_pb2_grpc.SessionServiceStub(api.channel)
-    agents = agent_pb2_grpc.AgentServiceStub(api.channel)
-    cps = checkpoint_pb2_grpc.CheckpointServiceStub(api.channel)
+    sessions = sessions_pb2_grpc.SessionServiceStub(api.channel)
+    agents = agents_pb2_grpc.AgentServiceStub(api.channel)
+    cps = checkpoints_pb2_grpc.CheckpointServiceStub(api.channel)
     a2a = a2a_pb2_grpc.A2AServiceStub(api.channel)
-    sid = (await sessions.CreateSession(session_pb2.CreateSessionRequest(request_id="s", agent=AGENT),
+    sid = (await sessions.CreateSession(sessions_pb2.CreateSessionRequest(request_id="s", agent=AGENT),
                                         metadata=api.md(), timeout=15)).session.id
     calls = {
-        "agent name": agents.ApplyAgent(agent_pb2.ApplyAgentRequest(spec=agent_pb2.AgentSpec(
-            ref=common_pb2.ResourceReference(namespace="kagent", name=MB))), metadata=api.md(), timeout=10),
-        "agent namespace": agents.GetAgent(agent_pb2.GetAgentRequest(
-            agent=common_pb2.ResourceReference(namespace=MB, name="x")), metadata=api.md(), timeout=10),
-        "egress URL": agents.ApplyAgent(agent_pb2.ApplyAgentRequest(spec=agent_pb2.AgentSpec(
-            ref=common_pb2.ResourceReference(namespace="kagent", name="egress"),
-            egress=[agent_pb2.EgressDestination(url="ftp://" + MB + MB)])), metadata=api.md(), timeout=10),
-        "egress host": agents.ApplyAgent(agent_pb2.ApplyAgentRequest(spec=agent_pb2.AgentSpec(
-            ref=common_pb2.ResourceReference(namespace="kagent", name="egress"),
-            egress=[agent_pb2.EgressDestination(url="https://" + "_" * (1024 * 1024) + ".example.com")])),
+        "agent name": agents.CreateAgent(agents_pb2.CreateAgentRequest(
+            ref=common_pb2.ResourceReference(namespace="kagent", name=MB), resource=resource({})),
             metadata=api.md(), timeout=10),
-        "session agent": sessions.CreateSession(session_pb2.CreateSessionRequest(
+        "agent namespace": agents.GetAgent(agents_pb2.GetAgentRequest(
+            ref=common_pb2.ResourceReference(namespace=MB, name="x")), metadata=api.md(), timeout=10),
+        "egress URL": agents.CreateAgent(agents_pb2.CreateAgentRequest(
+            ref=common_pb2.ResourceReference(namespace="kagent", name="egress"),
+            resource=resource({"egress": [{"url": "ftp://" + MB + MB}]})), metadata=api.md(), timeout=10),
+        "egress host": agents.CreateAgent(agents_pb2.CreateAgentRequest(
+            ref=common_pb2.ResourceReference(namespace="kagent", name="egress"),
+            resource=resource({"egress": [{"url": "https://" + "_" * (1024 * 1024) + ".example.com"}]})),
+            metadata=api.md(), timeout=10),
+        "session agent": sessions.CreateSession(sessions_pb2.CreateSessionRequest(
             request_id="r", agent=common_pb2.ResourceReference(namespace="kagent", name=MB)),
             metadata=api.md(), timeout=10),
-        "session name": sessions.UpdateSessionName(session_pb2.UpdateSessionNameRequest(session_id=sid, name=MB),
+        "session name": sessions.UpdateSessionName(sessions_pb2.UpdateSessionNameRequest(session_id=sid, name=MB),
                                                    metadata=api.md(), timeout=10),
-        "request id": sessions.CreateSession(session_pb2.CreateSessionRequest(request_id=MB, agent=AGENT),
+        "request id": sessions.CreateSession(sessions_pb2.CreateSessionRequest(request_id=MB, agent=AGENT),
                                              metadata=api.md(), timeout=10),
-        "session id": sessions.GetSession(session_pb2.GetSessionRequest(session_id=MB), metadata=api.md(), timeout=10),
-        "checkpoint head task": cps.CreateCheckpoint(checkpoint_pb2.CreateCheckpointRequest(
+        "session id": sessions.GetSession(sessions_pb2.GetSessionRequest(session_id=MB), metadata=api.md(), timeout=10),
+        "checkpoint head task": cps.CreateCheckpoint(checkpoints_pb2.CreateCheckpointRequest(
             session_id=sid, request_id="c", expected_head_task_id=MB), metadata=api.md(), timeout=10),
-        "fork request id": cps.ForkSession(checkpoint_pb2.ForkSessionRequest(
+        "fork request id": cps.ForkSession(checkpoints_pb2.ForkSessionRequest(
             checkpoint_id=str(uuid.uuid4()), request_id=MB), metadata=api.md(), timeout=10),
         "a2a tenant": a2a.SendMessage(a2a_pb2.SendMessageRequest(tenant="kagent/" + MB, message=a2a_pb2.Message(
             message_id="m", parts=[a2a_pb2.Part(text="hi")])), metadata=api.md(), timeout=10),
@@ -172,8 +174,8 @@ async def test_huge_invalid_values_get_a_short_invalid_argument(api, store, sim)
     assert not bad
     # the task store (an Actor's workload credential): a huge task id
     secret = await store.secret("workload")
-    ts = taskstore_pb2_grpc.TaskStoreServiceStub(api.channel)
-    code, details = await status_of(ts.GetTask(taskstore_pb2.TaskStoreServiceGetTaskRequest(
+    ts = task_store_pb2_grpc.TaskStoreServiceStub(api.channel)
+    code, details = await status_of(ts.GetTask(task_store_pb2.TaskStoreServiceGetTaskRequest(
         session_id=sid, task_id=MB), metadata=[("authorization", f"Bearer {workload.token_for(secret, uuid.UUID(sid))}")],
         timeout=10))
     assert code == SC.NOT_FOUND and len(details) <= 300
@@ -218,21 +220,21 @@ async def test_sql_messages_clip_values(aconn):
 
 async def test_several_authorization_headers_are_unauthenticated(api, store, sim):
     await apply_agent(store, sim)
-    sessions = session_pb2_grpc.SessionServiceStub(api.channel)
+    sessions = sessions_pb2_grpc.SessionServiceStub(api.channel)
     for md in ([("authorization", "Bearer bob-token"), ("authorization", "Bearer alice-token")],
                [("authorization", "Bearer alice-token"), ("authorization", "Bearer alice-token")],
                [("authorization", "Bearer alice-token"), ("authorization", "")],
                [("authorization", "Bearer alice-token"), ("x-kagent-share-token", "a"), ("x-kagent-share-token", "b")]):
-        code, details = await status_of(sessions.ListSessions(session_pb2.ListSessionsRequest(), metadata=md, timeout=5))
+        code, details = await status_of(sessions.ListSessions(sessions_pb2.ListSessionsRequest(), metadata=md, timeout=5))
         assert code == SC.UNAUTHENTICATED and "once" in details, (md, code, details)
     # one header is fine
-    await sessions.ListSessions(session_pb2.ListSessionsRequest(), metadata=api.md(), timeout=5)
+    await sessions.ListSessions(sessions_pb2.ListSessionsRequest(), metadata=api.md(), timeout=5)
     # the task store reads its workload credential the same way
-    sid = (await sessions.CreateSession(session_pb2.CreateSessionRequest(request_id="s", agent=AGENT),
+    sid = (await sessions.CreateSession(sessions_pb2.CreateSessionRequest(request_id="s", agent=AGENT),
                                         metadata=api.md(), timeout=15)).session.id
     token = workload.token_for(await store.secret("workload"), uuid.UUID(sid))
-    ts = taskstore_pb2_grpc.TaskStoreServiceStub(api.channel)
-    request = taskstore_pb2.TaskStoreServiceListTasksRequest(session_id=sid)
+    ts = task_store_pb2_grpc.TaskStoreServiceStub(api.channel)
+    request = task_store_pb2.TaskStoreServiceListTasksRequest(session_id=sid, request=a2a_pb2.ListTasksRequest())
     await ts.ListTasks(request, metadata=[("authorization", f"Bearer {token}")], timeout=5)
     code, _ = await status_of(ts.ListTasks(request, metadata=[("authorization", f"Bearer {token}")] * 2, timeout=5))
     assert code == SC.UNAUTHENTICATED
@@ -268,14 +270,14 @@ async def test_agent_card_with_several_authorization_headers_is_401(store, sim):
 @pytest.mark.parametrize("request_id", ["a\nb", "tab\there", "nul\x00", "del\x7f", "c1\x85x", "esc\x1b]0;x\x07"])
 async def test_request_ids_with_control_characters_are_invalid(api, store, sim, request_id):
     await apply_agent(store, sim)
-    sessions = session_pb2_grpc.SessionServiceStub(api.channel)
-    cps = checkpoint_pb2_grpc.CheckpointServiceStub(api.channel)
+    sessions = sessions_pb2_grpc.SessionServiceStub(api.channel)
+    cps = checkpoints_pb2_grpc.CheckpointServiceStub(api.channel)
     calls = [
-        sessions.CreateSession(session_pb2.CreateSessionRequest(request_id=request_id, agent=AGENT),
+        sessions.CreateSession(sessions_pb2.CreateSessionRequest(request_id=request_id, agent=AGENT),
                                metadata=api.md(), timeout=10),
-        cps.ForkSession(checkpoint_pb2.ForkSessionRequest(checkpoint_id=str(uuid.uuid4()), request_id=request_id),
+        cps.ForkSession(checkpoints_pb2.ForkSessionRequest(checkpoint_id=str(uuid.uuid4()), request_id=request_id),
                         metadata=api.md(), timeout=10),
-        cps.CreateCheckpoint(checkpoint_pb2.CreateCheckpointRequest(
+        cps.CreateCheckpoint(checkpoints_pb2.CreateCheckpointRequest(
             session_id=str(uuid.uuid4()), request_id=request_id, expected_head_task_id="t"), metadata=api.md(), timeout=10),
         a2a_pb2_grpc.A2AServiceStub(api.channel).SendMessage(a2a_pb2.SendMessageRequest(
             tenant="kagent/my-first-agent", message=a2a_pb2.Message(message_id=request_id, parts=[a2a_pb2.Part(text="hi")])),

@@ -19,7 +19,7 @@ import grpc
 import pytest
 from conftest import apply_agent, running_worker
 
-from sessionq._pb.kagent.api.v1alpha1 import common_pb2, session_pb2, session_pb2_grpc
+from sessionq._pb.kagent.api.v1alpha1 import common_pb2, runtime_pb2, sessions_pb2, sessions_pb2_grpc
 
 AGENT = common_pb2.ResourceReference(namespace="kagent", name="my-first-agent")
 RACERS = 20
@@ -37,7 +37,7 @@ EXPECTED = {
 
 
 async def call(stub: Any, method: str, session_id: str, md: Any, timeout: float = 3.0) -> grpc.StatusCode:
-    request = getattr(session_pb2, f"{method}Request")(session_id=session_id)
+    request = getattr(sessions_pb2, f"{method}Request")(session_id=session_id)
     try:
         await getattr(stub, method)(request, metadata=md, timeout=timeout)
     except grpc.aio.AioRpcError as e:
@@ -49,8 +49,8 @@ async def settled(stub: Any, session_id: str, md: Any, budget: float) -> tuple[b
     """Whether the Session's operation is NONE within `budget` seconds (polling GetSession)."""
     deadline = time.monotonic() + budget
     while True:
-        s = (await stub.GetSession(session_pb2.GetSessionRequest(session_id=session_id), metadata=md, timeout=5)).session
-        if s.operation == common_pb2.RUNTIME_OPERATION_NONE:
+        s = (await stub.GetSession(sessions_pb2.GetSessionRequest(session_id=session_id), metadata=md, timeout=5)).session
+        if s.operation == runtime_pb2.RUNTIME_OPERATION_NONE:
             return True, s
         if time.monotonic() > deadline:
             return False, s
@@ -67,10 +67,10 @@ async def two_workers(api: Any, settings: Any, database_url: str, store: Any, si
 async def test_racing_suspend_and_resume_settle_within_seconds_of_the_last_call(two_workers: Any, store: Any, sim: Any) -> None:
     api = two_workers
     await apply_agent(store, sim)
-    stub = session_pb2_grpc.SessionServiceStub(api.channel)
+    stub = sessions_pb2_grpc.SessionServiceStub(api.channel)
     md = api.md()
     created = await stub.CreateSession(
-        session_pb2.CreateSessionRequest(request_id="race", agent=AGENT), metadata=md, timeout=10
+        sessions_pb2.CreateSessionRequest(request_id="race", agent=AGENT), metadata=md, timeout=10
     )
     sid = created.session.id
     # a runtime that takes a moment per call, as a real one does: attempts overlap
@@ -93,14 +93,14 @@ async def test_racing_suspend_and_resume_settle_within_seconds_of_the_last_call(
 async def test_a_delete_raced_by_suspends_and_resumes_completes_promptly(two_workers: Any, store: Any, sim: Any) -> None:
     api = two_workers
     await apply_agent(store, sim)
-    stub = session_pb2_grpc.SessionServiceStub(api.channel)
+    stub = sessions_pb2_grpc.SessionServiceStub(api.channel)
     md = api.md()
     await sim.inject("suspend_actor", "delay", delay=0.15, times=None)
     await sim.inject("resume_actor", "delay", delay=0.15, times=None)
     rng = random.Random(11)
     for n in range(3):
         sid = (await stub.CreateSession(
-            session_pb2.CreateSessionRequest(request_id=f"del-race-{n}", agent=AGENT), metadata=md, timeout=10
+            sessions_pb2.CreateSessionRequest(request_id=f"del-race-{n}", agent=AGENT), metadata=md, timeout=10
         )).session.id
         # warm the race up: a few rounds of Suspend/Resume, then a Delete in the middle of one
         for _ in range(2):

@@ -42,10 +42,10 @@ def sized_message(size: int, context_id: str = "", message_id: str = "big") -> a
 
 
 async def new_session(api: Api, user: str = "alice", request_id: str = "s") -> str:
-    from sessionq._pb.kagent.api.v1alpha1 import common_pb2, session_pb2, session_pb2_grpc
+    from sessionq._pb.kagent.api.v1alpha1 import common_pb2, sessions_pb2, sessions_pb2_grpc
 
-    r = await session_pb2_grpc.SessionServiceStub(api.channel).CreateSession(
-        session_pb2.CreateSessionRequest(request_id=request_id, agent=common_pb2.ResourceReference(
+    r = await sessions_pb2_grpc.SessionServiceStub(api.channel).CreateSession(
+        sessions_pb2.CreateSessionRequest(request_id=request_id, agent=common_pb2.ResourceReference(
             namespace="kagent", name="my-first-agent")), metadata=api.md(user), timeout=15)
     return r.session.id
 

@@ -49,11 +49,11 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
     from a2a.types import a2a_pb2, a2a_pb2_grpc
 
     from sessionq._pb.kagent.api.v1alpha1 import (
-        checkpoint_pb2,
-        checkpoint_pb2_grpc,
+        checkpoints_pb2,
+        checkpoints_pb2_grpc,
         common_pb2,
-        session_pb2,
-        session_pb2_grpc,
+        sessions_pb2,
+        sessions_pb2_grpc,
     )
 
     sizes = {"sessions": 20 if quick else 200, **(sizes or {})}
@@ -66,16 +66,16 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
         api = await start_api(procs, url, port, SETTINGS)
         (worker,) = await start_workers(procs, url, port, SETTINGS, 1)
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
-            sessions = session_pb2_grpc.SessionServiceStub(ch)
+            sessions = sessions_pb2_grpc.SessionServiceStub(ch)
             a2a = a2a_pb2_grpc.A2AServiceStub(ch)
-            cps = checkpoint_pb2_grpc.CheckpointServiceStub(ch)
+            cps = checkpoints_pb2_grpc.CheckpointServiceStub(ch)
             agent = common_pb2.ResourceReference(namespace=NAMESPACE, name=AGENT)
 
             create_lat: list[float] = []
             sids: list[str] = []
             for i in range(m):
                 t0 = time.monotonic()
-                r = await sessions.CreateSession(session_pb2.CreateSessionRequest(request_id=f"ck-{i}", agent=agent),
+                r = await sessions.CreateSession(sessions_pb2.CreateSessionRequest(request_id=f"ck-{i}", agent=agent),
                                                  metadata=METADATA, timeout=30)
                 create_lat.append(time.monotonic() - t0)
                 sids.append(r.session.id)
@@ -112,14 +112,14 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
                 for i, sid in enumerate(sids):
                     t0 = time.monotonic()
                     try:
-                        r = await cps.CreateCheckpoint(checkpoint_pb2.CreateCheckpointRequest(
+                        r = await cps.CreateCheckpoint(checkpoints_pb2.CreateCheckpointRequest(
                             session_id=sid, expected_head_task_id=heads[sid], request_id=f"cp-{i}"),
                             metadata=METADATA, timeout=30)
                     except grpc.aio.AioRpcError as e:
                         errors[f"CreateCheckpoint {e.code().name}"] = errors.get(f"CreateCheckpoint {e.code().name}", 0) + 1
                         continue
                     ck_lat.append(time.monotonic() - t0)
-                    if r.checkpoint.state == common_pb2.CHECKPOINT_STATE_READY:
+                    if r.checkpoint.state == checkpoints_pb2.CHECKPOINT_STATE_READY:
                         cp_ids.append(r.checkpoint.id)
                     else:
                         errors["checkpoint not READY"] = errors.get("checkpoint not READY", 0) + 1
@@ -128,7 +128,7 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
                 for i, cid in enumerate(cp_ids):
                     t0 = time.monotonic()
                     try:
-                        r = await cps.ForkSession(checkpoint_pb2.ForkSessionRequest(checkpoint_id=cid, request_id=f"fk-{i}"),
+                        r = await cps.ForkSession(checkpoints_pb2.ForkSessionRequest(checkpoint_id=cid, request_id=f"fk-{i}"),
                                                   metadata=METADATA, timeout=30)
                     except grpc.aio.AioRpcError as e:
                         errors[f"ForkSession {e.code().name}"] = errors.get(f"ForkSession {e.code().name}", 0) + 1

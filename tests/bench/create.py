@@ -52,10 +52,10 @@ async def drive(address: str, clients: int, seconds: float, warmup: float, tag: 
                 channels: int = 4) -> dict[str, Any]:
     """Closed-loop CreateSession from `clients` concurrent callers; counts the calls that finish
     inside the measured window (after the warm-up) and their latencies."""
-    from sessionq._pb.kagent.api.v1alpha1 import common_pb2, session_pb2, session_pb2_grpc
+    from sessionq._pb.kagent.api.v1alpha1 import common_pb2, sessions_pb2, sessions_pb2_grpc
 
     chans = [grpc.aio.insecure_channel(address) for _ in range(max(1, min(channels, clients)))]
-    stubs = [session_pb2_grpc.SessionServiceStub(c) for c in chans]
+    stubs = [sessions_pb2_grpc.SessionServiceStub(c) for c in chans]
     agent = common_pb2.ResourceReference(namespace=NAMESPACE, name=AGENT)
     start = time.monotonic()
     t_measure = start + warmup
@@ -71,7 +71,7 @@ async def drive(address: str, clients: int, seconds: float, warmup: float, tag: 
             t0 = time.monotonic()
             try:
                 await stub.CreateSession(
-                    session_pb2.CreateSessionRequest(request_id=f"{tag}-{i}-{n}", agent=agent),
+                    sessions_pb2.CreateSessionRequest(request_id=f"{tag}-{i}-{n}", agent=agent),
                     metadata=METADATA, timeout=30)
             except grpc.aio.AioRpcError as e:
                 key = e.code().name

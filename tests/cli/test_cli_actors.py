@@ -18,7 +18,7 @@ from sessionq.cli.actors import actors_table
 from sessionq.cli.client import fmt_age
 from sessionq.cli.main import main
 
-from sessionq._pb.kagent.api.v1alpha1 import inventory_pb2
+from sessionq._pb.sessionq.v1 import inventory_pb2
 
 
 def _inventory_served() -> bool:

@@ -16,7 +16,6 @@ from uuid import UUID
 import pytest
 import yaml
 from click.testing import CliRunner, Result
-from sessionq.cli import agent as cli_agent
 from sessionq.cli.client import CliError, boxed_table, plain_table, printable
 from sessionq.cli.main import main
 
@@ -107,9 +106,11 @@ async def test_apply_waits_for_the_revision_then_sessions_can_be_created(cli):
     again = json.loads(ok(await cli("agent", "apply", "-f", path, "-o", "json")).stdout)
     assert "revisionCreated" not in again  # unchanged spec: no new revision (false is omitted)
     assert again["agent"]["ref"] == {"namespace": "kagent", "name": "my-first-agent"}
-    ready = next(c for c in again["agent"]["conditions"] if c["type"] == "Ready")
+    resource = again["agent"]["resource"]
+    assert (resource["apiVersion"], resource["kind"]) == ("api.kagent.dev/v1alpha3", "Agent")
+    ready = next(c for c in resource["value"]["status"]["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True"
-    assert again["agent"]["spec"]["egress"] == [
+    assert resource["value"]["spec"]["egress"] == [
         {"url": "https://api.openai.example.com", "credentialHeaders": {"Authorization": "<redacted>"}}
     ]  # write-only: the value is never shown back
 
@@ -120,7 +121,8 @@ async def test_apply_waits_for_the_revision_then_sessions_can_be_created(cli):
     changed = json.loads(ok(await cli("agent", "apply", "-f", cli.spec(SPEC.replace(":1.0", ":2.0")),
                                       "-o", "json")).stdout)
     assert changed["revisionCreated"] is True
-    desired = next(r for r in changed["agent"]["revisions"] if r["id"] == changed["agent"]["desiredRevision"])
+    status = changed["agent"]["resource"]["value"]["status"]
+    desired = next(r for r in status["revisions"] if r["id"] == status["desiredRevision"])
     assert desired["number"] == 2 and desired["state"] == "READY"
 
 
@@ -171,13 +173,11 @@ async def test_list_and_get(cli, store, sim, monkeypatch):
     await prepared_agent(store)
     await prepared_agent(store, name="other", namespace="team-a")
     await prepared_agent(store, name="third", namespace="team-a")
-    monkeypatch.setattr(cli_agent, "PAGE", 2)  # several pages
-
-    rows = table_rows(ok(await cli("agent", "list")).stdout)
+    rows = table_rows(ok(await cli("agent", "list")).stdout)  # one namespace, kagent by default
     assert rows[0][:4] == ["NAMESPACE", "NAME", "TEMPLATE", "READY"]
-    assert sorted((r[0], r[1], r[3]) for r in rows[1:]) == [
-        ("kagent", "my-first-agent", "True"), ("team-a", "other", "True"), ("team-a", "third", "True"),
-    ]
+    assert sorted((r[0], r[1], r[3]) for r in rows[1:]) == [("kagent", "my-first-agent", "True")]
+    rows = table_rows(ok(await cli("agent", "list", "--namespace", "team-a")).stdout)
+    assert sorted((r[0], r[1], r[3]) for r in rows[1:]) == [("team-a", "other", "True"), ("team-a", "third", "True")]
     body = json.loads(ok(await cli("agent", "list", "--namespace", "team-a", "-o", "json")).stdout)
     assert sorted(a["ref"]["name"] for a in body["agents"]) == ["other", "third"]
     nobody = ok(await cli("agent", "list", "--namespace", "empty"))
@@ -225,10 +225,10 @@ async def test_no_output_shows_credential_values(cli, token):
             outputs.append(result.stdout)
     detail, as_json, as_yaml = outputs[:3]
     assert "https://api.openai.example.com (credential headers: Authorization)" in detail
-    egress = json.loads(as_json)["agent"]["spec"]["egress"]
+    egress = json.loads(as_json)["agent"]["resource"]["value"]["spec"]["egress"]
     assert egress == [{"url": "https://api.openai.example.com", "credentialHeaders": {"Authorization": "<redacted>"}}]
-    assert yaml.safe_load(as_yaml)["agent"]["spec"]["egress"] == egress
-    assert yaml.safe_load(outputs[5])["agents"][0]["spec"]["egress"] == egress
+    assert yaml.safe_load(as_yaml)["agent"]["resource"]["value"]["spec"]["egress"] == egress
+    assert yaml.safe_load(outputs[5])["agents"][0]["resource"]["value"]["spec"]["egress"] == egress
 
 
 async def test_get_yaml_then_apply_keeps_the_stored_values(cli, store):
@@ -296,3 +296,35 @@ async def test_agent_tables_neutralise_control_sequences(cli, store):
     for output in ("json", "yaml"):
         result = ok(await cli("agent", "get", "my-first-agent", "-o", output))
         assert not CONTROL.search(result.stdout.replace("\n", "")), (output, result.stdout)
+
+
+OLD_GET_OUTPUT = """\
+agent:
+  ref: {namespace: kagent, name: old-style}
+  spec:
+    ref: {namespace: kagent, name: old-style}
+    template: example.com/agents/helper:1.0
+  conditions: []
+  desiredRevision: 0190b2c4-8f5e-7a10-9b2d-3c4d5e6f7a8b
+"""
+
+MANIFEST = """\
+apiVersion: api.kagent.dev/v1alpha3
+kind: Agent
+metadata: {name: manifest, namespace: team-b}
+spec:
+  template: example.com/agents/helper:1.0
+status: {conditions: []}
+"""
+
+
+async def test_older_documents_and_resources_apply(cli):
+    """The output of earlier versions' `agent get -o yaml` and an Agent resource both apply."""
+    assert "agent kagent/old-style applied (revision 1 created; READY)" in ok(
+        await cli("agent", "apply", "-f", cli.spec(OLD_GET_OUTPUT))).stdout
+    assert "agent team-b/manifest applied (revision 1 created; READY)" in ok(
+        await cli("agent", "apply", "-f", cli.spec(MANIFEST, "manifest.yaml"))).stdout
+    assert "unchanged, revision 1" in ok(await cli("agent", "apply", "-f", cli.spec(MANIFEST, "again.yaml"))).stdout
+    wrong = one_error_line(await cli("agent", "apply", "-f", cli.spec(MANIFEST.replace("kind: Agent", "kind: Pod"),
+                                                                       "pod.yaml")))
+    assert "kind must be Agent" in wrong

@@ -40,7 +40,7 @@ from a2a.types import a2a_pb2, a2a_pb2_grpc
 from conftest import apply_agent
 from lifecycle import AGENT, ready_session
 
-from sessionq._pb.kagent.api.v1alpha1 import common_pb2, session_pb2, session_pb2_grpc
+from sessionq._pb.kagent.api.v1alpha1 import common_pb2, sessions_pb2, sessions_pb2_grpc
 from sessionq.db import embedded, migrate
 from sessionq.db.store import Store
 from sessionq.runtime.simulator import SimulatedSubstrate, install_schema
@@ -264,11 +264,11 @@ async def test_calls_in_flight_answer_unavailable_within_a_second_of_postgresql_
         channel = grpc.aio.insecure_channel(address)
         await asyncio.wait_for(channel.channel_ready(), START_TIMEOUT)
         md = [("authorization", f"Bearer {TOKEN}")]
-        sessions = session_pb2_grpc.SessionServiceStub(channel)
+        sessions = sessions_pb2_grpc.SessionServiceStub(channel)
         a2a = a2a_pb2_grpc.A2AServiceStub(channel)
         request_id = f"in-flight-{uuid.uuid4()}"
         create = asyncio.ensure_future(timed(sessions.CreateSession(
-            session_pb2.CreateSessionRequest(request_id=request_id, agent=common_pb2.ResourceReference(
+            sessions_pb2.CreateSessionRequest(request_id=request_id, agent=common_pb2.ResourceReference(
                 namespace="kagent", name=AGENT)), metadata=md, timeout=60)))
         send = asyncio.ensure_future(timed(a2a.SendMessage(
             a2a_pb2.SendMessageRequest(tenant=f"kagent/{AGENT}", message=a2a_pb2.Message(
@@ -296,7 +296,7 @@ async def test_calls_in_flight_answer_unavailable_within_a_second_of_postgresql_
             assert ended - killed_at < FAST, f"{name} answered {ended - killed_at:.2f}s after PostgreSQL died"
 
         # calls made afterwards, one after another and together: none waits out the pool's timeout
-        get = session_pb2.GetSessionRequest(session_id=str(ready.id))
+        get = sessions_pb2.GetSessionRequest(session_id=str(ready.id))
         for _ in range(3):
             started = time.monotonic()
             code, details, ended = await timed(sessions.GetSession(get, metadata=md, timeout=30))

@@ -55,18 +55,17 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 from sessionq._pb.kagent.api.v1alpha1 import (
-    agent_pb2,
-    agent_pb2_grpc,
-    checkpoint_pb2,
-    checkpoint_pb2_grpc,
+    agents_pb2,
+    agents_pb2_grpc,
+    checkpoints_pb2,
+    checkpoints_pb2_grpc,
     common_pb2,
-    inventory_pb2,
-    inventory_pb2_grpc,
-    session_pb2,
-    session_pb2_grpc,
-    taskstore_pb2,
-    taskstore_pb2_grpc,
+    sessions_pb2,
+    sessions_pb2_grpc,
+    task_store_pb2,
+    task_store_pb2_grpc,
 )
+from sessionq._pb.sessionq.v1 import inventory_pb2, inventory_pb2_grpc
 from sessionq.api.common import encode_token
 from sessionq.domain import workload
 
@@ -257,8 +256,8 @@ def snapshot_diff(before: dict[str, Any], after: dict[str, Any]) -> str:
 
 
 async def _create_session(api: Any, request_id: str, user: str) -> str:
-    r = await session_pb2_grpc.SessionServiceStub(api.channel).CreateSession(
-        session_pb2.CreateSessionRequest(request_id=request_id, agent=AGENT), metadata=api.md(user), timeout=15)
+    r = await sessions_pb2_grpc.SessionServiceStub(api.channel).CreateSession(
+        sessions_pb2.CreateSessionRequest(request_id=request_id, agent=AGENT), metadata=api.md(user), timeout=15)
     return r.session.id
 
 
@@ -282,12 +281,12 @@ def _reason(err: grpc.aio.AioRpcError) -> str | None:
 
 
 async def _checkpoint(api: Any, sid: str, head: str, rid: str, user: str) -> str:
-    stub = checkpoint_pb2_grpc.CheckpointServiceStub(api.channel)
+    stub = checkpoints_pb2_grpc.CheckpointServiceStub(api.channel)
     deadline = time.monotonic() + 15
     while True:
         try:
             r = await stub.CreateCheckpoint(
-                checkpoint_pb2.CreateCheckpointRequest(session_id=sid, expected_head_task_id=head, request_id=rid),
+                checkpoints_pb2.CreateCheckpointRequest(session_id=sid, expected_head_task_id=head, request_id=rid),
                 metadata=api.md(user), timeout=10)
             return r.checkpoint.id
         except grpc.aio.AioRpcError as e:
@@ -297,8 +296,8 @@ async def _checkpoint(api: Any, sid: str, head: str, rid: str, user: str) -> str
 
 
 async def _share(api: Any, sid: str, user: str, permission: int) -> tuple[str, str]:
-    r = await session_pb2_grpc.SessionServiceStub(api.channel).CreateSessionShare(
-        session_pb2.CreateSessionShareRequest(session_id=sid, permission=permission, ttl={"seconds": 3600}),
+    r = await sessions_pb2_grpc.SessionServiceStub(api.channel).CreateSessionShare(
+        sessions_pb2.CreateSessionShareRequest(session_id=sid, permission=permission, ttl={"seconds": 3600}),
         metadata=api.md(user), timeout=10)
     return r.share.id, r.token
 
@@ -306,14 +305,14 @@ async def _share(api: Any, sid: str, user: str, permission: int) -> tuple[str, s
 async def build_world(api: Any, store: Any, sim: Any) -> World:
     await apply_agent(store, sim)
     w = World(api, store)
-    ro, rw = common_pb2.SESSION_SHARE_PERMISSION_READ_ONLY, common_pb2.SESSION_SHARE_PERMISSION_READ_WRITE
+    ro, rw = sessions_pb2.SESSION_SHARE_PERMISSION_READ_ONLY, sessions_pb2.SESSION_SHARE_PERMISSION_READ_WRITE
     w.refs["alice_rid"] = "fuzz-alice"
     w.refs["alice_sid"] = await _create_session(api, "fuzz-alice", "alice")
     w.refs["alice_spare_sid"] = await _create_session(api, "fuzz-alice-spare", "alice")
     w.refs["bob_sid"] = await _create_session(api, "fuzz-bob", "bob")
     w.refs["deleted_sid"] = await _create_session(api, "fuzz-deleted", "alice")
-    await session_pb2_grpc.SessionServiceStub(api.channel).DeleteSession(
-        session_pb2.DeleteSessionRequest(session_id=w.refs["deleted_sid"]), metadata=api.md("alice"), timeout=15)
+    await sessions_pb2_grpc.SessionServiceStub(api.channel).DeleteSession(
+        sessions_pb2.DeleteSessionRequest(session_id=w.refs["deleted_sid"]), metadata=api.md("alice"), timeout=15)
     w.refs["alice_task"] = await _turn(api, w.refs["alice_sid"], "alice", "What is 2+2?")
     w.refs["bob_task"] = await _turn(api, w.refs["bob_sid"], "bob", "What is 3+3?")
     await w.settle()
@@ -556,55 +555,55 @@ SID_REFS = ("alice_sid", "alice_spare_sid", "bob_sid", "deleted_sid", "alice_cp"
 CP_REFS = ("alice_cp", "alice_spare_cp", "bob_cp", "alice_sid", "bob_sid")
 SHARE_REFS = ("alice_spare_share", "bob_share", "alice_sid", "alice_cp")
 TASK_REFS = ("alice_task", "bob_task", "alice_sid")
-sess = session_pb2_grpc.SessionServiceStub
-cps = checkpoint_pb2_grpc.CheckpointServiceStub
+sess = sessions_pb2_grpc.SessionServiceStub
+cps = checkpoints_pb2_grpc.CheckpointServiceStub
 S = "SessionService"
 C = "CheckpointService"
 
 SESSION_RPCS = [
-    Rpc(S, "CreateSession", sess, session_pb2.CreateSessionRequest,
+    Rpc(S, "CreateSession", sess, sessions_pb2.CreateSessionRequest,
         {"request_id": st.one_of(st.just(Ref("alice_rid")), texts(200)), "name": texts(), "agent": agent_refs()},
         {"request_id": Ref("alice_rid"), "agent": {"namespace": "kagent", "name": "my-first-agent"}},
         waits=True, check=_create_ok),
-    Rpc(S, "GetSession", sess, session_pb2.GetSessionRequest, {"session_id": ids(*SID_REFS)},
+    Rpc(S, "GetSession", sess, sessions_pb2.GetSessionRequest, {"session_id": ids(*SID_REFS)},
         {"session_id": Ref("alice_sid")}),
-    Rpc(S, "ListSessions", sess, session_pb2.ListSessionsRequest,
+    Rpc(S, "ListSessions", sess, sessions_pb2.ListSessionsRequest,
         {"all_creators": st.booleans(), "page": pages(), "agent": agent_refs()}, {"page": {"limit": 10}}),
-    Rpc(S, "UpdateSessionName", sess, session_pb2.UpdateSessionNameRequest,
+    Rpc(S, "UpdateSessionName", sess, sessions_pb2.UpdateSessionNameRequest,
         {"session_id": ids(*SID_REFS), "name": texts()}, {"session_id": Ref("alice_sid"), "name": "renamed"}),
-    Rpc(S, "SuspendSession", sess, session_pb2.SuspendSessionRequest, {"session_id": ids(*SID_REFS)},
+    Rpc(S, "SuspendSession", sess, sessions_pb2.SuspendSessionRequest, {"session_id": ids(*SID_REFS)},
         {"session_id": Ref("alice_spare_sid")}, waits=True, check=_sid_ok("session_id")),
-    Rpc(S, "ResumeSession", sess, session_pb2.ResumeSessionRequest, {"session_id": ids(*SID_REFS)},
+    Rpc(S, "ResumeSession", sess, sessions_pb2.ResumeSessionRequest, {"session_id": ids(*SID_REFS)},
         {"session_id": Ref("alice_spare_sid")}, waits=True, check=_sid_ok("session_id")),
-    Rpc(S, "DeleteSession", sess, session_pb2.DeleteSessionRequest,
+    Rpc(S, "DeleteSession", sess, sessions_pb2.DeleteSessionRequest,
         {"session_id": ids("alice_spare_sid", "bob_sid", "deleted_sid", "alice_cp", "alice_share")},
         {"session_id": Ref("alice_spare_sid")}, waits=True, check=_sid_ok("session_id")),
-    Rpc(S, "CreateSessionShare", sess, session_pb2.CreateSessionShareRequest,
+    Rpc(S, "CreateSessionShare", sess, sessions_pb2.CreateSessionShareRequest,
         {"session_id": ids(*SID_REFS), "permission": ints(*INT32, 1, 2, 3), "ttl": durations()},
         {"session_id": Ref("alice_sid"), "permission": 1, "ttl": {"seconds": 60}}),
-    Rpc(S, "ListSessionShares", sess, session_pb2.ListSessionSharesRequest,
+    Rpc(S, "ListSessionShares", sess, sessions_pb2.ListSessionSharesRequest,
         {"session_id": ids(*SID_REFS), "page": pages()}, {"session_id": Ref("alice_sid")}),
-    Rpc(S, "RevokeSessionShare", sess, session_pb2.RevokeSessionShareRequest, {"share_id": ids(*SHARE_REFS)},
+    Rpc(S, "RevokeSessionShare", sess, sessions_pb2.RevokeSessionShareRequest, {"share_id": ids(*SHARE_REFS)},
         {"share_id": Ref("alice_spare_share")}),
 ]
 
 CHECKPOINT_RPCS = [
-    Rpc(C, "CreateCheckpoint", cps, checkpoint_pb2.CreateCheckpointRequest,
+    Rpc(C, "CreateCheckpoint", cps, checkpoints_pb2.CreateCheckpointRequest,
         {"session_id": ids(*SID_REFS), "request_id": st.one_of(st.just("fuzz-cp"), texts(200)),
          "expected_head_task_id": task_ids(*TASK_REFS)},
         {"session_id": Ref("alice_sid"), "request_id": "fuzz-cp", "expected_head_task_id": Ref("alice_task")},
         waits=True, check=_cp_ok),
-    Rpc(C, "GetCheckpoint", cps, checkpoint_pb2.GetCheckpointRequest, {"checkpoint_id": ids(*CP_REFS)},
+    Rpc(C, "GetCheckpoint", cps, checkpoints_pb2.GetCheckpointRequest, {"checkpoint_id": ids(*CP_REFS)},
         {"checkpoint_id": Ref("alice_cp")}),
-    Rpc(C, "ListCheckpoints", cps, checkpoint_pb2.ListCheckpointsRequest,
+    Rpc(C, "ListCheckpoints", cps, checkpoints_pb2.ListCheckpointsRequest,
         {"session_id": ids(*SID_REFS), "page": pages()}, {"session_id": Ref("alice_sid")}),
-    Rpc(C, "DeleteCheckpoint", cps, checkpoint_pb2.DeleteCheckpointRequest,
+    Rpc(C, "DeleteCheckpoint", cps, checkpoints_pb2.DeleteCheckpointRequest,
         {"checkpoint_id": ids("alice_spare_cp", "bob_cp", "alice_sid")}, {"checkpoint_id": Ref("alice_spare_cp")},
         waits=True, check=_sid_ok("checkpoint_id")),
-    Rpc(C, "ForkSession", cps, checkpoint_pb2.ForkSessionRequest,
+    Rpc(C, "ForkSession", cps, checkpoints_pb2.ForkSessionRequest,
         {"checkpoint_id": ids(*CP_REFS), "request_id": st.one_of(st.just("fuzz-fork"), texts(200))},
         {"checkpoint_id": Ref("alice_cp"), "request_id": "fuzz-fork"}, waits=True, check=_fork_ok),
-    Rpc(C, "UpdateCheckpointName", cps, checkpoint_pb2.UpdateCheckpointNameRequest,
+    Rpc(C, "UpdateCheckpointName", cps, checkpoints_pb2.UpdateCheckpointNameRequest,
         {"checkpoint_id": ids(*CP_REFS), "name": texts()}, {"checkpoint_id": Ref("alice_cp"), "name": "renamed"}),
 ]
 
@@ -612,20 +611,34 @@ egress = st.fixed_dictionaries({}, optional={
     "url": st.one_of(st.sampled_from(["https://api.example.com", "http://x:80/", "https://*.example.com",
                                       "ftp://x", "https://", "https://a:99999", "tls://x:443", "https://[::1]:443"]),
                      texts(120)),
-    "credential_headers": st.dictionaries(texts(40), texts(80), max_size=2),
+    "credentialHeaders": st.dictionaries(texts(40), texts(80), max_size=2),
 })
+agent_resources = st.one_of(st.none(), st.fixed_dictionaries({}, optional={
+    "api_version": st.one_of(st.just("api.kagent.dev/v1alpha3"), texts(60)),
+    "kind": st.one_of(st.just("Agent"), texts(20)),
+    "value": st.fixed_dictionaries({}, optional={
+        "apiVersion": st.one_of(st.just("api.kagent.dev/v1alpha3"), texts(60)),
+        "kind": st.one_of(st.just("Agent"), texts(20)),
+        "metadata": st.fixed_dictionaries({}, optional={"name": texts(80), "namespace": texts(80)}),
+        "spec": st.fixed_dictionaries({}, optional={
+            "template": st.one_of(texts(), st.just("i" * 513)), "egress": st.lists(egress, max_size=3)}),
+        "status": st.fixed_dictionaries({}, optional={"conditions": st.lists(texts(20), max_size=2)}),
+    }),
+}))
+VALID_RESOURCE = {"api_version": "api.kagent.dev/v1alpha3", "kind": "Agent", "value": {"spec": {}}}
 AGENT_RPCS = [
-    Rpc("AgentService", "ApplyAgent", agent_pb2_grpc.AgentServiceStub, agent_pb2.ApplyAgentRequest,
-        {"spec": st.one_of(st.none(), st.fixed_dictionaries({}, optional={
-            "ref": agent_refs(), "template": st.one_of(texts(), st.just("i" * 513)),
-            "egress": st.lists(egress, max_size=3)}))},
-        {"spec": {"ref": {"namespace": "kagent", "name": "my-first-agent"}}}),
-    Rpc("AgentService", "GetAgent", agent_pb2_grpc.AgentServiceStub, agent_pb2.GetAgentRequest,
-        {"agent": agent_refs()}, {"agent": {"namespace": "kagent", "name": "my-first-agent"}}),
-    Rpc("AgentService", "ListAgents", agent_pb2_grpc.AgentServiceStub, agent_pb2.ListAgentsRequest,
-        {"namespace": st.one_of(st.just("kagent"), texts(80)), "page": pages()}, {"namespace": "kagent"}),
-    Rpc("AgentService", "DeleteAgent", agent_pb2_grpc.AgentServiceStub, agent_pb2.DeleteAgentRequest,
-        {"agent": agent_refs()}, {"agent": {"namespace": "kagent", "name": "no-such-agent"}}),
+    Rpc("AgentService", "CreateAgent", agents_pb2_grpc.AgentServiceStub, agents_pb2.CreateAgentRequest,
+        {"ref": agent_refs(), "resource": agent_resources},
+        {"ref": {"namespace": "kagent", "name": "fuzzed-agent"}, "resource": VALID_RESOURCE}),
+    Rpc("AgentService", "UpdateAgent", agents_pb2_grpc.AgentServiceStub, agents_pb2.UpdateAgentRequest,
+        {"ref": agent_refs(), "resource": agent_resources},
+        {"ref": {"namespace": "kagent", "name": "my-first-agent"}, "resource": VALID_RESOURCE}),
+    Rpc("AgentService", "GetAgent", agents_pb2_grpc.AgentServiceStub, agents_pb2.GetAgentRequest,
+        {"ref": agent_refs()}, {"ref": {"namespace": "kagent", "name": "my-first-agent"}}),
+    Rpc("AgentService", "ListAgents", agents_pb2_grpc.AgentServiceStub, agents_pb2.ListAgentsRequest,
+        {"namespace": st.one_of(st.just("kagent"), texts(80))}, {"namespace": "kagent"}),
+    Rpc("AgentService", "DeleteAgent", agents_pb2_grpc.AgentServiceStub, agents_pb2.DeleteAgentRequest,
+        {"ref": agent_refs()}, {"ref": {"namespace": "kagent", "name": "no-such-agent"}}),
 ]
 
 INVENTORY_RPCS = [
@@ -635,7 +648,7 @@ INVENTORY_RPCS = [
 ]
 
 T = "TaskStoreService"
-ts_stub = taskstore_pb2_grpc.TaskStoreServiceStub
+ts_stub = task_store_pb2_grpc.TaskStoreServiceStub
 TS_SIDS = ("alice_sid", "bob_sid", "deleted_sid", "missing_uuid", "alice_spare_sid")
 ts_task = a2a_tasks(task_ids(*TASK_REFS), ids(*TS_SIDS))
 dispatch_ids = st.one_of(st.none(), ids("alice_sid", "missing_uuid"))
@@ -655,23 +668,23 @@ list_requests = st.one_of(st.none(), st.fixed_dictionaries({}, optional={
     "include_artifacts": st.booleans(),
 }))
 TASKSTORE_RPCS = [
-    Rpc(T, "CreateTask", ts_stub, taskstore_pb2.TaskStoreServiceCreateTaskRequest,
+    Rpc(T, "CreateTask", ts_stub, task_store_pb2.TaskStoreServiceCreateTaskRequest,
         {"session_id": ids(*TS_SIDS), "task": ts_task, "dispatch_id": dispatch_ids},
         {"session_id": Ref("alice_sid"), "task": {"id": "fuzz-new-task", "context_id": Ref("alice_sid")}},
         valid_md="wl_alice", mds=tuple(WORKLOAD_MDS)),
-    Rpc(T, "GetTask", ts_stub, taskstore_pb2.TaskStoreServiceGetTaskRequest,
+    Rpc(T, "GetTask", ts_stub, task_store_pb2.TaskStoreServiceGetTaskRequest,
         {"session_id": ids(*TS_SIDS), "task_id": task_ids(*TASK_REFS)},
         {"session_id": Ref("alice_sid"), "task_id": Ref("alice_task")}, valid_md="wl_alice", mds=tuple(WORKLOAD_MDS)),
-    Rpc(T, "UpdateTask", ts_stub, taskstore_pb2.TaskStoreServiceUpdateTaskRequest,
+    Rpc(T, "UpdateTask", ts_stub, task_store_pb2.TaskStoreServiceUpdateTaskRequest,
         {"session_id": ids(*TS_SIDS), "task": ts_task,
          "expected_version": st.one_of(st.just(Ref("alice_task_version")), int64s), "event": stream_events,
          "dispatch_id": dispatch_ids},
         {"session_id": Ref("alice_sid"), "task": {"id": Ref("alice_task"), "context_id": Ref("alice_sid")},
          "expected_version": Ref("alice_task_version")}, valid_md="wl_alice", mds=tuple(WORKLOAD_MDS)),
-    Rpc(T, "ListTasks", ts_stub, taskstore_pb2.TaskStoreServiceListTasksRequest,
-        {"session_id": ids(*TS_SIDS), "request": list_requests}, {"session_id": Ref("alice_sid")},
+    Rpc(T, "ListTasks", ts_stub, task_store_pb2.TaskStoreServiceListTasksRequest,
+        {"session_id": ids(*TS_SIDS), "request": list_requests}, {"session_id": Ref("alice_sid"), "request": {}},
         valid_md="wl_alice", mds=tuple(WORKLOAD_MDS)),
-    Rpc(T, "SettleTask", ts_stub, taskstore_pb2.TaskStoreServiceSettleTaskRequest,
+    Rpc(T, "SettleTask", ts_stub, task_store_pb2.TaskStoreServiceSettleTaskRequest,
         {"session_id": ids(*TS_SIDS), "task_id": task_ids(*TASK_REFS),
          "version": st.one_of(st.just(Ref("alice_task_version")), int64s)},
         {"session_id": Ref("alice_sid"), "task_id": Ref("alice_task"), "version": Ref("alice_task_version")},
@@ -865,10 +878,11 @@ REPLAYS: list[tuple[str, dict[str, Any], str]] = [
     ("CheckpointService/CreateCheckpoint", {"session_id": Ref("alice_sid"), "request_id": "replay",
                                             "expected_head_task_id": NUL}, "alice"),
     ("CheckpointService/ForkSession", {"checkpoint_id": Ref("alice_cp"), "request_id": NUL}, "alice"),
-    ("AgentService/ApplyAgent", {"spec": {"ref": {"namespace": "kagent", "name": "replay"}, "template": NUL}}, "alice"),
-    ("AgentService/ApplyAgent", {"spec": {"ref": {"namespace": "kagent", "name": "replay"}, "egress": [
-        {"url": "https://api.example.com", "credential_headers": {"x-key": NUL}}]}}, "alice"),
-    ("AgentService/ListAgents", {"page": {"page_token": encode_token(NUL, "x")}}, "alice"),
+    ("AgentService/CreateAgent", {"ref": {"namespace": "kagent", "name": "replay"}, "resource": {
+        **VALID_RESOURCE, "value": {"spec": {"template": NUL}}}}, "alice"),
+    ("AgentService/CreateAgent", {"ref": {"namespace": "kagent", "name": "replay"}, "resource": {
+        **VALID_RESOURCE, "value": {"spec": {"egress": [{"url": "https://api.example.com",
+                                                          "credentialHeaders": {"x-key": NUL}}]}}}}, "alice"),
     ("InventoryService/ListActors", {"page": {"page_token": encode_token(NUL)}}, "alice"),
     ("TaskStoreService/GetTask", {"session_id": Ref("alice_sid"), "task_id": NUL}, "wl_alice"),
     ("TaskStoreService/SettleTask", {"session_id": Ref("alice_sid"), "task_id": NUL, "version": 1}, "wl_alice"),
@@ -1044,9 +1058,9 @@ def test_rpc_table_covers_every_rpc() -> None:
     """Every RPC of every registered service has a fuzz entry (A2A: the two the frontend implements)."""
     covered = {r.name for r in SESSION_RPCS + CHECKPOINT_RPCS + AGENT_RPCS + INVENTORY_RPCS + TASKSTORE_RPCS + A2A_RPCS}
     wanted = set()
-    for module, service in ((session_pb2, "SessionService"), (checkpoint_pb2, "CheckpointService"),
-                            (agent_pb2, "AgentService"), (inventory_pb2, "InventoryService"),
-                            (taskstore_pb2, "TaskStoreService")):
+    for module, service in ((sessions_pb2, "SessionService"), (checkpoints_pb2, "CheckpointService"),
+                            (agents_pb2, "AgentService"), (inventory_pb2, "InventoryService"),
+                            (task_store_pb2, "TaskStoreService")):
         wanted |= {f"{service}/{m.name}" for m in module.DESCRIPTOR.services_by_name[service].methods}
     wanted |= {"A2AService/SendMessage", "A2AService/GetTask"}
     assert wanted <= covered, sorted(wanted - covered)

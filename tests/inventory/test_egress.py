@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import grpc
 import pytest
+from agentapi import resource, status_of
 from conftest import apply_agent, make_settings
 from lifecycle import AGENT, count
 from psycopg.types.json import Jsonb
 
-from sessionq._pb.kagent.api.v1alpha1 import agent_pb2, agent_pb2_grpc, common_pb2
+from sessionq._pb.kagent.api.v1alpha1 import agents_pb2, agents_pb2_grpc, common_pb2
 from sessionq.api.server import ApiServer
 from sessionq.domain.agents import compile_egress, parse_spec
 from sessionq.domain.operations import OperationExecutor
@@ -213,7 +214,7 @@ async def test_apply_agent_rejects_bad_egress_and_writes_nothing(store, sim):
     await server.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
     try:
-        stub = agent_pb2_grpc.AgentServiceStub(channel)
+        stub = agents_pb2_grpc.AgentServiceStub(channel)
         md = [("authorization", "Bearer alice-token")]
         ref = common_pb2.ResourceReference(namespace="kagent", name="my-agent")
         cases = {
@@ -223,21 +224,20 @@ async def test_apply_agent_rejects_bad_egress_and_writes_nothing(store, sim):
             "http://kagent-controller:8083": "egress[0] (http://kagent-controller:8083)",
         }
         for urls, named in cases.items():
-            egress = [agent_pb2.EgressDestination(url=u) for u in urls.split("|")]
-            spec = agent_pb2.AgentSpec(ref=ref, egress=egress)
+            egress = [{"url": u} for u in urls.split("|")]
             with pytest.raises(grpc.aio.AioRpcError) as e:
-                await stub.ApplyAgent(agent_pb2.ApplyAgentRequest(spec=spec), metadata=md, timeout=10)
+                await stub.CreateAgent(
+                    agents_pb2.CreateAgentRequest(ref=ref, resource=resource({"egress": egress})), metadata=md, timeout=10
+                )
             assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             assert named in e.value.details()
         assert await count(store, "SELECT count(*) FROM sessionq.agents") == 0
         assert await count(store, "SELECT count(*) FROM sessionq.revisions") == 0
         assert await count(store, "SELECT count(*) FROM procrastinate_jobs") == 0
         # with the configured domain, its full names are accepted
-        good = agent_pb2.AgentSpec(
-            ref=ref, egress=[agent_pb2.EgressDestination(url="http://tools.kagent.svc.corp.example:8080")]
-        )
-        r = await stub.ApplyAgent(agent_pb2.ApplyAgentRequest(spec=good), metadata=md, timeout=10)
-        assert r.revision_created
+        good = resource({"egress": [{"url": "http://tools.kagent.svc.corp.example:8080"}]})
+        r = await stub.CreateAgent(agents_pb2.CreateAgentRequest(ref=ref, resource=good), metadata=md, timeout=10)
+        assert status_of(r.agent)["revisions"][0]["number"] == 1
     finally:
         await channel.close()
         await server.stop(0)

@@ -11,13 +11,8 @@ import pytest
 from conftest import apply_agent
 
 from sessionq import metrics
-from sessionq._pb.kagent.api.v1alpha1 import (
-    common_pb2,
-    inventory_pb2,
-    inventory_pb2_grpc,
-    session_pb2,
-    session_pb2_grpc,
-)
+from sessionq._pb.kagent.api.v1alpha1 import common_pb2, runtime_pb2, sessions_pb2, sessions_pb2_grpc
+from sessionq._pb.sessionq.v1 import inventory_pb2, inventory_pb2_grpc
 from sessionq.api.server import SERVICE_NAMES
 from sessionq.runtime.base import Code
 
@@ -29,15 +24,15 @@ def inventory(api):
 
 
 def sessions(api):
-    return session_pb2_grpc.SessionServiceStub(api.channel)
+    return sessions_pb2_grpc.SessionServiceStub(api.channel)
 
 
-async def create(api, request_id: str, user: str) -> session_pb2.Session:
+async def create(api, request_id: str, user: str) -> sessions_pb2.Session:
     r = await sessions(api).CreateSession(
-        session_pb2.CreateSessionRequest(request_id=request_id, agent=AGENT),
+        sessions_pb2.CreateSessionRequest(request_id=request_id, agent=AGENT),
         metadata=api.md(user), timeout=10,
     )
-    assert r.session.state == common_pb2.RUNTIME_STATE_READY
+    assert r.session.state == runtime_pb2.RUNTIME_STATE_READY
     return r.session
 
 
@@ -86,8 +81,8 @@ async def test_users_see_only_their_sessions_actors_admin_sees_all(api, sim, thr
     assert len(admin.actors) == 4 and "stray" in {a.name for a in admin.actors}
     # a share token makes the shared Session's Actor visible to its holder
     share = await sessions(api).CreateSessionShare(
-        session_pb2.CreateSessionShareRequest(
-            session_id=b1.id, permission=common_pb2.SESSION_SHARE_PERMISSION_READ_ONLY, ttl={"seconds": 600}
+        sessions_pb2.CreateSessionShareRequest(
+            session_id=b1.id, permission=sessions_pb2.SESSION_SHARE_PERMISSION_READ_ONLY, ttl={"seconds": 600}
         ),
         metadata=api.md("bob"), timeout=10,
     )
@@ -191,4 +186,4 @@ async def test_callers_deadline_bounds_the_listing(api, sim, three_sessions):
 
 
 def test_inventory_service_is_registered_for_reflection():
-    assert "kagent.api.v1alpha1.InventoryService" in SERVICE_NAMES
+    assert "sessionq.v1.InventoryService" in SERVICE_NAMES

@@ -31,12 +31,13 @@ from a2a.types import a2a_pb2, a2a_pb2_grpc
 from google.rpc import error_details_pb2, status_pb2
 
 from sessionq._pb.kagent.api.v1alpha1 import (
-    agent_pb2_grpc,
-    checkpoint_pb2,
-    checkpoint_pb2_grpc,
+    agents_pb2_grpc,
+    checkpoints_pb2,
+    checkpoints_pb2_grpc,
     common_pb2,
-    session_pb2,
-    session_pb2_grpc,
+    runtime_pb2,
+    sessions_pb2,
+    sessions_pb2_grpc,
 )
 
 from .cluster import AGENT_NAME, AGENT_NAMESPACE, USERS
@@ -64,7 +65,7 @@ def new_number() -> int:
 
 
 def state_name(value: int) -> str:
-    return common_pb2.RuntimeState.Name(value).removeprefix("RUNTIME_STATE_")
+    return runtime_pb2.RuntimeState.Name(value).removeprefix("RUNTIME_STATE_")
 
 
 def task_state_name(value: int) -> str:
@@ -93,7 +94,7 @@ def summarize(resp: Any) -> dict[str, Any]:
     if hasattr(resp, "session") and resp.HasField("session"):
         s = resp.session
         return {"session": s.id, "state": state_name(s.state),
-                "operation": common_pb2.RuntimeOperation.Name(s.operation).removeprefix("RUNTIME_OPERATION_"),
+                "operation": runtime_pb2.RuntimeOperation.Name(s.operation).removeprefix("RUNTIME_OPERATION_"),
                 "name": s.name}
     if hasattr(resp, "task") and isinstance(resp, a2a_pb2.SendMessageResponse) and resp.HasField("task"):
         t = resp.task
@@ -102,7 +103,7 @@ def summarize(resp: Any) -> dict[str, Any]:
     if hasattr(resp, "checkpoint") and resp.HasField("checkpoint"):
         c = resp.checkpoint
         return {"checkpoint": c.id, "session": c.session_id, "head": c.head_task_id,
-                "state": common_pb2.CheckpointState.Name(c.state)}
+                "state": checkpoints_pb2.CheckpointState.Name(c.state)}
     return {}
 
 
@@ -130,10 +131,10 @@ class Gateway:
         self.channels = [grpc.aio.insecure_channel(e, options=CHANNEL_OPTIONS) for e in endpoints]
         self.stubs = [
             {
-                "sessions": session_pb2_grpc.SessionServiceStub(ch),
+                "sessions": sessions_pb2_grpc.SessionServiceStub(ch),
                 "a2a": a2a_pb2_grpc.A2AServiceStub(ch),
-                "checkpoints": checkpoint_pb2_grpc.CheckpointServiceStub(ch),
-                "agents": agent_pb2_grpc.AgentServiceStub(ch),
+                "checkpoints": checkpoints_pb2_grpc.CheckpointServiceStub(ch),
+                "agents": agents_pb2_grpc.AgentServiceStub(ch),
             }
             for ch in self.channels
         ]
@@ -256,7 +257,7 @@ class Client:
         """An acknowledged lifecycle call answers with the Session at its target state, done."""
         s = result.resp.session
         state = state_name(s.state)
-        op = common_pb2.RuntimeOperation.Name(s.operation).removeprefix("RUNTIME_OPERATION_")
+        op = runtime_pb2.RuntimeOperation.Name(s.operation).removeprefix("RUNTIME_OPERATION_")
         if state not in expected or op != "NONE":
             self.history.violation(
                 "ack-state", f"{rpc} of session {s.id} acknowledged with state {state} / operation {op}"
@@ -300,14 +301,14 @@ class Client:
     async def do_create(self) -> None:
         self.created += 1
         rid = f"{self.name}-create-{self.created}"
-        r = await self.call("create", "sessions", "CreateSession", session_pb2.CreateSessionRequest(
+        r = await self.call("create", "sessions", "CreateSession", sessions_pb2.CreateSessionRequest(
             request_id=rid, agent=AGENT, name=f"soak {self.name} #{self.created}"), note={"request_id": rid})
         if r.ok:
             self.check_session_ack("CreateSession", r, ("READY", "SUSPENDED"))
             self.register(SessionModel(r.resp.session.id, self.user, state_name(r.resp.session.state)))
 
     async def refresh(self, s: SessionModel) -> None:
-        r = await self.call("get", "sessions", "GetSession", session_pb2.GetSessionRequest(session_id=s.id),
+        r = await self.call("get", "sessions", "GetSession", sessions_pb2.GetSessionRequest(session_id=s.id),
                             session=s.id, max_attempts=3, budget=10)
         if r.ok:
             s.state = state_name(r.resp.session.state)
@@ -357,7 +358,7 @@ class Client:
                                        session=s.id)
 
     async def lifecycle(self, rpc: str, op: str, s: SessionModel, expected: tuple[str, ...]) -> Result:
-        request = getattr(session_pb2, f"{rpc}Request")(session_id=s.id)
+        request = getattr(sessions_pb2, f"{rpc}Request")(session_id=s.id)
         r = await self.call(op, "sessions", rpc, request, session=s.id)
         if r.ok:
             self.check_session_ack(rpc, r, expected)
@@ -397,7 +398,7 @@ class Client:
             return
         rpcs = [self.rng.choice(("SuspendSession", "ResumeSession")) for _ in range(RACERS)]
         results = await asyncio.gather(*(
-            self.call("race", "sessions", rpc, getattr(session_pb2, f"{rpc}Request")(session_id=s.id), session=s.id,
+            self.call("race", "sessions", rpc, getattr(sessions_pb2, f"{rpc}Request")(session_id=s.id), session=s.id,
                       max_attempts=3, budget=15)
             for rpc in rpcs))
         if any(r.code == "NOT_FOUND" for r in results):
@@ -405,12 +406,12 @@ class Client:
             return
         last = time.monotonic()
         while True:
-            r = await self.call("race-settle", "sessions", "GetSession", session_pb2.GetSessionRequest(session_id=s.id),
+            r = await self.call("race-settle", "sessions", "GetSession", sessions_pb2.GetSessionRequest(session_id=s.id),
                                 session=s.id, max_attempts=3, budget=10)
             if r.code == "NOT_FOUND":
                 self.forget(s)
                 return
-            if r.ok and r.resp.session.operation == common_pb2.RUNTIME_OPERATION_NONE:
+            if r.ok and r.resp.session.operation == runtime_pb2.RUNTIME_OPERATION_NONE:
                 s.state = state_name(r.resp.session.state)
                 self.history.race_settles.append(round(time.monotonic() - last, 3))
                 return
@@ -429,7 +430,7 @@ class Client:
             return
         name = f"renamed {self.rng.getrandbits(32):08x}"
         r = await self.call("rename", "sessions", "UpdateSessionName",
-                            session_pb2.UpdateSessionNameRequest(session_id=s.id, name=name), session=s.id,
+                            sessions_pb2.UpdateSessionNameRequest(session_id=s.id, name=name), session=s.id,
                             note={"name": name})
         if r.ok and r.resp.session.name != name:
             self.history.violation("ack-state", f"UpdateSessionName of {s.id} answered name {r.resp.session.name!r}"
@@ -441,7 +442,7 @@ class Client:
         rid = f"{self.name}-cp-{self.rng.getrandbits(40):x}"
         return await self.call(
             op, "checkpoints", "CreateCheckpoint",
-            checkpoint_pb2.CreateCheckpointRequest(session_id=s.id, expected_head_task_id=head, request_id=rid),
+            checkpoints_pb2.CreateCheckpointRequest(session_id=s.id, expected_head_task_id=head, request_id=rid),
             session=s.id, retry_reasons=frozenset({SNAPSHOT_PENDING}), max_attempts=40, budget=25,
             note={"request_id": rid, "head": head})
 
@@ -465,12 +466,12 @@ class Client:
             checks["inconclusive: first turn"] += 1
             return
         cp = await self.checkpoint(s, task.id)
-        if not cp.ok or cp.resp.checkpoint.state != common_pb2.CHECKPOINT_STATE_READY:
+        if not cp.ok or cp.resp.checkpoint.state != checkpoints_pb2.CHECKPOINT_STATE_READY:
             checks["inconclusive: checkpoint"] += 1
             return
         rid = f"{self.name}-fork-{self.rng.getrandbits(40):x}"
         f = await self.call("fork", "checkpoints", "ForkSession",
-                            checkpoint_pb2.ForkSessionRequest(checkpoint_id=cp.resp.checkpoint.id, request_id=rid),
+                            checkpoints_pb2.ForkSessionRequest(checkpoint_id=cp.resp.checkpoint.id, request_id=rid),
                             note={"request_id": rid, "checkpoint": cp.resp.checkpoint.id, "source": s.id})
         if not f.ok:
             checks["inconclusive: fork"] += 1

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from google.protobuf import json_format, struct_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from sessionq._pb.kagent.api.v1alpha1 import agent_pb2, checkpoint_pb2, session_pb2
+from sessionq._pb.kagent.api.v1alpha1 import agents_pb2, checkpoints_pb2, common_pb2, sessions_pb2
 from sessionq.runtime.simulator import SimulatedSubstrate
 
 from . import checks
@@ -135,18 +136,22 @@ class Harness:
 
     async def apply_agent(self) -> None:
         assert self.gateway is not None
-        r = await self.gateway.call("harness", "apply-agent", "agents", "ApplyAgent",
-                                    agent_pb2.ApplyAgentRequest(spec=agent_pb2.AgentSpec(ref=AGENT)),
+        value = struct_pb2.Struct()
+        value.update({"apiVersion": "api.kagent.dev/v1alpha3", "kind": "Agent", "spec": {}})
+        resource = common_pb2.StructuredObject(api_version="api.kagent.dev/v1alpha3", kind="Agent", value=value)
+        r = await self.gateway.call("harness", "create-agent", "agents", "CreateAgent",
+                                    agents_pb2.CreateAgentRequest(ref=AGENT, resource=resource),
                                     user="admin", max_attempts=10, budget=60)
-        if not r.ok:
-            raise RuntimeError(f"ApplyAgent failed: {r.code} {r.details}")
+        if not r.ok and r.code != "ALREADY_EXISTS":
+            raise RuntimeError(f"CreateAgent failed: {r.code} {r.details}")
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             g = await self.gateway.call("harness", "get-agent", "agents", "GetAgent",
-                                        agent_pb2.GetAgentRequest(agent=AGENT), user="admin", max_attempts=3)
+                                        agents_pb2.GetAgentRequest(ref=AGENT), user="admin", max_attempts=3)
             if g.ok:
-                desired = next((x for x in g.resp.agent.revisions if x.id == g.resp.agent.desired_revision), None)
-                if desired is not None and desired.state == "READY":
+                status = json_format.MessageToDict(g.resp.agent.resource.value).get("status", {})
+                desired = next((x for x in status.get("revisions", []) if x["id"] == status.get("desiredRevision")), None)
+                if desired is not None and desired["state"] == "READY":
                     return
                 if desired is not None and desired.state == "FAILED":
                     raise RuntimeError(f"the agent revision failed: {desired.failure.message}")
@@ -180,13 +185,13 @@ class Harness:
             sid = str(s["id"])
             if s["operation"] in ("SUSPEND", "RESUME", "DELETE"):
                 rpc = {"SUSPEND": "SuspendSession", "RESUME": "ResumeSession", "DELETE": "DeleteSession"}[s["operation"]]
-                calls.append(("sessions", rpc, getattr(session_pb2, f"{rpc}Request")(session_id=sid), sid))
+                calls.append(("sessions", rpc, getattr(sessions_pb2, f"{rpc}Request")(session_id=sid), sid))
             elif s["request_kind"] == "create":
                 name = s["request_fingerprint"].split("|", 1)[1] if "|" in s["request_fingerprint"] else ""
-                calls.append(("sessions", "CreateSession", session_pb2.CreateSessionRequest(
+                calls.append(("sessions", "CreateSession", sessions_pb2.CreateSessionRequest(
                     request_id=s["request_id"], agent=AGENT, name=name), sid))
             elif s["source_checkpoint_id"] is not None:
-                calls.append(("checkpoints", "ForkSession", checkpoint_pb2.ForkSessionRequest(
+                calls.append(("checkpoints", "ForkSession", checkpoints_pb2.ForkSessionRequest(
                     checkpoint_id=str(s["source_checkpoint_id"]), request_id=s["request_id"]), sid))
         creators = {str(s["id"]): s["creator"] for s in rows}
         await asyncio.gather(*(

@@ -16,7 +16,7 @@ from a2a.types import a2a_pb2
 from google.protobuf import json_format
 from google.protobuf.message import Message as ProtoMessage
 
-from sessionq._pb.kagent.api.v1alpha1 import taskstore_pb2, taskstore_pb2_grpc
+from sessionq._pb.kagent.api.v1alpha1 import task_store_pb2, task_store_pb2_grpc
 from sessionq.runtime.base import ActorState, Code, InvokeRequest, SubstrateError
 from sessionq.runtime.simulator import WORKLOAD_TOKEN_ENV, SimulatedSubstrate
 from sessionq.runtime.simulator.taskstore_client import TaskStoreClient, TaskStoreError
@@ -34,7 +34,7 @@ def _payload(request: ProtoMessage) -> bytes:
     return request.SerializeToString(deterministic=True)
 
 
-class FakeTaskStore(taskstore_pb2_grpc.TaskStoreServiceServicer):
+class FakeTaskStore(task_store_pb2_grpc.TaskStoreServiceServicer):
     """Records every authenticated call; per-task versions 1, 2, 3, ...; a retried CreateTask or
     UpdateTask with the same payload returns the committed version (as the real server does)."""
 
@@ -66,10 +66,10 @@ class FakeTaskStore(taskstore_pb2_grpc.TaskStoreServiceServicer):
             payload, version = self.created[task_id]
             if payload != _payload(request):
                 await context.abort(grpc.StatusCode.ALREADY_EXISTS, "task exists with another payload")
-            return taskstore_pb2.TaskStoreServiceCreateTaskResponse(version=version)
+            return task_store_pb2.TaskStoreServiceCreateTaskResponse(version=version)
         self.tasks[task_id] = (request.task, 1)
         self.created[task_id] = (_payload(request), 1)
-        return taskstore_pb2.TaskStoreServiceCreateTaskResponse(version=1)
+        return task_store_pb2.TaskStoreServiceCreateTaskResponse(version=1)
 
     async def GetTask(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         await self._auth(context)
@@ -77,8 +77,8 @@ class FakeTaskStore(taskstore_pb2_grpc.TaskStoreServiceServicer):
         if request.task_id not in self.tasks:
             await context.abort(grpc.StatusCode.NOT_FOUND, "no such task")
         task, version = self.tasks[request.task_id]
-        return taskstore_pb2.TaskStoreServiceGetTaskResponse(
-            stored=taskstore_pb2.StoredTask(task=task, version=version)
+        return task_store_pb2.TaskStoreServiceGetTaskResponse(
+            stored=task_store_pb2.StoredTask(task=task, version=version)
         )
 
     async def UpdateTask(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -89,7 +89,7 @@ class FakeTaskStore(taskstore_pb2_grpc.TaskStoreServiceServicer):
             await context.abort(grpc.StatusCode.NOT_FOUND, "no such task")
         key = (task_id, request.expected_version)
         if key in self.updated and self.updated[key][0] == _payload(request):
-            return taskstore_pb2.TaskStoreServiceUpdateTaskResponse(version=self.updated[key][1])
+            return task_store_pb2.TaskStoreServiceUpdateTaskResponse(version=self.updated[key][1])
         _, current = self.tasks[task_id]
         if request.expected_version != current:
             await context.abort(grpc.StatusCode.ABORTED, "stale version")
@@ -99,7 +99,7 @@ class FakeTaskStore(taskstore_pb2_grpc.TaskStoreServiceServicer):
         if self.lose_update_responses > 0:
             self.lose_update_responses -= 1
             await context.abort(grpc.StatusCode.UNAVAILABLE, "response lost")
-        return taskstore_pb2.TaskStoreServiceUpdateTaskResponse(version=version)
+        return task_store_pb2.TaskStoreServiceUpdateTaskResponse(version=version)
 
     async def SettleTask(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         await self._auth(context)
@@ -109,14 +109,14 @@ class FakeTaskStore(taskstore_pb2_grpc.TaskStoreServiceServicer):
         if self.tasks[request.task_id][1] != request.version:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "not the current version")
         self.settled[request.task_id] = request.version
-        return taskstore_pb2.TaskStoreServiceSettleTaskResponse()
+        return task_store_pb2.TaskStoreServiceSettleTaskResponse()
 
 
 @pytest.fixture
 async def store() -> AsyncIterator[tuple[FakeTaskStore, str]]:
     servicer = FakeTaskStore(TOKEN)
     server = grpc.aio.server()
-    taskstore_pb2_grpc.add_TaskStoreServiceServicer_to_server(servicer, server)
+    task_store_pb2_grpc.add_TaskStoreServiceServicer_to_server(servicer, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     yield servicer, f"127.0.0.1:{port}"

@@ -1,92 +1,45 @@
-"""AgentService: apply, get, list and delete Agents (sessionq's own service)."""
+"""kagent.api.v1alpha1.AgentService: list, get, create, update and delete Agents, each carried as
+one resource (sessionq.domain.agent_resource). The refs' rules (required, DNS names) are checked
+before the servicer runs (api/validation.py); what the protos cannot express is checked here and in
+the procedures: that the resource is an Agent that agrees with `ref`, that its spec is valid
+(domain.agents), who may change it (its owner or an administrator) and whether it exists.
+"""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 import grpc
+from google.protobuf import json_format, struct_pb2
 
 from sessionq import errors
-from sessionq._pb.kagent.api.v1alpha1 import agent_pb2, agent_pb2_grpc, common_pb2
-from sessionq.api.common import Authenticator, decode_token, encode_token, page_limit, rpc, ts
+from sessionq._pb.kagent.api.v1alpha1 import agents_pb2, agents_pb2_grpc, common_pb2
+from sessionq.api.common import Authenticator, rpc
 from sessionq.db.store import Store
-from sessionq.domain.agents import (
-    AgentSpec,
-    EgressDestination,
-    apply_spec,
-    check_name,
-    check_namespace,
-    parse_spec,
-    redact_spec,
-)
-from sessionq.models import Agent, Revision
+from sessionq.domain.agent_resource import API_VERSION, KIND, resource_of, spec_from_resource
+from sessionq.domain.agents import apply_spec
+from sessionq.models import Agent, ApplyMode
+
+LIST_BATCH = 200  # agents read per query while listing a namespace
 
 
-def spec_from_proto(msg: agent_pb2.AgentSpec) -> AgentSpec:
-    data = {
-        "name": msg.ref.name,
-        "namespace": msg.ref.namespace or "kagent",
-        "template": msg.template,
-        "egress": [{"url": e.url, "credentialHeaders": dict(e.credential_headers)} for e in msg.egress],
-    }
-    return parse_spec(data)
-
-
-def spec_to_proto(stored: dict[str, Any]) -> agent_pb2.AgentSpec:
-    """A stored spec as clients see it: credential header values redacted (write-only)."""
-    spec = redact_spec(stored)
-    return agent_pb2.AgentSpec(
-        ref=common_pb2.ResourceReference(namespace=spec.get("namespace", ""), name=spec.get("name", "")),
-        template=spec.get("template", ""),
-        egress=[
-            agent_pb2.EgressDestination(url=e["url"], credential_headers=e.get("credentialHeaders") or {})
-            for e in spec.get("egress") or []
-        ],
+def agent_to_proto(agent: Agent, resource: dict[str, Any]) -> agents_pb2.Agent:
+    value = struct_pb2.Struct()
+    value.update(resource)
+    return agents_pb2.Agent(
+        ref=common_pb2.ResourceReference(namespace=agent.namespace, name=agent.name),
+        resource=common_pb2.StructuredObject(api_version=API_VERSION, kind=KIND, value=value),
     )
 
 
-def _time(value: str | None) -> datetime | None:
-    return datetime.fromisoformat(value) if value else None
+def resource_value(resource: common_pb2.StructuredObject) -> dict[str, Any] | None:
+    """The resource's object as plain data (None when unset)."""
+    if not resource.HasField("value"):
+        return None
+    return json_format.MessageToDict(resource.value)
 
 
-def agent_to_proto(a: Agent, revisions: list[Revision]) -> agent_pb2.Agent:
-    return agent_pb2.Agent(
-        ref=common_pb2.ResourceReference(namespace=a.namespace, name=a.name),
-        spec=spec_to_proto(a.spec),
-        conditions=[
-            agent_pb2.Condition(
-                type=c["type"],
-                status=c["status"],
-                reason=c.get("reason", ""),
-                message=c.get("message", ""),
-                last_transition_time=ts(_time(c.get("lastTransitionTime"))),
-            )
-            for c in a.conditions
-        ],
-        desired_revision=str(a.desired_revision_id),
-        latest_successful_revision=str(a.latest_successful_revision_id or ""),
-        revisions=[
-            agent_pb2.Revision(
-                id=str(r.id),
-                number=r.number,
-                state=r.state,
-                template_atespace=r.template_atespace,
-                template_name=r.template_name,
-                failure=common_pb2.Failure(reason="RevisionFailed", message=r.failure_message)
-                if r.failure_message
-                else None,
-                created_at=ts(r.created_at),
-                prepared_at=ts(r.prepared_at),
-            )
-            for r in revisions
-        ],
-        created_at=ts(a.created_at),
-        updated_at=ts(a.updated_at),
-    )
-
-
-class AgentService(agent_pb2_grpc.AgentServiceServicer):
+class AgentService(agents_pb2_grpc.AgentServiceServicer):
     def __init__(
         self, store: Store, auth: Authenticator, cluster_domain: str = "cluster.local", admins: list[str] | None = None
     ) -> None:
@@ -95,56 +48,63 @@ class AgentService(agent_pb2_grpc.AgentServiceServicer):
         self.cluster_domain = cluster_domain
         self.admins = set(admins or ())
 
-    async def _agent(self, namespace: str, name: str) -> agent_pb2.Agent:
+    async def _agent(self, namespace: str, name: str) -> agents_pb2.Agent:
         agent = await self.store.get_agent(namespace, name)
-        return agent_to_proto(agent, await self.store.agent_revisions(namespace, name))
+        return agent_to_proto(agent, resource_of(agent, await self.store.agent_revisions(namespace, name)))
+
+    async def _apply(
+        self, request: agents_pb2.CreateAgentRequest | agents_pb2.UpdateAgentRequest, context: grpc.aio.ServicerContext,
+        mode: ApplyMode,
+    ) -> agents_pb2.Agent:
+        who = self.auth.identify(context)
+        ref, resource = request.ref, request.resource
+        self.auth.check_namespace(who, ref.namespace)
+        spec = spec_from_resource(ref.namespace, ref.name, resource.api_version, resource.kind, resource_value(resource))
+        # existence (create: not yet; update: already) and ownership are the procedure's checks
+        await apply_spec(self.store, spec, who.user, who.user in self.admins, self.cluster_domain, mode)
+        return await self._agent(ref.namespace, ref.name)
 
     @rpc
-    async def ApplyAgent(
-        self, request: agent_pb2.ApplyAgentRequest, context: grpc.aio.ServicerContext
-    ) -> agent_pb2.ApplyAgentResponse:
-        who = self.auth.identify(context)
-        spec = spec_from_proto(request.spec)
-        self.auth.check_namespace(who, spec.namespace)
-        created = await apply_spec(self.store, spec, who.user, who.user in self.admins, self.cluster_domain)
-        return agent_pb2.ApplyAgentResponse(
-            agent=await self._agent(spec.namespace, spec.name), revision_created=created
-        )
+    async def CreateAgent(
+        self, request: agents_pb2.CreateAgentRequest, context: grpc.aio.ServicerContext
+    ) -> agents_pb2.CreateAgentResponse:
+        return agents_pb2.CreateAgentResponse(agent=await self._apply(request, context, ApplyMode.CREATE))
+
+    @rpc
+    async def UpdateAgent(
+        self, request: agents_pb2.UpdateAgentRequest, context: grpc.aio.ServicerContext
+    ) -> agents_pb2.UpdateAgentResponse:
+        return agents_pb2.UpdateAgentResponse(agent=await self._apply(request, context, ApplyMode.UPDATE))
 
     @rpc
     async def GetAgent(
-        self, request: agent_pb2.GetAgentRequest, context: grpc.aio.ServicerContext
-    ) -> agent_pb2.GetAgentResponse:
+        self, request: agents_pb2.GetAgentRequest, context: grpc.aio.ServicerContext
+    ) -> agents_pb2.GetAgentResponse:
         self.auth.identify(context)
-        ns = check_namespace(request.agent.namespace or "kagent", "agent.namespace")
-        name = check_name(request.agent.name, "agent.name")
-        return agent_pb2.GetAgentResponse(agent=await self._agent(ns, name))
+        return agents_pb2.GetAgentResponse(agent=await self._agent(request.ref.namespace, request.ref.name))
 
     @rpc
     async def ListAgents(
-        self, request: agent_pb2.ListAgentsRequest, context: grpc.aio.ServicerContext
-    ) -> agent_pb2.ListAgentsResponse:
+        self, request: agents_pb2.ListAgentsRequest, context: grpc.aio.ServicerContext
+    ) -> agents_pb2.ListAgentsResponse:
         self.auth.identify(context)
-        limit = page_limit(request.page.limit)
-        ns = check_namespace(request.namespace, "namespace") if request.namespace else None
-        after = None
-        if request.page.page_token:
-            a_ns, a_name = decode_token(request.page.page_token, 2)
-            after = (a_ns, a_name)
-        rows = await self.store.list_agents(ns, after, limit + 1)
-        token = encode_token(rows[limit - 1].namespace, rows[limit - 1].name) if len(rows) > limit else ""
-        agents = [agent_to_proto(a, await self.store.agent_revisions(a.namespace, a.name)) for a in rows[:limit]]
-        return agent_pb2.ListAgentsResponse(agents=agents, page=common_pb2.PageResponse(next_page_token=token))
+        agents: list[agents_pb2.Agent] = []
+        after: tuple[str, str] | None = None
+        while True:  # kagent's list has no pages: the whole namespace, read in batches
+            rows = await self.store.list_agents(request.namespace, after, LIST_BATCH)
+            for a in rows:
+                agents.append(agent_to_proto(a, resource_of(a, await self.store.agent_revisions(a.namespace, a.name))))
+            if len(rows) < LIST_BATCH:
+                return agents_pb2.ListAgentsResponse(agents=agents)
+            after = (rows[-1].namespace, rows[-1].name)
 
     @rpc
     async def DeleteAgent(
-        self, request: agent_pb2.DeleteAgentRequest, context: grpc.aio.ServicerContext
-    ) -> agent_pb2.DeleteAgentResponse:
+        self, request: agents_pb2.DeleteAgentRequest, context: grpc.aio.ServicerContext
+    ) -> agents_pb2.DeleteAgentResponse:
         who = self.auth.identify(context)
-        ns = check_namespace(request.agent.namespace or "kagent", "agent.namespace")
-        name = check_name(request.agent.name, "agent.name")
-        await self.store.delete_agent(ns, name, who.user, who.user in self.admins)
-        return agent_pb2.DeleteAgentResponse()
+        await self.store.delete_agent(request.ref.namespace, request.ref.name, who.user, who.user in self.admins)
+        return agents_pb2.DeleteAgentResponse()
 
 
-__all__ = ["AgentService", "EgressDestination", "errors"]
+__all__ = ["AgentService", "agent_to_proto", "errors", "resource_value"]

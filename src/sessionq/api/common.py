@@ -105,6 +105,8 @@ def hash_token(token: str) -> str:
 
 
 def parse_uuid(value: str, field: str) -> UUID:
+    """A UUID field as a UUID. The request fields that carry one have a string.uuid rule
+    (api/validation.py), so this only converts them; page tokens and the A2A ids are checked here."""
     if not value:
         raise errors.invalid(f"{field} is required")
     try:
@@ -114,8 +116,9 @@ def parse_uuid(value: str, field: str) -> UUID:
 
 
 def check_request_id(value: str, field: str = "request_id") -> str:
-    if not 1 <= len(value) <= 128:
-        raise errors.invalid(f"{field} must be 1 to 128 characters (got {len(value)})")
+    """Its length (1-128) is a buf.validate rule of every request that has one; control characters
+    are sessionq's own rule, which the protos do not express (a request id is quoted in messages,
+    logs and operator views)."""
     if has_control(value):
         raise errors.invalid(f"{field} must not contain control characters")
     return value
@@ -140,6 +143,8 @@ def check_display_name(value: str, field: str = "name") -> str:
 
 
 def page_limit(limit: int) -> int:
+    """The rows of a page: 0 is the default. PageRequest.limit's rule (0..100) is checked before
+    the servicer runs; the range is checked here too for the A2A and inventory pages."""
     if limit < 0 or limit > MAX_PAGE:
         raise errors.invalid(f"page.limit must be between 0 and {MAX_PAGE} (got {limit})")
     return limit or DEFAULT_PAGE

@@ -20,7 +20,8 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 import grpc
 
 from sessionq import errors
-from sessionq._pb.kagent.api.v1alpha1 import common_pb2, inventory_pb2, inventory_pb2_grpc
+from sessionq._pb.kagent.api.v1alpha1 import common_pb2
+from sessionq._pb.sessionq.v1 import inventory_pb2, inventory_pb2_grpc
 from sessionq.api.common import Authenticator, Identity, page_limit, rpc, ts
 from sessionq.config import Settings
 from sessionq.db.store import Store

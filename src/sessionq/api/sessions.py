@@ -14,11 +14,10 @@ import time
 import grpc
 
 from sessionq import errors
-from sessionq._pb.kagent.api.v1alpha1 import common_pb2, session_pb2, session_pb2_grpc
+from sessionq._pb.kagent.api.v1alpha1 import common_pb2, runtime_pb2, sessions_pb2, sessions_pb2_grpc
 from sessionq.api.common import (
     Authenticator,
     after_id,
-    check_display_name,
     check_request_id,
     hash_token,
     next_id_token,
@@ -29,7 +28,6 @@ from sessionq.api.common import (
     wait_budget,
 )
 from sessionq.db.store import Store
-from sessionq.domain.agents import check_name, check_namespace
 from sessionq.metrics import OPERATIONS
 from sessionq.models import (
     Admission,
@@ -45,21 +43,22 @@ from sessionq.models import (
 )
 
 BUSY_WAIT = 5.0  # how long a lifecycle call waits out a turn's cleanup or quiescence
+MAX_SHARE_TTL = 100 * 365 * 86400  # seconds; longer: until revoked (an unset ttl, no shares.maxTtl)
 
 PERMISSIONS = {
-    common_pb2.SESSION_SHARE_PERMISSION_READ_ONLY: SharePermission.READ_ONLY,
-    common_pb2.SESSION_SHARE_PERMISSION_READ_WRITE: SharePermission.READ_WRITE,
+    sessions_pb2.SESSION_SHARE_PERMISSION_READ_ONLY: SharePermission.READ_ONLY,
+    sessions_pb2.SESSION_SHARE_PERMISSION_READ_WRITE: SharePermission.READ_WRITE,
 }
 
 
-def session_to_proto(s: Session) -> session_pb2.Session:
-    msg = session_pb2.Session(
+def session_to_proto(s: Session) -> sessions_pb2.Session:
+    msg = sessions_pb2.Session(
         id=str(s.id),
         creator=s.creator,
         prepared_revision=str(s.revision_id) if s.revision_id else "",
         a2a_authority=f"{s.agent_namespace}/{s.agent_name}",
-        state=common_pb2.RuntimeState.Value(f"RUNTIME_STATE_{s.state}"),
-        operation=common_pb2.RuntimeOperation.Value(f"RUNTIME_OPERATION_{s.operation}"),
+        state=runtime_pb2.RuntimeState.Value(f"RUNTIME_STATE_{s.state}"),
+        operation=runtime_pb2.RuntimeOperation.Value(f"RUNTIME_OPERATION_{s.operation}"),
         created_at=ts(s.created_at),
         updated_at=ts(s.updated_at),
         name=s.name,
@@ -67,15 +66,15 @@ def session_to_proto(s: Session) -> session_pb2.Session:
         agent=common_pb2.ResourceReference(namespace=s.agent_namespace, name=s.agent_name),
     )
     if s.failure_message:
-        msg.failure.CopyFrom(common_pb2.Failure(reason=s.failure_reason or "", message=s.failure_message))
+        msg.failure.CopyFrom(sessions_pb2.Failure(reason=s.failure_reason or "", message=s.failure_message))
     return msg
 
 
-def share_to_proto(sh: Share) -> session_pb2.SessionShare:
-    return session_pb2.SessionShare(
+def share_to_proto(sh: Share) -> sessions_pb2.SessionShare:
+    return sessions_pb2.SessionShare(
         id=str(sh.id),
         session_id=str(sh.session_id),
-        permission=common_pb2.SessionSharePermission.Value(f"SESSION_SHARE_PERMISSION_{sh.permission}"),
+        permission=sessions_pb2.SessionSharePermission.Value(f"SESSION_SHARE_PERMISSION_{sh.permission}"),
         created_at=ts(sh.created_at),
         expires_at=ts(sh.expires_at),
     )
@@ -120,69 +119,88 @@ async def await_generation(store: Store, admission: Admission, context: grpc.aio
     )
 
 
-class SessionService(session_pb2_grpc.SessionServiceServicer):
-    def __init__(self, store: Store, auth: Authenticator, admins: list[str] | None = None) -> None:
+def share_ttl(request: sessions_pb2.CreateSessionShareRequest, max_ttl: float) -> float | None:
+    """A share's lifetime in seconds (None: until revoked). An unset ttl takes the configured
+    maximum (shares.maxTtl; 0: none); a ttl above it is refused. ttl > 0 is the field's rule."""
+    if not request.HasField("ttl"):
+        return max_ttl or None
+    ttl = request.ttl.seconds + request.ttl.nanos / 1e9
+    if max_ttl and ttl > max_ttl:
+        raise errors.invalid(f"ttl must be at most {max_ttl:g}s (shares.maxTtl); leave it unset for the maximum")
+    if ttl > MAX_SHARE_TTL:  # a date PostgreSQL cannot hold: sessionq's own bound
+        raise errors.invalid(f"ttl must be at most {MAX_SHARE_TTL // 86400} days; leave it unset for no expiry")
+    return ttl
+
+
+class SessionService(sessions_pb2_grpc.SessionServiceServicer):
+    def __init__(
+        self, store: Store, auth: Authenticator, admins: list[str] | None = None, max_share_ttl: float = 0.0
+    ) -> None:
         self.store = store
         self.auth = auth
         self.admins = set(admins or ())
+        self.max_share_ttl = max_share_ttl
 
     @rpc
     async def CreateSession(
-        self, request: session_pb2.CreateSessionRequest, context: grpc.aio.ServicerContext
-    ) -> session_pb2.CreateSessionResponse:
+        self, request: sessions_pb2.CreateSessionRequest, context: grpc.aio.ServicerContext
+    ) -> sessions_pb2.CreateSessionResponse:
+        # request_id, name, agent, volume_source and admission_token are checked by their
+        # buf.validate rules (api/validation.py)
         who = self.auth.identify(context)
         check_request_id(request.request_id)
-        check_display_name(request.name)
-        if not request.HasField("agent") or not request.agent.name:
-            raise errors.invalid("agent is required")
-        namespace = check_namespace(request.agent.namespace or "kagent", "agent.namespace")
-        name = check_name(request.agent.name, "agent.name")
+        if request.HasField("volume_source"):
+            # kagent refuses every volume source when no volume admission is configured; sessionq
+            # has none (the admission_token, which only an admission reads, is never stored)
+            raise errors.precondition(
+                "volume_source needs a configured volume admission, and this server has none: "
+                "a session cannot be seeded from a snapshot here"
+            )
+        namespace, name = request.agent.namespace, request.agent.name
         admission = await self.store.admit_create(who.user, request.request_id, namespace, name, request.name)
         session = await await_generation(self.store, admission, context)
-        return session_pb2.CreateSessionResponse(session=session_to_proto(session))
+        return sessions_pb2.CreateSessionResponse(session=session_to_proto(session))
 
     @rpc
     async def GetSession(
-        self, request: session_pb2.GetSessionRequest, context: grpc.aio.ServicerContext
-    ) -> session_pb2.GetSessionResponse:
+        self, request: sessions_pb2.GetSessionRequest, context: grpc.aio.ServicerContext
+    ) -> sessions_pb2.GetSessionResponse:
         who = self.auth.identify(context)
         sid = parse_uuid(request.session_id, "session_id")
         session = await self.store.get_session(sid, who.user, who.share_hash)
-        return session_pb2.GetSessionResponse(session=session_to_proto(session))
+        return sessions_pb2.GetSessionResponse(session=session_to_proto(session))
 
     @rpc
     async def ListSessions(
-        self, request: session_pb2.ListSessionsRequest, context: grpc.aio.ServicerContext
-    ) -> session_pb2.ListSessionsResponse:
+        self, request: sessions_pb2.ListSessionsRequest, context: grpc.aio.ServicerContext
+    ) -> sessions_pb2.ListSessionsResponse:
         who = self.auth.identify(context)
         limit = page_limit(request.page.limit)
         if request.all_creators and who.user not in self.admins:
             raise errors.permission_denied("listing every creator's sessions needs an administrator")
         after = after_id(request.page)
         namespace = agent = None
-        if request.HasField("agent") and (request.agent.name or request.agent.namespace):
-            namespace = check_namespace(request.agent.namespace or "kagent", "agent.namespace")
-            agent = check_name(request.agent.name, "agent.name") if request.agent.name else None
+        if request.HasField("agent"):  # a set agent is a whole ResourceReference (its rules)
+            namespace, agent = request.agent.namespace, request.agent.name
         rows = await self.store.list_sessions(who.user, request.all_creators, namespace, agent, after, limit + 1)
         token = next_id_token(rows, limit)
-        return session_pb2.ListSessionsResponse(
+        return sessions_pb2.ListSessionsResponse(
             sessions=[session_to_proto(s) for s in rows[:limit]],
             page=common_pb2.PageResponse(next_page_token=token),
         )
 
     @rpc
     async def UpdateSessionName(
-        self, request: session_pb2.UpdateSessionNameRequest, context: grpc.aio.ServicerContext
-    ) -> session_pb2.UpdateSessionNameResponse:
+        self, request: sessions_pb2.UpdateSessionNameRequest, context: grpc.aio.ServicerContext
+    ) -> sessions_pb2.UpdateSessionNameResponse:
         who = self.auth.identify(context)
         sid = parse_uuid(request.session_id, "session_id")
-        check_display_name(request.name)
         session = await self.store.rename_session(sid, who.user, who.share_hash, request.name)
-        return session_pb2.UpdateSessionNameResponse(session=session_to_proto(session))
+        return sessions_pb2.UpdateSessionNameResponse(session=session_to_proto(session))
 
     async def _lifecycle(
         self, session_id: str, kind: OperationKind, context: grpc.aio.ServicerContext
-    ) -> session_pb2.Session:
+    ) -> sessions_pb2.Session:
         who = self.auth.identify(context)
         sid = parse_uuid(session_id, "session_id")
         # a turn's cleanup or its quiescence is brief: wait for it (within the deadline) rather than fail
@@ -199,58 +217,52 @@ class SessionService(session_pb2_grpc.SessionServiceServicer):
 
     @rpc
     async def SuspendSession(
-        self, request: session_pb2.SuspendSessionRequest, context: grpc.aio.ServicerContext
-    ) -> session_pb2.SuspendSessionResponse:
-        return session_pb2.SuspendSessionResponse(session=await self._lifecycle(request.session_id, OperationKind.SUSPEND, context))
+        self, request: sessions_pb2.SuspendSessionRequest, context: grpc.aio.ServicerContext
+    ) -> sessions_pb2.SuspendSessionResponse:
+        return sessions_pb2.SuspendSessionResponse(session=await self._lifecycle(request.session_id, OperationKind.SUSPEND, context))
 
     @rpc
     async def ResumeSession(
-        self, request: session_pb2.ResumeSessionRequest, context: grpc.aio.ServicerContext
-    ) -> session_pb2.ResumeSessionResponse:
-        return session_pb2.ResumeSessionResponse(session=await self._lifecycle(request.session_id, OperationKind.RESUME, context))
+        self, request: sessions_pb2.ResumeSessionRequest, context: grpc.aio.ServicerContext
+    ) -> sessions_pb2.ResumeSessionResponse:
+        return sessions_pb2.ResumeSessionResponse(session=await self._lifecycle(request.session_id, OperationKind.RESUME, context))
 
     @rpc
     async def DeleteSession(
-        self, request: session_pb2.DeleteSessionRequest, context: grpc.aio.ServicerContext
-    ) -> session_pb2.DeleteSessionResponse:
-        return session_pb2.DeleteSessionResponse(session=await self._lifecycle(request.session_id, OperationKind.DELETE, context))
+        self, request: sessions_pb2.DeleteSessionRequest, context: grpc.aio.ServicerContext
+    ) -> sessions_pb2.DeleteSessionResponse:
+        return sessions_pb2.DeleteSessionResponse(session=await self._lifecycle(request.session_id, OperationKind.DELETE, context))
 
     @rpc
     async def CreateSessionShare(
-        self, request: session_pb2.CreateSessionShareRequest, context: grpc.aio.ServicerContext
-    ) -> session_pb2.CreateSessionShareResponse:
+        self, request: sessions_pb2.CreateSessionShareRequest, context: grpc.aio.ServicerContext
+    ) -> sessions_pb2.CreateSessionShareResponse:
         who = self.auth.identify(context)
         sid = parse_uuid(request.session_id, "session_id")
-        permission = PERMISSIONS.get(request.permission)
-        if permission is None:
-            raise errors.invalid("permission must be READ_ONLY or READ_WRITE")
-        ttl = request.ttl.seconds + request.ttl.nanos / 1e9
-        if ttl <= 0:
-            raise errors.invalid("ttl must be greater than zero")
-        if ttl > 366 * 86400:
-            raise errors.invalid("ttl must be at most 366 days")
+        permission = PERMISSIONS[request.permission]  # READ_ONLY or READ_WRITE: its rules
+        ttl = share_ttl(request, self.max_share_ttl)
         token = "sqs_" + secrets.token_urlsafe(32)
         share = await self.store.create_share(sid, who.user, permission, ttl, hash_token(token))
-        return session_pb2.CreateSessionShareResponse(share=share_to_proto(share), token=token)
+        return sessions_pb2.CreateSessionShareResponse(share=share_to_proto(share), token=token)
 
     @rpc
     async def ListSessionShares(
-        self, request: session_pb2.ListSessionSharesRequest, context: grpc.aio.ServicerContext
-    ) -> session_pb2.ListSessionSharesResponse:
+        self, request: sessions_pb2.ListSessionSharesRequest, context: grpc.aio.ServicerContext
+    ) -> sessions_pb2.ListSessionSharesResponse:
         who = self.auth.identify(context)
         sid = parse_uuid(request.session_id, "session_id")
         limit = page_limit(request.page.limit)
         after = after_id(request.page)
         rows = await self.store.list_shares(sid, who.user, after, limit + 1)
         token = next_id_token(rows, limit)
-        return session_pb2.ListSessionSharesResponse(
+        return sessions_pb2.ListSessionSharesResponse(
             shares=[share_to_proto(s) for s in rows[:limit]], page=common_pb2.PageResponse(next_page_token=token)
         )
 
     @rpc
     async def RevokeSessionShare(
-        self, request: session_pb2.RevokeSessionShareRequest, context: grpc.aio.ServicerContext
-    ) -> session_pb2.RevokeSessionShareResponse:
+        self, request: sessions_pb2.RevokeSessionShareRequest, context: grpc.aio.ServicerContext
+    ) -> sessions_pb2.RevokeSessionShareResponse:
         who = self.auth.identify(context)
         await self.store.revoke_share(parse_uuid(request.share_id, "share_id"), who.user)
-        return session_pb2.RevokeSessionShareResponse()
+        return sessions_pb2.RevokeSessionShareResponse()

@@ -16,7 +16,7 @@ from a2a.types import a2a_pb2
 from google.protobuf import json_format
 
 from sessionq import errors
-from sessionq._pb.kagent.api.v1alpha1 import taskstore_pb2, taskstore_pb2_grpc
+from sessionq._pb.kagent.api.v1alpha1 import task_store_pb2, task_store_pb2_grpc
 from sessionq.api.common import credential_headers, decode_token, encode_token, parse_uuid, rpc
 from sessionq.db.store import Store
 from sessionq.domain import workload
@@ -38,7 +38,7 @@ def task_from_json(data: dict[str, Any], history_length: int | None = None) -> a
     return task
 
 
-class TaskStoreService(taskstore_pb2_grpc.TaskStoreServiceServicer):
+class TaskStoreService(task_store_pb2_grpc.TaskStoreServiceServicer):
     def __init__(self, store: Store) -> None:
         self.store = store
         self._secret: str | None = None
@@ -70,60 +70,56 @@ class TaskStoreService(taskstore_pb2_grpc.TaskStoreServiceServicer):
 
     @rpc
     async def CreateTask(
-        self, request: taskstore_pb2.TaskStoreServiceCreateTaskRequest, context: grpc.aio.ServicerContext
-    ) -> taskstore_pb2.TaskStoreServiceCreateTaskResponse:
+        self, request: task_store_pb2.TaskStoreServiceCreateTaskRequest, context: grpc.aio.ServicerContext
+    ) -> task_store_pb2.TaskStoreServiceCreateTaskResponse:
         sid = await self._session(context, request.session_id)
-        if not 1 <= len(request.task.id) <= 128:
-            raise errors.invalid("task.id must be 1 to 128 characters")
+        # task and its ids are required by the request's rules; the length bound is sessionq's own
+        # (task ids are stored keys), which the protos do not express
+        if len(request.task.id) > 128:
+            raise errors.invalid("task.id must be at most 128 characters")
         dispatch = self._dispatch(request.dispatch_id, request.HasField("dispatch_id"))
         version = await self.store.task_create(sid, request.task.id, to_json(request.task), dispatch)
-        return taskstore_pb2.TaskStoreServiceCreateTaskResponse(version=version)
+        return task_store_pb2.TaskStoreServiceCreateTaskResponse(version=version)
 
     @rpc
     async def GetTask(
-        self, request: taskstore_pb2.TaskStoreServiceGetTaskRequest, context: grpc.aio.ServicerContext
-    ) -> taskstore_pb2.TaskStoreServiceGetTaskResponse:
+        self, request: task_store_pb2.TaskStoreServiceGetTaskRequest, context: grpc.aio.ServicerContext
+    ) -> task_store_pb2.TaskStoreServiceGetTaskResponse:
         sid = await self._session(context, request.session_id)
         task = await self._task(sid, request.task_id)
         current = task.staged_task or task.task  # the Actor sees its own latest write
-        return taskstore_pb2.TaskStoreServiceGetTaskResponse(
-            stored=taskstore_pb2.StoredTask(task=task_from_json(current), version=task.version)
+        return task_store_pb2.TaskStoreServiceGetTaskResponse(
+            stored=task_store_pb2.StoredTask(task=task_from_json(current), version=task.version)
         )
 
     @rpc
     async def UpdateTask(
-        self, request: taskstore_pb2.TaskStoreServiceUpdateTaskRequest, context: grpc.aio.ServicerContext
-    ) -> taskstore_pb2.TaskStoreServiceUpdateTaskResponse:
-        sid = await self._session(context, request.session_id)
-        if request.expected_version <= 0:
-            raise errors.invalid("expected_version must be greater than 0")
-        if not request.task.id:
-            raise errors.invalid("task.id is required")
+        self, request: task_store_pb2.TaskStoreServiceUpdateTaskRequest, context: grpc.aio.ServicerContext
+    ) -> task_store_pb2.TaskStoreServiceUpdateTaskResponse:
+        sid = await self._session(context, request.session_id)  # expected_version > 0, task ids: the rules
         dispatch = self._dispatch(request.dispatch_id, request.HasField("dispatch_id"))
         event = to_json(request.event) if request.HasField("event") else None
         version = await self.store.task_update(
             sid, request.task.id, to_json(request.task), request.expected_version, event, dispatch
         )
-        return taskstore_pb2.TaskStoreServiceUpdateTaskResponse(version=version)
+        return task_store_pb2.TaskStoreServiceUpdateTaskResponse(version=version)
 
     @rpc
     async def ListTasks(
-        self, request: taskstore_pb2.TaskStoreServiceListTasksRequest, context: grpc.aio.ServicerContext
-    ) -> taskstore_pb2.TaskStoreServiceListTasksResponse:
+        self, request: task_store_pb2.TaskStoreServiceListTasksRequest, context: grpc.aio.ServicerContext
+    ) -> task_store_pb2.TaskStoreServiceListTasksResponse:
         sid = await self._session(context, request.session_id)
         result = await list_tasks(self.store, sid, request.request)
-        return taskstore_pb2.TaskStoreServiceListTasksResponse(result=result)
+        return task_store_pb2.TaskStoreServiceListTasksResponse(result=result)
 
     @rpc
     async def SettleTask(
-        self, request: taskstore_pb2.TaskStoreServiceSettleTaskRequest, context: grpc.aio.ServicerContext
-    ) -> taskstore_pb2.TaskStoreServiceSettleTaskResponse:
-        sid = await self._session(context, request.session_id)
-        if request.version <= 0:
-            raise errors.invalid("version must be greater than 0")
+        self, request: task_store_pb2.TaskStoreServiceSettleTaskRequest, context: grpc.aio.ServicerContext
+    ) -> task_store_pb2.TaskStoreServiceSettleTaskResponse:
+        sid = await self._session(context, request.session_id)  # version > 0, task_id set: the rules
         await self._task(sid, request.task_id)
         await self.store.task_settle(sid, request.task_id, request.version)
-        return taskstore_pb2.TaskStoreServiceSettleTaskResponse()
+        return task_store_pb2.TaskStoreServiceSettleTaskResponse()
 
 
 async def list_tasks(store: Store, sid: UUID, req: a2a_pb2.ListTasksRequest) -> a2a_pb2.ListTasksResponse:

