@@ -6,7 +6,7 @@ import uuid
 
 import click
 from a2a.types import a2a_pb2, a2a_pb2_grpc
-from sessionq.cli.client import get_client, output_option, print_json, printable
+from sessionq.cli.client import CliError, get_client, output_option, print_json, printable
 
 from sessionq._pb.kagent.api.v1alpha1 import sessions_pb2, sessions_pb2_grpc
 
@@ -17,7 +17,17 @@ def answer_text(task: a2a_pb2.Task) -> str:
     return printable("\n".join(p.text for p in task.status.message.parts if p.text), multiline=True)
 
 
-@click.command()
+# exit statuses of `agent invoke` (errors: 1; bad arguments: 2)
+EXIT_TURN_ENDED_BADLY = 3  # the turn ended FAILED, REJECTED or CANCELED
+EXIT_TURN_STILL_RUNNING = 4  # the turn was still running when the call's deadline came
+ENDED_BADLY = {"FAILED", "REJECTED", "CANCELED", "CANCELLED"}
+RUNNING = {"WORKING", "SUBMITTED", "UNSPECIFIED"}
+
+
+@click.command(epilog="Exit status: 0 when the turn completed (or waits for input: INPUT_REQUIRED, AUTH_REQUIRED);"
+                      f" {EXIT_TURN_ENDED_BADLY} when it ended FAILED, REJECTED or CANCELED;"
+                      f" {EXIT_TURN_STILL_RUNNING} when it was still running at the deadline (--timeout; follow it"
+                      " with its task id); 1 for an error; 2 for bad arguments.")
 @click.option("--session", "session_id", required=True, help="The Session (its ID is the conversation's context ID).")
 @click.option("--task", "text", required=True, help="The message to send.")
 @click.option("--task-id", default="", help="Continue this task (one that waits for input).")
@@ -40,12 +50,24 @@ def invoke(ctx: click.Context, session_id: str, text: str, task_id: str, output:
     )
     request = a2a_pb2.SendMessageRequest(tenant=f"{session.agent.namespace}/{session.agent.name}", message=message)
     # not retried: sending the message again would be a second turn
-    response = client.call(a2a_pb2_grpc.A2AServiceStub(client.channel).SendMessage, request)
-    if output == "json":
-        print_json(response)
-        return
+    try:
+        response = client.call(a2a_pb2_grpc.A2AServiceStub(client.channel).SendMessage, request)
+    except CliError as e:
+        if not e.message.startswith("DEADLINE_EXCEEDED"):
+            raise
+        # the message was sent; its turn outlived the call
+        click.echo(f"error: the turn was still running when --timeout ({client.timeout:g}s) passed; read it later"
+                   f" in the Session's tasks (`sessionq session get {printable(session.id)}`)", err=True)
+        ctx.exit(EXIT_TURN_STILL_RUNNING)
     task = response.task
     state = a2a_pb2.TaskState.Name(task.status.state).removeprefix("TASK_STATE_")
-    click.echo(answer_text(task))
-    if state != "COMPLETED":
-        click.echo(printable(f"(task {task.id} is {state})"), err=True)
+    if output == "json":
+        print_json(response)
+    else:
+        click.echo(answer_text(task))
+        if state != "COMPLETED":
+            click.echo(printable(f"(task {task.id} is {state})"), err=True)
+    if state in ENDED_BADLY:
+        ctx.exit(EXIT_TURN_ENDED_BADLY)
+    if state in RUNNING:
+        ctx.exit(EXIT_TURN_STILL_RUNNING)

@@ -8,12 +8,16 @@ from sessionq.cli.agent import agent
 from sessionq.cli.checkpoint import checkpoint
 from sessionq.cli.client import DEFAULT_SERVER, DEFAULT_TIMEOUT
 from sessionq.cli.invoke import invoke
-from sessionq.cli.operator import jobs, quiescence, requeue, status, workers
+from sessionq.cli.operator import jobs, queues, quiescence, requeue, status, workers
 from sessionq.cli.server import migrate, serve, up, worker
 from sessionq.cli.session import session
 
+COMPLETION = """Shell completion: eval "$(_SESSIONQ_COMPLETE=bash_source sessionq)" in ~/.bashrc (zsh: zsh_source
+in ~/.zshrc; fish: _SESSIONQ_COMPLETE=fish_source sessionq > ~/.config/fish/completions/sessionq.fish)."""
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=COMPLETION)
+@click.version_option(package_name="sessionq", prog_name="sessionq", message="%(prog)s %(version)s")
 @click.option("--server", envvar="SESSIONQ_SERVER", metavar="HOST:PORT",
               help=f"The sessionq API (default: the client config's server, else {DEFAULT_SERVER}).")
 @click.option("--token", envvar="SESSIONQ_TOKEN", metavar="TOKEN",
@@ -35,7 +39,7 @@ def main(ctx: click.Context, server: str | None, token: str | None, client_confi
 for command in (up, serve, worker, migrate):
     main.add_command(command)
 
-for command in (workers, jobs, requeue, status, quiescence):
+for command in (workers, jobs, requeue, status, quiescence, queues):
     main.add_command(command)
 main.add_command(agent)
 main.add_command(session)

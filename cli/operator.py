@@ -12,6 +12,7 @@ import asyncio
 import getpass
 import json
 import os
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -222,13 +223,19 @@ def workers_table(rows: Sequence[Row]) -> str:
     )
 
 
+def last_error(r: Row) -> str:
+    if not r.get("last_error_type"):
+        return "-"
+    return compact(f"{r['last_error_type'].rpartition('.')[2]}: {r.get('last_error_message') or ''}", 60)
+
+
 def jobs_table(rows: Sequence[Row]) -> str:
     return plain_table(
-        ["ID", "QUEUE", "TASK", "STATUS", "ATTEMPTS", "WORKER", "AGE", "QUEUEING-LOCK", "ARGS"],
+        ["ID", "QUEUE", "TASK", "STATUS", "ATTEMPTS", "WORKER", "AGE", "QUEUEING-LOCK", "ARGS", "LAST-ERROR"],
         [[r["job_id"], r["queue_name"], r["task_name"], r["status"] + (" (abort requested)" if r["abort_requested"]
                                                                         and r["status"] == "doing" else ""),
           r["attempts"], dash(r["worker_name"] or r["worker_id"]), age(r["status_age"]), dash(r["queueing_lock"]),
-          compact(r["args"])] for r in rows],
+          compact(r["args"]), last_error(r)] for r in rows],
     )
 
 
@@ -376,14 +383,15 @@ def jobs_list(ctx: click.Context, queue: str | None, status: str | None, task: s
 def jobs_show(ctx: click.Context, job_id: int, database_url: str | None, output: str) -> None:
     """One job with its events (sessionq.job_events) and what operators and the reaper did to it."""
 
-    async def show(ops: OperatorStore) -> tuple[Row | None, list[Row], list[Row]]:
-        return await ops.job(job_id), await ops.job_events(job_id), await ops.job_actions(job_id)
+    async def show(ops: OperatorStore) -> tuple[Row | None, list[Row], list[Row], list[Row]]:
+        return (await ops.job(job_id), await ops.job_events(job_id), await ops.job_actions(job_id),
+                await ops.job_attempts(job_id))
 
-    job, events, actions = run(ctx, database_url, show)
+    job, events, actions, attempts = run(ctx, database_url, show)
     if job is None:
-        raise CliError(f"NOT_FOUND: job {job_id} not found")
+        raise CliError(f"NOT_FOUND: job {job_id} not found (succeeded jobs are kept for jobs.retention)")
     if output == "json":
-        echo_json({"job": job, "events": events, "actions": actions})
+        echo_json({"job": job, "attempts": attempts, "events": events, "actions": actions})
         return
     j = jsonable(job)
     fields = [
@@ -399,6 +407,23 @@ def jobs_show(ctx: click.Context, job_id: int, database_url: str | None, output:
     width = max(len(k) for k, _ in fields) + 2
     for k, v in fields:
         click.echo(f"{k + ':':<{width}}{printable(v)}")
+    click.echo("")
+    click.echo("ATTEMPTS")
+    if attempts:
+        click.echo(plain_table(
+            ["#", "OUTCOME", "WORKER", "STARTED", "DURATION", "ERROR"],
+            [[a["attempt"], a["outcome"], dash(a["worker_name"] or a["worker_id"]), dash(jsonable(a["started_at"])),
+              f"{a['duration'].total_seconds():.3f}s" if a["duration"] is not None else "-",
+              compact(f"{a['error_type']}: {a['error_message']}", 100) if a["error_type"] else "-"]
+             for a in attempts]))
+        failed = [a for a in attempts if a["traceback"]]
+        if failed:
+            last = failed[-1]
+            click.echo("")
+            click.echo(f"TRACEBACK (attempt {last['attempt']}, its last lines)")
+            click.echo(printable("\n".join(last["traceback"].rstrip().splitlines()[-25:]), multiline=True))
+    else:
+        click.echo("(none recorded)")
     click.echo("")
     click.echo("EVENTS")
     click.echo(plain_table(["AT", "TYPE"], [[jsonable(e["at"]), e["type"]] for e in events]) if events else "(none)")
@@ -417,11 +442,13 @@ def jobs_show(ctx: click.Context, job_id: int, database_url: str | None, output:
 @output_option
 @click.pass_context
 def jobs_retry(ctx: click.Context, job_id: int, stall_timeout: float, database_url: str | None, output: str) -> None:
-    """Put a failed, aborted, cancelled or stalled job back to run now."""
+    """Run a job now: one waiting out its retry backoff, or a failed, aborted, cancelled or stalled one."""
     by = operator_name(ctx)
     row = run(ctx, database_url, lambda ops: ops.retry_job(job_id, by, stall_timeout))
     if output == "json":
         echo_json(row)
+    elif row["action"] == "run_now":
+        click.echo(printable(f"job {job_id} ({row['task_name']}) {row['detail']}; it is due now"))
     elif row["action"] == "requeued":
         click.echo(printable(f"job {job_id} ({row['task_name']}, was {row['previous_status']}) "
                              "is waiting to run again"))
@@ -544,7 +571,16 @@ def status_text(s: Row) -> str:
                if rows else "  (no jobs)")
     out.append(f"WORKERS ({len(s['workers'])})")
     out.append(_indent(workers_table(s["workers"])) if s["workers"] else "  (none running)")
+    if s.get("paused_queues"):
+        out.append(f"{'PAUSED QUEUES':<{label}}" + ", ".join(
+            f"{p['queue_name']} (by {p['paused_by']}, {age(p['paused_at'])} ago)" for p in s["paused_queues"]))
     out.append(f"{'STALLED JOBS':<{label}}{s['stalled_jobs']}")
+    if s.get("recent_failures"):
+        out.append("RECENT FAILURES")
+        out.append(_indent(plain_table(
+            ["AT", "JOB", "TASK", "ATTEMPT", "OUTCOME", "ERROR"],
+            [[age(f["failed_at"]) + " ago", f["job_id"], f["task_name"], f["attempt"], f["outcome"],
+              compact(f"{f['error_type']}: {f['error_message']}", 80)] for f in s["recent_failures"]])))
     out.append(f"{'EXPIRY LEADER':<{label}}{leader_text(s['expiry_leader'])}")
     for leader in s["leaders"]:
         if leader["role"] != "expiry":
@@ -570,7 +606,76 @@ def status(ctx: click.Context, database_url: str | None, output: str) -> None:
     click.echo(printable(status_text(s), multiline=True))
 
 
-COMMANDS: tuple[click.Command, ...] = (workers, jobs, requeue, status)
+# -- queues ------------------------------------------------------------------------------------------------
+
+QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,40}")
+
+
+def check_queue_name(name: str) -> str:
+    if not QUEUE_NAME.fullmatch(name):
+        raise usage(f"{printable(name[:40])!r} is not a queue name (1-40 letters, digits, _ . : -)")
+    return name
+
+
+@click.group(cls=OperatorGroup)
+def queues() -> None:
+    """Job queues: list them, pause and resume fetching from one (durably, on every worker)."""
+
+
+@queues.command("list")
+@database_option
+@output_option
+@click.pass_context
+def queues_list(ctx: click.Context, database_url: str | None, output: str) -> None:
+    """Every queue: paused or not, waiting, due, running and failed jobs."""
+    rows = run(ctx, database_url, lambda ops: ops.queues())
+    if output == "json":
+        echo_json({"queues": rows})
+        return
+    click.echo(plain_table(
+        ["QUEUE", "STATE", "TODO", "DUE", "DOING", "FAILED", "OLDEST-DUE", "PAUSED-BY"],
+        [[r["queue_name"], "paused" if r["paused"] else "active", r["todo"], r["due"], r["doing"], r["failed"],
+          age(r["oldest_due_age"]), dash(r["paused_by"])] for r in rows]))
+
+
+@queues.command("pause")
+@click.argument("name")
+@click.option("--reason", default="", help="Why (shown with the queue; at most 500 characters).")
+@database_option
+@output_option
+@click.pass_context
+def queues_pause(ctx: click.Context, name: str, reason: str, database_url: str | None, output: str) -> None:
+    """Stop every worker fetching from queue NAME until `queues resume NAME`. Jobs still queue up;
+    running jobs finish. Pausing `periodic` stops the reaper and the expiry sweep too."""
+    check_queue_name(name)
+    if len(reason) > 500:
+        raise usage("--reason is too long (at most 500 characters)")
+    by = operator_name(ctx)
+    row = run(ctx, database_url, lambda ops: ops.pause_queue(name, by, reason))
+    if output == "json":
+        echo_json(row)
+    else:
+        click.echo(printable(f"queue {name} " + ("paused: no worker fetches from it" if row["changed"]
+                                                  else "was already paused")))
+
+
+@queues.command("resume")
+@click.argument("name")
+@database_option
+@output_option
+@click.pass_context
+def queues_resume(ctx: click.Context, name: str, database_url: str | None, output: str) -> None:
+    """Let the workers fetch from queue NAME again."""
+    check_queue_name(name)
+    by = operator_name(ctx)
+    row = run(ctx, database_url, lambda ops: ops.resume_queue(name, by))
+    if output == "json":
+        echo_json(row)
+    else:
+        click.echo(printable(f"queue {name} " + ("resumed" if row["changed"] else "was not paused")))
+
+
+COMMANDS: tuple[click.Command, ...] = (workers, jobs, requeue, status, queues)
 
 
 @click.group(cls=OperatorGroup)

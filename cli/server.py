@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from sessionq.cli.client import CliError
 
 from sessionq import config, logs
+from sessionq.db.reachable import DatabaseUnreachable, check
 
 T = TypeVar("T")
 
@@ -25,7 +27,18 @@ def load_settings(config_file: str | None) -> config.Settings:
 
 
 def run(settings: config.Settings, main: Coroutine[Any, Any, T]) -> T:
-    """Run a long-running command's coroutine on the configured event loop (server.eventLoop)."""
+    """Run a long-running command's coroutine on the configured event loop (server.eventLoop).
+    The common failures at start (an unreachable database, an address in use, a data directory
+    that cannot be used or is taken by another `up`) end it with one line, `error: ...`."""
+    from sessionq.app.process import StartupError  # here: client commands stay quick to start
+
+    try:
+        return _run(settings, main)
+    except (StartupError, DatabaseUnreachable) as e:
+        raise CliError(str(e)) from None
+
+
+def _run(settings: config.Settings, main: Coroutine[Any, Any, T]) -> T:
     if settings.server.event_loop == "uvloop":
         try:
             import uvloop  # optional: not installed on Windows
@@ -103,7 +116,11 @@ def migrate(config_file: str | None, database_url: str | None) -> None:
     settings = load_settings(config_file)
     url = database_url or settings.database.url
     if not url:
-        raise click.ClickException("a database URL is required (--database-url or database.url)")
+        raise CliError("a database URL is required (--database-url, database.url or SESSIONQ_DATABASE__URL)")
+    try:
+        check(url)
+    except DatabaseUnreachable as e:
+        raise CliError(str(e)) from None
     before = m.current(url)
     m.upgrade(url)
     asyncio.run(install_schema(url))

@@ -108,7 +108,14 @@ def create(ctx: click.Context, agent_name: str, namespace: str, name: str, reque
         agent=common_pb2.ResourceReference(namespace=namespace, name=agent_name),
     )
     client = get_client(ctx)
-    response = client.call_retrying(_stub(ctx).CreateSession, request)
+    try:
+        response = client.call_retrying(_stub(ctx).CreateSession, request)
+    except CliError as e:
+        if "retry the same call" in e.message or "UNAVAILABLE" in e.message or "DEADLINE_EXCEEDED" in e.message:
+            # the creation may go on: the same request id joins it instead of creating another Session
+            raise CliError(f"{e.message}; to follow it, run the same command with --request-id "
+                           f"{request.request_id}") from None
+        raise
     _show_session(response, output)
 
 

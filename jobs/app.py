@@ -10,7 +10,7 @@ from typing import Any
 from procrastinate import App, PsycopgConnector, RetryStrategy
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
-from sessionq.jobs import agents, bridge, checkpoints, dispatch, operations, periodic, reaper
+from sessionq.jobs import agents, bridge, checkpoints, dispatch, history, operations, periodic, reaper
 
 from sessionq.db.connection import FailFastPool, connect_kwargs, conninfo
 
@@ -59,4 +59,5 @@ def build_app(url: str, *, pool_size: int = 4, expiry: bool = True) -> App:
     app.task(name="dispatch_turn", queue="dispatch", pass_context=True, retry=False)(dispatch.dispatch_turn)
     periodic.register(app, expiry=expiry)
     reaper.register(app)
+    history.register(app)
     return app

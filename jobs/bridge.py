@@ -7,8 +7,13 @@ methods of `JobManager`) and this module for the rest; the SQL side has its own 
 (schema/05_procrastinate.sql). What this module assumes of procrastinate's internals is pinned by
 tests/bridge/ (docs/operating.md, "Upgrading procrastinate"):
 
-- how a worker ends a job attempt: `WorkerJobManager` overrides `JobManager.finish_job` and
-  `JobManager.retry_job`, which procrastinate's `Worker` calls through `app.job_manager`;
+- how a worker fetches a job and ends a job attempt: `WorkerJobManager` overrides
+  `JobManager.fetch_job` (paused queues are left out: sessionq.fetch_job), `JobManager.finish_job`
+  and `JobManager.retry_job` (the attempt is recorded in sessionq.job_attempts in the same
+  transaction: sessionq.end_job_attempt, retry_job_attempt), which procrastinate's `Worker` calls
+  through `app.job_manager`;
+- how a worker sees the error of an attempt: a worker middleware (`Worker(worker_middleware=...)`,
+  `AttemptObserver`) notes the exception that ended it, for the manager to record;
 - how a worker is started, observed and stopped: `RunningWorker` wraps `procrastinate.worker.Worker`
   (its `worker_id`, set once registered; its private `_running_jobs`; `shutdown_graceful_timeout`;
   the graceful `stop()`), started with the app's `worker_defaults` as `App.run_worker_async` does;
@@ -20,17 +25,21 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import traceback
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from procrastinate import App, JobContext, PsycopgConnector, RetryStrategy
-from procrastinate.exceptions import ConnectorException
+from procrastinate.exceptions import ConnectorException, JobAborted
 from procrastinate.jobs import Job, Status
 from procrastinate.manager import JobManager
 from procrastinate.worker import Worker
 
+from sessionq import metrics
 from sessionq.db.retry import with_db_retry
+from sessionq.models import JobAttemptOutcome
 
 log = logging.getLogger(__name__)
 
@@ -40,14 +49,68 @@ CHECKED_VERSION = "3.10"
 
 # how long a worker keeps trying to record the end of a job attempt while PostgreSQL is unreachable
 PERSIST_BUDGET = 30.0
+MESSAGE_LIMIT = 2000  # characters of an attempt's error message kept (sessionq.job_attempts)
+TRACEBACK_LIMIT = 8000  # characters of the end of its traceback kept
+LINE_LIMIT = 500  # characters of one line of the traceback kept
+
+
+# -- what ended an attempt --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AttemptError:
+    """The error that ended a job attempt, bounded as sessionq.job_attempts keeps it."""
+
+    error_type: str
+    message: str
+    traceback: str
+    aborted: bool  # cancelled (a drain, an operator's abort) rather than failed
+
+    @classmethod
+    def of(cls, error: BaseException) -> AttemptError:
+        kind = type(error)
+        name = kind.__qualname__ if kind.__module__ in ("builtins", "asyncio.exceptions") else (
+            f"{kind.__module__}.{kind.__qualname__}")
+        message = " ".join(str(error).split()) or name
+        # every line cut to LINE_LIMIT, so that a huge message leaves room for the frames
+        lines = [line if len(line) <= LINE_LIMIT else line[:LINE_LIMIT] + "…\n"
+                 for chunk in traceback.TracebackException.from_exception(error).format() for line in
+                 chunk.splitlines(keepends=True)]
+        text = "".join(lines)
+        return cls(name[:200], message[:MESSAGE_LIMIT], text[-TRACEBACK_LIMIT:],
+                   isinstance(error, JobAborted | asyncio.CancelledError))
+
+
+class AttemptObserver:
+    """A procrastinate worker middleware (async: it wraps every job on the event loop) that notes
+    the exception ending an attempt for its WorkerJobManager, which records it with the attempt's
+    end. It changes nothing of the job's outcome: the exception is raised again."""
+
+    def __init__(self, manager: WorkerJobManager) -> None:
+        self.manager = manager
+
+    async def __call__(self, call_next: Callable[[], Awaitable[Any]], context: JobContext, worker: Any) -> Any:
+        try:
+            return await call_next()
+        except BaseException as e:
+            job_id = context.job.id if context.job else None
+            if job_id is not None:
+                self.manager.note_error(job_id, AttemptError.of(e))
+            raise
 
 
 # -- ending job attempts ---------------------------------------------------------------------------
 
 
 class WorkerJobManager(JobManager):
-    """procrastinate's JobManager with two changes to how a worker records the end of a job
-    attempt (`finish_job`, `retry_job`):
+    """procrastinate's JobManager with these changes to how a worker fetches jobs and records the
+    end of a job attempt (`fetch_job`, `finish_job`, `retry_job`):
+
+    - Fetching leaves out the paused queues (sessionq.fetch_job; `sessionq queues pause`).
+    - Every attempt that ends is recorded in sessionq.job_attempts in the same transaction as its
+      end (sessionq.end_job_attempt, retry_job_attempt): the error noted by the AttemptObserver
+      middleware (type, message, the end of the traceback) goes with it. A job deleted at its
+      success (delete_jobs = successful, jobs.retention 0s) takes its attempts along.
 
     - An execute_operation job can end in the transaction that completes its operation
       (sessionq.complete_operation deletes its row, as procrastinate does for a succeeded job under
@@ -68,6 +131,26 @@ class WorkerJobManager(JobManager):
         self.persist_budget = persist_budget
         self._ended: set[int] = set()
         self._uncertain: set[int] = set()
+        self._errors: dict[int, AttemptError] = {}
+
+    def note_error(self, job_id: int, error: AttemptError) -> None:
+        """The exception that ended the running attempt of `job_id` (AttemptObserver)."""
+        self._errors[job_id] = error
+
+    def observer(self) -> AttemptObserver:
+        """The worker middleware that notes attempt errors for this manager."""
+        return AttemptObserver(self)
+
+    async def fetch_job(self, queues: Any, worker_id: int) -> Job | None:
+        row = await self.connector.execute_query_one_async(
+            "SELECT id, status, task_name, priority, lock, queueing_lock, args, scheduled_at, queue_name,"
+            " attempts, worker_id FROM sessionq.fetch_job(%(queues)s::varchar[], %(worker_id)s)",
+            queues=list(queues) if queues is not None else None,
+            worker_id=worker_id,
+        )
+        if row["id"] is None:
+            return None
+        return Job.from_row(row)
 
     def ended_with_completion(self, job_id: int) -> None:
         self._ended.add(job_id)
@@ -88,7 +171,8 @@ class WorkerJobManager(JobManager):
 
     async def _end_attempt(self, job: Job, call: Callable[[], Awaitable[None]]) -> None:
         assert job.id is not None
-        if job.id in self._ended:
+        self._errors.pop(job.id, None)
+        if job.id in self._ended:  # ended by its operation's completion: succeeded
             self._ended.discard(job.id)
             return
         look_first = job.id in self._uncertain
@@ -110,7 +194,24 @@ class WorkerJobManager(JobManager):
         await with_db_retry(attempt, budget=self.persist_budget)
 
     async def finish_job(self, job: Job, status: Status, delete_job: bool) -> None:
-        await self._end_attempt(job, lambda: super(WorkerJobManager, self).finish_job(job, status, delete_job))
+        error = self._errors.get(job.id) if job.id is not None else None
+        if status == Status.SUCCEEDED:
+            error = None
+
+        async def end() -> None:
+            await self.connector.execute_query_async(
+                "SELECT sessionq.end_job_attempt(%(job_id)s, %(status)s, %(delete)s, %(error_type)s, %(message)s,"
+                " %(traceback)s)",
+                job_id=job.id,
+                status=status.value,
+                delete=delete_job,
+                error_type=error.error_type if error else None,
+                message=error.message if error else None,
+                traceback=error.traceback if error else None,
+            )
+
+        await self._end_attempt(job, end)
+        metrics.JOB_ATTEMPTS.labels(task=job.task_name, outcome=status.value).inc()
 
     async def retry_job(
         self,
@@ -120,12 +221,26 @@ class WorkerJobManager(JobManager):
         queue: str | None = None,
         lock: str | None = None,
     ) -> None:
-        await self._end_attempt(
-            job,
-            lambda: super(WorkerJobManager, self).retry_job(
-                job, retry_at=retry_at, priority=priority, queue=queue, lock=lock
-            ),
-        )
+        error = self._errors.get(job.id) if job.id is not None else None
+        outcome = JobAttemptOutcome.ABORTED if error is not None and error.aborted else JobAttemptOutcome.RETRIED
+
+        async def retry() -> None:
+            await self.connector.execute_query_async(
+                "SELECT sessionq.retry_job_attempt(%(job_id)s, %(retry_at)s, %(priority)s, %(queue)s, %(lock)s,"
+                " %(outcome)s, %(error_type)s, %(message)s, %(traceback)s)",
+                job_id=job.id,
+                retry_at=retry_at or datetime.datetime.now(datetime.UTC),
+                priority=priority,
+                queue=queue,
+                lock=lock,
+                outcome=outcome.value,
+                error_type=error.error_type if error else None,
+                message=error.message if error else None,
+                traceback=error.traceback if error else None,
+            )
+
+        await self._end_attempt(job, retry)
+        metrics.JOB_ATTEMPTS.labels(task=job.task_name, outcome=outcome.value).inc()
 
 
 def install_job_manager(app: App, connector: PsycopgConnector) -> WorkerJobManager:
@@ -177,6 +292,9 @@ class RunningWorker:
     def __init__(self, app: App, *, default_name: str, **options: Any) -> None:
         self.options: dict[str, Any] = {**app.worker_defaults, **options, "install_signal_handlers": False}
         self.options["name"] = str(self.options.get("name") or default_name)
+        manager = app.job_manager
+        if isinstance(manager, WorkerJobManager):  # attempt errors are recorded with the attempt
+            self.options["worker_middleware"] = [*self.options.get("worker_middleware", []), manager.observer()]
         app.perform_import_paths()
         self._worker = Worker(app=app, **self.options)
         self._task: asyncio.Task[None] | None = None

@@ -16,7 +16,9 @@ worker's own workers.shutdownTimeout.
    path, never a second cancellation), waits for running jobs up to the drain timeout, then
    procrastinate aborts the rest cooperatively (their asyncio tasks are cancelled; a task with a
    retry strategy goes back to todo, so nothing is lost), unregisters, and returns;
-4. after a drain request it sets `stop`, so the whole process exits cleanly (exit status 0).
+4. after a drain request it sets `stop`, so the whole process exits cleanly (exit status 0) -
+   unless the process has more to do than run this worker (`sessionq up`: exit_on_drain False),
+   which is then told (`on_drained`) and keeps its API and PostgreSQL running.
 
 No job runs twice because of a drain: a job is either finished by this worker or aborted and
 retried once, by whichever worker fetches it next.
@@ -135,6 +137,8 @@ async def run_drainable_worker(
     url: str,
     stop: asyncio.Event,
     check_interval: float = CHECK_INTERVAL,
+    exit_on_drain: bool = True,
+    on_drained: Callable[[DrainRequest], None] | None = None,
     **worker_options: Any,
 ) -> str:
     """Run one procrastinate worker of `app` (open) until `stop` is set or a drain request names
@@ -142,7 +146,8 @@ async def run_drainable_worker(
     fetch_job_polling_interval, shutdown_graceful_timeout, additional_context, delete_jobs, ...);
     signal handlers are never installed (the process owns its signals).
 
-    Returns "drained" (a drain request; `stop` is then set so the process exits), "stopped"
+    Returns "drained" (a drain request; `stop` is then set so the process exits, unless
+    `exit_on_drain` is false; `on_drained` is called with the request), "stopped"
     (`stop` was set: SIGTERM) or "exited" (procrastinate's worker ended by itself, e.g. a failed
     side task: the caller decides whether to restart it). An exception that ended procrastinate's
     worker is raised."""
@@ -158,6 +163,7 @@ async def run_drainable_worker(
     watch_stop = asyncio.Event()
     watcher: asyncio.Task[DrainRequest | None] | None = None
     outcome = "exited"
+    drained: DrainRequest | None = None
     try:
         # procrastinate registers the worker first thing; stop() before that is lost
         worker_id = await worker.registered(stop)
@@ -199,6 +205,7 @@ async def run_drainable_worker(
             return outcome
         if request is not None:
             outcome = "drained"
+            drained = request
         else:
             outcome = "stopped"
             request = DrainRequest(None, None, "signal")
@@ -225,7 +232,10 @@ async def run_drainable_worker(
                 await ops.unregister_worker(worker_id)
         await pool.close()
         if outcome == "drained":
-            stop.set()  # the process exits cleanly
+            if on_drained is not None and drained is not None:
+                on_drained(drained)
+            if exit_on_drain:
+                stop.set()  # the process exits cleanly
 
 
 async def _drain(worker: RunningWorker, run_task: asyncio.Task[Any], request: DrainRequest, name: str) -> None:

@@ -12,9 +12,13 @@
 -- The bridge, by what it is for:
 --   reading     sessionq.job_rows, sessionq.job_events, sessionq.job_event_times(job),
 --               sessionq.worker_heartbeats (registered workers)
---   queueing    sessionq.defer_job, sessionq.run_waiting_job, sessionq.wake_workers
---   ending      sessionq.finish_operation_job, sessionq.finish_job, sessionq.retry_job_now,
---               sessionq.cancel_or_abort_job, sessionq.prune_dead_workers
+--   queueing    sessionq.defer_job, sessionq.run_waiting_job, sessionq.run_job_now, sessionq.wake_workers
+--   fetching    sessionq.fetch_job (procrastinate's fetch, minus the queues in sessionq.paused_queues)
+--   ending      sessionq.finish_operation_job, sessionq.end_job_attempt, sessionq.retry_job_attempt,
+--               sessionq.finish_job, sessionq.retry_job_now, sessionq.cancel_or_abort_job,
+--               sessionq.prune_dead_workers
+--   history     sessionq.job_attempts (every attempt, its outcome and error), sessionq.record_job_attempt,
+--               sessionq.purge_job_history (succeeded jobs older than jobs.retention)
 --   guarding    the trigger sessionq_cover_requeued_job on procrastinate_jobs
 --               (sessionq.cover_requeued_job: queueing-lock collisions of retried jobs)
 --
@@ -135,26 +139,39 @@ COMMENT ON FUNCTION sessionq.defer_job(text, text, jsonb, text, timestamptz) IS
 -- -- ending and putting back ------------------------------------------------------------------------
 
 -- finish_operation_job: the execute_operation job of a Session ends with the completion it made.
--- The worker runs jobs with delete_jobs = 'successful', so procrastinate would delete the row of
--- a succeeded job in its own transaction after the task returned (procrastinate_finish_job_v1);
--- doing it here saves that round trip and commit, and a worker that dies right after the
--- completion leaves no stalled job behind. The worker is told (jobs/bridge.py, WorkerJobManager)
--- and skips its own finish call. If the reaper requeued the job meanwhile (its worker was slow to
--- heartbeat), a row back in todo is left alone: it runs again, finds the operation complete and
--- ends. One that another worker already runs goes, as procrastinate's own finish would delete it.
-CREATE OR REPLACE FUNCTION sessionq.finish_operation_job(p_job bigint, p_session uuid)
+-- procrastinate would end a succeeded job in its own transaction after the task returned
+-- (procrastinate_finish_job_v1); doing it here saves that round trip and commit, and a worker that
+-- dies right after the completion leaves no stalled job behind. The worker is told (jobs/bridge.py,
+-- WorkerJobManager) and skips its own finish call. With p_keep (jobs.retention above zero) the row
+-- is kept as succeeded, with its attempt recorded, until sessionq.purge_job_history removes it;
+-- without, it is deleted with its attempts, as procrastinate does under delete_jobs = 'successful'.
+-- If the reaper requeued the job meanwhile (its worker was slow to heartbeat), a row back in todo
+-- is left alone: it runs again, finds the operation complete and ends. One that another worker
+-- already runs ends, as procrastinate's own finish would end it.
+CREATE OR REPLACE FUNCTION sessionq.finish_operation_job(p_job bigint, p_session uuid, p_keep boolean DEFAULT false)
 RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = sessionq, public
 AS $$
 BEGIN
-  DELETE FROM procrastinate_jobs
+  PERFORM 1 FROM procrastinate_jobs
    WHERE id = p_job AND status = 'doing' AND task_name = 'execute_operation'
-     AND args ->> 'session_id' = p_session::text;
-  RETURN FOUND;
+     AND args ->> 'session_id' = p_session::text
+   FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN false;
+  END IF;
+  IF p_keep THEN
+    PERFORM sessionq.record_job_attempt(p_job, 'succeeded');
+    PERFORM procrastinate_finish_job_v1(p_job, 'succeeded', false);
+  ELSE
+    DELETE FROM procrastinate_jobs WHERE id = p_job;
+    DELETE FROM sessionq.job_attempts a WHERE a.job_id = p_job;
+  END IF;
+  RETURN true;
 END $$;
-COMMENT ON FUNCTION sessionq.finish_operation_job(bigint, uuid) IS
-  'End a running (doing) execute_operation job of the Session as a successful procrastinate job is ended with delete_jobs = successful: its row is deleted. Called by complete_operation in the completing transaction. Returns false (and changes nothing) when the job is not that Session''s running job.';
+COMMENT ON FUNCTION sessionq.finish_operation_job(bigint, uuid, boolean) IS
+  'End a running (doing) execute_operation job of the Session as succeeded: with p_keep (jobs.retention above zero) its row is kept as succeeded and the attempt recorded in job_attempts; without, the row and its attempts are deleted (procrastinate''s delete_jobs = successful). Called by complete_operation in the completing transaction. Returns false (and changes nothing) when the job is not that Session''s running job.';
 
 -- finish_job, retry_job_now, cancel_or_abort_job, prune_dead_workers: procrastinate's versioned
 -- functions, each called from exactly one wrapper.
@@ -213,6 +230,188 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION sessionq.prune_dead_workers(double precision) IS
   'Remove the registrations of workers without a heartbeat for p_age seconds (their running jobs keep a NULL worker and show as stalled). Returns how many were removed.';
+
+-- -- job attempts: why did it fail? ------------------------------------------------------------
+
+-- Every attempt of a job that ends on a worker is recorded here in the transaction that ends it
+-- (end_job_attempt, retry_job_attempt, finish_operation_job), and every stalled attempt by the
+-- reaper or an operator's requeue (record_job_attempt): when it started (procrastinate's started
+-- event), when it ended, on which worker, and for a failure the error's type, message and the tail
+-- of its traceback, as River keeps per-attempt errors. Rows go with their job: a succeeded job
+-- deleted at once (jobs.retention 0s) or purged later takes its attempts along.
+CREATE TABLE IF NOT EXISTS sessionq.job_attempts (
+  id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  job_id        bigint NOT NULL,
+  attempt       integer NOT NULL,
+  task_name     text NOT NULL,
+  queue_name    text NOT NULL,
+  worker_id     bigint,
+  worker_name   text,
+  started_at    timestamptz,
+  ended_at      timestamptz NOT NULL DEFAULT clock_timestamp(),
+  outcome       text NOT NULL CHECK (outcome IN ('succeeded', 'failed', 'retried', 'aborted', 'stalled')),
+  error_type    text,
+  error_message text,
+  traceback     text
+);
+CREATE INDEX IF NOT EXISTS job_attempts_job_idx ON sessionq.job_attempts (job_id, attempt);
+CREATE INDEX IF NOT EXISTS job_attempts_succeeded_idx ON sessionq.job_attempts (ended_at) WHERE outcome = 'succeeded';
+CREATE INDEX IF NOT EXISTS job_attempts_failures_idx ON sessionq.job_attempts (ended_at) WHERE outcome <> 'succeeded';
+COMMENT ON TABLE sessionq.job_attempts IS
+  'One row per ended attempt of a job: when it started and ended, on which worker, how it ended, and for a failure the error type, message and the end of its traceback. Written in the transaction that ends the attempt; deleted with the job (purge_job_history). `sessionq jobs show ID` prints them; sessionq.recent_failures lists the latest failures. No foreign key: procrastinate owns the job rows.';
+COMMENT ON COLUMN sessionq.job_attempts.attempt IS 'The attempt''s number, from 1 (procrastinate''s attempts counter before the attempt ended, plus one).';
+COMMENT ON COLUMN sessionq.job_attempts.worker_name IS 'The sessionq worker (sessionq.worker_info.name) that ran it, kept after the worker is gone; NULL for a worker sessionq did not start.';
+COMMENT ON COLUMN sessionq.job_attempts.started_at IS 'When the attempt started on its worker (procrastinate''s started event).';
+COMMENT ON COLUMN sessionq.job_attempts.outcome IS 'succeeded; failed (no attempt left: the job is failed); retried (it failed and another attempt is scheduled); aborted (cancelled by an operator or a drain; a drain retries it); stalled (its worker stopped heartbeating; the reaper or an operator requeued or failed it).';
+COMMENT ON COLUMN sessionq.job_attempts.error_type IS 'The exception''s class (module.Name), or WorkerLost for a stalled attempt; NULL when it succeeded.';
+COMMENT ON COLUMN sessionq.job_attempts.error_message IS 'The exception''s message, at most 2000 characters.';
+COMMENT ON COLUMN sessionq.job_attempts.traceback IS 'The last 8000 characters of the formatted traceback (its innermost frames).';
+
+CREATE OR REPLACE FUNCTION sessionq.record_job_attempt(
+  p_job bigint, p_outcome text, p_error_type text DEFAULT NULL, p_message text DEFAULT NULL,
+  p_traceback text DEFAULT NULL
+) RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = sessionq, public
+AS $$
+DECLARE
+  j procrastinate_jobs;
+BEGIN
+  SELECT * INTO j FROM procrastinate_jobs WHERE id = p_job;
+  IF NOT FOUND OR j.status <> 'doing' THEN
+    RETURN false;  -- only a running attempt ends
+  END IF;
+  INSERT INTO sessionq.job_attempts (job_id, attempt, task_name, queue_name, worker_id, started_at, outcome,
+                                     error_type, error_message, traceback)
+  VALUES (j.id, j.attempts + 1, j.task_name, j.queue_name, j.worker_id,
+          (SELECT max(e.at) FROM procrastinate_events e WHERE e.job_id = j.id AND e.type = 'started'),
+          p_outcome, left(p_error_type, 200), left(p_message, 2000), right(p_traceback, 8000));
+  RETURN true;
+END $$;
+COMMENT ON FUNCTION sessionq.record_job_attempt(bigint, text, text, text, text) IS
+  'Record how the running attempt of job p_job ended (outcome, and for a failure the error type, message and traceback, cut to their bounds), with its start time and worker, before the attempt is ended. Returns false and records nothing when the job is not running (doing).';
+
+CREATE OR REPLACE FUNCTION sessionq.end_job_attempt(
+  p_job bigint, p_status text, p_delete boolean, p_error_type text DEFAULT NULL, p_message text DEFAULT NULL,
+  p_traceback text DEFAULT NULL
+) RETURNS void
+LANGUAGE plpgsql
+SET search_path = sessionq, public
+AS $$
+BEGIN
+  IF p_delete THEN
+    DELETE FROM sessionq.job_attempts a WHERE a.job_id = p_job;  -- the job goes: so does its history
+  ELSE
+    PERFORM sessionq.record_job_attempt(p_job, p_status, p_error_type, p_message, p_traceback);
+  END IF;
+  PERFORM procrastinate_finish_job_v1(p_job, p_status::procrastinate_job_status, p_delete);
+END $$;
+COMMENT ON FUNCTION sessionq.end_job_attempt(bigint, text, boolean, text, text, text) IS
+  'A worker ends the running attempt of a job for good (procrastinate''s finish: succeeded, failed or aborted) and records it in job_attempts in the same transaction; p_delete deletes the job and its attempts instead (delete_jobs = successful, jobs.retention 0s). Raises when the job is not todo or doing.';
+
+CREATE OR REPLACE FUNCTION sessionq.retry_job_attempt(
+  p_job bigint, p_retry_at timestamptz, p_priority integer, p_queue text, p_lock text, p_outcome text,
+  p_error_type text DEFAULT NULL, p_message text DEFAULT NULL, p_traceback text DEFAULT NULL
+) RETURNS void
+LANGUAGE plpgsql
+SET search_path = sessionq, public
+AS $$
+BEGIN
+  PERFORM sessionq.record_job_attempt(p_job, p_outcome, p_error_type, p_message, p_traceback);
+  PERFORM procrastinate_retry_job_v2(p_job, p_retry_at, p_priority, p_queue, p_lock);
+END $$;
+COMMENT ON FUNCTION sessionq.retry_job_attempt(bigint, timestamptz, integer, text, text, text, text, text, text) IS
+  'A worker ends a failed (outcome retried) or aborted attempt that is to run again at p_retry_at (procrastinate''s retry, with its optional new priority, queue and lock) and records it in job_attempts in the same transaction.';
+
+CREATE OR REPLACE FUNCTION sessionq.purge_job_history(p_retention double precision, p_limit integer DEFAULT 1000)
+RETURNS integer
+LANGUAGE plpgsql
+SET search_path = sessionq, public
+AS $$
+DECLARE
+  v_ids bigint[];
+  n integer;
+BEGIN
+  IF p_retention IS NULL OR p_retention < 0 OR p_limit IS NULL OR p_limit < 1 THEN
+    RAISE EXCEPTION 'purge_job_history: a retention of zero or more seconds and a positive limit, not % and %',
+      p_retention, p_limit;
+  END IF;
+  SELECT array_agg(a.job_id) INTO v_ids FROM (
+    SELECT a.job_id FROM sessionq.job_attempts a
+     WHERE a.outcome = 'succeeded' AND a.ended_at < clock_timestamp() - make_interval(secs => p_retention)
+     ORDER BY a.ended_at
+     LIMIT p_limit) a;
+  IF v_ids IS NULL THEN
+    RETURN 0;
+  END IF;
+  DELETE FROM procrastinate_jobs j WHERE j.id = ANY (v_ids) AND j.status = 'succeeded';
+  GET DIAGNOSTICS n = ROW_COUNT;
+  DELETE FROM sessionq.job_attempts a WHERE a.job_id = ANY (v_ids);
+  RETURN n;
+END $$;
+COMMENT ON FUNCTION sessionq.purge_job_history(double precision, integer) IS
+  'Delete up to p_limit succeeded jobs whose success was recorded more than p_retention seconds ago (oldest first), with their events and attempts. Returns how many jobs were deleted; the periodic purge_job_history task calls it in bounded batches.';
+
+-- -- fetching, and pausing queues -----------------------------------------------------------------
+
+-- procrastinate 3.10 cannot pause a queue. Its workers fetch through sessionq.fetch_job
+-- (jobs/bridge.py, WorkerJobManager.fetch_job), which leaves out the queues in paused_queues: a pause
+-- is durable and applies to every worker at its next fetch. Jobs keep being queued meanwhile.
+CREATE TABLE IF NOT EXISTS sessionq.paused_queues (
+  queue_name text PRIMARY KEY CHECK (length(queue_name) BETWEEN 1 AND 40),
+  paused_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+  paused_by  text NOT NULL,
+  reason     text NOT NULL DEFAULT ''
+);
+COMMENT ON TABLE sessionq.paused_queues IS
+  'Queues no worker fetches from (`sessionq queues pause NAME`; sessionq.pause_queue and resume_queue). Jobs are still queued into them and run once the queue is resumed; running jobs finish.';
+
+CREATE OR REPLACE FUNCTION sessionq.fetch_job(p_queues varchar[], p_worker_id bigint)
+RETURNS procrastinate_jobs
+LANGUAGE plpgsql
+SET search_path = sessionq, public
+AS $$
+DECLARE
+  v_queues varchar[];
+  v_row procrastinate_jobs;
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM sessionq.paused_queues) THEN
+    RETURN procrastinate_fetch_job_v2(p_queues, p_worker_id);
+  END IF;
+  IF p_queues IS NULL THEN  -- every queue with a waiting job, but the paused ones
+    SELECT array_agg(q.queue_name) INTO v_queues FROM (
+      SELECT DISTINCT j.queue_name FROM procrastinate_jobs j WHERE j.status = 'todo') q
+     WHERE NOT EXISTS (SELECT 1 FROM sessionq.paused_queues p WHERE p.queue_name = q.queue_name);
+  ELSE
+    SELECT array_agg(q) INTO v_queues FROM unnest(p_queues) q
+     WHERE NOT EXISTS (SELECT 1 FROM sessionq.paused_queues p WHERE p.queue_name = q);
+  END IF;
+  IF v_queues IS NULL THEN
+    RETURN v_row;  -- all NULL: nothing to do, as procrastinate's fetch says it
+  END IF;
+  RETURN procrastinate_fetch_job_v2(v_queues, p_worker_id);
+END $$;
+COMMENT ON FUNCTION sessionq.fetch_job(varchar[], bigint) IS
+  'procrastinate''s fetch of the next job for worker p_worker_id from p_queues (NULL: every queue), leaving out the paused queues (sessionq.paused_queues). Returns the job row, marked doing, or a row of NULLs when there is none.';
+
+CREATE OR REPLACE FUNCTION sessionq.run_job_now(p_job bigint) RETURNS boolean
+LANGUAGE plpgsql
+SET search_path = sessionq, public
+AS $$
+DECLARE
+  v_queue text;
+BEGIN
+  UPDATE procrastinate_jobs j SET scheduled_at = NULL
+   WHERE j.id = p_job AND j.status = 'todo' AND j.scheduled_at > now()
+  RETURNING j.queue_name INTO v_queue;
+  IF v_queue IS NULL THEN
+    RETURN false;
+  END IF;
+  PERFORM sessionq.wake_workers(v_queue, p_job);
+  RETURN true;
+END $$;
+COMMENT ON FUNCTION sessionq.run_job_now(bigint) IS
+  'Make a waiting (todo) job scheduled for later - a retry waiting out its backoff - due now, and wake the workers. Returns false (and changes nothing) when the job is not waiting for a later time.';
 
 -- -- the queueing-lock guard -------------------------------------------------------------------
 

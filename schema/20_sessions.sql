@@ -95,7 +95,7 @@ COMMENT ON COLUMN sessionq.sessions.operation IS '[lifecycle] The operation in f
 COMMENT ON COLUMN sessionq.sessions.operation_id IS '[lifecycle] The generation: a fresh UUID per admitted operation, kept after completion until a later operation supersedes it.';
 COMMENT ON COLUMN sessionq.sessions.executor_id IS '[lifecycle] The attempt that claimed the generation. Kept when the claim is released: runtime work may have been issued.';
 COMMENT ON COLUMN sessionq.sessions.executor_expires_at IS '[lifecycle] When the claim lapses (at most sessions.claimLifetime after the claim); a retry may then claim with a new executor id.';
-COMMENT ON COLUMN sessionq.sessions.failure_reason IS '[lifecycle] Why the preparation of failed_operation_id failed (RevisionUnavailable, CheckpointUnavailable, CheckpointMismatch, ActorReplaced, RuntimeUnavailable); clients see it as Failure.reason. Cleared by the next admission or completion.';
+COMMENT ON COLUMN sessionq.sessions.failure_reason IS '[lifecycle] Why the preparation of failed_operation_id failed (RevisionUnavailable, CheckpointUnavailable, CheckpointMismatch, ActorReplaced, RuntimeUnavailable) or, while the operation is still pending and failed_operation_id is unset, why its last attempt failed (RuntimeError, RuntimeConflict, AttemptTimedOut, InternalError: the job retries it); clients see it as Failure.reason. Cleared by the next admission or completion.';
 COMMENT ON COLUMN sessionq.sessions.failure_message IS '[lifecycle] The message of that failure, shown to clients.';
 COMMENT ON COLUMN sessionq.sessions.failed_operation_id IS '[lifecycle] The generation whose preparation failed (failure_reason, failure_message say why); waiting callers of it are told.';
 COMMENT ON COLUMN sessionq.sessions.deletion_reason IS '[lifecycle] Why a DELETE was admitted: user_requested (leaves a DELETED tombstone) or idle_timeout (the row goes at completion); an earlier reason is kept.';
@@ -463,10 +463,14 @@ COMMENT ON FUNCTION sessionq.record_actor(uuid, uuid, uuid, text) IS
   'Record the Actor UID of a creation as soon as it is known, by the claim holder only; a different UID is never adopted.';
 
 -- release_operation: an attempt ends with an error; keep the intent and the executor id.
-CREATE OR REPLACE FUNCTION sessionq.release_operation(p_session uuid, p_generation uuid, p_executor uuid)
-RETURNS void LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION sessionq.release_operation(
+  p_session uuid, p_generation uuid, p_executor uuid, p_reason text DEFAULT NULL, p_message text DEFAULT NULL
+) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
   UPDATE sessionq.sessions s SET executor_expires_at = least(s.executor_expires_at, clock_timestamp()),
+                                 failure_reason = coalesce(p_reason, s.failure_reason),
+                                 failure_message = CASE WHEN p_reason IS NULL THEN s.failure_message
+                                                        ELSE sessionq.clip(p_message, 500) END,
                                  updated_at = clock_timestamp()
    WHERE s.id = p_session AND s.operation_id = p_generation AND s.executor_id = p_executor;
   IF NOT FOUND THEN
@@ -475,12 +479,13 @@ BEGIN
   -- a job waiting for this claim to lapse may claim now
   PERFORM sessionq.run_waiting_job(sessionq.job_lock('execute_operation', p_session::text));
 END $$;
-COMMENT ON FUNCTION sessionq.release_operation(uuid, uuid, uuid) IS
-  'End an attempt without completing: the claim lapses now so a retry can claim at once (a job waiting for the claim to lapse becomes due now), but executor_id, the operation and all pins stay. A stale executor gets ABORTED.';
+COMMENT ON FUNCTION sessionq.release_operation(uuid, uuid, uuid, text, text) IS
+  'End an attempt without completing: the claim lapses now so a retry can claim at once (a job waiting for the claim to lapse becomes due now), but executor_id, the operation and all pins stay. p_reason and p_message, when given, record why the attempt failed (failure_reason, failure_message: shown to clients and in pending_operations until the operation completes or a new one is admitted; failed_operation_id stays unset, the operation is still pending). A stale executor gets ABORTED.';
 
 -- complete_operation: record the successful outcome of the claim holder.
 CREATE OR REPLACE FUNCTION sessionq.complete_operation(
-  p_session uuid, p_generation uuid, p_executor uuid, p_result jsonb DEFAULT '{}', p_job bigint DEFAULT NULL
+  p_session uuid, p_generation uuid, p_executor uuid, p_result jsonb DEFAULT '{}', p_job bigint DEFAULT NULL,
+  p_keep_job boolean DEFAULT false
 ) RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -495,7 +500,7 @@ BEGIN
     PERFORM sessionq.fail('SQ409', format('executor %s no longer holds the claim of session %s', p_executor, p_session));
   END IF;
   IF p_job IS NOT NULL THEN
-    PERFORM sessionq.finish_operation_job(p_job, p_session);  -- the executing job ends with its work
+    PERFORM sessionq.finish_operation_job(p_job, p_session, p_keep_job);  -- the executing job ends with its work
   END IF;
   -- a job that waits for this claim to lapse has nothing left to wait for: it runs now (and ends,
   -- unless a newer operation is current by then), so it never holds the queueing lock for long
@@ -529,8 +534,8 @@ BEGIN
   PERFORM sessionq.on_operation_completed(v, v_kind);  -- what other domains do then (70_lifecycle_rules.sql)
   RETURN to_jsonb(v);
 END $$;
-COMMENT ON FUNCTION sessionq.complete_operation(uuid, uuid, uuid, jsonb, bigint) IS
-  'Complete the generation by its claim holder, atomically: CREATE and RESUME -> READY, SUSPEND -> SUSPENDED, DELETE -> DELETED tombstone (revision pin, runtime routing, checkpoint pin and shares released) or, for idle_timeout, removal of the row. The operation UUID stays. A stale executor gets ABORTED. p_job, the executing execute_operation job, is ended in the same transaction (finish_operation_job); a job of the Session waiting for the claim to lapse becomes due now.';
+COMMENT ON FUNCTION sessionq.complete_operation(uuid, uuid, uuid, jsonb, bigint, boolean) IS
+  'Complete the generation by its claim holder, atomically: CREATE and RESUME -> READY, SUSPEND -> SUSPENDED, DELETE -> DELETED tombstone (revision pin, runtime routing, checkpoint pin and shares released) or, for idle_timeout, removal of the row. The operation UUID stays. A stale executor gets ABORTED. p_job, the executing execute_operation job, is ended in the same transaction (finish_operation_job: kept as succeeded with p_keep_job, else deleted); a job of the Session waiting for the claim to lapse becomes due now.';
 
 -- fail_preparation: a generation that never had an executor failed before issuing anything.
 CREATE OR REPLACE FUNCTION sessionq.fail_preparation(

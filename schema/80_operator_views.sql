@@ -71,7 +71,8 @@ COMMENT ON COLUMN sessionq.worker_drains.timeout IS 'Seconds to wait for running
 
 CREATE TABLE IF NOT EXISTS sessionq.job_actions (
   id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-  job_id     bigint NOT NULL,
+  job_id     bigint,
+  target     text,
   action     text NOT NULL,
   detail     text NOT NULL DEFAULT '',
   covered_by bigint,
@@ -79,9 +80,12 @@ CREATE TABLE IF NOT EXISTS sessionq.job_actions (
   at         timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 CREATE INDEX IF NOT EXISTS job_actions_job_idx ON sessionq.job_actions (job_id, id);
+CREATE INDEX IF NOT EXISTS job_actions_at_idx ON sessionq.job_actions (at);
 COMMENT ON TABLE sessionq.job_actions IS
-  'What operators, the reaper and the queueing-lock guard did to procrastinate jobs (requeued, covered, failed, aborted, cancelled, abort_requested), with who and why. No foreign key: jobs get deleted. Shown by `sessionq jobs show`; the reaper deletes rows older than a week.';
-COMMENT ON COLUMN sessionq.job_actions.action IS 'requeued, covered (cancelled: a waiting job with the same queueing lock does the work), failed, aborted, cancelled or abort_requested.';
+  'What operators (CLI or web console), the reaper and the queueing-lock guard did to jobs, queues and workers, with who and why. No foreign key: jobs get deleted. Shown by `sessionq jobs show` and the console; the reaper deletes rows older than a week.';
+COMMENT ON COLUMN sessionq.job_actions.job_id IS 'The job acted on; NULL for an action on a queue or a worker (target).';
+COMMENT ON COLUMN sessionq.job_actions.target IS 'For an action on a queue or a worker: queue NAME or worker NAME.';
+COMMENT ON COLUMN sessionq.job_actions.action IS 'On a job: requeued, run_now (a job waiting out its backoff made due), covered (cancelled: a waiting job with the same queueing lock does the work), failed, aborted, cancelled or abort_requested. On a queue: paused, resumed. On a worker: drain_requested.';
 COMMENT ON COLUMN sessionq.job_actions.covered_by IS 'For covered: the waiting (todo) job with the same queueing lock.';
 COMMENT ON COLUMN sessionq.job_actions.actor IS 'Who: a user name from the CLI, "reaper", or "worker retry" (the guard trigger during procrastinate''s own retry).';
 
@@ -336,9 +340,10 @@ SELECT j.queue_name,
        now() - min(greatest(j.status_since, j.scheduled_at))
          FILTER (WHERE j.status = 'todo' AND (j.scheduled_at IS NULL OR j.scheduled_at <= now())) AS oldest_due_age
   FROM sessionq.job_overview j
+ WHERE j.status <> 'succeeded'
  GROUP BY j.queue_name, j.status;
 COMMENT ON VIEW sessionq.queue_depth IS
-  'Jobs per queue and status, with the age of the oldest. For todo, due counts the jobs that may run now (not scheduled for later) and oldest_due_age is how long the oldest of them has waited: growing means the workers do not keep up (or none runs).';
+  'Jobs per queue and status (succeeded jobs, kept for jobs.retention as history, are left out), with the age of the oldest. For todo, due counts the jobs that may run now (not scheduled for later) and oldest_due_age is how long the oldest of them has waited: growing means the workers do not keep up (or none runs).';
 COMMENT ON COLUMN sessionq.queue_depth.due IS 'todo jobs whose scheduled time has come (0 for other statuses).';
 COMMENT ON COLUMN sessionq.queue_depth.oldest_age IS 'Time the oldest job of this queue and status has been in that status.';
 COMMENT ON COLUMN sessionq.queue_depth.oldest_due_age IS 'todo only: how long the oldest runnable job has waited.';
@@ -421,8 +426,9 @@ LANGUAGE sql AS $$
 $$;
 COMMENT ON FUNCTION sessionq.unregister_worker(bigint) IS 'A worker process that exits removes its worker_info row.';
 
-CREATE OR REPLACE FUNCTION sessionq.request_drain(p_worker text, p_timeout double precision, p_by text)
-RETURNS TABLE (drain_id bigint, worker_ids bigint[], workers text[])
+CREATE OR REPLACE FUNCTION sessionq.request_drain(
+  p_worker text, p_timeout double precision, p_by text, p_worker_id bigint DEFAULT NULL
+) RETURNS TABLE (drain_id bigint, worker_ids bigint[], workers text[])
 LANGUAGE plpgsql
 SET search_path = sessionq, public
 AS $$
@@ -430,12 +436,27 @@ DECLARE
   v_id bigint;
   v_ids bigint[];
   v_names text[];
+  v_state text;
 BEGIN
   IF p_worker IS NULL OR btrim(p_worker) = '' THEN
     PERFORM sessionq.fail('SQ400', 'name the worker to drain, or * for every worker');
   END IF;
+  IF length(p_worker) > 200 THEN
+    PERFORM sessionq.fail('SQ400', format('worker name %s is too long (at most 200 characters)', sessionq.clip(p_worker)));
+  END IF;
   IF p_timeout IS NOT NULL AND (p_timeout < 0 OR p_timeout = 'NaN'::double precision) THEN
     PERFORM sessionq.fail('SQ400', format('drain timeout %s must be zero or positive seconds', p_timeout));
+  END IF;
+  IF p_worker_id IS NOT NULL THEN
+    -- the console names the worker it showed: if that one changed meanwhile, change nothing
+    SELECT w.state INTO v_state FROM sessionq.workers w WHERE w.worker_id = p_worker_id AND w.name = p_worker;
+    IF NOT FOUND THEN
+      PERFORM sessionq.fail('SQ409', format('worker %s (id %s) is no longer running; nothing was changed',
+                                           sessionq.clip(p_worker), p_worker_id));
+    ELSIF v_state <> 'running' THEN
+      PERFORM sessionq.fail('SQ409', format('worker %s (id %s) is %s now; nothing was changed',
+                                           sessionq.clip(p_worker), p_worker_id, v_state));
+    END IF;
   END IF;
   SELECT coalesce(array_agg(w.worker_id ORDER BY w.name, w.worker_id), '{}'),
          coalesce(array_agg(w.name ORDER BY w.name, w.worker_id), '{}')
@@ -443,16 +464,21 @@ BEGIN
     FROM sessionq.workers w
    WHERE w.name IS NOT NULL AND (p_worker = '*' OR w.name = p_worker);
   IF p_worker <> '*' AND cardinality(v_ids) = 0 THEN
-    PERFORM sessionq.fail('SQ404', format('no running worker is named %s (see `sessionq workers list`)', p_worker));
+    PERFORM sessionq.fail('SQ404', format('no running worker is named %s (see `sessionq workers list`)', sessionq.clip(p_worker)));
   END IF;
   INSERT INTO sessionq.worker_drains (worker, timeout, requested_by)
   VALUES (p_worker, p_timeout, coalesce(nullif(p_by, ''), current_user))
   RETURNING id INTO v_id;
+  INSERT INTO sessionq.job_actions (target, action, detail, actor)
+  VALUES ('worker ' || p_worker, 'drain_requested',
+          format('drain %s of %s worker(s)%s', v_id, cardinality(v_ids),
+                 CASE WHEN p_timeout IS NULL THEN '' ELSE format(', running jobs get %ss', p_timeout) END),
+          coalesce(nullif(p_by, ''), current_user));
   PERFORM sessionq.notify('sessionq_drain', jsonb_build_object('worker', p_worker));
   RETURN QUERY SELECT v_id, v_ids, v_names;
 END $$;
-COMMENT ON FUNCTION sessionq.request_drain(text, double precision, text) IS
-  'Ask the worker named p_worker (or every worker: *) to drain: fetch no new job, let running jobs finish for up to p_timeout seconds (NULL: its workers.shutdownTimeout), then abort them cooperatively and exit. Durable (a worker_drains row) and immediate (NOTIFY sessionq_drain {"worker"}: the name or *). Returns the request id and the workers it applies to; NOT_FOUND for an unknown name.';
+COMMENT ON FUNCTION sessionq.request_drain(text, double precision, text, bigint) IS
+  'Ask the worker named p_worker (or every worker: *) to drain: fetch no new job, let running jobs finish for up to p_timeout seconds (NULL: its workers.shutdownTimeout), then abort them cooperatively and exit. Durable (a worker_drains row) and immediate (NOTIFY sessionq_drain {"worker"}: the name or *). With p_worker_id (the web console) the request is refused with ABORTED, changing nothing, unless that worker still runs under that name and is not draining. Returns the request id and the workers it applies to; NOT_FOUND for an unknown name.';
 
 CREATE OR REPLACE FUNCTION sessionq.take_drain(p_worker_id bigint)
 RETURNS TABLE (drain_id bigint, timeout double precision, requested_by text, requested_at timestamptz)
@@ -539,6 +565,8 @@ BEGIN
   IF v_status = 'doing' AND v.abort_requested THEN
     -- its abort was requested before its worker died: honour it instead of running it again
     IF NOT p_dry_run THEN
+      PERFORM sessionq.record_job_attempt(v.id, 'stalled', 'WorkerLost',
+        'its worker stopped heartbeating after the abort was requested: marked aborted');
       PERFORM sessionq.finish_job(v.id, 'aborted');
       INSERT INTO sessionq.job_actions (job_id, action, detail, actor)
       VALUES (v.id, 'aborted', 'stalled after its abort was requested: marked aborted instead of requeued', p_by);
@@ -561,6 +589,12 @@ BEGIN
     RETURN;
   END IF;
 
+  IF v_status = 'doing' THEN  -- the attempt that stalled ends here
+    PERFORM sessionq.record_job_attempt(v.id, 'stalled', 'WorkerLost',
+      format('worker %s stopped heartbeating while running this attempt; requeued by %s',
+             coalesce((SELECT wi.name FROM sessionq.worker_info wi WHERE wi.worker_id = v.worker_id), v.worker_id::text, 'gone'),
+             p_by));
+  END IF;
   PERFORM set_config('sessionq.actor', p_by, true);  -- for the guard trigger's record
   PERFORM sessionq.retry_job_now(v.id);
   PERFORM set_config('sessionq.actor', '', true);
@@ -579,24 +613,44 @@ END $$;
 COMMENT ON FUNCTION sessionq.requeue_one(bigint, text, double precision, boolean, boolean) IS
   'Internal: put one failed or stalled job (and, with p_any_terminal, an aborted or cancelled one) back to todo now and wake the workers. A job whose queueing lock is held by a waiting job is cancelled instead (covered); a stalled job whose abort was requested is marked aborted. action: requeued, covered, aborted, refused (detail says why), or would ... in a dry run. Recorded in job_actions.';
 
-CREATE OR REPLACE FUNCTION sessionq.requeue_job(p_job bigint, p_by text, p_stall_timeout double precision DEFAULT NULL)
-RETURNS TABLE (job_id bigint, queue_name text, task_name text, previous_status text, action text,
+CREATE OR REPLACE FUNCTION sessionq.requeue_job(
+  p_job bigint, p_by text, p_stall_timeout double precision DEFAULT NULL, p_expect text DEFAULT NULL
+) RETURNS TABLE (job_id bigint, queue_name text, task_name text, previous_status text, action text,
                covered_by bigint, detail text)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET search_path = sessionq, public
+AS $$
 DECLARE
+  v sessionq.job_rows;
   r record;
 BEGIN
+  SELECT * INTO v FROM sessionq.job_rows j WHERE j.id = p_job FOR UPDATE;
+  IF NOT FOUND THEN
+    PERFORM sessionq.fail('SQ404', format('job %s not found', p_job));
+  END IF;
+  IF p_expect IS NOT NULL AND v.status::text <> p_expect THEN
+    PERFORM sessionq.fail('SQ409', format('job %s is %s now, no longer %s; nothing was changed', p_job, v.status,
+                                         sessionq.clip(p_expect, 20)));
+  END IF;
+  IF v.status = 'todo' THEN
+    -- a job waiting out its retry backoff (or scheduled for later) runs now
+    IF NOT sessionq.run_job_now(p_job) THEN
+      PERFORM sessionq.fail('SQ412', format('job %s is already due and waits for a free worker (see `sessionq status`: is its queue paused, or no worker running?)', p_job));
+    END IF;
+    INSERT INTO sessionq.job_actions (job_id, action, detail, actor)
+    VALUES (p_job, 'run_now', format('was scheduled for %s', v.scheduled_at), p_by);
+    RETURN QUERY SELECT v.id, v.queue_name::text, v.task_name::text, 'todo'::text, 'run_now'::text, NULL::bigint,
+                        format('was scheduled for %s', v.scheduled_at);
+    RETURN;
+  END IF;
   SELECT * INTO r FROM sessionq.requeue_one(p_job, p_by, p_stall_timeout, false, true);
   IF r.action = 'refused' THEN
-    IF r.previous_status IS NULL THEN
-      PERFORM sessionq.fail('SQ404', r.detail);
-    END IF;
     PERFORM sessionq.fail('SQ412', r.detail);
   END IF;
   RETURN QUERY SELECT r.job_id, r.queue_name, r.task_name, r.previous_status, r.action, r.covered_by, r.detail;
 END $$;
-COMMENT ON FUNCTION sessionq.requeue_job(bigint, text, double precision) IS
-  '`sessionq jobs retry ID`: put a failed, aborted, cancelled or stalled job back to run now (see requeue_one). NOT_FOUND for an unknown job; FAILED_PRECONDITION for a job that is waiting, running on a live worker or succeeded.';
+COMMENT ON FUNCTION sessionq.requeue_job(bigint, text, double precision, text) IS
+  '`sessionq jobs retry ID` (and the web console''s Retry): run a job waiting out its retry backoff now (action run_now), or put a failed, aborted, cancelled or stalled job back to run now (see requeue_one). With p_expect, the job must still be in that status, else ABORTED and nothing changes. NOT_FOUND for an unknown job; FAILED_PRECONDITION for a job that is already due, running on a live worker or succeeded.';
 
 CREATE OR REPLACE FUNCTION sessionq.requeue_jobs(
   p_which text, p_queue text, p_task text, p_since double precision, p_by text,
@@ -633,7 +687,7 @@ END $$;
 COMMENT ON FUNCTION sessionq.requeue_jobs(text, text, text, double precision, text, double precision, boolean) IS
   '`sessionq requeue --failed|--stalled`: requeue every failed (or stalled) job of p_queue and p_task (NULL: any) that entered that state within p_since seconds (NULL: ever), one row per job with what was done (see requeue_one). p_dry_run changes nothing.';
 
-CREATE OR REPLACE FUNCTION sessionq.cancel_job(p_job bigint, p_abort boolean, p_by text)
+CREATE OR REPLACE FUNCTION sessionq.cancel_job(p_job bigint, p_abort boolean, p_by text, p_expect text DEFAULT NULL)
 RETURNS TABLE (job_id bigint, previous_status text, status text, action text)
 LANGUAGE plpgsql
 SET search_path = sessionq, public
@@ -645,6 +699,10 @@ BEGIN
   SELECT * INTO v FROM sessionq.job_rows j WHERE j.id = p_job FOR UPDATE;
   IF NOT FOUND THEN
     PERFORM sessionq.fail('SQ404', format('job %s not found', p_job));
+  END IF;
+  IF p_expect IS NOT NULL AND v.status::text <> p_expect THEN
+    PERFORM sessionq.fail('SQ409', format('job %s is %s now, no longer %s; nothing was changed', p_job, v.status,
+                                         sessionq.clip(p_expect, 20)));
   END IF;
   IF v.status = 'doing' AND NOT p_abort THEN
     PERFORM sessionq.fail('SQ412', format('job %s is running; use --abort to ask its worker to abort it', p_job));
@@ -660,8 +718,8 @@ BEGIN
   RETURN QUERY SELECT p_job, v.status::text, v_after.status::text,
                       CASE WHEN v_after.status = 'doing' THEN 'abort_requested' ELSE 'cancelled' END;
 END $$;
-COMMENT ON FUNCTION sessionq.cancel_job(bigint, boolean, text) IS
-  '`sessionq jobs cancel ID [--abort]`: a waiting job is cancelled; a running one only with p_abort, which asks its worker to abort it (cooperatively: the task is cancelled and may be retried). Recorded in job_actions.';
+COMMENT ON FUNCTION sessionq.cancel_job(bigint, boolean, text, text) IS
+  '`sessionq jobs cancel ID [--abort]` (and the web console''s Cancel): a waiting job is cancelled; a running one only with p_abort, which asks its worker to abort it (cooperatively: the task is cancelled and may be retried). With p_expect, the job must still be in that status, else ABORTED and nothing changes. Recorded in job_actions.';
 
 -- -- the reaper -----------------------------------------------------------------------------------
 
@@ -685,7 +743,17 @@ BEGIN
     IF NOT v.abort_requested AND v_max IS NOT NULL AND jsonb_typeof(v_max) = 'number'
        AND v.attempts + 1 >= (v_max #>> '{}')::integer THEN
       -- the stalled attempt was its last one (or its task is never retried): it failed
+      PERFORM sessionq.record_job_attempt(v.id, 'stalled', 'WorkerLost',
+        format('worker %s stopped heartbeating while running this attempt; task %s allows no further attempt',
+               coalesce((SELECT wi.name FROM sessionq.worker_info wi WHERE wi.worker_id = v.worker_id), v.worker_id::text, 'gone'),
+               v.task_name));
       PERFORM sessionq.finish_job(v.id, 'failed');
+      IF v.task_name = 'dispatch_turn' THEN
+        -- a turn is never replayed (the Actor may have run part of it): its caller is told now
+        PERFORM sessionq.fail_dispatch(s.id, s.dispatch_id, 'the worker running it stopped responding, and a turn is never replayed; send the message again', true)
+           FROM sessionq.sessions s
+          WHERE s.id = (v.args ->> 'session_id')::uuid AND s.dispatch_id IS NOT NULL;
+      END IF;
       INSERT INTO sessionq.job_actions (job_id, action, detail, actor)
       VALUES (v.id, 'failed', format('stalled on worker %s; task %s allows no further attempt', v.worker_id, v.task_name),
               'reaper');
@@ -697,7 +765,7 @@ BEGIN
   END LOOP;
 END $$;
 COMMENT ON FUNCTION sessionq.reap_stalled_jobs(double precision, jsonb) IS
-  'The reaper''s job step: every stalled job (see find_stalled_jobs) is requeued (see requeue_one: a waiting job with the same queueing lock covers it), unless p_max_attempts (task name -> the number of attempts it may make; 0: never retried) says it had its last attempt: then it is marked failed. Rows locked by someone else are skipped.';
+  'The reaper''s job step: every stalled job (see find_stalled_jobs) is requeued (see requeue_one: a waiting job with the same queueing lock covers it), unless p_max_attempts (task name -> the number of attempts it may make; 0: never retried) says it had its last attempt: then it is marked failed, and a failed dispatch_turn ends its turn at once (fail_dispatch: the caller reads that the worker stopped and that the turn is not replayed). The stalled attempt is recorded in job_attempts (outcome stalled, WorkerLost). Rows locked by someone else are skipped.';
 
 CREATE OR REPLACE FUNCTION sessionq.end_dead_dispatches(p_limit integer DEFAULT 100, p_orphan_grace double precision DEFAULT 10)
 RETURNS TABLE (session_id uuid, dispatch_id uuid, reason text)
@@ -754,3 +822,130 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION sessionq.prune_operator_rows(double precision, double precision) IS
   'The reaper''s housekeeping: remove procrastinate worker rows without a heartbeat for p_stalled_worker_age seconds (NULL: none), worker_info rows of workers that are gone, and drain requests and job actions older than p_keep seconds (default a week).';
+
+-- -- job history, failures and queues --------------------------------------------------------------
+
+-- the worker's name goes with its attempts (worker_info rows go when the worker exits)
+CREATE OR REPLACE FUNCTION sessionq.name_attempt_worker() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  SELECT wi.name INTO NEW.worker_name FROM sessionq.worker_info wi WHERE wi.worker_id = NEW.worker_id;
+  RETURN NEW;
+END $$;
+COMMENT ON FUNCTION sessionq.name_attempt_worker() IS
+  'Trigger: a recorded job attempt (sessionq.job_attempts) gets its worker''s sessionq name from worker_info, so that it stays known after the worker exits.';
+
+CREATE OR REPLACE TRIGGER sessionq_name_attempt_worker
+  BEFORE INSERT ON sessionq.job_attempts
+  FOR EACH ROW
+  WHEN (NEW.worker_name IS NULL AND NEW.worker_id IS NOT NULL)
+  EXECUTE FUNCTION sessionq.name_attempt_worker();
+COMMENT ON TRIGGER sessionq_name_attempt_worker ON sessionq.job_attempts IS
+  'sessionq: name the worker of a recorded attempt (see sessionq.name_attempt_worker).';
+
+CREATE OR REPLACE VIEW sessionq.recent_failures AS
+SELECT a.ended_at AS failed_at,
+       a.job_id,
+       a.task_name,
+       a.queue_name,
+       a.attempt,
+       a.outcome,
+       a.error_type,
+       a.error_message,
+       a.worker_name,
+       a.started_at,
+       j.status::text AS job_status,
+       j.args,
+       a.traceback
+  FROM sessionq.job_attempts a
+  LEFT JOIN sessionq.job_rows j ON j.id = a.job_id
+ WHERE a.outcome <> 'succeeded'
+ ORDER BY a.ended_at DESC, a.id DESC;
+COMMENT ON VIEW sessionq.recent_failures IS
+  'Every attempt that did not succeed, newest first: failed (no attempt left), retried (another attempt is scheduled), aborted, stalled (its worker died), with the error''s type and message. `SELECT * FROM sessionq.recent_failures LIMIT 20` answers "why did it fail?"; `sessionq jobs show ID` has the traceback.';
+COMMENT ON COLUMN sessionq.recent_failures.outcome IS 'failed, retried, aborted or stalled (see sessionq.job_attempts.outcome).';
+COMMENT ON COLUMN sessionq.recent_failures.job_status IS 'The job''s status now (todo: it will run again; failed: it will not, unless requeued); NULL when the job is gone.';
+
+CREATE OR REPLACE VIEW sessionq.queues AS
+WITH names AS (
+  SELECT k.queue_name FROM sessionq.job_kinds k
+  UNION SELECT 'periodic'
+  UNION SELECT p.queue_name FROM sessionq.paused_queues p
+  UNION SELECT d.queue_name FROM sessionq.queue_depth d
+)
+SELECT n.queue_name,
+       p.queue_name IS NOT NULL AS paused,
+       p.paused_at,
+       p.paused_by,
+       p.reason AS paused_reason,
+       coalesce(sum(d.jobs) FILTER (WHERE d.status = 'todo'), 0)::bigint AS todo,
+       coalesce(sum(d.due) FILTER (WHERE d.status = 'todo'), 0)::bigint AS due,
+       coalesce(sum(d.jobs) FILTER (WHERE d.status = 'doing'), 0)::bigint AS doing,
+       coalesce(sum(d.jobs) FILTER (WHERE d.status = 'failed'), 0)::bigint AS failed,
+       max(d.oldest_due_age) AS oldest_due_age
+  FROM names n
+  LEFT JOIN sessionq.paused_queues p ON p.queue_name = n.queue_name
+  LEFT JOIN sessionq.queue_depth d ON d.queue_name = n.queue_name
+ GROUP BY n.queue_name, p.queue_name, p.paused_at, p.paused_by, p.reason;
+COMMENT ON VIEW sessionq.queues IS
+  'Every queue (sessionq''s, and any with jobs or paused) with whether it is paused (`sessionq queues pause|resume`) and its waiting, due, running and failed jobs.';
+COMMENT ON COLUMN sessionq.queues.paused IS 'No worker fetches from it (jobs still queue up; running ones finish).';
+COMMENT ON COLUMN sessionq.queues.todo IS 'Jobs waiting (todo), due now or scheduled for later.';
+COMMENT ON COLUMN sessionq.queues.due IS 'Waiting jobs that may run now.';
+COMMENT ON COLUMN sessionq.queues.failed IS 'Failed jobs kept for an operator (`sessionq requeue --failed`).';
+COMMENT ON COLUMN sessionq.queues.oldest_due_age IS 'How long the oldest runnable job has waited (growing: no worker keeps up, or the queue is paused).';
+
+CREATE OR REPLACE FUNCTION sessionq.pause_queue(p_queue text, p_by text, p_reason text DEFAULT '')
+RETURNS TABLE (queue_name text, paused boolean, changed boolean)
+LANGUAGE plpgsql
+SET search_path = sessionq, public
+AS $$
+DECLARE
+  v_new boolean;
+BEGIN
+  IF p_queue IS NULL OR p_queue !~ '^[A-Za-z0-9_.:-]{1,40}$' THEN
+    PERFORM sessionq.fail('SQ400', format('%s is not a queue name (1-40 letters, digits, _ . : -)',
+                                         coalesce(sessionq.clip(p_queue, 40), 'nothing')));
+  END IF;
+  IF length(coalesce(p_reason, '')) > 500 THEN
+    PERFORM sessionq.fail('SQ400', 'the reason is too long (at most 500 characters)');
+  END IF;
+  INSERT INTO sessionq.paused_queues (queue_name, paused_by, reason)
+  VALUES (p_queue, coalesce(nullif(p_by, ''), current_user), coalesce(p_reason, ''))
+  ON CONFLICT ON CONSTRAINT paused_queues_pkey DO NOTHING
+  RETURNING true INTO v_new;
+  IF v_new THEN
+    INSERT INTO sessionq.job_actions (target, action, detail, actor)
+    VALUES ('queue ' || p_queue, 'paused', coalesce(p_reason, ''), coalesce(nullif(p_by, ''), current_user));
+  END IF;
+  RETURN QUERY SELECT p_queue, true, coalesce(v_new, false);
+END $$;
+COMMENT ON FUNCTION sessionq.pause_queue(text, text, text) IS
+  '`sessionq queues pause NAME`: no worker fetches from queue p_queue any more (sessionq.fetch_job), durably, until resume_queue; running jobs finish and new ones still queue up. changed is false when it was paused already. Recorded in job_actions. INVALID_ARGUMENT for a malformed name.';
+
+CREATE OR REPLACE FUNCTION sessionq.resume_queue(p_queue text, p_by text)
+RETURNS TABLE (queue_name text, paused boolean, changed boolean)
+LANGUAGE plpgsql
+SET search_path = sessionq, public
+AS $$
+DECLARE
+  v_done boolean;
+  v_job bigint;
+BEGIN
+  IF p_queue IS NULL OR p_queue !~ '^[A-Za-z0-9_.:-]{1,40}$' THEN
+    PERFORM sessionq.fail('SQ400', format('%s is not a queue name (1-40 letters, digits, _ . : -)',
+                                         coalesce(sessionq.clip(p_queue, 40), 'nothing')));
+  END IF;
+  DELETE FROM sessionq.paused_queues p WHERE p.queue_name = p_queue RETURNING true INTO v_done;
+  IF v_done THEN
+    INSERT INTO sessionq.job_actions (target, action, detail, actor)
+    VALUES ('queue ' || p_queue, 'resumed', '', coalesce(nullif(p_by, ''), current_user));
+    SELECT j.id INTO v_job FROM sessionq.job_rows j WHERE j.queue_name = p_queue AND j.status = 'todo' LIMIT 1;
+    IF v_job IS NOT NULL THEN
+      PERFORM sessionq.wake_workers(p_queue, v_job);  -- idle workers fetch now, not at their next poll
+    END IF;
+  END IF;
+  RETURN QUERY SELECT p_queue, false, coalesce(v_done, false);
+END $$;
+COMMENT ON FUNCTION sessionq.resume_queue(text, text) IS
+  '`sessionq queues resume NAME`: workers fetch from queue p_queue again (and are woken at once). changed is false when it was not paused. Recorded in job_actions.';

@@ -50,6 +50,9 @@ def test_import_contracts_are_kept():
         ("jobs/deps.py", "import sessionq.app.worker", "Nothing imports the composition root"),
         ("domain/turns.py", "import procrastinate", "Only the jobs package uses procrastinate"),
         ("domain/snapshots.py", "import sessionq.domain.quiescence", "No import cycles"),
+        ("console/app.py", "from sessionq.runtime.simulator import SimulatedSubstrate", "The web console uses"),
+        ("console/app.py", "import sessionq.jobs.bridge", "The web console uses"),
+        ("api/common.py", "import sessionq.console.app", "The API never imports"),
     ],
 )
 def test_a_broken_contract_fails(tmp_path, module, line, contract):

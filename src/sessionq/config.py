@@ -122,6 +122,11 @@ def _address(value: Any, key: str) -> str:
     return v
 
 
+def _optional_address(value: Any, key: str) -> str:
+    v = _str(value, key).strip()
+    return _address(v, key) if v else ""
+
+
 def _duration(value: Any, key: str) -> float:
     return parse_duration(value, key)
 
@@ -205,6 +210,12 @@ KEYS: tuple[Key, ...] = (
     Key("server.address", _address, "127.0.0.1:8083", "gRPC listen address (native gRPC, reflection, health)."),
     Key("server.httpAddress", _address, "127.0.0.1:8084", "HTTP listen address of A2A agent-card discovery."),
     Key(
+        "server.consoleAddress",
+        _optional_address,
+        "",
+        "HTTP listen address of the web console (empty: off; `sessionq up` serves it on 127.0.0.1:8085).",
+    ),
+    Key(
         "server.eventLoop",
         _choice("uvloop", "asyncio"),
         "uvloop",
@@ -245,6 +256,13 @@ KEYS: tuple[Key, ...] = (
         _positive_duration,
         30.0,
         "A worker whose heartbeat (every 10 s) is older than this is dead; the reaper requeues its running jobs.",
+    ),
+    Key(
+        "jobs.retention",
+        _duration,
+        86400.0,
+        "How long succeeded jobs are kept, with their attempts, as history (`sessionq jobs list --status"
+        " succeeded`); a periodic job purges older ones in batches. 0s keeps none (deleted when they succeed).",
     ),
     Key("metrics.enabled", _bool, False, "Serve Prometheus metrics over HTTP."),
     Key("metrics.address", _address, "127.0.0.1:9464", "Metrics listen address."),

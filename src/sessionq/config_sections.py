@@ -47,6 +47,7 @@ class ServerSettings:
 
     address: str  # server.address
     http_address: str  # server.httpAddress
+    console_address: str  # server.consoleAddress
     event_loop: Literal["uvloop", "asyncio"]  # server.eventLoop
 
     @classmethod
@@ -54,6 +55,7 @@ class ServerSettings:
         return cls(
             address=values["server.address"],
             http_address=values["server.httpAddress"],
+            console_address=values["server.consoleAddress"],
             event_loop=values["server.eventLoop"],
         )
 
@@ -121,6 +123,19 @@ class WorkersSettings:
             poll_interval=values["workers.pollInterval"],
             shutdown_timeout=values["workers.shutdownTimeout"],
             stall_timeout=values["workers.stallTimeout"],
+        )
+
+
+@dataclass(frozen=True)
+class JobsSettings:
+    """jobs.*"""
+
+    retention: float  # jobs.retention
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> JobsSettings:
+        return cls(
+            retention=values["jobs.retention"],
         )
 
 
@@ -225,6 +240,7 @@ class Sections:
     shares: SharesSettings
     a2a: A2aSettings
     workers: WorkersSettings
+    jobs: JobsSettings
     metrics: MetricsSettings
     auth: AuthSettings
     runtime: RuntimeSettings
@@ -240,6 +256,7 @@ class Sections:
         object.__setattr__(self, "shares", SharesSettings.from_values(values))
         object.__setattr__(self, "a2a", A2aSettings.from_values(values))
         object.__setattr__(self, "workers", WorkersSettings.from_values(values))
+        object.__setattr__(self, "jobs", JobsSettings.from_values(values))
         object.__setattr__(self, "metrics", MetricsSettings.from_values(values))
         object.__setattr__(self, "auth", AuthSettings.from_values(values))
         object.__setattr__(self, "runtime", RuntimeSettings.from_values(values))

@@ -1,4 +1,8 @@
-"""Prometheus metrics of sessionq processes (served over HTTP when metrics.enabled)."""
+"""Prometheus metrics of sessionq processes (served over HTTP when metrics.enabled).
+
+Every family, its labels and what to alert on are listed in docs/metrics.md (a test checks the list
+against this registry). Counters and histograms expose no `_created` series (they would double the
+series for nothing: Prometheus reads resets from the counters themselves)."""
 
 from __future__ import annotations
 
@@ -9,11 +13,21 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    start_http_server,
+)
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 log = logging.getLogger(__name__)
+
+disable_created_metrics()  # no `_created` series beside each counter and histogram
 
 GRPC_REQUESTS = Counter("sessionq_grpc_requests", "gRPC requests by method and status code", ["method", "code"])
 GRPC_LATENCY = Histogram(
@@ -43,6 +57,25 @@ QUEUE_DEPTH = Gauge("sessionq_queue_depth", "procrastinate jobs waiting (todo) p
 QUEUE_OLDEST = Gauge("sessionq_queue_oldest_job_age_seconds", "Age of the oldest waiting job per queue", ["queue"])
 SESSION_EXPIRED = Counter("kagent_session_expired", "Idle Sessions removed by completed expiration sweeps")
 
+# what the console's overview shows, refreshed from the database (refresh_gauges)
+JOBS = Gauge(
+    "sessionq_jobs", "procrastinate jobs per queue and status (succeeded history left out)", ["queue", "status"]
+)
+QUEUE_PAUSED = Gauge("sessionq_queue_paused", "1 while a queue is paused (`sessionq queues pause`), else 0", ["queue"])
+STALLED_JOBS = Gauge("sessionq_stalled_jobs", "Running jobs whose worker stopped heartbeating")
+WORKERS = Gauge("sessionq_workers", "Registered worker processes by state (running, draining, stalled)", ["state"])
+SESSIONS = Gauge("sessionq_sessions", "Sessions by state (DELETED tombstones included)", ["state"])
+# counted by the worker that ends each attempt (jobs/bridge.py)
+JOB_ATTEMPTS = Counter(
+    "sessionq_job_attempts",
+    "Ended job attempts by task and outcome (succeeded, failed, retried, aborted)",
+    ["task", "outcome"],
+)
+
+JOB_STATES = ("todo", "doing", "failed", "cancelled", "aborted")
+WORKER_STATES = ("running", "draining", "stalled")
+SESSION_STATES = ("CREATING", "READY", "SUSPENDED", "FAILED", "DELETING", "DELETED")
+
 
 async def refresh_queue_gauges(store: Any, stop: asyncio.Event, interval: float = 15.0) -> None:
     """Keep sessionq_queue_depth and sessionq_queue_oldest_job_age_seconds current (scrapes only
@@ -64,6 +97,41 @@ async def refresh_queue_gauges(store: Any, stop: asyncio.Event, interval: float 
             seen |= current
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=interval)
+
+
+def set_overview(stats: dict[str, Any], seen_queues: set[str]) -> set[str]:
+    """Set the overview gauges from `Store.gauge_stats()`; returns the queues seen so far (a queue
+    that disappears reads 0, not its last value)."""
+    queues = {q for q, _ in stats["jobs"]} | set(stats["paused"]) | seen_queues
+    for queue in queues:
+        for status in JOB_STATES:
+            JOBS.labels(queue=queue, status=status).set(stats["jobs"].get((queue, status), 0))
+        QUEUE_PAUSED.labels(queue=queue).set(1 if queue in stats["paused"] else 0)
+    STALLED_JOBS.set(stats["stalled"])
+    for state in WORKER_STATES:
+        WORKERS.labels(state=state).set(stats["workers"].get(state, 0))
+    for state in SESSION_STATES:
+        SESSIONS.labels(state=state).set(stats["sessions"].get(state, 0))
+    return queues
+
+
+async def refresh_gauges(store: Any, stop: asyncio.Event, interval: float = 15.0) -> None:
+    """Keep the queue gauges and the overview gauges (jobs, paused queues, stalled jobs, workers,
+    Sessions by state) current until `stop`; scrapes only read them."""
+    seen: set[str] = set()
+    queue_task = asyncio.create_task(refresh_queue_gauges(store, stop, interval))
+    try:
+        while not stop.is_set():
+            try:
+                seen = set_overview(await store.gauge_stats(), seen)
+            except Exception as e:  # keep the last values; the database may be failing over
+                log.warning("cannot refresh the overview gauges: %s", e)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=interval)
+    finally:
+        queue_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await queue_task
 
 
 def serve(address: str, registry: CollectorRegistry = REGISTRY) -> None:

@@ -113,6 +113,37 @@ class PreparationFailure(enum.StrEnum):
     RUNTIME_UNAVAILABLE = "RuntimeUnavailable"  # transient: the client may retry
 
 
+class AttemptFailure(enum.StrEnum):
+    """sessions.failure_reason while the operation is still pending (failed_operation_id unset): why
+    its last attempt failed; the execute_operation job retries it. Clients see it as Failure.reason."""
+
+    RUNTIME_ERROR = "RuntimeError"  # the runtime answered an error (its code and message are shown)
+    RUNTIME_CONFLICT = "RuntimeConflict"  # the runtime holds something sessionq never adopts
+    ATTEMPT_TIMED_OUT = "AttemptTimedOut"  # the attempt outlived its claim
+    INTERNAL_ERROR = "InternalError"  # anything else: only its type is shown; the worker log has the rest
+
+
+class JobAttemptOutcome(enum.StrEnum):
+    """job_attempts.outcome: how one attempt of a job ended."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"  # no attempt left: the job is failed
+    RETRIED = "retried"  # it failed; another attempt is scheduled
+    ABORTED = "aborted"  # cancelled by an operator or a drain (a drain retries it)
+    STALLED = "stalled"  # its worker stopped heartbeating (recorded by the reaper or a requeue)
+
+
+class JobStatus(enum.StrEnum):
+    """A procrastinate job's status (sessionq.job_rows.status, the bridge's vocabulary)."""
+
+    TODO = "todo"
+    DOING = "doing"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    ABORTED = "aborted"
+
+
 # -- procedure results ---------------------------------------------------------------------------
 
 

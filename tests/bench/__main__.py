@@ -28,7 +28,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-SCENARIOS = ("create", "wake", "burst", "checkpoint", "expiry", "validation")
+SCENARIOS = ("create", "wake", "burst", "checkpoint", "expiry", "validation", "history")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -43,7 +43,8 @@ WORKER_ATTRIBUTES = {"worker_id", "_running_jobs", "shutdown_graceful_timeout", 
 APP_ATTRIBUTES = {"worker_defaults", "perform_import_paths", "tasks", "job_manager"}
 # worker options sessionq passes (sessionq.app.worker, through run_drainable_worker and RunningWorker)
 WORKER_OPTIONS = {"name", "queues", "concurrency", "fetch_job_polling_interval", "shutdown_graceful_timeout",
-                  "stalled_worker_timeout", "additional_context", "delete_jobs", "install_signal_handlers"}
+                  "stalled_worker_timeout", "additional_context", "delete_jobs", "install_signal_handlers",
+                  "worker_middleware"}
 
 
 def test_the_installed_procrastinate_is_the_one_the_bridge_was_checked_against() -> None:
@@ -82,11 +83,18 @@ def test_the_job_manager_methods_the_bridge_overrides_keep_their_signatures() ->
     assert list(inspect.signature(JobManager.__init__).parameters) == ["self", "connector"]
     finish = inspect.signature(JobManager.finish_job)
     retry = inspect.signature(JobManager.retry_job)
+    fetch = inspect.signature(JobManager.fetch_job)
     assert list(finish.parameters) == ["self", "job", "status", "delete_job"]
     assert list(retry.parameters) == ["self", "job", "retry_at", "priority", "queue", "lock"]
+    assert list(fetch.parameters) == ["self", "queues", "worker_id"]
     assert inspect.iscoroutinefunction(JobManager.finish_job) and inspect.iscoroutinefunction(JobManager.retry_job)
+    assert inspect.iscoroutinefunction(JobManager.fetch_job)
+    # fetch_job's row: WorkerJobManager.fetch_job selects every column Job.from_row reads
+    read = set(re.findall(r'row\["(\w+)"', inspect.getsource(Job.from_row)))  # .get() ones have defaults
+    selected = inspect.getsource(WorkerJobManager.fetch_job)
+    assert read and all(column in selected for column in read), read
     # the overrides accept the same arguments, the same way
-    for name, base in (("finish_job", finish), ("retry_job", retry)):
+    for name, base in (("finish_job", finish), ("retry_job", retry), ("fetch_job", fetch)):
         ours = inspect.signature(getattr(WorkerJobManager, name))
         assert [(p.name, p.kind) for p in ours.parameters.values()] == [
             (p.name, p.kind) for p in base.parameters.values()], name
@@ -206,6 +214,10 @@ async def test_a_running_worker_registers_counts_its_jobs_ends_them_through_the_
                 await asyncio.sleep(0.05)
             assert ("retry_job", failing, "todo") in manager.calls
             assert ("finish_job", failing, "failed") in manager.calls
+            for _ in range(100):  # the failing job's asyncio task ends just after its finish call
+                if worker.running_jobs == 1:
+                    break
+                await asyncio.sleep(0.02)
             assert worker.running_jobs == 1
             assert worker.graceful_timeout == 10
             worker.graceful_timeout = 5

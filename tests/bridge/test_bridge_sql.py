@@ -65,6 +65,7 @@ FUNCTIONS: dict[str, tuple[str, str]] = {
     ),
     "procrastinate_cancel_job_v1": ("job_id bigint, abort boolean, delete_job boolean", "bigint"),
     "procrastinate_prune_stalled_workers_v1": ("seconds_since_heartbeat double precision", "TABLE(worker_id bigint)"),
+    "procrastinate_fetch_job_v2": ("target_queue_names character varying[], p_worker_id bigint", "procrastinate_jobs"),
 }
 
 # NOTIFY channels procrastinate's workers LISTEN on (a queue's, every queue's) and the payload type

@@ -89,7 +89,7 @@ async def test_jobs_show_retry_and_cancel(cli, db):
     assert data["actions"][0]["actor"]
 
     line = one_line_error(await cli("jobs", "retry", str(failed)))
-    assert "FAILED_PRECONDITION" in line and "already waiting" in line
+    assert "FAILED_PRECONDITION" in line and "already due" in line
 
     cancelled = json.loads(ok(await cli("jobs", "cancel", str(failed), "-o", "json")).stdout)
     assert cancelled == {"job_id": failed, "previous_status": "todo", "status": "cancelled", "action": "cancelled"}

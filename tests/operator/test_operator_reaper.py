@@ -112,7 +112,6 @@ def test_retry_limits_come_from_the_apps_tasks():
 async def test_expired_and_orphaned_dispatches_are_ended(db, ops, store, sim):
     msg = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": "q"}]}
     expiring = await ready_session(store, sim, "req-exp")
-    admitted = await store.admit_turn(expiring.id, expiring.creator, None, msg, None, 0.2)
     orphaned = await ready_session(store, sim, "req-orphan")
     _admitted2 = await store.admit_turn(orphaned.id, orphaned.creator, None, {**msg, "messageId": "m2"}, None, 600)
     (dispatch_job,) = await q(db, "SELECT id FROM procrastinate_jobs WHERE task_name = 'dispatch_turn'"
@@ -121,8 +120,10 @@ async def test_expired_and_orphaned_dispatches_are_ended(db, ops, store, sim):
     claims = {(c["kind"], c["session_id"]): c for c in await ops.view("claims")}
     assert claims[("dispatch", orphaned.id)]["state"] == "live"
 
+    # admitted last, right before the check, so that a loaded machine does not expire it first
+    admitted = await store.admit_turn(expiring.id, expiring.creator, None, msg, None, 1.0)
     assert await ops.end_dead_dispatches() == []  # nothing expired yet; the orphan is younger than the grace
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(1.1)
     ended = {r["session_id"]: r for r in await ops.end_dead_dispatches(orphan_grace=0)}
     assert ended[expiring.id]["reason"] == "the dispatch expired"
     assert ended[expiring.id]["dispatch_id"] == admitted.dispatch_id

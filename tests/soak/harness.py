@@ -153,8 +153,8 @@ class Harness:
                 desired = next((x for x in status.get("revisions", []) if x["id"] == status.get("desiredRevision")), None)
                 if desired is not None and desired["state"] == "READY":
                     return
-                if desired is not None and desired.state == "FAILED":
-                    raise RuntimeError(f"the agent revision failed: {desired.failure.message}")
+                if desired is not None and desired["state"] == "FAILED":
+                    raise RuntimeError(f"the agent revision failed: {desired.get('failure') or desired}")
             await asyncio.sleep(0.3)
         raise RuntimeError("the agent revision was not prepared within 90 s (is a worker running?)")
 

@@ -27,6 +27,7 @@ COLUMNS: dict[tuple[str, str], type[StrEnum]] = {
     ("revisions", "state"): models.RevisionState,
     ("checkpoints", "state"): models.CheckpointState,
     ("tasks", "phase"): models.TaskPhase,
+    ("job_attempts", "outcome"): models.JobAttemptOutcome,
 }
 
 # enum -> the procedures whose first result column (status / outcome) it holds

@@ -32,6 +32,7 @@ from sessionq.metrics import OPERATIONS
 from sessionq.models import (
     Admission,
     AdmissionOutcome,
+    AttemptFailure,
     ObservationStatus,
     OperationKind,
     PreparationFailure,
@@ -92,8 +93,11 @@ async def await_generation(store: Store, admission: Admission, context: grpc.aio
         assert obs.session is not None
         return obs.session
     if obs.status == ObservationStatus.PENDING:
+        last = ""
+        if obs.session is not None and obs.session.failure_message and obs.session.failure_reason in set(AttemptFailure):
+            last = f"; its last attempt failed ({obs.session.failure_reason}: {obs.session.failure_message}) and is retried"
         raise errors.unavailable(
-            f"the {kind} operation of session {s.id} is still in progress; retry the same call to follow it"
+            f"the {kind} operation of session {s.id} is still in progress{last}; retry the same call to follow it"
         )
     if obs.status == ObservationStatus.FAILED:
         assert obs.session is not None

@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import fcntl
 import getpass
 import logging
 import os
+import shutil
 import signal
 import sys
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 
@@ -31,13 +34,37 @@ from sessionq.api.agentcard import AgentCardServer
 from sessionq.api.server import ApiServer
 from sessionq.app.worker import open_runtime, run_worker
 from sessionq.config import Settings
+from sessionq.console.server import ConsoleServer
 from sessionq.db import embedded, migrate
+from sessionq.db.reachable import check_async
 from sessionq.db.store import Store
+from sessionq.jobs.drain import DrainRequest
 from sessionq.runtime.simulator import install_schema
 
 log = logging.getLogger("sessionq")
 
 CLIENT_CONFIG = "client.yaml"
+LOCK_FILE = "up.lock"  # held by the running `sessionq up` of a data directory
+UP_CONSOLE = "127.0.0.1:8085"  # where `up` serves the web console unless server.consoleAddress says
+FIRST_AGENT = Path("examples") / "my-first-agent.yaml"
+
+
+class StartupError(Exception):
+    """A common failure at start (an address in use, a data directory that cannot be used, a
+    second `up` in one directory), told in one line by the CLI instead of a traceback."""
+
+
+def _why(e: BaseException) -> str:
+    if (isinstance(e, OSError) and e.errno == errno.EADDRINUSE) or "address already in use" in str(e).lower():
+        return "the address is in use"
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror.lower()
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+def listen_error(what: str, key: str, address: str, e: BaseException) -> StartupError:
+    return StartupError(f"cannot listen on {address} for {what}: {_why(e)} (another sessionq, or another program,"
+                        f" may use it; set {key} to another HOST:PORT)")
 
 API_GRACE = 5.0  # how long in-flight calls may finish when the API stops (at most workers.shutdownTimeout)
 FORCE_AFTER = 2.0  # a graceful stop still running this long past workers.shutdownTimeout is forced
@@ -176,6 +203,9 @@ async def run_services(
     stop: asyncio.Event,
     on_ready: Callable[[int | None], Awaitable[None] | None] | None = None,
     shutdown: Shutdown | None = None,
+    exit_on_drain: bool = True,
+    on_worker_drained: Callable[[DrainRequest], None] | None = None,
+    console_local_user: str | None = None,
 ) -> None:
     """Run the API and/or the workers on one database until `stop` is set, then stop cleanly:
     the API stops admitting (in-flight calls get up to API_GRACE seconds, at most
@@ -190,22 +220,46 @@ async def run_services(
     store = await Store.open(url, pool_size=settings.database.pool_size, listen=api)
     gauges = None
     server = None
-    worker_task: asyncio.Task[None] | None = None
-    if settings.metrics.enabled:
-        metrics.serve(settings.metrics.address)
-        gauges = asyncio.create_task(metrics.refresh_queue_gauges(store, stop))
+    console: ConsoleServer | None = None
+    worker_task: asyncio.Task[str] | None = None
+    clean = False
     try:
+        if settings.metrics.enabled:
+            try:
+                metrics.serve(settings.metrics.address)
+            except OSError as e:
+                raise listen_error("metrics", "metrics.address", settings.metrics.address, e) from None
+            gauges = asyncio.create_task(metrics.refresh_gauges(store, stop))
         async with open_runtime(settings, url) as runtime:
             if api:
-                server = ApiServer(settings, store, runtime=runtime)
+                try:
+                    server = ApiServer(settings, store, runtime=runtime)
+                except (OSError, RuntimeError) as e:
+                    raise listen_error("the gRPC API", "server.address", settings.server.address, e) from None
                 await server.start()
                 cards = AgentCardServer(store, server.auth, f"grpc://{settings.server.address}")
-                await cards.start(settings.server.http_address)
+                try:
+                    await cards.start(settings.server.http_address)
+                except OSError as e:
+                    raise listen_error("agent cards", "server.httpAddress", settings.server.http_address, e) from None
+                if settings.server.console_address:
+                    console = ConsoleServer(settings, store.pool, local_user=console_local_user)
+                    try:
+                        await console.start(settings.server.console_address)
+                    except OSError as e:
+                        if console_local_user is None:
+                            raise listen_error("the web console", "server.consoleAddress",
+                                               settings.server.console_address, e) from None
+                        log.warning("the web console is off: cannot listen on %s (%s); set server.consoleAddress",
+                                    settings.server.console_address, _why(e))
+                        console = None
                 if hasattr(runtime, "taskstore_address") and not settings.runtime.simulator.task_store_address:
                     host = settings.server.address.rpartition(":")[0]
                     runtime.taskstore_address = f"{host}:{server.port}"  # simulated Actors report here
             if workers:
-                worker_task = asyncio.create_task(run_worker(settings, url, store, runtime, stop=stop))
+                worker_task = asyncio.create_task(run_worker(settings, url, store, runtime, stop=stop,
+                                                             exit_on_drain=exit_on_drain,
+                                                             on_drained=on_worker_drained))
             if on_ready is not None:
                 r = on_ready(server.port if server else None)
                 if r is not None:
@@ -215,10 +269,14 @@ async def run_services(
                 await asyncio.wait({worker_task, waiter}, return_when=asyncio.FIRST_COMPLETED)
                 waiter.cancel()
                 if worker_task.done() and not stop.is_set():
-                    worker_task.result()  # run_worker restarts procrastinate itself; this is a bug
-                    raise RuntimeError("the worker pool stopped unexpectedly")
+                    # run_worker restarts procrastinate itself: only a drain ends it (`up` keeps running)
+                    if worker_task.result() != "drained":
+                        raise RuntimeError("the worker pool stopped unexpectedly")
+                    await stop.wait()
             else:
                 await stop.wait()
+            if console is not None:
+                await console.stop()
             if server is not None:
                 await cards.stop()
                 await server.stop(grace=grace)
@@ -227,12 +285,16 @@ async def run_services(
                 # not `await worker_task`: cancelling this task would then wait for the worker's drain
                 await asyncio.wait({worker_task})
                 worker_task.result()
+            clean = True
     finally:
         if worker_task is not None and not worker_task.done():
             worker_task.cancel()  # a forced stop (or a failure): do not wait for its drain
-        if server is not None and forced():
+        if server is not None and not clean:  # forced, or a failure half-way through the start
             with contextlib.suppress(Exception):
                 await server.stop(grace=0)
+        if console is not None and not clean:
+            with contextlib.suppress(Exception):
+                await console.stop()
         if gauges is not None:
             gauges.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -250,14 +312,67 @@ def user_client_config() -> Path:
     return Path(base) / "sessionq" / CLIENT_CONFIG
 
 
+def lock_data_dir(data_dir: Path) -> IO[str]:
+    """Take the data directory for this `up` (an exclusive lock on up.lock, held until the process
+    exits); StartupError when another `up` holds it or the directory cannot be used."""
+    lock_path = data_dir / LOCK_FILE
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        handle = lock_path.open("a+")
+    except OSError as e:
+        raise StartupError(
+            f"cannot use the data directory {data_dir}: {(e.strerror or str(e)).lower()}; choose another with"
+            " --data-dir, or make this one writable by you") from None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        pid = handle.read().strip() or "?"
+        handle.close()
+        raise StartupError(
+            f"sessionq is already running here: {display_path(lock_path)} is held by pid {pid}; use that one (its"
+            " client config works as is), stop it with Ctrl-C, or start another with --data-dir") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle
+
+
+def display_path(path: Path) -> str:
+    """`path` relative to the working directory when it is below it, else absolute."""
+    resolved = path.resolve()
+    with contextlib.suppress(ValueError):
+        return str(resolved.relative_to(Path.cwd().resolve()))
+    return str(resolved)
+
+
+def command_name(argv0: str | None = None) -> str:
+    """How to run this sessionq again from this directory: `sessionq` when the shell finds this
+    very executable on its PATH, else its path (e.g. `.venv/bin/sessionq` after `make up`)."""
+    argv0 = argv0 or sys.argv[0]
+    exe = Path(argv0)
+    if exe.name != "sessionq" or not exe.exists():
+        return "sessionq"
+    found = shutil.which("sessionq")
+    if found and Path(found).resolve() == exe.resolve():
+        return "sessionq"
+    inside = not exe.is_absolute() or exe.resolve().is_relative_to(Path.cwd().resolve())
+    return display_path(exe) if inside else str(exe)
+
+
 async def up(settings: Settings, data_dir: Path, database_url: str | None, echo: Callable[[str], None]) -> int:
     """The embedded default: PostgreSQL (embedded unless database_url), migrations, API on
-    loopback, workers and the simulator, until Ctrl-C. Returns the exit status."""
+    loopback, workers, the simulator and the web console, until Ctrl-C. Returns the exit status.
+    A drain request (`sessionq workers drain`) drains only the workers: the API, the console and
+    PostgreSQL keep running. StartupError for the common failures at start."""
+    lock = lock_data_dir(data_dir)
     shutdown = Shutdown(settings.workers.shutdown_timeout)
     shutdown.install()
     try:
         return await _up(shutdown, settings, data_dir, database_url, echo)
     finally:
+        lock.close()
         shutdown.hand_over()
 
 
@@ -270,6 +385,7 @@ async def _up(
         if database_url:
             url = database_url
             psql = f'psql "{url}"'
+            await check_async(url)
         else:
 
             def start_embedded() -> embedded.EmbeddedPostgres:
@@ -277,17 +393,27 @@ async def _up(
                 shutdown.on_force("the embedded PostgreSQL told to stop", started.stop_now)
                 return started
 
-            server = await asyncio.to_thread(start_embedded)
+            try:
+                server = await asyncio.to_thread(start_embedded)
+            except PermissionError as e:
+                raise StartupError(
+                    f"cannot start the embedded PostgreSQL in {data_dir}: permission denied"
+                    f"{f' on {e.filename}' if e.filename else ''}; choose another --data-dir, or make this one"
+                    " writable by you") from None
             url = server.url
             psql = server.psql_command()
         user = settings.auth.anonymous_user or getpass.getuser()
-        settings = settings.with_overrides(**{"auth.anonymousUser": user})
+        overrides: dict[str, Any] = {"auth.anonymousUser": user}
+        if not settings.server.console_address:
+            overrides["server.consoleAddress"] = UP_CONSOLE
+        settings = settings.with_overrides(**overrides)
         host, _, _ = settings.server.address.rpartition(":")
         if host not in ("127.0.0.1", "localhost", "::1", "[::1]"):
             raise SystemExit(
                 f"sessionq up serves unauthenticated local calls and listens on loopback only, not {host}"
             )
         await _prepare_database(url)
+        sq = command_name()
 
         def ready(port: int | None) -> None:
             endpoint = f"{host}:{port}"
@@ -297,13 +423,25 @@ async def _up(
                     write_client_config(path, client)
             echo(f"sessionq is up (user {user})")
             echo(f"  gRPC endpoint : {endpoint}  (reflection and health on; calls without a token are {user}'s)")
+            echo(f"  web console   : http://{settings.server.console_address}/  (no login needed here)")
             echo(f"  psql          : {psql}")
             echo(f"  client config : {user_client_config()}")
+            echo("  Next, in another terminal in this directory:")
+            if FIRST_AGENT.exists():
+                echo(f"    {sq} agent apply -f {FIRST_AGENT}")
+                echo(f"    {sq} agent session create --agent my-first-agent")
+            echo(f"    {sq} status")
             echo("  Ctrl-C stops everything.")
+
+        def drained(request: DrainRequest) -> None:
+            who = f"drain {request.drain_id} requested by {request.requested_by}" if request.drain_id else "a drain"
+            echo(f"sessionq's worker drained ({who}): no jobs run now; the API, the web console and PostgreSQL"
+                 " keep running. Restart `sessionq up` to run jobs again (Ctrl-C stops everything).")
 
         if not shutdown.stop.is_set():  # a Ctrl-C while starting: nothing to run
             await run_services(
-                settings, url, api=True, workers=True, stop=shutdown.stop, on_ready=ready, shutdown=shutdown
+                settings, url, api=True, workers=True, stop=shutdown.stop, on_ready=ready, shutdown=shutdown,
+                exit_on_drain=False, on_worker_drained=drained, console_local_user=user,
             )
     except asyncio.CancelledError:
         if shutdown.forced is None:
@@ -324,6 +462,7 @@ async def serve(settings: Settings, *, api: bool, workers: bool) -> int:
         raise SystemExit("database.url is required (set it in the config file or SESSIONQ_DATABASE__URL)")
     if api and not settings.auth.tokens:
         log.warning("no auth.tokens configured: every call will be UNAUTHENTICATED")
+    await check_async(url)  # DatabaseUnreachable: one line, not a traceback
     shutdown = Shutdown(settings.workers.shutdown_timeout)
     shutdown.install()
     try:

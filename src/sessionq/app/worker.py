@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from sessionq.config import Settings, grpc_message_limit
@@ -14,7 +14,7 @@ from sessionq.domain.operations import OperationExecutor
 from sessionq.domain.quiescence import QuiescencePool
 from sessionq.jobs.app import build_app
 from sessionq.jobs.deps import Deps
-from sessionq.jobs.drain import default_worker_name, run_drainable_worker, unless_stopped
+from sessionq.jobs.drain import DrainRequest, default_worker_name, run_drainable_worker, unless_stopped
 from sessionq.metrics import REVISION_GC
 from sessionq.runtime.base import Substrate
 from sessionq.runtime.simulator import SimulatedSubstrate
@@ -46,10 +46,16 @@ async def run_worker(
     stop: asyncio.Event,
     name: str | None = None,
     queues: list[str] | None = None,
-) -> None:
+    exit_on_drain: bool = True,
+    on_drained: Callable[[DrainRequest], None] | None = None,
+) -> str:
     """Run the job workers until `stop` is set, then drain: stop fetching, let running jobs
-    finish (up to workers.shutdownTimeout) and return."""
-    executor = OperationExecutor(store, runtime, settings.sessions.claim_lifetime)
+    finish (up to workers.shutdownTimeout) and return "stopped". A drain request (`sessionq
+    workers drain`) drains them the same way and returns "drained"; it also sets `stop` (the
+    process exits) unless `exit_on_drain` is false (`sessionq up`: its API and PostgreSQL keep
+    running), and calls `on_drained`."""
+    keep_jobs = settings.jobs.retention > 0
+    executor = OperationExecutor(store, runtime, settings.sessions.claim_lifetime, keep_jobs=keep_jobs)
     app = build_app(url, expiry=settings.sessions.idle_ttl > 0)
     quiescence = QuiescencePool(
         store,
@@ -62,7 +68,8 @@ async def run_worker(
     quiescence_stop = asyncio.Event()
     quiescence_task = asyncio.create_task(quiescence.run(quiescence_stop), name="quiescence")
     try:
-        await _run_procrastinate(app, settings, url, store, runtime, executor, stop=stop, name=name, queues=queues)
+        return await _run_procrastinate(app, settings, url, store, runtime, executor, stop=stop, name=name,
+                                        queues=queues, exit_on_drain=exit_on_drain, on_drained=on_drained)
     finally:
         quiescence_stop.set()
         await quiescence_task
@@ -80,7 +87,9 @@ async def _run_procrastinate(
     stop: asyncio.Event,
     name: str | None,
     queues: list[str] | None,
-) -> None:
+    exit_on_drain: bool = True,
+    on_drained: Callable[[DrainRequest], None] | None = None,
+) -> str:
     """Run procrastinate's worker until `stop` (SIGTERM, Ctrl-C) or a drain request, then stop it
     gracefully: no new fetches, running jobs finish (up to workers.shutdownTimeout). If it stops on
     its own - procrastinate gives up when the database is unreachable - restart it with backoff
@@ -94,12 +103,14 @@ async def _run_procrastinate(
         try:
             try:
                 if not await unless_stopped(open_app(), stop):  # stopped while the database is slow or gone
-                    return
+                    return "stopped"
                 outcome = await run_drainable_worker(
                     app,
                     url=url,
                     stop=stop,
                     check_interval=settings.workers.poll_interval,
+                    exit_on_drain=exit_on_drain,
+                    on_drained=on_drained,
                     name=name or default_worker_name(),
                     queues=queues,
                     concurrency=settings.workers.concurrency,
@@ -107,18 +118,20 @@ async def _run_procrastinate(
                     shutdown_graceful_timeout=settings.workers.shutdown_timeout,
                     stalled_worker_timeout=settings.workers.stall_timeout,
                     additional_context={"deps": Deps(settings, store, runtime, executor, url)},
-                    delete_jobs="successful",
+                    # succeeded jobs are kept as history for jobs.retention (purged by jobs/history.py)
+                    delete_jobs="never" if settings.jobs.retention > 0 else "successful",
                 )
             finally:
                 # also after a failed opening: procrastinate keeps the pool that timed out (closed)
                 # and would reuse it on the next attempt unless it is closed here
                 with contextlib.suppress(Exception):
                     await app.close_async()
-            if outcome != "exited":  # "stopped" (stop was set) or "drained" (a drain request set stop)
-                return
+            if outcome != "exited":  # "stopped" (stop was set) or "drained" (a drain request)
+                return outcome
             log.error("the procrastinate worker stopped (a side task failed); restarting in %.0f s", delay)
         except Exception as e:  # e.g. the database is unreachable
             log.error("the procrastinate worker failed (%s); restarting in %.0f s", e, delay)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=delay)
         delay = min(delay * 2, 30.0)
+    return "stopped"

@@ -22,9 +22,10 @@ from psycopg_pool import AsyncConnectionPool
 
 from sessionq import errors
 from sessionq.db.connection import conninfo
+from sessionq.models import JobStatus
 
 Row = dict[str, Any]
-JOB_STATUSES = ("todo", "doing", "succeeded", "failed", "cancelled", "aborted")
+JOB_STATUSES = tuple(s.value for s in JobStatus)
 SESSION_STATES = ("CREATING", "READY", "SUSPENDED", "FAILED", "DELETING", "DELETED")
 
 
@@ -83,8 +84,10 @@ class OperatorStore:
             {"ids": list(worker_ids) if worker_ids is not None else None},
         )
 
-    async def request_drain(self, worker: str, timeout: float | None, by: str) -> Row:
-        row = await self._one("SELECT * FROM sessionq.request_drain(%s, %s, %s)", (worker, timeout, by))
+    async def request_drain(self, worker: str, timeout: float | None, by: str, worker_id: int | None = None) -> Row:
+        """Drain `worker` (a name or *); with `worker_id`, only if that worker still runs under that
+        name and is not draining (ABORTED otherwise: it changed meanwhile)."""
+        row = await self._one("SELECT * FROM sessionq.request_drain(%s, %s, %s, %s)", (worker, timeout, by, worker_id))
         assert row is not None
         return row
 
@@ -106,14 +109,19 @@ class OperatorStore:
 
     async def list_jobs(self, *, queue: str | None = None, status: str | None = None, task: str | None = None,
                         before: int | None = None, limit: int = 50) -> list[Row]:
-        """Jobs newest first (by id), those with an id below `before` (the page token)."""
+        """Jobs newest first (by id), those with an id below `before` (the page token), each with
+        the error of its last failed attempt (last_error_type, last_error_message; NULL if none)."""
         return await self._rows(
-            "SELECT * FROM sessionq.job_overview"
-            " WHERE (%(queue)s::text IS NULL OR queue_name = %(queue)s)"
-            "   AND (%(status)s::text IS NULL OR status = %(status)s)"
-            "   AND (%(task)s::text IS NULL OR task_name = %(task)s)"
-            "   AND (%(before)s::bigint IS NULL OR job_id < %(before)s)"
-            " ORDER BY job_id DESC LIMIT %(limit)s",
+            "SELECT j.*, f.error_type AS last_error_type, f.error_message AS last_error_message"
+            " FROM sessionq.job_overview j"
+            " LEFT JOIN LATERAL (SELECT a.error_type, a.error_message FROM sessionq.job_attempts a"
+            "   WHERE a.job_id = j.job_id AND a.outcome <> 'succeeded' ORDER BY a.attempt DESC, a.id DESC LIMIT 1) f"
+            "   ON true"
+            " WHERE (%(queue)s::text IS NULL OR j.queue_name = %(queue)s)"
+            "   AND (%(status)s::text IS NULL OR j.status = %(status)s)"
+            "   AND (%(task)s::text IS NULL OR j.task_name = %(task)s)"
+            "   AND (%(before)s::bigint IS NULL OR j.job_id < %(before)s)"
+            " ORDER BY j.job_id DESC LIMIT %(limit)s",
             {"queue": queue, "status": status, "task": task, "before": before, "limit": limit},
         )
 
@@ -126,19 +134,59 @@ class OperatorStore:
             " WHERE e.job_id = %s ORDER BY e.at, e.id", (job_id,),
         )
 
+    async def job_attempts(self, job_id: int) -> list[Row]:
+        """Every recorded attempt of a job, first to last (sessionq.job_attempts)."""
+        return await self._rows(
+            "SELECT attempt, outcome, worker_name, worker_id, started_at, ended_at, ended_at - started_at AS duration,"
+            " error_type, error_message, traceback FROM sessionq.job_attempts WHERE job_id = %s ORDER BY attempt, id",
+            (job_id,),
+        )
+
+    async def recent_failures(self, limit: int = 20) -> list[Row]:
+        return await self._rows("SELECT * FROM sessionq.recent_failures LIMIT %s", (limit,))
+
+    async def purge_job_history(self, retention: float, limit: int) -> int:
+        row = await self._one("SELECT sessionq.purge_job_history(%s, %s) AS deleted", (retention, limit))
+        return int(row["deleted"]) if row else 0
+
+    # -- queues -------------------------------------------------------------------------------------
+
+    async def queues(self) -> list[Row]:
+        return await self._rows("SELECT * FROM sessionq.queues ORDER BY queue_name")
+
+    async def pause_queue(self, queue: str, by: str, reason: str = "") -> Row:
+        row = await self._one("SELECT * FROM sessionq.pause_queue(%s, %s, %s)", (queue, by, reason))
+        assert row is not None
+        return row
+
+    async def resume_queue(self, queue: str, by: str) -> Row:
+        row = await self._one("SELECT * FROM sessionq.resume_queue(%s, %s)", (queue, by))
+        assert row is not None
+        return row
+
+    async def recent_actions(self, limit: int = 50) -> list[Row]:
+        return await self._rows(
+            "SELECT at, job_id, target, action, actor, detail FROM sessionq.job_actions ORDER BY at DESC, id DESC"
+            " LIMIT %s", (limit,),
+        )
+
     async def job_actions(self, job_id: int) -> list[Row]:
         return await self._rows(
             "SELECT at, action, actor, covered_by, detail FROM sessionq.job_actions WHERE job_id = %s ORDER BY id",
             (job_id,),
         )
 
-    async def retry_job(self, job_id: int, by: str, stall_timeout: float | None = None) -> Row:
-        row = await self._one("SELECT * FROM sessionq.requeue_job(%s, %s, %s)", (job_id, by, stall_timeout))
+    async def retry_job(self, job_id: int, by: str, stall_timeout: float | None = None,
+                        expect: str | None = None) -> Row:
+        """Run a job waiting out its backoff now, or put a failed, aborted, cancelled or stalled
+        one back; with `expect`, only if it is still in that status (ABORTED otherwise)."""
+        row = await self._one("SELECT * FROM sessionq.requeue_job(%s, %s, %s, %s)",
+                              (job_id, by, stall_timeout, expect))
         assert row is not None
         return row
 
-    async def cancel_job(self, job_id: int, abort: bool, by: str) -> Row:
-        row = await self._one("SELECT * FROM sessionq.cancel_job(%s, %s, %s)", (job_id, abort, by))
+    async def cancel_job(self, job_id: int, abort: bool, by: str, expect: str | None = None) -> Row:
+        row = await self._one("SELECT * FROM sessionq.cancel_job(%s, %s, %s, %s)", (job_id, abort, by, expect))
         assert row is not None
         return row
 
@@ -165,6 +213,69 @@ class OperatorStore:
         row = await self._one("SELECT * FROM sessionq.prune_operator_rows(%s)", (stalled_worker_age,))
         assert row is not None
         return row
+
+    # -- Sessions (the web console) -----------------------------------------------------------------
+
+    async def find_sessions(self, text: str = "", state: str | None = None, limit: int = 50) -> list[Row]:
+        """Sessions newest first: by id (a whole UUID), else whose name, agent or creator contains
+        `text` (case-insensitive; empty: any), optionally in one state."""
+        sid: UUID | None = None
+        try:
+            sid = UUID(text.strip()) if text.strip() else None
+        except ValueError:
+            sid = None
+        pattern = "%" + text.strip().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        return await self._rows(
+            "SELECT session_id, name, creator, agent_namespace, agent_name, state, operation, claim_state,"
+            " failure_reason, created_at, updated_at FROM sessionq.session_overview"
+            " WHERE (%(id)s::uuid IS NULL OR session_id = %(id)s)"
+            "   AND (%(id)s::uuid IS NOT NULL OR %(text)s = '' OR name ILIKE %(pattern)s"
+            "        OR agent_name ILIKE %(pattern)s OR creator ILIKE %(pattern)s OR agent_namespace ILIKE %(pattern)s)"
+            "   AND (%(state)s::text IS NULL OR state = %(state)s)"
+            " ORDER BY session_id DESC LIMIT %(limit)s",
+            {"id": sid, "text": text.strip(), "pattern": pattern, "state": state, "limit": limit},
+        )
+
+    async def session_detail(self, session_id: UUID) -> dict[str, Any] | None:
+        """One Session as an operator sees it: its overview row (state, operation, claims, delete
+        blockers...), its pending operation, claims, latest turns, checkpoints, forks and jobs."""
+        session = await self._one(
+            "SELECT o.*, s.source_checkpoint_id, s.request_kind, s.deletion_reason, s.dispatch_failure"
+            " FROM sessionq.session_overview o JOIN sessionq.sessions s ON s.id = o.session_id"
+            " WHERE o.session_id = %s", (session_id,))
+        if session is None:
+            return None
+        sid = (session_id,)
+        return {
+            "session": session,
+            "pending": await self._one("SELECT * FROM sessionq.pending_operations WHERE session_id = %s", sid),
+            "claims": await self._rows("SELECT * FROM sessionq.claims WHERE session_id = %s ORDER BY kind", sid),
+            "tasks": await self._rows(
+                "SELECT id, seq, state, phase, version, dispatch_id, created_at, updated_at FROM sessionq.tasks"
+                " WHERE session_id = %s ORDER BY seq DESC LIMIT 20", sid),
+            "checkpoints": await self._rows(
+                "SELECT id, name, state, live_forks, failure_message, created_at FROM sessionq.checkpoints_overview"
+                " WHERE session_id = %s ORDER BY created_at DESC", sid),
+            "forks": await self._rows(
+                "SELECT f.id AS session_id, f.name, f.state, f.source_checkpoint_id FROM sessionq.sessions f"
+                " JOIN sessionq.checkpoints c ON c.id = f.source_checkpoint_id"
+                " WHERE c.session_id = %s ORDER BY f.id DESC LIMIT 50", sid),
+            "jobs": await self._rows(
+                "SELECT job_id, queue_name, task_name, status, attempts, worker_name, status_age FROM"
+                " sessionq.job_overview WHERE args ->> 'session_id' = %s ORDER BY job_id DESC LIMIT 20",
+                (str(session_id),)),
+        }
+
+    async def overview(self) -> Row:
+        """What the console's overview shows: `status()` plus operations stuck for five minutes."""
+        out = await self.status()
+        stuck = await self._rows(
+            "SELECT session_id, kind, age, claim_state, job_id, job_status, failure_reason, failure_message"
+            " FROM sessionq.pending_operations WHERE age > interval '5 minutes' ORDER BY age DESC LIMIT 20")
+        out["stuck_operations"] = stuck
+        out["queue_list"] = await self.queues()
+        out["recent_failures"] = await self.recent_failures(10)
+        return out
 
     # -- views and the status screen ---------------------------------------------------------------
 
@@ -195,7 +306,10 @@ class OperatorStore:
         )
         queues = await self._rows("SELECT * FROM sessionq.queue_depth ORDER BY queue_name, status")
         stalled = await self._rows("SELECT count(*) AS jobs FROM sessionq.stalled_jobs")
+        paused = await self._rows("SELECT queue_name, paused_by, paused_at FROM sessionq.paused_queues ORDER BY 1")
         return {
+            "paused_queues": paused,
+            "recent_failures": await self.recent_failures(5),
             "sessions": {r["state"]: r["sessions"] for r in sessions},
             "pending_operations": pending,
             "claims": claims,
@@ -219,7 +333,7 @@ class OperatorStore:
 
 
 VIEWS = ("session_overview", "claims", "pending_operations", "quiescence_backlog", "checkpoints_overview",
-         "queue_depth", "stalled_jobs", "workers", "job_overview", "agent_overview")
+         "queue_depth", "stalled_jobs", "workers", "job_overview", "agent_overview", "recent_failures", "queues")
 
 
 # -- presentation helpers (shared by the CLI and tests) -------------------------------------------

@@ -223,8 +223,14 @@ class Store:
     async def record_actor(self, session_id: UUID, generation: UUID, executor: UUID, uid: str) -> None:
         await self._rows("SELECT sessionq.record_actor(%s, %s, %s, %s)", (session_id, generation, executor, uid))
 
-    async def release_operation(self, session_id: UUID, generation: UUID, executor: UUID) -> None:
-        await self._rows("SELECT sessionq.release_operation(%s, %s, %s)", (session_id, generation, executor))
+    async def release_operation(
+        self, session_id: UUID, generation: UUID, executor: UUID, reason: str | None = None, message: str | None = None
+    ) -> None:
+        """End a failed attempt without completing; `reason` and `message` say why (shown on the
+        Session as its failure while the operation stays pending)."""
+        await self._rows(
+            "SELECT sessionq.release_operation(%s, %s, %s, %s, %s)", (session_id, generation, executor, reason, message)
+        )
 
     async def complete_operation(
         self,
@@ -233,12 +239,14 @@ class Store:
         executor: UUID,
         result: dict[str, Any] | None = None,
         job_id: int | None = None,
+        keep_job: bool = False,
     ) -> Session | None:
         """Complete the generation; `job_id`, the execute_operation job running it, ends in the
-        same transaction (its worker must then skip procrastinate's own finish call)."""
+        same transaction (its worker must then skip procrastinate's own finish call): kept as
+        succeeded with `keep_job` (jobs.retention above zero), else deleted."""
         value = await self._value(
-            "SELECT sessionq.complete_operation(%s, %s, %s, %s, %s)",
-            (session_id, generation, executor, Jsonb(result or {}), job_id),
+            "SELECT sessionq.complete_operation(%s, %s, %s, %s, %s, %s)",
+            (session_id, generation, executor, Jsonb(result or {}), job_id, keep_job),
         )
         return Session.from_json(value) if value else None
 
@@ -661,6 +669,23 @@ class Store:
 
     async def gc_finish(self, revision_id: UUID) -> bool:
         return bool(await self._value("SELECT sessionq.gc_finish(%s)", (revision_id,)))
+
+    async def gauge_stats(self) -> dict[str, Any]:
+        """The counts behind the overview gauges (sessionq.metrics.set_overview): jobs per (queue,
+        status) without the succeeded history, paused queues, stalled jobs, workers per state,
+        Sessions per state."""
+        jobs = await self._rows("SELECT queue_name, status, jobs FROM sessionq.queue_depth")
+        paused = await self._rows("SELECT queue_name FROM sessionq.paused_queues")
+        stalled = await self._rows("SELECT count(*) AS n FROM sessionq.find_stalled_jobs()")
+        workers = await self._rows("SELECT state, count(*) AS n FROM sessionq.workers GROUP BY state")
+        sessions = await self._rows("SELECT state, count(*) AS n FROM sessionq.sessions GROUP BY state")
+        return {
+            "jobs": {(r["queue_name"], r["status"]): int(r["jobs"]) for r in jobs},
+            "paused": [r["queue_name"] for r in paused],
+            "stalled": int(stalled[0]["n"]) if stalled else 0,
+            "workers": {r["state"]: int(r["n"]) for r in workers},
+            "sessions": {r["state"]: int(r["n"]) for r in sessions},
+        }
 
     async def queue_stats(self) -> list[tuple[str, int, float]]:
         """(queue, waiting jobs, age in seconds of the oldest runnable one) per queue."""

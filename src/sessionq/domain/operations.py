@@ -36,6 +36,7 @@ from sessionq.db.store import Store
 from sessionq.domain import workload
 from sessionq.domain.snapshots import pick_snapshot
 from sessionq.models import (
+    AttemptFailure,
     CheckpointState,
     ClaimStatus,
     OperationKind,
@@ -106,11 +107,26 @@ def egress_rules(revision: Revision) -> list[EgressRule]:
     ]
 
 
+def attempt_failure(error: BaseException) -> tuple[AttemptFailure, str]:
+    """Why an attempt failed, as the Session shows it to its clients while the job retries: the
+    runtime's own code and message, a conflict sessionq found, a timeout; for anything else (a bug,
+    a lost database) only the error's type, never its text (the worker log and `sessionq jobs show`
+    have the rest)."""
+    if isinstance(error, SubstrateError):
+        if error.code == Code.DEADLINE_EXCEEDED:
+            return AttemptFailure.ATTEMPT_TIMED_OUT, f"the runtime did not answer in time: {error.message}"
+        return AttemptFailure.RUNTIME_ERROR, f"the runtime answered {error.code.name}: {error.message}"
+    if isinstance(error, RuntimeConflict):
+        return AttemptFailure.RUNTIME_CONFLICT, str(error)
+    return AttemptFailure.INTERNAL_ERROR, f"internal error ({type(error).__name__}); see the worker log"
+
+
 class OperationExecutor:
-    def __init__(self, store: Store, runtime: Substrate, claim_lifetime: float) -> None:
+    def __init__(self, store: Store, runtime: Substrate, claim_lifetime: float, *, keep_jobs: bool = False) -> None:
         self.store = store
         self.runtime = runtime
         self.claim_lifetime = claim_lifetime
+        self.keep_jobs = keep_jobs  # jobs.retention > 0: a completed job is kept as succeeded
         self._workload_secret: str | None = None
 
     async def _actor_env(self, session: Session) -> dict[str, str]:
@@ -171,18 +187,30 @@ class OperationExecutor:
             async with asyncio.timeout_at(asyncio.get_running_loop().time() + lifetime - (time.monotonic() - started)):
                 result = await self._execute(claim.session, revision, generation, executor, uncertain)
         except BaseException as e:
+            error: BaseException = e
+            if isinstance(e, TimeoutError):
+                error = SubstrateError(Code.DEADLINE_EXCEEDED, "the attempt exceeded its claim lifetime")
+            reason, message = (None, None) if isinstance(e, asyncio.CancelledError) else attempt_failure(error)
             try:
-                await detached(with_db_retry(lambda: self.store.release_operation(session_id, generation, executor)))
+                await detached(
+                    with_db_retry(
+                        lambda: self.store.release_operation(session_id, generation, executor, reason, message)
+                    )
+                )
             except Exception:
                 log.exception("could not release the claim", extra=log_extra)
             metrics.OPERATIONS.labels(kind=claim.session.operation, outcome="failed_attempt").inc()
-            if isinstance(e, TimeoutError):
-                raise SubstrateError(Code.DEADLINE_EXCEEDED, "attempt exceeded its claim lifetime") from e
+            if error is not e:
+                raise error from e
             raise
 
         # 4. completion, atomically, by the claim holder
         completed = await detached(
-            with_db_retry(lambda: self.store.complete_operation(session_id, generation, executor, result, job_id))
+            with_db_retry(
+                lambda: self.store.complete_operation(
+                    session_id, generation, executor, result, job_id, keep_job=self.keep_jobs and job_id is not None
+                )
+            )
         )
         metrics.OPERATIONS.labels(kind=claim.session.operation, outcome=OutcomeStatus.COMPLETED).inc()
         log.info("completed %s operation", claim.session.operation.lower(), extra=log_extra)

@@ -1,0 +1,387 @@
+"""The console's pages and actions (a Starlette app rendering Jinja2 templates).
+
+Authentication: the same bearer tokens as the API (auth.tokens). The login form checks a token and
+keeps it in an HttpOnly, SameSite=Strict cookie; every request maps it to its user again, so a
+token removed from the configuration logs its user out. `sessionq up` passes its local user, who
+needs no login. Admins (auth.admins, and up's local user) may act; everyone else reads.
+
+Actions are forms (POST, with a per-user CSRF token) that call the operator procedures the CLI
+calls (sessionq.db.operator_store: requeue_job, cancel_job, request_drain, pause_queue,
+resume_queue, requeue_jobs), so each is recorded in job_actions with the operator's name. A form
+carries the state the page showed (the job's status, the worker's id): a job or worker that changed
+meanwhile is refused by the procedure and nothing changes. After an action the browser is sent back
+to the page with a one-line result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import re
+import secrets
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from importlib import resources
+from typing import Any
+from urllib.parse import urlencode
+from uuid import UUID
+
+import jinja2
+from psycopg_pool import AsyncConnectionPool
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from sessionq import errors
+from sessionq.config import Settings
+from sessionq.db.operator_store import JOB_STATUSES, SESSION_STATES, OperatorStore
+
+COOKIE = "sessionq_console"
+MAX_FIELD = 200  # characters of any form field or search term accepted
+DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
+UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+class Refused(Exception):
+    """A request the console refuses with a short message (bad input, not allowed)."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+# -- presentation helpers ---------------------------------------------------------------------------
+
+def age(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, datetime):
+        value = datetime.now(UTC) - value
+    if isinstance(value, timedelta):
+        seconds = max(0, int(value.total_seconds()))
+    elif isinstance(value, int | float | Decimal):
+        seconds = max(0, int(value))
+    else:
+        return str(value)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m"
+    if seconds < 86400:
+        return f"{seconds // 3600}h"
+    return f"{seconds // 86400}d"
+
+
+def when(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return "-" if value is None else str(value)
+
+
+def seconds(value: Any) -> str:
+    if isinstance(value, timedelta):
+        return f"{value.total_seconds():.3f}s"
+    return "-"
+
+
+def parse_duration(text: str, what: str) -> float | None:
+    """`30s`, `2m`, `500ms`, `1h`, `0`: seconds; empty: None."""
+    text = text.strip().lower()
+    if not text:
+        return None
+    m = DURATION.match(text)
+    if not m or not math.isfinite(float(m.group(1))):
+        raise Refused(f"{what}: {text[:20]!r} is not a duration like 30s, 2m or 0s")
+    value = float(m.group(1)) * UNITS[m.group(2)]
+    if value > 86400:
+        raise Refused(f"{what}: at most a day")
+    return value
+
+
+def field(form: Any, name: str, *, required: bool = False) -> str:
+    value = form.get(name, "")
+    if not isinstance(value, str):
+        raise Refused(f"{name}: expected text")
+    if len(value) > MAX_FIELD:
+        raise Refused(f"{name}: too long (at most {MAX_FIELD} characters)")
+    if required and not value.strip():
+        raise Refused(f"{name}: required")
+    return value.strip()
+
+
+# -- the app ----------------------------------------------------------------------------------------
+
+class Console:
+    def __init__(self, settings: Settings, pool: AsyncConnectionPool, local_user: str | None) -> None:
+        self.tokens = dict(settings.auth.tokens)
+        self.admins = set(settings.auth.admins)
+        self.local_user = local_user
+        self.ops = OperatorStore.from_pool(pool)
+        self._key = secrets.token_bytes(32)
+        self.env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(str(resources.files("sessionq.console") / "templates")),
+            autoescape=True, undefined=jinja2.StrictUndefined,
+        )
+        self.env.filters.update(age=age, when=when, seconds=seconds)
+        self.env.globals.update(JOB_STATUSES=JOB_STATUSES, SESSION_STATES=SESSION_STATES)
+
+    # -- who is asking --------------------------------------------------------------------------------
+
+    def user(self, request: Request) -> tuple[str, bool] | None:
+        """(user, admin) of the request, or None when it must log in."""
+        token = request.cookies.get(COOKIE)
+        if token:
+            for known, user in self.tokens.items():
+                if hmac.compare_digest(known.encode(), token.encode()):
+                    return user, user in self.admins
+            return None
+        if self.local_user:
+            return self.local_user, True
+        return None
+
+    def csrf(self, request: Request, user: str) -> str:
+        basis = (request.cookies.get(COOKIE) or f"local:{user}").encode()
+        return hmac.new(self._key, basis, hashlib.sha256).hexdigest()
+
+    # -- rendering ------------------------------------------------------------------------------------
+
+    def page(self, request: Request, template: str, http_status: int = 200, **values: Any) -> HTMLResponse:
+        who = self.user(request)
+        user, admin = who if who else ("", False)
+        html = self.env.get_template(template).render(
+            user=user, admin=admin, csrf=self.csrf(request, user) if user else "",
+            msg=request.query_params.get("msg", "")[:500], err=request.query_params.get("err", "")[:500],
+            path=request.url.path, local=bool(self.local_user) and not request.cookies.get(COOKIE), **values)
+        return HTMLResponse(html, status_code=http_status, headers={
+            "Cache-Control": "no-store", "X-Frame-Options": "DENY", "Content-Security-Policy":
+            "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'"})
+
+    def back(self, to: str, *, msg: str = "", err: str = "") -> RedirectResponse:
+        query = urlencode({k: v for k, v in (("msg", msg), ("err", err)) if v})
+        return RedirectResponse(f"{to}?{query}" if query else to, status_code=303)
+
+    # -- routing helpers ------------------------------------------------------------------------------
+
+    def view(self, handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+        async def guarded(request: Request) -> Response:
+            if self.user(request) is None:
+                return RedirectResponse(f"/login?{urlencode({'next': request.url.path})}", status_code=303)
+            try:
+                return await handler(request)
+            except Refused as e:
+                return self.page(request, "error.html", http_status=e.status, message=e.message)
+            except errors.SessionqError as e:
+                return self.page(request, "error.html", http_status=400, message=f"{e.code.name}: {e.message}")
+        return guarded
+
+    def action(self, handler: Callable[[Request, Any, str], Awaitable[tuple[str, str]]],
+               back: Callable[[Request], str]) -> Callable[[Request], Awaitable[Response]]:
+        """A POST that changes something: admins only, with the CSRF token; the handler returns
+        (where to go back, what was done); a procedure's refusal is shown there, unchanged."""
+        async def guarded(request: Request) -> Response:
+            who = self.user(request)
+            if who is None:
+                return RedirectResponse("/login", status_code=303)
+            user, admin = who
+            form = await request.form()
+            to = back(request)
+            if not admin:
+                return self.page(request, "error.html", http_status=403,
+                                 message=f"{user} may only read: actions need an admin (auth.admins)")
+            token = form.get("csrf", "")
+            if not isinstance(token, str) or not hmac.compare_digest(token, self.csrf(request, user)):
+                return self.page(request, "error.html", http_status=403,
+                                 message="the form is stale or not from this console: reload the page and try again")
+            try:
+                to, done = await handler(request, form, user)
+            except Refused as e:
+                return self.back(to, err=e.message)
+            except errors.SessionqError as e:
+                return self.back(to, err=f"{e.code.name}: {e.message}")
+            return self.back(to, msg=done)
+        return guarded
+
+    # -- login ----------------------------------------------------------------------------------------
+
+    async def login_form(self, request: Request) -> Response:
+        return self.page(request, "login.html", next=safe_next(request.query_params.get("next", "/")))
+
+    async def login(self, request: Request) -> Response:
+        form = await request.form()
+        token = form.get("token", "")
+        target = safe_next(str(form.get("next", "/")))
+        if not isinstance(token, str) or not token.strip() or len(token) > 1000:
+            return self.page(request, "login.html", http_status=400, next=target, error="enter a token")
+        user = next((u for t, u in self.tokens.items() if hmac.compare_digest(t.encode(), token.strip().encode())),
+                    None)
+        if user is None:
+            return self.page(request, "login.html", http_status=401, next=target,
+                             error="that token is not known (auth.tokens)")
+        response = RedirectResponse(target, status_code=303)
+        response.set_cookie(COOKIE, token.strip(), httponly=True, samesite="strict",
+                            secure=request.url.scheme == "https", max_age=12 * 3600)
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        response = RedirectResponse("/login", status_code=303)
+        response.delete_cookie(COOKIE)
+        return response
+
+    # -- pages ----------------------------------------------------------------------------------------
+
+    async def overview(self, request: Request) -> Response:
+        return self.page(request, "overview.html", o=await self.ops.overview(),
+                         actions=await self.ops.recent_actions(10))
+
+    async def sessions(self, request: Request) -> Response:
+        text = request.query_params.get("q", "")
+        state = request.query_params.get("state") or None
+        if len(text) > MAX_FIELD:
+            raise Refused(f"the search is too long (at most {MAX_FIELD} characters)")
+        if state is not None and state not in SESSION_STATES:
+            raise Refused(f"state: one of {', '.join(SESSION_STATES)}")
+        rows = await self.ops.find_sessions(text, state)
+        return self.page(request, "sessions.html", rows=rows, q=text, state=state or "")
+
+    async def session(self, request: Request) -> Response:
+        try:
+            sid = UUID(request.path_params["session_id"])
+        except ValueError:
+            raise Refused("not a session ID (a UUID)", 404) from None
+        detail = await self.ops.session_detail(sid)
+        if detail is None:
+            raise Refused(f"session {sid} not found", 404)
+        return self.page(request, "session.html", d=detail)
+
+    async def jobs(self, request: Request) -> Response:
+        params = request.query_params
+        queue = params.get("queue") or None
+        status = params.get("status") or None
+        task = params.get("task") or None
+        before = params.get("before") or None
+        if status is not None and status not in JOB_STATUSES:
+            raise Refused(f"status: one of {', '.join(JOB_STATUSES)}")
+        for name, value in (("queue", queue), ("task", task)):
+            if value is not None and not re.fullmatch(r"[A-Za-z0-9_.:-]{1,100}", value):
+                raise Refused(f"{name}: letters, digits, _ . : - only")
+        if before is not None and (not before.isdigit() or len(before) > 18):
+            raise Refused("before: a job id")
+        rows = await self.ops.list_jobs(queue=queue, status=status, task=task,
+                                        before=int(before) if before else None, limit=51)
+        more = rows[50]["job_id"] if len(rows) > 50 else None
+        stalled = {r["job_id"] for r in await self.ops.stalled_jobs()}
+        return self.page(request, "jobs.html", rows=rows[:50], more=more, queue=queue or "", status=status or "",
+                         task=task or "", stalled=stalled)
+
+    async def job(self, request: Request) -> Response:
+        job_id = int(request.path_params["job_id"])
+        job = await self.ops.job(job_id)
+        if job is None:
+            raise Refused(f"job {job_id} not found (succeeded jobs are kept for jobs.retention)", 404)
+        stalled = any(r["job_id"] == job_id for r in await self.ops.stalled_jobs())
+        return self.page(request, "job.html", job=job, attempts=await self.ops.job_attempts(job_id),
+                         events=await self.ops.job_events(job_id), actions=await self.ops.job_actions(job_id),
+                         stalled=stalled)
+
+    async def workers(self, request: Request) -> Response:
+        return self.page(request, "workers.html", rows=await self.ops.workers())
+
+    async def queues(self, request: Request) -> Response:
+        return self.page(request, "queues.html", rows=await self.ops.queues())
+
+    async def actions(self, request: Request) -> Response:
+        return self.page(request, "actions.html", rows=await self.ops.recent_actions(200))
+
+    # -- actions --------------------------------------------------------------------------------------
+
+    async def retry(self, request: Request, form: Any, user: str) -> tuple[str, str]:
+        job_id = int(request.path_params["job_id"])
+        expect = field(form, "expect", required=True)
+        if expect not in JOB_STATUSES:
+            raise Refused("expect: a job status")
+        row = await self.ops.retry_job(job_id, user, expect=expect)
+        done = {"run_now": "is due now", "requeued": "is waiting to run again",
+                "covered": "was cancelled: a waiting job with the same queueing lock does its work",
+                "aborted": "was marked aborted (its abort had been requested)"}.get(row["action"], row["action"])
+        return f"/jobs/{job_id}", f"job {job_id} {done}"
+
+    async def cancel(self, request: Request, form: Any, user: str) -> tuple[str, str]:
+        job_id = int(request.path_params["job_id"])
+        expect = field(form, "expect", required=True)
+        if expect not in JOB_STATUSES:
+            raise Refused("expect: a job status")
+        row = await self.ops.cancel_job(job_id, abort=expect == "doing", by=user, expect=expect)
+        done = "abort requested: its worker cancels it within seconds" if row["action"] == "abort_requested" \
+            else "cancelled"
+        return f"/jobs/{job_id}", f"job {job_id} {done}"
+
+    async def requeue_stalled(self, request: Request, form: Any, user: str) -> tuple[str, str]:
+        rows = await self.ops.requeue("stalled", queue=None, task=None, since=None, by=user, dry_run=False)
+        counts: dict[str, int] = {}
+        for r in rows:
+            counts[r["action"]] = counts.get(r["action"], 0) + 1
+        return "/jobs", (f"{len(rows)} stalled job(s): " + ", ".join(f"{n} {a}" for a, n in sorted(counts.items()))
+                         if rows else "no stalled job")
+
+    async def drain(self, request: Request, form: Any, user: str) -> tuple[str, str]:
+        timeout = parse_duration(field(form, "timeout"), "timeout")
+        if form.get("all") == "1":
+            row = await self.ops.request_drain("*", timeout, user)
+            return "/workers", f"drain {row['drain_id']} requested for every worker ({len(row['workers'])} running)"
+        name = field(form, "name", required=True)
+        worker_id = field(form, "worker_id", required=True)
+        if not worker_id.isdigit() or len(worker_id) > 18:
+            raise Refused("worker_id: a worker id")
+        row = await self.ops.request_drain(name, timeout, user, worker_id=int(worker_id))
+        return "/workers", f"drain {row['drain_id']} requested for {name}: it finishes its running jobs and exits"
+
+    async def pause(self, request: Request, form: Any, user: str) -> tuple[str, str]:
+        name = request.path_params["queue"]
+        row = await self.ops.pause_queue(name, user, field(form, "reason"))
+        return "/queues", f"queue {name} " + ("paused: no worker fetches from it" if row["changed"]
+                                              else "was already paused")
+
+    async def resume(self, request: Request, form: Any, user: str) -> tuple[str, str]:
+        name = request.path_params["queue"]
+        row = await self.ops.resume_queue(name, user)
+        return "/queues", f"queue {name} " + ("resumed" if row["changed"] else "was not paused")
+
+
+def safe_next(target: str) -> str:
+    """Only a path of this console (never another site) after the login."""
+    return target if re.fullmatch(r"/[A-Za-z0-9/_\-.]*", target or "") and not target.startswith("//") else "/"
+
+
+def build_app(settings: Settings, pool: AsyncConnectionPool, *, local_user: str | None = None) -> Starlette:
+    c = Console(settings, pool, local_user)
+    routes = [
+        Route("/login", c.login_form, methods=["GET"]),
+        Route("/login", c.login, methods=["POST"]),
+        Route("/logout", c.logout, methods=["POST"]),
+        Route("/", c.view(c.overview)),
+        Route("/sessions", c.view(c.sessions)),
+        Route("/sessions/{session_id}", c.view(c.session)),
+        Route("/jobs", c.view(c.jobs)),
+        Route("/jobs/{job_id:int}", c.view(c.job)),
+        Route("/workers", c.view(c.workers)),
+        Route("/queues", c.view(c.queues)),
+        Route("/actions", c.view(c.actions)),
+        Route("/jobs/{job_id:int}/retry", c.action(c.retry, lambda r: f"/jobs/{r.path_params['job_id']}"),
+              methods=["POST"]),
+        Route("/jobs/{job_id:int}/cancel", c.action(c.cancel, lambda r: f"/jobs/{r.path_params['job_id']}"),
+              methods=["POST"]),
+        Route("/jobs/requeue-stalled", c.action(c.requeue_stalled, lambda r: "/jobs"), methods=["POST"]),
+        Route("/workers/drain", c.action(c.drain, lambda r: "/workers"), methods=["POST"]),
+        Route("/queues/{queue}/pause", c.action(c.pause, lambda r: "/queues"), methods=["POST"]),
+        Route("/queues/{queue}/resume", c.action(c.resume, lambda r: "/queues"), methods=["POST"]),
+    ]
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return HTMLResponse("<!doctype html><title>not found</title><p>Not found. <a href='/'>Overview</a>",
+                            status_code=404)
+
+    return Starlette(routes=routes, exception_handlers={404: not_found})
