@@ -225,12 +225,19 @@ KEYS: tuple[Key, ...] = (
         "sessions.idleTtl",
         _duration,
         604800.0,
-        "Idle expiration TTL (protobuf duration); 0s disables the expiry worker.",
+        "Idle expiration TTL of Sessions (protobuf duration); 0s disables it (Sandboxes still expire at their expires_at).",
     ),
     Key("sessions.quiescenceRecoveryInterval", _positive_duration, 60.0, "Quiescence recovery scan interval."),
     Key("sessions.claimLifetime", _positive_duration, 120.0, "Maximum lifetime of an execution claim (at most 120s)."),
     Key("sessions.quiescenceWorkers", _int(1, 64), 4, "Quiescence workers per worker process."),
     Key("sessions.dispatchTimeout", _positive_duration, 600.0, "Lifetime of a turn's dispatch reservation."),
+    Key(
+        "sandboxes.defaultTtl",
+        _positive_duration,
+        3600.0,
+        "Lifetime of a Sandbox created without ttl (1s to 24h, as a CreateSandbox ttl); it is deleted when it"
+        " passes, whatever its activity.",
+    ),
     Key(
         "shares.maxTtl",
         _duration,
@@ -360,6 +367,8 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None) -
     values: dict[str, Any] = {}
     for key in KEYS:
         values[key.path] = key.parse(raw[key.path], key.path) if key.path in raw else key.default
+    if values["sandboxes.defaultTtl"] > 86400:
+        raise ConfigError("sandboxes.defaultTtl: must be at most 24h (a CreateSandbox ttl's own bound)")
     if values["sessions.claimLifetime"] > 120:
         raise ConfigError(
             "sessions.claimLifetime: must be at most 120s (a crashed executor's claim expires within two minutes)"

@@ -82,6 +82,19 @@ class SessionsSettings:
 
 
 @dataclass(frozen=True)
+class SandboxesSettings:
+    """sandboxes.*"""
+
+    default_ttl: float  # sandboxes.defaultTtl
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> SandboxesSettings:
+        return cls(
+            default_ttl=values["sandboxes.defaultTtl"],
+        )
+
+
+@dataclass(frozen=True)
 class SharesSettings:
     """shares.*"""
 
@@ -237,6 +250,7 @@ class Sections:
     database: DatabaseSettings
     server: ServerSettings
     sessions: SessionsSettings
+    sandboxes: SandboxesSettings
     shares: SharesSettings
     a2a: A2aSettings
     workers: WorkersSettings
@@ -253,6 +267,7 @@ class Sections:
         object.__setattr__(self, "database", DatabaseSettings.from_values(values))
         object.__setattr__(self, "server", ServerSettings.from_values(values))
         object.__setattr__(self, "sessions", SessionsSettings.from_values(values))
+        object.__setattr__(self, "sandboxes", SandboxesSettings.from_values(values))
         object.__setattr__(self, "shares", SharesSettings.from_values(values))
         object.__setattr__(self, "a2a", A2aSettings.from_values(values))
         object.__setattr__(self, "workers", WorkersSettings.from_values(values))

@@ -46,6 +46,15 @@ class RequestKind(enum.StrEnum):
 
     CREATE = "create"
     FORK = "fork"
+    SANDBOX = "sandbox"
+
+
+class RowKind(enum.StrEnum):
+    """sessions.kind (generated from request_kind): a Session, or a standalone Sandbox of
+    SandboxService (schema/25_sandboxes.sql), which runs on the same lifecycle machinery."""
+
+    SESSION = "session"
+    SANDBOX = "sandbox"
 
 
 class DeletionReason(enum.StrEnum):
@@ -299,6 +308,8 @@ class Session(Row):
     snapshot_event_seq: int | None
     created_at: datetime
     updated_at: datetime
+    kind: RowKind = RowKind.SESSION
+    expires_at: datetime | None = None  # sandboxes only
 
 
 @dataclass(frozen=True)

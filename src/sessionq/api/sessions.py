@@ -81,9 +81,11 @@ def share_to_proto(sh: Share) -> sessions_pb2.SessionShare:
 
 
 async def await_generation(store: Store, admission: Admission, context: grpc.aio.ServicerContext) -> Session:
-    """Wait for the admitted or joined generation and translate what happened to it."""
+    """Wait for the admitted or joined generation and translate what happened to it (of a Session,
+    or of a Sandbox: the messages name which)."""
     s = admission.session
     kind = s.operation.lower()
+    noun = s.kind.value
     if admission.outcome in (AdmissionOutcome.EXISTING, AdmissionOutcome.NOOP) or admission.generation is None:
         return s
     if admission.outcome == AdmissionOutcome.ADMITTED:
@@ -97,12 +99,12 @@ async def await_generation(store: Store, admission: Admission, context: grpc.aio
         if obs.session is not None and obs.session.failure_message and obs.session.failure_reason in set(AttemptFailure):
             last = f"; its last attempt failed ({obs.session.failure_reason}: {obs.session.failure_message}) and is retried"
         raise errors.unavailable(
-            f"the {kind} operation of session {s.id} is still in progress{last}; retry the same call to follow it"
+            f"the {kind} operation of {noun} {s.id} is still in progress{last}; retry the same call to follow it"
         )
     if obs.status == ObservationStatus.FAILED:
         assert obs.session is not None
         message = (
-            f"the {kind} operation of session {s.id} failed before it changed anything: {obs.session.failure_message}"
+            f"the {kind} operation of {noun} {s.id} failed before it changed anything: {obs.session.failure_message}"
         )
         if obs.session.failure_reason == PreparationFailure.RUNTIME_UNAVAILABLE:
             raise errors.unavailable(message + "; retry the same call")
@@ -112,9 +114,9 @@ async def await_generation(store: Store, admission: Admission, context: grpc.aio
         or obs.session is None
         or (s.operation == OperationKind.CREATE and obs.session.state in (SessionState.DELETING, SessionState.DELETED))
     ):
-        raise errors.not_found(f"session {s.id} not found (it was deleted)")
+        raise errors.not_found(f"{noun} {s.id} not found (it was deleted)")
     raise errors.conflict(
-        f"the {kind} operation of session {s.id} was superseded by a newer "
+        f"the {kind} operation of {noun} {s.id} was superseded by a newer "
         f"{obs.session.operation.lower() if obs.session.operation != OperationKind.NONE else 'operation'}"
     )
 

@@ -56,7 +56,7 @@ async def run_worker(
     running), and calls `on_drained`."""
     keep_jobs = settings.jobs.retention > 0
     executor = OperationExecutor(store, runtime, settings.sessions.claim_lifetime, keep_jobs=keep_jobs)
-    app = build_app(url, expiry=settings.sessions.idle_ttl > 0)
+    app = build_app(url, expiry=True)  # Sandboxes expire even when sessions.idleTtl is 0s (idle expiry off)
     quiescence = QuiescencePool(
         store,
         runtime,

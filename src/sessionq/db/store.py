@@ -42,6 +42,7 @@ from sessionq.models import (
     OperationKind,
     OperationStart,
     Revision,
+    RowKind,
     Session,
     Share,
     SharePermission,
@@ -199,6 +200,16 @@ class Store:
             "SELECT * FROM sessionq.admit_create(%s, %s, %s, %s, %s)", (caller, request_id, namespace, agent, name)
         )
 
+    async def admit_sandbox(
+        self, caller: str, request_id: str, namespace: str, template: str, name: str, ttl: float
+    ) -> Admission:
+        """CreateSandbox: a Sandbox (a row of kind sandbox) running Agent namespace/template's
+        latest successful revision, expiring `ttl` seconds from now."""
+        return await self._admit(
+            "SELECT * FROM sessionq.admit_sandbox(%s, %s, %s, %s, %s, %s)",
+            (caller, request_id, namespace, template, name, ttl),
+        )
+
     async def admit_operation(
         self,
         session_id: UUID,
@@ -206,9 +217,12 @@ class Store:
         share_hash: str | None,
         kind: OperationKind,
         reason: DeletionReason = DeletionReason.USER_REQUESTED,
+        of: RowKind = RowKind.SESSION,
     ) -> Admission:
+        """Suspend, Resume or Delete a Session (`of` SANDBOX: a Sandbox)."""
         return await self._admit(
-            "SELECT * FROM sessionq.admit_operation(%s, %s, %s, %s, %s)", (session_id, caller, share_hash, kind, reason)
+            "SELECT * FROM sessionq.admit_operation(%s, %s, %s, %s, %s, %s)",
+            (session_id, caller, share_hash, kind, reason, of),
         )
 
     async def claim_operation(self, session_id: UUID, generation: UUID, executor: UUID, lifetime: float) -> Claim:
@@ -337,8 +351,11 @@ class Store:
             if unsubscribe:
                 unsubscribe()
 
-    async def get_session(self, session_id: UUID, caller: str, share_hash: str | None = None) -> Session:
-        value = await self._value("SELECT sessionq.get_session(%s, %s, %s)", (session_id, caller, share_hash))
+    async def get_session(
+        self, session_id: UUID, caller: str, share_hash: str | None = None, of: RowKind = RowKind.SESSION
+    ) -> Session:
+        """A Session (`of` SANDBOX: a Sandbox) the caller may see; NOT_FOUND otherwise."""
+        value = await self._value("SELECT sessionq.get_session(%s, %s, %s, %s)", (session_id, caller, share_hash, of))
         return Session.from_json(value)
 
     async def session_by_id(self, session_id: UUID) -> Session | None:
@@ -369,10 +386,11 @@ class Store:
         agent: str | None,
         after: UUID | None,
         limit: int,
+        of: RowKind = RowKind.SESSION,
     ) -> list[Session]:
         rows = await self._rows(
-            "SELECT s FROM sessionq.list_sessions(%s, %s, %s, %s, %s, %s) s",
-            (caller, all_creators, namespace, agent, after, limit),
+            "SELECT s FROM sessionq.list_sessions(%s, %s, %s, %s, %s, %s, %s) s",
+            (caller, all_creators, namespace, agent, after, limit, of),
         )
         return [Session.from_json(r["s"]) for r in rows]
 
@@ -652,8 +670,22 @@ class Store:
         )
         return [(r["id"], r["idle_since"]) for r in rows]
 
-    async def idle_deletions_to_resume(self, after: UUID | None, limit: int) -> list[UUID]:
-        rows = await self._rows("SELECT s AS id FROM sessionq.idle_deletions_to_resume(%s, %s) s", (after, limit))
+    async def sandbox_expiry_candidates(
+        self, after: tuple[Any, UUID] | None, limit: int
+    ) -> list[tuple[UUID, Any]]:
+        """One page of expired Sandboxes (id, expires_at) in expiry order after `after`."""
+        rows = await self._rows(
+            "SELECT id, expires_at FROM sessionq.sandbox_expiry_candidates(%s, %s, %s)",
+            (after[0] if after else None, after[1] if after else None, limit),
+        )
+        return [(r["id"], r["expires_at"]) for r in rows]
+
+    async def idle_deletions_to_resume(
+        self, after: UUID | None, limit: int, kinds: Sequence[RowKind] = (RowKind.SESSION, RowKind.SANDBOX)
+    ) -> list[UUID]:
+        rows = await self._rows(
+            "SELECT s AS id FROM sessionq.idle_deletions_to_resume(%s, %s, %s) s", (after, limit, list(kinds))
+        )
         return [r["id"] for r in rows]
 
     async def expire_session(self, session_id: UUID, ttl: float) -> Expiry:
