@@ -52,6 +52,7 @@ CREATE TABLE sessionq.sessions (
   idle_boundary_at     timestamptz,
   idle_executor        uuid,
   idle_claimed_at      timestamptz,
+  quiescence_failure   jsonb,
   snapshot_status      text CHECK (snapshot_status IN ('IN_PROGRESS', 'COMPLETED')),
   snapshot_event_seq   bigint,
   pinned_checkpoint_id uuid GENERATED ALWAYS AS (CASE WHEN state <> 'DELETED' THEN source_checkpoint_id END) STORED,
@@ -121,6 +122,7 @@ COMMENT ON COLUMN sessionq.sessions.last_event_at IS '[turns] Database time of t
 COMMENT ON COLUMN sessionq.sessions.idle_boundary_id IS '[quiescence] Set by a settlement (or a Resume): the Actor may be suspended. Claimed by a quiescence worker (idle_executor); a claim for possibly issued runtime work never expires.';
 COMMENT ON COLUMN sessionq.sessions.idle_boundary_at IS '[quiescence] When the boundary was marked: workers claim the oldest first (sessions_idle_boundary_idx).';
 COMMENT ON COLUMN sessionq.sessions.idle_executor IS '[quiescence] The quiescence worker that claimed the boundary; until it records the outcome (finish_idle), new turns, task writes and lifecycle changes wait.';
+COMMENT ON COLUMN sessionq.sessions.quiescence_failure IS '[quiescence] The last quiescence failure record {task_id, reason, message, failed_at} (reason SuspendFailed, PauseFailed or RuntimeUnavailable): the boundary after turn task_id got neither a pause nor a snapshot (record_quiescence_failure). Clients see it as Session.last_quiescence_failure; a later quiescence that records a snapshot clears it.';
 COMMENT ON COLUMN sessionq.sessions.idle_claimed_at IS '[quiescence] When idle_executor claimed the boundary (operators see long-held claims).';
 -- [snapshot]
 COMMENT ON COLUMN sessionq.sessions.snapshot_generation IS '[snapshot] The exact VOLUMES snapshot generation recorded by the last suspension (quiescence or SUSPEND); never an older one.';

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+from datetime import datetime
 
 import grpc
 
@@ -28,6 +29,7 @@ from sessionq.api.common import (
     wait_budget,
 )
 from sessionq.db.store import Store
+from sessionq.domain.volumes import capacity_bytes
 from sessionq.metrics import OPERATIONS
 from sessionq.models import (
     Admission,
@@ -67,6 +69,18 @@ def session_to_proto(s: Session) -> sessions_pb2.Session:
     )
     if s.failure_message:
         msg.failure.CopyFrom(sessions_pb2.Failure(reason=s.failure_reason or "", message=s.failure_message))
+    if s.quiescence_failure:  # the quiescence failure record (30_tasks.sql, record_quiescence_failure)
+        f = s.quiescence_failure
+        msg.last_quiescence_failure.CopyFrom(
+            sessions_pb2.QuiescenceFailure(
+                task_id=f.get("task_id") or "",
+                reason=f.get("reason") or "",
+                message=f.get("message") or "",
+                failed_at=ts(datetime.fromisoformat(f["failed_at"])) if f.get("failed_at") else None,
+            )
+        )
+    # volume_source (17) stays unset: a Session is only ever seeded from a snapshot that a configured
+    # volume admission accepted, and sessionq has none (CreateSession refuses every volume_source)
     return msg
 
 
@@ -152,6 +166,9 @@ class SessionService(sessions_pb2_grpc.SessionServiceServicer):
         who = self.auth.identify(context)
         check_request_id(request.request_id)
         if request.HasField("volume_source"):
+            # a capacity its pattern lets through but that is no whole number of bytes is the
+            # client's mistake (INVALID_ARGUMENT) whatever the server's configuration
+            capacity_bytes(request.volume_source.capacity)
             # kagent refuses every volume source when no volume admission is configured; sessionq
             # has none (the admission_token, which only an admission reads, is never stored)
             raise errors.precondition(

@@ -41,6 +41,7 @@ from sessionq.models import (
     ObservationStatus,
     OperationKind,
     OperationStart,
+    QuiescenceFailureReason,
     Revision,
     RowKind,
     Session,
@@ -567,6 +568,16 @@ class Store:
     ) -> Session:
         value = await self._value(
             "SELECT sessionq.finish_idle(%s, %s, %s, %s)", (session_id, boundary, executor, Jsonb(snapshot or {}))
+        )
+        return Session.from_json(value)
+
+    async def record_quiescence_failure(
+        self, session_id: UUID, boundary: UUID, executor: UUID, reason: QuiescenceFailureReason, message: str
+    ) -> Session:
+        """The idle claim holder's suspend failed for good: record why (the claim stays)."""
+        value = await self._value(
+            "SELECT sessionq.record_quiescence_failure(%s, %s, %s, %s, %s)",
+            (session_id, boundary, executor, reason, message),
         )
         return Session.from_json(value)
 
