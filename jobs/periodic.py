@@ -1,6 +1,7 @@
 """Leader-only periodic jobs (procrastinate periodic tasks, no cron daemon): idle expiration (of
-Sessions, and of Sandboxes at their expires_at) and runtime revision GC, once a minute. procrastinate defers each tick once across all workers; the
-advisory-lock leadership inside makes sure no two replicas sweep at the same time."""
+Sessions, and of Sandboxes at their expires_at) and runtime revision GC, once a minute.
+procrastinate defers each tick once across all workers; the advisory-lock leadership inside makes
+sure no two replicas sweep at the same time."""
 
 from __future__ import annotations
 

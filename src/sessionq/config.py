@@ -225,7 +225,8 @@ KEYS: tuple[Key, ...] = (
         "sessions.idleTtl",
         _duration,
         604800.0,
-        "Idle expiration TTL of Sessions (protobuf duration); 0s disables it (Sandboxes still expire at their expires_at).",
+        "Idle expiration TTL of Sessions (protobuf duration); 0s disables it (Sandboxes still expire at"
+        " their expires_at).",
     ),
     Key("sessions.quiescenceRecoveryInterval", _positive_duration, 60.0, "Quiescence recovery scan interval."),
     Key("sessions.claimLifetime", _positive_duration, 120.0, "Maximum lifetime of an execution claim (at most 120s)."),

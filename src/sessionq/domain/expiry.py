@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -104,7 +104,7 @@ async def _admit_pages(
     page: int,
     result: SweepResult,
     tasks: list[asyncio.Task[None]],
-    delete: Callable[[UUID, float | None], Awaitable[None]],
+    delete: Callable[[UUID, float | None], Coroutine[Any, Any, None]],
 ) -> None:
     """Admit the deletion of every candidate, page by page, keyed by (clock, id); each admitted
     deletion runs as a task bounded by the sweep's in-flight limit."""

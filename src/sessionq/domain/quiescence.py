@@ -138,12 +138,13 @@ class QuiescencePool:
                 e,
                 extra=extra,
             )
+            reason = QuiescenceFailureReason.SUSPEND_FAILED
             if isinstance(e, SubstrateError) and e.code == Code.NOT_FOUND:
                 reason, message = QuiescenceFailureReason.RUNTIME_UNAVAILABLE, f"the actor is gone: {e.message}"
             elif isinstance(e, SubstrateError):
-                reason, message = QuiescenceFailureReason.SUSPEND_FAILED, f"the runtime answered {e.code.name}: {e.message}"
+                message = f"the runtime answered {e.code.name}: {e.message}"
             else:
-                reason, message = QuiescenceFailureReason.SUSPEND_FAILED, f"the suspend took longer than {SUSPEND_BOUND:g}s"
+                message = f"the suspend took longer than {SUSPEND_BOUND:g}s"
             await self._record_failure(session, reason, message)
             return None
         recorded = await with_db_retry(

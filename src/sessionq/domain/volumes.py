@@ -27,7 +27,9 @@ def capacity_bytes(value: str, field: str = "volume_source.capacity") -> int:
         raise errors.invalid(f"{field} {errors.clip(value)!r} is not a Kubernetes quantity such as 20Gi")
     number, exponent, suffix = m.groups()
     if suffix is not None and suffix not in _DECIMAL and suffix not in _BINARY:
-        raise errors.invalid(f"{field} {errors.clip(value)!r}: unknown suffix {suffix!r} (binary suffixes are Ki, Mi, Gi, ...)")
+        raise errors.invalid(
+            f"{field} {errors.clip(value)!r}: unknown suffix {suffix!r} (binary suffixes are Ki, Mi, Gi, ...)"
+        )
     try:
         if exponent:  # scaleb: no power of ten is computed, however large the exponent
             amount = Decimal(number).scaleb(int(exponent))
