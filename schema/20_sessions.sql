@@ -372,9 +372,11 @@ BEGIN
       END IF;
       RETURN;
     END IF;
-    IF p_kind = 'DELETE' AND v.executor_id IS NULL THEN
-      -- nothing was ever issued for the pending operation: the delete supersedes it
-      v := sessionq.new_generation(v.id, 'DELETE', p_reason);
+    IF p_kind = 'DELETE' AND v.executor_id IS NULL
+       OR p_of = 'sandbox' AND sessionq.sandbox_intent_replaceable(v, p_kind) THEN
+      -- nothing was ever issued for the pending operation: the delete supersedes it (a Sandbox's
+      -- pending intent whose attempt has ended may be replaced too: 25_sandboxes.sql)
+      v := sessionq.new_generation(v.id, p_kind, p_reason);
       RETURN QUERY SELECT 'admitted'::text, v.operation_id, to_jsonb(v);
       RETURN;
     END IF;
@@ -396,7 +398,7 @@ BEGIN
   RETURN QUERY SELECT 'admitted'::text, v.operation_id, to_jsonb(v);
 END $$;
 COMMENT ON FUNCTION sessionq.admit_operation(uuid, text, text, text, text, text) IS
-  'Admit SUSPEND, RESUME or DELETE under the row lock of a Session (p_of session) or a Sandbox (p_of sandbox). Same kind pending: join. Another kind pending: ABORTED, except a DELETE supersedes an operation that never had an executor. Already at target: noop. DELETE enters DELETING. outcome: admitted, joined or noop.';
+  'Admit SUSPEND, RESUME or DELETE under the row lock of a Session (p_of session) or a Sandbox (p_of sandbox). Same kind pending: join. Another kind pending: ABORTED, except a DELETE supersedes an operation that never had an executor (and, for a Sandbox, sandbox_intent_replaceable). Already at target: noop. DELETE enters DELETING. outcome: admitted, joined or noop.';
 
 -- claim_operation: take the execution claim of a generation for one attempt.
 CREATE OR REPLACE FUNCTION sessionq.claim_operation(

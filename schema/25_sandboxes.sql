@@ -32,6 +32,17 @@ END $$;
 COMMENT ON FUNCTION sessionq.admit_sandbox(text, text, text, text, text, double precision) IS
   'CreateSandbox admission: a Sandbox running the latest successful revision of Agent p_namespace/p_template, expiring p_ttl seconds (1s to 24h: the caller''s ttl or sandboxes.defaultTtl) from now, and its execute_operation job. Idempotent by (caller, request id): a retry with the same template, name and ttl joins the pending creation or returns the Sandbox; other input: ALREADY_EXISTS; a deleted Sandbox''s request id: FAILED_PRECONDITION (admit_creation).';
 
+-- sandbox_intent_replaceable: kagent's SandboxService lets a new intent replace a pending one once
+-- its attempt has ended ("while attempts conflict, the conflicting one receives ABORTED").
+CREATE OR REPLACE FUNCTION sessionq.sandbox_intent_replaceable(v sessionq.sessions, p_kind text)
+RETURNS boolean LANGUAGE sql STABLE AS $$
+  SELECT v.kind = 'sandbox' AND v.operation <> 'NONE' AND v.operation <> p_kind
+     AND v.executor_id IS NOT NULL AND v.executor_expires_at <= clock_timestamp()
+     AND (p_kind = 'DELETE' OR v.operation IN ('SUSPEND', 'RESUME'))
+$$;
+COMMENT ON FUNCTION sessionq.sandbox_intent_replaceable(sessionq.sessions, text) IS
+  'Part of admit_operation for a Sandbox (locked row v): whether a new p_kind intent replaces the pending operation, because its last attempt has ended (the claim was released or lapsed; no attempt runs, OP-12 bounds each one). A DELETE replaces any such operation; a SUSPEND or RESUME replaces a pending RESUME or SUSPEND (the executor acts on the Actor as it finds it), never a pending creation. While an attempt holds the claim the new intent is ABORTED.';
+
 -- sandbox_expiry_candidates: one page of the expiry sweep's Sandboxes.
 CREATE OR REPLACE FUNCTION sessionq.sandbox_expiry_candidates(p_after_at timestamptz, p_after_id uuid, p_limit integer)
 RETURNS TABLE (id uuid, expires_at timestamptz) LANGUAGE plpgsql STABLE AS $$

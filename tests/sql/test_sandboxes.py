@@ -256,3 +256,40 @@ async def test_a_failed_sandbox_expiry_is_resumed_by_a_later_sweep(store, sim, d
     assert (row.state, row.deletion_reason) == ("DELETING", "idle_timeout")
     second = await sweep(store, ex, database_url, 0, "w", sandboxes=True)
     assert second.expired == 1 and await store.session_by_id(sb.id) is None
+
+
+@pytest.mark.clause("OP-6")
+async def test_a_pending_sandbox_intent_is_replaced_once_its_attempt_ended(store, sim, database_url):
+    sb = await ready_sandbox(store, sim)
+    session = await ready_session(store, sim)
+    actor = await sim.get_actor(session.actor_atespace, session.actor_name)
+    await sim.resume_actor(session.actor_atespace, session.actor_name, actor.uid)  # as during a turn
+    await sim.inject("suspend_actor", "fail_before", times=None)
+    ex = OperationExecutor(store, sim, 120)
+    for row in (sb, session):
+        await store.admit_operation(row.id, "alice", None, "SUSPEND", of=row.kind)
+        with pytest.raises(Exception):
+            await ex.run(row.id)  # the attempt failed and released its claim: the intent stays
+        assert (await raw_session(store, row.id)).operation == "SUSPEND"
+    # a Session keeps its intent (OP-9): another kind is ABORTED
+    with pytest.raises(SessionqError) as e:
+        await store.admit_operation(session.id, "alice", None, "RESUME")
+    assert e.value.code.name == "ABORTED"
+    # a Sandbox's ended attempt no longer conflicts: the resume replaces the suspend
+    old = (await raw_session(store, sb.id)).operation_id
+    adm = await store.admit_operation(sb.id, "alice", None, "RESUME", of=RowKind.SANDBOX)
+    assert adm.outcome == "admitted" and adm.generation != old and adm.session.operation == "RESUME"
+    await sim.clear_faults()
+    done = (await ex.run(sb.id)).session
+    assert done is not None and (done.state, done.operation) == ("READY", "NONE")
+    assert (await sim.get_actor(sb.actor_atespace, sb.actor_name)).state.value == "ACTOR_STATE_RUNNING"
+
+
+async def test_a_sandbox_intent_whose_attempt_runs_is_aborted(store, sim):
+    sb = await ready_sandbox(store, sim)
+    adm = await store.admit_operation(sb.id, "alice", None, "SUSPEND", of=RowKind.SANDBOX)
+    assert (await store.claim_operation(sb.id, adm.generation, uuid4(), 30)).status == "claimed"
+    for kind in ("RESUME", "DELETE"):
+        with pytest.raises(SessionqError) as e:
+            await store.admit_operation(sb.id, "alice", None, kind, of=RowKind.SANDBOX)
+        assert e.value.code.name == "ABORTED" and "pending suspend operation" in e.value.message
