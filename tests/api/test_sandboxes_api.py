@@ -193,3 +193,20 @@ async def test_list_pages_by_id(api, store, sim):
     rest = await s.ListSandboxes(sandboxes_pb2.ListSandboxesRequest(
         page=common_pb2.PageRequest(limit=2, page_token=page.page.next_page_token)), metadata=api.md(), timeout=5)
     assert [x.id for x in rest.sandboxes] == ids[2:] and not rest.page.next_page_token
+
+
+async def test_a_session_share_grants_nothing_on_sandboxes(api, store, sim):
+    await apply_agent(store, sim)
+    sb = await create(api)
+    sessions = sessions_pb2_grpc.SessionServiceStub(api.channel)
+    session = (await sessions.CreateSession(sessions_pb2.CreateSessionRequest(request_id="s", agent=TEMPLATE),
+                                            metadata=api.md(), timeout=15)).session
+    share = await sessions.CreateSessionShare(sessions_pb2.CreateSessionShareRequest(
+        session_id=session.id, permission=sessions_pb2.SESSION_SHARE_PERMISSION_READ_WRITE), metadata=api.md(), timeout=5)
+    bob = [*api.md("bob"), ("x-kagent-share-token", share.token)]
+    # the share works for its Session ...
+    await sessions.GetSession(sessions_pb2.GetSessionRequest(session_id=session.id), metadata=bob, timeout=5)
+    # ... and for no Sandbox
+    code, _ = await code_of(stub(api).GetSandbox(sandboxes_pb2.GetSandboxRequest(sandbox_id=sb.id), metadata=bob,
+                                                 timeout=5))
+    assert code == grpc.StatusCode.NOT_FOUND

@@ -293,3 +293,12 @@ async def test_a_sandbox_intent_whose_attempt_runs_is_aborted(store, sim):
         with pytest.raises(SessionqError) as e:
             await store.admit_operation(sb.id, "alice", None, kind, of=RowKind.SANDBOX)
         assert e.value.code.name == "ABORTED" and "pending suspend operation" in e.value.message
+
+
+async def test_a_sandbox_gets_no_workload_credential(store, sim):
+    """Guest work in a Sandbox cannot reach a Session: its Actor holds no task store credential."""
+    sb = await ready_sandbox(store, sim)
+    session = await ready_session(store, sim)
+    sandbox_env = await sim.read_env(sb.actor_atespace, sb.actor_name)
+    assert sandbox_env == {"SESSIONQ_SANDBOX_ID": str(sb.id)}
+    assert "SESSIONQ_WORKLOAD_TOKEN" in await sim.read_env(session.actor_atespace, session.actor_name)
