@@ -721,7 +721,9 @@ class Store:
         paused = await self._rows("SELECT queue_name FROM sessionq.paused_queues")
         stalled = await self._rows("SELECT count(*) AS n FROM sessionq.find_stalled_jobs()")
         workers = await self._rows("SELECT state, count(*) AS n FROM sessionq.workers GROUP BY state")
-        sessions = await self._rows("SELECT state, count(*) AS n FROM sessionq.sessions GROUP BY state")
+        sessions = await self._rows(
+            "SELECT state, count(*) AS n FROM sessionq.sessions WHERE kind = 'session' GROUP BY state"  # not Sandboxes
+        )
         return {
             "jobs": {(r["queue_name"], r["status"]): int(r["jobs"]) for r in jobs},
             "paused": [r["queue_name"] for r in paused],
