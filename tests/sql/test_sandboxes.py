@@ -12,6 +12,7 @@ import pytest
 from conftest import apply_agent
 from lifecycle import AGENT, count, raw_session, ready_session
 
+from sessionq import metrics
 from sessionq.db.store import Store
 from sessionq.domain.expiry import sweep
 from sessionq.domain.operations import OperationExecutor
@@ -217,8 +218,13 @@ async def test_expired_sandboxes_are_deleted_by_the_bounded_sweep(store, sim, da
         await conn.execute("UPDATE sessionq.sessions SET created_at = now() - interval '30 days' WHERE id = %s",
                            (young.id,))
     ex = OperationExecutor(store, sim, 120)
+    sandboxes_before = metrics.SANDBOX_EXPIRED._value.get()
+    sessions_before = metrics.SESSION_EXPIRED._value.get()
     result = await sweep(store, ex, database_url, 60, "w", sandboxes=True, page=1, in_flight=1)
     assert result.leader and result.admitted == 2 and result.expired == 2
+    # counted as Sandboxes, not as idle Sessions
+    assert metrics.SANDBOX_EXPIRED._value.get() == sandboxes_before + 2
+    assert metrics.SESSION_EXPIRED._value.get() == sessions_before
     for gone in (old, suspended):
         assert await store.session_by_id(gone.id) is None  # no tombstone, as an idle Session
         with pytest.raises(SubstrateError) as e:

@@ -65,33 +65,37 @@ async def sweep(
         limit = asyncio.Semaphore(in_flight)
         tasks: list[asyncio.Task[None]] = []
 
-        async def delete(session_id: UUID, idle_seconds: float | None) -> None:
-            async with limit:
-                await _delete(store, executor, session_id, idle_seconds, result)
+        def deleter(kind: RowKind) -> Callable[[UUID, float | None], Coroutine[Any, Any, None]]:
+            async def delete(session_id: UUID, idle_seconds: float | None) -> None:
+                async with limit:
+                    await _delete(store, executor, session_id, idle_seconds, result, kind)
+
+            return delete
 
         # 1. resume admitted idle deletions (failed preparation, lost worker, ...): of Sessions only
         # while their idle expiry is on (0s disables its retries too), of Sandboxes with `sandboxes`
         kinds = [k for k, on in ((RowKind.SESSION, ttl > 0), (RowKind.SANDBOX, sandboxes)) if on]
-        after: UUID | None = None
-        while True:
-            ids = await store.idle_deletions_to_resume(after, page, kinds)
-            for sid in ids:
-                outcome = await store.expire_session(sid, ttl)
-                result.outcomes[outcome.outcome] = result.outcomes.get(outcome.outcome, 0) + 1
-                if outcome.outcome == ExpiryOutcome.RESUMED:
-                    tasks.append(asyncio.create_task(delete(sid, None)))
-            if len(ids) < page:
-                break
-            after = ids[-1]
+        for kind in kinds:
+            after: UUID | None = None
+            while True:
+                ids = await store.idle_deletions_to_resume(after, page, [kind])
+                for sid in ids:
+                    outcome = await store.expire_session(sid, ttl)
+                    result.outcomes[outcome.outcome] = result.outcomes.get(outcome.outcome, 0) + 1
+                    if outcome.outcome == ExpiryOutcome.RESUMED:
+                        tasks.append(asyncio.create_task(deleter(kind)(sid, None)))
+                if len(ids) < page:
+                    break
+                after = ids[-1]
         # 2. new candidates, page by page (a full page continues at once): idle Sessions, then
         # expired Sandboxes
-        pages: list[Callable[[tuple[Any, UUID] | None], Awaitable[list[tuple[UUID, Any]]]]] = []
+        pages: list[tuple[RowKind, Callable[[tuple[Any, UUID] | None], Awaitable[list[tuple[UUID, Any]]]]]] = []
         if ttl > 0:
-            pages.append(lambda key: store.idle_candidates(ttl, key, page))
+            pages.append((RowKind.SESSION, lambda key: store.idle_candidates(ttl, key, page)))
         if sandboxes:
-            pages.append(lambda key: store.sandbox_expiry_candidates(key, page))
-        for next_page in pages:
-            await _admit_pages(store, next_page, ttl, page, result, tasks, delete)
+            pages.append((RowKind.SANDBOX, lambda key: store.sandbox_expiry_candidates(key, page)))
+        for kind, next_page in pages:
+            await _admit_pages(store, next_page, ttl, page, result, tasks, deleter(kind))
         if tasks:
             await asyncio.gather(*tasks)
         return result
@@ -124,7 +128,12 @@ async def _admit_pages(
 
 
 async def _delete(
-    store: Store, executor: OperationExecutor, session_id: UUID, idle_seconds: float | None, result: SweepResult
+    store: Store,
+    executor: OperationExecutor,
+    session_id: UUID,
+    idle_seconds: float | None,
+    result: SweepResult,
+    kind: RowKind = RowKind.SESSION,
 ) -> None:
     try:
         outcome = await executor.run(session_id)
@@ -134,7 +143,11 @@ async def _delete(
         return
     if outcome.status == OutcomeStatus.COMPLETED and outcome.session is None:
         result.expired += 1
-        metrics.SESSION_EXPIRED.inc()
-        log.debug("expired idle session", extra={"session_id": str(session_id), "idle_time": idle_seconds})
+        if kind == RowKind.SANDBOX:
+            metrics.SANDBOX_EXPIRED.inc()
+            log.debug("expired sandbox", extra={"session_id": str(session_id)})  # the row id of the Sandbox
+        else:
+            metrics.SESSION_EXPIRED.inc()
+            log.debug("expired idle session", extra={"session_id": str(session_id), "idle_time": idle_seconds})
     elif outcome.status == OutcomeStatus.FAILED_PREPARATION:
         result.failed += 1
