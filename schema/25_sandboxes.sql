@@ -14,7 +14,7 @@
 
 -- the expiry sweep's page of expired Sandboxes (expires_at never changes: the updates stay HOT)
 CREATE INDEX sessions_sandbox_expiry_idx ON sessionq.sessions (expires_at, id)
-  WHERE kind = 'sandbox' AND state IN ('READY', 'SUSPENDED');
+  WHERE kind = 'sandbox' AND state IN ('CREATING', 'READY', 'SUSPENDED');
 
 -- admit_sandbox: admit the creation of a Sandbox, or answer a retry of one.
 CREATE OR REPLACE FUNCTION sessionq.admit_sandbox(
@@ -43,6 +43,17 @@ $$;
 COMMENT ON FUNCTION sessionq.sandbox_intent_replaceable(sessionq.sessions, text) IS
   'Part of admit_operation for a Sandbox (locked row v): whether a new p_kind intent replaces the pending operation, because its last attempt has ended (the claim was released or lapsed; no attempt runs, OP-12 bounds each one). A DELETE replaces any such operation; a SUSPEND or RESUME replaces a pending RESUME or SUSPEND (the executor acts on the Actor as it finds it), never a pending creation. While an attempt holds the claim the new intent is ABORTED.';
 
+-- sandbox_expiry_overrides: a Sandbox expires by itself, also while an intent it cannot finish is pending.
+CREATE OR REPLACE FUNCTION sessionq.sandbox_expiry_overrides(v sessionq.sessions)
+RETURNS boolean LANGUAGE sql STABLE AS $$
+  SELECT v.kind = 'sandbox' AND v.state IN ('CREATING', 'READY', 'SUSPENDED') AND v.operation <> 'DELETE'
+     AND (v.operation = 'NONE'
+          OR v.operation_id IS NULL AND v.executor_id IS NULL  -- its preparation failed: nothing was issued
+          OR sessionq.sandbox_intent_replaceable(v, 'DELETE'))  -- its last attempt has ended
+$$;
+COMMENT ON FUNCTION sessionq.sandbox_expiry_overrides(sessionq.sessions) IS
+  'Part of expire_session for an expired Sandbox (locked row v): whether its expiry deletion may be admitted although the Sandbox is CREATING or has an operation pending - when no attempt runs (a creation whose preparation failed, or an operation whose last attempt ended): the deletion replaces that intent. A running attempt still blocks it (busy) until it ends.';
+
 -- sandbox_expiry_candidates: one page of the expiry sweep's Sandboxes.
 CREATE OR REPLACE FUNCTION sessionq.sandbox_expiry_candidates(p_after_at timestamptz, p_after_id uuid, p_limit integer)
 RETURNS TABLE (id uuid, expires_at timestamptz) LANGUAGE plpgsql STABLE AS $$
@@ -52,11 +63,11 @@ BEGIN
   RETURN QUERY
   SELECT s.id, s.expires_at
     FROM sessionq.sessions s
-   WHERE s.kind = 'sandbox' AND s.state IN ('READY', 'SUSPENDED')
+   WHERE s.kind = 'sandbox' AND s.state IN ('CREATING', 'READY', 'SUSPENDED')
      AND s.expires_at <= v_now
      AND (p_after_at IS NULL OR (s.expires_at, s.id) > (p_after_at, p_after_id))
    ORDER BY s.expires_at, s.id
    LIMIT p_limit;
 END $$;
 COMMENT ON FUNCTION sessionq.sandbox_expiry_candidates(timestamptz, uuid, integer) IS
-  'One page of the expiry sweep: READY or SUSPENDED Sandboxes whose expires_at has passed, in expiry order after the given key. Candidates only: expire_session rechecks under the row lock and admits the same bounded deletion as for idle Sessions.';
+  'One page of the expiry sweep: CREATING, READY or SUSPENDED Sandboxes whose expires_at has passed, in expiry order after the given key. Candidates only: expire_session rechecks under the row lock and admits the same bounded deletion as for idle Sessions.';

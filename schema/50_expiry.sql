@@ -76,7 +76,9 @@ BEGIN
     RETURN;
   END IF;
   v_since := CASE WHEN v.kind = 'sandbox' THEN v.expires_at ELSE greatest(v.created_at, v.last_event_at) END;
-  IF v.state NOT IN ('READY', 'SUSPENDED') OR v.operation <> 'NONE'
+  IF (v.state NOT IN ('READY', 'SUSPENDED') OR v.operation <> 'NONE')
+     -- a Sandbox expires even when its pending operation has no attempt running (25_sandboxes.sql)
+     AND NOT (v.kind = 'sandbox' AND sessionq.sandbox_expiry_overrides(v))
      OR v.dispatch_id IS NOT NULL OR v.active_task_id IS NOT NULL OR v.unsettled_task_id IS NOT NULL
      OR v.idle_executor IS NOT NULL OR sessionq.checkpoint_in_progress(v.id)
      OR EXISTS (SELECT 1 FROM sessionq.tasks t WHERE t.session_id = v.id AND t.phase = 'active'
@@ -94,7 +96,7 @@ BEGIN
   RETURN QUERY SELECT 'admitted'::text, v.operation_id, extract(epoch FROM clock_timestamp() - v_since)::double precision;
 END $$;
 COMMENT ON FUNCTION sessionq.expire_session(uuid, double precision) IS
-  'Idle expiration under the Session row lock shared with task admission: recheck the idle clock against p_ttl seconds (a Sandbox: its expires_at, whatever p_ttl; idle_seconds is then the time since it expired) and the active work (pending operation, dispatch reservation, running or unsettled turn, claimed quiescence, checkpoint being created); then admit an ordinary DELETE with durable reason idle_timeout (DELETING). An already admitted idle deletion is resumed. outcome: admitted, resumed, busy, active, gone.';
+  'Idle expiration under the Session row lock shared with task admission: recheck the idle clock against p_ttl seconds (a Sandbox: its expires_at, whatever p_ttl; idle_seconds is then the time since it expired; a pending operation of a Sandbox blocks only while an attempt runs, sandbox_expiry_overrides) and the active work (pending operation, dispatch reservation, running or unsettled turn, claimed quiescence, checkpoint being created); then admit an ordinary DELETE with durable reason idle_timeout (DELETING). An already admitted idle deletion is resumed. outcome: admitted, resumed, busy, active, gone.';
 
 CREATE OR REPLACE FUNCTION sessionq.note_leader(p_role text, p_holder text) RETURNS void
 LANGUAGE sql AS $$

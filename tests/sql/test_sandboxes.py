@@ -308,3 +308,22 @@ async def test_a_sandbox_gets_no_workload_credential(store, sim):
     sandbox_env = await sim.read_env(sb.actor_atespace, sb.actor_name)
     assert sandbox_env == {"SESSIONQ_SANDBOX_ID": str(sb.id)}
     assert "SESSIONQ_WORKLOAD_TOKEN" in await sim.read_env(session.actor_atespace, session.actor_name)
+
+
+@pytest.mark.clause("IDLE-5")
+async def test_a_sandbox_whose_creation_cannot_finish_still_expires(store, sim, database_url):
+    """A Sandbox expires by itself: a pending creation blocks its expiry only while an attempt runs."""
+    adm = await admitted_sandbox(store, sim, "stuck")
+    await expire_now(store, adm.session.id)
+    # an attempt holds the claim: busy
+    assert (await store.claim_operation(adm.session.id, adm.generation, uuid4(), 30)).status == "claimed"
+    assert (await store.expire_session(adm.session.id, 0)).outcome == "busy"
+    # the attempt ended (its claim lapsed after issuing a failed creation): the expiry replaces the intent
+    async with store.pool.connection() as conn:
+        await conn.execute("UPDATE sessionq.sessions SET executor_expires_at = clock_timestamp() WHERE id = %s",
+                           (adm.session.id,))
+    await sim.inject("create_actor", "fail_before", times=None)
+    ex = OperationExecutor(store, sim, 120)
+    result = await sweep(store, ex, database_url, 0, "w", sandboxes=True)
+    assert result.admitted == 1 and result.expired == 1 and await store.session_by_id(adm.session.id) is None
+    assert await sim.mutation_count(method="create_actor") == 0
