@@ -141,6 +141,48 @@ async def sim(database_url: str) -> AsyncIterator[Any]:
     await s.close()
 
 
+@dataclass
+class Served:
+    """A simulator served as ateapi.Control (its own SimulatedSubstrate on the same database), and
+    the adapter (runtime.kind: substrate) talking to it."""
+
+    client: Any
+    served: Any  # the served SimulatedSubstrate (set its taskstore_address)
+    address: str
+    endpoints: Any
+
+
+@contextlib.asynccontextmanager
+async def served_simulator(database_url: str, **options: Any) -> AsyncIterator[Served]:
+    from sessionq.runtime.ateapi.actor_endpoint import ActorEndpoints
+    from sessionq.runtime.ateapi.client import SubstrateClient, SubstrateOptions
+    from sessionq.runtime.ateapi.server import start_server
+    from sessionq.runtime.simulator import SimulatedSubstrate
+
+    served = SimulatedSubstrate(database_url, worker_pool_size=64)
+    await served.open()
+    server, port, _ = await start_server(served, "127.0.0.1:0")
+    endpoints = ActorEndpoints(served)
+    await endpoints.start("127.0.0.1:0")
+    opts = {"address": f"127.0.0.1:{port}", "call_timeout": 10.0, "uid_preflight": False,
+            "actor_address_pattern": endpoints.pattern, **options}
+    client = SubstrateClient(SubstrateOptions(**opts))
+    await client.open()
+    try:
+        yield Served(client, served, f"127.0.0.1:{port}", endpoints)
+    finally:
+        await client.close()
+        await endpoints.stop()
+        await server.stop(0)
+        await served.close()
+
+
+@pytest.fixture
+async def served(database_url: str) -> AsyncIterator[Served]:
+    async with served_simulator(database_url) as s:
+        yield s
+
+
 @contextlib.asynccontextmanager
 async def running_worker(settings: config.Settings, url: str, store: Store, runtime: Any, name: str = "test-worker") -> AsyncIterator[None]:
     from sessionq.app.worker import run_worker
