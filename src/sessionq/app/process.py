@@ -32,7 +32,8 @@ import yaml
 from sessionq import metrics
 from sessionq.api.agentcard import AgentCardServer
 from sessionq.api.server import ApiServer
-from sessionq.app.worker import open_runtime, run_worker
+from sessionq.app.runtime import open_runtime, start_served_simulator
+from sessionq.app.worker import run_worker
 from sessionq.config import Settings
 from sessionq.console.server import ConsoleServer
 from sessionq.db import embedded, migrate
@@ -467,6 +468,38 @@ async def serve(settings: Settings, *, api: bool, workers: bool) -> int:
     shutdown.install()
     try:
         await run_services(settings, url, api=api, workers=workers, stop=shutdown.stop, shutdown=shutdown)
+    except asyncio.CancelledError:
+        if shutdown.forced is None:
+            raise
+        return EXIT_FORCED
+    finally:
+        shutdown.hand_over()
+    return 0
+
+
+async def serve_runtime(settings: Settings, *, address: str | None = None, actor_address: str | None = None) -> int:
+    """`sessionq runtime serve --simulator`: the simulator as an ateapi.Control server (its state
+    in database.url's PostgreSQL, shared with every replica and with fault injection) until
+    SIGINT/SIGTERM. Returns the exit status."""
+    url = settings.database.url
+    if not url:
+        raise SystemExit("database.url is required (set it in the config file or SESSIONQ_DATABASE__URL)")
+    await check_async(url)
+    await install_schema(url)
+    shutdown = Shutdown(settings.workers.shutdown_timeout)
+    shutdown.install()
+    try:
+        try:
+            served = await start_served_simulator(settings, url, address=address, actor_address=actor_address)
+        except OSError as e:
+            raise listen_error("the simulator", "runtime.simulator.serveAddress",
+                               address or settings.runtime.simulator.serve_address, e) from None
+        log.info("simulator serving ateapi.Control on port %d; Actors' A2A endpoints at %s",
+                 served.port, served.endpoints.pattern)
+        try:
+            await shutdown.stop.wait()
+        finally:
+            await served.stop()
     except asyncio.CancelledError:
         if shutdown.forced is None:
             raise

@@ -1,0 +1,163 @@
+"""`sessionq runtime serve --simulator` as its own process: the adapter reaches it over the
+network, a test in this process injects faults it honours (their rows are in PostgreSQL), an
+unreachable runtime is an UNAVAILABLE that loses nothing, and refused credentials log one line
+(issue 17)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from sessionq._pb.ateapi import ateapi_pb2_grpc as pb_grpc
+from sessionq.runtime.ateapi.client import SubstrateClient, SubstrateOptions
+from sessionq.runtime.ateapi.server import ControlService
+from sessionq.runtime.base import ActorState, Code, SubstrateError
+from sessionq.runtime.simulator import SimulatedSubstrate
+
+NS = "team-p"
+TEMPLATE = f"{NS}/rev-1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_served(database_url: str, port: int, actor_port: int) -> subprocess.Popen[str]:
+    env = {**os.environ, "SESSIONQ_DATABASE__URL": database_url, "SESSIONQ_LOGGING__FORMAT": "text",
+           "SESSIONQ_RUNTIME__SIMULATOR__WORKERS": "64"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "sessionq.cli.main", "runtime", "serve", "--simulator",
+         "--address", f"127.0.0.1:{port}", "--actor-address", f"127.0.0.1:{actor_port}"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+
+
+@pytest.fixture
+def served_process(database_url: str) -> Iterator[tuple[int, int]]:
+    port, actor_port = free_port(), free_port()
+    proc = start_served(database_url, port, actor_port)
+    yield port, actor_port
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+async def sim(database_url: str) -> AsyncIterator[SimulatedSubstrate]:
+    async with SimulatedSubstrate(database_url) as s:
+        yield s
+
+
+async def wait_healthy(client: SubstrateClient, timeout: float = 30.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while (problem := await client.check_health()) is not None:
+        assert asyncio.get_running_loop().time() < deadline, problem
+        await asyncio.sleep(0.1)
+
+
+@pytest.mark.timeout(120)
+async def test_served_in_another_process_with_faults_from_here(
+    served_process: tuple[int, int], sim: SimulatedSubstrate
+) -> None:
+    port, actor_port = served_process
+    client = SubstrateClient(SubstrateOptions(
+        address=f"127.0.0.1:{port}", uid_preflight=False, call_timeout=5.0,
+        actor_address_pattern=f"http://127.0.0.1:{actor_port}/actors/{{atespace}}/{{name}}"))
+    await client.open()
+    try:
+        await wait_healthy(client)
+        await client.create_actor_template(NS, "rev-1", "img:1")
+        made = await client.create_actor(NS, "p1", TEMPLATE)
+        await sim.inject("resume_actor", "lose_after", actor="p1")
+        with pytest.raises(SubstrateError) as e:
+            await client.resume_actor(NS, "p1", made.uid)
+        assert e.value.code == Code.UNAVAILABLE
+        assert (await sim.get_actor(NS, "p1")).state == ActorState.RUNNING  # the effect was applied
+        await sim.inject("suspend_actor", "fail_before", actor="p1", code=Code.RESOURCE_EXHAUSTED)
+        with pytest.raises(SubstrateError) as e:
+            await client.suspend_actor(NS, "p1", made.uid)
+        assert e.value.code == Code.RESOURCE_EXHAUSTED
+        assert (await client.suspend_actor(NS, "p1", made.uid)).state == ActorState.SUSPENDED
+    finally:
+        await client.close()
+
+
+@pytest.mark.timeout(120)
+async def test_unreachable_at_start_then_served(database_url: str, sim: SimulatedSubstrate) -> None:
+    """Nothing answers yet: health says why and calls are UNAVAILABLE (retryable); once the
+    runtime is up the same client works, and nothing was created by the failed calls."""
+    port, actor_port = free_port(), free_port()
+    client = SubstrateClient(SubstrateOptions(address=f"127.0.0.1:{port}", uid_preflight=False, call_timeout=1.0))
+    await client.open()
+    proc = None
+    try:
+        assert await client.check_health(timeout=0.5) is not None
+        with pytest.raises(SubstrateError) as e:
+            await client.create_actor_template(NS, "rev-1", "img:1")
+        assert e.value.code in (Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED)
+        proc = start_served(database_url, port, actor_port)
+        await wait_healthy(client)
+        assert (await client.list_actors(NS, 10, "")).items == []
+        await client.create_actor_template(NS, "rev-1", "img:1")
+        assert (await client.get_actor_template(NS, "rev-1")).image == "img:1"
+    finally:
+        await client.close()
+        if proc is not None:
+            proc.terminate()
+            proc.wait(10)
+
+
+class TokenCheck(grpc.aio.ServerInterceptor):
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    async def intercept_service(self, continuation: Any, details: grpc.HandlerCallDetails) -> Any:
+        md = dict(details.invocation_metadata or ())
+        if md.get("authorization") != f"Bearer {self.token}":
+            async def deny(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad token")
+            return grpc.unary_unary_rpc_method_handler(deny)
+        return await continuation(details)
+
+
+async def test_wrong_token_logs_one_line_and_the_file_is_reread(
+    database_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with SimulatedSubstrate(database_url) as runtime:
+        server = grpc.aio.server(interceptors=[TokenCheck("good")])
+        pb_grpc.add_ControlServicer_to_server(ControlService(runtime), server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        token = tmp_path / "token"
+        token.write_text("stale\n")
+        client = SubstrateClient(SubstrateOptions(address=f"127.0.0.1:{port}", token_file=str(token)))
+        await client.open()
+        try:
+            with caplog.at_level(logging.ERROR, logger="sessionq.runtime.ateapi.client"):
+                for _ in range(3):
+                    with pytest.raises(SubstrateError) as e:
+                        await client.list_workers(5, "")
+                    assert e.value.code == Code.UNAUTHENTICATED
+            lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+            assert len(lines) == 1 and "refused our credentials (UNAUTHENTICATED)" in lines[0], lines
+            token.write_text("good\n")  # rotated: re-read on the next call
+            os.utime(token, ns=(1, 10**18))
+            assert len((await client.list_workers(5, "")).items) == 5
+        finally:
+            await client.close()
+            await server.stop(0)
