@@ -161,3 +161,60 @@ async def test_wrong_token_logs_one_line_and_the_file_is_reread(
         finally:
             await client.close()
             await server.stop(0)
+
+
+@pytest.mark.timeout(120)
+async def test_readiness_follows_the_runtime(database_url: str) -> None:
+    """The API's health service sessionq.runtime (the readiness probe's) is NOT_SERVING while the
+    runtime does not answer, SERVING once it does; "" (liveness) is not touched."""
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+    from sessionq.app.process import RUNTIME_HEALTH_SERVICE, watch_runtime
+
+    servicer = health.aio.HealthServicer()
+
+    class Api:  # what watch_runtime uses of the ApiServer: its health servicer
+        health = servicer
+
+    port = free_port()
+    client = SubstrateClient(SubstrateOptions(address=f"127.0.0.1:{port}", call_timeout=1.0))
+    await client.open()
+    stop = asyncio.Event()
+    watch = asyncio.create_task(watch_runtime(Api(), client, stop, interval=0.1))  # type: ignore[arg-type]
+
+    probe_server = grpc.aio.server()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, probe_server)
+    probe_port = probe_server.add_insecure_port("127.0.0.1:0")
+    await probe_server.start()
+    probe = grpc.aio.insecure_channel(f"127.0.0.1:{probe_port}")
+
+    async def status() -> Any:
+        """What a readiness probe sees."""
+        try:
+            request = health_pb2.HealthCheckRequest(service=RUNTIME_HEALTH_SERVICE)
+            return (await health_pb2_grpc.HealthStub(probe).Check(request)).status
+        except grpc.aio.AioRpcError:
+            return None
+
+    proc = None
+    try:
+        for _ in range(100):
+            if await status() == health_pb2.HealthCheckResponse.NOT_SERVING:
+                break
+            await asyncio.sleep(0.05)
+        assert await status() == health_pb2.HealthCheckResponse.NOT_SERVING
+        proc = start_served(database_url, port, free_port())
+        for _ in range(300):
+            if await status() == health_pb2.HealthCheckResponse.SERVING:
+                break
+            await asyncio.sleep(0.1)
+        assert await status() == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        stop.set()
+        await watch
+        await client.close()
+        await probe.close()
+        await probe_server.stop(0)
+        if proc is not None:
+            proc.terminate()
+            proc.wait(10)

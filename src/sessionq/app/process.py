@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import yaml
+from grpc_health.v1 import health_pb2
 
 from sessionq import metrics
 from sessionq.api.agentcard import AgentCardServer
@@ -190,6 +191,41 @@ class Shutdown:
         os._exit(EXIT_FORCED)
 
 
+RUNTIME_HEALTH_SERVICE = "sessionq.runtime"
+RUNTIME_HEALTH_INTERVAL = 5.0
+
+
+async def _set_health(server: ApiServer, service: str, status: int) -> None:
+    result = server.health.set(service, status)
+    if hasattr(result, "__await__"):
+        await result
+
+
+async def watch_runtime(server: ApiServer, runtime: Any, stop: asyncio.Event,
+                        interval: float = RUNTIME_HEALTH_INTERVAL) -> None:
+    """The readiness of the runtime, as the health service ``sessionq.runtime`` of the API (the
+    Kubernetes readiness probe asks for it; liveness asks for "" and never depends on the
+    runtime): SERVING while it answers, NOT_SERVING (with one log line per change) while not. The
+    in-process simulator always answers."""
+    check = getattr(runtime, "check_health", None)
+    last: str | None = "unknown"
+    while not stop.is_set():
+        problem = await check() if check is not None else None
+        if problem != last:
+            status = health_pb2.HealthCheckResponse.SERVING if problem is None else (
+                health_pb2.HealthCheckResponse.NOT_SERVING)
+            await _set_health(server, RUNTIME_HEALTH_SERVICE, status)
+            if problem is not None:
+                log.warning("not ready: the runtime does not answer (%s); retrying", problem)
+            elif last != "unknown":
+                log.info("ready: the runtime answers again")
+            last = problem
+        if check is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval)
+
+
 async def _prepare_database(url: str) -> None:
     await asyncio.to_thread(migrate.upgrade, url)
     await install_schema(url)
@@ -223,6 +259,7 @@ async def run_services(
     server = None
     console: ConsoleServer | None = None
     worker_task: asyncio.Task[str] | None = None
+    runtime_watch: asyncio.Task[None] | None = None
     clean = False
     try:
         if settings.metrics.enabled:
@@ -257,6 +294,8 @@ async def run_services(
                 if hasattr(runtime, "taskstore_address") and not settings.runtime.simulator.task_store_address:
                     host = settings.server.address.rpartition(":")[0]
                     runtime.taskstore_address = f"{host}:{server.port}"  # simulated Actors report here
+            if server is not None:
+                runtime_watch = asyncio.create_task(watch_runtime(server, runtime, stop), name="runtime health")
             if workers:
                 worker_task = asyncio.create_task(run_worker(settings, url, store, runtime, stop=stop,
                                                              exit_on_drain=exit_on_drain,
@@ -280,6 +319,7 @@ async def run_services(
                 await console.stop()
             if server is not None:
                 await cards.stop()
+                await _set_health(server, RUNTIME_HEALTH_SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)
                 await server.stop(grace=grace)
             if worker_task is not None:
                 stop.set()
@@ -288,6 +328,8 @@ async def run_services(
                 worker_task.result()
             clean = True
     finally:
+        if runtime_watch is not None:
+            runtime_watch.cancel()
         if worker_task is not None and not worker_task.done():
             worker_task.cancel()  # a forced stop (or a failure): do not wait for its drain
         if server is not None and not clean:  # forced, or a failure half-way through the start
