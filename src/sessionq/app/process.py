@@ -33,7 +33,7 @@ from grpc_health.v1 import health_pb2
 from sessionq import metrics
 from sessionq.api.agentcard import AgentCardServer
 from sessionq.api.server import ApiServer
-from sessionq.app.runtime import open_runtime, start_served_simulator
+from sessionq.app.runtime import ServedSimulator, open_runtime, start_served_simulator
 from sessionq.app.worker import run_worker
 from sessionq.config import Settings
 from sessionq.console.server import ConsoleServer
@@ -423,6 +423,7 @@ async def _up(
     shutdown: Shutdown, settings: Settings, data_dir: Path, database_url: str | None, echo: Callable[[str], None]
 ) -> int:
     server: embedded.EmbeddedPostgres | None = None
+    served: ServedSimulator | None = None
     try:
         psql = None
         if database_url:
@@ -457,10 +458,24 @@ async def _up(
             )
         await _prepare_database(url)
         sq = command_name()
+        if settings.runtime.kind == "simulator" and settings.runtime.simulator.served:
+            # the embedded default exercises the real client path: the simulator as an ateapi.Control
+            # server on loopback (ports of its own), reached through the gRPC adapter
+            served = await start_served_simulator(settings, url, address="127.0.0.1:0", actor_address="127.0.0.1:0")
+            settings = settings.with_overrides(**{
+                "runtime.kind": "substrate",
+                "runtime.substrate.address": served.address,
+                "runtime.substrate.uidPreflight": False,
+                "runtime.substrate.actorAddressPattern": served.endpoints.pattern,
+            })
 
         def ready(port: int | None) -> None:
             endpoint = f"{host}:{port}"
             client = {"server": endpoint, "user": user, "databaseUrl": url, "psql": psql}
+            if served is not None:
+                if not settings.runtime.simulator.task_store_address:
+                    served.sim.taskstore_address = endpoint  # the simulated Actors report here
+                client["runtimeAddress"] = served.address
             for path in (data_dir.resolve() / CLIENT_CONFIG, user_client_config()):
                 with contextlib.suppress(OSError):
                     write_client_config(path, client)
@@ -468,6 +483,8 @@ async def _up(
             echo(f"  gRPC endpoint : {endpoint}  (reflection and health on; calls without a token are {user}'s)")
             echo(f"  web console   : http://{settings.server.console_address}/  (no login needed here)")
             echo(f"  psql          : {psql}")
+            if served is not None:
+                echo(f"  runtime       : the simulator, served as ateapi.Control at {served.address}")
             echo(f"  client config : {user_client_config()}")
             echo("  Next, in another terminal in this directory:")
             if FIRST_AGENT.exists():
@@ -491,6 +508,9 @@ async def _up(
             raise
         return EXIT_FORCED
     finally:
+        if served is not None and shutdown.forced is None:
+            with contextlib.suppress(Exception):
+                await served.stop()
         if server is not None and shutdown.forced is None:
             await asyncio.to_thread(server.stop)
     echo("sessionq stopped")
