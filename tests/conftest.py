@@ -207,6 +207,7 @@ class Served:
     served: Any  # the served SimulatedSubstrate (set its taskstore_address)
     address: str
     endpoints: Any
+    database_url: str
 
 
 @contextlib.asynccontextmanager
@@ -226,7 +227,7 @@ async def served_simulator(database_url: str, **options: Any) -> AsyncIterator[S
     client = SubstrateClient(SubstrateOptions(**opts))
     await client.open()
     try:
-        yield Served(client, served, f"127.0.0.1:{port}", endpoints)
+        yield Served(client, served, f"127.0.0.1:{port}", endpoints, database_url)
     finally:
         await client.close()
         await endpoints.stop()

@@ -6,6 +6,7 @@ unreachable runtime is an UNAVAILABLE that loses nothing, and refused credential
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import socket
@@ -218,3 +219,33 @@ async def test_readiness_follows_the_runtime(database_url: str) -> None:
         if proc is not None:
             proc.terminate()
             proc.wait(10)
+
+
+async def test_status_says_whether_the_runtime_answers(served: Any, tmp_path: Path) -> None:
+    """`sessionq status` (operator command) names the runtime and whether it answers."""
+    from click.testing import CliRunner, Result
+
+    from sessionq.cli.main import main
+
+    empty = tmp_path / "client.yaml"
+    empty.write_text("{}\n")
+    base = {"XDG_CONFIG_HOME": str(tmp_path / "xdg"), "SESSIONQ_CLIENT_CONFIG": str(empty),
+            "SESSIONQ_DATABASE_URL": served.database_url, "SESSIONQ_DATABASE__URL": None}
+
+    async def cli(*args: str, env: dict[str, str] | None = None) -> Result:
+        return await asyncio.to_thread(CliRunner().invoke, main, list(args), env={**base, **(env or {})})
+
+    def ok(result: Result) -> Result:
+        assert result.exit_code == 0, (result.stdout, result.stderr, result.exception)
+        return result
+
+    up = {"SESSIONQ_RUNTIME__KIND": "substrate", "SESSIONQ_RUNTIME__SUBSTRATE__ADDRESS": served.address}
+    text = ok(await cli("status", env=up)).stdout
+    assert f"RUNTIME             substrate at {served.address}: answers" in text, text
+    down = {**up, "SESSIONQ_RUNTIME__SUBSTRATE__ADDRESS": f"127.0.0.1:{free_port()}"}
+    text = ok(await cli("status", env=down)).stdout
+    assert "DOES NOT ANSWER (UNAVAILABLE" in text, text
+    data = json.loads(ok(await cli("status", "-o", "json", env=down)).stdout)
+    assert data["runtime"]["answers"] is False and data["runtime"]["kind"] == "substrate"
+    text = ok(await cli("status")).stdout
+    assert "RUNTIME             simulator: in process" in text, text
