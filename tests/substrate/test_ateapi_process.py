@@ -224,7 +224,6 @@ async def test_readiness_follows_the_runtime(database_url: str) -> None:
 async def test_status_says_whether_the_runtime_answers(served: Any, tmp_path: Path) -> None:
     """`sessionq status` (operator command) names the runtime and whether it answers."""
     from click.testing import CliRunner, Result
-
     from sessionq.cli.main import main
 
     empty = tmp_path / "client.yaml"
