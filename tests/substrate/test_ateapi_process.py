@@ -248,3 +248,20 @@ async def test_status_says_whether_the_runtime_answers(served: Any, tmp_path: Pa
     assert data["runtime"]["answers"] is False and data["runtime"]["kind"] == "substrate"
     text = ok(await cli("status")).stdout
     assert "RUNTIME             simulator: in process" in text, text
+
+
+@pytest.mark.parametrize(("env", "says"), [
+    ({"SESSIONQ_RUNTIME__SUBSTRATE__ADDRESS": ""}, "runtime.substrate.address: required"),
+    ({"SESSIONQ_RUNTIME__SUBSTRATE__TLS__ENABLED": "true", "SESSIONQ_RUNTIME__SUBSTRATE__TLS__CA_FILE": "/nonexistent/ca"},
+     "runtime.substrate.tls.caFile: cannot read /nonexistent/ca"),
+    ({"SESSIONQ_RUNTIME__SUBSTRATE__TOKEN_FILE": "/nonexistent/token"}, "runtime.substrate.tokenFile: cannot read"),
+    ({"SESSIONQ_RUNTIME__SUBSTRATE__ACTOR_ADDRESS_PATTERN": "http://{nope}/"}, "actorAddressPattern"),
+])
+def test_worker_refuses_an_unusable_substrate_configuration(database_url: str, env: dict[str, str], says: str) -> None:
+    """Validated at start: one line naming the key, no traceback."""
+    full = {**os.environ, "SESSIONQ_DATABASE__URL": database_url, "SESSIONQ_RUNTIME__KIND": "substrate",
+            "SESSIONQ_RUNTIME__SUBSTRATE__ADDRESS": "127.0.0.1:1", **env}
+    r = subprocess.run([sys.executable, "-m", "sessionq.cli.main", "worker"], env=full, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode != 0
+    assert says in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -33,9 +33,9 @@ from grpc_health.v1 import health_pb2
 from sessionq import metrics
 from sessionq.api.agentcard import AgentCardServer
 from sessionq.api.server import ApiServer
-from sessionq.app.runtime import ServedSimulator, open_runtime, start_served_simulator
+from sessionq.app.runtime import ServedSimulator, open_runtime, start_served_simulator, substrate_options
 from sessionq.app.worker import run_worker
-from sessionq.config import Settings
+from sessionq.config import ConfigError, Settings
 from sessionq.console.server import ConsoleServer
 from sessionq.db import embedded, migrate
 from sessionq.db.reachable import check_async
@@ -525,6 +525,11 @@ async def serve(settings: Settings, *, api: bool, workers: bool) -> int:
         raise SystemExit("database.url is required (set it in the config file or SESSIONQ_DATABASE__URL)")
     if api and not settings.auth.tokens:
         log.warning("no auth.tokens configured: every call will be UNAUTHENTICATED")
+    if settings.runtime.kind == "substrate":
+        try:
+            substrate_options(settings)  # the files and values must be usable: one line, not a traceback
+        except ConfigError as e:
+            raise StartupError(f"invalid configuration: {e}") from None
     await check_async(url)  # DatabaseUnreachable: one line, not a traceback
     shutdown = Shutdown(settings.workers.shutdown_timeout)
     shutdown.install()
