@@ -162,6 +162,7 @@ async def test_sandboxes_and_sessions_are_apart(api, store, sim):
 ])
 async def test_bad_create_input_is_refused_and_writes_nothing(api, store, sim, kw, code, words):
     await apply_agent(store, sim)
+    kw = dict(kw)  # the parameter is shared by the runs of this case (inproc and wire)
     request_id = kw.pop("request_id", "bad")
     got, message = await code_of(create(api, request_id, **kw))
     assert got == code and words in message and "Traceback" not in message
