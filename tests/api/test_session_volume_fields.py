@@ -4,6 +4,7 @@ capacity is checked as a whole number of bytes; `admission_token` is never store
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import grpc
@@ -33,7 +34,8 @@ async def stored_anywhere(store: Any, text: str) -> int:
         return int(row["n"])
 
 
-async def test_a_volume_source_without_a_configured_admission_is_failed_precondition(api, store, sim):
+async def test_a_volume_source_without_a_configured_admission_is_failed_precondition(api, store, sim, caplog):
+    caplog.set_level(logging.DEBUG)
     await apply_agent(store, sim)
     stub = sessions_pb2_grpc.SessionServiceStub(api.channel)
     for token in ("", TOKEN):
@@ -46,6 +48,7 @@ async def test_a_volume_source_without_a_configured_admission_is_failed_precondi
     async with store.pool.connection() as conn:
         assert (await (await conn.execute("SELECT count(*) AS n FROM sessionq.sessions")).fetchone())["n"] == 0
     assert await stored_anywhere(store, TOKEN) == 0
+    assert TOKEN not in caplog.text  # nor logged
 
 
 @pytest.mark.parametrize(("capacity", "words"), [
@@ -64,7 +67,8 @@ async def test_a_capacity_its_pattern_lets_through_is_still_checked(api, store, 
     assert "volume_source.capacity" in (e.value.details() or "") and words in (e.value.details() or "")
 
 
-async def test_an_admission_token_alone_is_accepted_and_never_stored_or_returned(api, store, sim):
+async def test_an_admission_token_alone_is_accepted_and_never_stored_or_returned(api, store, sim, caplog):
+    caplog.set_level(logging.DEBUG)
     await apply_agent(store, sim)
     stub = sessions_pb2_grpc.SessionServiceStub(api.channel)
     request = sessions_pb2.CreateSessionRequest(request_id="tok", agent=AGENT, admission_token=TOKEN)
@@ -76,6 +80,7 @@ async def test_an_admission_token_alone_is_accepted_and_never_stored_or_returned
         assert TOKEN.encode() not in response.SerializeToString()
     assert not got.session.HasField("volume_source") and not got.session.HasField("last_quiescence_failure")
     assert await stored_anywhere(store, TOKEN) == 0
+    assert caplog.records and TOKEN not in caplog.text  # the server logged, and never the token
     # the token is no part of the request's identity: a retry without it is the same creation
     again = await stub.CreateSession(sessions_pb2.CreateSessionRequest(request_id="tok", agent=AGENT),
                                      metadata=api.md(), timeout=15)
