@@ -217,7 +217,10 @@ async def run_services(
         return shutdown is not None and shutdown.forced is not None
 
     grace = min(API_GRACE, settings.workers.shutdown_timeout)
-    store = await Store.open(url, pool_size=settings.database.pool_size, listen=api)
+    # database.url may be a transaction pooler; what needs a session of its own (LISTEN, leadership,
+    # procrastinate's listener, the simulator's session settings) connects to database.directUrl
+    direct_url = settings.database.direct_url or url
+    store = await Store.open(url, pool_size=settings.database.pool_size, listen=api, direct_url=direct_url)
     gauges = None
     server = None
     console: ConsoleServer | None = None
@@ -230,7 +233,7 @@ async def run_services(
             except OSError as e:
                 raise listen_error("metrics", "metrics.address", settings.metrics.address, e) from None
             gauges = asyncio.create_task(metrics.refresh_gauges(store, stop))
-        async with open_runtime(settings, url) as runtime:
+        async with open_runtime(settings, direct_url) as runtime:
             if api:
                 try:
                     server = ApiServer(settings, store, runtime=runtime)
@@ -258,7 +261,7 @@ async def run_services(
                     runtime.taskstore_address = f"{host}:{server.port}"  # simulated Actors report here
             if workers:
                 worker_task = asyncio.create_task(run_worker(settings, url, store, runtime, stop=stop,
-                                                             exit_on_drain=exit_on_drain,
+                                                             direct_url=direct_url, exit_on_drain=exit_on_drain,
                                                              on_drained=on_worker_drained))
             if on_ready is not None:
                 r = on_ready(server.port if server else None)
@@ -463,6 +466,8 @@ async def serve(settings: Settings, *, api: bool, workers: bool) -> int:
     if api and not settings.auth.tokens:
         log.warning("no auth.tokens configured: every call will be UNAUTHENTICATED")
     await check_async(url)  # DatabaseUnreachable: one line, not a traceback
+    if settings.database.direct_url:
+        await check_async(settings.database.direct_url)
     shutdown = Shutdown(settings.workers.shutdown_timeout)
     shutdown.install()
     try:
