@@ -37,6 +37,7 @@ class Options:
     settle: float = 120.0
     report: Path | None = None
     quiet: bool = False
+    pooler: str | None = None  # "pgbouncer": the processes' database.url goes through PgBouncer (transaction mode)
 
 
 def parse_duration(text: str) -> float:
@@ -66,7 +67,7 @@ class Harness:
         self.out = opts.out or Path(tempfile.mkdtemp(prefix=f"sessionq-soak-{time.strftime('%Y%m%d-%H%M%S')}-"))
         self.out.mkdir(parents=True, exist_ok=True)
         self.history = History(self.out)
-        self.cluster = Cluster(self.work, self.out, opts.database_url)
+        self.cluster = Cluster(self.work, self.out, opts.database_url, pooler=opts.pooler)
         self.sim: SimulatedSubstrate | None = None
         self.gateway: Gateway | None = None
         self.runner: FaultRunner | None = None
@@ -351,7 +352,8 @@ class Harness:
         tp = checks.throughput(h, load_start, load_end, self.runner.pg_events)
         result = {
             "seed": self.opts.seed, "duration_s": self.opts.duration, "clients": self.opts.clients,
-            "database": self.cluster.db.kind, "postgres_version": self.cluster.db.version(),
+            "database": self.cluster.db.kind + (f" via {self.opts.pooler}" if self.opts.pooler else ""),
+            "postgres_version": self.cluster.db.version(),
             "claim_lifetime_s": CLAIM_LIFETIME, "out": str(self.out),
             "operations": {k: dict(v) for k, v in sorted(outcomes.items())},
             "attempts": len(h.attempts),
