@@ -248,6 +248,9 @@ class WorkerJobManager(JobManager):
         metrics.JOB_ATTEMPTS.labels(task=job.task_name, outcome=outcome.value).inc()
 
 
+LISTEN_APPLICATION_NAME = "sessionq-listen-jobs"  # procrastinate's listener, as pg_stat_activity shows it
+
+
 class SessionConnector(PsycopgConnector):
     """procrastinate's connector whose listener connects to `direct_url`.
 
@@ -265,6 +268,7 @@ class SessionConnector(PsycopgConnector):
     async def _get_standalone_connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         options = dict(self._pool_args.get("kwargs") or {})
         options.pop("prepare_threshold", None)  # the pooler's constraint, not the direct server's
+        options["application_name"] = LISTEN_APPLICATION_NAME
         async with await psycopg.AsyncConnection.connect(self.direct_url, **options, autocommit=True) as connection:
             yield connection
 

@@ -220,8 +220,10 @@ class Listener:
         keyed: tuple[str, ...] = (),
         remember: int = 10_000,
         health: DatabaseHealth | None = None,
+        application_name: str = "sessionq-listen",
     ) -> None:
         self.url = conninfo(url)
+        self.application_name = application_name  # how operators (and the failover harness) see it
         self.health = health
         self.channels = channels
         self._subscribers: dict[str, set[Callable[[str | None], None]]] = {c: set() for c in channels}
@@ -292,7 +294,9 @@ class Listener:
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         try:
-            conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True, **connect_kwargs(self.url))
+            conn = await psycopg.AsyncConnection.connect(
+                self.url, autocommit=True, application_name=self.application_name, **connect_kwargs(self.url)
+            )
         except psycopg.OperationalError as e:
             if self.health is not None:
                 self.health.failed(e)
