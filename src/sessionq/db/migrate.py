@@ -21,7 +21,7 @@ def _sqlalchemy_url(url: str) -> str:
     if url.startswith("postgres://"):
         url = "postgresql://" + url[len("postgres://") :]
     rest = url[len("postgresql://") :]
-    netloc, slash, tail = rest.partition("/")
+    netloc, _, tail = rest.partition("/")
     userinfo, at, hosts = netloc.rpartition("@")
     if "," in hosts:
         path, question, query = tail.partition("?")
