@@ -154,14 +154,16 @@ class Formation:
         settings = [f"ALTER SYSTEM SET {k} = {v}" for k, v in MONITOR_SETTINGS.items()]
         self._monitor_sql(*settings, "SELECT pg_reload_conf()")
         monitor_uri = f"postgres://autoctl_node@127.0.0.1:{self.monitor_port}/pg_auto_failover?sslmode=disable"
+        self.url = ("postgresql://postgres@" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+                    + f"/{DATABASE}?target_session_attrs=read-write")
         for i, node in enumerate(self.nodes):
             node.keeper = self._spawn(
                 node.log, "create", "postgres", "--pgdata", str(node.pgdata), "--pgport", str(node.port),
                 "--listen", "127.0.0.1", "--name", node.name, "--dbname", DATABASE, "--monitor", monitor_uri,
                 *common, "--run")
-            want = "primary" if i == 0 else "secondary"
-            self._wait(lambda n=node, w=want: self._state(n.name) in ((w, "wait_primary") if w == "primary" else (w,)),
-                       240, f"{node.name} to become {want}", hurry=i > 0)
+            want = ("single", "primary", "wait_primary") if i == 0 else ("secondary",)
+            self._wait(lambda n=node, w=want: self._state(n.name) in w, 240, f"{node.name} to become {want[0]}",
+                       hurry=i > 0)
         for node in self.nodes:
             for key, value in KEEPER_SETTINGS.items():
                 self._run("config", "set", "--pgdata", str(node.pgdata), key, value)
@@ -169,8 +171,6 @@ class Formation:
                 assert node.keeper is not None
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(node.keeper.pid, signal.SIGHUP)  # pg_autoctl reloads its configuration
-        self.url = ("postgresql://postgres@" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
-                    + f"/{DATABASE}?target_session_attrs=read-write")
         self._wait(self._synchronous, 60, "synchronous replication to the standby")
 
     def _monitor_sql(self, *statements: str) -> list[Any] | None:

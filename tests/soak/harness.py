@@ -247,7 +247,8 @@ class Harness:
         background: list[asyncio.Task[Any]] = []
         clients: list[asyncio.Task[None]] = []
         try:
-            self.log(f"PostgreSQL ({'given URL' if opts.database_url else 'embedded'}), migrations ...")
+            where = "a pg_auto_failover formation" if opts.failover else "given URL" if opts.database_url else "embedded"
+            self.log(f"PostgreSQL ({where}), migrations ...")
             await asyncio.to_thread(self.cluster.setup)
             self.sim = SimulatedSubstrate(self.cluster.db.url, worker_pool_size=SIM_WORKERS)
             await self.sim.open()
