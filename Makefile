@@ -62,5 +62,10 @@ bench: install-test
 soak: install-test
 	$(PY) -m tests.soak --duration $(or $(DURATION),60s)
 
+## make failover DURATION=120s: the soak on a pg_auto_failover formation (monitor, primary, synchronous
+## standby), failing over twice (Debian packages pg-auto-failover-cli, postgresql-15-auto-failover)
+failover: install-test
+	$(PY) -m tests.soak --failover --duration $(or $(DURATION),120s)
+
 clean:
 	rm -rf $(VENV) .sessionq build *.egg-info
