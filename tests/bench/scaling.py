@@ -1,7 +1,8 @@
 """Scenario `scaling`: what one unit of work costs the primary (docs/scaling.md).
 
 Processes: one `sessionq serve` and one `sessionq worker` (the `create` set-up). Phases, each over the
-same N Sessions at 8 concurrent clients: CreateSession, SuspendSession, ResumeSession, and a turn (A2A
+same N Sessions at 8 concurrent clients: CreateSession, SuspendSession, ResumeSession (followed by the
+automatic suspension of the idle Session, waited for), and a turn (A2A
 SendMessage, which also dispatches, resumes the Actor, records the task, settles and is followed by
 the automatic suspension of the idle Session, waited for). For each phase: WAL bytes
 (pg_current_wal_insert_lsn) and WAL records (pg_stat_wal) of the server, commits of the database
@@ -146,8 +147,9 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
         idle = {k: v / idle_delta["t"] for k, v in idle_delta.items() if k != "t"}
         phases.append(await phase(srv, url, "create", n, lambda: each(list(range(n)), create), idle))
         phases.append(await phase(srv, url, "suspend", n, lambda: each(list(ids), suspend), idle))
-        phases.append(await phase(srv, url, "resume", n, lambda: each(list(ids), resume), idle))
-        await quiet()
+        # a resumed Session with no turn is idle: it is suspended again automatically (waited for)
+        phases.append(await phase(srv, url, "resume (+ idle suspension)", n, lambda: each(list(ids), resume), idle,
+                                  settle=quiet))
         phases.append(await phase(srv, url, "turn (+ idle suspension)", n, lambda: each(list(ids), turn), idle,
                                   settle=quiet))
         await channel.close()
