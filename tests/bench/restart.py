@@ -149,7 +149,7 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
         rate = max(1.0, capacity / 2)
         say(f"capacity (closed loop, {sizes['capacity_clients']} clients): {capacity:.1f} creations/s;"
             f" open loop at {rate:.1f}/s for {sizes['seconds']} s, PostgreSQL restarts at {sizes['seconds'] / 3:.0f} s")
-        restart = restarter(srv, srv.admin_url, log_dir / "restart")
+        restart = restarter(srv, url, log_dir / "restart")
         out = await open_loop(address, rate, float(sizes["seconds"]), "rs", float(sizes["seconds"]) / 3, restart)
         end = out["start"] + float(sizes["seconds"])
         rec = recovery(out["done"], out["start"], out["event"], end)
