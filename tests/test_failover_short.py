@@ -9,6 +9,7 @@ leader-only work must be back on the new primary (HA-3). Skipped when the packag
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -32,6 +33,9 @@ def test_two_failovers_lose_nothing(tmp_path: Path) -> None:
     why = _unavailable()
     if why:
         pytest.skip(f"no pg_auto_failover formation here: {why}")
+    if os.environ.get("SESSIONQ_TEST_DATABASE_URL"):
+        # the formation is its own PostgreSQL 15: the suite's run on another server would repeat it as is
+        pytest.skip("the failover harness builds its own PostgreSQL; it runs in the embedded run of the suite")
     report = tmp_path / "report.json"
     command = [sys.executable, "-m", "tests.soak", "--failover", "--duration", "90s", "--seed", "5",
                "--settle", "90s", "--out", str(tmp_path / "run"), "--report", str(report), "--quiet"]
