@@ -155,3 +155,17 @@ async def test_the_api_and_workers_through_one_pooled_server_connection(pooled_a
     assert await _through(via, "SELECT coalesce(current_setting('sessionq.actor', true), '')") == [""]
     assert await _through(via, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
                                " AND pid = pg_backend_pid()") == [0]
+
+
+@pytest.mark.clause("HA-2")
+def test_which_url_counts_as_a_pooler() -> None:
+    """Only a direct URL that differs from database.url makes it a pooler (no prepared statements);
+    no direct URL, or the same one in either spelling, keeps psycopg's default."""
+    from sessionq.db.connection import pooled, pooler_kwargs
+
+    direct = "postgresql://sq@db-rw:5432/sessionq"
+    assert pooled("postgresql://sq@db-pooler-rw:5432/sessionq", direct)
+    assert pooler_kwargs("postgresql://sq@db-pooler-rw:5432/sessionq", direct) == {"prepare_threshold": None}
+    assert not pooled(direct, None) and not pooled(direct, "") and not pooled(direct, direct)
+    assert not pooled("postgresql+psycopg://sq@db-rw:5432/sessionq", direct)
+    assert pooler_kwargs(direct, direct) == {}
