@@ -169,3 +169,16 @@ def test_which_url_counts_as_a_pooler() -> None:
     assert not pooled(direct, None) and not pooled(direct, "") and not pooled(direct, direct)
     assert not pooled("postgresql+psycopg://sq@db-rw:5432/sessionq", direct)
     assert pooler_kwargs(direct, direct) == {}
+
+
+@pytest.mark.clause("HA-2")
+async def test_operator_commands_poll_through_the_pooler(via: str) -> None:
+    """`sessionq workers`-style polling: two operator connections through the one server connection,
+    each running the same query more often than psycopg's prepare threshold."""
+    from sessionq.db.operator_store import OperatorStore
+
+    async with OperatorStore.connect(via) as first, OperatorStore.connect(via) as second:
+        for _ in range(8):
+            assert await first.workers() == []
+            assert await second.workers() == []
+    assert await _through(via, "SELECT name FROM pg_prepared_statements") == []
