@@ -206,6 +206,15 @@ class Key:
 
 KEYS: tuple[Key, ...] = (
     Key("database.url", _str, "", "PostgreSQL URL; empty means the embedded server (sessionq up only)."),
+    Key(
+        "database.directUrl",
+        _str,
+        "",
+        "PostgreSQL URL of the connections that need a session of their own (LISTEN, advisory-lock"
+        " leadership, procrastinate's listener, migrations); empty means database.url. Set it when"
+        " database.url is a pooler in transaction mode (PgBouncer): database.url then carries only"
+        " single transactions, without prepared statements.",
+    ),
     Key("database.poolSize", _int(2, 200), 10, "Connections per process in the sessionq pool."),
     Key("server.address", _address, "127.0.0.1:8083", "gRPC listen address (native gRPC, reflection, health)."),
     Key("server.httpAddress", _address, "127.0.0.1:8084", "HTTP listen address of A2A agent-card discovery."),
@@ -413,6 +422,11 @@ class Settings(Sections):
     def database_url(self) -> str:
         """database.url (the one key several commands also take as an option)."""
         return self.database.url
+
+    @property
+    def direct_url(self) -> str:
+        """database.directUrl, or database.url when it is empty: where session-level connections go."""
+        return self.database.direct_url or self.database.url
 
 
 def _flatten(prefix: str, data: Mapping[str, Any], out: dict[str, Any]) -> None:

@@ -87,12 +87,14 @@ class DatabaseSettings:
     """database.*"""
 
     url: str  # database.url
+    direct_url: str  # database.directUrl
     pool_size: int  # database.poolSize
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> DatabaseSettings:
         return cls(
             url=values["database.url"],
+            direct_url=values["database.directUrl"],
             pool_size=values["database.poolSize"],
         )
 

@@ -59,15 +59,28 @@ class Store:
         self.health: DatabaseHealth = getattr(pool, "health", None) or DatabaseHealth()
 
     @classmethod
-    async def open(cls, url: str, *, pool_size: int = 10, listen: bool = True, name: str = "sessionq") -> Store:
+    async def open(
+        cls,
+        url: str,
+        *,
+        pool_size: int = 10,
+        listen: bool = True,
+        name: str = "sessionq",
+        direct_url: str | None = None,
+    ) -> Store:
         """The pool, and with `listen` the LISTEN connection that wakes waiters; both report their
-        connection attempts to one DatabaseHealth, so calls fail fast while the database is gone."""
-        pool = make_pool(url, min_size=1, max_size=pool_size, name=name)
+        connection attempts to one DatabaseHealth, so calls fail fast while the database is gone.
+        The pool connects to `url` (which may be a pooler in transaction mode: every store method
+        is one transaction), the LISTEN connection to `direct_url` (default: `url`)."""
+        pool = make_pool(url, min_size=1, max_size=pool_size, name=name, direct_url=direct_url)
         await pool.open(wait=True, timeout=30)
         listener = None
         if listen:
             listener = Listener(
-                url, [Channel.SESSION, Channel.TASK, Channel.CHECKPOINT], keyed=(Channel.SESSION,), health=pool.health
+                direct_url or url,
+                [Channel.SESSION, Channel.TASK, Channel.CHECKPOINT],
+                keyed=(Channel.SESSION,),
+                health=pool.health,
             )
             await listener.start()
         return cls(pool, listener)

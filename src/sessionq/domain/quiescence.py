@@ -81,7 +81,7 @@ class QuiescencePool:
     async def run(self, stop: asyncio.Event) -> None:
         listener = None
         if self.listen:
-            listener = Listener(self.url, [Channel.IDLE])
+            listener = Listener(self.url, [Channel.IDLE], application_name="sessionq-listen-idle")
             listener.subscribe(Channel.IDLE, lambda _payload: self.wakeups.post())
             await listener.start()
         try:
