@@ -9,24 +9,29 @@
 -- event order, one task at a time (push_streams: a lease on the task's delivery stream).
 
 -- a2a_task: the task a caller names, visible to them with the access they need.
-CREATE OR REPLACE FUNCTION sessionq.a2a_task(p_task text, p_caller text, p_share_hash text, p_need text)
-RETURNS sessionq.tasks LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION sessionq.a2a_task(
+  p_task text, p_caller text, p_share_hash text, p_need text, p_namespace text DEFAULT NULL, p_agent text DEFAULT NULL
+) RETURNS sessionq.tasks LANGUAGE plpgsql AS $$
 DECLARE
   t sessionq.tasks;
+  v sessionq.sessions;
 BEGIN
   SELECT * INTO t FROM sessionq.tasks WHERE id = p_task;
   IF NOT FOUND THEN
-    PERFORM sessionq.fail('SQ404', format('task %s not found', sessionq.clip(p_task)), 'TASK_NOT_FOUND');
+    PERFORM sessionq.fail('SQ404', 'TaskNotFound: no such task or context', 'TASK_NOT_FOUND');
   END IF;
   BEGIN
-    PERFORM sessionq.visible_session(t.session_id, p_caller, p_share_hash, p_need);
+    v := sessionq.visible_session(t.session_id, p_caller, p_share_hash, p_need);
   EXCEPTION WHEN SQLSTATE 'SQ404' THEN
-    PERFORM sessionq.fail('SQ404', format('task %s not found', sessionq.clip(p_task)), 'TASK_NOT_FOUND');
+    PERFORM sessionq.fail('SQ404', 'TaskNotFound: no such task or context', 'TASK_NOT_FOUND');
   END;
+  IF p_namespace IS NOT NULL AND (v.agent_namespace <> p_namespace OR v.agent_name <> p_agent) THEN
+    PERFORM sessionq.fail('SQ404', 'TaskNotFound: no such task or context', 'TASK_NOT_FOUND');
+  END IF;
   RETURN t;
 END $$;
-COMMENT ON FUNCTION sessionq.a2a_task(text, text, text, text) IS
-  'The task p_task for a caller who needs p_need (read, write, owner) access to its Session (locked FOR UPDATE): TaskNotFound (SQ404, reason TASK_NOT_FOUND) when the task is missing or its Session is missing, deleted, expired or another user''s; PERMISSION_DENIED for a too weak share.';
+COMMENT ON FUNCTION sessionq.a2a_task(text, text, text, text, text, text) IS
+  'The task p_task for a caller who needs p_need (read, write, owner) access to its Session (locked FOR UPDATE), of Agent p_namespace/p_agent when given: TaskNotFound (SQ404, reason TASK_NOT_FOUND) when the task is missing, of another Agent, or its Session is missing, deleted, expired or another user''s; PERMISSION_DENIED for a too weak share.';
 
 -- a2a_list_tasks: the caller's visible tasks of one agent, newest first, filtered.
 CREATE OR REPLACE FUNCTION sessionq.a2a_list_tasks(

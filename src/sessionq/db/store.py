@@ -538,10 +538,14 @@ class Store:
 
     # -- A2A: visibility, streams, cancel, push notifications (schema/35_a2a.sql) ---------------
 
-    async def a2a_task(self, task_id: str, caller: str, share_hash: str | None, need: str = "read") -> Task:
-        """The task if the caller may see it with `need` access; SQ404 TASK_NOT_FOUND otherwise."""
+    async def a2a_task(
+        self, task_id: str, caller: str, share_hash: str | None, tenant: tuple[str, str] | None, need: str = "read"
+    ) -> Task:
+        """The task (of Agent `tenant`, when given) if the caller may see it with `need` access;
+        SQ404 TASK_NOT_FOUND otherwise."""
         value = await self._value(
-            "SELECT to_jsonb(sessionq.a2a_task(%s, %s, %s, %s))", (task_id, caller, share_hash, need)
+            "SELECT to_jsonb(sessionq.a2a_task(%s, %s, %s, %s, %s, %s))",
+            (task_id, caller, share_hash, need, tenant[0] if tenant else None, tenant[1] if tenant else None),
         )
         return Task.from_json(value)
 
