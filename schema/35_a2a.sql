@@ -308,11 +308,12 @@ DECLARE
 BEGIN
   t := sessionq.a2a_task(p_task, p_caller, p_share_hash, 'write');
   DELETE FROM sessionq.push_configs WHERE task_id = t.id AND id = p_id;
-  IF FOUND THEN
-    UPDATE sessionq.push_deliveries SET state = 'failed', last_error = 'the config was deleted', finished_at = clock_timestamp()
-     WHERE task_id = t.id AND config_id = p_id AND state = 'pending';
+  IF NOT FOUND THEN
+    RETURN false;
   END IF;
-  RETURN FOUND;
+  UPDATE sessionq.push_deliveries SET state = 'failed', last_error = 'the config was deleted', finished_at = clock_timestamp()
+   WHERE task_id = t.id AND config_id = p_id AND state = 'pending';
+  RETURN true;
 END $$;
 COMMENT ON FUNCTION sessionq.delete_push_config(text, text, text, text) IS
   'A2A DeleteTaskPushNotificationConfig: remove a config of a task the caller may write (its pending deliveries end failed); false when no such config.';

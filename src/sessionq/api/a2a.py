@@ -76,6 +76,7 @@ DEFAULT_PAGE = 50
 # how often a waiter re-reads without a notification (a fallback: NOTIFY wakes it at once)
 POLL = 1.0
 IDENTITY = "sessionq.identity"  # ServerCallContext.state key: the caller's Identity
+TENANT = "sessionq.tenant"  # ServerCallContext.state key: the Agent of an HTTP binding's path
 BUDGET = "sessionq.budget"  # ServerCallContext.state key: how long the call may wait (seconds)
 
 
@@ -160,7 +161,8 @@ class A2AHandler(RequestHandler):
         return who
 
     def _tenant(self, context: ServerCallContext, request: Any) -> tuple[str, str]:
-        tenant = context.tenant or getattr(request, "tenant", "")
+        """The Agent the call is for: the HTTP path's (TENANT in the state), else the request's tenant."""
+        tenant = context.state.get(TENANT) or context.tenant or getattr(request, "tenant", "")
         return parse_tenant(tenant)
 
     def _caller(self, context: ServerCallContext, request: Any) -> tuple[Identity, tuple[str, str]]:

@@ -43,7 +43,7 @@ from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sessionq import errors
-from sessionq.api.a2a import BUDGET, IDENTITY, A2AHandler
+from sessionq.api.a2a import BUDGET, IDENTITY, TENANT, A2AHandler
 from sessionq.api.common import Authenticator, credential_headers
 from sessionq.db.store import Store
 from sessionq.errors import SessionqError
@@ -189,7 +189,7 @@ class _ContextBuilder(DefaultServerCallContextBuilder):
         context = super().build(request)
         context.state[IDENTITY] = request.scope.get(IDENTITY)
         context.state[BUDGET] = HTTP_WAIT
-        context.tenant = request.scope.get("sessionq.tenant", "")
+        context.state[TENANT] = request.scope.get(TENANT, "")
         return context
 
 
@@ -218,7 +218,7 @@ class _Gate:
                 await response(scope, receive, send)
                 return
             scope[IDENTITY] = who
-            scope["sessionq.tenant"] = f"{m.group(1)}/{m.group(2)}"
+            scope[TENANT] = f"{m.group(1)}/{m.group(2)}"
         await self.app(scope, receive, send)
 
 
