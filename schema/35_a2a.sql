@@ -284,10 +284,20 @@ BEGIN
      SET url = EXCLUDED.url, token = EXCLUDED.token, auth_scheme = EXCLUDED.auth_scheme,
          auth_credentials = EXCLUDED.auth_credentials
   RETURNING * INTO p;
+  -- the receiver learns the task as it stands now (then every later event)
+  INSERT INTO sessionq.push_deliveries (task_id, config_id, event_seq, payload)
+  SELECT t.id, p.id, e.seq, jsonb_build_object('task', tt.task)
+    FROM sessionq.tasks tt, LATERAL (SELECT max(seq) AS seq FROM sessionq.events
+                                      WHERE session_id = tt.session_id AND task_id = tt.id) e
+   WHERE tt.id = t.id AND e.seq IS NOT NULL
+  ON CONFLICT DO NOTHING;
+  IF FOUND THEN
+    PERFORM sessionq.defer('deliver_push', t.id, jsonb_build_object('task_id', t.id));
+  END IF;
   RETURN to_jsonb(p) - 'auth_credentials';
 END $$;
 COMMENT ON FUNCTION sessionq.create_push_config(text, text, text, text, text, text, text, text) IS
-  'A2A CreateTaskPushNotificationConfig: add (or replace, by id) a push config of a task the caller may write; TaskNotFound otherwise. Returns the config without its credentials.';
+  'A2A CreateTaskPushNotificationConfig: add (or replace, by id) a push config of a task the caller may write (TaskNotFound otherwise) and queue a first notification with the task as it stands. Returns the config without its credentials.';
 
 CREATE OR REPLACE FUNCTION sessionq.list_push_configs(p_task text, p_caller text, p_share_hash text, p_id text)
 RETURNS SETOF jsonb LANGUAGE plpgsql AS $$
