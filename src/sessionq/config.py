@@ -208,7 +208,12 @@ KEYS: tuple[Key, ...] = (
     Key("database.url", _str, "", "PostgreSQL URL; empty means the embedded server (sessionq up only)."),
     Key("database.poolSize", _int(2, 200), 10, "Connections per process in the sessionq pool."),
     Key("server.address", _address, "127.0.0.1:8083", "gRPC listen address (native gRPC, reflection, health)."),
-    Key("server.httpAddress", _address, "127.0.0.1:8084", "HTTP listen address of A2A agent cards and the JSON-RPC and HTTP+JSON bindings."),
+    Key(
+        "server.httpAddress",
+        _address,
+        "127.0.0.1:8084",
+        "HTTP listen address of A2A agent cards and the JSON-RPC and HTTP+JSON bindings.",
+    ),
     Key(
         "server.consoleAddress",
         _optional_address,

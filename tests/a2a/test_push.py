@@ -84,7 +84,7 @@ async def test_push_delivery_retries_a_failing_receiver_and_keeps_order(env, sto
         assert len(receiver.accepted) == len(deliveries)
         assert [state_of(b) for b in receiver.accepted][-1] == "TASK_STATE_COMPLETED"
         assert len(deliveries) >= 2  # the task as it stood when the config was attached, then the final state
-        assert [state_of(b) for b in receiver.accepted][0] == "TASK_STATE_WORKING"
+        assert state_of(receiver.accepted[0]) == "TASK_STATE_WORKING"
         assert [d["event_seq"] for d in deliveries] == sorted(d["event_seq"] for d in deliveries)
         headers = receiver.requests[-1][0]
         assert headers["x-a2a-notification-token"] == "tok-1"

@@ -121,8 +121,9 @@ async def test_deleted_session_tasks_are_task_not_found(env, store, sim):
     await apply_agent(store, sim)
     async with env.client("GRPC", streaming=False) as client:
         t = await send(client, "What is 1+1?")
-        from sessionq._pb.kagent.api.v1alpha1 import sessions_pb2, sessions_pb2_grpc
         import grpc
+
+        from sessionq._pb.kagent.api.v1alpha1 import sessions_pb2, sessions_pb2_grpc
 
         async with grpc.aio.insecure_channel(env.grpc_address) as ch:
             await sessions_pb2_grpc.SessionServiceStub(ch).DeleteSession(

@@ -162,7 +162,7 @@ class A2AHandler(RequestHandler):
 
     def _tenant(self, context: ServerCallContext, request: Any) -> tuple[str, str]:
         """The Agent the call is for: the HTTP path's (TENANT in the state), else the request's tenant."""
-        tenant = context.state.get(TENANT) or context.tenant or getattr(request, "tenant", "")
+        tenant = str(context.state.get(TENANT) or context.tenant or getattr(request, "tenant", ""))
         return parse_tenant(tenant)
 
     def _caller(self, context: ServerCallContext, request: Any) -> tuple[Identity, tuple[str, str]]:

@@ -591,10 +591,10 @@ class Store:
         return str(value["outcome"])
 
     async def cancel_target(self, task_id: str) -> dict[str, Any] | None:
-        return await self._value("SELECT sessionq.cancel_target(%s)", (task_id,))  # type: ignore[no-any-return]
+        return await self._value("SELECT sessionq.cancel_target(%s)", (task_id,))
 
     async def finish_cancel(self, task_id: str) -> str | None:
-        return await self._value("SELECT sessionq.finish_cancel(%s)", (task_id,))  # type: ignore[no-any-return]
+        return await self._value("SELECT sessionq.finish_cancel(%s)", (task_id,))
 
     async def create_push_config(
         self,
@@ -607,7 +607,7 @@ class Store:
         scheme: str | None,
         credentials: str | None,
     ) -> dict[str, Any]:
-        return await self._value(  # type: ignore[no-any-return]
+        return await self._value(
             "SELECT sessionq.create_push_config(%s, %s, %s, %s, %s, %s, %s, %s)",
             (task_id, caller, share_hash, config_id, url, token, scheme, credentials),
         )
@@ -634,7 +634,7 @@ class Store:
         await self._rows("SELECT sessionq.release_push_stream(%s, %s)", (task_id, executor))
 
     async def next_push_delivery(self, task_id: str) -> dict[str, Any] | None:
-        return await self._value("SELECT sessionq.next_push_delivery(%s)", (task_id,))  # type: ignore[no-any-return]
+        return await self._value("SELECT sessionq.next_push_delivery(%s)", (task_id,))
 
     async def record_push_attempt(
         self, delivery: int, delivered: bool, status: int | None, error: str | None, give_up: bool
@@ -646,7 +646,8 @@ class Store:
     async def push_deliveries(self, task_id: str) -> list[dict[str, Any]]:
         """The deliveries of a task in order, for operators and tests."""
         return await self._rows(
-            "SELECT id, config_id, event_seq, payload, state, attempts, last_status, last_error, created_at, finished_at"
+            "SELECT id, config_id, event_seq, payload, state, attempts, last_status, last_error, created_at,"
+            " finished_at"
             " FROM sessionq.push_deliveries WHERE task_id = %s ORDER BY event_seq, id",
             (task_id,),
         )

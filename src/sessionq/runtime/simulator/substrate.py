@@ -865,7 +865,8 @@ class SimulatedSubstrate(FaultInjection):
             async with self._tx() as cur:
                 await self._lock_actor(cur, atespace, name, uid)
                 await cur.execute(
-                    "INSERT INTO substrate_sim.turn_cancels (actor_uid, task_id) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+                    "INSERT INTO substrate_sim.turn_cancels (actor_uid, task_id) VALUES (%s, %s)"
+                    " ON CONFLICT DO NOTHING",
                     (uid, task_id),
                 )
                 await cur.execute(
