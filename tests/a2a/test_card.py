@@ -39,8 +39,8 @@ async def test_card_resolved_by_the_sdk_and_dialled_as_it_is(env, store, sim):
     assert [s.id for s in default.skills] == ["chat"]
 
     # every interface of the card, dialled as it is by the SDK's factory
-    from a2a.client import ClientConfig, ClientFactory
     import grpc
+    from a2a.client import ClientConfig, ClientFactory
 
     for binding in TRANSPORTS:
         client = ClientFactory(ClientConfig(
