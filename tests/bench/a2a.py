@@ -110,7 +110,7 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
         http = httpx.AsyncClient(timeout=60)
         ctx = ClientCallContext(service_parameters={"authorization": f"Bearer {TOKEN}"}, timeout=60)
         card_url = f"http://127.0.0.1:{http_port}/api/a2a/{NAMESPACE}/{AGENT}/.well-known/agent-card.json"
-        card = json_card = (await http.get(card_url, headers={"Authorization": f"Bearer {TOKEN}"})).json()
+        json_card = (await http.get(card_url, headers={"Authorization": f"Bearer {TOKEN}"})).json()
         from google.protobuf import json_format
 
         card = json_format.ParseDict(json_card, a2a_pb2.AgentCard(), ignore_unknown_fields=True)
@@ -151,7 +151,7 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
             request = a2a_pb2.SendMessageRequest(message=message(sid, "What is 3+3?"))
             t0 = time.monotonic()
             first = None
-            async for event in streaming.send_message(request, context=ctx):
+            async for _event in streaming.send_message(request, context=ctx):
                 if first is None:
                     first = time.monotonic() - t0
             assert first is not None
