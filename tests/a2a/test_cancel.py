@@ -52,7 +52,7 @@ async def test_cancel_of_a_task_waiting_for_input(env, store, sim):
         assert canceled.status.state == a2a_pb2.TASK_STATE_CANCELED
         assert not [c for c in await sim.calls() if c["method"] == "cancel_turn"]  # nothing ran
         # it cannot be continued any more, and a new turn of the Session works
-        with pytest.raises(Exception):  # noqa: B017 - FAILED_PRECONDITION; the binding decides the class
+        with pytest.raises(Exception):
             await send(client, "for two", waiting.context_id, waiting.id)
         again = await client.cancel_task(a2a_pb2.CancelTaskRequest(id=waiting.id), context=as_user())
         assert again.status.state == a2a_pb2.TASK_STATE_CANCELED  # idempotent
