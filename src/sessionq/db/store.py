@@ -568,13 +568,12 @@ class Store:
              before[0] if before else None, before[1] if before else None, limit),
         )
         total = int(rows[0]["total"]) if rows else 0
-        if not rows and before is not None:
-            total = len(
-                await self._rows(
-                    "SELECT 1 FROM sessionq.a2a_list_tasks(%s, %s, %s, %s, %s, %s, %s, NULL, NULL, 1)",
-                    (caller, share_hash, namespace, agent, context, state, updated_after),
-                )
+        if not rows and before is not None:  # past the last page: the total of all that match
+            first = await self._rows(
+                "SELECT total FROM sessionq.a2a_list_tasks(%s, %s, %s, %s, %s, %s, %s, NULL, NULL, 1)",
+                (caller, share_hash, namespace, agent, context, state, updated_after),
             )
+            total = int(first[0]["total"]) if first else 0
         return [r["task"] for r in rows], [(r["created_at"], r["id"]) for r in rows], total
 
     async def a2a_task_snapshot(self, task_id: str) -> dict[str, Any] | None:
