@@ -84,10 +84,11 @@ CREATE TABLE sessionq.task_cancels (
   requested_by text NOT NULL,
   requested_at timestamptz NOT NULL DEFAULT clock_timestamp(),
   finished_at  timestamptz,
-  outcome      text CHECK (outcome IN ('canceled', 'already_final'))
+  outcome      text CHECK (outcome IN ('canceled', 'already_final')),
+  actor_told_at timestamptz
 );
 COMMENT ON TABLE sessionq.task_cancels IS
-  'A2A CancelTask intents: one per task. finished_at is set once the task was ended CANCELED (or had already ended on its own: already_final).';
+  'A2A CancelTask intents: one per task. finished_at is set once the task was ended CANCELED (or had already ended on its own: already_final); actor_told_at once the Actor was told to stop (or had nothing to stop).';
 
 CREATE OR REPLACE FUNCTION sessionq.is_terminal_state(p_state text) RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $$
@@ -157,8 +158,8 @@ BEGIN
   END IF;
   -- waiting for input (settled): nothing runs, end it now
   PERFORM sessionq.publish_canceled(v, t);
-  INSERT INTO sessionq.task_cancels (task_id, session_id, requested_by, finished_at, outcome)
-  VALUES (t.id, v.id, p_caller, clock_timestamp(), 'canceled');
+  INSERT INTO sessionq.task_cancels (task_id, session_id, requested_by, finished_at, outcome, actor_told_at)
+  VALUES (t.id, v.id, p_caller, clock_timestamp(), 'canceled', clock_timestamp());
   RETURN jsonb_build_object('outcome', 'finished');
 END $$;
 COMMENT ON FUNCTION sessionq.admit_cancel(text, text, text) IS
@@ -170,10 +171,17 @@ LANGUAGE sql STABLE AS $$
   SELECT jsonb_build_object('task_id', c.task_id, 'session_id', s.id, 'actor_atespace', s.actor_atespace,
                             'actor_name', s.actor_name, 'actor_uid', s.actor_uid)
     FROM sessionq.task_cancels c JOIN sessionq.sessions s ON s.id = c.session_id
-   WHERE c.task_id = p_task AND c.finished_at IS NULL
+   WHERE c.task_id = p_task AND c.actor_told_at IS NULL
 $$;
 COMMENT ON FUNCTION sessionq.cancel_target(text) IS
-  'Internal to the cancel_task job: the pending cancel of a task with its Session''s Actor (atespace, name, uid); NULL when finished or absent.';
+  'Internal to the cancel_task job: a cancel whose Actor was not told yet, with its Session''s Actor (atespace, name, uid); NULL when done or absent.';
+
+CREATE OR REPLACE FUNCTION sessionq.cancel_told(p_task text) RETURNS void
+LANGUAGE sql AS $$
+  UPDATE sessionq.task_cancels SET actor_told_at = clock_timestamp() WHERE task_id = p_task AND actor_told_at IS NULL
+$$;
+COMMENT ON FUNCTION sessionq.cancel_told(text) IS
+  'The cancel_task job''s last step: the Actor was told to stop the task (or had nothing to stop).';
 
 -- finish_cancel: after the Actor was told, end the task CANCELED (unless it ended on its own).
 CREATE OR REPLACE FUNCTION sessionq.finish_cancel(p_task text) RETURNS text

@@ -592,6 +592,9 @@ class Store:
     async def cancel_target(self, task_id: str) -> dict[str, Any] | None:
         return await self._value("SELECT sessionq.cancel_target(%s)", (task_id,))
 
+    async def cancel_told(self, task_id: str) -> None:
+        await self._rows("SELECT sessionq.cancel_told(%s)", (task_id,))
+
     async def finish_cancel(self, task_id: str) -> str | None:
         return await self._value("SELECT sessionq.finish_cancel(%s)", (task_id,))
 
