@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from sessionq import errors
+from sessionq import errors, metrics
 from sessionq.db.store import Store
 
 log = logging.getLogger(__name__)
@@ -91,6 +91,7 @@ async def deliver(
             ok, status, error = await _post(http, d, allow_private)
             give_up = not ok and d["attempts"] + 1 >= max_attempts
             await store.record_push_attempt(d["id"], ok, status, error, give_up)
+            metrics.PUSH_DELIVERIES.labels(outcome="delivered" if ok else "failed" if give_up else "retried").inc()
             if ok:
                 delivered += 1
             elif not give_up:
