@@ -93,3 +93,34 @@ async def test_a_stream_ends_canceled_when_the_task_is_canceled(env, store, sim)
         assert canceled.status.state == a2a_pb2.TASK_STATE_CANCELED
         rest = [e async for e in stream]
         assert state_of(rest[-1]) == a2a_pb2.TASK_STATE_CANCELED
+
+
+async def test_any_replica_serves_the_stream(env, store, sim, database_url, a2a_settings):
+    """A second API replica (its own pool and LISTEN connection) follows a turn sent through the first."""
+    import grpc
+
+    from sessionq.api.server import ApiServer
+    from sessionq.db.store import Store
+
+    await apply_agent(store, sim)
+    other_store = await Store.open(database_url, pool_size=4)
+    replica = ApiServer(a2a_settings, other_store, address="127.0.0.1:0", runtime=sim)
+    await replica.start()
+    try:
+        async with env.client("GRPC", streaming=True) as client:
+            stream = client.send_message(
+                a2a_pb2.SendMessageRequest(message=user_message("[slow:1.5] What is 8+8?")), context=as_user())
+            first = await anext(stream)
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{replica.port}") as channel:
+                from a2a.types import a2a_pb2_grpc
+
+                call = a2a_pb2_grpc.A2AServiceStub(channel).SubscribeToTask(
+                    a2a_pb2.SubscribeToTaskRequest(tenant="kagent/my-first-agent", id=first.task.id),
+                    metadata=[("authorization", "Bearer alice-token")], timeout=30)
+                on_replica = [e async for e in call]
+            rest = [e async for e in stream]
+        assert on_replica[0].task.id == first.task.id
+        assert state_of(on_replica[-1]) == state_of(rest[-1]) == a2a_pb2.TASK_STATE_COMPLETED
+    finally:
+        await replica.stop(0)
+        await other_store.close()
