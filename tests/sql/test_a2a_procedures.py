@@ -55,3 +55,23 @@ async def test_what_is_not_an_http_url_is_refused_always(url: str) -> None:
 
 async def test_a_public_address_is_accepted() -> None:
     await check_target("https://93.184.216.34/hook", allow_private=False)
+
+
+def test_validation_errors_on_a2a_methods_carry_the_a2a_domain() -> None:
+    """The shared interceptor's INVALID_ARGUMENT details: on an A2A method also ErrorInfo
+    INVALID_PARAMS of the A2A domain, which the a2a-sdk's gRPC client raises as InvalidParamsError."""
+    from google.rpc import error_details_pb2, status_pb2
+
+    from sessionq._pb.buf.validate import validate_pb2
+    from sessionq.api.validation import status_details
+
+    violation = validate_pb2.Violation(rule_id="string.min_len", message="too short")
+    for a2a, expected in ((True, [("a2a-protocol.org", "INVALID_PARAMS")]), (False, [])):
+        status = status_pb2.Status.FromString(status_details([violation], a2a))
+        infos = []
+        for detail in status.details:
+            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+                info = error_details_pb2.ErrorInfo()
+                detail.Unpack(info)
+                infos.append((info.domain, info.reason))
+        assert infos == expected

@@ -293,17 +293,18 @@ class A2AHandler(RequestHandler):
     async def on_message_send(self, params: a2a_pb2.SendMessageRequest, context: ServerCallContext) -> a2a_pb2.Task:
         session, dispatch_id, _ = await self._admit(params, context)
         who = self._who(context)
-        budget = self._budget(context)
+        deadline = time.monotonic() + self._budget(context)
         config = params.configuration
         history = config.history_length if config.HasField("history_length") else None
         if config.return_immediately or config.HasField("task_push_notification_config"):
-            created = await self._task_of_dispatch(session.id, dispatch_id, budget)
+            created = await self._task_of_dispatch(session.id, dispatch_id, deadline - time.monotonic())
             if created is None:
                 raise errors.unavailable("the turn has not started yet; retry later")
             await self._attach_push(who, created.id, params)
             if config.return_immediately:
                 return task_from_json(json_format.MessageToDict(created), history)
-        outcome, value = await self.store.wait_for_turn(session.id, dispatch_id, budget)
+        remaining = max(0.0, deadline - time.monotonic())
+        outcome, value = await self.store.wait_for_turn(session.id, dispatch_id, remaining)
         if outcome == "task":
             return task_from_json(value.task, history)
         if outcome == "failed":  # the reason is a user-facing one (turns.py); details are in the worker's log
@@ -318,7 +319,7 @@ class A2AHandler(RequestHandler):
     ) -> AsyncGenerator[a2a_pb2.StreamResponse]:
         session, dispatch_id, continued = await self._admit(params, context)
         who = self._who(context)
-        created = await self._task_of_dispatch(session.id, dispatch_id, max(self._budget(context), 60.0))
+        created = await self._task_of_dispatch(session.id, dispatch_id, self._budget(context))
         if created is None:
             raise errors.unavailable("the turn has not started yet; subscribe to the task later")
         await self._attach_push(who, created.id, params)
