@@ -270,13 +270,14 @@ KEYS: tuple[Key, ...] = (
         _str,
         "",
         "Base URL (http://host:port) the agent cards advertise for the JSON-RPC and HTTP+JSON bindings;"
-        " empty: derived from server.httpAddress.",
+        " empty: the address the card request reached (its Host).",
     ),
     Key(
         "a2a.publicGrpcAddress",
         _str,
         "",
-        "host:port the agent cards advertise for the gRPC binding; empty: derived from server.address.",
+        "host:port the agent cards advertise for the gRPC binding; empty: server.address (a wildcard host"
+        " replaced by the host the card request reached).",
     ),
     Key("workers.concurrency", _int(1, 256), 16, "Concurrent procrastinate jobs per worker process."),
     Key(

@@ -273,8 +273,18 @@ class AgentCardServer:
         if handler is not None and handler.card is None:
             handler.card = self.extended_card
 
-    def _base(self) -> str:
-        return self.base_url or f"http://127.0.0.1:{self.port}"
+    def _base(self, seen_as: str | None = None) -> str:
+        """The base URL the card advertises: a2a.publicUrl, else how the client reached this server
+        (the card request's Host), else this server's loopback address."""
+        return self.base_url or seen_as or f"http://127.0.0.1:{self.port}"
+
+    def _grpc(self, host: str | None = None) -> str:
+        """The gRPC address the card advertises: a wildcard listen host is replaced by the host the
+        client reached this server by (else 127.0.0.1)."""
+        listen, _, port = self.grpc_address.rpartition(":")
+        if listen in ("0.0.0.0", "::", "[::]", ""):
+            return f"{host or '127.0.0.1'}:{port}"
+        return self.grpc_address
 
     async def extended_card(self, namespace: str, name: str, extended: bool) -> a2a_pb2.AgentCard:
         try:
@@ -283,9 +293,11 @@ class AgentCardServer:
             if e.sqlstate == "SQ404":
                 raise SessionqError("SQ404", f"agent {namespace}/{name} not found") from None
             raise
-        return agent_card(agent, self.grpc_address, self._base(), extended)
+        return agent_card(agent, self._grpc(), self._base(), extended)
 
-    async def card(self, headers: list[tuple[str, str]], path: str) -> tuple[int, dict[str, object]]:
+    async def card(
+        self, headers: list[tuple[str, str]], path: str, seen_as: str | None = None, host: str | None = None
+    ) -> tuple[int, dict[str, object]]:
         m = PATH.match(path)
         if not m:
             return 404, {"error": "not found"}
@@ -296,11 +308,13 @@ class AgentCardServer:
             agent = await self.store.get_agent(namespace, name)
         except SessionqError as e:
             return HTTP_CODES.get(e.sqlstate, 500), {"error": errors.clip(e.message, errors.MAX_STATUS_MESSAGE)}
-        return 200, json_format.MessageToDict(agent_card(agent, self.grpc_address, self._base()))
+        return 200, json_format.MessageToDict(agent_card(agent, self._grpc(host), self._base(seen_as)))
 
     async def _card_endpoint(self, request: Request) -> Response:
         try:
-            status, body = await self.card(list(request.headers.items()), request.url.path)
+            seen_as = f"{request.url.scheme}://{request.url.netloc}" if request.url.netloc else None
+            status, body = await self.card(list(request.headers.items()), request.url.path, seen_as,
+                                           request.url.hostname)
         except Exception:
             log.exception("agent card request failed")
             status, body = 500, {"error": "internal error; see the server log"}
