@@ -14,7 +14,7 @@ from sessionq.jobs import a2a, agents, bridge, checkpoints, dispatch, history, o
 
 from sessionq.db.connection import FailFastPool, connect_kwargs, conninfo
 
-QUEUES = ("operations", "dispatch", "agents", "periodic")
+QUEUES = ("operations", "dispatch", "agents", "periodic", "a2a")
 
 # Lifecycle work must eventually finish even when no client retries: retry for a few minutes
 # with growing waits (0, 1, 2, ... s); after that a client retry (or `sessionq jobs retry`) re-queues it.
