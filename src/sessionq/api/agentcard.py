@@ -116,9 +116,10 @@ def to_sdk_error(e: SessionqError) -> sdk.A2AError:
         return sdk.InvalidParamsError(message)
     if e.sqlstate == "SQ404":
         return sdk.TaskNotFoundError(message)
-    if e.sqlstate in ("SQ401", "SQ403", "SQ412", "SQ422"):
+    if e.sqlstate in ("SQ401", "SQ403", "SQ409", "SQ412", "SQ422"):
+        # not allowed, or not now (a turn is running, the session is suspended): the request's fault
         return sdk.InvalidRequestError(message)
-    return sdk.InternalError(message)  # SQ409 / SQ503 / SQ504: retry (the message says so)
+    return sdk.InternalError(message)  # SQ503 / SQ504: transient on the server's side; retry
 
 
 class SdkErrors(RequestHandler):
