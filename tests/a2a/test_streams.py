@@ -124,3 +124,19 @@ async def test_any_replica_serves_the_stream(env, store, sim, database_url, a2a_
     finally:
         await replica.stop(0)
         await other_store.close()
+
+
+@pytest.mark.parametrize("transport", ["GRPC", "HTTP+JSON"])
+async def test_streaming_a_continuation(env, store, sim, transport):
+    await apply_agent(store, sim)
+    async with env.client(transport, streaming=True) as client:
+        first_turn = [e async for e in client.send_message(
+            a2a_pb2.SendMessageRequest(message=user_message("[input-required] Book a table")), context=as_user())]
+        waiting = first_turn[0].task
+        assert state_of(first_turn[-1]) == a2a_pb2.TASK_STATE_INPUT_REQUIRED
+        reply = user_message("[slow:0.5] for two", waiting.context_id, waiting.id)
+        events = [e async for e in client.send_message(a2a_pb2.SendMessageRequest(message=reply), context=as_user())]
+        assert events[0].HasField("task") and events[0].task.id == waiting.id
+        assert events[0].task.status.state == a2a_pb2.TASK_STATE_WORKING
+        assert state_of(events[-1]) == a2a_pb2.TASK_STATE_COMPLETED
+        assert [state_of(e) for e in events].count(a2a_pb2.TASK_STATE_COMPLETED) == 1

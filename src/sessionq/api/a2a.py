@@ -323,12 +323,18 @@ class A2AHandler(RequestHandler):
         if created is None:
             raise errors.unavailable("the turn has not started yet; subscribe to the task later")
         await self._attach_push(who, created.id, params)
-        # a new task's history starts with its creation; a continuation's with the admission
-        after = session.last_event_seq if continued else 0
+        # a new task's stream is its whole history (it starts with the task's creation); a
+        # continuation's starts with the task as it stands now, then what follows
+        after = 0
         if continued:
             snapshot = await self.store.a2a_task_snapshot(created.id)
-            if snapshot is not None:
-                yield a2a_pb2.StreamResponse(task=task_from_json(snapshot["task"]))
+            if snapshot is None:
+                raise task_not_found()
+            first = a2a_pb2.StreamResponse(task=task_from_json(snapshot["task"]))
+            yield first
+            if ends_turn(first):
+                return
+            after = int(snapshot["last_seq"])
         async for item in self._follow(session.id, created.id, after):
             yield item
 
