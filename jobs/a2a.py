@@ -11,7 +11,8 @@ from sessionq.domain import cancel, push
 async def cancel_task(context: JobContext, task_id: str) -> str | None:
     """Tell the Actor to stop the task and end it CANCELED (queueing lock cancel:<task id>)."""
     d = deps(context)
-    return await cancel.cancel_task(d.store, d.runtime, task_id)
+    outcome = await cancel.cancel_task(d.store, d.runtime, task_id)
+    return outcome.value if outcome is not None else None
 
 
 async def deliver_push(context: JobContext, task_id: str) -> int:

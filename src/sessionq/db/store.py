@@ -30,6 +30,8 @@ from sessionq.models import (
     AdmissionOutcome,
     Agent,
     ApplyMode,
+    CancelAdmission,
+    CancelOutcome,
     Checkpoint,
     CheckpointClaim,
     CheckpointClaimStatus,
@@ -584,10 +586,10 @@ class Store:
     async def a2a_task_events(self, session_id: UUID, task_id: str, after: int) -> list[dict[str, Any]]:
         return await self._rows("SELECT * FROM sessionq.a2a_task_events(%s, %s, %s)", (session_id, task_id, after))
 
-    async def admit_cancel(self, task_id: str, caller: str, share_hash: str | None) -> str:
-        """Record a cancel intent: "pending" (the cancel_task job tells the Actor) or "finished"."""
+    async def admit_cancel(self, task_id: str, caller: str, share_hash: str | None) -> CancelAdmission:
+        """Record a cancel intent: PENDING (the cancel_task job ends the task and tells the Actor) or FINISHED."""
         value = await self._value("SELECT sessionq.admit_cancel(%s, %s, %s)", (task_id, caller, share_hash))
-        return str(value["outcome"])
+        return CancelAdmission(value["outcome"])
 
     async def cancel_target(self, task_id: str) -> dict[str, Any] | None:
         return await self._value("SELECT sessionq.cancel_target(%s)", (task_id,))
@@ -595,8 +597,9 @@ class Store:
     async def cancel_told(self, task_id: str) -> None:
         await self._rows("SELECT sessionq.cancel_told(%s)", (task_id,))
 
-    async def finish_cancel(self, task_id: str) -> str | None:
-        return await self._value("SELECT sessionq.finish_cancel(%s)", (task_id,))
+    async def finish_cancel(self, task_id: str) -> CancelOutcome | None:
+        value = await self._value("SELECT sessionq.finish_cancel(%s)", (task_id,))
+        return CancelOutcome(value) if value is not None else None
 
     async def create_push_config(
         self,

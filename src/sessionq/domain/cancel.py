@@ -14,12 +14,13 @@ from __future__ import annotations
 import logging
 
 from sessionq.db.store import Store
+from sessionq.models import CancelOutcome
 from sessionq.runtime.base import Code, Substrate, SubstrateError
 
 log = logging.getLogger(__name__)
 
 
-async def cancel_task(store: Store, runtime: Substrate, task_id: str) -> str | None:
+async def cancel_task(store: Store, runtime: Substrate, task_id: str) -> CancelOutcome | None:
     """Carry out the pending cancel of a task; returns finish_cancel's outcome (None: nothing pending)."""
     target = await store.cancel_target(task_id)
     if target is None:
