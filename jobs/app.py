@@ -10,11 +10,11 @@ from typing import Any
 from procrastinate import App, RetryStrategy
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
-from sessionq.jobs import agents, bridge, checkpoints, dispatch, history, operations, periodic, reaper
+from sessionq.jobs import a2a, agents, bridge, checkpoints, dispatch, history, operations, periodic, reaper
 
 from sessionq.db.connection import FailFastPool, connect_kwargs, conninfo, pooler_kwargs
 
-QUEUES = ("operations", "dispatch", "agents", "periodic")
+QUEUES = ("operations", "dispatch", "agents", "periodic", "a2a")
 
 # Lifecycle work must eventually finish even when no client retries: retry for a few minutes
 # with growing waits (0, 1, 2, ... s); after that a client retry (or `sessionq jobs retry`) re-queues it.
@@ -68,6 +68,12 @@ def build_app(url: str, *, pool_size: int = 4, expiry: bool = True, direct_url: 
     )(checkpoints.retry_quiescence)
     # a failed dispatch is ended (its task abandoned) rather than retried: the user sends again
     app.task(name="dispatch_turn", queue="dispatch", pass_context=True, retry=False)(dispatch.dispatch_turn)
+    # A2A: a cancel retries until the Actor was told; a push notification retries with exponential
+    # backoff (1, 2, 4, ... s) while its receiver fails, a2a.push.maxAttempts times in all
+    app.task(name="cancel_task", queue="a2a", pass_context=True, retry=OPERATION_RETRY)(a2a.cancel_task)
+    app.task(
+        name="deliver_push", queue="a2a", pass_context=True, retry=RetryStrategy(max_attempts=100, exponential_wait=1)
+    )(a2a.deliver_push)
     periodic.register(app, expiry=expiry)
     reaper.register(app)
     history.register(app)

@@ -217,7 +217,12 @@ KEYS: tuple[Key, ...] = (
     ),
     Key("database.poolSize", _int(2, 200), 10, "Connections per process in the sessionq pool."),
     Key("server.address", _address, "127.0.0.1:8083", "gRPC listen address (native gRPC, reflection, health)."),
-    Key("server.httpAddress", _address, "127.0.0.1:8084", "HTTP listen address of A2A agent-card discovery."),
+    Key(
+        "server.httpAddress",
+        _address,
+        "127.0.0.1:8084",
+        "HTTP listen address of A2A agent cards and the JSON-RPC and HTTP+JSON bindings.",
+    ),
     Key(
         "server.consoleAddress",
         _optional_address,
@@ -262,6 +267,34 @@ KEYS: tuple[Key, ...] = (
         "Largest A2A message SendMessage admits (bytes of its protobuf encoding, 1024 to 64 MiB); a larger"
         " one answers INVALID_ARGUMENT. The API's gRPC message limit and the Actors' task store channel are"
         " sized from it: 8 times it plus 1 MiB, at least 4 MiB.",
+    ),
+    Key(
+        "a2a.push.allowPrivateTargets",
+        _bool,
+        False,
+        "Whether A2A push notifications may go to loopback, private-range and link-local addresses (refused"
+        " by default: a config naming one answers INVALID_ARGUMENT, and a delivery that resolves to one fails).",
+    ),
+    Key("a2a.push.timeout", _positive_duration, 10.0, "Timeout of one A2A push notification POST."),
+    Key(
+        "a2a.push.maxAttempts",
+        _int(1, 100),
+        8,
+        "Attempts at one A2A push notification (retried with exponential backoff) before it is recorded failed.",
+    ),
+    Key(
+        "a2a.publicUrl",
+        _str,
+        "",
+        "Base URL (http://host:port) the agent cards advertise for the JSON-RPC and HTTP+JSON bindings;"
+        " empty: the address the card request reached (its Host).",
+    ),
+    Key(
+        "a2a.publicGrpcAddress",
+        _str,
+        "",
+        "host:port the agent cards advertise for the gRPC binding; empty: server.address (a wildcard host"
+        " replaced by the host the card request reached).",
     ),
     Key("workers.concurrency", _int(1, 256), 16, "Concurrent procrastinate jobs per worker process."),
     Key(

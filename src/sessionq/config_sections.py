@@ -33,6 +33,23 @@ class RuntimeSubstrateTlsSettings:
 
 
 @dataclass(frozen=True)
+class A2aPushSettings:
+    """a2a.push.*"""
+
+    allow_private_targets: bool  # a2a.push.allowPrivateTargets
+    timeout: float  # a2a.push.timeout
+    max_attempts: int  # a2a.push.maxAttempts
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> A2aPushSettings:
+        return cls(
+            allow_private_targets=values["a2a.push.allowPrivateTargets"],
+            timeout=values["a2a.push.timeout"],
+            max_attempts=values["a2a.push.maxAttempts"],
+        )
+
+
+@dataclass(frozen=True)
 class RuntimeSimulatorSettings:
     """runtime.simulator.*"""
 
@@ -170,11 +187,17 @@ class A2aSettings:
     """a2a.*"""
 
     max_message_bytes: int  # a2a.maxMessageBytes
+    push: A2aPushSettings  # a2a.push.*
+    public_url: str  # a2a.publicUrl
+    public_grpc_address: str  # a2a.publicGrpcAddress
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> A2aSettings:
         return cls(
             max_message_bytes=values["a2a.maxMessageBytes"],
+            push=A2aPushSettings.from_values(values),
+            public_url=values["a2a.publicUrl"],
+            public_grpc_address=values["a2a.publicGrpcAddress"],
         )
 
 

@@ -74,6 +74,12 @@ JOB_ATTEMPTS = Counter(
     "Ended job attempts by task and outcome (succeeded, failed, retried, aborted)",
     ["task", "outcome"],
 )
+# counted by the deliver_push job (domain/push.py)
+PUSH_DELIVERIES = Counter(
+    "sessionq_push_attempts",
+    "A2A push notification attempts by outcome (delivered, retried, failed)",
+    ["outcome"],
+)
 
 JOB_STATES = ("todo", "doing", "failed", "cancelled", "aborted")
 WORKER_STATES = ("running", "draining", "stalled")

@@ -141,6 +141,28 @@ class AttemptFailure(enum.StrEnum):
     INTERNAL_ERROR = "InternalError"  # anything else: only its type is shown; the worker log has the rest
 
 
+class PushDeliveryState(enum.StrEnum):
+    """push_deliveries.state: an A2A push notification waits, was delivered, or was given up."""
+
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+
+
+class CancelOutcome(enum.StrEnum):
+    """task_cancels.outcome (and finish_cancel's result): how an A2A cancel intent ended."""
+
+    CANCELED = "canceled"
+    ALREADY_FINAL = "already_final"  # the task reached a final state on its own first
+
+
+class CancelAdmission(enum.StrEnum):
+    """admit_cancel's outcome: the Actor is being told (pending), or the task is already ended."""
+
+    PENDING = "pending"
+    FINISHED = "finished"
+
+
 class JobAttemptOutcome(enum.StrEnum):
     """job_attempts.outcome: how one attempt of a job ended."""
 

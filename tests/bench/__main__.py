@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 SCENARIOS = ("create", "wake", "burst", "checkpoint", "expiry", "validation", "history", "adapter", "restart",
-             "failover", "scaling")
+             "failover", "scaling", "a2a")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -28,6 +28,8 @@ COLUMNS: dict[tuple[str, str], type[StrEnum]] = {
     ("checkpoints", "state"): models.CheckpointState,
     ("tasks", "phase"): models.TaskPhase,
     ("job_attempts", "outcome"): models.JobAttemptOutcome,
+    ("push_deliveries", "state"): models.PushDeliveryState,
+    ("task_cancels", "outcome"): models.CancelOutcome,
 }
 
 # enum -> the procedures whose first result column (status / outcome) it holds

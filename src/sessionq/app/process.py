@@ -36,7 +36,7 @@ from sessionq.api.agentcard import AgentCardServer
 from sessionq.api.server import ApiServer
 from sessionq.app.runtime import ServedSimulator, open_runtime, start_served_simulator, substrate_options
 from sessionq.app.worker import run_worker
-from sessionq.config import ConfigError, Settings
+from sessionq.config import ConfigError, Settings, grpc_message_limit
 from sessionq.console.server import ConsoleServer
 from sessionq.db import embedded, migrate
 from sessionq.db.reachable import check_async
@@ -299,7 +299,14 @@ async def run_services(
                 except (OSError, RuntimeError) as e:
                     raise listen_error("the gRPC API", "server.address", settings.server.address, e) from None
                 await server.start()
-                cards = AgentCardServer(store, server.auth, f"grpc://{settings.server.address}")
+                cards = AgentCardServer(
+                    store,
+                    server.auth,
+                    settings.a2a.public_grpc_address or settings.server.address,
+                    handler=server.a2a,
+                    base_url=settings.a2a.public_url,
+                    max_body_bytes=grpc_message_limit(settings.a2a.max_message_bytes),
+                )
                 try:
                     await cards.start(settings.server.http_address)
                 except OSError as e:

@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from sessionq.runtime.ateapi.invoke import from_send_request, jsonrpc_error
+from sessionq.runtime.ateapi.invoke import from_cancel_request, from_send_request, jsonrpc_error
 from sessionq.runtime.base import Code, Substrate, SubstrateError
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,13 @@ def build_app(runtime: Substrate) -> Starlette:
             if not isinstance(body, dict):
                 raise SubstrateError(Code.INVALID_ARGUMENT, "not a JSON-RPC request")
             request_id = body.get("id")
+            if body.get("method") == "CancelTask":  # Substrate.cancel_turn: stop the turn of a task
+                cancel_request = a2a_pb2.CancelTaskRequest()
+                json_format.ParseDict(body.get("params") or {}, cancel_request, ignore_unknown_fields=True)
+                uid, session_id, task_id = from_cancel_request(cancel_request)
+                await runtime.cancel_turn(atespace, name, uid, session_id, task_id)
+                task = a2a_pb2.Task(id=task_id, status=a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_CANCELED))
+                return JSONResponse({"jsonrpc": "2.0", "id": request_id, "result": json_format.MessageToDict(task)})
             if body.get("method") != "SendMessage":
                 raise SubstrateError(Code.UNIMPLEMENTED, f"method {body.get('method')!r} is not served here")
             send_request = a2a_pb2.SendMessageRequest()

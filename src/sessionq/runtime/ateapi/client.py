@@ -424,3 +424,16 @@ class SubstrateClient:
                     f"actor uid mismatch for {atespace}/{name}: expected {uid}, found {actor.uid}",
                 )
         await self._invoker.invoke(atespace, name, uid, request, actor)
+
+    async def cancel_turn(self, atespace: str, name: str, uid: str, session_id: str, task_id: str) -> None:
+        """A2A CancelTask to the Actor's endpoint (invoke.py): the Actor stops its turn of the task.
+        An Actor that is not running, or no longer works on the task, has nothing to stop."""
+        actor = None
+        if self._invoker.needs_actor():
+            actor = await self.get_actor(atespace, name)
+            if actor.uid != uid:
+                raise SubstrateError(
+                    Code.FAILED_PRECONDITION,
+                    f"actor uid mismatch for {atespace}/{name}: expected {uid}, found {actor.uid}",
+                )
+        await self._invoker.cancel(atespace, name, uid, session_id, task_id, actor)

@@ -22,6 +22,7 @@ from a2a.client import minimal_agent_card
 from a2a.client.errors import A2AClientError, A2AClientTimeoutError
 from a2a.client.transports.jsonrpc import JsonRpcTransport
 from a2a.types import a2a_pb2
+from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
 from google.protobuf import json_format
 
 from sessionq.runtime.base import Actor, Code, InvokeRequest, SubstrateError
@@ -112,6 +113,48 @@ class A2AInvoker:
         except Exception as e:  # an A2A error type of the SDK's own mapping
             detail = str(e)
             raise SubstrateError(_code_of(detail), detail or type(e).__name__) from None
+
+    async def cancel(
+        self, atespace: str, name: str, uid: str, session_id: str, task_id: str, actor: Actor | None = None
+    ) -> None:
+        """Tell the Actor to stop its turn of a task (an A2A CancelTask to its endpoint). An Actor
+        that is not running, or that no longer works on the task, has nothing to stop."""
+        if self._http is None:
+            raise SubstrateError(Code.UNAVAILABLE, "the A2A client is not open")
+        if self.needs_actor() and (actor is None or not actor.worker_ip):
+            return  # not running: no turn to stop
+        url = self.address(atespace, name, uid, actor)
+        transport = JsonRpcTransport(self._http, minimal_agent_card(url, ["JSONRPC"]), url, is_shared_httpx=True)
+        try:
+            await transport.cancel_task(to_cancel_request(uid, session_id, task_id))
+        except (TaskNotFoundError, TaskNotCancelableError):
+            return  # the turn already ended
+        except A2AClientTimeoutError as e:
+            raise SubstrateError(Code.DEADLINE_EXCEEDED, f"actor {atespace}/{name}: {e}") from None
+        except A2AClientError as e:
+            text = str(e)
+            if "Network communication error" in text or text.startswith("HTTP Error 5"):
+                raise SubstrateError(Code.UNAVAILABLE, f"actor {atespace}/{name}: {text}") from None
+            detail = text.split(": ", 1)[1] if text.startswith("JSON-RPC Error") else text
+            raise SubstrateError(_code_of(detail), detail) from None
+        except Exception as e:  # an A2A error type of the SDK's own mapping
+            detail = str(e)
+            raise SubstrateError(_code_of(detail), detail or type(e).__name__) from None
+
+
+def to_cancel_request(uid: str, session_id: str, task_id: str) -> a2a_pb2.CancelTaskRequest:
+    """The A2A CancelTask that tells an Actor to stop its turn of a task (Substrate.cancel_turn)."""
+    cancel = a2a_pb2.CancelTaskRequest(id=task_id)
+    cancel.metadata.update({METADATA_KEY: {"sessionId": session_id, "taskId": task_id, "actorUid": uid}})
+    return cancel
+
+
+def from_cancel_request(cancel: a2a_pb2.CancelTaskRequest) -> tuple[str, str, str]:
+    """(expected actor UID, session id, task id) of a CancelTask made by `to_cancel_request`."""
+    meta = json_format.MessageToDict(cancel.metadata).get(METADATA_KEY)
+    if not isinstance(meta, dict) or not meta.get("sessionId") or not cancel.id:
+        raise SubstrateError(Code.INVALID_ARGUMENT, f"CancelTask without an id and metadata.{METADATA_KEY}.sessionId")
+    return str(meta.get("actorUid") or ""), str(meta["sessionId"]), cancel.id
 
 
 def jsonrpc_error(request_id: Any, error: SubstrateError) -> dict[str, Any]:
