@@ -137,7 +137,6 @@ async def test_status_codes_map_one_to_one(rt: SubstrateClient, sim: SimulatedSu
         assert e.value.code == code, code
 
 
-@pytest.mark.clause("OP-4")
 async def test_lost_response_applies_the_effect(rt: SubstrateClient, sim: SimulatedSubstrate) -> None:
     """The server applies the effect, then the call ends UNAVAILABLE: an uncertain outcome."""
     made = await rt.create_actor(NS, "a5", TEMPLATE)
