@@ -201,6 +201,11 @@ class SubstrateClient:
             problem = f"the runtime at {self.options.address} refused our credentials ({code.name}): {details}"
         elif code == grpc.StatusCode.UNAVAILABLE and any(h in details.lower() for h in _TLS_HINTS):
             problem = f"TLS with the runtime at {self.options.address} failed: {details}"
+        elif code == grpc.StatusCode.UNAVAILABLE and self.options.tls and "socket closed" in details.lower():
+            # what a server that refuses our client certificate (or its absence) looks like from here
+            problem = (f"TLS with the runtime at {self.options.address} failed: it closed the connection during the"
+                       " handshake (a client certificate it does not accept, or none: runtime.substrate.tls.certFile"
+                       f" and keyFile): {details}")
         if problem is not None and problem != self._credential_problem:
             log.error(problem)  # once per distinct cause, until a call succeeds again
         self._credential_problem = problem or self._credential_problem
