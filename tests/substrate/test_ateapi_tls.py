@@ -58,7 +58,7 @@ def pem(cert: x509.Certificate) -> bytes:
 @pytest.mark.timeout(120)
 async def test_mtls_and_refused_certificates(database_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     ca_key, ca = make_ca("substrate test CA")
-    other_key, other_ca = make_ca("someone else's CA")
+    _, other_ca = make_ca("someone else's CA")
     server_key, server_cert = issue(ca_key, ca, "substrate", dns="substrate.test")
     client_key, client_cert = issue(ca_key, ca, "sessionq")
     files = {"ca": pem(ca), "other-ca": pem(other_ca), "client.key": client_key, "client.crt": client_cert}
@@ -106,5 +106,5 @@ async def test_mtls_and_refused_certificates(database_url: str, tmp_path: Path, 
 def test_tls_options_are_validated(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="certFile and keyFile go together"):
         SubstrateOptions(address="a:1", tls=True, cert_file=str(tmp_path)).validate()
-    with pytest.raises(ValueError, match="tls.enabled is false"):
+    with pytest.raises(ValueError, match=r"tls\.enabled is false"):
         SubstrateOptions(address="a:1", ca_file="/x").validate()
