@@ -18,6 +18,7 @@ raises INTERNAL with the field named (codec.UnexpectedShape), never anything els
 | create/get/delete_tag | CreateTag (scope ATESPACE) / GetTag / DeleteTag |
 | list_actors / list_workers | ListActors / ListWorkers (page_size, page_token passed through) |
 | invoke | A2A SendMessage to the Actor's private endpoint (`invoke.py`) |
+| cancel_turn | A2A CancelTask to the Actor's private endpoint |
 
 UID preconditions: ateapi's Suspend/Resume/Pause/CreateTag/egress requests carry no UID, so the
 adapter sends the recorded UID in the ``x-sessionq-expect-uid`` header (the served simulator checks
@@ -429,3 +430,17 @@ class SubstrateClient:
                     f"actor uid mismatch for {atespace}/{name}: expected {uid}, found {actor.uid}",
                 )
         await self._invoker.invoke(atespace, name, uid, request, actor)
+
+    async def cancel_turn(self, atespace: str, name: str, uid: str, session_id: str, task_id: str) -> None:
+        """A2A CancelTask to the Actor's endpoint (invoke.py); idempotent. When the address depends on
+        where the Actor runs, the Actor is read first: NOT_FOUND when it does not exist,
+        FAILED_PRECONDITION for another UID, nothing to do when it is not running."""
+        actor = None
+        if self._invoker.needs_actor():
+            actor = await self.get_actor(atespace, name)
+            if actor.uid != uid:
+                raise SubstrateError(
+                    Code.FAILED_PRECONDITION,
+                    f"actor uid mismatch for {atespace}/{name}: expected {uid}, found {actor.uid}",
+                )
+        await self._invoker.cancel(atespace, name, uid, session_id, task_id, actor)
