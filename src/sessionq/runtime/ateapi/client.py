@@ -82,7 +82,7 @@ class SubstrateOptions:
     server_name: str = ""
     token_file: str = ""
     call_timeout: float = 30.0
-    keepalive_time: float = 30.0
+    keepalive_time: float = 300.0
     actor_address_pattern: str = "http://{worker_ip}:80"
     uid_preflight: bool = True
     snapshot_storage: str = "s3://sessionq-snapshots"
@@ -142,9 +142,9 @@ def open_channel(options: SubstrateOptions) -> grpc.aio.Channel:
     keepalive_ms = int(options.keepalive_time * 1000)
     channel_options: list[tuple[str, Any]] = [
         ("grpc.keepalive_time_ms", keepalive_ms),
-        ("grpc.keepalive_timeout_ms", max(1000, keepalive_ms // 3)),
-        ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.keepalive_timeout_ms", 20000),
+        # pings only while calls are in flight: servers refuse (GOAWAY too_many_pings) idle pings by default
+        ("grpc.keepalive_permit_without_calls", 0),
         *options.extra_channel_options,
     ]
     if not options.tls:
