@@ -219,7 +219,13 @@ class SubstrateClient:
         headers: dict[str, str] | None = None,
         with_trailers: bool = False,
     ) -> Any:
-        md = self._metadata(headers)
+        try:
+            md = self._metadata(headers)
+        except SubstrateError as e:  # the token file cannot be read
+            if e.message != self._credential_problem:
+                log.error(e.message)
+            self._credential_problem = e.message
+            raise
         try:
             if with_trailers:
                 call = method(request, metadata=md, timeout=self.options.call_timeout)
