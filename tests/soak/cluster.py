@@ -318,6 +318,8 @@ class Cluster:
             "SESSIONQ_LOGGING__LEVEL": "info",
             "PYTHONUNBUFFERED": "1",
         })
+        if getattr(self.db, "fails_over", False):  # the simulator's async commits would not survive a promotion
+            env["SESSIONQ_SIMULATOR_SYNCHRONOUS_COMMIT"] = "1"
         return env
 
     def setup(self) -> None:

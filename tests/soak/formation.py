@@ -105,6 +105,9 @@ class Formation:
         self._rejoins: list[subprocess.Popen[bytes]] = []
 
     restartable = True
+    # the simulator shares this server: its commits must be synchronous to survive a promotion
+    # (sessionq.runtime.simulator.database, SESSIONQ_SIMULATOR_SYNCHRONOUS_COMMIT)
+    fails_over = True
 
     # -- running pg_autoctl as its user --------------------------------------------------------------
 

@@ -70,9 +70,13 @@ class Harness:
         self.history = History(self.out)
         db = None
         if opts.failover:
+            import os
+
             from .formation import Formation
 
             db = Formation(self.work)
+            # this process's simulator (fault injection) too: see formation.Formation.fails_over
+            os.environ["SESSIONQ_SIMULATOR_SYNCHRONOUS_COMMIT"] = "1"
         self.cluster = Cluster(self.work, self.out, opts.database_url, pooler=opts.pooler, db=db)
         self.sim: SimulatedSubstrate | None = None
         self.gateway: Gateway | None = None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.resources
+import os
 from collections.abc import AsyncIterator
 from datetime import tzinfo
 from typing import Any, Self, TypeVar
@@ -102,7 +103,19 @@ async def install_schema(conninfo: str, *, worker_pool_size: int = 256) -> None:
 # (OP-14): a retry inspects the Actor and continues from what exists. Saves a WAL flush on each
 # runtime call (two per creation). Set on each new connection of the simulator's pool, so that
 # options in the database URL stay as they are.
+#
+# A failover breaks that argument: an asynchronous commit not yet on the standby is gone after the
+# promotion, while the control plane's record of it (retried after the reconnect) is committed on
+# the new primary, so the record outlives the effect (e.g. a suspension recorded for an Actor the
+# simulator then shows RUNNING). A real runtime keeps its state elsewhere; the simulator, sharing the
+# failed-over server, commits synchronously when SESSIONQ_SIMULATOR_SYNCHRONOUS_COMMIT is 1 (the
+# failover harness sets it: tests/soak/formation.py).
+SYNCHRONOUS_COMMIT_ENV = "SESSIONQ_SIMULATOR_SYNCHRONOUS_COMMIT"
+
+
 async def _commit_asynchronously(conn: psycopg.AsyncConnection[Any]) -> None:
+    if os.environ.get(SYNCHRONOUS_COMMIT_ENV, "").lower() in ("1", "true", "yes", "on"):
+        return
     await conn.execute("SET synchronous_commit = off")
 
 
