@@ -206,6 +206,15 @@ class Key:
 
 KEYS: tuple[Key, ...] = (
     Key("database.url", _str, "", "PostgreSQL URL; empty means the embedded server (sessionq up only)."),
+    Key(
+        "database.directUrl",
+        _str,
+        "",
+        "PostgreSQL URL of the connections that need a session of their own (LISTEN, advisory-lock"
+        " leadership, procrastinate's listener, migrations); empty means database.url. Set it when"
+        " database.url is a pooler in transaction mode (PgBouncer): database.url then carries only"
+        " single transactions, without prepared statements.",
+    ),
     Key("database.poolSize", _int(2, 200), 10, "Connections per process in the sessionq pool."),
     Key("server.address", _address, "127.0.0.1:8083", "gRPC listen address (native gRPC, reflection, health)."),
     Key(
@@ -230,12 +239,20 @@ KEYS: tuple[Key, ...] = (
         "sessions.idleTtl",
         _duration,
         604800.0,
-        "Idle expiration TTL (protobuf duration); 0s disables the expiry worker.",
+        "Idle expiration TTL of Sessions (protobuf duration); 0s disables it (Sandboxes still expire at"
+        " their expires_at).",
     ),
     Key("sessions.quiescenceRecoveryInterval", _positive_duration, 60.0, "Quiescence recovery scan interval."),
     Key("sessions.claimLifetime", _positive_duration, 120.0, "Maximum lifetime of an execution claim (at most 120s)."),
     Key("sessions.quiescenceWorkers", _int(1, 64), 4, "Quiescence workers per worker process."),
     Key("sessions.dispatchTimeout", _positive_duration, 600.0, "Lifetime of a turn's dispatch reservation."),
+    Key(
+        "sandboxes.defaultTtl",
+        _positive_duration,
+        3600.0,
+        "Lifetime of a Sandbox created without ttl (1s to 24h, as a CreateSandbox ttl); it is deleted when it"
+        " passes, whatever its activity.",
+    ),
     Key(
         "shares.maxTtl",
         _duration,
@@ -366,7 +383,13 @@ KEYS: tuple[Key, ...] = (
         " tokens rotate; empty: none).",
     ),
     Key("runtime.substrate.callTimeout", _positive_duration, 30.0, "Deadline of each call to the Substrate."),
-    Key("runtime.substrate.keepaliveTime", _positive_duration, 30.0, "gRPC keepalive ping interval to the Substrate."),
+    Key(
+        "runtime.substrate.keepaliveTime",
+        _positive_duration,
+        300.0,
+        "gRPC keepalive ping interval to the Substrate while calls are in flight; not below the server's"
+        " ping enforcement (grpc-go refuses pings more often than every 5 minutes by default).",
+    ),
     Key(
         "runtime.substrate.actorAddressPattern",
         _str,
@@ -439,6 +462,11 @@ class Settings(Sections):
         """database.url (the one key several commands also take as an option)."""
         return self.database.url
 
+    @property
+    def direct_url(self) -> str:
+        """database.directUrl, or database.url when it is empty: where session-level connections go."""
+        return self.database.direct_url or self.database.url
+
 
 def _flatten(prefix: str, data: Mapping[str, Any], out: dict[str, Any]) -> None:
     for k, v in data.items():
@@ -471,6 +499,8 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None) -
     values: dict[str, Any] = {}
     for key in KEYS:
         values[key.path] = key.parse(raw[key.path], key.path) if key.path in raw else key.default
+    if values["sandboxes.defaultTtl"] > 86400:
+        raise ConfigError("sandboxes.defaultTtl: must be at most 24h (a CreateSandbox ttl's own bound)")
     if values["sessions.claimLifetime"] > 120:
         raise ConfigError(
             "sessions.claimLifetime: must be at most 120s (a crashed executor's claim expires within two minutes)"

@@ -104,12 +104,14 @@ class DatabaseSettings:
     """database.*"""
 
     url: str  # database.url
+    direct_url: str  # database.directUrl
     pool_size: int  # database.poolSize
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> DatabaseSettings:
         return cls(
             url=values["database.url"],
+            direct_url=values["database.directUrl"],
             pool_size=values["database.poolSize"],
         )
 
@@ -151,6 +153,19 @@ class SessionsSettings:
             claim_lifetime=values["sessions.claimLifetime"],
             quiescence_workers=values["sessions.quiescenceWorkers"],
             dispatch_timeout=values["sessions.dispatchTimeout"],
+        )
+
+
+@dataclass(frozen=True)
+class SandboxesSettings:
+    """sandboxes.*"""
+
+    default_ttl: float  # sandboxes.defaultTtl
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> SandboxesSettings:
+        return cls(
+            default_ttl=values["sandboxes.defaultTtl"],
         )
 
 
@@ -318,6 +333,7 @@ class Sections:
     database: DatabaseSettings
     server: ServerSettings
     sessions: SessionsSettings
+    sandboxes: SandboxesSettings
     shares: SharesSettings
     a2a: A2aSettings
     workers: WorkersSettings
@@ -334,6 +350,7 @@ class Sections:
         object.__setattr__(self, "database", DatabaseSettings.from_values(values))
         object.__setattr__(self, "server", ServerSettings.from_values(values))
         object.__setattr__(self, "sessions", SessionsSettings.from_values(values))
+        object.__setattr__(self, "sandboxes", SandboxesSettings.from_values(values))
         object.__setattr__(self, "shares", SharesSettings.from_values(values))
         object.__setattr__(self, "a2a", A2aSettings.from_values(values))
         object.__setattr__(self, "workers", WorkersSettings.from_values(values))

@@ -46,6 +46,24 @@ class RequestKind(enum.StrEnum):
 
     CREATE = "create"
     FORK = "fork"
+    SANDBOX = "sandbox"
+
+
+class QuiescenceFailureReason(enum.StrEnum):
+    """sessions.quiescence_failure.reason (record_quiescence_failure allows exactly these): why the
+    boundary after a turn got neither a pause nor a snapshot (kagent's QuiescenceFailure.reason)."""
+
+    SUSPEND_FAILED = "SuspendFailed"
+    PAUSE_FAILED = "PauseFailed"
+    RUNTIME_UNAVAILABLE = "RuntimeUnavailable"
+
+
+class RowKind(enum.StrEnum):
+    """sessions.kind (generated from request_kind): a Session, or a standalone Sandbox of
+    SandboxService (schema/25_sandboxes.sql), which runs on the same lifecycle machinery."""
+
+    SESSION = "session"
+    SANDBOX = "sandbox"
 
 
 class DeletionReason(enum.StrEnum):
@@ -321,6 +339,10 @@ class Session(Row):
     snapshot_event_seq: int | None
     created_at: datetime
     updated_at: datetime
+    kind: RowKind = RowKind.SESSION
+    expires_at: datetime | None = None  # sandboxes only
+    # the quiescence failure record {task_id, reason (QuiescenceFailureReason), message, failed_at}
+    quiescence_failure: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ COLUMNS: dict[tuple[str, str], type[StrEnum]] = {
 
 # enum -> the procedures whose first result column (status / outcome) it holds
 PROCEDURES: dict[type[StrEnum], tuple[str, ...]] = {
-    models.AdmissionOutcome: ("admit_create", "admit_operation", "admit_fork", "creation_retry"),
+    models.AdmissionOutcome: ("admit_creation", "admit_operation", "admit_fork", "creation_retry"),
     models.ClaimStatus: ("claim_operation", "begin_operation"),
     models.CheckpointClaimStatus: ("claim_checkpoint",),
     models.ObservationStatus: ("observe",),

@@ -26,6 +26,7 @@ from sessionq.api.checkpoints import CheckpointService
 from sessionq.api.common import Authenticator
 from sessionq.api.guard import InputGuard
 from sessionq.api.inventory import InventoryService
+from sessionq.api.sandboxes import SandboxService
 from sessionq.api.sessions import SessionService
 from sessionq.api.taskstore import TaskStoreService
 from sessionq.api.validation import RequestValidation
@@ -79,9 +80,9 @@ class ApiServer:
         inventory_pb2_grpc.add_InventoryServiceServicer_to_server(
             InventoryService.from_settings(settings, store, auth, runtime), self.server
         )
-        # kagent's SandboxService: its requests are validated; its lifecycle is not implemented yet
-        # (a valid call answers UNIMPLEMENTED)
-        sandboxes_pb2_grpc.add_SandboxServiceServicer_to_server(sandboxes_pb2_grpc.SandboxServiceServicer(), self.server)
+        sandboxes_pb2_grpc.add_SandboxServiceServicer_to_server(
+            SandboxService(store, auth, settings.sandboxes.default_ttl), self.server
+        )
         task_store_pb2_grpc.add_TaskStoreServiceServicer_to_server(TaskStoreService(store), self.server)
         checkpoints_pb2_grpc.add_CheckpointServiceServicer_to_server(CheckpointService(store, auth), self.server)
         # one A2A behaviour behind gRPC here and the HTTP bindings (api/agentcard.py)

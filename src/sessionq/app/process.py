@@ -275,7 +275,10 @@ async def run_services(
         return shutdown is not None and shutdown.forced is not None
 
     grace = min(API_GRACE, settings.workers.shutdown_timeout)
-    store = await Store.open(url, pool_size=settings.database.pool_size, listen=api)
+    # database.url may be a transaction pooler; what needs a session of its own (LISTEN, leadership,
+    # procrastinate's listener, the simulator's session settings) connects to database.directUrl
+    direct_url = settings.database.direct_url or url
+    store = await Store.open(url, pool_size=settings.database.pool_size, listen=api, direct_url=direct_url)
     gauges = None
     server = None
     console: ConsoleServer | None = None
@@ -289,7 +292,7 @@ async def run_services(
             except OSError as e:
                 raise listen_error("metrics", "metrics.address", settings.metrics.address, e) from None
             gauges = asyncio.create_task(metrics.refresh_gauges(store, stop))
-        async with open_runtime(settings, url) as runtime:
+        async with open_runtime(settings, direct_url) as runtime:
             if api:
                 try:
                     server = ApiServer(settings, store, runtime=runtime)
@@ -326,7 +329,7 @@ async def run_services(
                 runtime_watch = asyncio.create_task(watch_runtime(server, runtime, stop), name="runtime health")
             if workers:
                 worker_task = asyncio.create_task(run_worker(settings, url, store, runtime, stop=stop,
-                                                             exit_on_drain=exit_on_drain,
+                                                             direct_url=direct_url, exit_on_drain=exit_on_drain,
                                                              on_drained=on_worker_drained))
             if on_ready is not None:
                 r = on_ready(server.port if server else None)
@@ -559,6 +562,8 @@ async def serve(settings: Settings, *, api: bool, workers: bool) -> int:
         except ConfigError as e:
             raise StartupError(f"invalid configuration: {e}") from None
     await check_async(url)  # DatabaseUnreachable: one line, not a traceback
+    if settings.database.direct_url:
+        await check_async(settings.database.direct_url)
     shutdown = Shutdown(settings.workers.shutdown_timeout)
     shutdown.install()
     try:
@@ -576,7 +581,8 @@ async def serve_runtime(settings: Settings, *, address: str | None = None, actor
     """`sessionq runtime serve --simulator`: the simulator as an ateapi.Control server (its state
     in database.url's PostgreSQL, shared with every replica and with fault injection) until
     SIGINT/SIGTERM. Returns the exit status."""
-    url = settings.database.url
+    # the simulator sets session state (asynchronous commit) on its connections: never a pooler
+    url = settings.direct_url
     if not url:
         raise SystemExit("database.url is required (set it in the config file or SESSIONQ_DATABASE__URL)")
     await check_async(url)

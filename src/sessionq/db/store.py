@@ -44,7 +44,9 @@ from sessionq.models import (
     ObservationStatus,
     OperationKind,
     OperationStart,
+    QuiescenceFailureReason,
     Revision,
+    RowKind,
     Session,
     Share,
     SharePermission,
@@ -60,15 +62,28 @@ class Store:
         self.health: DatabaseHealth = getattr(pool, "health", None) or DatabaseHealth()
 
     @classmethod
-    async def open(cls, url: str, *, pool_size: int = 10, listen: bool = True, name: str = "sessionq") -> Store:
+    async def open(
+        cls,
+        url: str,
+        *,
+        pool_size: int = 10,
+        listen: bool = True,
+        name: str = "sessionq",
+        direct_url: str | None = None,
+    ) -> Store:
         """The pool, and with `listen` the LISTEN connection that wakes waiters; both report their
-        connection attempts to one DatabaseHealth, so calls fail fast while the database is gone."""
-        pool = make_pool(url, min_size=1, max_size=pool_size, name=name)
+        connection attempts to one DatabaseHealth, so calls fail fast while the database is gone.
+        The pool connects to `url` (which may be a pooler in transaction mode: every store method
+        is one transaction), the LISTEN connection to `direct_url` (default: `url`)."""
+        pool = make_pool(url, min_size=1, max_size=pool_size, name=name, direct_url=direct_url)
         await pool.open(wait=True, timeout=30)
         listener = None
         if listen:
             listener = Listener(
-                url, [Channel.SESSION, Channel.TASK, Channel.CHECKPOINT], keyed=(Channel.SESSION,), health=pool.health
+                direct_url or url,
+                [Channel.SESSION, Channel.TASK, Channel.CHECKPOINT],
+                keyed=(Channel.SESSION,),
+                health=pool.health,
             )
             await listener.start()
         return cls(pool, listener)
@@ -202,6 +217,16 @@ class Store:
             "SELECT * FROM sessionq.admit_create(%s, %s, %s, %s, %s)", (caller, request_id, namespace, agent, name)
         )
 
+    async def admit_sandbox(
+        self, caller: str, request_id: str, namespace: str, template: str, name: str, ttl: float
+    ) -> Admission:
+        """CreateSandbox: a Sandbox (a row of kind sandbox) running Agent namespace/template's
+        latest successful revision, expiring `ttl` seconds from now."""
+        return await self._admit(
+            "SELECT * FROM sessionq.admit_sandbox(%s, %s, %s, %s, %s, %s)",
+            (caller, request_id, namespace, template, name, ttl),
+        )
+
     async def admit_operation(
         self,
         session_id: UUID,
@@ -209,9 +234,12 @@ class Store:
         share_hash: str | None,
         kind: OperationKind,
         reason: DeletionReason = DeletionReason.USER_REQUESTED,
+        of: RowKind = RowKind.SESSION,
     ) -> Admission:
+        """Suspend, Resume or Delete a Session (`of` SANDBOX: a Sandbox)."""
         return await self._admit(
-            "SELECT * FROM sessionq.admit_operation(%s, %s, %s, %s, %s)", (session_id, caller, share_hash, kind, reason)
+            "SELECT * FROM sessionq.admit_operation(%s, %s, %s, %s, %s, %s)",
+            (session_id, caller, share_hash, kind, reason, of),
         )
 
     async def claim_operation(self, session_id: UUID, generation: UUID, executor: UUID, lifetime: float) -> Claim:
@@ -340,8 +368,11 @@ class Store:
             if unsubscribe:
                 unsubscribe()
 
-    async def get_session(self, session_id: UUID, caller: str, share_hash: str | None = None) -> Session:
-        value = await self._value("SELECT sessionq.get_session(%s, %s, %s)", (session_id, caller, share_hash))
+    async def get_session(
+        self, session_id: UUID, caller: str, share_hash: str | None = None, of: RowKind = RowKind.SESSION
+    ) -> Session:
+        """A Session (`of` SANDBOX: a Sandbox) the caller may see; NOT_FOUND otherwise."""
+        value = await self._value("SELECT sessionq.get_session(%s, %s, %s, %s)", (session_id, caller, share_hash, of))
         return Session.from_json(value)
 
     async def session_by_id(self, session_id: UUID) -> Session | None:
@@ -372,10 +403,11 @@ class Store:
         agent: str | None,
         after: UUID | None,
         limit: int,
+        of: RowKind = RowKind.SESSION,
     ) -> list[Session]:
         rows = await self._rows(
-            "SELECT s FROM sessionq.list_sessions(%s, %s, %s, %s, %s, %s) s",
-            (caller, all_creators, namespace, agent, after, limit),
+            "SELECT s FROM sessionq.list_sessions(%s, %s, %s, %s, %s, %s, %s) s",
+            (caller, all_creators, namespace, agent, after, limit, of),
         )
         return [Session.from_json(r["s"]) for r in rows]
 
@@ -674,6 +706,16 @@ class Store:
         )
         return Session.from_json(value)
 
+    async def record_quiescence_failure(
+        self, session_id: UUID, boundary: UUID, executor: UUID, reason: QuiescenceFailureReason, message: str
+    ) -> Session:
+        """The idle claim holder's suspend failed for good: record why (the claim stays)."""
+        value = await self._value(
+            "SELECT sessionq.record_quiescence_failure(%s, %s, %s, %s, %s)",
+            (session_id, boundary, executor, reason, message),
+        )
+        return Session.from_json(value)
+
     async def take_over_idle_claim(self, session_id: UUID, executor: UUID) -> Session | None:
         value = await self._value("SELECT sessionq.take_over_idle_claim(%s, %s)", (session_id, executor))
         return Session.from_json(value) if value else None
@@ -774,8 +816,22 @@ class Store:
         )
         return [(r["id"], r["idle_since"]) for r in rows]
 
-    async def idle_deletions_to_resume(self, after: UUID | None, limit: int) -> list[UUID]:
-        rows = await self._rows("SELECT s AS id FROM sessionq.idle_deletions_to_resume(%s, %s) s", (after, limit))
+    async def sandbox_expiry_candidates(
+        self, after: tuple[Any, UUID] | None, limit: int
+    ) -> list[tuple[UUID, Any]]:
+        """One page of expired Sandboxes (id, expires_at) in expiry order after `after`."""
+        rows = await self._rows(
+            "SELECT id, expires_at FROM sessionq.sandbox_expiry_candidates(%s, %s, %s)",
+            (after[0] if after else None, after[1] if after else None, limit),
+        )
+        return [(r["id"], r["expires_at"]) for r in rows]
+
+    async def idle_deletions_to_resume(
+        self, after: UUID | None, limit: int, kinds: Sequence[RowKind] = (RowKind.SESSION, RowKind.SANDBOX)
+    ) -> list[UUID]:
+        rows = await self._rows(
+            "SELECT s AS id FROM sessionq.idle_deletions_to_resume(%s, %s, %s) s", (after, limit, list(kinds))
+        )
         return [r["id"] for r in rows]
 
     async def expire_session(self, session_id: UUID, ttl: float) -> Expiry:
@@ -800,7 +856,9 @@ class Store:
         paused = await self._rows("SELECT queue_name FROM sessionq.paused_queues")
         stalled = await self._rows("SELECT count(*) AS n FROM sessionq.find_stalled_jobs()")
         workers = await self._rows("SELECT state, count(*) AS n FROM sessionq.workers GROUP BY state")
-        sessions = await self._rows("SELECT state, count(*) AS n FROM sessionq.sessions GROUP BY state")
+        sessions = await self._rows(
+            "SELECT state, count(*) AS n FROM sessionq.sessions WHERE kind = 'session' GROUP BY state"  # not Sandboxes
+        )
         return {
             "jobs": {(r["queue_name"], r["status"]): int(r["jobs"]) for r in jobs},
             "paused": [r["queue_name"] for r in paused],
