@@ -30,6 +30,7 @@ from sessionq._pb.kagent.api.v1alpha1 import (
     checkpoints_pb2,
     checkpoints_pb2_grpc,
     common_pb2,
+    sandboxes_pb2_grpc,
     sessions_pb2,
     sessions_pb2_grpc,
     task_store_pb2,
@@ -37,7 +38,7 @@ from sessionq._pb.kagent.api.v1alpha1 import (
 )
 from sessionq.api.agentcard import AgentCardServer
 from sessionq.api.common import Authenticator, rpc
-from sessionq.api.guard import RateLimitedLog, Rejection
+from sessionq.api.guard import InputGuard, RateLimitedLog, Rejection
 from sessionq.domain import workload
 from sessionq.errors import SessionqError
 
@@ -95,10 +96,25 @@ async def test_malformed_bodies_are_invalid_argument_with_one_warning(api, caplo
 
 
 async def test_unimplemented_and_unknown_methods_are_unimplemented_without_traceback(api, caplog):
+    # every RPC the API registers is implemented: an unimplemented one is served here by the same
+    # guard in front of a generated base servicer (whose methods raise NotImplementedError)
+    bare = grpc.aio.server(interceptors=[InputGuard()])
+    sandboxes_pb2_grpc.add_SandboxServiceServicer_to_server(sandboxes_pb2_grpc.SandboxServiceServicer(), bare)
+    port = bare.add_insecure_port("127.0.0.1:0")
+    await bare.start()
+    unimplemented = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        await _unimplemented_and_unknown(api, unimplemented, caplog)
+    finally:
+        await unimplemented.close()
+        await bare.stop(0)
+
+
+async def _unimplemented_and_unknown(api: Any, unimplemented: grpc.aio.Channel, caplog: Any) -> None:
     with caplog.at_level(logging.INFO):
         for _ in range(3):
             code, details = await status_of(
-                raw(api.channel, "/kagent.api.v1alpha1.SandboxService/ListSandboxes")(b"", timeout=5))
+                raw(unimplemented, "/kagent.api.v1alpha1.SandboxService/ListSandboxes")(b"", timeout=5))
             assert code == SC.UNIMPLEMENTED and details == "SandboxService/ListSandboxes is not implemented"
             code, _ = await status_of(raw(api.channel, "/no.such.Service/Method")(b"", timeout=5))
             assert code == SC.UNIMPLEMENTED
