@@ -425,7 +425,19 @@ class SimulatedSubstrate(FaultInjection):
 
     # templates -----------------------------------------------------------------------------
 
-    async def create_actor_template(self, atespace: str, name: str, image: str) -> ActorTemplate:
+    async def create_actor_template(
+        self,
+        atespace: str,
+        name: str,
+        image: str,
+        *,
+        command: list[str] | None = None,
+        args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> ActorTemplate:
+        # the simulated agent runs in process: a command, its arguments and environment are accepted and ignored
+        del command, args, env
+
         async def op() -> ActorTemplate:
             _require_name("atespace", atespace)
             _require_name("template name", name)
