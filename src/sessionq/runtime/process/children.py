@@ -2,17 +2,17 @@
 listening socket they inherit, stopped with SIGTERM then SIGKILL to the whole group, and found in
 the process table after a restart.
 
-On Linux each child also asks the kernel to SIGKILL it when the runtime's thread that started it
-dies (PR_SET_PDEATHSIG), so even a runtime killed with SIGKILL leaves no agent behind; the runtime's
+On Linux each child is also started with PR_SET_PDEATHSIG (SIGKILL when the runtime's thread that
+started it dies, set by util-linux's setpriv before it execs the command), so even a runtime killed with SIGKILL leaves no agent behind; the runtime's
 restart then kills what is left of each recorded process group (reconcile)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
+import errno
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -28,25 +28,24 @@ __all__ = [
     "stderr_tail",
 ]
 
-PR_SET_PDEATHSIG = 1
 STDERR_TAIL = 2000  # bytes of stderr a crash message quotes
+# Linux: started through util-linux's setpriv, which sets PR_SET_PDEATHSIG and execs the command (no
+# Python code runs between fork and exec: the runtime's gRPC threads make that unsafe)
+SETPRIV = shutil.which("setpriv") if sys.platform.startswith("linux") else None
 
 
-def _libc() -> ctypes.CDLL | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError:
-        return None
-
-
-_LIBC = _libc()
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    if _LIBC is not None:
-        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+def resolve(program: str, path: str | None) -> str:
+    """The executable `program` names (searched in `path` when it has no slash); FileNotFoundError
+    or PermissionError as the OS would give them to exec."""
+    if "/" in program:
+        found: str | None = program
+    else:
+        found = shutil.which(program, path=path or os.defpath)
+    if found is None or not os.path.exists(found):
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+    if os.path.isdir(found) or not os.access(found, os.X_OK):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
+    return found
 
 
 def process_start_time(pid: int) -> int | None:
@@ -135,6 +134,10 @@ async def start_child(
     private A2A endpoint accepts connections from the moment it starts. Raises OSError when the
     command cannot be started (not found, not executable)."""
     logs.mkdir(parents=True, exist_ok=True)
+    program = resolve(argv[0], env.get("PATH"))
+    exec_argv = [program, *argv[1:]]
+    if SETPRIV is not None:
+        exec_argv = [SETPRIV, "--pdeathsig", "KILL", "--", *exec_argv]
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.bind(("127.0.0.1", 0))
@@ -146,7 +149,7 @@ async def start_child(
         stderr_path = logs / f"{uid}.stderr"
         with open(logs / f"{uid}.stdout", "ab") as out, open(stderr_path, "wb") as err:
             process = await asyncio.create_subprocess_exec(
-                *argv,
+                *exec_argv,
                 cwd=cwd,
                 env=full_env,
                 stdin=asyncio.subprocess.DEVNULL,
@@ -154,7 +157,6 @@ async def start_child(
                 stderr=err,
                 start_new_session=True,
                 pass_fds=(fd,),
-                preexec_fn=_die_with_parent if _LIBC is not None else None,  # noqa: PLW1509 - prctl only
             )
     finally:
         sock.close()

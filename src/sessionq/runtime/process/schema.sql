@@ -93,13 +93,15 @@ CREATE TABLE IF NOT EXISTS sessionq_process.tags (
     actor_uid            text NOT NULL,
     snapshot_generation  integer NOT NULL,
     fidelity             text NOT NULL,
+    snapshot_path        text NOT NULL,
     path                 text NOT NULL,
     created_at           timestamptz NOT NULL DEFAULT clock_timestamp(),
     PRIMARY KEY (atespace, name)
 );
 COMMENT ON TABLE sessionq_process.tags IS
-    'Tags: each holds its own copy of a suspended Actor''s snapshot archive (path), so deleting the Actor never '
-    'loses it; create_actor(from_tag) seeds a new Actor from a further copy.';
+    'Tags: each holds its own copy (path) of a suspended Actor''s snapshot archive (snapshot_path, which names the '
+    'snapshot: its URI is file://<snapshot_path>), so deleting the Actor never loses it; create_actor(from_tag) '
+    'seeds a new Actor from a further copy.';
 
 CREATE TABLE IF NOT EXISTS sessionq_process.egress_policies (
     actor_uid   text PRIMARY KEY REFERENCES sessionq_process.actors (uid) ON DELETE CASCADE,

@@ -656,8 +656,10 @@ class ProcessSubstrate:
                 try:
                     await cur.execute(
                         "INSERT INTO sessionq_process.tags (atespace, name, uid, actor_name, actor_uid,"
-                        " snapshot_generation, fidelity, path) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING *",
-                        (atespace, name, tag_uid, actor, uid, snap["generation"], snap["fidelity"], str(path)),
+                        " snapshot_generation, fidelity, snapshot_path, path)"
+                        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING *",
+                        (atespace, name, tag_uid, actor, uid, snap["generation"], snap["fidelity"], snap["path"],
+                         str(path)),
                     )
                 except psycopg.errors.UniqueViolation:
                     path.unlink(missing_ok=True)
@@ -674,7 +676,7 @@ class ProcessSubstrate:
             actor_name=row["actor_name"],
             actor_uid=row["actor_uid"],
             snapshot_generation=row["snapshot_generation"],
-            snapshot_uri=f"file://{row['path']}",
+            snapshot_uri=f"file://{row['snapshot_path']}",  # the snapshot's identity; the tag keeps a copy
             created_at=row["created_at"],
         )
 
