@@ -178,11 +178,22 @@ async def test_a_process_killed_mid_turn_fails_the_turn_and_the_actor_recovers(p
             pid = papi.runtime.pid_of(actor.uid)
         await asyncio.sleep(0.05)
     assert pid is not None
-    await asyncio.sleep(1.0)  # the turn is under way (the agent sleeps in it)
+
+    async def tasks() -> list[Any]:
+        async with papi.store.pool.connection() as conn:
+            return await (await conn.execute(
+                "SELECT task FROM sessionq.tasks WHERE session_id = %s ORDER BY seq", (sid,))).fetchall()
+
+    deadline = time.monotonic() + 30
+    while len(await tasks()) < 2:  # the agent has stored the turn's task: it is under way (sleeping in it)
+        assert time.monotonic() < deadline, "the agent never stored the turn's task"
+        await asyncio.sleep(0.05)
     os.kill(pid, signal.SIGKILL)
     failed = await slow
     assert failed.status.state == a2a_pb2.TASK_STATE_FAILED
     assert "the agent failed while running the turn" in answer(failed)
+    stored = (await tasks())[-1]["task"]
+    assert stored["id"] == failed.id and stored["status"]["state"] == "TASK_STATE_FAILED"
     await wait_for(lambda: not alive(pid), what="the process to be gone")
     actor = await actor_of(papi, sid)
     assert actor.state in (ActorState.CRASHED, ActorState.SUSPENDED)

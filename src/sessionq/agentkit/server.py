@@ -181,6 +181,7 @@ def default_card(url: str, name: str | None = None, description: str = "An agent
         capabilities=a2a_pb2.AgentCapabilities(streaming=False),
         default_input_modes=["text/plain"],
         default_output_modes=["text/plain"],
+        skills=[a2a_pb2.AgentSkill(id="chat", name="chat", description=description, tags=["chat"])],
     )
 
 

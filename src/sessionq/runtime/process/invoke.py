@@ -20,6 +20,8 @@ from sessionq.runtime.simulator.turns import parse_message
 
 __all__ = ["invoke_actor"]
 
+EXIT_GRACE = 1.0  # seconds a failed call waits for the process's exit to explain it
+
 
 def send_request(request: InvokeRequest) -> a2a_pb2.SendMessageRequest:
     message = parse_message(request.message)
@@ -66,8 +68,12 @@ async def invoke_actor(
             try:
                 call.result()
             except (A2AClientError, httpx.HTTPError) as exc:
-                if exited is not None and exited.is_set():
-                    raise SubstrateError(Code.UNAVAILABLE, describe()) from exc
+                if exited is not None:
+                    # a connection cut by the process's end is usually seen just before its exit status
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(exited.wait(), EXIT_GRACE)
+                    if exited.is_set():
+                        raise SubstrateError(Code.UNAVAILABLE, describe()) from exc
                 raise SubstrateError(Code.UNAVAILABLE, f"the actor's A2A endpoint failed: {exc}") from exc
             return
         if watcher is not None and watcher in done:
