@@ -15,7 +15,9 @@ FIXTURE = str(Path(__file__).with_name("fixture_process.py"))
 async def main(url: str, root: str, count: int) -> None:
     rt = ProcessSubstrate(url, ProcessConfig(root=Path(root), slots=count))
     await rt.open()
-    await rt.create_actor_template("kagent", "t", "local/fixture:1", command=[sys.executable], args=[FIXTURE, "grandchild"])
+    await rt.create_actor_template(
+        "kagent", "t", "local/fixture:1", command=[sys.executable], args=[FIXTURE, "grandchild"]
+    )
     pids = {}
     for i in range(count):
         actor = await rt.create_actor("kagent", f"a{i}", "kagent/t")

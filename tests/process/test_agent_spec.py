@@ -20,7 +20,9 @@ async def test_a_revision_prepares_a_template_with_the_agents_command(store: Sto
 async def test_an_agent_without_a_command_fails_its_revision_with_a_clear_reason(
     store: Store, runtime: ProcessSubstrate
 ) -> None:
-    await apply_spec(store, parse_spec({"name": "imageonly", "template": "x.io/agent:1"}), "alice", False, "cluster.local")
+    await apply_spec(
+        store, parse_spec({"name": "imageonly", "template": "x.io/agent:1"}), "alice", False, "cluster.local"
+    )
     [rev] = await store.agent_revisions("kagent", "imageonly")
     assert await prepare_revision(store, runtime, rev.id) == RevisionState.FAILED
     [rev] = await store.agent_revisions("kagent", "imageonly")

@@ -64,8 +64,9 @@ async def papi(settings: Any, store: Store, database_url: str, tmp_path: Path) -
             runtime.taskstore_address = f"127.0.0.1:{server.port}"
             channel = grpc.aio.insecure_channel(runtime.taskstore_address)
             spec = parse_spec({"name": "my-first-agent", "command": [sys.executable, str(FIRST_AGENT)]})
-            await store.apply_agent(NS, spec.name, spec.to_json(), spec.spec_hash(), spec.image,
-                                    compile_egress(spec), "alice")
+            await store.apply_agent(
+                NS, spec.name, spec.to_json(), spec.spec_hash(), spec.image, compile_egress(spec), "alice"
+            )
             await prepare_revision(store, runtime, (await store.get_agent(NS, spec.name)).desired_revision_id)
             try:
                 yield ProcessApi(channel, runtime, store)
@@ -79,16 +80,25 @@ async def papi(settings: Any, store: Store, database_url: str, tmp_path: Path) -
 
 async def new_session(api: ProcessApi, request_id: str = "s-1") -> str:
     r = await sessions_pb2_grpc.SessionServiceStub(api.channel).CreateSession(
-        sessions_pb2.CreateSessionRequest(request_id=request_id, agent=common_pb2.ResourceReference(
-            namespace=NS, name="my-first-agent")), metadata=api.md(), timeout=30)
+        sessions_pb2.CreateSessionRequest(
+            request_id=request_id, agent=common_pb2.ResourceReference(namespace=NS, name="my-first-agent")
+        ),
+        metadata=api.md(),
+        timeout=30,
+    )
     return r.session.id
 
 
 async def send(api: ProcessApi, text: str, context_id: str, timeout: float = 60) -> a2a_pb2.Task:
-    msg = a2a_pb2.Message(message_id=f"m-{time.monotonic_ns()}", role=a2a_pb2.ROLE_USER, context_id=context_id,
-                          parts=[a2a_pb2.Part(text=text)])
+    msg = a2a_pb2.Message(
+        message_id=f"m-{time.monotonic_ns()}",
+        role=a2a_pb2.ROLE_USER,
+        context_id=context_id,
+        parts=[a2a_pb2.Part(text=text)],
+    )
     r = await a2a_pb2_grpc.A2AServiceStub(api.channel).SendMessage(
-        a2a_pb2.SendMessageRequest(tenant="kagent/my-first-agent", message=msg), metadata=api.md(), timeout=timeout)
+        a2a_pb2.SendMessageRequest(tenant="kagent/my-first-agent", message=msg), metadata=api.md(), timeout=timeout
+    )
     return r.task
 
 
@@ -145,8 +155,15 @@ async def test_turns_on_real_processes_memory_in_files_and_a_fork_from_the_check
     deadline = time.monotonic() + 30
     while True:
         try:
-            cp = (await stub.CreateCheckpoint(checkpoints_pb2.CreateCheckpointRequest(
-                session_id=sid, expected_head_task_id=recall.id, request_id="cp-1"), metadata=papi.md(), timeout=30)).checkpoint
+            cp = (
+                await stub.CreateCheckpoint(
+                    checkpoints_pb2.CreateCheckpointRequest(
+                        session_id=sid, expected_head_task_id=recall.id, request_id="cp-1"
+                    ),
+                    metadata=papi.md(),
+                    timeout=30,
+                )
+            ).checkpoint
             break
         except grpc.aio.AioRpcError:
             if time.monotonic() > deadline:
@@ -154,8 +171,11 @@ async def test_turns_on_real_processes_memory_in_files_and_a_fork_from_the_check
             await asyncio.sleep(0.1)
     # the source learns something new after the checkpoint
     await send(papi, "Remember the number 9.", sid)
-    fork = (await stub.ForkSession(checkpoints_pb2.ForkSessionRequest(checkpoint_id=cp.id, request_id="f-1"),
-                                   metadata=papi.md(), timeout=30)).session
+    fork = (
+        await stub.ForkSession(
+            checkpoints_pb2.ForkSessionRequest(checkpoint_id=cp.id, request_id="f-1"), metadata=papi.md(), timeout=30
+        )
+    ).session
     assert fork.state == runtime_pb2.RUNTIME_STATE_READY
     asked = await send(papi, "What did I ask you first?", fork.id)
     assert "What is 2+2?" in answer(asked), answer(asked)
@@ -181,8 +201,9 @@ async def test_a_process_killed_mid_turn_fails_the_turn_and_the_actor_recovers(p
 
     async def tasks() -> list[Any]:
         async with papi.store.pool.connection() as conn:
-            return await (await conn.execute(
-                "SELECT task FROM sessionq.tasks WHERE session_id = %s ORDER BY seq", (sid,))).fetchall()
+            return await (
+                await conn.execute("SELECT task FROM sessionq.tasks WHERE session_id = %s ORDER BY seq", (sid,))
+            ).fetchall()
 
     deadline = time.monotonic() + 30
     while len(await tasks()) < 2:  # the agent has stored the turn's task: it is under way (sleeping in it)

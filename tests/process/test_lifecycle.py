@@ -33,7 +33,7 @@ async def test_resume_starts_a_process_in_its_own_group_with_its_durable_directo
     data = await wait_ready(runtime, uid)
     pid = runtime.pid_of(uid)
     assert pid is not None and os.getpgid(pid) == pid, "each Actor's process leads its own process group"
-    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")  # noqa: ASYNC240
     assert f"SESSIONQ_DATA_DIR={data}".encode() in environ
     assert b"GREETING=hello" in environ
     assert not any(e.startswith(b"SESSIONQ_DATABASE_URL=") for e in environ), "the runtime's own env does not leak"
@@ -43,7 +43,9 @@ async def test_resume_starts_a_process_in_its_own_group_with_its_durable_directo
     assert not resumed and runtime.pid_of(uid) == pid and again.version == actor.version
 
 
-async def test_suspend_archives_the_directory_and_resume_restores_it_into_a_fresh_one(runtime: ProcessSubstrate) -> None:
+async def test_suspend_archives_the_directory_and_resume_restores_it_into_a_fresh_one(
+    runtime: ProcessSubstrate,
+) -> None:
     uid = await _actor(runtime)
     await runtime.resume_actor(ATESPACE, "a1", uid)
     data = await wait_ready(runtime, uid)
@@ -273,7 +275,7 @@ async def test_a_directory_over_the_limit_is_not_snapshotted_and_the_previous_sn
         data = await wait_ready(rt, uid)
         (data / "small").write_text("generation one")
         first = (await rt.suspend_actor(ATESPACE, "a1", uid)).snapshots[-1]
-        first_bytes = Path(first.uri.removeprefix("file://")).read_bytes()
+        first_bytes = Path(first.uri.removeprefix("file://")).read_bytes()  # noqa: ASYNC240
         await rt.resume_actor(ATESPACE, "a1", uid)
         data = await wait_ready(rt, uid)
         (data / "big").write_bytes(os.urandom(100 * 1024))
@@ -284,7 +286,8 @@ async def test_a_directory_over_the_limit_is_not_snapshotted_and_the_previous_sn
         actor = await rt.get_actor(ATESPACE, "a1")
         assert actor.state == ActorState.CRASHED and "over the limit" in (actor.crash_message or "")
         assert [(s.generation, s.status) for s in actor.snapshots] == [(1, SnapshotStatus.COMPLETED)]
-        assert Path(first.uri.removeprefix("file://")).read_bytes() == first_bytes, "nothing of it was lost"
+        kept = Path(first.uri.removeprefix("file://")).read_bytes()  # noqa: ASYNC240
+        assert kept == first_bytes, "nothing of it was lost"
         await rt.resume_actor(ATESPACE, "a1", uid)
         data = await wait_ready(rt, uid)
         assert (data / "small").read_text() == "generation one" and not (data / "big").exists()

@@ -128,7 +128,7 @@ class SettlingRequestHandler(DefaultRequestHandler):
             status=a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_COMPLETED, message=reply, timestamp=_now()),
             history=[user, reply],
         )
-        from a2a.server.cluster.version import TaskVersion  # noqa: PLC0415 - a rare path
+        from a2a.server.cluster.version import TaskVersion
 
         await self.store.save(task, event=None, prev=None, prev_version=TaskVersion.MISSING, context=context)
         await self.store.settle(context, task_id)
@@ -164,7 +164,9 @@ class SettlingRequestHandler(DefaultRequestHandler):
 class _TrackingStore(KagentTaskStore):
     """Records, in the call context, the tasks each request wrote (what its turn settles)."""
 
-    async def save(self, task: a2a_pb2.Task, *, event: Any, prev: Any, prev_version: Any, context: ServerCallContext) -> Any:
+    async def save(
+        self, task: a2a_pb2.Task, *, event: Any, prev: Any, prev_version: Any, context: ServerCallContext
+    ) -> Any:
         version = await super().save(task, event=event, prev=prev, prev_version=prev_version, context=context)
         written = context.state.get(_WRITTEN)
         if isinstance(written, set):

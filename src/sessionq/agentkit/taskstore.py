@@ -12,6 +12,7 @@ settled (SettleTask) at it when the SDK's execution of the request stops.
 from __future__ import annotations
 
 import logging
+
 import grpc
 from a2a.server.cluster.task_store import ConcurrentTaskModificationError, StoredTask, VersionedTaskStore
 from a2a.server.cluster.version import TaskVersion
@@ -50,7 +51,7 @@ def _event(event: Event | None) -> a2a_pb2.StreamResponse | None:
 
 
 def _value(version: TaskVersion) -> int:
-    return 0 if version.is_missing else int(version._value)  # noqa: SLF001 - our own versions are ints
+    return 0 if version.is_missing else int(version._value)
 
 
 class KagentTaskStore(VersionedTaskStore):

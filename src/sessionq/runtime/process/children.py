@@ -2,9 +2,10 @@
 listening socket they inherit, stopped with SIGTERM then SIGKILL to the whole group, and found in
 the process table after a restart.
 
-On Linux each child is also started with PR_SET_PDEATHSIG (SIGKILL when the runtime's thread that
-started it dies, set by util-linux's setpriv before it execs the command), so even a runtime killed with SIGKILL leaves no agent behind; the runtime's
-restart then kills what is left of each recorded process group (reconcile)."""
+On Linux each child is also started with PR_SET_PDEATHSIG (SIGKILL when the runtime's thread
+that started it dies, set by util-linux's setpriv before it execs the command), so even a runtime
+killed with SIGKILL leaves no agent behind; the runtime's restart then kills what is left of each
+recorded process group (reconcile)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 __all__ = [
     "Child",
@@ -106,6 +108,12 @@ def stderr_tail(path: Path, limit: int = STDERR_TAIL) -> str:
     return ("\u2026" + text) if size > limit and text else text
 
 
+def _log_files(logs: Path, uid: str) -> tuple[BinaryIO, BinaryIO]:
+    """The process's stdout (appended) and stderr (this start's only: its tail explains a crash)."""
+    logs.mkdir(parents=True, exist_ok=True)
+    return open(logs / f"{uid}.stdout", "ab"), open(logs / f"{uid}.stderr", "wb")
+
+
 @dataclass
 class Child:
     """One running Actor process, owned by this runtime server."""
@@ -133,7 +141,6 @@ async def start_child(
     child inherits a listening TCP socket on 127.0.0.1 (SESSIONQ_A2A_FD, SESSIONQ_A2A_PORT): its
     private A2A endpoint accepts connections from the moment it starts. Raises OSError when the
     command cannot be started (not found, not executable)."""
-    logs.mkdir(parents=True, exist_ok=True)
     program = resolve(argv[0], env.get("PATH"))
     exec_argv = [program, *argv[1:]]
     if SETPRIV is not None:
@@ -147,7 +154,8 @@ async def start_child(
         fd = sock.fileno()
         full_env = {**env, "SESSIONQ_A2A_FD": str(fd), "SESSIONQ_A2A_PORT": str(port)}
         stderr_path = logs / f"{uid}.stderr"
-        with open(logs / f"{uid}.stdout", "ab") as out, open(stderr_path, "wb") as err:
+        out, err = _log_files(logs, uid)
+        with out, err:
             process = await asyncio.create_subprocess_exec(
                 *exec_argv,
                 cwd=cwd,

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 from a2a.client import A2AClientError, ClientConfig, ClientFactory, minimal_agent_card
@@ -56,9 +57,9 @@ async def invoke_actor(
     """Deliver the turn and wait for its answer, or for the process to end (UNAVAILABLE with
     `describe()`), or for `timeout` (DEADLINE_EXCEEDED)."""
     send = send_request(request)
-    call = asyncio.ensure_future(_send(url, send, timeout))
-    waits: set[asyncio.Future[object]] = {call}  # type: ignore[arg-type]
-    watcher: asyncio.Future[object] | None = None
+    call: asyncio.Future[Any] = asyncio.ensure_future(_send(url, send, timeout))
+    waits: set[asyncio.Future[Any]] = {call}
+    watcher: asyncio.Future[Any] | None = None
     if exited is not None:
         watcher = asyncio.ensure_future(exited.wait())
         waits.add(watcher)

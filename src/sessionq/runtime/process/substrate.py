@@ -272,13 +272,16 @@ class ProcessSubstrate:
 
     async def _row(self, atespace: str, name: str, uid: str | None) -> DictRow:
         async with self._db.tx() as cur:
-            await cur.execute("SELECT * FROM sessionq_process.actors WHERE atespace = %s AND name = %s", (atespace, name))
+            await cur.execute(
+                "SELECT * FROM sessionq_process.actors WHERE atespace = %s AND name = %s", (atespace, name)
+            )
             row = await cur.fetchone()
         if row is None:
             raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{name} not found")
         if uid is not None and row["uid"] != uid:
             raise SubstrateError(
-                Code.FAILED_PRECONDITION, f"actor uid mismatch for {atespace}/{name}: expected {uid}, found {row['uid']}"
+                Code.FAILED_PRECONDITION,
+                f"actor uid mismatch for {atespace}/{name}: expected {uid}, found {row['uid']}",
             )
         return row
 
@@ -331,7 +334,9 @@ class ProcessSubstrate:
 
     async def get_actor_template(self, atespace: str, name: str) -> ActorTemplate:
         async with self._db.tx() as cur:
-            await cur.execute("SELECT * FROM sessionq_process.templates WHERE atespace = %s AND name = %s", (atespace, name))
+            await cur.execute(
+                "SELECT * FROM sessionq_process.templates WHERE atespace = %s AND name = %s", (atespace, name)
+            )
             row = await cur.fetchone()
         if row is None:
             raise SubstrateError(Code.NOT_FOUND, f"actor template {atespace}/{name} not found")
@@ -405,7 +410,8 @@ class ProcessSubstrate:
                 await asyncio.to_thread(archive.link_or_copy, Path(tag["path"]), seeded)
                 await cur.execute(
                     "INSERT INTO sessionq_process.snapshots (actor_uid, atespace, actor_name, generation, fidelity,"
-                    " status, path, size_bytes, completed_at) VALUES (%s, %s, %s, 1, %s, %s, %s, %s, clock_timestamp())",
+                    " status, path, size_bytes, completed_at)"
+                    " VALUES (%s, %s, %s, 1, %s, %s, %s, %s, clock_timestamp())",
                     (
                         uid,
                         atespace,
@@ -437,8 +443,9 @@ class ProcessSubstrate:
             await self._start(atespace, name, uid, step)
             return await self._load(atespace, name), True
 
-    def _process_env(self, atespace: str, name: str, template_env: dict[str, str], actor_env: dict[str, str],
-                     data: Path) -> dict[str, str]:
+    def _process_env(
+        self, atespace: str, name: str, template_env: dict[str, str], actor_env: dict[str, str], data: Path
+    ) -> dict[str, str]:
         env = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
         env.update(template_env)
         env.update(actor_env)
@@ -549,8 +556,7 @@ class ProcessSubstrate:
                 "SELECT sessionq_process.finish_suspend(%s, %s, %s, %s, %s)",
                 (uid, generation, str(dest), archive_size, max(self.config.keep_snapshots, 1)),
             )
-            for path in done.get("dropped") or []:
-                Path(path).unlink(missing_ok=True)
+            _unlink(done.get("dropped") or [])
             await asyncio.to_thread(archive.remove_tree, data)
             return await self._load(atespace, name)
 
@@ -569,9 +575,7 @@ class ProcessSubstrate:
                 "SELECT sessionq_process.begin_delete(%s, %s, %s, %s)", (atespace, name, uid, bool(any_state))
             )
             await self._stop(uid, paused=True)
-            for path in step.get("paths") or []:
-                if path:
-                    Path(path).unlink(missing_ok=True)
+            _unlink(step.get("paths") or [])
             await asyncio.to_thread(archive.remove_tree, self.root / "actors" / uid)
             await asyncio.to_thread(archive.remove_tree, self.root / "snapshots" / uid)
             for suffix in ("stdout", "stderr"):
@@ -591,7 +595,9 @@ class ProcessSubstrate:
             )
             row = await cur.fetchone()
         if row is None:
-            raise SubstrateError(Code.ALREADY_EXISTS, f"egress policy default of actor {atespace}/{actor} already exists")
+            raise SubstrateError(
+                Code.ALREADY_EXISTS, f"egress policy default of actor {atespace}/{actor} already exists"
+            )
         return EgressPolicy(actor_uid=uid, rules=_rule_collection(row["rules"]), version=row["version"])
 
     async def get_egress_policy(self, atespace: str, actor: str) -> EgressPolicy:
@@ -658,8 +664,17 @@ class ProcessSubstrate:
                         "INSERT INTO sessionq_process.tags (atespace, name, uid, actor_name, actor_uid,"
                         " snapshot_generation, fidelity, snapshot_path, path)"
                         " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING *",
-                        (atespace, name, tag_uid, actor, uid, snap["generation"], snap["fidelity"], snap["path"],
-                         str(path)),
+                        (
+                            atespace,
+                            name,
+                            tag_uid,
+                            actor,
+                            uid,
+                            snap["generation"],
+                            snap["fidelity"],
+                            snap["path"],
+                            str(path),
+                        ),
                     )
                 except psycopg.errors.UniqueViolation:
                     path.unlink(missing_ok=True)
@@ -696,7 +711,7 @@ class ProcessSubstrate:
             row = await cur.fetchone()
         if row is None:
             raise SubstrateError(Code.NOT_FOUND, f"tag {atespace}/{name} not found")
-        Path(row["path"]).unlink(missing_ok=True)
+        _unlink([row["path"]])
 
     # listings ---------------------------------------------------------------------------------
 
@@ -765,8 +780,13 @@ class ProcessSubstrate:
         url = await self.endpoint(atespace, name, uid)
         child = self._children.get(uid)
         exited = child.exited if child is not None else None
-        await invoke_actor(url, request, timeout=self.config.turn_timeout, exited=exited,
-                           describe=lambda: self._exit_message(uid, child))
+        await invoke_actor(
+            url,
+            request,
+            timeout=self.config.turn_timeout,
+            exited=exited,
+            describe=lambda: self._exit_message(uid, child),
+        )
 
     def _exit_message(self, uid: str, child: Child | None) -> str:
         if child is None or child.returncode is None:
@@ -789,7 +809,12 @@ class ProcessSubstrate:
             await asyncio.wait_for(child.exited.wait(), timeout)
 
 
+def _unlink(paths: list[str]) -> None:
+    for path in paths:
+        if path:
+            Path(path).unlink(missing_ok=True)
+
+
 def _conforms(runtime: ProcessSubstrate) -> Substrate:
     """Static check (mypy) that the process runtime implements the Protocol."""
     return runtime
-
