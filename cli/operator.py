@@ -581,6 +581,10 @@ def status_text(s: Row) -> str:
             ["AT", "JOB", "TASK", "ATTEMPT", "OUTCOME", "ERROR"],
             [[age(f["failed_at"]) + " ago", f["job_id"], f["task_name"], f["attempt"], f["outcome"],
               compact(f"{f['error_type']}: {f['error_message']}", 80)] for f in s["recent_failures"]])))
+    if s.get("process_runtime") is not None:
+        pr = s["process_runtime"]
+        out.append(f"{'PROCESS RUNTIME':<{label}}{pr['actors']} actors, {pr['with_process']} with a process;"
+                   " local OS processes, NOT isolated: egress policies are stored, not enforced")
     out.append(f"{'EXPIRY LEADER':<{label}}{leader_text(s['expiry_leader'])}")
     for leader in s["leaders"]:
         if leader["role"] != "expiry":

@@ -275,13 +275,37 @@ KEYS: tuple[Key, ...] = (
         "Agent namespaces each user may use (user -> list); users not listed may use every namespace.",
     ),
     Key("auth.anonymousUser", _str, "", "User for calls without a token (set by `sessionq up`; empty: reject)."),
-    Key("runtime.kind", _choice("simulator"), "simulator", "The Substrate implementation."),
+    Key(
+        "runtime.kind",
+        _choice("simulator", "process"),
+        "simulator",
+        "The Substrate implementation: simulator, or process (Actors are local OS processes; one process owns them).",
+    ),
     Key("runtime.simulator.workers", _int(1, 100000), 256, "Size of the simulated worker pool."),
     Key(
         "runtime.simulator.taskStoreAddress",
         _str,
         "",
         "Where simulated Actors reach the task store API (empty: this process's API, else server.address).",
+    ),
+    Key(
+        "runtime.process.root",
+        _str,
+        "",
+        "Process runtime: where durable directories, snapshots, tags and logs live (empty: ./sessionq-process).",
+    ),
+    Key("runtime.process.slots", _int(1, 10000), 8, "Process runtime: process slots (Actors running at once)."),
+    Key(
+        "runtime.process.stopGrace",
+        _positive_duration,
+        5.0,
+        "Process runtime: time between SIGTERM and SIGKILL when an Actor's process is stopped.",
+    ),
+    Key(
+        "runtime.process.maxDirectoryBytes",
+        _int(0, 2**62),
+        0,
+        "Process runtime: a durable directory larger than this is not snapshotted (0: no limit).",
     ),
     Key("inventory.watchedAtespaces", _atespaces, [], "Atespaces the inventory lists (empty: all)."),
     Key(

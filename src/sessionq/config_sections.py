@@ -27,6 +27,25 @@ class RuntimeSimulatorSettings:
 
 
 @dataclass(frozen=True)
+class RuntimeProcessSettings:
+    """runtime.process.*"""
+
+    root: str  # runtime.process.root
+    slots: int  # runtime.process.slots
+    stop_grace: float  # runtime.process.stopGrace
+    max_directory_bytes: int  # runtime.process.maxDirectoryBytes
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> RuntimeProcessSettings:
+        return cls(
+            root=values["runtime.process.root"],
+            slots=values["runtime.process.slots"],
+            stop_grace=values["runtime.process.stopGrace"],
+            max_directory_bytes=values["runtime.process.maxDirectoryBytes"],
+        )
+
+
+@dataclass(frozen=True)
 class DatabaseSettings:
     """database.*"""
 
@@ -177,14 +196,16 @@ class AuthSettings:
 class RuntimeSettings:
     """runtime.*"""
 
-    kind: Literal["simulator"]  # runtime.kind
+    kind: Literal["simulator", "process"]  # runtime.kind
     simulator: RuntimeSimulatorSettings  # runtime.simulator.*
+    process: RuntimeProcessSettings  # runtime.process.*
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> RuntimeSettings:
         return cls(
             kind=values["runtime.kind"],
             simulator=RuntimeSimulatorSettings.from_values(values),
+            process=RuntimeProcessSettings.from_values(values),
         )
 
 
