@@ -21,6 +21,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Awaitable, Callable
@@ -54,8 +55,27 @@ class StartupError(Exception):
     second `up` in one directory), told in one line by the CLI instead of a traceback."""
 
 
-def _why(e: BaseException) -> str:
+def _in_use(address: str) -> bool:
+    """Whether a listener holds HOST:PORT (gRPC's bind error does not say why it failed)."""
+    host, _, port = address.rpartition(":")
+    try:
+        infos = socket.getaddrinfo(host.strip("[]") or None, int(port), type=socket.SOCK_STREAM)
+    except (OSError, ValueError):
+        return False
+    for family, kind, proto, _name, sockaddr in infos:
+        with socket.socket(family, kind, proto) as probe:
+            try:
+                probe.bind(sockaddr)
+            except OSError as e:
+                if e.errno == errno.EADDRINUSE:
+                    return True
+    return False
+
+
+def _why(e: BaseException, address: str | None = None) -> str:
     if (isinstance(e, OSError) and e.errno == errno.EADDRINUSE) or "address already in use" in str(e).lower():
+        return "the address is in use"
+    if address is not None and "failed to bind" in str(e).lower() and _in_use(address):
         return "the address is in use"
     if isinstance(e, OSError) and e.strerror:
         return e.strerror.lower()
@@ -63,7 +83,8 @@ def _why(e: BaseException) -> str:
 
 
 def listen_error(what: str, key: str, address: str, e: BaseException) -> StartupError:
-    return StartupError(f"cannot listen on {address} for {what}: {_why(e)} (another sessionq, or another program,"
+    why = _why(e, address)
+    return StartupError(f"cannot listen on {address} for {what}: {why} (another sessionq, or another program,"
                         f" may use it; set {key} to another HOST:PORT)")
 
 API_GRACE = 5.0  # how long in-flight calls may finish when the API stops (at most workers.shutdownTimeout)
