@@ -38,6 +38,7 @@ from tests.process.conftest import alive, processes_with, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 FIRST_AGENT = REPO / "examples" / "agents" / "first_agent.py"
+ECHO_AGENT = Path(__file__).with_name("echo_agent.py")
 NS = "kagent"
 
 
@@ -63,11 +64,16 @@ async def papi(settings: Any, store: Store, database_url: str, tmp_path: Path) -
             await server.start()
             runtime.taskstore_address = f"127.0.0.1:{server.port}"
             channel = grpc.aio.insecure_channel(runtime.taskstore_address)
-            spec = parse_spec({"name": "my-first-agent", "command": [sys.executable, str(FIRST_AGENT)]})
-            await store.apply_agent(
-                NS, spec.name, spec.to_json(), spec.spec_hash(), spec.image, compile_egress(spec), "alice"
-            )
-            await prepare_revision(store, runtime, (await store.get_agent(NS, spec.name)).desired_revision_id)
+            for raw in (
+                {"name": "my-first-agent", "command": [sys.executable, str(FIRST_AGENT)]},
+                {"name": "echo", "command": [sys.executable], "args": [str(ECHO_AGENT)]},
+                {"name": "echo-message", "command": [sys.executable], "args": [str(ECHO_AGENT), "message"]},
+            ):
+                spec = parse_spec(raw)
+                await store.apply_agent(
+                    NS, spec.name, spec.to_json(), spec.spec_hash(), spec.image, compile_egress(spec), "alice"
+                )
+                await prepare_revision(store, runtime, (await store.get_agent(NS, spec.name)).desired_revision_id)
             try:
                 yield ProcessApi(channel, runtime, store)
             finally:
@@ -78,10 +84,10 @@ async def papi(settings: Any, store: Store, database_url: str, tmp_path: Path) -
     assert processes_with(str(tmp_path / "runtime")) == [], "no agent process outlives the runtime"
 
 
-async def new_session(api: ProcessApi, request_id: str = "s-1") -> str:
+async def new_session(api: ProcessApi, request_id: str = "s-1", agent: str = "my-first-agent") -> str:
     r = await sessions_pb2_grpc.SessionServiceStub(api.channel).CreateSession(
         sessions_pb2.CreateSessionRequest(
-            request_id=request_id, agent=common_pb2.ResourceReference(namespace=NS, name="my-first-agent")
+            request_id=request_id, agent=common_pb2.ResourceReference(namespace=NS, name=agent)
         ),
         metadata=api.md(),
         timeout=30,
@@ -89,7 +95,9 @@ async def new_session(api: ProcessApi, request_id: str = "s-1") -> str:
     return r.session.id
 
 
-async def send(api: ProcessApi, text: str, context_id: str, timeout: float = 60) -> a2a_pb2.Task:
+async def send(
+    api: ProcessApi, text: str, context_id: str, timeout: float = 60, agent: str = "my-first-agent"
+) -> a2a_pb2.Task:
     msg = a2a_pb2.Message(
         message_id=f"m-{time.monotonic_ns()}",
         role=a2a_pb2.ROLE_USER,
@@ -97,7 +105,7 @@ async def send(api: ProcessApi, text: str, context_id: str, timeout: float = 60)
         parts=[a2a_pb2.Part(text=text)],
     )
     r = await a2a_pb2_grpc.A2AServiceStub(api.channel).SendMessage(
-        a2a_pb2.SendMessageRequest(tenant="kagent/my-first-agent", message=msg), metadata=api.md(), timeout=timeout
+        a2a_pb2.SendMessageRequest(tenant=f"kagent/{agent}", message=msg), metadata=api.md(), timeout=timeout
     )
     return r.task
 
@@ -220,3 +228,16 @@ async def test_a_process_killed_mid_turn_fails_the_turn_and_the_actor_recovers(p
     assert actor.state in (ActorState.CRASHED, ActorState.SUSPENDED)
     again = await send(papi, "What number did I ask you to remember?", sid)
     assert again.status.state == a2a_pb2.TASK_STATE_COMPLETED and "5" in answer(again), answer(again)
+
+
+@pytest.mark.parametrize("agent", ["echo", "echo-message"])
+async def test_the_docs_agent_runs_and_a_bare_message_answer_becomes_a_completed_task(
+    papi: ProcessApi, agent: str
+) -> None:
+    sid = await new_session(papi, f"s-{agent}", agent)
+    first = await send(papi, "hello", sid, agent=agent)
+    assert first.status.state == a2a_pb2.TASK_STATE_COMPLETED and answer(first) == "noted 1"
+    await suspended(papi, sid)
+    second = await send(papi, "again", sid, agent=agent)
+    assert answer(second) == "noted 2", "the notes file survived suspend and resume"
+    assert second.id != first.id and second.history[0].role == a2a_pb2.ROLE_USER

@@ -327,3 +327,28 @@ async def test_a_snapshot_interrupted_before_its_rename_never_counts(runtime: Pr
     # the next suspend takes a new generation number (generation 2 was assigned once)
     actor = await runtime.suspend_actor(ATESPACE, "a1", uid)
     assert [s.generation for s in actor.snapshots] == [1, 3]
+
+
+async def test_concurrent_resumes_never_share_a_slot(database_url: str, tmp_path: Path) -> None:
+    """Many racers, fewer slots: exactly as many Actors run as there are slots, each on its own."""
+    import asyncio
+
+    rt = ProcessSubstrate(database_url, ProcessConfig(root=tmp_path / "rt", slots=3))
+    await rt.open()
+    try:
+        uids = {f"r{i}": await _actor(rt, f"r{i}") for i in range(8)}
+        results = await asyncio.gather(
+            *(rt.resume_actor(ATESPACE, name, uid) for name, uid in uids.items()), return_exceptions=True
+        )
+        running = [r for r in results if not isinstance(r, BaseException)]
+        refused = [r for r in results if isinstance(r, SubstrateError)]
+        assert len(running) == 3 and len(refused) == 5, results
+        assert all(e.code == Code.RESOURCE_EXHAUSTED for e in refused)
+        workers = {a.worker for a, _ in running}
+        assert len(workers) == 3, "every running Actor holds a slot of its own"
+        pids = [rt.pid_of(a.uid) for a, _ in running]
+        assert all(p is not None and alive(p) for p in pids)
+        held = [w for w in (await rt.list_workers(0, "")).items if w.actor is not None]
+        assert len(held) == 3
+    finally:
+        await rt.close()

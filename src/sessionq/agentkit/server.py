@@ -28,6 +28,7 @@ from typing import Any
 
 import uvicorn
 from a2a.server.agent_execution import AgentExecutor
+from a2a.server.cluster.version import TaskVersion
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
@@ -122,15 +123,20 @@ class SettlingRequestHandler(DefaultRequestHandler):
         reply = a2a_pb2.Message()
         reply.CopyFrom(answer)
         reply.task_id, reply.context_id = task_id, context_id
+        # as any turn: the task WORKING first, then its final state (staged until it is settled)
         task = a2a_pb2.Task(
             id=task_id,
             context_id=context_id,
-            status=a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_COMPLETED, message=reply, timestamp=_now()),
-            history=[user, reply],
+            status=a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_WORKING, timestamp=_now()),
+            history=[user],
         )
-        from a2a.server.cluster.version import TaskVersion
-
-        await self.store.save(task, event=None, prev=None, prev_version=TaskVersion.MISSING, context=context)
+        version = await self.store.save(
+            task, event=None, prev=None, prev_version=TaskVersion.MISSING, context=context
+        )
+        task.status.CopyFrom(a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_COMPLETED, message=reply, timestamp=_now()))
+        task.history.append(reply)
+        event = a2a_pb2.TaskStatusUpdateEvent(task_id=task_id, context_id=context_id, status=task.status)
+        await self.store.save(task, event=event, prev=None, prev_version=version, context=context)
         await self.store.settle(context, task_id)
 
     async def on_message_send(
