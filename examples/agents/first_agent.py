@@ -27,7 +27,7 @@ from a2a.server.tasks import TaskUpdater
 from a2a.types import a2a_pb2
 
 from sessionq import agentkit
-from sessionq.runtime.simulator.agent import run_turn  # the deterministic agent's logic (pure, no I/O)
+from sessionq.runtime.deterministic_agent import run_turn  # the simulated agent's logic (pure, no I/O)
 
 MEMORY = "memory.json"
 

@@ -37,7 +37,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from starlette.applications import Starlette
 
 from sessionq.agentkit.taskstore import DISPATCH_STATE, SESSION_STATE, KagentTaskStore
-from sessionq.runtime.simulator.taskstore_client import TaskStoreClient
+from sessionq.runtime.taskstore_client import TaskStoreClient
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from a2a.server.events.event_queue import Event
 from a2a.types import a2a_pb2
 
 from sessionq.runtime.base import INVOKE_DISPATCH_KEY, INVOKE_SESSION_KEY
-from sessionq.runtime.simulator.taskstore_client import TaskStoreClient, TaskStoreError
+from sessionq.runtime.taskstore_client import TaskStoreClient, TaskStoreError
 
 log = logging.getLogger(__name__)
 
