@@ -277,9 +277,11 @@ KEYS: tuple[Key, ...] = (
     Key("auth.anonymousUser", _str, "", "User for calls without a token (set by `sessionq up`; empty: reject)."),
     Key(
         "runtime.kind",
-        _choice("simulator", "process"),
+        _choice("simulator", "substrate", "process"),
         "simulator",
-        "The Substrate implementation: simulator, or process (Actors are local OS processes; one process owns them).",
+        "The Substrate implementation: `simulator` (in process), `substrate` (a Substrate's ateapi.Control"
+        " over gRPC at runtime.substrate.address; docs/runtime.md) or `process` (Actors are local OS processes,"
+        " not isolated; one process owns them)."
     ),
     Key("runtime.simulator.workers", _int(1, 100000), 256, "Size of the simulated worker pool."),
     Key(
@@ -287,6 +289,78 @@ KEYS: tuple[Key, ...] = (
         _str,
         "",
         "Where simulated Actors reach the task store API (empty: this process's API, else server.address).",
+    ),
+    Key(
+        "runtime.simulator.serveAddress",
+        _address,
+        "127.0.0.1:8090",
+        "`sessionq runtime serve --simulator` (and `sessionq up` with runtime.simulator.served): where the"
+        " simulator serves ateapi.Control (gRPC, with reflection and health).",
+    ),
+    Key(
+        "runtime.simulator.actorAddress",
+        _address,
+        "127.0.0.1:8091",
+        "Where the served simulator listens for its Actors' A2A endpoints (`/actors/<atespace>/<name>`).",
+    ),
+    Key(
+        "runtime.simulator.served",
+        _bool,
+        True,
+        "`sessionq up`: run the simulator as an ateapi.Control server and reach it through the gRPC adapter"
+        " (false: the simulator in process).",
+    ),
+    Key("runtime.substrate.address", _str, "", "runtime.kind substrate: HOST:PORT of the Substrate's ateapi.Control."),
+    Key("runtime.substrate.tls.enabled", _bool, False, "Use TLS to the Substrate (else plaintext)."),
+    Key(
+        "runtime.substrate.tls.caFile",
+        _str,
+        "",
+        "PEM file of the CAs that sign the Substrate's certificate (empty: system roots).",
+    ),
+    Key("runtime.substrate.tls.certFile", _str, "", "PEM client certificate for mTLS (with keyFile)."),
+    Key("runtime.substrate.tls.keyFile", _str, "", "PEM private key of the client certificate (mTLS)."),
+    Key(
+        "runtime.substrate.tls.serverName",
+        _str,
+        "",
+        "Name to verify in the Substrate's certificate (empty: the address host).",
+    ),
+    Key(
+        "runtime.substrate.tokenFile",
+        _str,
+        "",
+        "File holding a bearer token sent on every call (re-read when it changes, as projected service-account"
+        " tokens rotate; empty: none).",
+    ),
+    Key("runtime.substrate.callTimeout", _positive_duration, 30.0, "Deadline of each call to the Substrate."),
+    Key("runtime.substrate.keepaliveTime", _positive_duration, 30.0, "gRPC keepalive ping interval to the Substrate."),
+    Key(
+        "runtime.substrate.actorAddressPattern",
+        _str,
+        "http://{worker_ip}:80",
+        "URL of an Actor's private A2A endpoint (invoke); placeholders {worker_ip}, {worker}, {atespace}, {name},"
+        " {uid}.",
+    ),
+    Key(
+        "runtime.substrate.uidPreflight",
+        _bool,
+        True,
+        "Read the Actor before a UID-guarded call (ateapi's Suspend/Resume/Pause carry no UID) and refuse a"
+        " same-name replacement; false when the server honours the x-sessionq-expect-uid header"
+        " (the served simulator).",
+    ),
+    Key(
+        "runtime.substrate.snapshotStorage",
+        _str,
+        "s3://sessionq-snapshots",
+        "storage_location of the actor templates sessionq creates.",
+    ),
+    Key(
+        "runtime.substrate.sandboxConfig",
+        _str,
+        "gvisor",
+        "sandbox_config.config_name of the actor templates sessionq creates (gVisor class).",
     ),
     Key(
         "runtime.process.root",

@@ -12,17 +12,73 @@ from typing import Any, Literal
 
 
 @dataclass(frozen=True)
+class RuntimeSubstrateTlsSettings:
+    """runtime.substrate.tls.*"""
+
+    enabled: bool  # runtime.substrate.tls.enabled
+    ca_file: str  # runtime.substrate.tls.caFile
+    cert_file: str  # runtime.substrate.tls.certFile
+    key_file: str  # runtime.substrate.tls.keyFile
+    server_name: str  # runtime.substrate.tls.serverName
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> RuntimeSubstrateTlsSettings:
+        return cls(
+            enabled=values["runtime.substrate.tls.enabled"],
+            ca_file=values["runtime.substrate.tls.caFile"],
+            cert_file=values["runtime.substrate.tls.certFile"],
+            key_file=values["runtime.substrate.tls.keyFile"],
+            server_name=values["runtime.substrate.tls.serverName"],
+        )
+
+
+@dataclass(frozen=True)
 class RuntimeSimulatorSettings:
     """runtime.simulator.*"""
 
     workers: int  # runtime.simulator.workers
     task_store_address: str  # runtime.simulator.taskStoreAddress
+    serve_address: str  # runtime.simulator.serveAddress
+    actor_address: str  # runtime.simulator.actorAddress
+    served: bool  # runtime.simulator.served
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> RuntimeSimulatorSettings:
         return cls(
             workers=values["runtime.simulator.workers"],
             task_store_address=values["runtime.simulator.taskStoreAddress"],
+            serve_address=values["runtime.simulator.serveAddress"],
+            actor_address=values["runtime.simulator.actorAddress"],
+            served=values["runtime.simulator.served"],
+        )
+
+
+@dataclass(frozen=True)
+class RuntimeSubstrateSettings:
+    """runtime.substrate.*"""
+
+    address: str  # runtime.substrate.address
+    tls: RuntimeSubstrateTlsSettings  # runtime.substrate.tls.*
+    token_file: str  # runtime.substrate.tokenFile
+    call_timeout: float  # runtime.substrate.callTimeout
+    keepalive_time: float  # runtime.substrate.keepaliveTime
+    actor_address_pattern: str  # runtime.substrate.actorAddressPattern
+    uid_preflight: bool  # runtime.substrate.uidPreflight
+    snapshot_storage: str  # runtime.substrate.snapshotStorage
+    sandbox_config: str  # runtime.substrate.sandboxConfig
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> RuntimeSubstrateSettings:
+        return cls(
+            address=values["runtime.substrate.address"],
+            tls=RuntimeSubstrateTlsSettings.from_values(values),
+            token_file=values["runtime.substrate.tokenFile"],
+            call_timeout=values["runtime.substrate.callTimeout"],
+            keepalive_time=values["runtime.substrate.keepaliveTime"],
+            actor_address_pattern=values["runtime.substrate.actorAddressPattern"],
+            uid_preflight=values["runtime.substrate.uidPreflight"],
+            snapshot_storage=values["runtime.substrate.snapshotStorage"],
+            sandbox_config=values["runtime.substrate.sandboxConfig"],
         )
 
 
@@ -196,8 +252,9 @@ class AuthSettings:
 class RuntimeSettings:
     """runtime.*"""
 
-    kind: Literal["simulator", "process"]  # runtime.kind
+    kind: Literal["simulator", "substrate", "process"]  # runtime.kind
     simulator: RuntimeSimulatorSettings  # runtime.simulator.*
+    substrate: RuntimeSubstrateSettings  # runtime.substrate.*
     process: RuntimeProcessSettings  # runtime.process.*
 
     @classmethod
@@ -205,6 +262,7 @@ class RuntimeSettings:
         return cls(
             kind=values["runtime.kind"],
             simulator=RuntimeSimulatorSettings.from_values(values),
+            substrate=RuntimeSubstrateSettings.from_values(values),
             process=RuntimeProcessSettings.from_values(values),
         )
 

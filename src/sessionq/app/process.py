@@ -29,12 +29,21 @@ from pathlib import Path
 from typing import IO, Any
 
 import yaml
+from grpc_health.v1 import health_pb2
 
 from sessionq import metrics
 from sessionq.api.agentcard import AgentCardServer
 from sessionq.api.server import ApiServer
-from sessionq.app.worker import open_runtime, run_worker
-from sessionq.config import Settings
+from sessionq.app.runtime import (
+    ServedProcess,
+    ServedSimulator,
+    open_runtime,
+    start_served_process,
+    start_served_simulator,
+    substrate_options,
+)
+from sessionq.app.worker import run_worker
+from sessionq.config import ConfigError, Settings
 from sessionq.console.server import ConsoleServer
 from sessionq.db import embedded, migrate
 from sessionq.db.reachable import check_async
@@ -210,6 +219,41 @@ class Shutdown:
         os._exit(EXIT_FORCED)
 
 
+RUNTIME_HEALTH_SERVICE = "sessionq.runtime"
+RUNTIME_HEALTH_INTERVAL = 5.0
+
+
+async def _set_health(server: ApiServer, service: str, status: int) -> None:
+    result = server.health.set(service, status)
+    if hasattr(result, "__await__"):
+        await result
+
+
+async def watch_runtime(server: ApiServer, runtime: Any, stop: asyncio.Event,
+                        interval: float = RUNTIME_HEALTH_INTERVAL) -> None:
+    """The readiness of the runtime, as the health service ``sessionq.runtime`` of the API (the
+    Kubernetes readiness probe asks for it; liveness asks for "" and never depends on the
+    runtime): SERVING while it answers, NOT_SERVING (with one log line per change) while not. The
+    in-process simulator always answers."""
+    check = getattr(runtime, "check_health", None)
+    last: str | None = "unknown"
+    while not stop.is_set():
+        problem = await check() if check is not None else None
+        if problem != last:
+            status = health_pb2.HealthCheckResponse.SERVING if problem is None else (
+                health_pb2.HealthCheckResponse.NOT_SERVING)
+            await _set_health(server, RUNTIME_HEALTH_SERVICE, status)
+            if problem is not None:
+                log.warning("not ready: the runtime does not answer (%s); retrying", problem)
+            elif last != "unknown":
+                log.info("ready: the runtime answers again")
+            last = problem
+        if check is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval)
+
+
 async def _prepare_database(url: str) -> None:
     await asyncio.to_thread(migrate.upgrade, url)
     await install_schema(url)
@@ -243,6 +287,7 @@ async def run_services(
     server = None
     console: ConsoleServer | None = None
     worker_task: asyncio.Task[str] | None = None
+    runtime_watch: asyncio.Task[None] | None = None
     clean = False
     try:
         if settings.metrics.enabled:
@@ -277,6 +322,8 @@ async def run_services(
                 if hasattr(runtime, "taskstore_address") and not settings.runtime.simulator.task_store_address:
                     host = settings.server.address.rpartition(":")[0]
                     runtime.taskstore_address = f"{host}:{server.port}"  # simulated Actors report here
+            if server is not None:
+                runtime_watch = asyncio.create_task(watch_runtime(server, runtime, stop), name="runtime health")
             if workers:
                 worker_task = asyncio.create_task(run_worker(settings, url, store, runtime, stop=stop,
                                                              exit_on_drain=exit_on_drain,
@@ -300,6 +347,7 @@ async def run_services(
                 await console.stop()
             if server is not None:
                 await cards.stop()
+                await _set_health(server, RUNTIME_HEALTH_SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)
                 await server.stop(grace=grace)
             if worker_task is not None:
                 stop.set()
@@ -308,6 +356,8 @@ async def run_services(
                 worker_task.result()
             clean = True
     finally:
+        if runtime_watch is not None:
+            runtime_watch.cancel()
         if worker_task is not None and not worker_task.done():
             worker_task.cancel()  # a forced stop (or a failure): do not wait for its drain
         if server is not None and not clean:  # forced, or a failure half-way through the start
@@ -401,6 +451,7 @@ async def _up(
     shutdown: Shutdown, settings: Settings, data_dir: Path, database_url: str | None, echo: Callable[[str], None]
 ) -> int:
     server: embedded.EmbeddedPostgres | None = None
+    served: ServedSimulator | None = None
     try:
         psql = None
         if database_url:
@@ -435,10 +486,24 @@ async def _up(
             )
         await _prepare_database(url)
         sq = command_name()
+        if settings.runtime.kind == "simulator" and settings.runtime.simulator.served:
+            # the embedded default exercises the real client path: the simulator as an ateapi.Control
+            # server on loopback (ports of its own), reached through the gRPC adapter
+            served = await start_served_simulator(settings, url, address="127.0.0.1:0", actor_address="127.0.0.1:0")
+            settings = settings.with_overrides(**{
+                "runtime.kind": "substrate",
+                "runtime.substrate.address": served.address,
+                "runtime.substrate.uidPreflight": False,
+                "runtime.substrate.actorAddressPattern": served.endpoints.pattern,
+            })
 
         def ready(port: int | None) -> None:
             endpoint = f"{host}:{port}"
             client = {"server": endpoint, "user": user, "databaseUrl": url, "psql": psql}
+            if served is not None:
+                if not settings.runtime.simulator.task_store_address:
+                    served.sim.taskstore_address = endpoint  # the simulated Actors report here
+                client["runtimeAddress"] = served.address
             for path in (data_dir.resolve() / CLIENT_CONFIG, user_client_config()):
                 with contextlib.suppress(OSError):
                     write_client_config(path, client)
@@ -446,6 +511,8 @@ async def _up(
             echo(f"  gRPC endpoint : {endpoint}  (reflection and health on; calls without a token are {user}'s)")
             echo(f"  web console   : http://{settings.server.console_address}/  (no login needed here)")
             echo(f"  psql          : {psql}")
+            if served is not None:
+                echo(f"  runtime       : the simulator, served as ateapi.Control at {served.address}")
             echo(f"  client config : {user_client_config()}")
             echo("  Next, in another terminal in this directory:")
             if FIRST_AGENT.exists():
@@ -469,6 +536,9 @@ async def _up(
             raise
         return EXIT_FORCED
     finally:
+        if served is not None and shutdown.forced is None:
+            with contextlib.suppress(Exception):
+                await served.stop()
         if server is not None and shutdown.forced is None:
             await asyncio.to_thread(server.stop)
     echo("sessionq stopped")
@@ -483,11 +553,55 @@ async def serve(settings: Settings, *, api: bool, workers: bool) -> int:
         raise SystemExit("database.url is required (set it in the config file or SESSIONQ_DATABASE__URL)")
     if api and not settings.auth.tokens:
         log.warning("no auth.tokens configured: every call will be UNAUTHENTICATED")
+    if settings.runtime.kind == "substrate":
+        try:
+            substrate_options(settings)  # the files and values must be usable: one line, not a traceback
+        except ConfigError as e:
+            raise StartupError(f"invalid configuration: {e}") from None
     await check_async(url)  # DatabaseUnreachable: one line, not a traceback
     shutdown = Shutdown(settings.workers.shutdown_timeout)
     shutdown.install()
     try:
         await run_services(settings, url, api=api, workers=workers, stop=shutdown.stop, shutdown=shutdown)
+    except asyncio.CancelledError:
+        if shutdown.forced is None:
+            raise
+        return EXIT_FORCED
+    finally:
+        shutdown.hand_over()
+    return 0
+
+
+async def serve_runtime(settings: Settings, *, address: str | None = None, actor_address: str | None = None,
+                        kind: str = "simulator") -> int:
+    """`sessionq runtime serve --simulator`: the simulator as an ateapi.Control server (its state
+    in database.url's PostgreSQL, shared with every replica and with fault injection) until
+    SIGINT/SIGTERM. With kind "process" (`--process`) the process runtime instead: one server per
+    database, whose Actors are its child processes (all stopped when it stops). Returns the exit
+    status."""
+    url = settings.database.url
+    if not url:
+        raise SystemExit("database.url is required (set it in the config file or SESSIONQ_DATABASE__URL)")
+    await check_async(url)
+    await install_schema(url)
+    shutdown = Shutdown(settings.workers.shutdown_timeout)
+    shutdown.install()
+    try:
+        served: ServedSimulator | ServedProcess
+        try:
+            if kind == "process":
+                served = await start_served_process(settings, url, address=address, actor_address=actor_address)
+            else:
+                served = await start_served_simulator(settings, url, address=address, actor_address=actor_address)
+        except OSError as e:
+            raise listen_error(f"the {kind} runtime", "runtime.simulator.serveAddress",
+                               address or settings.runtime.simulator.serve_address, e) from None
+        log.info("%s runtime serving ateapi.Control on port %d; Actors' A2A endpoints at %s",
+                 kind, served.port, served.endpoints.pattern)
+        try:
+            await shutdown.stop.wait()
+        finally:
+            await served.stop()
     except asyncio.CancelledError:
         if shutdown.forced is None:
             raise

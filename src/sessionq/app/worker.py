@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
-from sessionq.config import Settings, grpc_message_limit
+from sessionq.config import Settings
 from sessionq.db.store import Store
 from sessionq.domain.operations import OperationExecutor
 from sessionq.domain.quiescence import QuiescencePool
@@ -18,42 +17,8 @@ from sessionq.jobs.deps import Deps
 from sessionq.jobs.drain import DrainRequest, default_worker_name, run_drainable_worker, unless_stopped
 from sessionq.metrics import REVISION_GC
 from sessionq.runtime.base import Substrate
-from sessionq.runtime.process import ProcessConfig, ProcessSubstrate
-from sessionq.runtime.simulator import SimulatedSubstrate
 
 log = logging.getLogger(__name__)
-
-
-@contextlib.asynccontextmanager
-async def open_runtime(settings: Settings, url: str) -> AsyncIterator[Substrate]:
-    if settings.runtime.kind == "process":
-        process = ProcessSubstrate(
-            url,
-            ProcessConfig(
-                root=Path(settings.runtime.process.root or "sessionq-process"),
-                slots=settings.runtime.process.slots,
-                stop_grace=settings.runtime.process.stop_grace,
-                max_directory_bytes=settings.runtime.process.max_directory_bytes,
-                taskstore_address=settings.runtime.simulator.task_store_address or settings.server.address,
-            ),
-        )
-        await process.open()
-        try:
-            yield process
-        finally:
-            await process.close()
-        return
-    sim = SimulatedSubstrate(
-        url,
-        worker_pool_size=settings.runtime.simulator.workers,
-        taskstore_address=settings.runtime.simulator.task_store_address or settings.server.address,
-        taskstore_message_limit=grpc_message_limit(settings.a2a.max_message_bytes),
-    )
-    await sim.open()
-    try:
-        yield sim
-    finally:
-        await sim.close()
 
 
 async def run_worker(

@@ -59,6 +59,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 TRANSIENT = {Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.ABORTED, Code.RESOURCE_EXHAUSTED, Code.INTERNAL}
+# a runtime reached over gRPC (runtime/ateapi): an unknown outcome, a cancelled call, or credentials
+# it refuses (operations stay pending until an operator fixes them; the adapter logs the cause)
+TRANSIENT |= {Code.UNKNOWN, Code.CANCELLED, Code.UNAUTHENTICATED, Code.PERMISSION_DENIED}
 PREPARATION_ATTEMPTS = 3
 
 

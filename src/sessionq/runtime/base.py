@@ -32,6 +32,14 @@ class Code(enum.StrEnum):
     ABORTED = "ABORTED"
     INTERNAL = "INTERNAL"
     RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+    # the remaining gRPC codes, so that a runtime served over gRPC maps one to one (runtime/ateapi)
+    CANCELLED = "CANCELLED"
+    UNKNOWN = "UNKNOWN"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    UNIMPLEMENTED = "UNIMPLEMENTED"
+    OUT_OF_RANGE = "OUT_OF_RANGE"
+    DATA_LOSS = "DATA_LOSS"
 
 
 class SubstrateError(Exception):
