@@ -486,6 +486,9 @@ async def _up(
             )
         await _prepare_database(url)
         sq = command_name()
+        if settings.runtime.kind == "process" and not settings.runtime.process.root:
+            # the Actors' directories and snapshots live with up's other data
+            settings = settings.with_overrides(**{"runtime.process.root": str(data_dir.resolve() / "process-runtime")})
         if settings.runtime.kind == "simulator" and settings.runtime.simulator.served:
             # the embedded default exercises the real client path: the simulator as an ateapi.Control
             # server on loopback (ports of its own), reached through the gRPC adapter
@@ -513,6 +516,9 @@ async def _up(
             echo(f"  psql          : {psql}")
             if served is not None:
                 echo(f"  runtime       : the simulator, served as ateapi.Control at {served.address}")
+            elif settings.runtime.kind == "process":
+                echo(f"  runtime       : the process runtime (Actors are local OS processes, NOT isolated),"
+                     f" in {settings.runtime.process.root}")
             echo(f"  client config : {user_client_config()}")
             echo("  Next, in another terminal in this directory:")
             if FIRST_AGENT.exists():
