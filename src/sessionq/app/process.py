@@ -373,6 +373,11 @@ async def run_services(
         await store.close(timeout=0 if forced() else 5.0)
 
 
+def process_root(data_dir: Path) -> str:
+    """Where `up` keeps the process runtime's directories, snapshots and logs (runtime.kind: process)."""
+    return str(data_dir.resolve() / "process-runtime")
+
+
 def write_client_config(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -488,7 +493,7 @@ async def _up(
         sq = command_name()
         if settings.runtime.kind == "process" and not settings.runtime.process.root:
             # the Actors' directories and snapshots live with up's other data
-            settings = settings.with_overrides(**{"runtime.process.root": str(data_dir.resolve() / "process-runtime")})
+            settings = settings.with_overrides(**{"runtime.process.root": process_root(data_dir)})
         if settings.runtime.kind == "simulator" and settings.runtime.simulator.served:
             # the embedded default exercises the real client path: the simulator as an ateapi.Control
             # server on loopback (ports of its own), reached through the gRPC adapter
