@@ -352,3 +352,41 @@ async def test_concurrent_resumes_never_share_a_slot(database_url: str, tmp_path
         assert len(held) == 3
     finally:
         await rt.close()
+
+
+async def test_egress_policies_are_stored_and_returned_not_enforced(runtime: ProcessSubstrate) -> None:
+    from sessionq.runtime.base import EgressRule
+
+    uid = await _actor(runtime)
+    rules = [EgressRule("https", "api.example.com", 443, {"Authorization": "Bearer x"})]
+    made = await runtime.create_egress_policy(ATESPACE, "a1", uid, rules)
+    assert made.actor_uid == uid and made.version == 1 and list(made.rules) == rules
+    with pytest.raises(SubstrateError) as e:
+        await runtime.create_egress_policy(ATESPACE, "a1", uid, rules)
+    assert e.value.code == Code.ALREADY_EXISTS
+    updated = await runtime.update_egress_policy(ATESPACE, "a1", uid, [EgressRule("http", "b.example.com", 80)])
+    assert updated.version == 2
+    got = await runtime.get_egress_policy(ATESPACE, "a1")
+    assert list(got.rules) == [EgressRule("http", "b.example.com", 80)] and got.version == 2
+    with pytest.raises(SubstrateError) as e:
+        await runtime.update_egress_policy(ATESPACE, "a1", "other-uid", rules)
+    assert e.value.code == Code.FAILED_PRECONDITION
+
+
+async def test_listings_page_with_keyset_tokens(runtime: ProcessSubstrate) -> None:
+    for i in range(5):
+        await _actor(runtime, f"p{i}")
+    names, token = [], ""
+    while True:
+        page = await runtime.list_actors(ATESPACE, 2, token)
+        names += [a.name for a in page.items]
+        if not page.next_page_token:
+            break
+        token = page.next_page_token
+    assert names == [f"p{i}" for i in range(5)]
+    everywhere = await runtime.list_actors(None, 0, "")
+    assert [a.name for a in everywhere.items] == names
+    workers = await runtime.list_workers(3, "")
+    assert len(workers.items) == 3 and workers.next_page_token
+    rest = await runtime.list_workers(3, workers.next_page_token)
+    assert len(rest.items) == 1 and not rest.next_page_token
