@@ -1,7 +1,8 @@
-"""`sessionq up` with the process runtime (runtime.kind: process, issue 18): a user applies an Agent
-that names its command (examples/agents/first_agent.py), talks to it with the CLI, and its turns run
-in real processes whose memory is a file; `status` says the runtime isolates nothing, and Ctrl-C
-leaves no agent process behind."""
+"""`sessionq up` with the process runtime (runtime.kind: process, issue 18): the tutorial's Agent
+(examples/my-first-agent.yaml, no command: the runtime's default agent, sessionq.agentkit.first_agent)
+and one that names its command (examples/agents/first_agent.py) answer through the CLI from real
+processes whose memory is a file; `status` says the runtime isolates nothing, and Ctrl-C leaves no
+agent process behind."""
 
 from __future__ import annotations
 
@@ -37,10 +38,15 @@ def test_up_runs_real_agent_processes(shell: Shell, servers: list[Up]) -> None: 
     root = shell.cwd / ".sessionq" / "process-runtime"
     assert f"the process runtime (Actors are local OS processes, NOT isolated), in {root.resolve()}" in up.output
 
+    applied = shell.sq("agent", "apply", "-f", "examples/my-first-agent.yaml")  # the tutorial's, as is
+    assert "applied" in applied.stdout and "READY" in applied.stdout, applied.stdout
     spec = shell.cwd / "real-agent.yaml"
-    spec.write_text(f"name: my-first-agent\ncommand: [{sys.executable}, {FIRST_AGENT}]\n")
+    spec.write_text(f"name: named-command\ncommand: [{sys.executable}, {FIRST_AGENT}]\n")
     applied = shell.sq("agent", "apply", "-f", str(spec))
     assert "applied" in applied.stdout and "READY" in applied.stdout, applied.stdout
+    other = shell.sq_json("agent", "session", "create", "--agent", "named-command")["session"]["id"]
+    answer = shell.sq_json("agent", "invoke", "--session", other, "--task", "What is 6*7?")
+    assert answer["task"]["status"]["state"] == "TASK_STATE_COMPLETED", answer
     session_id = shell.sq_json("agent", "session", "create", "--agent", "my-first-agent")["session"]["id"]
     first = shell.sq_json("agent", "invoke", "--session", session_id, "--task", "Remember the number 7.")
     assert first["task"]["status"]["state"] == "TASK_STATE_COMPLETED", first

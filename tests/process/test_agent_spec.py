@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sessionq.db.store import Store
 from sessionq.domain.agents import apply_spec, parse_spec, prepare_revision
 from sessionq.models import RevisionState
-from sessionq.runtime.process import ProcessSubstrate
+from sessionq.runtime.process import ProcessConfig, ProcessSubstrate
 
 
 async def test_a_revision_prepares_a_template_with_the_agents_command(store: Store, runtime: ProcessSubstrate) -> None:
@@ -18,12 +20,16 @@ async def test_a_revision_prepares_a_template_with_the_agents_command(store: Sto
 
 
 async def test_an_agent_without_a_command_fails_its_revision_with_a_clear_reason(
-    store: Store, runtime: ProcessSubstrate
+    store: Store, database_url: str, tmp_path: Path
 ) -> None:
-    await apply_spec(
-        store, parse_spec({"name": "imageonly", "template": "x.io/agent:1"}), "alice", False, "cluster.local"
-    )
-    [rev] = await store.agent_revisions("kagent", "imageonly")
-    assert await prepare_revision(store, runtime, rev.id) == RevisionState.FAILED
-    [rev] = await store.agent_revisions("kagent", "imageonly")
-    assert "needs a command" in (rev.failure_message or "")
+    strict = ProcessSubstrate(database_url, ProcessConfig(root=tmp_path / "strict", default_command=()))
+    await strict.open()
+    try:
+        spec = parse_spec({"name": "imageonly", "template": "x.io/agent:1"})
+        await apply_spec(store, spec, "alice", False, "cluster.local")
+        [rev] = await store.agent_revisions("kagent", "imageonly")
+        assert await prepare_revision(store, strict, rev.id) == RevisionState.FAILED
+        [rev] = await store.agent_revisions("kagent", "imageonly")
+        assert "needs a command" in (rev.failure_message or "")
+    finally:
+        await strict.close()

@@ -255,13 +255,26 @@ async def test_a_command_that_does_not_exist_is_crashed_with_the_os_error(runtim
     assert "No such file or directory" in (actor.crash_message or "")
 
 
-async def test_a_template_without_a_command_is_refused(runtime: ProcessSubstrate) -> None:
+async def test_a_template_without_a_command_runs_the_default_agent_or_is_refused(
+    runtime: ProcessSubstrate, database_url: str, tmp_path: Path
+) -> None:
+    import sys
+
+    default = await runtime.create_actor_template(ATESPACE, "t", "local/x:1")
+    assert default.command == (sys.executable, "-m", "sessionq.agentkit.first_agent")
     with pytest.raises(SubstrateError) as e:
-        await runtime.create_actor_template(ATESPACE, "t", "local/x:1")
-    assert e.value.code == Code.INVALID_ARGUMENT and "command" in e.value.message
-    with pytest.raises(SubstrateError) as e:
-        await runtime.create_actor_template(ATESPACE, "t", "local/x:1", command=["a"], env={"A=B": "x"})
+        await runtime.create_actor_template(ATESPACE, "t2", "local/x:1", command=["a"], env={"A=B": "x"})
     assert e.value.code == Code.INVALID_ARGUMENT
+    await runtime.close()  # one runtime per database: this one refuses templates without a command
+    strict = ProcessSubstrate(database_url, ProcessConfig(root=tmp_path / "strict", default_command=()))
+    await strict.open()
+    try:
+        with pytest.raises(SubstrateError) as e:
+            await strict.create_actor_template(ATESPACE, "t3", "local/x:1")
+        assert e.value.code == Code.INVALID_ARGUMENT and "needs a command" in e.value.message
+    finally:
+        await strict.close()
+        await runtime.open()
 
 
 async def test_a_directory_over_the_limit_is_not_snapshotted_and_the_previous_snapshot_serves(

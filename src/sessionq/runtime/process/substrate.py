@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 import tarfile
 import uuid
 from collections.abc import Callable
@@ -92,6 +93,9 @@ class ProcessConfig:
     compress_level: int = 6
     taskstore_address: str | None = None  # "host:port" of the TaskStoreService, given to every process
     turn_timeout: float = 600.0  # seconds an invoke waits for the Actor's answer
+    # what a template without a command runs: the runtime's default agent (the tutorial's
+    # my-first-agent, sessionq.agentkit.first_agent, with this interpreter); () refuses such templates
+    default_command: tuple[str, ...] = (sys.executable, "-m", "sessionq.agentkit.first_agent")
 
 
 _ACTOR_SELECT = (
@@ -303,10 +307,12 @@ class ProcessSubstrate:
         arguments = _check_argv("args", list(args or []))
         variables = _check_env(dict(env or {}))
         if not cmd:
-            raise SubstrateError(
-                Code.INVALID_ARGUMENT,
-                f"actor template {atespace}/{name}: the process runtime needs a command (the Agent spec's command)",
-            )
+            if not self.config.default_command:
+                raise SubstrateError(
+                    Code.INVALID_ARGUMENT,
+                    f"actor template {atespace}/{name}: the process runtime needs a command (the Agent spec's command)",
+                )
+            cmd = list(self.config.default_command)  # the runtime's default agent, as an empty template means
         async with self._db.tx() as cur:
             await cur.execute(
                 "INSERT INTO sessionq_process.templates (atespace, name, uid, image, command, args, env)"
