@@ -9,6 +9,7 @@ from sessionq.cli.checkpoint import checkpoint
 from sessionq.cli.client import DEFAULT_SERVER, DEFAULT_TIMEOUT
 from sessionq.cli.invoke import invoke
 from sessionq.cli.operator import jobs, queues, quiescence, requeue, status, workers
+from sessionq.cli.sandbox import sandbox
 from sessionq.cli.server import migrate, runtime, serve, up, worker
 from sessionq.cli.session import session
 
@@ -45,6 +46,7 @@ main.add_command(agent)
 main.add_command(session)
 main.add_command(actors)
 main.add_command(checkpoint)
+main.add_command(sandbox)
 # the kagent spelling: `sessionq agent session create ...` is the same group as `sessionq session ...`
 agent.add_command(session)
 agent.add_command(invoke)

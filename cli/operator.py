@@ -120,8 +120,8 @@ DURATION = PositiveDuration()
 def database_option(f: F) -> F:
     return click.option(
         "--database-url", "database_url", envvar="SESSIONQ_DATABASE_URL", metavar="URL",
-        help="PostgreSQL URL (or $SESSIONQ_DATABASE_URL; else $SESSIONQ_DATABASE__URL, else the client "
-             "config's databaseUrl, which `sessionq up` writes).",
+        help="PostgreSQL URL (or $SESSIONQ_DATABASE_URL; else $SESSIONQ_DATABASE__DIRECT_URL or "
+             "$SESSIONQ_DATABASE__URL, else the client config's databaseUrl, which `sessionq up` writes).",
     )(f)
 
 
@@ -134,8 +134,10 @@ def _client_config(ctx: click.Context) -> dict[str, Any]:
 def resolve_database_url(ctx: click.Context, explicit: str | None) -> str:
     if explicit:
         return explicit
-    if os.environ.get("SESSIONQ_DATABASE__URL"):
-        return os.environ["SESSIONQ_DATABASE__URL"]
+    # in a pod both may be set: database.directUrl reaches the server itself, database.url may be a pooler
+    for name in ("SESSIONQ_DATABASE__DIRECT_URL", "SESSIONQ_DATABASE__URL"):
+        if os.environ.get(name):
+            return os.environ[name]
     url = _client_config(ctx).get("databaseUrl")
     if url:
         return str(url)

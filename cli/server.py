@@ -133,16 +133,18 @@ def runtime_serve(config_file: str | None, simulator: bool, process_runtime: boo
 
 @click.command()
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="YAML configuration file.")
-@click.option("--database-url", help="Database to migrate (default: database.url).")
+@click.option("--database-url", help="Database to migrate (default: database.directUrl, else database.url).")
 def migrate(config_file: str | None, database_url: str | None) -> None:
     """Apply pending migrations (procrastinate's schema, then sessionq's). Idempotent."""
     from sessionq.db import migrate as m  # here: loads Alembic and SQLAlchemy only for this command
     from sessionq.runtime.simulator import install_schema  # here, as above
 
     settings = load_settings(config_file)
-    url = database_url or settings.database.url
+    # the migrations hold a session-level advisory lock: never through a transaction pooler
+    url = database_url or settings.direct_url
     if not url:
-        raise CliError("a database URL is required (--database-url, database.url or SESSIONQ_DATABASE__URL)")
+        raise CliError("a database URL is required (--database-url, database.directUrl, database.url or"
+                       " SESSIONQ_DATABASE__URL)")
     try:
         check(url)
     except DatabaseUnreachable as e:

@@ -86,6 +86,35 @@ def empty_database_url(pg_admin_url: str) -> Iterator[str]:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.fixture(scope="session")
+def pooler(pg_admin_url: str) -> Iterator[Any]:
+    """With SESSIONQ_TEST_POOLER=pgbouncer: a real PgBouncer in transaction mode in front of the test
+    server (tests/pgbouncer.py), through which the `store` and `worker` fixtures (so the `api`
+    fixture) send their transactions; their LISTEN and leadership connections stay direct
+    (database.directUrl). None otherwise."""
+    mode = os.environ.get("SESSIONQ_TEST_POOLER", "")
+    if not mode:
+        yield None
+        return
+    import pgbouncer
+
+    if mode != "pgbouncer":
+        pytest.fail(f"SESSIONQ_TEST_POOLER={mode!r}: the only pooler is 'pgbouncer'")
+    why = pgbouncer.available()
+    if why:
+        pytest.fail(f"SESSIONQ_TEST_POOLER=pgbouncer, but {why}")
+    bouncer = pgbouncer.PgBouncer(pg_admin_url).start()
+    yield bouncer
+    bouncer.stop()
+
+
+@pytest.fixture
+def pooled_url(database_url: str, pooler: Any) -> str:
+    """The test database as the stores' transactions reach it: through the pooler when there is one
+    (then `database_url` is the direct URL), else `database_url` itself."""
+    return str(pooler.url(database_url)) if pooler is not None else database_url
+
+
 @pytest.fixture
 async def aconn(database_url: str) -> AsyncIterator[psycopg.AsyncConnection]:
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
@@ -125,8 +154,8 @@ def settings() -> config.Settings:
 
 
 @pytest.fixture
-async def store(database_url: str) -> AsyncIterator[Store]:
-    s = await Store.open(database_url, pool_size=8)
+async def store(database_url: str, pooled_url: str) -> AsyncIterator[Store]:
+    s = await Store.open(pooled_url, pool_size=8, direct_url=database_url)
     yield s
     await s.close()
 
@@ -242,11 +271,12 @@ async def served(database_url: str) -> AsyncIterator[Served]:
 
 
 @contextlib.asynccontextmanager
-async def running_worker(settings: config.Settings, url: str, store: Store, runtime: Any, name: str = "test-worker") -> AsyncIterator[None]:
+async def running_worker(settings: config.Settings, url: str, store: Store, runtime: Any, name: str = "test-worker",
+                         direct_url: str | None = None) -> AsyncIterator[None]:
     from sessionq.app.worker import run_worker
 
     stop = asyncio.Event()
-    task = asyncio.create_task(run_worker(settings, url, store, runtime, stop=stop, name=name))
+    task = asyncio.create_task(run_worker(settings, url, store, runtime, stop=stop, name=name, direct_url=direct_url))
     try:
         yield
     finally:
@@ -255,8 +285,9 @@ async def running_worker(settings: config.Settings, url: str, store: Store, runt
 
 
 @pytest.fixture
-async def worker(settings: config.Settings, database_url: str, store: Store, sim: Any) -> AsyncIterator[None]:
-    async with running_worker(settings, database_url, store, sim):
+async def worker(settings: config.Settings, database_url: str, pooled_url: str, store: Store, sim: Any
+                 ) -> AsyncIterator[None]:
+    async with running_worker(settings, pooled_url, store, sim, direct_url=database_url):
         yield
 
 

@@ -206,9 +206,23 @@ class Key:
 
 KEYS: tuple[Key, ...] = (
     Key("database.url", _str, "", "PostgreSQL URL; empty means the embedded server (sessionq up only)."),
+    Key(
+        "database.directUrl",
+        _str,
+        "",
+        "PostgreSQL URL of the connections that need a session of their own (LISTEN, advisory-lock"
+        " leadership, procrastinate's listener, migrations); empty means database.url. Set it when"
+        " database.url is a pooler in transaction mode (PgBouncer): database.url then carries only"
+        " single transactions, without prepared statements.",
+    ),
     Key("database.poolSize", _int(2, 200), 10, "Connections per process in the sessionq pool."),
     Key("server.address", _address, "127.0.0.1:8083", "gRPC listen address (native gRPC, reflection, health)."),
-    Key("server.httpAddress", _address, "127.0.0.1:8084", "HTTP listen address of A2A agent-card discovery."),
+    Key(
+        "server.httpAddress",
+        _address,
+        "127.0.0.1:8084",
+        "HTTP listen address of A2A agent cards and the JSON-RPC and HTTP+JSON bindings.",
+    ),
     Key(
         "server.consoleAddress",
         _optional_address,
@@ -225,12 +239,20 @@ KEYS: tuple[Key, ...] = (
         "sessions.idleTtl",
         _duration,
         604800.0,
-        "Idle expiration TTL (protobuf duration); 0s disables the expiry worker.",
+        "Idle expiration TTL of Sessions (protobuf duration); 0s disables it (Sandboxes still expire at"
+        " their expires_at).",
     ),
     Key("sessions.quiescenceRecoveryInterval", _positive_duration, 60.0, "Quiescence recovery scan interval."),
     Key("sessions.claimLifetime", _positive_duration, 120.0, "Maximum lifetime of an execution claim (at most 120s)."),
     Key("sessions.quiescenceWorkers", _int(1, 64), 4, "Quiescence workers per worker process."),
     Key("sessions.dispatchTimeout", _positive_duration, 600.0, "Lifetime of a turn's dispatch reservation."),
+    Key(
+        "sandboxes.defaultTtl",
+        _positive_duration,
+        3600.0,
+        "Lifetime of a Sandbox created without ttl (1s to 24h, as a CreateSandbox ttl); it is deleted when it"
+        " passes, whatever its activity.",
+    ),
     Key(
         "shares.maxTtl",
         _duration,
@@ -245,6 +267,34 @@ KEYS: tuple[Key, ...] = (
         "Largest A2A message SendMessage admits (bytes of its protobuf encoding, 1024 to 64 MiB); a larger"
         " one answers INVALID_ARGUMENT. The API's gRPC message limit and the Actors' task store channel are"
         " sized from it: 8 times it plus 1 MiB, at least 4 MiB.",
+    ),
+    Key(
+        "a2a.push.allowPrivateTargets",
+        _bool,
+        False,
+        "Whether A2A push notifications may go to loopback, private-range and link-local addresses (refused"
+        " by default: a config naming one answers INVALID_ARGUMENT, and a delivery that resolves to one fails).",
+    ),
+    Key("a2a.push.timeout", _positive_duration, 10.0, "Timeout of one A2A push notification POST."),
+    Key(
+        "a2a.push.maxAttempts",
+        _int(1, 100),
+        8,
+        "Attempts at one A2A push notification (retried with exponential backoff) before it is recorded failed.",
+    ),
+    Key(
+        "a2a.publicUrl",
+        _str,
+        "",
+        "Base URL (http://host:port) the agent cards advertise for the JSON-RPC and HTTP+JSON bindings;"
+        " empty: the address the card request reached (its Host).",
+    ),
+    Key(
+        "a2a.publicGrpcAddress",
+        _str,
+        "",
+        "host:port the agent cards advertise for the gRPC binding; empty: server.address (a wildcard host"
+        " replaced by the host the card request reached).",
     ),
     Key("workers.concurrency", _int(1, 256), 16, "Concurrent procrastinate jobs per worker process."),
     Key(
@@ -334,7 +384,13 @@ KEYS: tuple[Key, ...] = (
         " tokens rotate; empty: none).",
     ),
     Key("runtime.substrate.callTimeout", _positive_duration, 30.0, "Deadline of each call to the Substrate."),
-    Key("runtime.substrate.keepaliveTime", _positive_duration, 30.0, "gRPC keepalive ping interval to the Substrate."),
+    Key(
+        "runtime.substrate.keepaliveTime",
+        _positive_duration,
+        300.0,
+        "gRPC keepalive ping interval to the Substrate while calls are in flight; not below the server's"
+        " ping enforcement (grpc-go refuses pings more often than every 5 minutes by default).",
+    ),
     Key(
         "runtime.substrate.actorAddressPattern",
         _str,
@@ -426,6 +482,11 @@ class Settings(Sections):
         """database.url (the one key several commands also take as an option)."""
         return self.database.url
 
+    @property
+    def direct_url(self) -> str:
+        """database.directUrl, or database.url when it is empty: where session-level connections go."""
+        return self.database.direct_url or self.database.url
+
 
 def _flatten(prefix: str, data: Mapping[str, Any], out: dict[str, Any]) -> None:
     for k, v in data.items():
@@ -458,6 +519,8 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None) -
     values: dict[str, Any] = {}
     for key in KEYS:
         values[key.path] = key.parse(raw[key.path], key.path) if key.path in raw else key.default
+    if values["sandboxes.defaultTtl"] > 86400:
+        raise ConfigError("sandboxes.defaultTtl: must be at most 24h (a CreateSandbox ttl's own bound)")
     if values["sessions.claimLifetime"] > 120:
         raise ConfigError(
             "sessions.claimLifetime: must be at most 120s (a crashed executor's claim expires within two minutes)"

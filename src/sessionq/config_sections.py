@@ -33,6 +33,23 @@ class RuntimeSubstrateTlsSettings:
 
 
 @dataclass(frozen=True)
+class A2aPushSettings:
+    """a2a.push.*"""
+
+    allow_private_targets: bool  # a2a.push.allowPrivateTargets
+    timeout: float  # a2a.push.timeout
+    max_attempts: int  # a2a.push.maxAttempts
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> A2aPushSettings:
+        return cls(
+            allow_private_targets=values["a2a.push.allowPrivateTargets"],
+            timeout=values["a2a.push.timeout"],
+            max_attempts=values["a2a.push.maxAttempts"],
+        )
+
+
+@dataclass(frozen=True)
 class RuntimeSimulatorSettings:
     """runtime.simulator.*"""
 
@@ -106,12 +123,14 @@ class DatabaseSettings:
     """database.*"""
 
     url: str  # database.url
+    direct_url: str  # database.directUrl
     pool_size: int  # database.poolSize
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> DatabaseSettings:
         return cls(
             url=values["database.url"],
+            direct_url=values["database.directUrl"],
             pool_size=values["database.poolSize"],
         )
 
@@ -157,6 +176,19 @@ class SessionsSettings:
 
 
 @dataclass(frozen=True)
+class SandboxesSettings:
+    """sandboxes.*"""
+
+    default_ttl: float  # sandboxes.defaultTtl
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> SandboxesSettings:
+        return cls(
+            default_ttl=values["sandboxes.defaultTtl"],
+        )
+
+
+@dataclass(frozen=True)
 class SharesSettings:
     """shares.*"""
 
@@ -174,11 +206,17 @@ class A2aSettings:
     """a2a.*"""
 
     max_message_bytes: int  # a2a.maxMessageBytes
+    push: A2aPushSettings  # a2a.push.*
+    public_url: str  # a2a.publicUrl
+    public_grpc_address: str  # a2a.publicGrpcAddress
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> A2aSettings:
         return cls(
             max_message_bytes=values["a2a.maxMessageBytes"],
+            push=A2aPushSettings.from_values(values),
+            public_url=values["a2a.publicUrl"],
+            public_grpc_address=values["a2a.publicGrpcAddress"],
         )
 
 
@@ -316,6 +354,7 @@ class Sections:
     database: DatabaseSettings
     server: ServerSettings
     sessions: SessionsSettings
+    sandboxes: SandboxesSettings
     shares: SharesSettings
     a2a: A2aSettings
     workers: WorkersSettings
@@ -332,6 +371,7 @@ class Sections:
         object.__setattr__(self, "database", DatabaseSettings.from_values(values))
         object.__setattr__(self, "server", ServerSettings.from_values(values))
         object.__setattr__(self, "sessions", SessionsSettings.from_values(values))
+        object.__setattr__(self, "sandboxes", SandboxesSettings.from_values(values))
         object.__setattr__(self, "shares", SharesSettings.from_values(values))
         object.__setattr__(self, "a2a", A2aSettings.from_values(values))
         object.__setattr__(self, "workers", WorkersSettings.from_values(values))

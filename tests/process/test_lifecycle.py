@@ -403,3 +403,14 @@ async def test_listings_page_with_keyset_tokens(runtime: ProcessSubstrate) -> No
     assert len(workers.items) == 3 and workers.next_page_token
     rest = await runtime.list_workers(3, workers.next_page_token)
     assert len(rest.items) == 1 and not rest.next_page_token
+
+
+async def test_cancel_turn_checks_the_actor_and_is_a_no_op_without_a_process(runtime: ProcessSubstrate) -> None:
+    uid = await _actor(runtime)
+    await runtime.cancel_turn(ATESPACE, "a1", uid, "session-1", "task-1")  # suspended: nothing to stop
+    with pytest.raises(SubstrateError) as e:
+        await runtime.cancel_turn(ATESPACE, "a1", "another-uid", "session-1", "task-1")
+    assert e.value.code == Code.FAILED_PRECONDITION
+    with pytest.raises(SubstrateError) as e:
+        await runtime.cancel_turn(ATESPACE, "missing", uid, "session-1", "task-1")
+    assert e.value.code == Code.NOT_FOUND

@@ -43,7 +43,7 @@ from sessionq.app.runtime import (
     substrate_options,
 )
 from sessionq.app.worker import run_worker
-from sessionq.config import ConfigError, Settings
+from sessionq.config import ConfigError, Settings, grpc_message_limit
 from sessionq.console.server import ConsoleServer
 from sessionq.db import embedded, migrate
 from sessionq.db.reachable import check_async
@@ -282,7 +282,10 @@ async def run_services(
         return shutdown is not None and shutdown.forced is not None
 
     grace = min(API_GRACE, settings.workers.shutdown_timeout)
-    store = await Store.open(url, pool_size=settings.database.pool_size, listen=api)
+    # database.url may be a transaction pooler; what needs a session of its own (LISTEN, leadership,
+    # procrastinate's listener, the simulator's session settings) connects to database.directUrl
+    direct_url = settings.database.direct_url or url
+    store = await Store.open(url, pool_size=settings.database.pool_size, listen=api, direct_url=direct_url)
     gauges = None
     server = None
     console: ConsoleServer | None = None
@@ -296,14 +299,21 @@ async def run_services(
             except OSError as e:
                 raise listen_error("metrics", "metrics.address", settings.metrics.address, e) from None
             gauges = asyncio.create_task(metrics.refresh_gauges(store, stop))
-        async with open_runtime(settings, url) as runtime:
+        async with open_runtime(settings, direct_url) as runtime:
             if api:
                 try:
                     server = ApiServer(settings, store, runtime=runtime)
                 except (OSError, RuntimeError) as e:
                     raise listen_error("the gRPC API", "server.address", settings.server.address, e) from None
                 await server.start()
-                cards = AgentCardServer(store, server.auth, f"grpc://{settings.server.address}")
+                cards = AgentCardServer(
+                    store,
+                    server.auth,
+                    settings.a2a.public_grpc_address or settings.server.address,
+                    handler=server.a2a,
+                    base_url=settings.a2a.public_url,
+                    max_body_bytes=grpc_message_limit(settings.a2a.max_message_bytes),
+                )
                 try:
                     await cards.start(settings.server.http_address)
                 except OSError as e:
@@ -326,7 +336,7 @@ async def run_services(
                 runtime_watch = asyncio.create_task(watch_runtime(server, runtime, stop), name="runtime health")
             if workers:
                 worker_task = asyncio.create_task(run_worker(settings, url, store, runtime, stop=stop,
-                                                             exit_on_drain=exit_on_drain,
+                                                             direct_url=direct_url, exit_on_drain=exit_on_drain,
                                                              on_drained=on_worker_drained))
             if on_ready is not None:
                 r = on_ready(server.port if server else None)
@@ -570,6 +580,8 @@ async def serve(settings: Settings, *, api: bool, workers: bool) -> int:
         except ConfigError as e:
             raise StartupError(f"invalid configuration: {e}") from None
     await check_async(url)  # DatabaseUnreachable: one line, not a traceback
+    if settings.database.direct_url:
+        await check_async(settings.database.direct_url)
     shutdown = Shutdown(settings.workers.shutdown_timeout)
     shutdown.install()
     try:
@@ -590,7 +602,8 @@ async def serve_runtime(settings: Settings, *, address: str | None = None, actor
     SIGINT/SIGTERM. With kind "process" (`--process`) the process runtime instead: one server per
     database, whose Actors are its child processes (all stopped when it stops). Returns the exit
     status."""
-    url = settings.database.url
+    # the simulator sets session state (asynchronous commit) on its connections: never a pooler
+    url = settings.direct_url
     if not url:
         raise SystemExit("database.url is required (set it in the config file or SESSIONQ_DATABASE__URL)")
     await check_async(url)

@@ -32,19 +32,23 @@ async def run_worker(
     queues: list[str] | None = None,
     exit_on_drain: bool = True,
     on_drained: Callable[[DrainRequest], None] | None = None,
+    direct_url: str | None = None,
 ) -> str:
     """Run the job workers until `stop` is set, then drain: stop fetching, let running jobs
     finish (up to workers.shutdownTimeout) and return "stopped". A drain request (`sessionq
     workers drain`) drains them the same way and returns "drained"; it also sets `stop` (the
     process exits) unless `exit_on_drain` is false (`sessionq up`: its API and PostgreSQL keep
-    running), and calls `on_drained`."""
+    running), and calls `on_drained`. procrastinate's queries go to `url` (may be a transaction
+    pooler); the listeners (procrastinate's, quiescence, drains) and the leadership locks to
+    `direct_url` (default: `url`)."""
     keep_jobs = settings.jobs.retention > 0
+    direct = direct_url or url
     executor = OperationExecutor(store, runtime, settings.sessions.claim_lifetime, keep_jobs=keep_jobs)
-    app = build_app(url, expiry=settings.sessions.idle_ttl > 0)
+    app = build_app(url, expiry=True, direct_url=direct)  # Sandboxes expire even when sessions.idleTtl is 0s
     quiescence = QuiescencePool(
         store,
         runtime,
-        url,
+        direct,
         workers=settings.sessions.quiescence_workers,
         recovery_interval=settings.sessions.quiescence_recovery_interval,
         drain_timeout=settings.workers.shutdown_timeout,
@@ -52,7 +56,7 @@ async def run_worker(
     quiescence_stop = asyncio.Event()
     quiescence_task = asyncio.create_task(quiescence.run(quiescence_stop), name="quiescence")
     try:
-        return await _run_procrastinate(app, settings, url, store, runtime, executor, stop=stop, name=name,
+        return await _run_procrastinate(app, settings, direct, store, runtime, executor, stop=stop, name=name,
                                         queues=queues, exit_on_drain=exit_on_drain, on_drained=on_drained)
     finally:
         quiescence_stop.set()
@@ -63,7 +67,7 @@ async def run_worker(
 async def _run_procrastinate(
     app: Any,
     settings: Settings,
-    url: str,
+    direct_url: str,
     store: Store,
     runtime: Substrate,
     executor: OperationExecutor,
@@ -90,7 +94,7 @@ async def _run_procrastinate(
                     return "stopped"
                 outcome = await run_drainable_worker(
                     app,
-                    url=url,
+                    url=direct_url,  # the drain listener and its small pool
                     stop=stop,
                     check_interval=settings.workers.poll_interval,
                     exit_on_drain=exit_on_drain,
@@ -101,7 +105,7 @@ async def _run_procrastinate(
                     fetch_job_polling_interval=settings.workers.poll_interval,
                     shutdown_graceful_timeout=settings.workers.shutdown_timeout,
                     stalled_worker_timeout=settings.workers.stall_timeout,
-                    additional_context={"deps": Deps(settings, store, runtime, executor, url)},
+                    additional_context={"deps": Deps(settings, store, runtime, executor, direct_url)},
                     # succeeded jobs are kept as history for jobs.retention (purged by jobs/history.py)
                     delete_jobs="never" if settings.jobs.retention > 0 else "successful",
                 )

@@ -171,29 +171,37 @@ class AgentSpec:
     name: str
     template: str = ""
     egress: tuple[EgressDestination, ...] = ()
-    # what the Actor runs (a process runtime needs a command; a container runtime defaults to the image's)
+    description: str = ""
+    # the A2A skills its card advertises: {id, name, description, tags, examples}
+    skills: tuple[dict[str, Any], ...] = ()
+    # what the Actor runs (a process runtime's default agent without a command; a container runtime's image)
     command: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict, hash=False)
 
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
+        out: dict[str, Any] = {
             "namespace": self.namespace,
             "name": self.name,
             "template": self.template,
             "egress": [{"url": d.url, "credentialHeaders": dict(d.credential_headers)} for d in self.egress],
         }
-        # only when set, so that the hash of a spec without them is what it always was
+        # only when set, so that the hash of a spec without them is unchanged
+        if self.description:
+            out["description"] = self.description
+        if self.skills:
+            out["skills"] = [dict(k) for k in self.skills]
         if self.command:
-            data["command"] = list(self.command)
+            out["command"] = list(self.command)
         if self.args:
-            data["args"] = list(self.args)
+            out["args"] = list(self.args)
         if self.env:
-            data["env"] = dict(self.env)
-        return data
+            out["env"] = dict(self.env)
+        return out
 
     def with_egress(self, egress: tuple[EgressDestination, ...]) -> AgentSpec:
-        return AgentSpec(self.namespace, self.name, self.template, egress, self.command, self.args, dict(self.env))
+        return AgentSpec(self.namespace, self.name, self.template, egress, self.description, self.skills,
+                         self.command, self.args, dict(self.env))
 
     @property
     def image(self) -> str:
@@ -212,7 +220,7 @@ def parse_spec(data: Any) -> AgentSpec:
             raise errors.invalid(f"agent spec is not valid YAML: {e}") from None
     if not isinstance(data, dict):
         raise errors.invalid("agent spec must be a mapping with at least a name")
-    unknown = set(data) - {"name", "namespace", "template", "egress", "command", "args", "env"}
+    unknown = set(data) - {"name", "namespace", "template", "egress", "description", "skills", "command", "args", "env"}
     if unknown:
         raise errors.invalid(f"agent spec has unknown keys: {', '.join(sorted(unknown))}")
     name = check_name(str(data.get("name") or ""), "agent name")
@@ -245,7 +253,49 @@ def parse_spec(data: Any) -> AgentSpec:
     command = check_argv(data.get("command"), "command")
     args = check_argv(data.get("args"), "args")
     env = check_env(data.get("env"))
-    return AgentSpec(namespace, name, template, tuple(egress), command, args, env)
+    return AgentSpec(namespace, name, template, tuple(egress), _description(data.get("description")),
+                     _skills(data.get("skills")), command, args, env)
+
+
+MAX_SKILLS = 32
+
+
+def _text(value: Any, field: str, limit: int) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str) or len(value) > limit or _CONTROL_BUT_TAB.search(value.replace("\n", " ")):
+        raise errors.invalid(f"{field} must be a text of at most {limit} characters without control characters")
+    return value
+
+
+def _description(value: Any) -> str:
+    return _text(value, "description", 1000)
+
+
+def _skills(value: Any) -> tuple[dict[str, Any], ...]:
+    """The A2A skills of the card: a list of {id, name, description, tags, examples} (id required)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or len(value) > MAX_SKILLS:
+        raise errors.invalid(f"skills must be a list of at most {MAX_SKILLS} mappings with an id")
+    skills = []
+    for i, raw in enumerate(value):
+        if not isinstance(raw, dict) or set(raw) - {"id", "name", "description", "tags", "examples"}:
+            raise errors.invalid(f"skills[{i}] must be a mapping of id, name, description, tags, examples")
+        skill: dict[str, Any] = {"id": _text(raw.get("id"), f"skills[{i}].id", 64)}
+        if not skill["id"]:
+            raise errors.invalid(f"skills[{i}].id is required")
+        for key, limit in (("name", 200), ("description", 1000)):
+            if raw.get(key) is not None:
+                skill[key] = _text(raw.get(key), f"skills[{i}].{key}", limit)
+        for key in ("tags", "examples"):
+            items = raw.get(key) or []
+            if not isinstance(items, list) or len(items) > 32:
+                raise errors.invalid(f"skills[{i}].{key} must be a list of at most 32 texts")
+            if items:
+                skill[key] = [_text(x, f"skills[{i}].{key}", 500) for x in items]
+        skills.append(skill)
+    return tuple(skills)
 
 
 def redact_spec(spec: dict[str, Any]) -> dict[str, Any]:

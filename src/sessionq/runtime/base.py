@@ -267,3 +267,9 @@ class Substrate(RuntimeReader, Protocol):
         turn: the Actor reports the task through the TaskStore API with its workload credential
         (env SESSIONQ_WORKLOAD_TOKEN given at creation) and settles it before this returns."""
         ...
+
+    async def cancel_turn(self, atespace: str, name: str, uid: str, session_id: str, task_id: str) -> None:
+        """Ask the Actor to stop working on a task (A2A CancelTask): the Actor ends the turn without
+        further task writes. Idempotent; a turn that already ended (or an Actor that is not running)
+        is not an error. NOT_FOUND when the Actor does not exist, FAILED_PRECONDITION for another UID."""
+        ...

@@ -42,6 +42,20 @@ def to_send_request(uid: str, request: InvokeRequest) -> a2a_pb2.SendMessageRequ
     return send
 
 
+def to_cancel_request(uid: str, session_id: str, task_id: str) -> a2a_pb2.CancelTaskRequest:
+    cancel = a2a_pb2.CancelTaskRequest(id=task_id)
+    cancel.metadata.update({METADATA_KEY: {"sessionId": session_id, "actorUid": uid}})
+    return cancel
+
+
+def from_cancel_request(cancel: a2a_pb2.CancelTaskRequest) -> tuple[str, str, str]:
+    """(expected actor UID, session id, task id) of a CancelTask made by `to_cancel_request`."""
+    meta = json_format.MessageToDict(cancel.metadata).get(METADATA_KEY)
+    if not cancel.id or not isinstance(meta, dict) or not meta.get("sessionId"):
+        raise SubstrateError(Code.INVALID_ARGUMENT, f"CancelTask without id or metadata.{METADATA_KEY}.sessionId")
+    return str(meta.get("actorUid") or ""), str(meta["sessionId"]), cancel.id
+
+
 def from_send_request(send: a2a_pb2.SendMessageRequest) -> tuple[str, InvokeRequest]:
     """(expected actor UID, the InvokeRequest) of a SendMessage made by `to_send_request`."""
     meta = json_format.MessageToDict(send.metadata).get(METADATA_KEY)
@@ -98,9 +112,25 @@ class A2AInvoker:
             state = actor.state.value if actor is not None else "unknown"
             raise SubstrateError(Code.FAILED_PRECONDITION, f"actor {atespace}/{name} is not running ({state})")
         url = self.address(atespace, name, uid, actor)
+        await self._call(atespace, name, url, lambda t: t.send_message(to_send_request(uid, request)))
+
+    async def cancel(
+        self, atespace: str, name: str, uid: str, session_id: str, task_id: str, actor: Actor | None = None
+    ) -> None:
+        """A2A CancelTask of `task_id` to the Actor's endpoint: it stops the turn without further task
+        writes. An Actor that is not running has no turn to stop: nothing to do."""
+        if self._http is None:
+            raise SubstrateError(Code.UNAVAILABLE, "the A2A client is not open")
+        if self.needs_actor() and (actor is None or not actor.worker_ip):
+            return
+        url = self.address(atespace, name, uid, actor)
+        await self._call(atespace, name, url, lambda t: t.cancel_task(to_cancel_request(uid, session_id, task_id)))
+
+    async def _call(self, atespace: str, name: str, url: str, send: Any) -> None:
+        assert self._http is not None
         transport = JsonRpcTransport(self._http, minimal_agent_card(url, ["JSONRPC"]), url, is_shared_httpx=True)
         try:
-            await transport.send_message(to_send_request(uid, request))
+            await send(transport)
         except A2AClientTimeoutError as e:
             raise SubstrateError(Code.DEADLINE_EXCEEDED, f"actor {atespace}/{name}: {e}") from None
         except A2AClientError as e:

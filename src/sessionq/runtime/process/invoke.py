@@ -19,7 +19,7 @@ from a2a.utils.constants import TransportProtocol
 from sessionq.runtime.base import INVOKE_DISPATCH_KEY, INVOKE_SESSION_KEY, Code, InvokeRequest, SubstrateError
 from sessionq.runtime.simulator.turns import parse_message
 
-__all__ = ["invoke_actor"]
+__all__ = ["cancel_actor_turn", "invoke_actor"]
 
 EXIT_GRACE = 1.0  # seconds a failed call waits for the process's exit to explain it
 
@@ -86,3 +86,17 @@ async def invoke_actor(
                 f.cancel()
                 with contextlib.suppress(BaseException):
                     await f
+
+
+async def cancel_actor_turn(url: str, session_id: str, task_id: str, timeout: float = 10.0) -> None:
+    """Ask the Actor to stop its turn of `task_id` (A2A CancelTask): the SDK cancels the executor's
+    work. Best effort: a turn that already ended, or an Actor that cannot be reached, is no error."""
+    request = a2a_pb2.CancelTaskRequest(id=task_id)
+    request.metadata.update({INVOKE_SESSION_KEY: session_id})
+    try:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(timeout)) as http:
+            factory = ClientFactory(ClientConfig(streaming=False, httpx_client=http))
+            client = factory.create(minimal_agent_card(url, [TransportProtocol.JSONRPC]))
+            await client.cancel_task(request)
+    except (A2AClientError, httpx.HTTPError):
+        return

@@ -59,7 +59,7 @@ from sessionq.runtime.base import (
 from sessionq.runtime.process import archive, children
 from sessionq.runtime.process.children import Child
 from sessionq.runtime.process.database import SERVER_LOCK_KEY, Cursor, ProcessDatabase, install_schema
-from sessionq.runtime.process.invoke import invoke_actor
+from sessionq.runtime.process.invoke import cancel_actor_turn, invoke_actor
 from sessionq.runtime.simulator.substrate import (
     _canonical_rules,
     _rule_collection,
@@ -793,6 +793,15 @@ class ProcessSubstrate:
             exited=exited,
             describe=lambda: self._exit_message(uid, child),
         )
+
+    async def cancel_turn(self, atespace: str, name: str, uid: str, session_id: str, task_id: str) -> None:
+        """A2A CancelTask to a RUNNING Actor's endpoint (best effort: the SDK cancels the executor's
+        work); an Actor that is not running has no turn to stop. NOT_FOUND, or FAILED_PRECONDITION
+        for another UID."""
+        row = await self._row(atespace, name, uid)
+        if row["state"] != ActorState.RUNNING.value or row["port"] is None:
+            return
+        await cancel_actor_turn(f"http://127.0.0.1:{row['port']}", session_id, task_id)
 
     def _exit_message(self, uid: str, child: Child | None) -> str:
         if child is None or child.returncode is None:

@@ -81,6 +81,11 @@ MAX_PAGE_SIZE = 1000
 WORKLOAD_TOKEN_ENV = "SESSIONQ_WORKLOAD_TOKEN"
 
 EGRESS_PROTOCOLS = frozenset({"http", "https", "tls_passthrough"})
+# task store errors an invoke passes on with their own code (the others become INTERNAL)
+_TASKSTORE_CODES = frozenset({
+    Code.NOT_FOUND, Code.ALREADY_EXISTS, Code.FAILED_PRECONDITION, Code.INVALID_ARGUMENT, Code.UNAVAILABLE,
+    Code.DEADLINE_EXCEEDED, Code.ABORTED, Code.INTERNAL, Code.RESOURCE_EXHAUSTED,
+})
 _WORKER_HOLDING_STATES = (ActorState.RUNNING, ActorState.PAUSED)
 # --------------------------------------------------------------------------------------------
 # page tokens (the runtime's keyset format)
@@ -841,10 +846,18 @@ class SimulatedSubstrate(FaultInjection):
             )
             try:
                 await play_turn(
-                    client, lambda memory: self.write_durable(atespace, name, uid, memory), request, message, turn
+                    client,
+                    lambda memory: self.write_durable(atespace, name, uid, memory),
+                    request,
+                    message,
+                    turn,
+                    canceled=lambda task_id: self.turn_canceled(uid, task_id),
                 )
             except TaskStoreError as exc:
+                # the task store's own refusals (UNAUTHENTICATED, ...) are not the runtime's: INTERNAL
                 code = Code.__members__.get(exc.code.name, Code.INTERNAL)
+                if code not in _TASKSTORE_CODES:
+                    code = Code.INTERNAL
                 raise SubstrateError(code, f"actor {atespace}/{name}: {exc}") from exc
             finally:
                 await client.close()
@@ -862,6 +875,35 @@ class SimulatedSubstrate(FaultInjection):
         if row is None:
             raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{name} not found")
         return dict(row["durable"] or {})
+
+    async def cancel_turn(self, atespace: str, name: str, uid: str, session_id: str, task_id: str) -> None:
+        """Tell the Actor to stop its turn of `task_id`: recorded in substrate_sim.turn_cancels, which
+        the simulated turn checks while it works (it then stops without further task writes), and
+        logged as a call. Idempotent; an Actor that is not running is not an error."""
+
+        async def op() -> None:
+            async with self._tx() as cur:
+                await self._lock_actor(cur, atespace, name, uid)
+                await cur.execute(
+                    "INSERT INTO substrate_sim.turn_cancels (actor_uid, task_id) VALUES (%s, %s)"
+                    " ON CONFLICT DO NOTHING",
+                    (uid, task_id),
+                )
+                await cur.execute(
+                    "INSERT INTO substrate_sim.calls (method, atespace, name, uid, detail, pid)"
+                    " VALUES ('cancel_turn', %s, %s, %s, %s, pg_backend_pid())",
+                    (atespace, name, uid, Jsonb({"session_id": session_id, "task_id": task_id})),
+                )
+
+        await self._call("cancel_turn", name, op)
+
+    async def turn_canceled(self, uid: str, task_id: str) -> bool:
+        """Whether the Actor was told to stop its turn of `task_id` (what the simulated agent checks)."""
+        async with self._tx() as cur:
+            await cur.execute(
+                "SELECT 1 FROM substrate_sim.turn_cancels WHERE actor_uid = %s AND task_id = %s", (uid, task_id)
+            )
+            return await cur.fetchone() is not None
 
     async def write_durable(self, atespace: str, name: str, uid: str, data: dict[str, Any]) -> None:
         """Replace the durable directory of a RUNNING Actor (what the agent inside does); not a
