@@ -28,7 +28,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-SCENARIOS = ("create", "wake", "burst", "checkpoint", "expiry", "validation", "history")
+SCENARIOS = ("create", "wake", "burst", "checkpoint", "expiry", "validation", "history", "read")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
