@@ -37,9 +37,11 @@ class AgentCardServer:
         self.server: asyncio.Server | None = None
         self.port = 0
 
-    async def start(self, address: str) -> None:
+    async def start(self, address: str, *, reuse_port: bool = False) -> None:
+        """Listen on address; reuse_port: share the port with the other API processes of one
+        `serve` (SO_REUSEPORT)."""
         host, _, port = address.rpartition(":")
-        self.server = await asyncio.start_server(self._handle, host, int(port))
+        self.server = await asyncio.start_server(self._handle, host, int(port), reuse_port=reuse_port or None)
         self.port = self.server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
