@@ -100,7 +100,7 @@ async def _measure(srv: Server, log_dir: Path, label: str, address: str, method:
     children = []
     for i, c in enumerate(per):
         args = bench_module_command("read_client", address, method, str(req_file), "--concurrency", str(c),
-                                    "--channels", str(max(1, min(4, c))), "--start-at", str(start_at),
+                                    "--channels", str(max(1, min(8, c))), "--start-at", str(start_at),
                                     "--warmup", str(warmup), "--seconds", str(seconds), "--token", token)
         children.append(await asyncio.create_subprocess_exec(
             *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=str(Path.cwd()),

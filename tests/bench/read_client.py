@@ -33,7 +33,10 @@ async def run(a: argparse.Namespace) -> dict[str, Any]:
         requests = [sessions_pb2.ListSessionsRequest(page=common_pb2.PageRequest(limit=a.limit, page_token=t))
                     for t in specs]
     metadata = (("authorization", f"Bearer {a.token}"),) if a.token else None
-    channels = [grpc.aio.insecure_channel(a.address) for _ in range(a.channels)]
+    # each channel its own TCP connection (channels of one process share one otherwise): with several
+    # API processes on one port, the kernel spreads connections, not calls
+    channels = [grpc.aio.insecure_channel(a.address, options=[("grpc.use_local_subchannel_pool", 1)])
+                for _ in range(a.channels)]
     stubs = [sessions_pb2_grpc.SessionServiceStub(c) for c in channels]
     calls = [s.GetSession if a.method == "get" else s.ListSessions for s in stubs]
     for c in channels:

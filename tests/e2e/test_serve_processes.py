@@ -115,7 +115,7 @@ async def until(what: str, predicate, timeout: float, serve: Serve) -> None:  # 
 async def list_on_new_connection(address: str) -> None:
     """One ListSessions call on a channel of its own (a new TCP connection, which the kernel gives
     to one of the API processes)."""
-    async with grpc.aio.insecure_channel(address) as ch:
+    async with grpc.aio.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)]) as ch:
         r = await sessions_pb2_grpc.SessionServiceStub(ch).ListSessions(
             sessions_pb2.ListSessionsRequest(page=common_pb2.PageRequest(limit=5)),
             metadata=(("authorization", f"Bearer {TOKEN}"),), timeout=10)
@@ -161,7 +161,9 @@ async def test_processes_share_the_port_a_killed_one_returns_and_sigterm_stops_a
         await asyncio.sleep(2)  # the second process's server starts a moment after the first answers
         # many new connections: the kernel spreads them over both processes (SO_REUSEPORT), and each
         # process answers from its own pool
-        channels = [grpc.aio.insecure_channel(address) for _ in range(24)]
+        # (a local subchannel pool: channels of one process share one connection otherwise)
+        channels = [grpc.aio.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
+                    for _ in range(24)]
         try:
             stubs = [sessions_pb2_grpc.SessionServiceStub(c) for c in channels]
             await asyncio.gather(*(s.ListSessions(sessions_pb2.ListSessionsRequest(), timeout=10,

@@ -201,7 +201,9 @@ class Supervisor:
             w.cancel()
         if self.failed_at_start is not None:
             return self.failed_at_start or 1
-        finals = [c.exits[-1] for c in self.children if c.exits]
+        # a process still starting when the stop came ends by the SIGTERM itself (its handlers were not
+        # installed yet): it never served, so that is a clean stop too
+        finals = [0 if code == -signal.SIGTERM else code for code in (c.exits[-1] for c in self.children if c.exits)]
         worst = max((abs(code) for code in finals), default=0)
         return 0 if worst == 0 else max(1, worst)
 
