@@ -226,7 +226,7 @@ KEYS: tuple[Key, ...] = (
         _int(0, 256),
         0,
         "API processes of `sessionq serve` on server.address (SO_REUSEPORT, supervised), each with its own"
-        " database pool and LISTEN connection; 0: one per CPU. `sessionq up` runs one unless this is set.",
+        " database pool and LISTEN connection; 0: one per CPU. `sessionq up` runs one API process.",
     ),
     Key(
         "sessions.idleTtl",

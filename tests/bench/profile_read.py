@@ -37,7 +37,7 @@ async def main(a: argparse.Namespace) -> None:
     from sessionq.db.store import Store
 
     with server(None) as srv:
-        srv.build_template()
+        await asyncio.to_thread(srv.build_template)
         url = srv.fresh_database("profile")
         await setup_agent(url)
         tpl = await template_session(url, "profile-template")
@@ -56,7 +56,7 @@ async def main(a: argparse.Namespace) -> None:
         client = subprocess.Popen(
             bench_module_command("read_client", f"127.0.0.1:{api.port}", a.method, str(req), "--concurrency",
                                  str(a.clients), "--start-at", str(time.time() + 2), "--warmup", "1",
-                                 "--seconds", str(a.seconds)), stdout=subprocess.PIPE)
+                                 "--seconds", str(a.seconds), "--token", TOKEN), stdout=subprocess.PIPE)
         await asyncio.sleep(3)
         prof = cProfile.Profile()
         prof.enable()
@@ -67,6 +67,8 @@ async def main(a: argparse.Namespace) -> None:
         print(f"{a.method}: {out.get('calls')} calls in {out.get('window_seconds', 0):.1f} s, codes {out.get('codes')}")
         await api.stop(0)
         await store.close()
+        if a.dump:
+            prof.dump_stats(a.dump)
         for key in ("tottime", "cumulative"):
             s = io.StringIO()
             pstats.Stats(prof, stream=s).sort_stats(key).print_stats(a.top)
@@ -79,6 +81,7 @@ if __name__ == "__main__":
     p.add_argument("--clients", type=int, default=32)
     p.add_argument("--method", choices=("get", "list"), default="get")
     p.add_argument("--top", type=int, default=40)
+    p.add_argument("--dump", default="", help="also write the raw profile here (pstats)")
     args = p.parse_args()
     import uvloop
 

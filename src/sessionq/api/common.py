@@ -203,6 +203,9 @@ def rpc(method: F) -> F:
     """Servicer method wrapper: SessionqError -> its status (with ErrorInfo when it has a reason);
     anything unexpected -> INTERNAL, logged. Also counts requests by method and code."""
 
+    counters: dict[tuple[str, grpc.StatusCode], Any] = {}  # the metrics' children, by label values
+    latencies: dict[str, Any] = {}
+
     @functools.wraps(method)
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
         name = f"{type(self).__name__}/{method.__name__}"
@@ -235,8 +238,14 @@ def rpc(method: F) -> F:
             log.exception("unexpected error in %s", name)
             await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the server log")
         finally:
-            metrics.GRPC_REQUESTS.labels(method=name, code=code.name).inc()
-            metrics.GRPC_LATENCY.labels(method=name).observe(time.monotonic() - started)
+            counter = counters.get((name, code))
+            if counter is None:
+                counter = counters[(name, code)] = metrics.GRPC_REQUESTS.labels(method=name, code=code.name)
+            latency = latencies.get(name)
+            if latency is None:
+                latency = latencies[name] = metrics.GRPC_LATENCY.labels(method=name)
+            counter.inc()
+            latency.observe(time.monotonic() - started)
 
     return wrapper  # type: ignore[return-value]
 
