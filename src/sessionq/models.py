@@ -246,7 +246,7 @@ class Row:
         build = Row._builders.get(cls)
         if build is None:
             build = Row._builders[cls] = _builder(cls)
-        return build(data)  # type: ignore[no-any-return]
+        return build(data)
 
 
 def _builder(cls: type) -> Callable[[dict[str, Any]], Any]:
@@ -271,7 +271,7 @@ def _builder(cls: type) -> Callable[[dict[str, Any]], Any]:
         for name, convert in converted:
             v = get(name)
             values[name] = None if v is None else convert(v)
-        record = new(cls)
+        record: Any = new(cls)
         record.__dict__.update(values)
         return record
 

@@ -93,7 +93,7 @@ def _set(msg: Message, path: tuple[Any, ...], text: str) -> None:
         v = f.message_type.fields_by_name["value"]
         if which == "key":
             if v.message_type is not None:
-                container[text]  # noqa: B018 - creates the entry
+                _ = container[text]  # creates the entry
             else:
                 container[text] = v.default_value
         elif v.type == v.TYPE_STRING:

@@ -53,7 +53,7 @@ async def main(a: argparse.Namespace) -> None:
         await api.start()
         req = Path(tempfile.mkdtemp()) / "requests.json"
         req.write_text(json.dumps(specs))
-        client = subprocess.Popen(
+        client = subprocess.Popen(  # noqa: ASYNC220 - started once, before the profiled window
             bench_module_command("read_client", f"127.0.0.1:{api.port}", a.method, str(req), "--concurrency",
                                  str(a.clients), "--start-at", str(time.time() + 2), "--warmup", "1",
                                  "--seconds", str(a.seconds), "--token", TOKEN), stdout=subprocess.PIPE)

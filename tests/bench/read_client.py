@@ -17,6 +17,7 @@ import json
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -25,8 +26,7 @@ from sessionq._pb.kagent.api.v1alpha1 import common_pb2, sessions_pb2, sessions_
 
 
 async def run(a: argparse.Namespace) -> dict[str, Any]:
-    with open(a.requests) as f:
-        specs = json.load(f)
+    specs = json.loads(await asyncio.to_thread(Path(a.requests).read_text))
     if a.method == "get":
         requests: list[Any] = [sessions_pb2.GetSessionRequest(session_id=s) for s in specs]
     else:

@@ -78,6 +78,13 @@ class Serve:
             self.proc.wait(10)
 
 
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def env_for(url: str, port: int, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONQ_")}
     env.update(PYTHONUNBUFFERED="1", SESSIONQ_DATABASE__URL=url, SESSIONQ_SERVER__ADDRESS=f"127.0.0.1:{port}",
@@ -191,8 +198,7 @@ async def test_processes_share_the_port_a_killed_one_returns_and_sigterm_stops_a
         code = await asyncio.to_thread(serve.proc.wait, 30)
         assert code == 0, serve.output
         await asyncio.sleep(0.2)
-        for pid in children:
-            assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[1][:3]
+        assert not [pid for pid in children if alive(pid)], serve.output
         assert not await pool_connections(database_url)
     finally:
         serve.kill()
