@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PG15_URL ?= postgresql://postgres@127.0.0.1:5432/postgres
 PYTEST_ARGS ?=
 
-.PHONY: up test test-embedded test-pg15 install install-test lint proto bench soak clean
+.PHONY: up test test-embedded test-pg15 test-pooler install install-test lint proto bench soak failover clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,12 +30,19 @@ test: install-test
 	@if $(PY) -c "import psycopg,sys; psycopg.connect('$(PG15_URL)', connect_timeout=3).close()" 2>/dev/null; then \
 		$(MAKE) --no-print-directory test-pg15; \
 	else echo "PostgreSQL at 127.0.0.1:5432 does not answer: skipping the PostgreSQL 15 run"; fi
+	@if command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ]; then \
+		$(MAKE) --no-print-directory test-pooler; \
+	else echo "pgbouncer is not installed: skipping the API tests through PgBouncer"; fi
 
 test-embedded: install-test
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-pg15: install-test
 	SESSIONQ_TEST_DATABASE_URL=$(PG15_URL) $(PY) -m pytest $(PYTEST_ARGS)
+
+## make test-pooler: the API tests with their transactions through a real PgBouncer in transaction mode
+test-pooler: install-test
+	SESSIONQ_TEST_POOLER=pgbouncer $(PY) -m pytest tests/api $(PYTEST_ARGS)
 
 ## make lint: ruff, mypy, the architecture's import contracts (ARCHITECTURE.md) and the procrastinate bridge rule
 lint: install-test
@@ -54,6 +61,11 @@ bench: install-test
 ## make soak DURATION=30m: the fault and soak harness (not part of make test)
 soak: install-test
 	$(PY) -m tests.soak --duration $(or $(DURATION),60s)
+
+## make failover DURATION=120s: the soak on a pg_auto_failover formation (monitor, primary, synchronous
+## standby), failing over twice (Debian packages pg-auto-failover-cli, postgresql-15-auto-failover)
+failover: install-test
+	$(PY) -m tests.soak --failover --duration $(or $(DURATION),120s)
 
 clean:
 	rm -rf $(VENV) .sessionq build *.egg-info

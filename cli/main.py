@@ -9,7 +9,8 @@ from sessionq.cli.checkpoint import checkpoint
 from sessionq.cli.client import DEFAULT_SERVER, DEFAULT_TIMEOUT
 from sessionq.cli.invoke import invoke
 from sessionq.cli.operator import jobs, queues, quiescence, requeue, status, workers
-from sessionq.cli.server import migrate, serve, up, worker
+from sessionq.cli.sandbox import sandbox
+from sessionq.cli.server import migrate, runtime, serve, up, worker
 from sessionq.cli.session import session
 
 COMPLETION = """Shell completion: eval "$(_SESSIONQ_COMPLETE=bash_source sessionq)" in ~/.bashrc (zsh: zsh_source
@@ -36,7 +37,7 @@ def main(ctx: click.Context, server: str | None, token: str | None, client_confi
     ctx.obj = {"server": server, "token": token, "client_config": client_config, "timeout": timeout}
 
 
-for command in (up, serve, worker, migrate):
+for command in (up, serve, worker, migrate, runtime):
     main.add_command(command)
 
 for command in (workers, jobs, requeue, status, quiescence, queues):
@@ -45,6 +46,7 @@ main.add_command(agent)
 main.add_command(session)
 main.add_command(actors)
 main.add_command(checkpoint)
+main.add_command(sandbox)
 # the kagent spelling: `sessionq agent session create ...` is the same group as `sessionq session ...`
 agent.add_command(session)
 agent.add_command(invoke)

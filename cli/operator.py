@@ -32,7 +32,7 @@ from sessionq.cli.client import (
     printable,
 )
 
-from sessionq import errors
+from sessionq import config, errors
 from sessionq.db.operator_store import JOB_STATUSES, SESSION_STATES, OperatorStore, Row, age, jsonable
 
 T = TypeVar("T")
@@ -120,8 +120,8 @@ DURATION = PositiveDuration()
 def database_option(f: F) -> F:
     return click.option(
         "--database-url", "database_url", envvar="SESSIONQ_DATABASE_URL", metavar="URL",
-        help="PostgreSQL URL (or $SESSIONQ_DATABASE_URL; else $SESSIONQ_DATABASE__URL, else the client "
-             "config's databaseUrl, which `sessionq up` writes).",
+        help="PostgreSQL URL (or $SESSIONQ_DATABASE_URL; else $SESSIONQ_DATABASE__DIRECT_URL or "
+             "$SESSIONQ_DATABASE__URL, else the client config's databaseUrl, which `sessionq up` writes).",
     )(f)
 
 
@@ -134,8 +134,10 @@ def _client_config(ctx: click.Context) -> dict[str, Any]:
 def resolve_database_url(ctx: click.Context, explicit: str | None) -> str:
     if explicit:
         return explicit
-    if os.environ.get("SESSIONQ_DATABASE__URL"):
-        return os.environ["SESSIONQ_DATABASE__URL"]
+    # in a pod both may be set: database.directUrl reaches the server itself, database.url may be a pooler
+    for name in ("SESSIONQ_DATABASE__DIRECT_URL", "SESSIONQ_DATABASE__URL"):
+        if os.environ.get(name):
+            return os.environ[name]
     url = _client_config(ctx).get("databaseUrl")
     if url:
         return str(url)
@@ -581,11 +583,58 @@ def status_text(s: Row) -> str:
             ["AT", "JOB", "TASK", "ATTEMPT", "OUTCOME", "ERROR"],
             [[age(f["failed_at"]) + " ago", f["job_id"], f["task_name"], f["attempt"], f["outcome"],
               compact(f"{f['error_type']}: {f['error_message']}", 80)] for f in s["recent_failures"]])))
+    rt = s.get("runtime")
+    if rt is not None:
+        state = "in process" if rt["address"] is None else (
+            "answers" if rt["answers"] else f"DOES NOT ANSWER ({rt['problem']})")
+        where_ = f" at {rt['address']}" if rt["address"] else ""
+        out.append(f"{'RUNTIME':<{label}}{rt['kind']}{where_}: {state}")
     out.append(f"{'EXPIRY LEADER':<{label}}{leader_text(s['expiry_leader'])}")
     for leader in s["leaders"]:
         if leader["role"] != "expiry":
             out.append(f"{(leader['role'].upper().replace('_', ' ') + ' LEADER'):<{label}}{leader_text(leader)}")
     return "\n".join(out)
+
+
+def runtime_status(ctx: click.Context) -> dict[str, Any]:
+    """Whether the runtime answers (its gRPC health service): the Substrate of the configuration
+    (SESSIONQ_RUNTIME__KIND=substrate and SESSIONQ_RUNTIME__SUBSTRATE__*), else the simulator
+    `sessionq up` serves (the client config's runtimeAddress), else the in-process simulator."""
+    from sessionq.runtime.ateapi.client import SubstrateClient, SubstrateOptions  # here: grpc loads on use
+
+    try:
+        settings = config.load(None)
+    except config.ConfigError as e:
+        return {"kind": "unknown", "address": None, "answers": False, "problem": str(e)}
+    if settings.runtime.kind == "substrate":
+        sub = settings.runtime.substrate
+        options = SubstrateOptions(address=sub.address, tls=sub.tls.enabled, ca_file=sub.tls.ca_file,
+                                   cert_file=sub.tls.cert_file, key_file=sub.tls.key_file,
+                                   server_name=sub.tls.server_name, token_file=sub.token_file)
+        kind = "substrate"
+    else:
+        try:
+            address = _client_config(ctx).get("runtimeAddress")
+        except CliError:
+            address = None
+        if not address:
+            return {"kind": "simulator", "address": None, "answers": True, "problem": None}
+        options, kind = SubstrateOptions(address=str(address)), "simulator (served)"
+
+    async def check() -> str | None:
+        client = SubstrateClient(options)
+        await client.open()
+        try:
+            return await client.check_health(timeout=3.0)
+        finally:
+            await client.close()
+
+    try:
+        options.validate()
+        problem = asyncio.run(check())
+    except (ValueError, OSError) as e:
+        problem = str(e)
+    return {"kind": kind, "address": options.address, "answers": problem is None, "problem": problem}
 
 
 def _indent(text: str) -> str:
@@ -600,6 +649,7 @@ def status(ctx: click.Context, database_url: str | None, output: str) -> None:
     """One screen: Sessions by state, pending operations, claims, quiescence backlog, queues, workers,
     stalled jobs and the expiry leader."""
     s = run(ctx, database_url, lambda ops: ops.status())
+    s["runtime"] = runtime_status(ctx)
     if output == "json":
         echo_json(s)
         return

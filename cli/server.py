@@ -115,18 +115,42 @@ def worker(config_file: str | None) -> None:
     finish(run(settings, process.serve(settings, api=False, workers=True)))
 
 
+@click.group()
+def runtime() -> None:
+    """The runtime as a server (ateapi.Control)."""
+
+
+@runtime.command("serve")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="YAML configuration file.")
+@click.option("--simulator", is_flag=True, required=True,
+              help="Serve the simulator (the only runtime served here; its state is in database.url).")
+@click.option("--address", help="Listen address (default: runtime.simulator.serveAddress).")
+@click.option("--actor-address", help="Actors' A2A endpoints (default: runtime.simulator.actorAddress).")
+def runtime_serve(config_file: str | None, simulator: bool, address: str | None, actor_address: str | None) -> None:
+    """Serve the simulator as ateapi.Control (reflection, health) with an A2A endpoint per Actor."""
+    from sessionq.app import process  # here, not at the top: client commands stay quick to start
+
+    if not simulator:
+        raise CliError("only --simulator can be served")
+    settings = load_settings(config_file)
+    logs.setup(settings.logging.format, settings.logging.level)
+    finish(run(settings, process.serve_runtime(settings, address=address, actor_address=actor_address)))
+
+
 @click.command()
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="YAML configuration file.")
-@click.option("--database-url", help="Database to migrate (default: database.url).")
+@click.option("--database-url", help="Database to migrate (default: database.directUrl, else database.url).")
 def migrate(config_file: str | None, database_url: str | None) -> None:
     """Apply pending migrations (procrastinate's schema, then sessionq's). Idempotent."""
     from sessionq.db import migrate as m  # here: loads Alembic and SQLAlchemy only for this command
     from sessionq.runtime.simulator import install_schema  # here, as above
 
     settings = load_settings(config_file)
-    url = database_url or settings.database.url
+    # the migrations hold a session-level advisory lock: never through a transaction pooler
+    url = database_url or settings.direct_url
     if not url:
-        raise CliError("a database URL is required (--database-url, database.url or SESSIONQ_DATABASE__URL)")
+        raise CliError("a database URL is required (--database-url, database.directUrl, database.url or"
+                       " SESSIONQ_DATABASE__URL)")
     try:
         check(url)
     except DatabaseUnreachable as e:

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from procrastinate import App, PsycopgConnector, RetryStrategy
+from procrastinate import App, RetryStrategy
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
-from sessionq.jobs import agents, bridge, checkpoints, dispatch, history, operations, periodic, reaper
+from sessionq.jobs import a2a, agents, bridge, checkpoints, dispatch, history, operations, periodic, reaper
 
-from sessionq.db.connection import FailFastPool, connect_kwargs, conninfo
+from sessionq.db.connection import FailFastPool, connect_kwargs, conninfo, pooler_kwargs
 
-QUEUES = ("operations", "dispatch", "agents", "periodic")
+QUEUES = ("operations", "dispatch", "agents", "periodic", "a2a")
 
 # Lifecycle work must eventually finish even when no client retries: retry for a few minutes
 # with growing waits (0, 1, 2, ... s); after that a client retry (or `sessionq jobs retry`) re-queues it.
@@ -36,8 +36,19 @@ def _pool(**options: Any) -> AsyncConnectionPool:
     return FailFastPool(**options, configure=_autocommit)
 
 
-def build_app(url: str, *, pool_size: int = 4, expiry: bool = True) -> App:
-    connector = PsycopgConnector(conninfo=conninfo(url), min_size=1, max_size=pool_size, pool_factory=_pool)
+def build_app(url: str, *, pool_size: int = 4, expiry: bool = True, direct_url: str | None = None) -> App:
+    """The app; its pool connects to `url` (which may be a transaction pooler: each of procrastinate's
+    queries is one statement, and behind a pooler no statement is prepared), its listener to
+    `direct_url` (default: `url`)."""
+    kwargs = {**connect_kwargs(url), **pooler_kwargs(url, direct_url)}
+    connector = bridge.SessionConnector(
+        direct_url=conninfo(direct_url or url),
+        conninfo=conninfo(url),
+        min_size=1,
+        max_size=pool_size,
+        pool_factory=_pool,
+        kwargs=kwargs,
+    )
     app = App(connector=connector)
     bridge.install_job_manager(app, connector)
     app.task(name="execute_operation", queue="operations", pass_context=True, retry=OPERATION_RETRY)(
@@ -57,6 +68,12 @@ def build_app(url: str, *, pool_size: int = 4, expiry: bool = True) -> App:
     )(checkpoints.retry_quiescence)
     # a failed dispatch is ended (its task abandoned) rather than retried: the user sends again
     app.task(name="dispatch_turn", queue="dispatch", pass_context=True, retry=False)(dispatch.dispatch_turn)
+    # A2A: a cancel retries until the Actor was told; a push notification retries with exponential
+    # backoff (1, 2, 4, ... s) while its receiver fails, a2a.push.maxAttempts times in all
+    app.task(name="cancel_task", queue="a2a", pass_context=True, retry=OPERATION_RETRY)(a2a.cancel_task)
+    app.task(
+        name="deliver_push", queue="a2a", pass_context=True, retry=RetryStrategy(max_attempts=100, exponential_wait=1)
+    )(a2a.deliver_push)
     periodic.register(app, expiry=expiry)
     reaper.register(app)
     history.register(app)

@@ -17,16 +17,21 @@ tests/bridge/ (docs/operating.md, "Upgrading procrastinate"):
 - how a worker is started, observed and stopped: `RunningWorker` wraps `procrastinate.worker.Worker`
   (its `worker_id`, set once registered; its private `_running_jobs`; `shutdown_graceful_timeout`;
   the graceful `stop()`), started with the app's `worker_defaults` as `App.run_worker_async` does;
-- the task retry limits the reaper needs (`retry_limits`: `App.tasks`, `Task.retry_strategy`).
+- the task retry limits the reaper needs (`retry_limits`: `App.tasks`, `Task.retry_strategy`);
+- where a worker's listener connects: `SessionConnector` overrides
+  `PsycopgConnector._get_standalone_connection` (the connection `listen_notify` LISTENs on, opened
+  apart from the pool) so that it goes to the direct URL while the pool's queries may go through a
+  transaction pooler (database.directUrl).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import logging
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -241,6 +246,31 @@ class WorkerJobManager(JobManager):
 
         await self._end_attempt(job, retry)
         metrics.JOB_ATTEMPTS.labels(task=job.task_name, outcome=outcome.value).inc()
+
+
+LISTEN_APPLICATION_NAME = "sessionq-listen-jobs"  # procrastinate's listener, as pg_stat_activity shows it
+
+
+class SessionConnector(PsycopgConnector):
+    """procrastinate's connector whose listener connects to `direct_url`.
+
+    procrastinate runs each of its queries as one statement on a pooled connection (which may go
+    through a pooler in transaction mode) but LISTENs on a standalone connection that it opens with
+    the pool's conninfo (`_get_standalone_connection`, used by `listen_notify` only). A LISTEN
+    through a transaction pooler would be lost at the next transaction, so that connection is
+    opened on the direct URL here, with the pool's connection options (autocommit, as procrastinate's own)."""
+
+    def __init__(self, *, direct_url: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.direct_url = direct_url
+
+    @contextlib.asynccontextmanager
+    async def _get_standalone_connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        options = dict(self._pool_args.get("kwargs") or {})
+        options.pop("prepare_threshold", None)  # the pooler's constraint, not the direct server's
+        options["application_name"] = LISTEN_APPLICATION_NAME
+        async with await psycopg.AsyncConnection.connect(self.direct_url, **options, autocommit=True) as connection:
+            yield connection
 
 
 def install_job_manager(app: App, connector: PsycopgConnector) -> WorkerJobManager:

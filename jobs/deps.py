@@ -19,7 +19,7 @@ class Deps:
     store: Store
     runtime: Substrate
     executor: OperationExecutor
-    url: str = ""
+    url: str = ""  # the direct URL (database.directUrl): leadership locks, listeners; never a pooler
 
 
 def deps(context: JobContext) -> Deps:

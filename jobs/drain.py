@@ -103,7 +103,7 @@ async def watch_drains(
         if payload is None or notify.key_of(Channel.DRAIN, payload) in (notify.ALL_WORKERS, worker_name):
             wake.set()
 
-    listener = Listener(url, [Channel.DRAIN])
+    listener = Listener(url, [Channel.DRAIN], application_name="sessionq-listen-drain")
     listener.subscribe(Channel.DRAIN, notified)
     await listener.start()
     stop_wait = asyncio.create_task(stop.wait())

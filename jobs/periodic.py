@@ -1,6 +1,7 @@
-"""Leader-only periodic jobs (procrastinate periodic tasks, no cron daemon): idle expiration and
-runtime revision GC, once a minute. procrastinate defers each tick once across all workers; the
-advisory-lock leadership inside makes sure no two replicas sweep at the same time."""
+"""Leader-only periodic jobs (procrastinate periodic tasks, no cron daemon): idle expiration (of
+Sessions, and of Sandboxes at their expires_at) and runtime revision GC, once a minute.
+procrastinate defers each tick once across all workers; the advisory-lock leadership inside makes
+sure no two replicas sweep at the same time."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from sessionq.domain.gc import collect_revisions
 
 async def expire_idle_sessions(context: JobContext, timestamp: int) -> dict[str, int]:
     d = deps(context)
-    result = await sweep(d.store, d.executor, d.url, d.settings.sessions.idle_ttl, worker_name())
+    result = await sweep(d.store, d.executor, d.url, d.settings.sessions.idle_ttl, worker_name(), sandboxes=True)
     return {
         "leader": int(result.leader),
         "admitted": result.admitted,
@@ -30,7 +31,7 @@ async def collect_runtime_revisions(context: JobContext, timestamp: int) -> dict
 
 
 def register(app: App, *, expiry: bool) -> None:
-    if expiry:  # sessions.idleTtl 0s disables the worker, retries included
+    if expiry:  # the sweep itself skips idle Sessions when sessions.idleTtl is 0s (Sandboxes still expire)
         app.periodic(cron="* * * * *", periodic_id="expiry")(
             app.task(name="expire_idle_sessions", queue="periodic", pass_context=True)(expire_idle_sessions)
         )

@@ -10,7 +10,8 @@
 CREATE TABLE sessionq.sessions (
   id                   uuid PRIMARY KEY DEFAULT sessionq.uuid_v7(),
   creator              text NOT NULL,
-  request_kind         text NOT NULL CHECK (request_kind IN ('create', 'fork')),
+  request_kind         text NOT NULL CHECK (request_kind IN ('create', 'fork', 'sandbox')),
+  kind                 text NOT NULL GENERATED ALWAYS AS (CASE WHEN request_kind = 'sandbox' THEN 'sandbox' ELSE 'session' END) STORED,
   request_id           text NOT NULL CHECK (length(request_id) BETWEEN 1 AND 128),
   request_fingerprint  text NOT NULL,
   agent_namespace      text NOT NULL,
@@ -35,6 +36,7 @@ CREATE TABLE sessionq.sessions (
   snapshot_uri         text,
   deletion_reason      text CHECK (deletion_reason IN ('user_requested', 'idle_timeout')),
   source_checkpoint_id uuid,
+  expires_at           timestamptz,  -- sandboxes (25_sandboxes.sql): when it expires by itself
   -- turns (30_tasks.sql): the dispatch reservation, the running and the unsettled task
   dispatch_id          uuid,
   dispatch_expires_at  timestamptz,
@@ -50,6 +52,7 @@ CREATE TABLE sessionq.sessions (
   idle_boundary_at     timestamptz,
   idle_executor        uuid,
   idle_claimed_at      timestamptz,
+  quiescence_failure   jsonb,
   snapshot_status      text CHECK (snapshot_status IN ('IN_PROGRESS', 'COMPLETED')),
   snapshot_event_seq   bigint,
   pinned_checkpoint_id uuid GENERATED ALWAYS AS (CASE WHEN state <> 'DELETED' THEN source_checkpoint_id END) STORED,
@@ -80,7 +83,9 @@ COMMENT ON TABLE sessionq.sessions IS
 -- [audit]
 COMMENT ON COLUMN sessionq.sessions.id IS '[audit] The Session id (UUIDv7); also its A2A context id and, as session-<id>, its Actor''s name.';
 COMMENT ON COLUMN sessionq.sessions.creator IS '[audit] The user who created it (owner): the only one who sees it without a share.';
-COMMENT ON COLUMN sessionq.sessions.request_kind IS '[audit] The creating request: create (CreateSession, or SendMessage without a context) or fork (ForkSession).';
+COMMENT ON COLUMN sessionq.sessions.request_kind IS '[audit] The creating request: create (CreateSession, or SendMessage without a context), fork (ForkSession) or sandbox (CreateSandbox).';
+COMMENT ON COLUMN sessionq.sessions.kind IS '[audit] Generated from request_kind: session, or sandbox (a standalone sandbox of SandboxService, 25_sandboxes.sql: the same lifecycle machinery, no turns, no shares). Every Session-facing read and admission sees only kind session, every Sandbox-facing one only kind sandbox (sessionq.access).';
+COMMENT ON COLUMN sessionq.sessions.expires_at IS '[lifecycle] Sandboxes only: when the sandbox expires by itself (creation plus its ttl; activity never extends it); the expiry sweep then deletes it like an idle Session. NULL for Sessions.';
 COMMENT ON COLUMN sessionq.sessions.request_id IS '[audit] The caller''s idempotency key of the creating request, unique per creator and request kind.';
 COMMENT ON COLUMN sessionq.sessions.request_fingerprint IS '[audit] The parameters of the creating request (agent and name, or checkpoint); a reused request id with other parameters is an idempotency conflict.';
 COMMENT ON COLUMN sessionq.sessions.name IS '[audit] Display name given by the owner (empty: none); renaming does not touch the idle clock.';
@@ -117,6 +122,7 @@ COMMENT ON COLUMN sessionq.sessions.last_event_at IS '[turns] Database time of t
 COMMENT ON COLUMN sessionq.sessions.idle_boundary_id IS '[quiescence] Set by a settlement (or a Resume): the Actor may be suspended. Claimed by a quiescence worker (idle_executor); a claim for possibly issued runtime work never expires.';
 COMMENT ON COLUMN sessionq.sessions.idle_boundary_at IS '[quiescence] When the boundary was marked: workers claim the oldest first (sessions_idle_boundary_idx).';
 COMMENT ON COLUMN sessionq.sessions.idle_executor IS '[quiescence] The quiescence worker that claimed the boundary; until it records the outcome (finish_idle), new turns, task writes and lifecycle changes wait.';
+COMMENT ON COLUMN sessionq.sessions.quiescence_failure IS '[quiescence] The last quiescence failure record {task_id, reason, message, failed_at} (reason SuspendFailed, PauseFailed or RuntimeUnavailable): the boundary after turn task_id got neither a pause nor a snapshot (record_quiescence_failure). Clients see it as Session.last_quiescence_failure; a later quiescence that records a snapshot clears it.';
 COMMENT ON COLUMN sessionq.sessions.idle_claimed_at IS '[quiescence] When idle_executor claimed the boundary (operators see long-held claims).';
 -- [snapshot]
 COMMENT ON COLUMN sessionq.sessions.snapshot_generation IS '[snapshot] The exact VOLUMES snapshot generation recorded by the last suspension (quiescence or SUSPEND); never an older one.';
@@ -168,40 +174,42 @@ CREATE TRIGGER sessions_notify_update AFTER UPDATE ON sessionq.sessions
   EXECUTE FUNCTION sessionq.notify_session_change();
 
 -- access: how the caller may use a Session: 'owner', 'READ_WRITE', 'READ_ONLY' or NULL (invisible).
-CREATE OR REPLACE FUNCTION sessionq.access(p_session sessionq.sessions, p_caller text, p_share_hash text)
-RETURNS text LANGUAGE sql STABLE AS $$
+CREATE OR REPLACE FUNCTION sessionq.access(
+  p_session sessionq.sessions, p_caller text, p_share_hash text, p_of text DEFAULT 'session'
+) RETURNS text LANGUAGE sql STABLE AS $$
   SELECT CASE
-    WHEN p_session.id IS NULL OR p_session.state = 'DELETED' THEN NULL
+    WHEN p_session.id IS NULL OR p_session.state = 'DELETED' OR p_session.kind IS DISTINCT FROM p_of THEN NULL
     WHEN p_session.creator = p_caller THEN 'owner'
     ELSE (SELECT max(sh.permission) FROM sessionq.session_shares sh
            WHERE sh.session_id = p_session.id AND sh.token_hash = p_share_hash
              AND (sh.expires_at IS NULL OR sh.expires_at > clock_timestamp()))
   END
 $$;
-COMMENT ON FUNCTION sessionq.access(sessionq.sessions, text, text) IS
-  'The caller''s access to a live Session: owner, READ_WRITE or READ_ONLY (by an unexpired share token hash), or NULL. Deleted Sessions are invisible to everyone.';
+COMMENT ON FUNCTION sessionq.access(sessionq.sessions, text, text, text) IS
+  'The caller''s access to a live row of kind p_of (session, or sandbox: 25_sandboxes.sql): owner, READ_WRITE or READ_ONLY (by an unexpired share token hash; sandboxes have no shares), or NULL. Deleted rows, and rows of the other kind, are invisible to everyone.';
 
 -- visible_session: lock and return a Session the caller may see, or raise NOT_FOUND / PERMISSION_DENIED.
-CREATE OR REPLACE FUNCTION sessionq.visible_session(p_session uuid, p_caller text, p_share_hash text, p_need text)
-RETURNS sessionq.sessions LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION sessionq.visible_session(
+  p_session uuid, p_caller text, p_share_hash text, p_need text, p_of text DEFAULT 'session'
+) RETURNS sessionq.sessions LANGUAGE plpgsql AS $$
 DECLARE
   v sessionq.sessions;
   v_access text;
 BEGIN
   SELECT * INTO v FROM sessionq.sessions WHERE id = p_session FOR UPDATE;
-  v_access := sessionq.access(v, p_caller, p_share_hash);
+  v_access := sessionq.access(v, p_caller, p_share_hash, p_of);
   IF v_access IS NULL THEN
     -- a missing, deleted and another user's Session answer alike
-    PERFORM sessionq.fail('SQ404', format('session %s not found', p_session));
+    PERFORM sessionq.fail('SQ404', format('%s %s not found', p_of, p_session));
   END IF;
   IF p_need = 'owner' AND v_access <> 'owner'
      OR p_need = 'write' AND v_access NOT IN ('owner', 'READ_WRITE') THEN
-    PERFORM sessionq.fail('SQ403', format('a %s share of session %s does not allow this', v_access, p_session));
+    PERFORM sessionq.fail('SQ403', format('a %s share of %s %s does not allow this', v_access, p_of, p_session));
   END IF;
   RETURN v;
 END $$;
-COMMENT ON FUNCTION sessionq.visible_session(uuid, text, text, text) IS
-  'Lock a Session FOR UPDATE for a caller who needs p_need (read, write or owner) access; NOT_FOUND when missing, deleted or not visible, PERMISSION_DENIED when a share is too weak.';
+COMMENT ON FUNCTION sessionq.visible_session(uuid, text, text, text, text) IS
+  'Lock a Session (or, p_of sandbox, a Sandbox) FOR UPDATE for a caller who needs p_need (read, write or owner) access; NOT_FOUND when missing, deleted, of the other kind or not visible, PERMISSION_DENIED when a share is too weak.';
 
 -- queue_operation: make sure an execute_operation job is waiting for this Session.
 CREATE OR REPLACE FUNCTION sessionq.queue_operation(p_session uuid, p_at timestamptz DEFAULT NULL)
@@ -245,12 +253,12 @@ RETURNS TABLE (outcome text, generation uuid, session jsonb) LANGUAGE plpgsql AS
 BEGIN
   IF v.state = 'DELETED' THEN
     PERFORM sessionq.fail('SQ412', format(
-      'request_id %s belongs to session %s, which was deleted; a deleted session cannot be recreated, use a new request_id',
-      sessionq.clip(v.request_id), v.id));
+      'request_id %s belongs to %s %s, which was deleted; a deleted %s cannot be recreated, use a new request_id',
+      sessionq.clip(v.request_id), v.kind, v.id, v.kind));
   END IF;
   IF v.request_fingerprint <> p_fingerprint THEN
     PERFORM sessionq.fail('SQ422', format(
-      'request_id %s was already used for session %s with different parameters', sessionq.clip(v.request_id), v.id));
+      'request_id %s was already used for %s %s with different parameters', sessionq.clip(v.request_id), v.kind, v.id));
   END IF;
   IF v.operation = 'CREATE' AND v.operation_id IS NULL THEN  -- its preparation failed: retry under a new generation
     v := sessionq.new_generation(v.id, 'CREATE', NULL);
@@ -265,17 +273,18 @@ END $$;
 COMMENT ON FUNCTION sessionq.creation_retry(sessionq.sessions, text) IS
   'Internal to admit_create and admit_fork, on the locked row of an earlier request: a deleted Session''s request id is FAILED_PRECONDITION, other parameters ALREADY_EXISTS; else join the pending creation (or retry a failed preparation) or return the current Session.';
 
--- admit_create: admit the creation of a Session, or answer a retry of one.
-CREATE OR REPLACE FUNCTION sessionq.admit_create(
-  p_caller text, p_request_id text, p_namespace text, p_agent text, p_name text
+-- admit_creation: admit a new row (a Session, or a Sandbox: 25_sandboxes.sql), or answer a retry.
+CREATE OR REPLACE FUNCTION sessionq.admit_creation(
+  p_caller text, p_request_kind text, p_request_id text, p_namespace text, p_agent text, p_name text,
+  p_fingerprint text, p_ttl double precision DEFAULT NULL
 ) RETURNS TABLE (outcome text, generation uuid, session jsonb)
 LANGUAGE plpgsql AS $$
 DECLARE
   v sessionq.sessions;
   v_agent sessionq.agents;
   v_rev sessionq.revisions;
-  v_fp text := p_namespace || '/' || p_agent || '|' || coalesce(p_name, '');
   v_id uuid;
+  v_noun text := CASE p_request_kind WHEN 'sandbox' THEN 'sandbox' ELSE 'session' END;
 BEGIN
   IF p_request_id IS NULL OR length(p_request_id) NOT BETWEEN 1 AND 128 THEN
     PERFORM sessionq.fail('SQ400', 'request_id must be 1 to 128 characters');
@@ -292,10 +301,11 @@ BEGIN
       v_id := sessionq.uuid_v7();
       INSERT INTO sessionq.sessions AS s (id, creator, request_kind, request_id, request_fingerprint,
                                           agent_namespace, agent_name, revision_id, name, state, operation,
-                                          operation_id, actor_atespace, actor_name, actor_template)
-      VALUES (v_id, p_caller, 'create', p_request_id, v_fp, p_namespace, p_agent, v_rev.id, coalesce(p_name, ''),
-              'CREATING', 'CREATE', sessionq.uuid_v7(), v_rev.template_atespace, 'session-' || v_id,
-              v_rev.template_atespace || '/' || v_rev.template_name)
+                                          operation_id, actor_atespace, actor_name, actor_template, expires_at)
+      VALUES (v_id, p_caller, p_request_kind, p_request_id, p_fingerprint, p_namespace, p_agent, v_rev.id,
+              coalesce(p_name, ''), 'CREATING', 'CREATE', sessionq.uuid_v7(), v_rev.template_atespace,
+              v_noun || '-' || v_id, v_rev.template_atespace || '/' || v_rev.template_name,
+              CASE WHEN p_ttl IS NOT NULL THEN clock_timestamp() + make_interval(secs => p_ttl) END)
       ON CONFLICT ON CONSTRAINT sessions_request_unique DO NOTHING
       RETURNING * INTO v;
       IF FOUND THEN
@@ -304,12 +314,12 @@ BEGIN
         RETURN;
       END IF;
     END IF;
-    -- A retry (or a concurrent twin that won the insert) is answered from the existing Session,
+    -- A retry (or a concurrent twin that won the insert) is answered from the existing row,
     -- even when its Agent has since gone.
     SELECT * INTO v FROM sessionq.sessions s
-     WHERE s.creator = p_caller AND s.request_kind = 'create' AND s.request_id = p_request_id FOR UPDATE;
+     WHERE s.creator = p_caller AND s.request_kind = p_request_kind AND s.request_id = p_request_id FOR UPDATE;
     IF FOUND THEN
-      RETURN QUERY SELECT * FROM sessionq.creation_retry(v, v_fp);
+      RETURN QUERY SELECT * FROM sessionq.creation_retry(v, p_fingerprint);
       RETURN;
     END IF;
     IF v_agent.name IS NULL THEN
@@ -317,18 +327,30 @@ BEGIN
     END IF;
     IF v_rev.id IS NULL THEN
       PERFORM sessionq.fail('SQ412', format(
-        'agent %s/%s has no successfully prepared revision; sessions cannot be created until one is ready',
-        sessionq.clip(p_namespace), sessionq.clip(p_agent)));
+        'agent %s/%s has no successfully prepared revision; %ss cannot be created until one is ready',
+        sessionq.clip(p_namespace), sessionq.clip(p_agent), v_noun));
     END IF;
-    -- the conflicting Session went away (an idle expiry removed it) before it could be locked: insert again
+    -- the conflicting row went away (an expiry removed it) before it could be locked: insert again
   END LOOP;
 END $$;
+COMMENT ON FUNCTION sessionq.admit_creation(text, text, text, text, text, text, text, double precision) IS
+  'Internal to admit_create and admit_sandbox: insert a row of request kind p_request_kind (create: a Session, sandbox: a Sandbox expiring p_ttl seconds from now) pinning the Agent''s latest successful revision, with a deterministic Actor name <kind>-<id>, and queue its job. A retry (same caller, kind and request id) joins the pending creation or returns the existing row (creation_retry, by p_fingerprint). outcome: admitted, joined or existing.';
+
+-- admit_create: admit the creation of a Session, or answer a retry of one.
+CREATE OR REPLACE FUNCTION sessionq.admit_create(
+  p_caller text, p_request_id text, p_namespace text, p_agent text, p_name text
+) RETURNS TABLE (outcome text, generation uuid, session jsonb)
+LANGUAGE sql AS $$
+  SELECT * FROM sessionq.admit_creation(p_caller, 'create', p_request_id, p_namespace, p_agent, p_name,
+                                        p_namespace || '/' || p_agent || '|' || coalesce(p_name, ''))
+$$;
 COMMENT ON FUNCTION sessionq.admit_create(text, text, text, text, text) IS
   'Admit a Session creation pinning the Agent''s latest successful revision, with a deterministic Actor name session-<id>, and queue its job. A retry (same caller and request id) joins the pending creation or returns the existing Session; other parameters: ALREADY_EXISTS; a deleted Session''s request id: FAILED_PRECONDITION. outcome: admitted, joined or existing.';
 
 -- admit_operation: admit Suspend, Resume or Delete on a Session.
 CREATE OR REPLACE FUNCTION sessionq.admit_operation(
-  p_session uuid, p_caller text, p_share_hash text, p_kind text, p_reason text DEFAULT 'user_requested'
+  p_session uuid, p_caller text, p_share_hash text, p_kind text, p_reason text DEFAULT 'user_requested',
+  p_of text DEFAULT 'session'
 ) RETURNS TABLE (outcome text, generation uuid, session jsonb)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -337,7 +359,7 @@ BEGIN
   IF p_kind NOT IN ('SUSPEND', 'RESUME', 'DELETE') THEN
     PERFORM sessionq.fail('SQ400', format('unknown operation %s', p_kind));
   END IF;
-  v := sessionq.visible_session(p_session, p_caller, p_share_hash, 'owner');
+  v := sessionq.visible_session(p_session, p_caller, p_share_hash, 'owner', p_of);
 
   IF v.operation <> 'NONE' THEN
     IF v.operation = p_kind THEN
@@ -350,14 +372,16 @@ BEGIN
       END IF;
       RETURN;
     END IF;
-    IF p_kind = 'DELETE' AND v.executor_id IS NULL THEN
-      -- nothing was ever issued for the pending operation: the delete supersedes it
-      v := sessionq.new_generation(v.id, 'DELETE', p_reason);
+    IF p_kind = 'DELETE' AND v.executor_id IS NULL
+       OR p_of = 'sandbox' AND sessionq.sandbox_intent_replaceable(v, p_kind) THEN
+      -- nothing was ever issued for the pending operation: the delete supersedes it (a Sandbox's
+      -- pending intent whose attempt has ended may be replaced too: 25_sandboxes.sql)
+      v := sessionq.new_generation(v.id, p_kind, p_reason);
       RETURN QUERY SELECT 'admitted'::text, v.operation_id, to_jsonb(v);
       RETURN;
     END IF;
     PERFORM sessionq.fail('SQ409', format(
-      'session %s has a pending %s operation; retry after it completes', v.id, lower(v.operation)));
+      '%s %s has a pending %s operation; retry after it completes', p_of, v.id, lower(v.operation)));
   END IF;
 
   PERFORM sessionq.check_lifecycle_blockers(v, p_kind);  -- turns, quiescence, checkpoints (70_lifecycle_rules.sql)
@@ -367,14 +391,14 @@ BEGIN
     RETURN;
   END IF;
   IF p_kind = 'SUSPEND' AND v.state <> 'READY' OR p_kind = 'RESUME' AND v.state <> 'SUSPENDED' THEN
-    PERFORM sessionq.fail('SQ412', format('session %s is %s and cannot be %s', v.id, v.state,
+    PERFORM sessionq.fail('SQ412', format('%s %s is %s and cannot be %s', p_of, v.id, v.state,
                                           CASE p_kind WHEN 'SUSPEND' THEN 'suspended' ELSE 'resumed' END));
   END IF;
   v := sessionq.new_generation(v.id, p_kind, p_reason);
   RETURN QUERY SELECT 'admitted'::text, v.operation_id, to_jsonb(v);
 END $$;
-COMMENT ON FUNCTION sessionq.admit_operation(uuid, text, text, text, text) IS
-  'Admit SUSPEND, RESUME or DELETE under the Session row lock. Same kind pending: join. Another kind pending: ABORTED, except a DELETE supersedes an operation that never had an executor. Already at target: noop. DELETE enters DELETING. outcome: admitted, joined or noop.';
+COMMENT ON FUNCTION sessionq.admit_operation(uuid, text, text, text, text, text) IS
+  'Admit SUSPEND, RESUME or DELETE under the row lock of a Session (p_of session) or a Sandbox (p_of sandbox). Same kind pending: join. Another kind pending: ABORTED, except a DELETE supersedes an operation that never had an executor (and, for a Sandbox, sandbox_intent_replaceable). Already at target: noop. DELETE enters DELETING. outcome: admitted, joined or noop.';
 
 -- claim_operation: take the execution claim of a generation for one attempt.
 CREATE OR REPLACE FUNCTION sessionq.claim_operation(
@@ -586,22 +610,24 @@ END $$;
 COMMENT ON FUNCTION sessionq.observe(uuid, uuid) IS
   'The state of generation p_generation for a joined caller: pending, done (with the Session, a tombstone included), failed (preparation), superseded, or gone (idle-deleted).';
 
-CREATE OR REPLACE FUNCTION sessionq.get_session(p_session uuid, p_caller text, p_share_hash text)
-RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
+CREATE OR REPLACE FUNCTION sessionq.get_session(
+  p_session uuid, p_caller text, p_share_hash text, p_of text DEFAULT 'session'
+) RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
 DECLARE
   v sessionq.sessions;
 BEGIN
   SELECT * INTO v FROM sessionq.sessions s WHERE s.id = p_session;
-  IF sessionq.access(v, p_caller, p_share_hash) IS NULL THEN
-    PERFORM sessionq.fail('SQ404', format('session %s not found', p_session));
+  IF sessionq.access(v, p_caller, p_share_hash, p_of) IS NULL THEN
+    PERFORM sessionq.fail('SQ404', format('%s %s not found', p_of, p_session));
   END IF;
   RETURN to_jsonb(v);
 END $$;
-COMMENT ON FUNCTION sessionq.get_session(uuid, text, text) IS
-  'Read a Session the caller may see (owner or share); NOT_FOUND otherwise. Reads change nothing.';
+COMMENT ON FUNCTION sessionq.get_session(uuid, text, text, text) IS
+  'Read a Session (p_of sandbox: a Sandbox) the caller may see (owner or share); NOT_FOUND otherwise. Reads change nothing.';
 
 CREATE OR REPLACE FUNCTION sessionq.list_sessions(
-  p_caller text, p_all_creators boolean, p_namespace text, p_agent text, p_after uuid, p_limit integer
+  p_caller text, p_all_creators boolean, p_namespace text, p_agent text, p_after uuid, p_limit integer,
+  p_of text DEFAULT 'session'
 ) RETURNS SETOF jsonb LANGUAGE plpgsql STABLE AS $$
 BEGIN
   -- Two statements, each with conditions an index can use in a generic plan too (plans are cached,
@@ -611,7 +637,7 @@ BEGIN
     RETURN QUERY
       SELECT to_jsonb(s) FROM sessionq.sessions s
        WHERE s.id > coalesce(p_after, '00000000-0000-0000-0000-000000000000'::uuid)
-         AND s.state <> 'DELETED'
+         AND s.state <> 'DELETED' AND s.kind = p_of
          AND (p_namespace IS NULL OR s.agent_namespace = p_namespace)
          AND (p_agent IS NULL OR s.agent_name = p_agent)
        ORDER BY s.id
@@ -621,15 +647,15 @@ BEGIN
       SELECT to_jsonb(s) FROM sessionq.sessions s
        WHERE s.creator = p_caller
          AND s.id > coalesce(p_after, '00000000-0000-0000-0000-000000000000'::uuid)
-         AND s.state <> 'DELETED'
+         AND s.state <> 'DELETED' AND s.kind = p_of
          AND (p_namespace IS NULL OR s.agent_namespace = p_namespace)
          AND (p_agent IS NULL OR s.agent_name = p_agent)
        ORDER BY s.creator, s.id
        LIMIT p_limit;
   END IF;
 END $$;
-COMMENT ON FUNCTION sessionq.list_sessions(text, boolean, text, text, uuid, integer) IS
-  'Live Sessions of the caller (or of everyone), optionally of one Agent, in id order after p_after; callers ask limit+1 rows to know whether a next page exists. One creator''s page reads a range of sessions_creator_idx, whatever the table''s size.';
+COMMENT ON FUNCTION sessionq.list_sessions(text, boolean, text, text, uuid, integer, text) IS
+  'Live Sessions (p_of sandbox: Sandboxes) of the caller (or of everyone), optionally of one Agent, in id order after p_after; callers ask limit+1 rows to know whether a next page exists. One creator''s page reads a range of an index (also from a cached generic plan), whatever the table''s size.';
 
 CREATE OR REPLACE FUNCTION sessionq.rename_session(p_session uuid, p_caller text, p_share_hash text, p_name text)
 RETURNS jsonb LANGUAGE plpgsql AS $$
@@ -701,7 +727,7 @@ CREATE OR REPLACE FUNCTION sessionq.visible_actors(
     JOIN sessionq.sessions s ON s.actor_atespace = r.atespace AND s.actor_name = r.name
    WHERE s.state <> 'DELETED'
      AND (r.uid IS NULL OR s.actor_uid IS NULL OR s.actor_uid = r.uid)
-     AND sessionq.access(s, p_caller, p_share_hash) IS NOT NULL
+     AND sessionq.access(s, p_caller, p_share_hash, s.kind) IS NOT NULL
 $$;
 COMMENT ON FUNCTION sessionq.visible_actors(text, text, text[], text[], text[]) IS
-  'Of a batch of runtime Actors (atespace, name, uid), those that are the Actor of a live Session the caller owns or holds a valid share of; a same-name Actor with another UID than recorded is not theirs. One query per inventory batch.';
+  'Of a batch of runtime Actors (atespace, name, uid), those that are the Actor of a live Session (or Sandbox) the caller owns or holds a valid share of; a same-name Actor with another UID than recorded is not theirs. One query per inventory batch.';

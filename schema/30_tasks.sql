@@ -417,6 +417,7 @@ BEGIN
          snapshot_uri = CASE WHEN p_snapshot ? 'generation' THEN p_snapshot ->> 'uri' ELSE s.snapshot_uri END,
          snapshot_status = coalesce(p_snapshot ->> 'status', s.snapshot_status),
          snapshot_event_seq = CASE WHEN p_snapshot ? 'generation' THEN s.last_event_seq ELSE s.snapshot_event_seq END,
+         quiescence_failure = CASE WHEN p_snapshot ? 'generation' THEN NULL ELSE s.quiescence_failure END,
          updated_at = clock_timestamp()
    WHERE s.id = p_session AND s.idle_boundary_id = p_boundary AND s.idle_executor = p_executor
   RETURNING * INTO v;
@@ -432,7 +433,32 @@ BEGIN
   RETURN to_jsonb(v);
 END $$;
 COMMENT ON FUNCTION sessionq.finish_idle(uuid, uuid, uuid, jsonb) IS
-  'Record a quiescence outcome by the claim holder: the exact snapshot (generation, uri, status) and the end of the idle claim. Retried on database failure without repeating the runtime call.';
+  'Record a quiescence outcome by the claim holder: the exact snapshot (generation, uri, status) and the end of the idle claim. A recorded snapshot clears the last quiescence failure. Retried on database failure without repeating the runtime call.';
+
+-- record_quiescence_failure: the quiescence failure record (Session.last_quiescence_failure).
+CREATE OR REPLACE FUNCTION sessionq.record_quiescence_failure(
+  p_session uuid, p_boundary uuid, p_executor uuid, p_reason text, p_message text
+) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+BEGIN
+  IF p_reason NOT IN ('SuspendFailed', 'PauseFailed', 'RuntimeUnavailable') THEN
+    PERFORM sessionq.fail('SQ400', format('unknown quiescence failure reason %s', p_reason));
+  END IF;
+  UPDATE sessionq.sessions s
+     SET quiescence_failure = jsonb_build_object(
+           'task_id', coalesce((SELECT t.id FROM sessionq.tasks t WHERE t.session_id = s.id ORDER BY t.seq DESC LIMIT 1), ''),
+           'reason', p_reason, 'message', sessionq.clip(p_message, 500), 'failed_at', clock_timestamp()),
+         updated_at = clock_timestamp()
+   WHERE s.id = p_session AND s.idle_boundary_id = p_boundary AND s.idle_executor = p_executor
+  RETURNING * INTO v;
+  IF NOT FOUND THEN
+    PERFORM sessionq.fail('SQ409', format('executor %s does not hold the idle claim of session %s', p_executor, p_session));
+  END IF;
+  RETURN to_jsonb(v);
+END $$;
+COMMENT ON FUNCTION sessionq.record_quiescence_failure(uuid, uuid, uuid, text, text) IS
+  'By the idle claim holder whose suspend failed for good (SuspendFailed: it and its retries failed; RuntimeUnavailable: the Actor is gone or replaced; PauseFailed is kagent''s for a failed pause, which sessionq does not issue): record the quiescence failure record of the latest turn (task_id, reason, message, failed_at), shown as Session.last_quiescence_failure. The idle claim stays (Q-10: the suspend may have been issued); a later recorded snapshot clears the record.';
 
 -- An explicit Resume that returns a Session to READY marks an idle boundary and wakes the workers
 -- (it leaves the Actor running until the workers suspend it). A creation leaves the Actor suspended.

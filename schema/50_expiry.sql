@@ -35,7 +35,7 @@ BEGIN
   RETURN QUERY
   SELECT s.id, greatest(s.created_at, s.last_event_at)
     FROM sessionq.sessions s
-   WHERE s.state IN ('READY', 'SUSPENDED')
+   WHERE s.state IN ('READY', 'SUSPENDED') AND s.kind = 'session'
      AND greatest(s.created_at, s.last_event_at) < v_cutoff
      AND (p_after_clock IS NULL OR (greatest(s.created_at, s.last_event_at), s.id) > (p_after_clock, p_after_id))
    ORDER BY greatest(s.created_at, s.last_event_at), s.id
@@ -44,14 +44,16 @@ END $$;
 COMMENT ON FUNCTION sessionq.idle_candidates(double precision, timestamptz, uuid, integer) IS
   'One page of the idle sweep: READY or SUSPENDED Sessions whose idle clock (later of creation and newest event) is older than p_ttl seconds, in clock order after the given key. Candidates only: expire_session rechecks under the row lock.';
 
-CREATE OR REPLACE FUNCTION sessionq.idle_deletions_to_resume(p_after uuid, p_limit integer)
-RETURNS SETOF uuid LANGUAGE sql STABLE AS $$
+CREATE OR REPLACE FUNCTION sessionq.idle_deletions_to_resume(
+  p_after uuid, p_limit integer, p_kinds text[] DEFAULT ARRAY['session', 'sandbox']
+) RETURNS SETOF uuid LANGUAGE sql STABLE AS $$
   SELECT s.id FROM sessionq.sessions s
    WHERE s.state = 'DELETING' AND s.deletion_reason = 'idle_timeout' AND (p_after IS NULL OR s.id > p_after)
+     AND s.kind = ANY (p_kinds)
    ORDER BY s.id LIMIT p_limit
 $$;
-COMMENT ON FUNCTION sessionq.idle_deletions_to_resume(uuid, integer) IS
-  'Admitted idle deletions still in progress (failed or interrupted ones included): later sweeps resume them.';
+COMMENT ON FUNCTION sessionq.idle_deletions_to_resume(uuid, integer, text[]) IS
+  'Admitted idle deletions (and Sandbox expiries) of the kinds p_kinds still in progress (failed or interrupted ones included): later sweeps resume them.';
 
 -- expire_session: recheck under the task-admission row lock and admit the idle deletion.
 CREATE OR REPLACE FUNCTION sessionq.expire_session(p_session uuid, p_ttl double precision)
@@ -73,8 +75,10 @@ BEGIN
     RETURN QUERY SELECT 'resumed'::text, v.operation_id, NULL::double precision;
     RETURN;
   END IF;
-  v_since := greatest(v.created_at, v.last_event_at);
-  IF v.state NOT IN ('READY', 'SUSPENDED') OR v.operation <> 'NONE'
+  v_since := CASE WHEN v.kind = 'sandbox' THEN v.expires_at ELSE greatest(v.created_at, v.last_event_at) END;
+  IF (v.state NOT IN ('READY', 'SUSPENDED') OR v.operation <> 'NONE')
+     -- a Sandbox expires even when its pending operation has no attempt running (25_sandboxes.sql)
+     AND NOT (v.kind = 'sandbox' AND sessionq.sandbox_expiry_overrides(v))
      OR v.dispatch_id IS NOT NULL OR v.active_task_id IS NOT NULL OR v.unsettled_task_id IS NOT NULL
      OR v.idle_executor IS NOT NULL OR sessionq.checkpoint_in_progress(v.id)
      OR EXISTS (SELECT 1 FROM sessionq.tasks t WHERE t.session_id = v.id AND t.phase = 'active'
@@ -82,15 +86,17 @@ BEGIN
     RETURN QUERY SELECT 'busy'::text, NULL::uuid, NULL::double precision;  -- active work blocks expiry
     RETURN;
   END IF;
-  IF v_since >= clock_timestamp() - make_interval(secs => p_ttl) THEN
-    RETURN QUERY SELECT 'active'::text, NULL::uuid, NULL::double precision;  -- a turn came in after the scan
+  IF v.kind = 'sandbox' AND (v.expires_at IS NULL OR v.expires_at > clock_timestamp())
+     OR v.kind = 'session' AND v_since >= clock_timestamp() - make_interval(secs => p_ttl) THEN
+    -- a turn came in after the scan (a sandbox: it has not expired yet; activity never extends it)
+    RETURN QUERY SELECT 'active'::text, NULL::uuid, NULL::double precision;
     RETURN;
   END IF;
   v := sessionq.new_generation(v.id, 'DELETE', 'idle_timeout', false);
   RETURN QUERY SELECT 'admitted'::text, v.operation_id, extract(epoch FROM clock_timestamp() - v_since)::double precision;
 END $$;
 COMMENT ON FUNCTION sessionq.expire_session(uuid, double precision) IS
-  'Idle expiration under the Session row lock shared with task admission: recheck the idle clock against p_ttl seconds and the active work (pending operation, dispatch reservation, running or unsettled turn, claimed quiescence, checkpoint being created); then admit an ordinary DELETE with durable reason idle_timeout (DELETING). An already admitted idle deletion is resumed. outcome: admitted, resumed, busy, active, gone.';
+  'Idle expiration under the Session row lock shared with task admission: recheck the idle clock against p_ttl seconds (a Sandbox: its expires_at, whatever p_ttl; idle_seconds is then the time since it expired; a pending operation of a Sandbox blocks only while an attempt runs, sandbox_expiry_overrides) and the active work (pending operation, dispatch reservation, running or unsettled turn, claimed quiescence, checkpoint being created); then admit an ordinary DELETE with durable reason idle_timeout (DELETING). An already admitted idle deletion is resumed. outcome: admitted, resumed, busy, active, gone.';
 
 CREATE OR REPLACE FUNCTION sessionq.note_leader(p_role text, p_holder text) RETURNS void
 LANGUAGE sql AS $$

@@ -3,7 +3,7 @@
 -- Sessions (20_sessions.sql) call these two from admit_operation and complete_operation; each is
 -- made of the named rules of the domains that have a say:
 --   check_lifecycle_blockers: turns and quiescence (30_tasks.sql), checkpoints (40_checkpoints.sql);
---   on_operation_completed:   quiescence after a Resume (30_tasks.sql).
+--   on_operation_completed:   quiescence after a Resume (30_tasks.sql), never for a Sandbox (25_sandboxes.sql).
 -- A new domain with a rule adds a line here (and its function in its own file).
 
 CREATE OR REPLACE FUNCTION sessionq.check_lifecycle_blockers(p_session sessionq.sessions, p_kind text)
@@ -18,7 +18,9 @@ COMMENT ON FUNCTION sessionq.check_lifecycle_blockers(sessionq.sessions, text) I
 CREATE OR REPLACE FUNCTION sessionq.on_operation_completed(p_session sessionq.sessions, p_kind text)
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-  PERFORM sessionq.quiesce_after_resume(p_session, p_kind);
+  IF p_session.kind = 'session' THEN  -- a Sandbox (25_sandboxes.sql) is never quiesced
+    PERFORM sessionq.quiesce_after_resume(p_session, p_kind);
+  END IF;
 END $$;
 COMMENT ON FUNCTION sessionq.on_operation_completed(sessionq.sessions, text) IS
-  'Run inside complete_operation after the row changed (p_kind: the operation that completed): a Resume back to READY is quiesced again.';
+  'Run inside complete_operation after the row changed (p_kind: the operation that completed): a Session''s Resume back to READY is quiesced again (a Sandbox''s is not: it has no turns).';

@@ -177,10 +177,14 @@ SELECT s.id AS session_id,
        s.revision_id,
        s.pinned_checkpoint_id,
        s.created_at,
-       s.updated_at
+       s.updated_at,
+       s.kind,
+       s.expires_at
   FROM sessionq.sessions s;
 COMMENT ON VIEW sessionq.session_overview IS
-  'Every Session (DELETED tombstones included) with its operation, generation, executor claim, turn, idle boundary and idle claim, and what blocks its deletion.';
+  'Every Session (DELETED tombstones included) with its operation, generation, executor claim, turn, idle boundary and idle claim, and what blocks its deletion. Sandboxes (kind sandbox) are rows here too: the same lifecycle machinery.';
+COMMENT ON COLUMN sessionq.session_overview.kind IS 'session, or sandbox (a standalone Sandbox of SandboxService: no turns; it expires at expires_at).';
+COMMENT ON COLUMN sessionq.session_overview.expires_at IS 'Sandboxes only: when the expiry sweep deletes it (NULL for Sessions, which expire when idle).';
 COMMENT ON COLUMN sessionq.session_overview.generation IS 'The current operation UUID (a UUIDv7: sessionq.uuid_v7_time(generation) is its admission time).';
 COMMENT ON COLUMN sessionq.session_overview.claim_holder IS 'The executor attempt that claimed the generation (its id appears as executor_id in the worker logs). Kept after the claim lapses: runtime work may have been issued.';
 COMMENT ON COLUMN sessionq.session_overview.claim_state IS 'live (claim_expires_at is in the future), lapsed (a retry may take over), NULL (never claimed).';

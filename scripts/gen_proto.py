@@ -45,7 +45,7 @@ PROTO_ROOT = REPO / "proto"
 SRC_ROOT = REPO / "src"
 # Folders of our protos below PROTO_ROOT (their proto paths); each becomes the package
 # sessionq._pb.<folder> below SRC_ROOT.
-PROTO_DIRS = [Path("kagent/api/v1alpha1"), Path("sessionq/v1")]
+PROTO_DIRS = [Path("kagent/api/v1alpha1"), Path("sessionq/v1"), Path("ateapi")]
 # files generated from a descriptor a dependency ships (no source of ours)
 VALIDATE_PROTO = "buf/validate/validate.proto"
 GENERATED_DIRS = [*PROTO_DIRS, Path(VALIDATE_PROTO).parent]

@@ -86,6 +86,35 @@ def empty_database_url(pg_admin_url: str) -> Iterator[str]:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.fixture(scope="session")
+def pooler(pg_admin_url: str) -> Iterator[Any]:
+    """With SESSIONQ_TEST_POOLER=pgbouncer: a real PgBouncer in transaction mode in front of the test
+    server (tests/pgbouncer.py), through which the `store` and `worker` fixtures (so the `api`
+    fixture) send their transactions; their LISTEN and leadership connections stay direct
+    (database.directUrl). None otherwise."""
+    mode = os.environ.get("SESSIONQ_TEST_POOLER", "")
+    if not mode:
+        yield None
+        return
+    import pgbouncer
+
+    if mode != "pgbouncer":
+        pytest.fail(f"SESSIONQ_TEST_POOLER={mode!r}: the only pooler is 'pgbouncer'")
+    why = pgbouncer.available()
+    if why:
+        pytest.fail(f"SESSIONQ_TEST_POOLER=pgbouncer, but {why}")
+    bouncer = pgbouncer.PgBouncer(pg_admin_url).start()
+    yield bouncer
+    bouncer.stop()
+
+
+@pytest.fixture
+def pooled_url(database_url: str, pooler: Any) -> str:
+    """The test database as the stores' transactions reach it: through the pooler when there is one
+    (then `database_url` is the direct URL), else `database_url` itself."""
+    return str(pooler.url(database_url)) if pooler is not None else database_url
+
+
 @pytest.fixture
 async def aconn(database_url: str) -> AsyncIterator[psycopg.AsyncConnection]:
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
@@ -125,28 +154,129 @@ def settings() -> config.Settings:
 
 
 @pytest.fixture
-async def store(database_url: str) -> AsyncIterator[Store]:
-    s = await Store.open(database_url, pool_size=8)
+async def store(database_url: str, pooled_url: str) -> AsyncIterator[Store]:
+    s = await Store.open(pooled_url, pool_size=8, direct_url=database_url)
     yield s
     await s.close()
 
 
+# Clause areas whose clause-marked tests also run through the wire (issue 17): the `sim` they use
+# is then the adapter (runtime.kind: substrate) talking to a served simulator, its test hooks
+# going to the same database. By default one wire variant per clause id (the first test naming
+# it); SESSIONQ_WIRE_ALL=1 runs every qualifying test through the wire as well.
+WIRE_AREAS = ("CRE", "OP", "DEL", "SUS", "Q", "SNAP", "CKPT", "FORK")
+_wire_clauses_seen: set[str] = set()
+
+
+def _wire_clauses(definition: Any) -> list[str]:
+    ids = [m.args[0] for m in definition.iter_markers("clause") if m.args]
+    return [c for c in ids if c.split("-")[0] in WIRE_AREAS]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "substrate_kind" not in metafunc.fixturenames:
+        return
+    clauses = _wire_clauses(metafunc.definition)
+    if not clauses:
+        return
+    new = [c for c in clauses if c not in _wire_clauses_seen]
+    if not new and not os.environ.get("SESSIONQ_WIRE_ALL"):
+        return
+    _wire_clauses_seen.update(clauses)
+    metafunc.parametrize("substrate_kind", ["inproc", "wire"], indirect=True)
+
+
 @pytest.fixture
-async def sim(database_url: str) -> AsyncIterator[Any]:
+def substrate_kind(request: pytest.FixtureRequest) -> str:
+    return str(getattr(request, "param", "inproc"))
+
+
+class WireSim:
+    """The simulator as a test sees it through the wire: the Substrate methods go to the adapter
+    (gRPC to a served simulator), the test hooks (inject, mutation_count, read_durable, ...) to
+    an in-process simulator on the same database."""
+
+    def __init__(self, local: Any, served: Served) -> None:
+        object.__setattr__(self, "_local", local)
+        object.__setattr__(self, "_served", served)
+
+    def __getattr__(self, name: str) -> Any:
+        from sessionq.runtime.simulator import PROTOCOL_METHODS
+
+        if name in PROTOCOL_METHODS:
+            return getattr(self._served.client, name)
+        return getattr(self._local, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._local, name, value)
+        setattr(self._served.served, name, value)  # e.g. taskstore_address: the served Actors report there
+
+
+@pytest.fixture
+async def sim(database_url: str, substrate_kind: str) -> AsyncIterator[Any]:
     from sessionq.runtime.simulator import SimulatedSubstrate
 
     s = SimulatedSubstrate(database_url, worker_pool_size=64)  # as make_settings: runtime.simulator.workers
     await s.open()
-    yield s
+    if substrate_kind == "wire":
+        # the executor's claim deadline bounds each call, as in process
+        async with served_simulator(database_url, call_timeout=120.0) as served:
+            yield WireSim(s, served)
+    else:
+        yield s
     await s.close()
 
 
+@dataclass
+class Served:
+    """A simulator served as ateapi.Control (its own SimulatedSubstrate on the same database), and
+    the adapter (runtime.kind: substrate) talking to it."""
+
+    client: Any
+    served: Any  # the served SimulatedSubstrate (set its taskstore_address)
+    address: str
+    endpoints: Any
+    database_url: str
+
+
 @contextlib.asynccontextmanager
-async def running_worker(settings: config.Settings, url: str, store: Store, runtime: Any, name: str = "test-worker") -> AsyncIterator[None]:
+async def served_simulator(database_url: str, **options: Any) -> AsyncIterator[Served]:
+    from sessionq.runtime.ateapi.actor_endpoint import ActorEndpoints
+    from sessionq.runtime.ateapi.client import SubstrateClient, SubstrateOptions
+    from sessionq.runtime.ateapi.server import start_server
+    from sessionq.runtime.simulator import SimulatedSubstrate
+
+    served = SimulatedSubstrate(database_url, worker_pool_size=64)
+    await served.open()
+    server, port, _ = await start_server(served, "127.0.0.1:0")
+    endpoints = ActorEndpoints(served)
+    await endpoints.start("127.0.0.1:0")
+    opts = {"address": f"127.0.0.1:{port}", "call_timeout": 10.0, "uid_preflight": False,
+            "actor_address_pattern": endpoints.pattern, **options}
+    client = SubstrateClient(SubstrateOptions(**opts))
+    await client.open()
+    try:
+        yield Served(client, served, f"127.0.0.1:{port}", endpoints, database_url)
+    finally:
+        await client.close()
+        await endpoints.stop()
+        await server.stop(0)
+        await served.close()
+
+
+@pytest.fixture
+async def served(database_url: str) -> AsyncIterator[Served]:
+    async with served_simulator(database_url) as s:
+        yield s
+
+
+@contextlib.asynccontextmanager
+async def running_worker(settings: config.Settings, url: str, store: Store, runtime: Any, name: str = "test-worker",
+                         direct_url: str | None = None) -> AsyncIterator[None]:
     from sessionq.app.worker import run_worker
 
     stop = asyncio.Event()
-    task = asyncio.create_task(run_worker(settings, url, store, runtime, stop=stop, name=name))
+    task = asyncio.create_task(run_worker(settings, url, store, runtime, stop=stop, name=name, direct_url=direct_url))
     try:
         yield
     finally:
@@ -155,8 +285,9 @@ async def running_worker(settings: config.Settings, url: str, store: Store, runt
 
 
 @pytest.fixture
-async def worker(settings: config.Settings, database_url: str, store: Store, sim: Any) -> AsyncIterator[None]:
-    async with running_worker(settings, database_url, store, sim):
+async def worker(settings: config.Settings, database_url: str, pooled_url: str, store: Store, sim: Any
+                 ) -> AsyncIterator[None]:
+    async with running_worker(settings, pooled_url, store, sim, direct_url=database_url):
         yield
 
 

@@ -55,3 +55,20 @@ async def test_health_and_reflection_are_on(api):
     assert {"kagent.api.v1alpha1.SessionService", "kagent.api.v1alpha1.CheckpointService",
             "lf.a2a.v1.A2AService", "grpc.health.v1.Health"} <= set(names)
     await asyncio.sleep(0)
+
+
+def test_a_multi_host_url_reaches_the_dialect_as_a_host_list() -> None:
+    """`sessionq migrate` on an HA pair's URL (HA-1: migrations take the direct URL, which may list
+    the primary and the standby with target_session_attrs=read-write)."""
+    from sqlalchemy import create_engine
+    from sqlalchemy.engine import make_url
+
+    from sessionq.db.migrate import _sqlalchemy_url
+
+    url = make_url(_sqlalchemy_url("postgresql://postgres@127.0.0.1:5433,127.0.0.1:5434/sessionq"
+                                   "?target_session_attrs=read-write"))
+    engine = create_engine(url)
+    _, args = engine.dialect.create_connect_args(url)
+    assert (args["host"], args["port"], args["dbname"]) == ("127.0.0.1,127.0.0.1", "5433,5434", "sessionq")
+    assert args["target_session_attrs"] == "read-write"
+    assert _sqlalchemy_url("postgresql://u@h:5/d") == "postgresql+psycopg://u@h:5/d"

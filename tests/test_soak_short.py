@@ -42,6 +42,40 @@ def test_short_soak_has_no_invariant_violations(tmp_path: Path) -> None:
     assert result["faults"].get("postgresql restart") == 1, output[-5000:]
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.clause("HA-1")
+@pytest.mark.clause("HA-2")
+def test_short_soak_through_pgbouncer_has_no_invariant_violations(tmp_path: Path) -> None:
+    """The same harness with every process's database.url through a real PgBouncer in transaction mode
+    (database.directUrl: the server), PostgreSQL restarted behind it."""
+    import pgbouncer
+
+    why = pgbouncer.available()
+    if why:
+        pytest.skip(why)
+    report = tmp_path / "report.json"
+    command = [sys.executable, "-m", "tests.soak", "--duration", "40s", "--seed", "11", "--settle", "90s",
+               "--pooler", "pgbouncer", "--out", str(tmp_path / "run"), "--report", str(report), "--quiet"]
+    admin_url = os.environ.get("SESSIONQ_TEST_DATABASE_URL")
+    if admin_url:
+        command += ["--database-url", admin_url]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        output, _ = proc.communicate(timeout=540)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=60)
+        pytest.fail(f"the soak harness did not finish in time:\n{output[-5000:]}")
+    assert report.exists(), f"the soak harness failed (exit {proc.returncode}):\n{output[-5000:]}"
+    result = json.loads(report.read_text())
+    assert result["database"].endswith("via pgbouncer")
+    assert result["violations"] == [], output[-8000:]
+    assert proc.returncode == 0, output[-5000:]
+    ok = sum(n for outcomes in result["operations"].values() for code, n in outcomes.items() if code == "OK")
+    assert ok > 100, output[-5000:]
+
+
 def test_soak_checks_detect_violations(tmp_path: Path) -> None:
     """The final checks are not vacuous: synthetic histories with known violations are caught,
     a clean one is not (no cluster needed)."""

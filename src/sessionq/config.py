@@ -206,9 +206,23 @@ class Key:
 
 KEYS: tuple[Key, ...] = (
     Key("database.url", _str, "", "PostgreSQL URL; empty means the embedded server (sessionq up only)."),
+    Key(
+        "database.directUrl",
+        _str,
+        "",
+        "PostgreSQL URL of the connections that need a session of their own (LISTEN, advisory-lock"
+        " leadership, procrastinate's listener, migrations); empty means database.url. Set it when"
+        " database.url is a pooler in transaction mode (PgBouncer): database.url then carries only"
+        " single transactions, without prepared statements.",
+    ),
     Key("database.poolSize", _int(2, 200), 10, "Connections per process in the sessionq pool."),
     Key("server.address", _address, "127.0.0.1:8083", "gRPC listen address (native gRPC, reflection, health)."),
-    Key("server.httpAddress", _address, "127.0.0.1:8084", "HTTP listen address of A2A agent-card discovery."),
+    Key(
+        "server.httpAddress",
+        _address,
+        "127.0.0.1:8084",
+        "HTTP listen address of A2A agent cards and the JSON-RPC and HTTP+JSON bindings.",
+    ),
     Key(
         "server.consoleAddress",
         _optional_address,
@@ -232,12 +246,20 @@ KEYS: tuple[Key, ...] = (
         "sessions.idleTtl",
         _duration,
         604800.0,
-        "Idle expiration TTL (protobuf duration); 0s disables the expiry worker.",
+        "Idle expiration TTL of Sessions (protobuf duration); 0s disables it (Sandboxes still expire at"
+        " their expires_at).",
     ),
     Key("sessions.quiescenceRecoveryInterval", _positive_duration, 60.0, "Quiescence recovery scan interval."),
     Key("sessions.claimLifetime", _positive_duration, 120.0, "Maximum lifetime of an execution claim (at most 120s)."),
     Key("sessions.quiescenceWorkers", _int(1, 64), 4, "Quiescence workers per worker process."),
     Key("sessions.dispatchTimeout", _positive_duration, 600.0, "Lifetime of a turn's dispatch reservation."),
+    Key(
+        "sandboxes.defaultTtl",
+        _positive_duration,
+        3600.0,
+        "Lifetime of a Sandbox created without ttl (1s to 24h, as a CreateSandbox ttl); it is deleted when it"
+        " passes, whatever its activity.",
+    ),
     Key(
         "shares.maxTtl",
         _duration,
@@ -252,6 +274,34 @@ KEYS: tuple[Key, ...] = (
         "Largest A2A message SendMessage admits (bytes of its protobuf encoding, 1024 to 64 MiB); a larger"
         " one answers INVALID_ARGUMENT. The API's gRPC message limit and the Actors' task store channel are"
         " sized from it: 8 times it plus 1 MiB, at least 4 MiB.",
+    ),
+    Key(
+        "a2a.push.allowPrivateTargets",
+        _bool,
+        False,
+        "Whether A2A push notifications may go to loopback, private-range and link-local addresses (refused"
+        " by default: a config naming one answers INVALID_ARGUMENT, and a delivery that resolves to one fails).",
+    ),
+    Key("a2a.push.timeout", _positive_duration, 10.0, "Timeout of one A2A push notification POST."),
+    Key(
+        "a2a.push.maxAttempts",
+        _int(1, 100),
+        8,
+        "Attempts at one A2A push notification (retried with exponential backoff) before it is recorded failed.",
+    ),
+    Key(
+        "a2a.publicUrl",
+        _str,
+        "",
+        "Base URL (http://host:port) the agent cards advertise for the JSON-RPC and HTTP+JSON bindings;"
+        " empty: the address the card request reached (its Host).",
+    ),
+    Key(
+        "a2a.publicGrpcAddress",
+        _str,
+        "",
+        "host:port the agent cards advertise for the gRPC binding; empty: server.address (a wildcard host"
+        " replaced by the host the card request reached).",
     ),
     Key("workers.concurrency", _int(1, 256), 16, "Concurrent procrastinate jobs per worker process."),
     Key(
@@ -282,13 +332,91 @@ KEYS: tuple[Key, ...] = (
         "Agent namespaces each user may use (user -> list); users not listed may use every namespace.",
     ),
     Key("auth.anonymousUser", _str, "", "User for calls without a token (set by `sessionq up`; empty: reject)."),
-    Key("runtime.kind", _choice("simulator"), "simulator", "The Substrate implementation."),
+    Key(
+        "runtime.kind",
+        _choice("simulator", "substrate"),
+        "simulator",
+        "The Substrate implementation: `simulator` (in process) or `substrate` (a Substrate's ateapi.Control"
+        " over gRPC at runtime.substrate.address; docs/runtime.md).",
+    ),
     Key("runtime.simulator.workers", _int(1, 100000), 256, "Size of the simulated worker pool."),
     Key(
         "runtime.simulator.taskStoreAddress",
         _str,
         "",
         "Where simulated Actors reach the task store API (empty: this process's API, else server.address).",
+    ),
+    Key(
+        "runtime.simulator.serveAddress",
+        _address,
+        "127.0.0.1:8090",
+        "`sessionq runtime serve --simulator` (and `sessionq up` with runtime.simulator.served): where the"
+        " simulator serves ateapi.Control (gRPC, with reflection and health).",
+    ),
+    Key(
+        "runtime.simulator.actorAddress",
+        _address,
+        "127.0.0.1:8091",
+        "Where the served simulator listens for its Actors' A2A endpoints (`/actors/<atespace>/<name>`).",
+    ),
+    Key(
+        "runtime.simulator.served",
+        _bool,
+        True,
+        "`sessionq up`: run the simulator as an ateapi.Control server and reach it through the gRPC adapter"
+        " (false: the simulator in process).",
+    ),
+    Key("runtime.substrate.address", _str, "", "runtime.kind substrate: HOST:PORT of the Substrate's ateapi.Control."),
+    Key("runtime.substrate.tls.enabled", _bool, False, "Use TLS to the Substrate (else plaintext)."),
+    Key(
+        "runtime.substrate.tls.caFile",
+        _str,
+        "",
+        "PEM file of the CAs that sign the Substrate's certificate (empty: system roots).",
+    ),
+    Key("runtime.substrate.tls.certFile", _str, "", "PEM client certificate for mTLS (with keyFile)."),
+    Key("runtime.substrate.tls.keyFile", _str, "", "PEM private key of the client certificate (mTLS)."),
+    Key(
+        "runtime.substrate.tls.serverName",
+        _str,
+        "",
+        "Name to verify in the Substrate's certificate (empty: the address host).",
+    ),
+    Key(
+        "runtime.substrate.tokenFile",
+        _str,
+        "",
+        "File holding a bearer token sent on every call (re-read when it changes, as projected service-account"
+        " tokens rotate; empty: none).",
+    ),
+    Key("runtime.substrate.callTimeout", _positive_duration, 30.0, "Deadline of each call to the Substrate."),
+    Key("runtime.substrate.keepaliveTime", _positive_duration, 30.0, "gRPC keepalive ping interval to the Substrate."),
+    Key(
+        "runtime.substrate.actorAddressPattern",
+        _str,
+        "http://{worker_ip}:80",
+        "URL of an Actor's private A2A endpoint (invoke); placeholders {worker_ip}, {worker}, {atespace}, {name},"
+        " {uid}.",
+    ),
+    Key(
+        "runtime.substrate.uidPreflight",
+        _bool,
+        True,
+        "Read the Actor before a UID-guarded call (ateapi's Suspend/Resume/Pause carry no UID) and refuse a"
+        " same-name replacement; false when the server honours the x-sessionq-expect-uid header"
+        " (the served simulator).",
+    ),
+    Key(
+        "runtime.substrate.snapshotStorage",
+        _str,
+        "s3://sessionq-snapshots",
+        "storage_location of the actor templates sessionq creates.",
+    ),
+    Key(
+        "runtime.substrate.sandboxConfig",
+        _str,
+        "gvisor",
+        "sandbox_config.config_name of the actor templates sessionq creates (gVisor class).",
     ),
     Key("inventory.watchedAtespaces", _atespaces, [], "Atespaces the inventory lists (empty: all)."),
     Key(
@@ -335,6 +463,11 @@ class Settings(Sections):
         """database.url (the one key several commands also take as an option)."""
         return self.database.url
 
+    @property
+    def direct_url(self) -> str:
+        """database.directUrl, or database.url when it is empty: where session-level connections go."""
+        return self.database.direct_url or self.database.url
+
 
 def _flatten(prefix: str, data: Mapping[str, Any], out: dict[str, Any]) -> None:
     for k, v in data.items():
@@ -367,6 +500,8 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None) -
     values: dict[str, Any] = {}
     for key in KEYS:
         values[key.path] = key.parse(raw[key.path], key.path) if key.path in raw else key.default
+    if values["sandboxes.defaultTtl"] > 86400:
+        raise ConfigError("sandboxes.defaultTtl: must be at most 24h (a CreateSandbox ttl's own bound)")
     if values["sessions.claimLifetime"] > 120:
         raise ConfigError(
             "sessions.claimLifetime: must be at most 120s (a crashed executor's claim expires within two minutes)"

@@ -12,17 +12,90 @@ from typing import Any, Literal
 
 
 @dataclass(frozen=True)
+class RuntimeSubstrateTlsSettings:
+    """runtime.substrate.tls.*"""
+
+    enabled: bool  # runtime.substrate.tls.enabled
+    ca_file: str  # runtime.substrate.tls.caFile
+    cert_file: str  # runtime.substrate.tls.certFile
+    key_file: str  # runtime.substrate.tls.keyFile
+    server_name: str  # runtime.substrate.tls.serverName
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> RuntimeSubstrateTlsSettings:
+        return cls(
+            enabled=values["runtime.substrate.tls.enabled"],
+            ca_file=values["runtime.substrate.tls.caFile"],
+            cert_file=values["runtime.substrate.tls.certFile"],
+            key_file=values["runtime.substrate.tls.keyFile"],
+            server_name=values["runtime.substrate.tls.serverName"],
+        )
+
+
+@dataclass(frozen=True)
+class A2aPushSettings:
+    """a2a.push.*"""
+
+    allow_private_targets: bool  # a2a.push.allowPrivateTargets
+    timeout: float  # a2a.push.timeout
+    max_attempts: int  # a2a.push.maxAttempts
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> A2aPushSettings:
+        return cls(
+            allow_private_targets=values["a2a.push.allowPrivateTargets"],
+            timeout=values["a2a.push.timeout"],
+            max_attempts=values["a2a.push.maxAttempts"],
+        )
+
+
+@dataclass(frozen=True)
 class RuntimeSimulatorSettings:
     """runtime.simulator.*"""
 
     workers: int  # runtime.simulator.workers
     task_store_address: str  # runtime.simulator.taskStoreAddress
+    serve_address: str  # runtime.simulator.serveAddress
+    actor_address: str  # runtime.simulator.actorAddress
+    served: bool  # runtime.simulator.served
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> RuntimeSimulatorSettings:
         return cls(
             workers=values["runtime.simulator.workers"],
             task_store_address=values["runtime.simulator.taskStoreAddress"],
+            serve_address=values["runtime.simulator.serveAddress"],
+            actor_address=values["runtime.simulator.actorAddress"],
+            served=values["runtime.simulator.served"],
+        )
+
+
+@dataclass(frozen=True)
+class RuntimeSubstrateSettings:
+    """runtime.substrate.*"""
+
+    address: str  # runtime.substrate.address
+    tls: RuntimeSubstrateTlsSettings  # runtime.substrate.tls.*
+    token_file: str  # runtime.substrate.tokenFile
+    call_timeout: float  # runtime.substrate.callTimeout
+    keepalive_time: float  # runtime.substrate.keepaliveTime
+    actor_address_pattern: str  # runtime.substrate.actorAddressPattern
+    uid_preflight: bool  # runtime.substrate.uidPreflight
+    snapshot_storage: str  # runtime.substrate.snapshotStorage
+    sandbox_config: str  # runtime.substrate.sandboxConfig
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> RuntimeSubstrateSettings:
+        return cls(
+            address=values["runtime.substrate.address"],
+            tls=RuntimeSubstrateTlsSettings.from_values(values),
+            token_file=values["runtime.substrate.tokenFile"],
+            call_timeout=values["runtime.substrate.callTimeout"],
+            keepalive_time=values["runtime.substrate.keepaliveTime"],
+            actor_address_pattern=values["runtime.substrate.actorAddressPattern"],
+            uid_preflight=values["runtime.substrate.uidPreflight"],
+            snapshot_storage=values["runtime.substrate.snapshotStorage"],
+            sandbox_config=values["runtime.substrate.sandboxConfig"],
         )
 
 
@@ -31,12 +104,14 @@ class DatabaseSettings:
     """database.*"""
 
     url: str  # database.url
+    direct_url: str  # database.directUrl
     pool_size: int  # database.poolSize
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> DatabaseSettings:
         return cls(
             url=values["database.url"],
+            direct_url=values["database.directUrl"],
             pool_size=values["database.poolSize"],
         )
 
@@ -84,6 +159,19 @@ class SessionsSettings:
 
 
 @dataclass(frozen=True)
+class SandboxesSettings:
+    """sandboxes.*"""
+
+    default_ttl: float  # sandboxes.defaultTtl
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> SandboxesSettings:
+        return cls(
+            default_ttl=values["sandboxes.defaultTtl"],
+        )
+
+
+@dataclass(frozen=True)
 class SharesSettings:
     """shares.*"""
 
@@ -101,11 +189,17 @@ class A2aSettings:
     """a2a.*"""
 
     max_message_bytes: int  # a2a.maxMessageBytes
+    push: A2aPushSettings  # a2a.push.*
+    public_url: str  # a2a.publicUrl
+    public_grpc_address: str  # a2a.publicGrpcAddress
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> A2aSettings:
         return cls(
             max_message_bytes=values["a2a.maxMessageBytes"],
+            push=A2aPushSettings.from_values(values),
+            public_url=values["a2a.publicUrl"],
+            public_grpc_address=values["a2a.publicGrpcAddress"],
         )
 
 
@@ -179,14 +273,16 @@ class AuthSettings:
 class RuntimeSettings:
     """runtime.*"""
 
-    kind: Literal["simulator"]  # runtime.kind
+    kind: Literal["simulator", "substrate"]  # runtime.kind
     simulator: RuntimeSimulatorSettings  # runtime.simulator.*
+    substrate: RuntimeSubstrateSettings  # runtime.substrate.*
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> RuntimeSettings:
         return cls(
             kind=values["runtime.kind"],
             simulator=RuntimeSimulatorSettings.from_values(values),
+            substrate=RuntimeSubstrateSettings.from_values(values),
         )
 
 
@@ -239,6 +335,7 @@ class Sections:
     database: DatabaseSettings
     server: ServerSettings
     sessions: SessionsSettings
+    sandboxes: SandboxesSettings
     shares: SharesSettings
     a2a: A2aSettings
     workers: WorkersSettings
@@ -255,6 +352,7 @@ class Sections:
         object.__setattr__(self, "database", DatabaseSettings.from_values(values))
         object.__setattr__(self, "server", ServerSettings.from_values(values))
         object.__setattr__(self, "sessions", SessionsSettings.from_values(values))
+        object.__setattr__(self, "sandboxes", SandboxesSettings.from_values(values))
         object.__setattr__(self, "shares", SharesSettings.from_values(values))
         object.__setattr__(self, "a2a", A2aSettings.from_values(values))
         object.__setattr__(self, "workers", WorkersSettings.from_values(values))

@@ -43,6 +43,23 @@ class SessionqError(Exception):
         return f"SessionqError({self.sqlstate!r}, {self.message!r}, reason={self.reason!r})"
 
 
+# google.rpc.ErrorInfo domains: kagent's, and the A2A protocol's (the reasons the a2a-sdk clients map
+# to their typed errors, a2a.utils.errors.A2A_ERROR_MAPPING)
+KAGENT_DOMAIN = "kagent.dev"
+A2A_DOMAIN = "a2a-protocol.org"
+A2A_REASONS = frozenset({
+    "TASK_NOT_FOUND", "TASK_NOT_CANCELABLE", "PUSH_NOTIFICATION_NOT_SUPPORTED", "UNSUPPORTED_OPERATION",
+    "CONTENT_TYPE_NOT_SUPPORTED", "INVALID_AGENT_RESPONSE", "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
+    "EXTENSION_SUPPORT_REQUIRED", "VERSION_NOT_SUPPORTED", "INVALID_PARAMS", "INVALID_REQUEST", "METHOD_NOT_FOUND",
+})
+A2A_METHOD_PREFIX = "/lf.a2a.v1.A2AService/"
+
+
+def error_domain(reason: str) -> str:
+    """The ErrorInfo domain of a reason: the A2A protocol's for its own reasons, else kagent's."""
+    return A2A_DOMAIN if reason in A2A_REASONS else KAGENT_DOMAIN
+
+
 # how much of a client's value an error message may quote, and how long a status message may be
 CLIP = 80
 MAX_STATUS_MESSAGE = 1000

@@ -56,6 +56,9 @@ QUIESCENCE_LATENCY = Histogram(
 QUEUE_DEPTH = Gauge("sessionq_queue_depth", "procrastinate jobs waiting (todo) per queue", ["queue"])
 QUEUE_OLDEST = Gauge("sessionq_queue_oldest_job_age_seconds", "Age of the oldest waiting job per queue", ["queue"])
 SESSION_EXPIRED = Counter("kagent_session_expired", "Idle Sessions removed by completed expiration sweeps")
+SANDBOX_EXPIRED = Counter(
+    "sessionq_sandbox_expired", "Sandboxes removed at their expires_at by completed expiration sweeps"
+)
 
 # what the console's overview shows, refreshed from the database (refresh_gauges)
 JOBS = Gauge(
@@ -70,6 +73,12 @@ JOB_ATTEMPTS = Counter(
     "sessionq_job_attempts",
     "Ended job attempts by task and outcome (succeeded, failed, retried, aborted)",
     ["task", "outcome"],
+)
+# counted by the deliver_push job (domain/push.py)
+PUSH_DELIVERIES = Counter(
+    "sessionq_push_attempts",
+    "A2A push notification attempts by outcome (delivered, retried, failed)",
+    ["outcome"],
 )
 
 JOB_STATES = ("todo", "doing", "failed", "cancelled", "aborted")

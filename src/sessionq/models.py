@@ -46,6 +46,24 @@ class RequestKind(enum.StrEnum):
 
     CREATE = "create"
     FORK = "fork"
+    SANDBOX = "sandbox"
+
+
+class QuiescenceFailureReason(enum.StrEnum):
+    """sessions.quiescence_failure.reason (record_quiescence_failure allows exactly these): why the
+    boundary after a turn got neither a pause nor a snapshot (kagent's QuiescenceFailure.reason)."""
+
+    SUSPEND_FAILED = "SuspendFailed"
+    PAUSE_FAILED = "PauseFailed"
+    RUNTIME_UNAVAILABLE = "RuntimeUnavailable"
+
+
+class RowKind(enum.StrEnum):
+    """sessions.kind (generated from request_kind): a Session, or a standalone Sandbox of
+    SandboxService (schema/25_sandboxes.sql), which runs on the same lifecycle machinery."""
+
+    SESSION = "session"
+    SANDBOX = "sandbox"
 
 
 class DeletionReason(enum.StrEnum):
@@ -121,6 +139,28 @@ class AttemptFailure(enum.StrEnum):
     RUNTIME_CONFLICT = "RuntimeConflict"  # the runtime holds something sessionq never adopts
     ATTEMPT_TIMED_OUT = "AttemptTimedOut"  # the attempt outlived its claim
     INTERNAL_ERROR = "InternalError"  # anything else: only its type is shown; the worker log has the rest
+
+
+class PushDeliveryState(enum.StrEnum):
+    """push_deliveries.state: an A2A push notification waits, was delivered, or was given up."""
+
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+
+
+class CancelOutcome(enum.StrEnum):
+    """task_cancels.outcome (and finish_cancel's result): how an A2A cancel intent ended."""
+
+    CANCELED = "canceled"
+    ALREADY_FINAL = "already_final"  # the task reached a final state on its own first
+
+
+class CancelAdmission(enum.StrEnum):
+    """admit_cancel's outcome: the Actor is being told (pending), or the task is already ended."""
+
+    PENDING = "pending"
+    FINISHED = "finished"
 
 
 class JobAttemptOutcome(enum.StrEnum):
@@ -322,6 +362,10 @@ class Session(Row):
     snapshot_event_seq: int | None
     created_at: datetime
     updated_at: datetime
+    kind: RowKind = RowKind.SESSION
+    expires_at: datetime | None = None  # sandboxes only
+    # the quiescence failure record {task_id, reason (QuiescenceFailureReason), message, failed_at}
+    quiescence_failure: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -97,13 +97,15 @@ async def test_malformed_bodies_are_invalid_argument_with_one_warning(api, caplo
 async def test_unimplemented_and_unknown_methods_are_unimplemented_without_traceback(api, caplog):
     with caplog.at_level(logging.INFO):
         for _ in range(3):
-            code, details = await status_of(raw(api.channel, "/lf.a2a.v1.A2AService/CancelTask")(b"", timeout=5))
-            assert code == SC.UNIMPLEMENTED and details == "A2AService/CancelTask is not implemented"
+            code, details = await status_of(
+                raw(api.channel, "/kagent.api.v1alpha1.SandboxService/ListSandboxes")(b"", timeout=5))
+            assert code == SC.UNIMPLEMENTED and details == "SandboxService/ListSandboxes is not implemented"
             code, _ = await status_of(raw(api.channel, "/no.such.Service/Method")(b"", timeout=5))
             assert code == SC.UNIMPLEMENTED
             stub = a2a_pb2_grpc.A2AServiceStub(api.channel)
+            # every A2A method is implemented (streams too): without a token, UNAUTHENTICATED, no traceback
             code, _ = await status_of(stub.SendStreamingMessage(a2a_pb2.SendMessageRequest(), timeout=5).read())
-            assert code == SC.UNIMPLEMENTED
+            assert code == SC.UNAUTHENTICATED
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len([w for w in warnings if Rejection.UNIMPLEMENTED.value in w]) == 1, warnings

@@ -28,7 +28,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-SCENARIOS = ("create", "wake", "burst", "checkpoint", "expiry", "validation", "history", "read")
+SCENARIOS = ("create", "wake", "burst", "checkpoint", "expiry", "validation", "history", "adapter", "restart",
+             "failover", "scaling", "a2a", "read")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

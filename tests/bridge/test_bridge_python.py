@@ -231,3 +231,28 @@ async def test_a_running_worker_registers_counts_its_jobs_ends_them_through_the_
             assert ("finish_job", blocking, "succeeded") in manager.calls
             assert worker.running_jobs == 0 and worker.worker_id is None
             assert await registered() == 0
+
+
+def test_the_listener_connection_is_the_one_the_session_connector_overrides() -> None:
+    """SessionConnector (database.directUrl) sends procrastinate's LISTEN to the direct URL by
+    overriding `_get_standalone_connection`: procrastinate's `listen_notify` must open its
+    connection there, and nowhere else."""
+    source = inspect.getsource(PsycopgConnector.listen_notify)
+    assert "self._get_standalone_connection()" in source
+    assert "self.pool.connection" not in source and "_async_pool" not in source
+    assert hasattr(PsycopgConnector, "_get_standalone_connection")
+    assert issubclass(bridge.SessionConnector, PsycopgConnector)
+    assert "_get_standalone_connection" in vars(bridge.SessionConnector)
+
+
+async def test_the_session_connector_listens_on_the_direct_url(database_url: str) -> None:
+    """The listener of an app whose pool URL is unusable still connects: it takes the direct URL."""
+    from sessionq.jobs.app import build_app
+
+    app = build_app("postgresql://nobody@127.0.0.1:1/none", direct_url=database_url)
+    connector = app.connector
+    assert isinstance(connector, bridge.SessionConnector)
+    async with connector._get_standalone_connection() as conn:
+        cur = await conn.execute("SELECT current_database()")
+        row = await cur.fetchone()
+    assert row is not None and row[0] == psycopg.conninfo.conninfo_to_dict(database_url)["dbname"]

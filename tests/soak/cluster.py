@@ -22,6 +22,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -279,10 +280,15 @@ class Proc:
 class Cluster:
     """PostgreSQL plus 2 API and 2 worker processes."""
 
-    def __init__(self, work: Path, out: Path, external_url: str | None, apis: int = 2, workers: int = 2) -> None:
+    def __init__(self, work: Path, out: Path, external_url: str | None, apis: int = 2, workers: int = 2,
+                 pooler: str | None = None, db: Any = None) -> None:
         self.work = work
         self.out = out
-        self.db = Database(work, external_url)
+        # the database: a Database, or anything with its interface (tests/soak/formation.py: an HA formation)
+        self.db = db if db is not None else Database(work, external_url)
+        self.pooler = pooler  # "pgbouncer": database.url goes through a PgBouncer in transaction mode
+        self.bouncer: Any = None
+        self.pooled_url = ""  # database.url of the processes when there is a pooler
         self.apis: list[Proc] = []
         self.workers: list[Proc] = []
         self._n_apis = apis
@@ -298,7 +304,8 @@ class Cluster:
     def base_env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONQ_")}
         env.update({
-            "SESSIONQ_DATABASE__URL": self.db.url,
+            "SESSIONQ_DATABASE__URL": self.pooled_url or self.db.url,
+            "SESSIONQ_DATABASE__DIRECT_URL": self.db.url,
             "SESSIONQ_AUTH__TOKENS": ",".join(f"{t}={u}" for t, u in TOKENS.items()),
             "SESSIONQ_AUTH__ADMINS": "admin",
             "SESSIONQ_SESSIONS__CLAIM_LIFETIME": f"{int(CLAIM_LIFETIME)}s",
@@ -316,6 +323,11 @@ class Cluster:
     def setup(self) -> None:
         """Start PostgreSQL, migrate, install the audit trigger, define the processes."""
         self.db.start()
+        if self.pooler == "pgbouncer":
+            from tests.pgbouncer import PgBouncer  # here: the harness runs as `python -m tests.soak`
+
+            self.bouncer = PgBouncer(self.db.url).start()
+            self.pooled_url = self.bouncer.url(self.db.url)
         result = subprocess.run(
             [*sessionq_command(), "migrate", "--database-url", self.db.url],
             env=self.base_env(), cwd=self.work, capture_output=True, text=True, timeout=180,
@@ -355,4 +367,9 @@ class Cluster:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     p.popen.wait(10)
         self.db.save_log(self.out / "postgresql.log")
+        if self.bouncer is not None:
+            with contextlib.suppress(OSError):
+                (self.out / "pgbouncer.log").write_text(self.bouncer.log_tail(200_000))
+            self.bouncer.stop()
+            self.bouncer = None
         self.db.stop()

@@ -49,7 +49,10 @@ class Fault:
         return f"sim {p['fault']} {self.target}{extra} x{p['times']}"
 
 
-def plan(seed: int, duration: float, processes: list[str]) -> list[Fault]:
+def plan(seed: int, duration: float, processes: list[str], pg_faults: int | None = None,
+         kills: bool = True) -> list[Fault]:
+    """pg_faults: how many PostgreSQL faults (restarts, or failovers on a formation); default one per
+    10 minutes, at least one. kills: whether sessionq processes are killed too."""
     rng = random.Random(f"faults:{seed}")
     warm = min(8.0, max(4.0, 0.1 * duration))
     cool = max(6.0, 0.1 * duration)
@@ -57,7 +60,7 @@ def plan(seed: int, duration: float, processes: list[str]) -> list[Fault]:
     faults: list[Fault] = []
 
     # PostgreSQL restarts: one per 10 minutes, at least one, each with 8 s before and 15 s after it
-    n_pg = max(1, int(duration // 600))
+    n_pg = pg_faults or max(1, int(duration // 600))
     pg_times = []
     for i in range(n_pg):
         center = duration * (i + 0.45) / n_pg + rng.uniform(-0.03, 0.03) * duration / n_pg
@@ -70,7 +73,7 @@ def plan(seed: int, duration: float, processes: list[str]) -> list[Fault]:
 
     # kill -9 of a process every 7-14 s
     t = warm + rng.uniform(0.0, 3.0)
-    while t < end - 2:
+    while kills and t < end - 2:
         pause = rng.uniform(1.0, 4.0)
         if quiet(t, 10.0, 15.0) and quiet(t + pause, 10.0, 15.0):
             faults.append(Fault(t, "kill", rng.choice(processes), {"pause": pause}))

@@ -37,6 +37,8 @@ class Options:
     settle: float = 120.0
     report: Path | None = None
     quiet: bool = False
+    pooler: str | None = None  # "pgbouncer": the processes' database.url goes through PgBouncer (transaction mode)
+    failover: bool = False  # a pg_auto_failover formation (formation.py); its PostgreSQL faults are failovers
 
 
 def parse_duration(text: str) -> float:
@@ -66,7 +68,12 @@ class Harness:
         self.out = opts.out or Path(tempfile.mkdtemp(prefix=f"sessionq-soak-{time.strftime('%Y%m%d-%H%M%S')}-"))
         self.out.mkdir(parents=True, exist_ok=True)
         self.history = History(self.out)
-        self.cluster = Cluster(self.work, self.out, opts.database_url)
+        db = None
+        if opts.failover:
+            from .formation import Formation
+
+            db = Formation(self.work)
+        self.cluster = Cluster(self.work, self.out, opts.database_url, pooler=opts.pooler, db=db)
         self.sim: SimulatedSubstrate | None = None
         self.gateway: Gateway | None = None
         self.runner: FaultRunner | None = None
@@ -240,7 +247,8 @@ class Harness:
         background: list[asyncio.Task[Any]] = []
         clients: list[asyncio.Task[None]] = []
         try:
-            self.log(f"PostgreSQL ({'given URL' if opts.database_url else 'embedded'}), migrations ...")
+            where = "a pg_auto_failover formation" if opts.failover else "given URL" if opts.database_url else "embedded"
+            self.log(f"PostgreSQL ({where}), migrations ...")
             await asyncio.to_thread(self.cluster.setup)
             self.sim = SimulatedSubstrate(self.cluster.db.url, worker_pool_size=SIM_WORKERS)
             await self.sim.open()
@@ -253,7 +261,10 @@ class Harness:
 
             stop = asyncio.Event()
             shared = Shared(self.gateway, self.history, stop)
-            faults = plan(opts.seed, opts.duration, [p.name for p in self.cluster.procs])
+            if opts.failover:  # fail over, the old primary rejoins, fail over again (back to it); no kills
+                faults = plan(opts.seed, opts.duration, [p.name for p in self.cluster.procs], pg_faults=2, kills=False)
+            else:
+                faults = plan(opts.seed, opts.duration, [p.name for p in self.cluster.procs])
             self.runner = FaultRunner(self, faults)
             load_start = self.history.now()
             clients = [asyncio.create_task(Client(i, opts.seed, shared).run(), name=f"client-{i}")
@@ -290,6 +301,7 @@ class Harness:
             background = []
             with contextlib.suppress(Exception):
                 await checks.quick_check(self.cluster.db.url, self.history)
+            failover = await self.failover_checks() if opts.failover else None
             task_ids = sorted({a["resp"]["task"] for a in self.history.attempts
                                if a["rpc"] == "SendMessage" and a["code"] == "OK" and a["resp"].get("task")})
             data = await checks.fetch(self.cluster.db.url, task_ids)
@@ -298,7 +310,7 @@ class Harness:
                 json.dump(data["calls"], f, default=str)
             with open(self.out / "audit.json", "w", encoding="utf-8") as f:  # noqa: ASYNC230
                 json.dump(data["audit"], f, default=str)
-            return self.summary(load_start, load_end, hits, settle, stats)
+            return self.summary(load_start, load_end, hits, settle, stats, failover)
         finally:
             for t in [*background, *clients]:
                 t.cancel()
@@ -324,8 +336,55 @@ class Harness:
 
     # -- summary ----------------------------------------------------------------------------------
 
+    # -- failover ---------------------------------------------------------------------------------
+
+    LISTENERS = {  # application_name of each LISTEN connection -> which processes hold one
+        "sessionq-listen": "api", "sessionq-listen-idle": "worker", "sessionq-listen-drain": "worker",
+        "sessionq-listen-jobs": "worker",
+    }
+
+    async def failover_checks(self, budget: float = 90.0) -> dict[str, Any]:
+        """After the last failover, on the primary now: every process's LISTEN connections are back
+        (by application_name), and the leader-only periodic work (expiry, revision GC: every minute)
+        ran again, on a live process. Waits up to `budget` s for both."""
+        import psycopg
+
+        db: Any = self.cluster.db
+        last_up = max((f["up"] for f in db.failovers), default=time.time())
+        expected: Counter[str] = Counter()
+        for name, kind in self.LISTENERS.items():
+            expected[name] = sum(1 for p in self.cluster.procs if p.kind == kind and p.alive())
+        deadline = time.monotonic() + budget
+        listeners: dict[str, int] = {}
+        leaders: dict[str, Any] = {}
+        while True:
+            with contextlib.suppress(psycopg.Error):
+                async with await psycopg.AsyncConnection.connect(db.url, autocommit=True, connect_timeout=5) as conn:
+                    cur = await conn.execute(
+                        "SELECT application_name, count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                        " AND application_name LIKE 'sessionq-listen%' GROUP BY 1")
+                    listeners = {r[0]: int(r[1]) for r in await cur.fetchall()}
+                    cur = await conn.execute(
+                        "SELECT role, holder, extract(epoch FROM last_run)::float8 FROM sessionq.leaders")
+                    leaders = {r[0]: {"holder": r[1], "ran_after_failover_s": round(float(r[2]) - last_up, 1)}
+                               for r in await cur.fetchall()}
+            listen_ok = all(listeners.get(k, 0) >= n for k, n in expected.items())
+            lead_ok = bool(leaders) and all(v["ran_after_failover_s"] > 0 for v in leaders.values())
+            if (listen_ok and lead_ok) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(1.0)
+        if not listen_ok:
+            self.history.violation("listen-not-back", f"LISTEN connections on the primary after the last failover:"
+                                   f" {listeners}, expected at least {dict(expected)}")
+        if not lead_ok:
+            self.history.violation("leadership-not-moved", f"leader-only work after the last failover: {leaders}"
+                                   " (each role must run again after the promotion)")
+        return {"failovers": [{"killed": f["killed"], "promoted": f["promoted"],
+                               "promoted_after_s": round(f["up"] - f["down"], 2)} for f in db.failovers],
+                "listeners": listeners, "listeners_expected": dict(expected), "leaders": leaders}
+
     def summary(self, load_start: float, load_end: float, hits: dict[int, int], settle: dict[str, Any],
-                stats: dict[str, Any]) -> dict[str, Any]:
+                stats: dict[str, Any], failover: dict[str, Any] | None = None) -> dict[str, Any]:
         assert self.runner is not None
         h = self.history
         outcomes: dict[str, Counter[str]] = {}
@@ -351,7 +410,8 @@ class Harness:
         tp = checks.throughput(h, load_start, load_end, self.runner.pg_events)
         result = {
             "seed": self.opts.seed, "duration_s": self.opts.duration, "clients": self.opts.clients,
-            "database": self.cluster.db.kind, "postgres_version": self.cluster.db.version(),
+            "database": self.cluster.db.kind + (f" via {self.opts.pooler}" if self.opts.pooler else ""),
+            "postgres_version": self.cluster.db.version(),
             "claim_lifetime_s": CLAIM_LIFETIME, "out": str(self.out),
             "operations": {k: dict(v) for k, v in sorted(outcomes.items())},
             "attempts": len(h.attempts),
@@ -366,6 +426,7 @@ class Harness:
             "settle": settle,
             "throughput": tp,
             "process_exits": self.exits,
+            "failover": failover,
             "violations": h.violations,
             "reports": h.reports,
         }
@@ -414,11 +475,20 @@ def render(r: dict[str, Any]) -> str:
         lines.append("  " + " | ".join(row[i:i + 6]))
     for ev in tp["restarts"]:
         rec = ev["recovered_after_s"]
+        lines.append(f"  after +{ev['down_at']}s: first successful call begun after it"
+                     f" {ev['first_ok_after_down_s']}s later; >= 90% throughput {ev['full_throughput_after_down_s']}s"
+                     " later")
         lines.append(
             f"PostgreSQL restart at +{ev['down_at']}s ({ev['how']}), down {ev['down_for']}s: baseline"
             f" {ev['baseline_ops_per_s']} ops/s; back to >= 90% "
             + (f"{rec}s after it answered again" if rec is not None else "NOT within the run")
             + f" (target <= 10s: {'met' if ev['target_met'] else 'MISSED'})")
+    if r.get("failover"):
+        f = r["failover"]
+        lines.append("failovers: " + "; ".join(f"{x['killed']} killed, {x['promoted']} promoted after"
+                                               f" {x['promoted_after_s']}s" for x in f["failovers"]))
+        lines.append(f"  after the last one: LISTEN connections {f['listeners']} (expected {f['listeners_expected']});"
+                     f" leaders {f['leaders']}")
     if r["reports"]:
         kinds = Counter(x["kind"] for x in r["reports"])
         lines.append("reported (allowed): " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))

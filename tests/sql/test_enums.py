@@ -28,11 +28,13 @@ COLUMNS: dict[tuple[str, str], type[StrEnum]] = {
     ("checkpoints", "state"): models.CheckpointState,
     ("tasks", "phase"): models.TaskPhase,
     ("job_attempts", "outcome"): models.JobAttemptOutcome,
+    ("push_deliveries", "state"): models.PushDeliveryState,
+    ("task_cancels", "outcome"): models.CancelOutcome,
 }
 
 # enum -> the procedures whose first result column (status / outcome) it holds
 PROCEDURES: dict[type[StrEnum], tuple[str, ...]] = {
-    models.AdmissionOutcome: ("admit_create", "admit_operation", "admit_fork", "creation_retry"),
+    models.AdmissionOutcome: ("admit_creation", "admit_operation", "admit_fork", "creation_retry"),
     models.ClaimStatus: ("claim_operation", "begin_operation"),
     models.CheckpointClaimStatus: ("claim_checkpoint",),
     models.ObservationStatus: ("observe",),

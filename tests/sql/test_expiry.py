@@ -52,7 +52,7 @@ def test_idle_ttl_configuration():
 
     assert "expire_idle_sessions" not in build_app("postgresql://h/db", expiry=False).tasks  # 0s: no worker at all
     # no per-agent override and no maximum of the idle TTL (shares.maxTtl bounds share lifetimes, not idleness)
-    assert not any("ttl" in k.path.lower() for k in config.KEYS if k.path not in ("sessions.idleTtl", "shares.maxTtl"))
+    assert not any("ttl" in k.path.lower() for k in config.KEYS if k.path not in ("sessions.idleTtl", "shares.maxTtl", "sandboxes.defaultTtl"))
 
 
 @pytest.mark.clause("IDLE-1")

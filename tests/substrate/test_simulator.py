@@ -746,7 +746,7 @@ async def test_install_schema_is_idempotent_and_concurrent(database_url: str) ->
             "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
             " WHERE n.nspname = 'substrate_sim' AND c.relkind = 'r' AND obj_description(c.oid) IS NOT NULL"
         )
-        assert await cur.fetchone() == (9,)
+        assert await cur.fetchone() == (10,)  # turn_cancels too
 
 
 async def test_resume_takes_the_lowest_free_worker_without_scanning_the_pool(database_url: str) -> None:

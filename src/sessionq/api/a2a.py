@@ -1,33 +1,83 @@
-"""lf.a2a.v1.A2AService: SendMessage and GetTask for users (tenant = "<namespace>/<agent>").
+"""lf.a2a.v1.A2AService for users: one behaviour behind gRPC, JSON-RPC and HTTP+JSON.
 
-SendMessage only admits: without a context or task ID it starts a new conversation (a new
-Session of an existing Agent), otherwise it continues one; it records the turn with a dispatch
-reservation (sessionq.admit_turn) and waits - woken by NOTIFY, within the deadline - until the
-task reaches a final or input-required state. A missing, expired or another user's context or
-task gives the same TaskNotFound answer (NOT_FOUND).
+`A2AHandler` implements every A2A operation (the a2a-sdk's `RequestHandler` interface) on the
+store; the bindings only say who calls and for which Agent (the tenant "<namespace>/<agent>"):
+`A2AService` here is the gRPC servicer (sessionq's interceptors, `@rpc` error mapping), and
+api/a2a_http.py mounts the SDK's own JSON-RPC and HTTP+JSON routes on the same handler.
+
+SendMessage only admits: without a context or task ID it starts a new conversation (a new Session
+of an existing Agent), otherwise it continues one; it records the turn with a dispatch reservation
+(sessionq.admit_turn) and, unless `return_immediately`, waits - woken by NOTIFY, within the
+deadline - until the task reaches a final or input-required state. With `return_immediately` it
+answers as soon as the Actor created the task. Streams (SendStreamingMessage, SubscribeToTask) read
+the task's stored event history and follow it on NOTIFY, so any replica can serve them, a late or
+reconnecting subscriber misses nothing and a disconnect costs nothing. CancelTask records a durable
+intent (sessionq.admit_cancel) carried out by the cancel_task job. A missing, expired or another
+user's context or task gives the same TaskNotFound answer (NOT_FOUND, ErrorInfo TASK_NOT_FOUND of
+the A2A domain, which the SDK's clients raise as TaskNotFoundError).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
 import hashlib
+import logging
+import time
 import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from datetime import datetime
+from typing import Any, TypeVar
 from uuid import UUID
 
 import grpc
+import psycopg
+from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers.request_handler import RequestHandler
 from a2a.types import a2a_pb2, a2a_pb2_grpc
-from google.protobuf import json_format
+from google.protobuf import empty_pb2, json_format
 
-from sessionq import errors
-from sessionq.api.common import Authenticator, Identity, has_control, rpc, wait_budget
+from sessionq import errors, metrics
+from sessionq.api.common import (
+    Authenticator,
+    Identity,
+    abort,
+    check_storable,
+    decode_token,
+    encode_token,
+    has_control,
+    rpc,
+    wait_budget,
+)
 from sessionq.api.sessions import await_generation
-from sessionq.api.taskstore import task_from_json
+from sessionq.api.taskstore import STATE_NAMES, task_from_json
 from sessionq.config import MIB
+from sessionq.db import notify
+from sessionq.db.notify import Channel
 from sessionq.db.store import Store
+from sessionq.domain import push
 from sessionq.domain.agents import check_name, check_namespace
 from sessionq.errors import SessionqError
-from sessionq.models import Session
+from sessionq.models import Session, TaskPhase
+
+log = logging.getLogger("sessionq.api")
 
 TASK_NOT_FOUND = "TaskNotFound: no such task or context"
+# states that end a turn (a stream closes after one)
+BOUNDARY_STATES = frozenset({
+    a2a_pb2.TASK_STATE_COMPLETED, a2a_pb2.TASK_STATE_FAILED, a2a_pb2.TASK_STATE_CANCELED, a2a_pb2.TASK_STATE_REJECTED,
+    a2a_pb2.TASK_STATE_INPUT_REQUIRED, a2a_pb2.TASK_STATE_AUTH_REQUIRED,
+})
+TERMINAL_STATES = frozenset({
+    a2a_pb2.TASK_STATE_COMPLETED, a2a_pb2.TASK_STATE_FAILED, a2a_pb2.TASK_STATE_CANCELED, a2a_pb2.TASK_STATE_REJECTED,
+})
+DEFAULT_PAGE = 50
+# how often a waiter re-reads without a notification (a fallback: NOTIFY wakes it at once)
+POLL = 1.0
+IDENTITY = "sessionq.identity"  # ServerCallContext.state key: the caller's Identity
+TENANT = "sessionq.tenant"  # ServerCallContext.state key: the Agent of an HTTP binding's path
+BUDGET = "sessionq.budget"  # ServerCallContext.state key: how long the call may wait (seconds)
 
 
 def parse_tenant(tenant: str) -> tuple[str, str]:
@@ -47,20 +97,103 @@ def creation_request_id(message_id: str) -> str:
     return f"a2a:{message_id}"
 
 
-def task_not_found() -> SessionqError:
-    return SessionqError("SQ404", TASK_NOT_FOUND, "TASK_NOT_FOUND")
+def task_not_found(message: str = TASK_NOT_FOUND) -> SessionqError:
+    return SessionqError("SQ404", message, "TASK_NOT_FOUND")
 
 
-class A2AService(a2a_pb2_grpc.A2AServiceServicer):
+def stream_response(kind: str, payload: dict[str, Any]) -> a2a_pb2.StreamResponse:
+    """A stored event as an A2A StreamResponse (kind task: a Task; event: a StreamResponse)."""
+    if kind == "task":
+        return a2a_pb2.StreamResponse(task=task_from_json(payload))
+    return json_format.ParseDict(payload, a2a_pb2.StreamResponse(), ignore_unknown_fields=True)
+
+
+def ends_turn(response: a2a_pb2.StreamResponse) -> bool:
+    which = response.WhichOneof("payload")
+    if which == "task":
+        return response.task.status.state in BOUNDARY_STATES
+    if which == "status_update":
+        return response.status_update.status.state in BOUNDARY_STATES
+    return which == "message"
+
+
+def _ts(value: Any) -> datetime | None:
+    return value.ToDatetime(tzinfo=datetime.now().astimezone().tzinfo) if value.seconds or value.nanos else None
+
+
+class _Deadline:
+    """What `await_generation` reads of a gRPC context (its remaining time), for the HTTP bindings."""
+
+    def __init__(self, budget: float) -> None:
+        self.until = time.monotonic() + budget
+
+    def time_remaining(self) -> float:
+        return max(0.0, self.until - time.monotonic())
+
+
+class A2AHandler(RequestHandler):
+    """Every A2A operation, for any binding. The binding puts the caller's Identity in
+    `context.state[IDENTITY]`, how long the call may wait in `context.state[BUDGET]` and the
+    tenant in `context.tenant` (or the request's tenant field)."""
+
     def __init__(
-        self, store: Store, auth: Authenticator, dispatch_ttl: float = 600.0, max_message_bytes: int = MIB
+        self,
+        store: Store,
+        auth: Authenticator,
+        dispatch_ttl: float = 600.0,
+        max_message_bytes: int = MIB,
+        allow_private_push: bool = False,
+        card: Callable[[str, str, bool], Any] | None = None,
     ) -> None:
         self.store = store
         self.auth = auth
         self.dispatch_ttl = dispatch_ttl
         self.max_message_bytes = max_message_bytes
+        self.allow_private_push = allow_private_push
+        self.card = card  # (namespace, agent, extended) -> awaitable AgentCard
 
-    async def _visible(self, who: Identity, session_id: UUID, tenant: tuple[str, str]) -> Session:
+    # -- the call's who, what and how long ---------------------------------------------------------
+
+    def _who(self, context: ServerCallContext) -> Identity:
+        who = context.state.get(IDENTITY)
+        if not isinstance(who, Identity):
+            raise errors.unauthenticated("an authorization bearer token is required")
+        return who
+
+    def _tenant(self, context: ServerCallContext, request: Any) -> tuple[str, str]:
+        """The Agent the call is for: the HTTP path's (TENANT in the state), else the request's tenant."""
+        tenant = str(context.state.get(TENANT) or context.tenant or getattr(request, "tenant", ""))
+        return parse_tenant(tenant)
+
+    def _caller(self, context: ServerCallContext, request: Any) -> tuple[Identity, tuple[str, str]]:
+        who = self._who(context)
+        tenant = self._tenant(context, request)
+        self.auth.check_namespace(who, tenant[0])  # an authorization failure is PERMISSION_DENIED
+        return who, tenant
+
+    @staticmethod
+    def _budget(context: ServerCallContext) -> float:
+        return float(context.state.get(BUDGET, 30.0))
+
+    @contextlib.asynccontextmanager
+    async def _wakeups(self, session_id: UUID) -> AsyncIterator[asyncio.Event]:
+        """An event set whenever a task of the Session changes (NOTIFY sessionq_task)."""
+        woke = asyncio.Event()
+        key = str(session_id)
+
+        def on_notify(payload: str | None) -> None:
+            if payload is None or notify.key_of(Channel.TASK, payload) == key:
+                woke.set()
+
+        listener = self.store.listener
+        unsubscribe = listener.subscribe(Channel.TASK, on_notify) if listener else None
+        try:
+            yield woke
+        finally:
+            if unsubscribe:
+                unsubscribe()
+
+    async def _visible_session(self, who: Identity, session_id: UUID, tenant: tuple[str, str]) -> Session:
         try:
             session = await self.store.get_session(session_id, who.user, who.share_hash)
         except SessionqError as e:
@@ -71,70 +204,454 @@ class A2AService(a2a_pb2_grpc.A2AServiceServicer):
             raise task_not_found()
         return session
 
-    @rpc
-    async def SendMessage(
-        self, request: a2a_pb2.SendMessageRequest, context: grpc.aio.ServicerContext
-    ) -> a2a_pb2.SendMessageResponse:
-        who = self.auth.identify(context)
-        tenant = parse_tenant(request.tenant)
-        self.auth.check_namespace(who, tenant[0])  # an authorization failure is PERMISSION_DENIED
-        msg = request.message
+    # -- sending ------------------------------------------------------------------------------------
+
+    async def _admit(
+        self, params: a2a_pb2.SendMessageRequest, context: ServerCallContext
+    ) -> tuple[Session, UUID, str | None]:
+        """Check and admit the message as a turn: (the Session, the dispatch id, the continued task)."""
+        who, tenant = self._caller(context, params)
+        msg = params.message
         if not msg.parts:
-            raise errors.invalid("message.parts must not be empty")
+            raise errors.SessionqError("SQ400", "message.parts must not be empty", "INVALID_PARAMS")
         size = msg.ByteSize()
         if size > self.max_message_bytes:  # before anything is written, a new conversation's Session included
-            raise errors.invalid(
-                f"message is {size} bytes; the largest message this server accepts is {self.max_message_bytes} bytes"
+            raise errors.SessionqError(
+                "SQ400",
+                f"message is {size} bytes; the largest message this server accepts is {self.max_message_bytes} bytes",
+                "INVALID_PARAMS",
             )
         if msg.message_id and has_control(msg.message_id):
-            raise errors.invalid("message.message_id must not contain control characters")
+            raise errors.SessionqError("SQ400", "message.message_id must not contain control characters", "INVALID_PARAMS")
+        config = params.configuration
+        if config.HasField("task_push_notification_config"):
+            await push.check_target(config.task_push_notification_config.url, self.allow_private_push)
+        if config.HasField("history_length") and config.history_length < 0:
+            raise errors.SessionqError("SQ400", "configuration.history_length must not be negative", "INVALID_PARAMS")
         task_id: str | None = None
         if msg.task_id:
-            task = await self.store.get_task(msg.task_id)
-            if task is None:
-                raise task_not_found()
+            try:
+                task = await self.store.a2a_task(msg.task_id, who.user, who.share_hash, tenant, "read")
+            except SessionqError as e:
+                if e.sqlstate == "SQ404":
+                    raise task_not_found() from None
+                raise
             if msg.context_id and msg.context_id != str(task.session_id):
                 raise task_not_found()
-            session = await self._visible(who, task.session_id, tenant)
+            session = await self._visible_session(who, task.session_id, tenant)
             task_id = task.id
         elif msg.context_id:
             try:
                 sid = UUID(msg.context_id)
             except ValueError:
                 raise task_not_found() from None
-            session = await self._visible(who, sid, tenant)
+            session = await self._visible_session(who, sid, tenant)
         else:
             # a new conversation: a new Session of an existing, authorized Agent
             request_id = creation_request_id(msg.message_id)
             admission = await self.store.admit_create(who.user, request_id, tenant[0], tenant[1], "")
-            session = await await_generation(self.store, admission, context)
+            session = await await_generation(
+                self.store, admission, context.state.get("grpc_context") or _Deadline(self._budget(context))
+            )
         body = json_format.MessageToDict(msg)
         body["contextId"] = str(session.id)
         body.setdefault("messageId", str(uuid.uuid4()))
         body.setdefault("role", "ROLE_USER")
         admitted = await self.store.admit_turn(session.id, who.user, who.share_hash, body, task_id, self.dispatch_ttl)
         assert admitted.dispatch_id is not None
-        outcome, value = await self.store.wait_for_turn(session.id, admitted.dispatch_id, wait_budget(context))
+        return admitted, admitted.dispatch_id, task_id
+
+    async def _task_of_dispatch(self, session_id: UUID, dispatch_id: UUID, budget: float) -> a2a_pb2.Task | None:
+        """The task of a dispatch once the Actor created it (None: not within the budget); raises
+        UNAVAILABLE when the dispatch failed before."""
+        deadline = time.monotonic() + budget
+        async with self._wakeups(session_id) as woke:
+            while True:
+                woke.clear()
+                task = await self.store.task_of_dispatch(session_id, dispatch_id)
+                if task is not None:
+                    return task_from_json(task.task)
+                session = await self.store.session_by_id(session_id)
+                failure = (session.dispatch_failure if session else None) or {}
+                if session is None or failure.get("dispatch_id") == str(dispatch_id):
+                    reason = failure.get("message") or "the session no longer exists"
+                    raise errors.unavailable(f"the agent could not run the turn ({errors.clip(reason, 200)}); send the message again")
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woke.wait(), timeout=min(remaining, POLL))
+
+    async def _attach_push(self, who: Identity, task_id: str, params: a2a_pb2.SendMessageRequest) -> None:
+        config = params.configuration
+        if config.HasField("task_push_notification_config"):
+            c = a2a_pb2.TaskPushNotificationConfig()
+            c.CopyFrom(config.task_push_notification_config)
+            c.task_id = task_id
+            await self._create_push(who, c)
+
+    async def on_message_send(self, params: a2a_pb2.SendMessageRequest, context: ServerCallContext) -> a2a_pb2.Task:
+        session, dispatch_id, _ = await self._admit(params, context)
+        who = self._who(context)
+        deadline = time.monotonic() + self._budget(context)
+        config = params.configuration
+        history = config.history_length if config.HasField("history_length") else None
+        if config.return_immediately or config.HasField("task_push_notification_config"):
+            created = await self._task_of_dispatch(session.id, dispatch_id, deadline - time.monotonic())
+            if created is None:
+                raise errors.unavailable("the turn has not started yet; retry later")
+            await self._attach_push(who, created.id, params)
+            if config.return_immediately:
+                return task_from_json(json_format.MessageToDict(created), history)
+        remaining = max(0.0, deadline - time.monotonic())
+        outcome, value = await self.store.wait_for_turn(session.id, dispatch_id, remaining)
         if outcome == "task":
-            return a2a_pb2.SendMessageResponse(task=task_from_json(value.task))
+            return task_from_json(value.task, history)
         if outcome == "failed":  # the reason is a user-facing one (turns.py); details are in the worker's log
             raise errors.unavailable(f"the agent could not run the turn ({errors.clip(value, 200)}); send the message again")
-        running = await self.store.task_of_dispatch(session.id, admitted.dispatch_id)
+        running = await self.store.task_of_dispatch(session.id, dispatch_id)
         if running is not None:  # still working: answer with the task as it stands
-            return a2a_pb2.SendMessageResponse(task=task_from_json(running.task))
+            return task_from_json(running.task, history)
         raise errors.unavailable("the turn has not started yet; retry later")
+
+    async def on_message_send_stream(
+        self, params: a2a_pb2.SendMessageRequest, context: ServerCallContext
+    ) -> AsyncGenerator[a2a_pb2.StreamResponse]:
+        session, dispatch_id, continued = await self._admit(params, context)
+        who = self._who(context)
+        created = await self._task_of_dispatch(session.id, dispatch_id, self._budget(context))
+        if created is None:
+            raise errors.unavailable("the turn has not started yet; subscribe to the task later")
+        await self._attach_push(who, created.id, params)
+        # a new task's stream is its whole history (it starts with the task's creation); a
+        # continuation's starts with the task as it stands now, then what follows
+        after = 0
+        if continued:
+            snapshot = await self.store.a2a_task_snapshot(created.id)
+            if snapshot is None:
+                raise task_not_found()
+            first = a2a_pb2.StreamResponse(task=task_from_json(snapshot["task"]))
+            yield first
+            if ends_turn(first):
+                return
+            after = int(snapshot["last_seq"])
+        async for item in self._follow(session.id, created.id, after):
+            yield item
+
+    async def _follow(self, session_id: UUID, task_id: str, after: int) -> AsyncIterator[a2a_pb2.StreamResponse]:
+        """The task's events after sequence `after`, from the stored history and then as they are
+        stored (NOTIFY), until one ends the turn."""
+        async with self._wakeups(session_id) as woke:
+            while True:
+                woke.clear()
+                for row in await self.store.a2a_task_events(session_id, task_id, after):
+                    after = row["seq"]
+                    response = stream_response(row["kind"], row["payload"])
+                    yield response
+                    if ends_turn(response):
+                        return
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woke.wait(), timeout=POLL)
+
+    async def on_subscribe_to_task(
+        self, params: a2a_pb2.SubscribeToTaskRequest, context: ServerCallContext
+    ) -> AsyncGenerator[a2a_pb2.StreamResponse]:
+        who, tenant = self._caller(context, params)
+        if not params.id:
+            raise errors.SessionqError("SQ400", "id is required", "INVALID_PARAMS")
+        task = await self.store.a2a_task(params.id, who.user, who.share_hash, tenant, "read")
+        snapshot = await self.store.a2a_task_snapshot(task.id)
+        if snapshot is None:
+            raise task_not_found()
+        current = task_from_json(snapshot["task"])
+        if current.status.state in TERMINAL_STATES:
+            raise errors.SessionqError(
+                "SQ412", f"task {errors.clip(task.id)} is {a2a_pb2.TaskState.Name(current.status.state)}; "
+                "there is nothing to subscribe to (GetTask reads it)", "UNSUPPORTED_OPERATION"
+            )
+        yield a2a_pb2.StreamResponse(task=current)
+        if snapshot["phase"] == TaskPhase.SETTLED and current.status.state in BOUNDARY_STATES:
+            return  # waiting for input: the turn ended
+        async for item in self._follow(task.session_id, task.id, int(snapshot["last_seq"])):
+            yield item
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    async def on_get_task(self, params: a2a_pb2.GetTaskRequest, context: ServerCallContext) -> a2a_pb2.Task:
+        who, tenant = self._caller(context, params)
+        if not params.id:
+            raise errors.SessionqError("SQ400", "id is required", "INVALID_PARAMS")
+        history = params.history_length if params.HasField("history_length") else None
+        if history is not None and history < 0:
+            raise errors.SessionqError("SQ400", "history_length must not be negative", "INVALID_PARAMS")
+        task = await self.store.a2a_task(params.id, who.user, who.share_hash, tenant, "read")
+        return task_from_json(task.task, history)
+
+    async def on_list_tasks(
+        self, params: a2a_pb2.ListTasksRequest, context: ServerCallContext
+    ) -> a2a_pb2.ListTasksResponse:
+        who, tenant = self._caller(context, params)
+        size = params.page_size if params.HasField("page_size") else DEFAULT_PAGE
+        if not 1 <= size <= 100:
+            raise errors.SessionqError("SQ400", "page_size must be between 1 and 100", "INVALID_PARAMS")
+        history = params.history_length if params.HasField("history_length") else None
+        if history is not None and history < 0:
+            raise errors.SessionqError("SQ400", "history_length must not be negative", "INVALID_PARAMS")
+        context_id: UUID | None = None
+        if params.context_id:
+            try:
+                context_id = UUID(params.context_id)
+            except ValueError:
+                return a2a_pb2.ListTasksResponse(page_size=size)  # no such context: nothing visible
+        state = STATE_NAMES.get(params.status) if params.status else None
+        before: tuple[datetime, str] | None = None
+        if params.page_token:
+            at, tid = decode_token(params.page_token, 2)
+            try:
+                before = (datetime.fromisoformat(at), tid)
+            except ValueError:
+                raise errors.SessionqError("SQ400", "page_token is not valid", "INVALID_PARAMS") from None
+        after_ts = _ts(params.status_timestamp_after) if params.HasField("status_timestamp_after") else None
+        rows, keys, total = await self.store.a2a_list_tasks(
+            who.user, who.share_hash, tenant[0], tenant[1], context_id, state, after_ts, before, size + 1
+        )
+        tasks = []
+        for data in rows[:size]:
+            task = task_from_json(data, history)
+            if params.HasField("include_artifacts") and not params.include_artifacts:
+                del task.artifacts[:]
+            tasks.append(task)
+        token = encode_token(keys[size - 1][0].isoformat(), keys[size - 1][1]) if len(rows) > size else ""
+        return a2a_pb2.ListTasksResponse(tasks=tasks, next_page_token=token, page_size=size, total_size=total)
+
+    # -- cancel -------------------------------------------------------------------------------------
+
+    async def on_cancel_task(self, params: a2a_pb2.CancelTaskRequest, context: ServerCallContext) -> a2a_pb2.Task:
+        who, tenant = self._caller(context, params)
+        if not params.id:
+            raise errors.SessionqError("SQ400", "id is required", "INVALID_PARAMS")
+        task = await self.store.a2a_task(params.id, who.user, who.share_hash, tenant, "read")
+        await self.store.admit_cancel(task.id, who.user, who.share_hash)
+        deadline = time.monotonic() + self._budget(context)
+        async with self._wakeups(task.session_id) as woke:
+            while True:
+                woke.clear()
+                current = await self.store.get_task(task.id)
+                assert current is not None
+                published = task_from_json(current.task)
+                remaining = deadline - time.monotonic()
+                if published.status.state in TERMINAL_STATES or remaining <= 0:
+                    return published
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woke.wait(), timeout=min(remaining, POLL))
+
+    # -- push notification configs ------------------------------------------------------------------
+
+    @staticmethod
+    def _config(row: dict[str, Any]) -> a2a_pb2.TaskPushNotificationConfig:
+        """A stored config as A2A answers it: the credentials are write-only (only the scheme)."""
+        config = a2a_pb2.TaskPushNotificationConfig(id=row["id"], task_id=row["task_id"], url=row["url"])
+        if row.get("token"):
+            config.token = row["token"]
+        if row.get("auth_scheme"):
+            config.authentication.scheme = row["auth_scheme"]
+        return config
+
+    async def _create_push(self, who: Identity, params: a2a_pb2.TaskPushNotificationConfig) -> a2a_pb2.TaskPushNotificationConfig:
+        if not params.task_id:
+            raise errors.SessionqError("SQ400", "task_id is required", "INVALID_PARAMS")
+        config_id = params.id or str(uuid.uuid4())
+        if len(config_id) > 128 or has_control(config_id):
+            raise errors.SessionqError("SQ400", "id must be 1-128 characters without control characters", "INVALID_PARAMS")
+        await push.check_target(params.url, self.allow_private_push)
+        auth = params.authentication if params.HasField("authentication") else None
+        if auth is not None and (has_control(auth.scheme) or has_control(auth.credentials) or " " in auth.scheme):
+            raise errors.SessionqError("SQ400", "authentication.scheme and credentials must be header-safe", "INVALID_PARAMS")
+        row = await self.store.create_push_config(
+            params.task_id, who.user, who.share_hash, config_id, params.url, params.token or None,
+            auth.scheme if auth and auth.scheme else None, auth.credentials if auth and auth.credentials else None,
+        )
+        return self._config(row)
+
+    async def on_create_task_push_notification_config(
+        self, params: a2a_pb2.TaskPushNotificationConfig, context: ServerCallContext
+    ) -> a2a_pb2.TaskPushNotificationConfig:
+        who, tenant = self._caller(context, params)
+        if params.task_id:
+            await self.store.a2a_task(params.task_id, who.user, who.share_hash, tenant, "read")
+        return await self._create_push(who, params)
+
+    async def on_get_task_push_notification_config(
+        self, params: a2a_pb2.GetTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> a2a_pb2.TaskPushNotificationConfig:
+        who, tenant = self._caller(context, params)
+        if not params.task_id or not params.id:
+            raise errors.SessionqError("SQ400", "task_id and id are required", "INVALID_PARAMS")
+        await self.store.a2a_task(params.task_id, who.user, who.share_hash, tenant, "read")
+        rows = await self.store.list_push_configs(params.task_id, who.user, who.share_hash, params.id)
+        if not rows:
+            raise task_not_found(f"task {errors.clip(params.task_id)} has no push notification config {errors.clip(params.id)}")
+        return self._config(rows[0])
+
+    async def on_list_task_push_notification_configs(
+        self, params: a2a_pb2.ListTaskPushNotificationConfigsRequest, context: ServerCallContext
+    ) -> a2a_pb2.ListTaskPushNotificationConfigsResponse:
+        who, tenant = self._caller(context, params)
+        if not params.task_id:
+            raise errors.SessionqError("SQ400", "task_id is required", "INVALID_PARAMS")
+        await self.store.a2a_task(params.task_id, who.user, who.share_hash, tenant, "read")
+        size = params.page_size or 100
+        if not 1 <= size <= 100:
+            raise errors.SessionqError("SQ400", "page_size must be between 1 and 100", "INVALID_PARAMS")
+        start = 0
+        if params.page_token:
+            raw = decode_token(params.page_token, 1)[0]
+            if not raw.isdigit() or len(raw) > 9:
+                raise errors.SessionqError("SQ400", "page_token is not valid", "INVALID_PARAMS")
+            start = int(raw)
+        rows = await self.store.list_push_configs(params.task_id, who.user, who.share_hash)
+        page = rows[start : start + size]
+        token = encode_token(str(start + size)) if len(rows) > start + size else ""
+        return a2a_pb2.ListTaskPushNotificationConfigsResponse(
+            configs=[self._config(r) for r in page], next_page_token=token
+        )
+
+    async def on_delete_task_push_notification_config(
+        self, params: a2a_pb2.DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
+    ) -> None:
+        who, tenant = self._caller(context, params)
+        if not params.task_id or not params.id:
+            raise errors.SessionqError("SQ400", "task_id and id are required", "INVALID_PARAMS")
+        await self.store.a2a_task(params.task_id, who.user, who.share_hash, tenant, "read")
+        if not await self.store.delete_push_config(params.task_id, who.user, who.share_hash, params.id):
+            raise task_not_found(f"task {errors.clip(params.task_id)} has no push notification config {errors.clip(params.id)}")
+
+    # -- the extended card --------------------------------------------------------------------------
+
+    async def on_get_extended_agent_card(
+        self, params: a2a_pb2.GetExtendedAgentCardRequest, context: ServerCallContext
+    ) -> a2a_pb2.AgentCard:
+        who, tenant = self._caller(context, params)
+        if self.auth.anonymous_user and who.user == self.auth.anonymous_user:
+            raise errors.unauthenticated("the extended agent card is for authenticated callers (send a bearer token)")
+        if self.card is None:
+            raise errors.SessionqError("SQ412", "no extended agent card here", "EXTENDED_AGENT_CARD_NOT_CONFIGURED")
+        card: a2a_pb2.AgentCard = await self.card(tenant[0], tenant[1], True)
+        return card
+
+
+# -- the gRPC binding ---------------------------------------------------------------------------------
+
+S = TypeVar("S")
+
+
+def rpc_stream(method: Callable[..., AsyncIterator[S]]) -> Callable[..., AsyncIterator[S]]:
+    """`@rpc` for server-streaming methods: errors before or during the stream become their status."""
+
+    @functools.wraps(method)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[S]:
+        name = f"{type(self).__name__}/{method.__name__}"
+        code = grpc.StatusCode.OK
+        try:
+            check_storable(request)
+            async for item in method(self, request, context):
+                yield item
+        except SessionqError as e:
+            code = e.code
+            await abort(context, e)
+        except (psycopg.OperationalError, psycopg.InterfaceError) as e:
+            code = grpc.StatusCode.UNAVAILABLE
+            log.warning("database unavailable in %s: %s", name, e)
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the database is unavailable; subscribe again")
+        except Exception:
+            if isinstance(context.code(), grpc.StatusCode) and context.code() != grpc.StatusCode.OK:
+                code = context.code()
+                raise
+            code = grpc.StatusCode.INTERNAL
+            log.exception("unexpected error in %s", name)
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the server log")
+        finally:
+            metrics.GRPC_REQUESTS.labels(method=name, code=code.name).inc()
+
+    return wrapper
+
+
+class A2AService(a2a_pb2_grpc.A2AServiceServicer):
+    """The gRPC binding of `A2AHandler`: the caller from the metadata, the tenant from the request,
+    the wait from the deadline."""
+
+    def __init__(self, handler: A2AHandler) -> None:
+        self.handler = handler
+
+    def _context(self, request: Any, context: grpc.aio.ServicerContext) -> ServerCallContext:
+        who = self.handler.auth.identify(context)
+        return ServerCallContext(
+            tenant=getattr(request, "tenant", ""),
+            state={IDENTITY: who, BUDGET: wait_budget(context), "grpc_context": context},
+        )
+
+    @rpc
+    async def SendMessage(
+        self, request: a2a_pb2.SendMessageRequest, context: grpc.aio.ServicerContext
+    ) -> a2a_pb2.SendMessageResponse:
+        task = await self.handler.on_message_send(request, self._context(request, context))
+        return a2a_pb2.SendMessageResponse(task=task)
+
+    @rpc_stream
+    async def SendStreamingMessage(
+        self, request: a2a_pb2.SendMessageRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[a2a_pb2.StreamResponse]:
+        async for item in self.handler.on_message_send_stream(request, self._context(request, context)):
+            yield item
+
+    @rpc_stream
+    async def SubscribeToTask(
+        self, request: a2a_pb2.SubscribeToTaskRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[a2a_pb2.StreamResponse]:
+        async for item in self.handler.on_subscribe_to_task(request, self._context(request, context)):
+            yield item
 
     @rpc
     async def GetTask(self, request: a2a_pb2.GetTaskRequest, context: grpc.aio.ServicerContext) -> a2a_pb2.Task:
-        who = self.auth.identify(context)
-        tenant = parse_tenant(request.tenant)
-        if not request.id:
-            raise errors.invalid("id is required")
-        task = await self.store.get_task(request.id)
-        if task is None:
-            raise task_not_found()
-        await self._visible(who, task.session_id, tenant)
-        history = request.history_length if request.HasField("history_length") else None
-        if history is not None and history < 0:
-            raise errors.invalid("history_length must not be negative")
-        return task_from_json(task.task, history)
+        return await self.handler.on_get_task(request, self._context(request, context))
+
+    @rpc
+    async def ListTasks(
+        self, request: a2a_pb2.ListTasksRequest, context: grpc.aio.ServicerContext
+    ) -> a2a_pb2.ListTasksResponse:
+        return await self.handler.on_list_tasks(request, self._context(request, context))
+
+    @rpc
+    async def CancelTask(self, request: a2a_pb2.CancelTaskRequest, context: grpc.aio.ServicerContext) -> a2a_pb2.Task:
+        return await self.handler.on_cancel_task(request, self._context(request, context))
+
+    @rpc
+    async def CreateTaskPushNotificationConfig(
+        self, request: a2a_pb2.TaskPushNotificationConfig, context: grpc.aio.ServicerContext
+    ) -> a2a_pb2.TaskPushNotificationConfig:
+        return await self.handler.on_create_task_push_notification_config(request, self._context(request, context))
+
+    @rpc
+    async def GetTaskPushNotificationConfig(
+        self, request: a2a_pb2.GetTaskPushNotificationConfigRequest, context: grpc.aio.ServicerContext
+    ) -> a2a_pb2.TaskPushNotificationConfig:
+        return await self.handler.on_get_task_push_notification_config(request, self._context(request, context))
+
+    @rpc
+    async def ListTaskPushNotificationConfigs(
+        self, request: a2a_pb2.ListTaskPushNotificationConfigsRequest, context: grpc.aio.ServicerContext
+    ) -> a2a_pb2.ListTaskPushNotificationConfigsResponse:
+        return await self.handler.on_list_task_push_notification_configs(request, self._context(request, context))
+
+    @rpc
+    async def DeleteTaskPushNotificationConfig(
+        self, request: a2a_pb2.DeleteTaskPushNotificationConfigRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        await self.handler.on_delete_task_push_notification_config(request, self._context(request, context))
+        return empty_pb2.Empty()
+
+    @rpc
+    async def GetExtendedAgentCard(
+        self, request: a2a_pb2.GetExtendedAgentCardRequest, context: grpc.aio.ServicerContext
+    ) -> a2a_pb2.AgentCard:
+        return await self.handler.on_get_extended_agent_card(request, self._context(request, context))

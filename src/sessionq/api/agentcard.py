@@ -1,56 +1,304 @@
-"""A2A agent-card discovery over HTTP: ``GET /api/a2a/<namespace>/<agent>/.well-known/agent-card.json``.
+"""The A2A HTTP server on server.httpAddress: agent cards, JSON-RPC 2.0 (SSE for streams) and HTTP+JSON.
 
-Served on server.httpAddress beside the gRPC port (grpcio cannot share its port with HTTP/1.1).
-Not found (missing Agent) answers 404, an authorization failure 403, a missing or unknown token
-401. The card names the gRPC interface and the tenant to use with lf.a2a.v1.A2AService.
+Paths (docs/a2a.md), per Agent ``/api/a2a/<namespace>/<agent>``:
+
+- ``GET  .../.well-known/agent-card.json`` - the card: 404 for a missing Agent, 403 for an
+  authorization failure, 401 for a missing or unknown token (clause A2A-4);
+- ``POST .../jsonrpc`` - the JSON-RPC binding (the a2a-sdk's `JsonRpcDispatcher`);
+- ``.../rest/...`` - the HTTP+JSON binding (the a2a-sdk's REST routes: ``message:send``,
+  ``tasks/{id}``, ...).
+
+The bindings are the SDK's own server components over the same `A2AHandler` as gRPC
+(api/a2a.py); the Agent is the path's (the card's HTTP interfaces carry no tenant). Before a
+binding runs, the caller is identified (401) and authorized for the namespace (403), as for the
+card. sessionq's errors become the A2A errors of the SDK (`SdkErrors`), which each binding answers
+in its own form (JSON-RPC codes -32001 TaskNotFound, ...; HTTP statuses with google.rpc.Status).
+
+grpcio cannot share its port with HTTP/1.1, hence this second port, served in-process by uvicorn.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import re
+import socket
+from collections.abc import AsyncGenerator, Iterator
+from typing import Any
 
+import psycopg
+import uvicorn
+from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers.request_handler import RequestHandler
+from a2a.server.routes import DefaultServerCallContextBuilder, create_jsonrpc_routes, create_rest_routes
 from a2a.types import a2a_pb2
+from a2a.utils import errors as sdk
+from a2a.utils.constants import PROTOCOL_VERSION_CURRENT, TransportProtocol
 from google.protobuf import json_format
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sessionq import errors
+from sessionq.api.a2a import BUDGET, IDENTITY, TENANT, A2AHandler
 from sessionq.api.common import Authenticator, credential_headers
 from sessionq.db.store import Store
 from sessionq.errors import SessionqError
+from sessionq.models import Agent
 
 log = logging.getLogger("sessionq.api")
 
 PATH = re.compile(r"^/api/a2a/([a-z0-9-]+)/([a-z0-9.-]+)/\.well-known/agent-card\.json$")
-STATUS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
-          405: "Method Not Allowed", 500: "Internal Server Error"}
+AGENT_PREFIX = re.compile(r"^/api/a2a/([a-z0-9-]+)/([a-z0-9.-]+)/(jsonrpc|rest)(/.*)?$")
 HTTP_CODES = {"SQ401": 401, "SQ403": 403, "SQ404": 404, "SQ400": 400}
+HTTP_WAIT = 60.0  # how long a blocking HTTP call waits for its turn (then it answers the task as it stands)
+DEFAULT_SKILL = a2a_pb2.AgentSkill(
+    id="chat", name="Conversation", description="Send a message; the agent answers and keeps the conversation's context.",
+    tags=["chat"], input_modes=["text/plain"], output_modes=["text/plain"],
+)
+
+
+def agent_card(agent: Agent, grpc_address: str, base_url: str, extended: bool = False) -> a2a_pb2.AgentCard:
+    """The A2A card of an Agent: its three interfaces (URLs the a2a-sdk clients dial as they are),
+    the protocol version, capabilities, skills (the spec's `skills`, else one default) and the
+    bearer security scheme. The extended card adds the revision it runs."""
+    ns, name = agent.namespace, agent.name
+    root = f"{base_url.rstrip('/')}/api/a2a/{ns}/{name}"
+    skills = []
+    for i, raw in enumerate(agent.spec.get("skills") or []):
+        if isinstance(raw, dict):
+            skill = a2a_pb2.AgentSkill(
+                id=str(raw.get("id") or f"skill-{i}"), name=str(raw.get("name") or raw.get("id") or f"skill {i}"),
+                description=str(raw.get("description") or ""), tags=[str(t) for t in raw.get("tags") or []],
+                examples=[str(e) for e in raw.get("examples") or []],
+            )
+            skills.append(skill)
+    description = str(agent.spec.get("description") or f"sessionq agent {ns}/{name}")
+    if extended:
+        description += f" (revision {agent.desired_revision_id})"
+    return a2a_pb2.AgentCard(
+        name=name,
+        description=description,
+        version=str(agent.desired_revision_id),
+        supported_interfaces=[
+            a2a_pb2.AgentInterface(url=grpc_address, protocol_binding=TransportProtocol.GRPC.value,
+                                   tenant=f"{ns}/{name}", protocol_version=PROTOCOL_VERSION_CURRENT),
+            a2a_pb2.AgentInterface(url=f"{root}/jsonrpc", protocol_binding=TransportProtocol.JSONRPC.value,
+                                   protocol_version=PROTOCOL_VERSION_CURRENT),
+            a2a_pb2.AgentInterface(url=f"{root}/rest", protocol_binding=TransportProtocol.HTTP_JSON.value,
+                                   protocol_version=PROTOCOL_VERSION_CURRENT),
+        ],
+        capabilities=a2a_pb2.AgentCapabilities(streaming=True, push_notifications=True, extended_agent_card=True),
+        security_schemes={
+            "bearer": a2a_pb2.SecurityScheme(
+                http_auth_security_scheme=a2a_pb2.HTTPAuthSecurityScheme(scheme="Bearer",
+                                                                         description="sessionq API token")
+            )
+        },
+        security_requirements=[a2a_pb2.SecurityRequirement(schemes={"bearer": a2a_pb2.StringList()})],
+        default_input_modes=["text/plain"],
+        default_output_modes=["text/plain"],
+        skills=skills or [DEFAULT_SKILL],
+    )
+
+
+def to_sdk_error(e: SessionqError) -> sdk.A2AError:
+    """sessionq's error as the A2A error each HTTP binding answers in its own form."""
+    by_reason: dict[str, type[sdk.A2AError]] = sdk.A2A_REASON_TO_ERROR
+    cls = by_reason.get(e.reason or "")
+    message = errors.clip(e.message, errors.MAX_STATUS_MESSAGE)
+    if cls is not None:
+        return cls(message)
+    if e.sqlstate == "SQ400":
+        return sdk.InvalidParamsError(message)
+    if e.sqlstate == "SQ404":
+        return sdk.TaskNotFoundError(message)
+    if e.sqlstate in ("SQ401", "SQ403", "SQ409", "SQ412", "SQ422"):
+        # not allowed, or not now (a turn is running, the session is suspended): the request's fault
+        return sdk.InvalidRequestError(message)
+    return sdk.InternalError(message)  # SQ503 / SQ504: transient on the server's side; retry
+
+
+class SdkErrors(RequestHandler):
+    """The handler the SDK's HTTP bindings call: `A2AHandler`, with sessionq's errors as A2A errors
+    and database outages as an InternalError that says to retry (never a traceback)."""
+
+    def __init__(self, inner: A2AHandler) -> None:
+        self.inner = inner
+
+    async def _call(self, name: str, params: Any, context: ServerCallContext) -> Any:
+        try:
+            return await getattr(self.inner, name)(params, context)
+        except SessionqError as e:
+            raise to_sdk_error(e) from None
+        except (psycopg.OperationalError, psycopg.InterfaceError):
+            raise sdk.InternalError("the database is unavailable; retry the same call") from None
+
+    async def _stream(self, name: str, params: Any, context: ServerCallContext) -> AsyncGenerator[Any]:
+        try:
+            async for response in getattr(self.inner, name)(params, context):
+                yield getattr(response, response.WhichOneof("payload"))
+        except SessionqError as e:
+            raise to_sdk_error(e) from None
+        except (psycopg.OperationalError, psycopg.InterfaceError):
+            raise sdk.InternalError("the database is unavailable; subscribe again") from None
+
+    async def on_get_task(self, params: Any, context: ServerCallContext) -> Any:
+        return await self._call("on_get_task", params, context)
+
+    async def on_list_tasks(self, params: Any, context: ServerCallContext) -> Any:
+        return await self._call("on_list_tasks", params, context)
+
+    async def on_cancel_task(self, params: Any, context: ServerCallContext) -> Any:
+        return await self._call("on_cancel_task", params, context)
+
+    async def on_message_send(self, params: Any, context: ServerCallContext) -> Any:
+        return await self._call("on_message_send", params, context)
+
+    async def on_message_send_stream(self, params: Any, context: ServerCallContext) -> AsyncGenerator[Any]:
+        async for item in self._stream("on_message_send_stream", params, context):
+            yield item
+
+    async def on_subscribe_to_task(self, params: Any, context: ServerCallContext) -> AsyncGenerator[Any]:
+        async for item in self._stream("on_subscribe_to_task", params, context):
+            yield item
+
+    async def on_create_task_push_notification_config(self, params: Any, context: ServerCallContext) -> Any:
+        return await self._call("on_create_task_push_notification_config", params, context)
+
+    async def on_get_task_push_notification_config(self, params: Any, context: ServerCallContext) -> Any:
+        return await self._call("on_get_task_push_notification_config", params, context)
+
+    async def on_list_task_push_notification_configs(self, params: Any, context: ServerCallContext) -> Any:
+        return await self._call("on_list_task_push_notification_configs", params, context)
+
+    async def on_delete_task_push_notification_config(self, params: Any, context: ServerCallContext) -> None:
+        await self._call("on_delete_task_push_notification_config", params, context)
+
+    async def on_get_extended_agent_card(self, params: Any, context: ServerCallContext) -> Any:
+        return await self._call("on_get_extended_agent_card", params, context)
+
+
+class _ContextBuilder(DefaultServerCallContextBuilder):
+    """The SDK's call context with sessionq's caller (identified by `_Gate`), the Agent of the path
+    as the tenant, and how long a blocking call may wait."""
+
+    def build(self, request: Request) -> ServerCallContext:
+        context = super().build(request)
+        context.state[IDENTITY] = request.scope.get(IDENTITY)
+        context.state[BUDGET] = HTTP_WAIT
+        context.state[TENANT] = request.scope.get(TENANT, "")
+        return context
+
+
+class _Gate:
+    """ASGI middleware before the bindings: identify the caller (401) and authorize the namespace
+    (403) of ``/api/a2a/<namespace>/<agent>/(jsonrpc|rest)``; the tenant is the path's Agent."""
+
+    def __init__(self, app: ASGIApp, auth: Authenticator) -> None:
+        self.app = app
+        self.auth = auth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        m = AGENT_PREFIX.match(scope.get("path", ""))
+        if m is not None:
+            headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope.get("headers", [])]
+            try:
+                who = self.auth.identify_headers(credential_headers(headers))
+                self.auth.check_namespace(who, m.group(1))
+            except SessionqError as e:
+                response = JSONResponse({"error": errors.clip(e.message, errors.MAX_STATUS_MESSAGE)},
+                                        status_code=HTTP_CODES.get(e.sqlstate, 500),
+                                        headers={"WWW-Authenticate": "Bearer"} if e.sqlstate == "SQ401" else None)
+                await response(scope, receive, send)
+                return
+            scope[IDENTITY] = who
+            scope[TENANT] = f"{m.group(1)}/{m.group(2)}"
+        await self.app(scope, receive, send)
+
+
+class _BodyLimit:
+    """ASGI middleware: refuse a request body larger than the limit (413) before it is read whole."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            for k, v in scope.get("headers", []):
+                if k == b"content-length" and v.isdigit() and int(v) > self.limit:
+                    await JSONResponse({"error": f"the request body is larger than {self.limit} bytes"},
+                                       status_code=413)(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server without its signal handlers: the process owns SIGINT and SIGTERM."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 class AgentCardServer:
-    def __init__(self, store: Store, auth: Authenticator, grpc_url: str) -> None:
+    """Agent cards and the A2A HTTP bindings on one address. `grpc_url`: the gRPC address the cards
+    advertise (host:port; a ``grpc://`` prefix is dropped: the SDK dials host:port); `base_url`: the
+    http://host:port the cards advertise for the HTTP bindings (empty: this server's own address)."""
+
+    def __init__(
+        self,
+        store: Store,
+        auth: Authenticator,
+        grpc_url: str,
+        handler: A2AHandler | None = None,
+        base_url: str = "",
+        max_body_bytes: int = 8 * 1024 * 1024,
+    ) -> None:
         self.store = store
         self.auth = auth
-        self.grpc_url = grpc_url
-        self.server: asyncio.Server | None = None
+        self.grpc_address = grpc_url.removeprefix("grpc://")
+        self.base_url = base_url
+        self.handler = handler
+        self.max_body_bytes = max_body_bytes
         self.port = 0
+        self._server: _Server | None = None
+        self._task: asyncio.Task[None] | None = None
+        if handler is not None and handler.card is None:
+            handler.card = self.extended_card
 
-    async def start(self, address: str, *, reuse_port: bool = False) -> None:
-        """Listen on address; reuse_port: share the port with the other API processes of one
-        `serve` (SO_REUSEPORT)."""
-        host, _, port = address.rpartition(":")
-        self.server = await asyncio.start_server(self._handle, host, int(port), reuse_port=reuse_port or None)
-        self.port = self.server.sockets[0].getsockname()[1]
+    def _base(self, seen_as: str | None = None) -> str:
+        """The base URL the card advertises: a2a.publicUrl, else how the client reached this server
+        (the card request's Host), else this server's loopback address."""
+        return self.base_url or seen_as or f"http://127.0.0.1:{self.port}"
 
-    async def stop(self) -> None:
-        if self.server is not None:
-            self.server.close()
-            with contextlib.suppress(Exception):
-                await self.server.wait_closed()
+    def _grpc(self, host: str | None = None) -> str:
+        """The gRPC address the card advertises: a wildcard listen host is replaced by the host the
+        client reached this server by (else 127.0.0.1)."""
+        listen, _, port = self.grpc_address.rpartition(":")
+        if listen in ("0.0.0.0", "::", "[::]", ""):
+            return f"{host or '127.0.0.1'}:{port}"
+        return self.grpc_address
 
-    async def card(self, headers: list[tuple[str, str]], path: str) -> tuple[int, dict[str, object]]:
+    async def extended_card(self, namespace: str, name: str, extended: bool) -> a2a_pb2.AgentCard:
+        try:
+            agent = await self.store.get_agent(namespace, name)
+        except SessionqError as e:
+            if e.sqlstate == "SQ404":
+                raise SessionqError("SQ404", f"agent {namespace}/{name} not found") from None
+            raise
+        return agent_card(agent, self._grpc(), self._base(), extended)
+
+    async def card(
+        self, headers: list[tuple[str, str]], path: str, seen_as: str | None = None, host: str | None = None
+    ) -> tuple[int, dict[str, object]]:
         m = PATH.match(path)
         if not m:
             return 404, {"error": "not found"}
@@ -61,40 +309,77 @@ class AgentCardServer:
             agent = await self.store.get_agent(namespace, name)
         except SessionqError as e:
             return HTTP_CODES.get(e.sqlstate, 500), {"error": errors.clip(e.message, errors.MAX_STATUS_MESSAGE)}
-        card = a2a_pb2.AgentCard(
-            name=agent.name,
-            description=f"sessionq agent {agent.namespace}/{agent.name}",
-            version=str(agent.desired_revision_id),
-            supported_interfaces=[a2a_pb2.AgentInterface(url=self.grpc_url, protocol_binding="GRPC",
-                                                         tenant=f"{agent.namespace}/{agent.name}")],
-            capabilities=a2a_pb2.AgentCapabilities(streaming=False),
-            default_input_modes=["text/plain"],
-            default_output_modes=["text/plain"],
-        )
-        return 200, json_format.MessageToDict(card)
+        return 200, json_format.MessageToDict(agent_card(agent, self._grpc(host), self._base(seen_as)))
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        status: int
-        body: dict[str, object]
+    async def _card_endpoint(self, request: Request) -> Response:
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)
-            lines = head.decode("latin-1").split("\r\n")
-            method, path, _version = [*lines[0].split(" "), "", "", ""][:3]
-            pairs = [(k.strip(), v.strip()) for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)]
-            if method != "GET":
-                status, body = 405, {"error": "only GET is supported"}
-            else:
-                status, body = await self.card(pairs, path.split("?", 1)[0])
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, UnicodeDecodeError):
-            status, body = 400, {"error": "bad request"}
+            seen_as = f"{request.url.scheme}://{request.url.netloc}" if request.url.netloc else None
+            status, body = await self.card(list(request.headers.items()), request.url.path, seen_as,
+                                           request.url.hostname)
         except Exception:
             log.exception("agent card request failed")
             status, body = 500, {"error": "internal error; see the server log"}
-        data = json.dumps(body).encode()
-        writer.write(
-            f"HTTP/1.1 {status} {STATUS.get(status, '')}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode() + data
-        )
+        return JSONResponse(body, status_code=status)
+
+    @staticmethod
+    async def _http_error(request: Request, exc: Exception) -> Response:
+        code = getattr(exc, "status_code", 500)
+        text = {404: "not found", 405: "method not allowed"}.get(code, getattr(exc, "detail", "error"))
+        return JSONResponse({"error": text}, status_code=code)
+
+    def app(self) -> ASGIApp:
+        routes: list[Any] = [
+            Route("/api/a2a/{namespace}/{agent}/.well-known/agent-card.json", self._card_endpoint, methods=["GET"]),
+        ]
+        if self.handler is not None:
+            sdk_handler = SdkErrors(self.handler)
+            builder = _ContextBuilder()
+            routes.append(
+                Mount(
+                    "/api/a2a/{namespace}/{agent}",
+                    routes=[
+                        *create_jsonrpc_routes(sdk_handler, "/jsonrpc", context_builder=builder),
+                        Mount("/rest", routes=create_rest_routes(sdk_handler, context_builder=builder)),
+                    ],
+                )
+            )
+        app = Starlette(routes=routes, exception_handlers={404: self._http_error, 405: self._http_error})
+        return _BodyLimit(_Gate(app, self.auth), self.max_body_bytes)
+
+    async def start(self, address: str, *, reuse_port: bool = False) -> None:
+        """Listen on address; reuse_port: share the port with the other API processes of one
+        `serve` (SO_REUSEPORT, app/supervisor.py)."""
+        host, _, port = address.rpartition(":")
+        host = host.strip("[]") or "127.0.0.1"
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            sock.bind((host, int(port)))
+            sock.listen(512)
+        except OSError:
+            sock.close()
+            raise
+        sock.setblocking(False)
+        self.port = int(sock.getsockname()[1])
+        config = uvicorn.Config(self.app(), log_level="warning", lifespan="off", access_log=False,
+                                timeout_graceful_shutdown=2)
+        self._server = _Server(config)
+        self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="a2a http")
+        while not self._server.started and not self._task.done():  # noqa: ASYNC110 - uvicorn offers no event
+            await asyncio.sleep(0.01)
+        if self._task.done():
+            self._task.result()
+
+    async def stop(self) -> None:
+        if self._server is None or self._task is None:
+            return
+        self._server.should_exit = True
         with contextlib.suppress(Exception):
-            await writer.drain()
-            writer.close()
+            await asyncio.wait_for(asyncio.shield(self._task), 5)
+        if not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task

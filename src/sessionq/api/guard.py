@@ -25,6 +25,7 @@ from enum import Enum
 from typing import Any
 
 import grpc
+from google.rpc import error_details_pb2, status_pb2
 
 from sessionq import errors, metrics
 
@@ -123,9 +124,13 @@ class InputGuard(grpc.aio.ServerInterceptor):
     async def _reject(self, context: grpc.aio.ServicerContext, method: str, request: Malformed) -> None:
         self.log.warn(Rejection.MALFORMED, method, request.error)
         metrics.GRPC_REQUESTS.labels(method=_metric_name(method), code=grpc.StatusCode.INVALID_ARGUMENT.name).inc()
-        await context.abort(
-            grpc.StatusCode.INVALID_ARGUMENT, "the request body is not a valid protobuf message of this method"
-        )
+        message = "the request body is not a valid protobuf message of this method"
+        trailing: tuple[tuple[str, bytes], ...] = ()
+        if method.startswith(errors.A2A_METHOD_PREFIX):  # the A2A domain, which the a2a-sdk clients recognise
+            status = status_pb2.Status(code=grpc.StatusCode.INVALID_ARGUMENT.value[0], message=message)
+            status.details.add().Pack(error_details_pb2.ErrorInfo(reason="INVALID_PARAMS", domain=errors.A2A_DOMAIN))
+            trailing = (("grpc-status-details-bin", status.SerializeToString()),)
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message, trailing_metadata=trailing)
 
     async def _unimplemented(self, context: grpc.aio.ServicerContext, method: str) -> None:
         self.log.warn(Rejection.UNIMPLEMENTED, method, "the server does not implement this method")

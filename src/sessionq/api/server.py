@@ -20,12 +20,13 @@ from sessionq._pb.kagent.api.v1alpha1 import (
     task_store_pb2_grpc,
 )
 from sessionq._pb.sessionq.v1 import inventory_pb2, inventory_pb2_grpc
-from sessionq.api.a2a import A2AService
+from sessionq.api.a2a import A2AHandler, A2AService
 from sessionq.api.agents import AgentService
 from sessionq.api.checkpoints import CheckpointService
 from sessionq.api.common import Authenticator
 from sessionq.api.guard import InputGuard
 from sessionq.api.inventory import InventoryService
+from sessionq.api.sandboxes import SandboxService
 from sessionq.api.sessions import SessionService
 from sessionq.api.taskstore import TaskStoreService
 from sessionq.api.validation import RequestValidation
@@ -81,15 +82,20 @@ class ApiServer:
         inventory_pb2_grpc.add_InventoryServiceServicer_to_server(
             InventoryService.from_settings(settings, store, auth, runtime), self.server
         )
-        # kagent's SandboxService: its requests are validated; its lifecycle is not implemented yet
-        # (a valid call answers UNIMPLEMENTED)
-        sandboxes_pb2_grpc.add_SandboxServiceServicer_to_server(sandboxes_pb2_grpc.SandboxServiceServicer(), self.server)
+        sandboxes_pb2_grpc.add_SandboxServiceServicer_to_server(
+            SandboxService(store, auth, settings.sandboxes.default_ttl), self.server
+        )
         task_store_pb2_grpc.add_TaskStoreServiceServicer_to_server(TaskStoreService(store), self.server)
         checkpoints_pb2_grpc.add_CheckpointServiceServicer_to_server(CheckpointService(store, auth), self.server)
-        a2a_pb2_grpc.add_A2AServiceServicer_to_server(
-            A2AService(store, auth, settings.sessions.dispatch_timeout, settings.a2a.max_message_bytes),
-            self.server,
+        # one A2A behaviour behind gRPC here and the HTTP bindings (api/agentcard.py)
+        self.a2a = A2AHandler(
+            store,
+            auth,
+            settings.sessions.dispatch_timeout,
+            settings.a2a.max_message_bytes,
+            allow_private_push=settings.a2a.push.allow_private_targets,
         )
+        a2a_pb2_grpc.add_A2AServiceServicer_to_server(A2AService(self.a2a), self.server)
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(

@@ -30,6 +30,7 @@ from sessionq.api.common import (
     wait_budget,
 )
 from sessionq.db.store import Store
+from sessionq.domain.volumes import capacity_bytes
 from sessionq.metrics import OPERATIONS
 from sessionq.models import (
     Admission,
@@ -87,6 +88,18 @@ def session_to_proto(s: Session) -> sessions_pb2.Session:
     _set_time(msg.updated_at, s.updated_at)
     if s.failure_message:
         msg.failure.CopyFrom(sessions_pb2.Failure(reason=s.failure_reason or "", message=s.failure_message))
+    if s.quiescence_failure:  # the quiescence failure record (30_tasks.sql, record_quiescence_failure)
+        f = s.quiescence_failure
+        msg.last_quiescence_failure.CopyFrom(
+            sessions_pb2.QuiescenceFailure(
+                task_id=f.get("task_id") or "",
+                reason=f.get("reason") or "",
+                message=f.get("message") or "",
+                failed_at=ts(datetime.fromisoformat(f["failed_at"])) if f.get("failed_at") else None,
+            )
+        )
+    # volume_source (17) stays unset: a Session is only ever seeded from a snapshot that a configured
+    # volume admission accepted, and sessionq has none (CreateSession refuses every volume_source)
     return msg
 
 
@@ -101,9 +114,11 @@ def share_to_proto(sh: Share) -> sessions_pb2.SessionShare:
 
 
 async def await_generation(store: Store, admission: Admission, context: grpc.aio.ServicerContext) -> Session:
-    """Wait for the admitted or joined generation and translate what happened to it."""
+    """Wait for the admitted or joined generation and translate what happened to it (of a Session,
+    or of a Sandbox: the messages name which)."""
     s = admission.session
     kind = s.operation.lower()
+    noun = s.kind.value
     if admission.outcome in (AdmissionOutcome.EXISTING, AdmissionOutcome.NOOP) or admission.generation is None:
         return s
     if admission.outcome == AdmissionOutcome.ADMITTED:
@@ -117,12 +132,12 @@ async def await_generation(store: Store, admission: Admission, context: grpc.aio
         if obs.session is not None and obs.session.failure_message and obs.session.failure_reason in set(AttemptFailure):
             last = f"; its last attempt failed ({obs.session.failure_reason}: {obs.session.failure_message}) and is retried"
         raise errors.unavailable(
-            f"the {kind} operation of session {s.id} is still in progress{last}; retry the same call to follow it"
+            f"the {kind} operation of {noun} {s.id} is still in progress{last}; retry the same call to follow it"
         )
     if obs.status == ObservationStatus.FAILED:
         assert obs.session is not None
         message = (
-            f"the {kind} operation of session {s.id} failed before it changed anything: {obs.session.failure_message}"
+            f"the {kind} operation of {noun} {s.id} failed before it changed anything: {obs.session.failure_message}"
         )
         if obs.session.failure_reason == PreparationFailure.RUNTIME_UNAVAILABLE:
             raise errors.unavailable(message + "; retry the same call")
@@ -132,9 +147,9 @@ async def await_generation(store: Store, admission: Admission, context: grpc.aio
         or obs.session is None
         or (s.operation == OperationKind.CREATE and obs.session.state in (SessionState.DELETING, SessionState.DELETED))
     ):
-        raise errors.not_found(f"session {s.id} not found (it was deleted)")
+        raise errors.not_found(f"{noun} {s.id} not found (it was deleted)")
     raise errors.conflict(
-        f"the {kind} operation of session {s.id} was superseded by a newer "
+        f"the {kind} operation of {noun} {s.id} was superseded by a newer "
         f"{obs.session.operation.lower() if obs.session.operation != OperationKind.NONE else 'operation'}"
     )
 
@@ -170,6 +185,9 @@ class SessionService(sessions_pb2_grpc.SessionServiceServicer):
         who = self.auth.identify(context)
         check_request_id(request.request_id)
         if request.HasField("volume_source"):
+            # a capacity its pattern lets through but that is no whole number of bytes is the
+            # client's mistake (INVALID_ARGUMENT) whatever the server's configuration
+            capacity_bytes(request.volume_source.capacity)
             # kagent refuses every volume source when no volume admission is configured; sessionq
             # has none (the admission_token, which only an admission reads, is never stored)
             raise errors.precondition(

@@ -93,9 +93,12 @@ def describe(violations: list[Any], rule_values: list[Any]) -> str:
     return errors.clip(f"invalid request: {text}", errors.MAX_STATUS_MESSAGE)
 
 
-def status_details(violations: list[Any]) -> bytes:
-    """google.rpc.Status details: buf.validate.Violations (upstream's detail) and BadRequest."""
+def status_details(violations: list[Any], a2a: bool = False) -> bytes:
+    """google.rpc.Status details: buf.validate.Violations (upstream's detail) and BadRequest; on the
+    A2A service also ErrorInfo INVALID_PARAMS of the A2A domain (what the a2a-sdk clients recognise)."""
     status = status_pb2.Status(code=grpc.StatusCode.INVALID_ARGUMENT.value[0])
+    if a2a:
+        status.details.append(_pack(error_details_pb2.ErrorInfo(reason="INVALID_PARAMS", domain=errors.A2A_DOMAIN)))
     status.details.add().Pack(validate_pb2.Violations(violations=violations[:DETAIL_LIMIT]))
     bad = error_details_pb2.BadRequest(
         field_violations=[
@@ -163,7 +166,9 @@ class RequestValidation(grpc.aio.ServerInterceptor):
         await context.abort(
             grpc.StatusCode.INVALID_ARGUMENT,
             describe(violations, rule_values),
-            trailing_metadata=(("grpc-status-details-bin", status_details(violations)),),
+            trailing_metadata=(
+                ("grpc-status-details-bin", status_details(violations, method.startswith(errors.A2A_METHOD_PREFIX))),
+            ),
         )
 
     def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:

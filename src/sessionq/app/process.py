@@ -21,6 +21,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Awaitable, Callable
@@ -28,12 +29,14 @@ from pathlib import Path
 from typing import IO, Any
 
 import yaml
+from grpc_health.v1 import health_pb2
 
 from sessionq import metrics
 from sessionq.api.agentcard import AgentCardServer
 from sessionq.api.server import ApiServer
-from sessionq.app.worker import open_runtime, run_worker
-from sessionq.config import Settings
+from sessionq.app.runtime import ServedSimulator, open_runtime, start_served_simulator, substrate_options
+from sessionq.app.worker import run_worker
+from sessionq.config import ConfigError, Settings, grpc_message_limit
 from sessionq.console.server import ConsoleServer
 from sessionq.db import embedded, migrate
 from sessionq.db.reachable import check_async
@@ -54,8 +57,27 @@ class StartupError(Exception):
     second `up` in one directory), told in one line by the CLI instead of a traceback."""
 
 
-def _why(e: BaseException) -> str:
+def _in_use(address: str) -> bool:
+    """Whether a listener holds HOST:PORT (gRPC's bind error does not say why it failed)."""
+    host, _, port = address.rpartition(":")
+    try:
+        infos = socket.getaddrinfo(host.strip("[]") or None, int(port), type=socket.SOCK_STREAM)
+    except (OSError, ValueError):
+        return False
+    for family, kind, proto, _name, sockaddr in infos:
+        with socket.socket(family, kind, proto) as probe:
+            try:
+                probe.bind(sockaddr)
+            except OSError as e:
+                if e.errno == errno.EADDRINUSE:
+                    return True
+    return False
+
+
+def _why(e: BaseException, address: str | None = None) -> str:
     if (isinstance(e, OSError) and e.errno == errno.EADDRINUSE) or "address already in use" in str(e).lower():
+        return "the address is in use"
+    if address is not None and "failed to bind" in str(e).lower() and _in_use(address):
         return "the address is in use"
     if isinstance(e, OSError) and e.strerror:
         return e.strerror.lower()
@@ -63,7 +85,8 @@ def _why(e: BaseException) -> str:
 
 
 def listen_error(what: str, key: str, address: str, e: BaseException) -> StartupError:
-    return StartupError(f"cannot listen on {address} for {what}: {_why(e)} (another sessionq, or another program,"
+    why = _why(e, address)
+    return StartupError(f"cannot listen on {address} for {what}: {why} (another sessionq, or another program,"
                         f" may use it; set {key} to another HOST:PORT)")
 
 API_GRACE = 5.0  # how long in-flight calls may finish when the API stops (at most workers.shutdownTimeout)
@@ -189,6 +212,41 @@ class Shutdown:
         os._exit(EXIT_FORCED)
 
 
+RUNTIME_HEALTH_SERVICE = "sessionq.runtime"
+RUNTIME_HEALTH_INTERVAL = 5.0
+
+
+async def _set_health(server: ApiServer, service: str, status: int) -> None:
+    result = server.health.set(service, status)
+    if hasattr(result, "__await__"):
+        await result
+
+
+async def watch_runtime(server: ApiServer, runtime: Any, stop: asyncio.Event,
+                        interval: float = RUNTIME_HEALTH_INTERVAL) -> None:
+    """The readiness of the runtime, as the health service ``sessionq.runtime`` of the API (the
+    Kubernetes readiness probe asks for it; liveness asks for "" and never depends on the
+    runtime): SERVING while it answers, NOT_SERVING (with one log line per change) while not. The
+    in-process simulator always answers."""
+    check = getattr(runtime, "check_health", None)
+    last: str | None = "unknown"
+    while not stop.is_set():
+        problem = await check() if check is not None else None
+        if problem != last:
+            status = health_pb2.HealthCheckResponse.SERVING if problem is None else (
+                health_pb2.HealthCheckResponse.NOT_SERVING)
+            await _set_health(server, RUNTIME_HEALTH_SERVICE, status)
+            if problem is not None:
+                log.warning("not ready: the runtime does not answer (%s); retrying", problem)
+            elif last != "unknown":
+                log.info("ready: the runtime answers again")
+            last = problem
+        if check is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval)
+
+
 async def _prepare_database(url: str) -> None:
     await asyncio.to_thread(migrate.upgrade, url)
     await install_schema(url)
@@ -220,11 +278,15 @@ async def run_services(
         return shutdown is not None and shutdown.forced is not None
 
     grace = min(API_GRACE, settings.workers.shutdown_timeout)
-    store = await Store.open(url, pool_size=settings.database.pool_size, listen=api)
+    # database.url may be a transaction pooler; what needs a session of its own (LISTEN, leadership,
+    # procrastinate's listener, the simulator's session settings) connects to database.directUrl
+    direct_url = settings.database.direct_url or url
+    store = await Store.open(url, pool_size=settings.database.pool_size, listen=api, direct_url=direct_url)
     gauges = None
     server = None
     console: ConsoleServer | None = None
     worker_task: asyncio.Task[str] | None = None
+    runtime_watch: asyncio.Task[None] | None = None
     clean = False
     try:
         if settings.metrics.enabled:
@@ -237,14 +299,21 @@ async def run_services(
             except OSError as e:
                 raise listen_error("metrics", "metrics.address", metrics_address, e) from None
             gauges = asyncio.create_task(metrics.refresh_gauges(store, stop))
-        async with open_runtime(settings, url) as runtime:
+        async with open_runtime(settings, direct_url) as runtime:
             if api:
                 try:
                     server = ApiServer(settings, store, runtime=runtime, reuse_port=api_index is not None)
                 except (OSError, RuntimeError) as e:
                     raise listen_error("the gRPC API", "server.address", settings.server.address, e) from None
                 await server.start()
-                cards = AgentCardServer(store, server.auth, f"grpc://{settings.server.address}")
+                cards = AgentCardServer(
+                    store,
+                    server.auth,
+                    settings.a2a.public_grpc_address or settings.server.address,
+                    handler=server.a2a,
+                    base_url=settings.a2a.public_url,
+                    max_body_bytes=grpc_message_limit(settings.a2a.max_message_bytes),
+                )
                 try:
                     await cards.start(settings.server.http_address, reuse_port=api_index is not None)
                 except OSError as e:
@@ -263,9 +332,11 @@ async def run_services(
                 if hasattr(runtime, "taskstore_address") and not settings.runtime.simulator.task_store_address:
                     host = settings.server.address.rpartition(":")[0]
                     runtime.taskstore_address = f"{host}:{server.port}"  # simulated Actors report here
+            if server is not None:
+                runtime_watch = asyncio.create_task(watch_runtime(server, runtime, stop), name="runtime health")
             if workers:
                 worker_task = asyncio.create_task(run_worker(settings, url, store, runtime, stop=stop,
-                                                             exit_on_drain=exit_on_drain,
+                                                             direct_url=direct_url, exit_on_drain=exit_on_drain,
                                                              on_drained=on_worker_drained))
             if on_ready is not None:
                 r = on_ready(server.port if server else None)
@@ -286,6 +357,7 @@ async def run_services(
                 await console.stop()
             if server is not None:
                 await cards.stop()
+                await _set_health(server, RUNTIME_HEALTH_SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)
                 await server.stop(grace=grace)
             if worker_task is not None:
                 stop.set()
@@ -294,6 +366,8 @@ async def run_services(
                 worker_task.result()
             clean = True
     finally:
+        if runtime_watch is not None:
+            runtime_watch.cancel()
         if worker_task is not None and not worker_task.done():
             worker_task.cancel()  # a forced stop (or a failure): do not wait for its drain
         if server is not None and not clean:  # forced, or a failure half-way through the start
@@ -387,6 +461,7 @@ async def _up(
     shutdown: Shutdown, settings: Settings, data_dir: Path, database_url: str | None, echo: Callable[[str], None]
 ) -> int:
     server: embedded.EmbeddedPostgres | None = None
+    served: ServedSimulator | None = None
     try:
         psql = None
         if database_url:
@@ -421,10 +496,24 @@ async def _up(
             )
         await _prepare_database(url)
         sq = command_name()
+        if settings.runtime.kind == "simulator" and settings.runtime.simulator.served:
+            # the embedded default exercises the real client path: the simulator as an ateapi.Control
+            # server on loopback (ports of its own), reached through the gRPC adapter
+            served = await start_served_simulator(settings, url, address="127.0.0.1:0", actor_address="127.0.0.1:0")
+            settings = settings.with_overrides(**{
+                "runtime.kind": "substrate",
+                "runtime.substrate.address": served.address,
+                "runtime.substrate.uidPreflight": False,
+                "runtime.substrate.actorAddressPattern": served.endpoints.pattern,
+            })
 
         def ready(port: int | None) -> None:
             endpoint = f"{host}:{port}"
             client = {"server": endpoint, "user": user, "databaseUrl": url, "psql": psql}
+            if served is not None:
+                if not settings.runtime.simulator.task_store_address:
+                    served.sim.taskstore_address = endpoint  # the simulated Actors report here
+                client["runtimeAddress"] = served.address
             for path in (data_dir.resolve() / CLIENT_CONFIG, user_client_config()):
                 with contextlib.suppress(OSError):
                     write_client_config(path, client)
@@ -432,6 +521,8 @@ async def _up(
             echo(f"  gRPC endpoint : {endpoint}  (reflection and health on; calls without a token are {user}'s)")
             echo(f"  web console   : http://{settings.server.console_address}/  (no login needed here)")
             echo(f"  psql          : {psql}")
+            if served is not None:
+                echo(f"  runtime       : the simulator, served as ateapi.Control at {served.address}")
             echo(f"  client config : {user_client_config()}")
             echo("  Next, in another terminal in this directory:")
             if FIRST_AGENT.exists():
@@ -455,6 +546,9 @@ async def _up(
             raise
         return EXIT_FORCED
     finally:
+        if served is not None and shutdown.forced is None:
+            with contextlib.suppress(Exception):
+                await served.stop()
         if server is not None and shutdown.forced is None:
             await asyncio.to_thread(server.stop)
     echo("sessionq stopped")
@@ -470,7 +564,14 @@ async def serve(settings: Settings, *, api: bool, workers: bool, api_index: int 
         raise SystemExit("database.url is required (set it in the config file or SESSIONQ_DATABASE__URL)")
     if api and not settings.auth.tokens:
         log.warning("no auth.tokens configured: every call will be UNAUTHENTICATED")
+    if settings.runtime.kind == "substrate":
+        try:
+            substrate_options(settings)  # the files and values must be usable: one line, not a traceback
+        except ConfigError as e:
+            raise StartupError(f"invalid configuration: {e}") from None
     await check_async(url)  # DatabaseUnreachable: one line, not a traceback
+    if settings.database.direct_url:
+        await check_async(settings.database.direct_url)
     shutdown = Shutdown(settings.workers.shutdown_timeout)
     shutdown.install()
     orphan_watch = None
@@ -504,3 +605,36 @@ async def _stop_when_orphaned(shutdown: Shutdown, interval: float = 1.0) -> None
             log.warning("the supervising `sessionq serve` (pid %d) is gone: stopping", parent)
             shutdown.begin()
             return
+
+
+async def serve_runtime(settings: Settings, *, address: str | None = None, actor_address: str | None = None) -> int:
+    """`sessionq runtime serve --simulator`: the simulator as an ateapi.Control server (its state
+    in database.url's PostgreSQL, shared with every replica and with fault injection) until
+    SIGINT/SIGTERM. Returns the exit status."""
+    # the simulator sets session state (asynchronous commit) on its connections: never a pooler
+    url = settings.direct_url
+    if not url:
+        raise SystemExit("database.url is required (set it in the config file or SESSIONQ_DATABASE__URL)")
+    await check_async(url)
+    await install_schema(url)
+    shutdown = Shutdown(settings.workers.shutdown_timeout)
+    shutdown.install()
+    try:
+        try:
+            served = await start_served_simulator(settings, url, address=address, actor_address=actor_address)
+        except OSError as e:
+            raise listen_error("the simulator", "runtime.simulator.serveAddress",
+                               address or settings.runtime.simulator.serve_address, e) from None
+        log.info("simulator serving ateapi.Control on port %d; Actors' A2A endpoints at %s",
+                 served.port, served.endpoints.pattern)
+        try:
+            await shutdown.stop.wait()
+        finally:
+            await served.stop()
+    except asyncio.CancelledError:
+        if shutdown.forced is None:
+            raise
+        return EXIT_FORCED
+    finally:
+        shutdown.hand_over()
+    return 0

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
-from sessionq.config import Settings, grpc_message_limit
+from sessionq.config import Settings
 from sessionq.db.store import Store
 from sessionq.domain.operations import OperationExecutor
 from sessionq.domain.quiescence import QuiescencePool
@@ -17,24 +17,8 @@ from sessionq.jobs.deps import Deps
 from sessionq.jobs.drain import DrainRequest, default_worker_name, run_drainable_worker, unless_stopped
 from sessionq.metrics import REVISION_GC
 from sessionq.runtime.base import Substrate
-from sessionq.runtime.simulator import SimulatedSubstrate
 
 log = logging.getLogger(__name__)
-
-
-@contextlib.asynccontextmanager
-async def open_runtime(settings: Settings, url: str) -> AsyncIterator[Substrate]:
-    sim = SimulatedSubstrate(
-        url,
-        worker_pool_size=settings.runtime.simulator.workers,
-        taskstore_address=settings.runtime.simulator.task_store_address or settings.server.address,
-        taskstore_message_limit=grpc_message_limit(settings.a2a.max_message_bytes),
-    )
-    await sim.open()
-    try:
-        yield sim
-    finally:
-        await sim.close()
 
 
 async def run_worker(
@@ -48,19 +32,23 @@ async def run_worker(
     queues: list[str] | None = None,
     exit_on_drain: bool = True,
     on_drained: Callable[[DrainRequest], None] | None = None,
+    direct_url: str | None = None,
 ) -> str:
     """Run the job workers until `stop` is set, then drain: stop fetching, let running jobs
     finish (up to workers.shutdownTimeout) and return "stopped". A drain request (`sessionq
     workers drain`) drains them the same way and returns "drained"; it also sets `stop` (the
     process exits) unless `exit_on_drain` is false (`sessionq up`: its API and PostgreSQL keep
-    running), and calls `on_drained`."""
+    running), and calls `on_drained`. procrastinate's queries go to `url` (may be a transaction
+    pooler); the listeners (procrastinate's, quiescence, drains) and the leadership locks to
+    `direct_url` (default: `url`)."""
     keep_jobs = settings.jobs.retention > 0
+    direct = direct_url or url
     executor = OperationExecutor(store, runtime, settings.sessions.claim_lifetime, keep_jobs=keep_jobs)
-    app = build_app(url, expiry=settings.sessions.idle_ttl > 0)
+    app = build_app(url, expiry=True, direct_url=direct)  # Sandboxes expire even when sessions.idleTtl is 0s
     quiescence = QuiescencePool(
         store,
         runtime,
-        url,
+        direct,
         workers=settings.sessions.quiescence_workers,
         recovery_interval=settings.sessions.quiescence_recovery_interval,
         drain_timeout=settings.workers.shutdown_timeout,
@@ -68,7 +56,7 @@ async def run_worker(
     quiescence_stop = asyncio.Event()
     quiescence_task = asyncio.create_task(quiescence.run(quiescence_stop), name="quiescence")
     try:
-        return await _run_procrastinate(app, settings, url, store, runtime, executor, stop=stop, name=name,
+        return await _run_procrastinate(app, settings, direct, store, runtime, executor, stop=stop, name=name,
                                         queues=queues, exit_on_drain=exit_on_drain, on_drained=on_drained)
     finally:
         quiescence_stop.set()
@@ -79,7 +67,7 @@ async def run_worker(
 async def _run_procrastinate(
     app: Any,
     settings: Settings,
-    url: str,
+    direct_url: str,
     store: Store,
     runtime: Substrate,
     executor: OperationExecutor,
@@ -106,7 +94,7 @@ async def _run_procrastinate(
                     return "stopped"
                 outcome = await run_drainable_worker(
                     app,
-                    url=url,
+                    url=direct_url,  # the drain listener and its small pool
                     stop=stop,
                     check_interval=settings.workers.poll_interval,
                     exit_on_drain=exit_on_drain,
@@ -117,7 +105,7 @@ async def _run_procrastinate(
                     fetch_job_polling_interval=settings.workers.poll_interval,
                     shutdown_graceful_timeout=settings.workers.shutdown_timeout,
                     stalled_worker_timeout=settings.workers.stall_timeout,
-                    additional_context={"deps": Deps(settings, store, runtime, executor, url)},
+                    additional_context={"deps": Deps(settings, store, runtime, executor, direct_url)},
                     # succeeded jobs are kept as history for jobs.retention (purged by jobs/history.py)
                     delete_jobs="never" if settings.jobs.retention > 0 else "successful",
                 )

@@ -37,6 +37,21 @@ def conninfo(url: str) -> str:
     return url
 
 
+def pooled(url: str, direct_url: str | None) -> bool:
+    """Whether `url` is taken to be a pooler in transaction mode: a direct URL is configured and
+    differs from it. Connections to such a URL carry single transactions only: no prepared
+    statements (each transaction may run on another server connection), no session state (SET,
+    LISTEN, session advisory locks), which go to the direct URL instead."""
+    return bool(direct_url) and conninfo(direct_url or "") != conninfo(url)
+
+
+def pooler_kwargs(url: str, direct_url: str | None) -> dict[str, Any]:
+    """Connection options for `url` given the direct URL: behind a transaction pooler, psycopg never
+    prepares a statement (`prepare_threshold=None`), since the next execution of a prepared
+    statement may reach another server connection, where it does not exist."""
+    return {"prepare_threshold": None} if pooled(url, direct_url) else {}
+
+
 def connect_kwargs(url: str) -> dict[str, Any]:
     """Connection options every sessionq connection adds to its URL: a bounded connect time."""
     try:
@@ -154,12 +169,14 @@ def make_pool(
     max_size: int = 10,
     name: str = "sessionq",
     health: DatabaseHealth | None = None,
+    direct_url: str | None = None,
 ) -> FailFastPool:
     """An unopened pool of autocommit connections; open it with `await pool.open()`.
 
     Autocommit: every procedure call is its own transaction unless a caller opens one with
     ``conn.transaction()``. Callers fail fast while the database refuses connections (see
     FailFastPool; `health`, if given, is shared with e.g. a Listener on the same server).
+    With a `direct_url` other than `url`, `url` is a transaction pooler: no prepared statements.
     """
     return FailFastPool(
         conninfo(url),
@@ -169,7 +186,12 @@ def make_pool(
         open=False,
         name=name,
         configure=_configure,
-        kwargs={"row_factory": dict_row, "application_name": name, **connect_kwargs(url)},
+        kwargs={
+            "row_factory": dict_row,
+            "application_name": name,
+            **connect_kwargs(url),
+            **pooler_kwargs(url, direct_url),
+        },
         reconnect_timeout=60.0,
     )
 
@@ -198,8 +220,10 @@ class Listener:
         keyed: tuple[str, ...] = (),
         remember: int = 10_000,
         health: DatabaseHealth | None = None,
+        application_name: str = "sessionq-listen",
     ) -> None:
         self.url = conninfo(url)
+        self.application_name = application_name  # how operators (and the failover harness) see it
         self.health = health
         self.channels = channels
         self._subscribers: dict[str, set[Callable[[str | None], None]]] = {c: set() for c in channels}
@@ -270,7 +294,9 @@ class Listener:
 
     async def _connect(self) -> psycopg.AsyncConnection[Any]:
         try:
-            conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True, **connect_kwargs(self.url))
+            conn = await psycopg.AsyncConnection.connect(
+                self.url, autocommit=True, application_name=self.application_name, **connect_kwargs(self.url)
+            )
         except psycopg.OperationalError as e:
             if self.health is not None:
                 self.health.failed(e)

@@ -14,10 +14,20 @@ from sessionq.db.connection import conninfo
 
 
 def _sqlalchemy_url(url: str) -> str:
+    """The URL for SQLAlchemy's psycopg dialect. A multi-host URL (``postgresql://u@h1:p1,h2:p2/db?
+    target_session_attrs=read-write``, as for an HA pair) is rewritten to the dialect's form of it
+    (``postgresql+psycopg://u@/db?host=h1:p1&host=h2:p2&...``): SQLAlchemy cannot parse the first."""
     url = conninfo(url)
     if url.startswith("postgres://"):
         url = "postgresql://" + url[len("postgres://") :]
-    return "postgresql+psycopg://" + url[len("postgresql://") :]
+    rest = url[len("postgresql://") :]
+    netloc, _, tail = rest.partition("/")
+    userinfo, at, hosts = netloc.rpartition("@")
+    if "," in hosts:
+        path, question, query = tail.partition("?")
+        params = "&".join(f"host={h}" for h in hosts.split(",") if h)
+        rest = f"{userinfo}{at}/{path}?{params}" + (f"&{query}" if question and query else "")
+    return "postgresql+psycopg://" + rest
 
 
 def alembic_config(url: str) -> Config:

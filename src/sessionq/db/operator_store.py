@@ -43,9 +43,11 @@ class OperatorStore:
     @classmethod
     @contextlib.asynccontextmanager
     async def connect(cls, url: str, *, application_name: str = "sessionq-operator") -> AsyncIterator[OperatorStore]:
-        """One autocommit connection for the lifetime of the block."""
+        """One autocommit connection for the lifetime of the block. It never prepares a statement, so
+        that it also works through a transaction pooler (a polling command runs one query many times)."""
         conn = await psycopg.AsyncConnection.connect(
             conninfo(url), autocommit=True, row_factory=dict_row, application_name=application_name, connect_timeout=10,
+            prepare_threshold=None,
         )
 
         @contextlib.asynccontextmanager

@@ -13,6 +13,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
@@ -29,6 +30,8 @@ from sessionq.models import (
     AdmissionOutcome,
     Agent,
     ApplyMode,
+    CancelAdmission,
+    CancelOutcome,
     Checkpoint,
     CheckpointClaim,
     CheckpointClaimStatus,
@@ -41,7 +44,9 @@ from sessionq.models import (
     ObservationStatus,
     OperationKind,
     OperationStart,
+    QuiescenceFailureReason,
     Revision,
+    RowKind,
     Session,
     Share,
     SharePermission,
@@ -57,15 +62,28 @@ class Store:
         self.health: DatabaseHealth = getattr(pool, "health", None) or DatabaseHealth()
 
     @classmethod
-    async def open(cls, url: str, *, pool_size: int = 10, listen: bool = True, name: str = "sessionq") -> Store:
+    async def open(
+        cls,
+        url: str,
+        *,
+        pool_size: int = 10,
+        listen: bool = True,
+        name: str = "sessionq",
+        direct_url: str | None = None,
+    ) -> Store:
         """The pool, and with `listen` the LISTEN connection that wakes waiters; both report their
-        connection attempts to one DatabaseHealth, so calls fail fast while the database is gone."""
-        pool = make_pool(url, min_size=1, max_size=pool_size, name=name)
+        connection attempts to one DatabaseHealth, so calls fail fast while the database is gone.
+        The pool connects to `url` (which may be a pooler in transaction mode: every store method
+        is one transaction), the LISTEN connection to `direct_url` (default: `url`)."""
+        pool = make_pool(url, min_size=1, max_size=pool_size, name=name, direct_url=direct_url)
         await pool.open(wait=True, timeout=30)
         listener = None
         if listen:
             listener = Listener(
-                url, [Channel.SESSION, Channel.TASK, Channel.CHECKPOINT], keyed=(Channel.SESSION,), health=pool.health
+                direct_url or url,
+                [Channel.SESSION, Channel.TASK, Channel.CHECKPOINT],
+                keyed=(Channel.SESSION,),
+                health=pool.health,
             )
             await listener.start()
         return cls(pool, listener)
@@ -199,6 +217,16 @@ class Store:
             "SELECT * FROM sessionq.admit_create(%s, %s, %s, %s, %s)", (caller, request_id, namespace, agent, name)
         )
 
+    async def admit_sandbox(
+        self, caller: str, request_id: str, namespace: str, template: str, name: str, ttl: float
+    ) -> Admission:
+        """CreateSandbox: a Sandbox (a row of kind sandbox) running Agent namespace/template's
+        latest successful revision, expiring `ttl` seconds from now."""
+        return await self._admit(
+            "SELECT * FROM sessionq.admit_sandbox(%s, %s, %s, %s, %s, %s)",
+            (caller, request_id, namespace, template, name, ttl),
+        )
+
     async def admit_operation(
         self,
         session_id: UUID,
@@ -206,9 +234,12 @@ class Store:
         share_hash: str | None,
         kind: OperationKind,
         reason: DeletionReason = DeletionReason.USER_REQUESTED,
+        of: RowKind = RowKind.SESSION,
     ) -> Admission:
+        """Suspend, Resume or Delete a Session (`of` SANDBOX: a Sandbox)."""
         return await self._admit(
-            "SELECT * FROM sessionq.admit_operation(%s, %s, %s, %s, %s)", (session_id, caller, share_hash, kind, reason)
+            "SELECT * FROM sessionq.admit_operation(%s, %s, %s, %s, %s, %s)",
+            (session_id, caller, share_hash, kind, reason, of),
         )
 
     async def claim_operation(self, session_id: UUID, generation: UUID, executor: UUID, lifetime: float) -> Claim:
@@ -337,8 +368,11 @@ class Store:
             if unsubscribe:
                 unsubscribe()
 
-    async def get_session(self, session_id: UUID, caller: str, share_hash: str | None = None) -> Session:
-        value = await self._value("SELECT sessionq.get_session(%s, %s, %s)", (session_id, caller, share_hash))
+    async def get_session(
+        self, session_id: UUID, caller: str, share_hash: str | None = None, of: RowKind = RowKind.SESSION
+    ) -> Session:
+        """A Session (`of` SANDBOX: a Sandbox) the caller may see; NOT_FOUND otherwise."""
+        value = await self._value("SELECT sessionq.get_session(%s, %s, %s, %s)", (session_id, caller, share_hash, of))
         return Session.from_json(value)
 
     async def session_by_id(self, session_id: UUID) -> Session | None:
@@ -369,10 +403,11 @@ class Store:
         agent: str | None,
         after: UUID | None,
         limit: int,
+        of: RowKind = RowKind.SESSION,
     ) -> list[Session]:
         rows = await self._rows(
-            "SELECT s FROM sessionq.list_sessions(%s, %s, %s, %s, %s, %s) s",
-            (caller, all_creators, namespace, agent, after, limit),
+            "SELECT s FROM sessionq.list_sessions(%s, %s, %s, %s, %s, %s, %s) s",
+            (caller, all_creators, namespace, agent, after, limit, of),
         )
         return [Session.from_json(r["s"]) for r in rows]
 
@@ -535,6 +570,125 @@ class Store:
             if unsubscribe:
                 unsubscribe()
 
+    # -- A2A: visibility, streams, cancel, push notifications (schema/35_a2a.sql) ---------------
+
+    async def a2a_task(
+        self, task_id: str, caller: str, share_hash: str | None, tenant: tuple[str, str] | None, need: str = "read"
+    ) -> Task:
+        """The task (of Agent `tenant`, when given) if the caller may see it with `need` access;
+        SQ404 TASK_NOT_FOUND otherwise."""
+        value = await self._value(
+            "SELECT to_jsonb(sessionq.a2a_task(%s, %s, %s, %s, %s, %s))",
+            (task_id, caller, share_hash, need, tenant[0] if tenant else None, tenant[1] if tenant else None),
+        )
+        return Task.from_json(value)
+
+    async def a2a_list_tasks(
+        self,
+        caller: str,
+        share_hash: str | None,
+        namespace: str,
+        agent: str,
+        context: UUID | None,
+        state: str | None,
+        updated_after: datetime | None,
+        before: tuple[datetime, str] | None,
+        limit: int,
+    ) -> tuple[list[dict[str, Any]], list[tuple[datetime, str]], int]:
+        """(tasks, their (created_at, id) keys, the total that match) of one Agent, newest first."""
+        rows = await self._rows(
+            "SELECT * FROM sessionq.a2a_list_tasks(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            (caller, share_hash, namespace, agent, context, state, updated_after,
+             before[0] if before else None, before[1] if before else None, limit),
+        )
+        total = int(rows[0]["total"]) if rows else 0
+        if not rows and before is not None:  # past the last page: the total of all that match
+            first = await self._rows(
+                "SELECT total FROM sessionq.a2a_list_tasks(%s, %s, %s, %s, %s, %s, %s, NULL, NULL, 1)",
+                (caller, share_hash, namespace, agent, context, state, updated_after),
+            )
+            total = int(first[0]["total"]) if first else 0
+        return [r["task"] for r in rows], [(r["created_at"], r["id"]) for r in rows], total
+
+    async def a2a_task_snapshot(self, task_id: str) -> dict[str, Any] | None:
+        """{task, state, phase, session_id, last_seq}: the published task and where its stream continues."""
+        rows = await self._rows("SELECT * FROM sessionq.a2a_task_snapshot(%s)", (task_id,))
+        return rows[0] if rows else None
+
+    async def a2a_task_events(self, session_id: UUID, task_id: str, after: int) -> list[dict[str, Any]]:
+        return await self._rows("SELECT * FROM sessionq.a2a_task_events(%s, %s, %s)", (session_id, task_id, after))
+
+    async def admit_cancel(self, task_id: str, caller: str, share_hash: str | None) -> CancelAdmission:
+        """Record a cancel intent: PENDING (the cancel_task job ends the task and tells the Actor) or FINISHED."""
+        value = await self._value("SELECT sessionq.admit_cancel(%s, %s, %s)", (task_id, caller, share_hash))
+        return CancelAdmission(value["outcome"])
+
+    async def cancel_target(self, task_id: str) -> dict[str, Any] | None:
+        return await self._value("SELECT sessionq.cancel_target(%s)", (task_id,))
+
+    async def cancel_told(self, task_id: str) -> None:
+        await self._rows("SELECT sessionq.cancel_told(%s)", (task_id,))
+
+    async def finish_cancel(self, task_id: str) -> CancelOutcome | None:
+        value = await self._value("SELECT sessionq.finish_cancel(%s)", (task_id,))
+        return CancelOutcome(value) if value is not None else None
+
+    async def create_push_config(
+        self,
+        task_id: str,
+        caller: str,
+        share_hash: str | None,
+        config_id: str,
+        url: str,
+        token: str | None,
+        scheme: str | None,
+        credentials: str | None,
+    ) -> dict[str, Any]:
+        return await self._value(
+            "SELECT sessionq.create_push_config(%s, %s, %s, %s, %s, %s, %s, %s)",
+            (task_id, caller, share_hash, config_id, url, token, scheme, credentials),
+        )
+
+    async def list_push_configs(
+        self, task_id: str, caller: str, share_hash: str | None, config_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        rows = await self._rows(
+            "SELECT c FROM sessionq.list_push_configs(%s, %s, %s, %s) AS c", (task_id, caller, share_hash, config_id)
+        )
+        return [r["c"] for r in rows]
+
+    async def delete_push_config(self, task_id: str, caller: str, share_hash: str | None, config_id: str) -> bool:
+        return bool(
+            await self._value(
+                "SELECT sessionq.delete_push_config(%s, %s, %s, %s)", (task_id, caller, share_hash, config_id)
+            )
+        )
+
+    async def claim_push_stream(self, task_id: str, executor: UUID, lease: float) -> bool:
+        return bool(await self._value("SELECT sessionq.claim_push_stream(%s, %s, %s)", (task_id, executor, lease)))
+
+    async def release_push_stream(self, task_id: str, executor: UUID) -> None:
+        await self._rows("SELECT sessionq.release_push_stream(%s, %s)", (task_id, executor))
+
+    async def next_push_delivery(self, task_id: str) -> dict[str, Any] | None:
+        return await self._value("SELECT sessionq.next_push_delivery(%s)", (task_id,))
+
+    async def record_push_attempt(
+        self, delivery: int, delivered: bool, status: int | None, error: str | None, give_up: bool
+    ) -> None:
+        await self._rows(
+            "SELECT sessionq.record_push_attempt(%s, %s, %s, %s, %s)", (delivery, delivered, status, error, give_up)
+        )
+
+    async def push_deliveries(self, task_id: str) -> list[dict[str, Any]]:
+        """The deliveries of a task in order, for operators and tests."""
+        return await self._rows(
+            "SELECT id, config_id, event_seq, payload, state, attempts, last_status, last_error, created_at,"
+            " finished_at"
+            " FROM sessionq.push_deliveries WHERE task_id = %s ORDER BY event_seq, id",
+            (task_id,),
+        )
+
     # -- quiescence -----------------------------------------------------------------------------
 
     async def claim_idle(self, executor: UUID) -> Session | None:
@@ -549,6 +703,16 @@ class Store:
     ) -> Session:
         value = await self._value(
             "SELECT sessionq.finish_idle(%s, %s, %s, %s)", (session_id, boundary, executor, Jsonb(snapshot or {}))
+        )
+        return Session.from_json(value)
+
+    async def record_quiescence_failure(
+        self, session_id: UUID, boundary: UUID, executor: UUID, reason: QuiescenceFailureReason, message: str
+    ) -> Session:
+        """The idle claim holder's suspend failed for good: record why (the claim stays)."""
+        value = await self._value(
+            "SELECT sessionq.record_quiescence_failure(%s, %s, %s, %s, %s)",
+            (session_id, boundary, executor, reason, message),
         )
         return Session.from_json(value)
 
@@ -652,8 +816,22 @@ class Store:
         )
         return [(r["id"], r["idle_since"]) for r in rows]
 
-    async def idle_deletions_to_resume(self, after: UUID | None, limit: int) -> list[UUID]:
-        rows = await self._rows("SELECT s AS id FROM sessionq.idle_deletions_to_resume(%s, %s) s", (after, limit))
+    async def sandbox_expiry_candidates(
+        self, after: tuple[Any, UUID] | None, limit: int
+    ) -> list[tuple[UUID, Any]]:
+        """One page of expired Sandboxes (id, expires_at) in expiry order after `after`."""
+        rows = await self._rows(
+            "SELECT id, expires_at FROM sessionq.sandbox_expiry_candidates(%s, %s, %s)",
+            (after[0] if after else None, after[1] if after else None, limit),
+        )
+        return [(r["id"], r["expires_at"]) for r in rows]
+
+    async def idle_deletions_to_resume(
+        self, after: UUID | None, limit: int, kinds: Sequence[RowKind] = (RowKind.SESSION, RowKind.SANDBOX)
+    ) -> list[UUID]:
+        rows = await self._rows(
+            "SELECT s AS id FROM sessionq.idle_deletions_to_resume(%s, %s, %s) s", (after, limit, list(kinds))
+        )
         return [r["id"] for r in rows]
 
     async def expire_session(self, session_id: UUID, ttl: float) -> Expiry:
@@ -678,7 +856,9 @@ class Store:
         paused = await self._rows("SELECT queue_name FROM sessionq.paused_queues")
         stalled = await self._rows("SELECT count(*) AS n FROM sessionq.find_stalled_jobs()")
         workers = await self._rows("SELECT state, count(*) AS n FROM sessionq.workers GROUP BY state")
-        sessions = await self._rows("SELECT state, count(*) AS n FROM sessionq.sessions GROUP BY state")
+        sessions = await self._rows(
+            "SELECT state, count(*) AS n FROM sessionq.sessions WHERE kind = 'session' GROUP BY state"  # not Sandboxes
+        )
         return {
             "jobs": {(r["queue_name"], r["status"]): int(r["jobs"]) for r in jobs},
             "paused": [r["queue_name"] for r in paused],

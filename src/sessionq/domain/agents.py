@@ -116,14 +116,23 @@ class AgentSpec:
     name: str
     template: str = ""
     egress: tuple[EgressDestination, ...] = ()
+    description: str = ""
+    # the A2A skills its card advertises: {id, name, description, tags, examples}
+    skills: tuple[dict[str, Any], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "namespace": self.namespace,
             "name": self.name,
             "template": self.template,
             "egress": [{"url": d.url, "credentialHeaders": dict(d.credential_headers)} for d in self.egress],
         }
+        # only when set, so that the hash of a spec without them is unchanged
+        if self.description:
+            out["description"] = self.description
+        if self.skills:
+            out["skills"] = [dict(k) for k in self.skills]
+        return out
 
     @property
     def image(self) -> str:
@@ -142,7 +151,7 @@ def parse_spec(data: Any) -> AgentSpec:
             raise errors.invalid(f"agent spec is not valid YAML: {e}") from None
     if not isinstance(data, dict):
         raise errors.invalid("agent spec must be a mapping with at least a name")
-    unknown = set(data) - {"name", "namespace", "template", "egress"}
+    unknown = set(data) - {"name", "namespace", "template", "egress", "description", "skills"}
     if unknown:
         raise errors.invalid(f"agent spec has unknown keys: {', '.join(sorted(unknown))}")
     name = check_name(str(data.get("name") or ""), "agent name")
@@ -172,7 +181,49 @@ def parse_spec(data: Any) -> AgentSpec:
                     "control characters (CR, LF, ...)"
                 )
         egress.append(EgressDestination(item["url"], dict(headers)))
-    return AgentSpec(namespace, name, template, tuple(egress))
+    return AgentSpec(namespace, name, template, tuple(egress), _description(data.get("description")),
+                     _skills(data.get("skills")))
+
+
+MAX_SKILLS = 32
+
+
+def _text(value: Any, field: str, limit: int) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str) or len(value) > limit or _CONTROL_BUT_TAB.search(value.replace("\n", " ")):
+        raise errors.invalid(f"{field} must be a text of at most {limit} characters without control characters")
+    return value
+
+
+def _description(value: Any) -> str:
+    return _text(value, "description", 1000)
+
+
+def _skills(value: Any) -> tuple[dict[str, Any], ...]:
+    """The A2A skills of the card: a list of {id, name, description, tags, examples} (id required)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or len(value) > MAX_SKILLS:
+        raise errors.invalid(f"skills must be a list of at most {MAX_SKILLS} mappings with an id")
+    skills = []
+    for i, raw in enumerate(value):
+        if not isinstance(raw, dict) or set(raw) - {"id", "name", "description", "tags", "examples"}:
+            raise errors.invalid(f"skills[{i}] must be a mapping of id, name, description, tags, examples")
+        skill: dict[str, Any] = {"id": _text(raw.get("id"), f"skills[{i}].id", 64)}
+        if not skill["id"]:
+            raise errors.invalid(f"skills[{i}].id is required")
+        for key, limit in (("name", 200), ("description", 1000)):
+            if raw.get(key) is not None:
+                skill[key] = _text(raw.get(key), f"skills[{i}].{key}", limit)
+        for key in ("tags", "examples"):
+            items = raw.get(key) or []
+            if not isinstance(items, list) or len(items) > 32:
+                raise errors.invalid(f"skills[{i}].{key} must be a list of at most 32 texts")
+            if items:
+                skill[key] = [_text(x, f"skills[{i}].{key}", 500) for x in items]
+        skills.append(skill)
+    return tuple(skills)
 
 
 def redact_spec(spec: dict[str, Any]) -> dict[str, Any]:

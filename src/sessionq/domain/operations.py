@@ -43,6 +43,7 @@ from sessionq.models import (
     PreparationFailure,
     Revision,
     RevisionState,
+    RowKind,
     Session,
 )
 from sessionq.runtime.base import (
@@ -59,6 +60,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 TRANSIENT = {Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED, Code.ABORTED, Code.RESOURCE_EXHAUSTED, Code.INTERNAL}
+# a runtime reached over gRPC (runtime/ateapi): an unknown outcome, a cancelled call, or credentials
+# it refuses (operations stay pending until an operator fixes them; the adapter logs the cause)
+TRANSIENT |= {Code.UNKNOWN, Code.CANCELLED, Code.UNAUTHENTICATED, Code.PERMISSION_DENIED}
 PREPARATION_ATTEMPTS = 3
 
 
@@ -130,6 +134,9 @@ class OperationExecutor:
         self._workload_secret: str | None = None
 
     async def _actor_env(self, session: Session) -> dict[str, str]:
+        if session.kind == RowKind.SANDBOX:
+            # a Sandbox takes no turns: no workload credential (the task store is out of its reach)
+            return {"SESSIONQ_SANDBOX_ID": str(session.id)}
         if self._workload_secret is None:
             self._workload_secret = await self.store.secret("workload")
         return {
@@ -337,6 +344,10 @@ class OperationExecutor:
         if not session.actor_uid:
             await with_db_retry(lambda: self.store.record_actor(session.id, generation, executor, actor.uid))
         await self._ensure_egress(session, actor, egress_rules(revision), fresh=not (session.actor_uid or uncertain))
+        if session.kind == RowKind.SANDBOX:
+            # a READY Sandbox runs (commands and files reach it); a Session's Actor waits suspended
+            # for its first turn. Resuming a running Actor changes nothing, so a retry repeats it.
+            await self.runtime.resume_actor(session.actor_atespace, session.actor_name, actor.uid)
         return {"actor_uid": actor.uid}
 
     def _source_tag(self, session: Session) -> str | None:

@@ -33,7 +33,7 @@ from sessionq.db.notify import Channel
 from sessionq.db.retry import with_db_retry
 from sessionq.db.store import Store
 from sessionq.domain.snapshots import IdentityMismatch, pick_snapshot
-from sessionq.models import Session, SnapshotState
+from sessionq.models import QuiescenceFailureReason, Session, SnapshotState
 from sessionq.runtime.base import (
     Actor,
     ActorState,
@@ -81,7 +81,7 @@ class QuiescencePool:
     async def run(self, stop: asyncio.Event) -> None:
         listener = None
         if self.listen:
-            listener = Listener(self.url, [Channel.IDLE])
+            listener = Listener(self.url, [Channel.IDLE], application_name="sessionq-listen-idle")
             listener.subscribe(Channel.IDLE, lambda _payload: self.wakeups.post())
             await listener.start()
         try:
@@ -130,6 +130,7 @@ class QuiescencePool:
             snapshot = await asyncio.wait_for(self._suspend(session), timeout=SUSPEND_BOUND)
         except IdentityMismatch as e:
             log.error("quiescence refused: %s; the idle claim stays until an operator resolves it", e, extra=extra)
+            await self._record_failure(session, QuiescenceFailureReason.RUNTIME_UNAVAILABLE, str(e))
             return None
         except (SubstrateError, TimeoutError) as e:
             log.error(
@@ -137,6 +138,14 @@ class QuiescencePool:
                 e,
                 extra=extra,
             )
+            reason = QuiescenceFailureReason.SUSPEND_FAILED
+            if isinstance(e, SubstrateError) and e.code == Code.NOT_FOUND:
+                reason, message = QuiescenceFailureReason.RUNTIME_UNAVAILABLE, f"the actor is gone: {e.message}"
+            elif isinstance(e, SubstrateError):
+                message = f"the runtime answered {e.code.name}: {e.message}"
+            else:
+                message = f"the suspend took longer than {SUSPEND_BOUND:g}s"
+            await self._record_failure(session, reason, message)
             return None
         recorded = await with_db_retry(
             lambda: self.store.finish_idle(session.id, session.idle_boundary_id, session.idle_executor, snapshot),  # type: ignore[arg-type]
@@ -147,6 +156,19 @@ class QuiescencePool:
             metrics.QUIESCENCE_LATENCY.observe(max(lag, 0.0))
         log.debug("quiesced session", extra=extra)
         return recorded
+
+    async def _record_failure(self, session: Session, reason: QuiescenceFailureReason, message: str) -> None:
+        """The quiescence failure record (Session.last_quiescence_failure); the claim stays either
+        way, so a database failure here only loses the explanation (logged above)."""
+        assert session.idle_boundary_id is not None and session.idle_executor is not None
+        boundary, executor = session.idle_boundary_id, session.idle_executor
+        try:
+            await with_db_retry(
+                lambda: self.store.record_quiescence_failure(session.id, boundary, executor, reason, message),
+                budget=10.0,
+            )
+        except Exception:
+            log.exception("could not record the quiescence failure", extra={"session_id": str(session.id)})
 
     async def _suspend(self, session: Session) -> dict[str, Any] | None:
         delay = 0.1

@@ -32,6 +32,14 @@ class Code(enum.StrEnum):
     ABORTED = "ABORTED"
     INTERNAL = "INTERNAL"
     RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+    # the remaining gRPC codes, so that a runtime served over gRPC maps one to one (runtime/ateapi)
+    CANCELLED = "CANCELLED"
+    UNKNOWN = "UNKNOWN"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    UNIMPLEMENTED = "UNIMPLEMENTED"
+    OUT_OF_RANGE = "OUT_OF_RANGE"
+    DATA_LOSS = "DATA_LOSS"
 
 
 class SubstrateError(Exception):
@@ -234,4 +242,10 @@ class Substrate(RuntimeReader, Protocol):
         """Deliver a message to a RUNNING Actor (FAILED_PRECONDITION otherwise) and wait for the
         turn: the Actor reports the task through the TaskStore API with its workload credential
         (env SESSIONQ_WORKLOAD_TOKEN given at creation) and settles it before this returns."""
+        ...
+
+    async def cancel_turn(self, atespace: str, name: str, uid: str, session_id: str, task_id: str) -> None:
+        """Ask the Actor to stop working on a task (A2A CancelTask): the Actor ends the turn without
+        further task writes. Idempotent; a turn that already ended (or an Actor that is not running)
+        is not an error. NOT_FOUND when the Actor does not exist, FAILED_PRECONDITION for another UID."""
         ...

@@ -451,3 +451,12 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION substrate_sim.create_egress_policy(text, text, text, jsonb, integer) IS
     'SimulatedSubstrate.create_egress_policy (its faults already taken by the caller; p_rules already canonical): {"policy": {actor_uid, rules, version}}.';
+
+CREATE TABLE IF NOT EXISTS substrate_sim.turn_cancels (
+    actor_uid   text NOT NULL,
+    task_id     text NOT NULL,
+    at          timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (actor_uid, task_id)
+);
+COMMENT ON TABLE substrate_sim.turn_cancels IS
+    'Cancel requests the simulated Actors received (cancel_turn): a turn of that task stops at its next check, without further task writes.';

@@ -829,7 +829,12 @@ class SimulatedSubstrate(FaultInjection):
             )
             try:
                 await play_turn(
-                    client, lambda memory: self.write_durable(atespace, name, uid, memory), request, message, turn
+                    client,
+                    lambda memory: self.write_durable(atespace, name, uid, memory),
+                    request,
+                    message,
+                    turn,
+                    canceled=lambda task_id: self.turn_canceled(uid, task_id),
                 )
             except TaskStoreError as exc:
                 code = Code.__members__.get(exc.code.name, Code.INTERNAL)
@@ -850,6 +855,35 @@ class SimulatedSubstrate(FaultInjection):
         if row is None:
             raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{name} not found")
         return dict(row["durable"] or {})
+
+    async def cancel_turn(self, atespace: str, name: str, uid: str, session_id: str, task_id: str) -> None:
+        """Tell the Actor to stop its turn of `task_id`: recorded in substrate_sim.turn_cancels, which
+        the simulated turn checks while it works (it then stops without further task writes), and
+        logged as a call. Idempotent; an Actor that is not running is not an error."""
+
+        async def op() -> None:
+            async with self._tx() as cur:
+                await self._lock_actor(cur, atespace, name, uid)
+                await cur.execute(
+                    "INSERT INTO substrate_sim.turn_cancels (actor_uid, task_id) VALUES (%s, %s)"
+                    " ON CONFLICT DO NOTHING",
+                    (uid, task_id),
+                )
+                await cur.execute(
+                    "INSERT INTO substrate_sim.calls (method, atespace, name, uid, detail, pid)"
+                    " VALUES ('cancel_turn', %s, %s, %s, %s, pg_backend_pid())",
+                    (atespace, name, uid, Jsonb({"session_id": session_id, "task_id": task_id})),
+                )
+
+        await self._call("cancel_turn", name, op)
+
+    async def turn_canceled(self, uid: str, task_id: str) -> bool:
+        """Whether the Actor was told to stop its turn of `task_id` (what the simulated agent checks)."""
+        async with self._tx() as cur:
+            await cur.execute(
+                "SELECT 1 FROM substrate_sim.turn_cancels WHERE actor_uid = %s AND task_id = %s", (uid, task_id)
+            )
+            return await cur.fetchone() is not None
 
     async def write_durable(self, atespace: str, name: str, uid: str, data: dict[str, Any]) -> None:
         """Replace the durable directory of a RUNNING Actor (what the agent inside does); not a

@@ -16,6 +16,8 @@ from sessionq.runtime.base import Code, InvokeRequest, SubstrateError
 from sessionq.runtime.simulator.agent import TurnResult
 from sessionq.runtime.simulator.taskstore_client import TaskStoreClient
 
+CANCEL_CHECK = 0.05  # how often a working turn looks for a cancel (seconds)
+
 
 async def play_turn(
     client: TaskStoreClient,
@@ -23,10 +25,13 @@ async def play_turn(
     request: InvokeRequest,
     message: a2a_pb2.Message,
     turn: TurnResult,
+    canceled: Callable[[str], Awaitable[bool]] | None = None,
 ) -> None:
     """Report one turn of the agent as an Actor does: the task WORKING (CreateTask, or GetTask and
     UpdateTask for a continuation), the turn's delay, its memory saved to the durable directory
-    (`save_memory`), the final UpdateTask and, after native cleanup, SettleTask at that version."""
+    (`save_memory`), the final UpdateTask and, after native cleanup, SettleTask at that version.
+    While the turn takes its time it checks `canceled(task_id)` (A2A CancelTask reached the Actor):
+    a canceled turn stops there, with no further task writes (sessionq ends the task CANCELED)."""
     session_id = request.session_id
     user = a2a_pb2.Message()
     user.CopyFrom(message)
@@ -57,7 +62,14 @@ async def play_turn(
 
     # 2. the turn takes its time (the Actor stays RUNNING), then the agent saves its memory
     if turn.delay > 0:
-        await asyncio.sleep(turn.delay)
+        loop = asyncio.get_running_loop()
+        until = loop.time() + turn.delay
+        while (left := until - loop.time()) > 0:
+            if canceled is not None and await canceled(task_id):
+                return
+            await asyncio.sleep(min(left, CANCEL_CHECK))
+        if canceled is not None and await canceled(task_id):
+            return
     await save_memory(turn.memory)
 
     # 3. the final update (the task store stages it until the task is settled)

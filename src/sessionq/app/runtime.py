@@ -1,0 +1,114 @@
+"""The runtime, composed: the in-process simulator, the gRPC adapter (runtime.kind: substrate),
+and `sessionq runtime serve --simulator` (the simulator served as ateapi.Control)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from sessionq.config import ConfigError, Settings, grpc_message_limit
+from sessionq.runtime.ateapi.actor_endpoint import ActorEndpoints
+from sessionq.runtime.ateapi.client import SubstrateClient, SubstrateOptions
+from sessionq.runtime.ateapi.server import start_server
+from sessionq.runtime.base import Substrate
+from sessionq.runtime.simulator import SimulatedSubstrate
+
+log = logging.getLogger(__name__)
+
+
+def substrate_options(settings: Settings, **overrides: Any) -> SubstrateOptions:
+    """runtime.substrate.* as the adapter's options; ConfigError (naming the key) when unusable."""
+    s = settings.runtime.substrate
+    options = SubstrateOptions(
+        address=s.address,
+        tls=s.tls.enabled,
+        ca_file=s.tls.ca_file,
+        cert_file=s.tls.cert_file,
+        key_file=s.tls.key_file,
+        server_name=s.tls.server_name,
+        token_file=s.token_file,
+        call_timeout=s.call_timeout,
+        keepalive_time=s.keepalive_time,
+        actor_address_pattern=s.actor_address_pattern,
+        uid_preflight=s.uid_preflight,
+        snapshot_storage=s.snapshot_storage,
+        sandbox_config=s.sandbox_config,
+    )
+    if overrides:
+        options = SubstrateOptions(**{**options.__dict__, **overrides})
+    try:
+        options.validate()
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return options
+
+
+def simulator(settings: Settings, url: str) -> SimulatedSubstrate:
+    return SimulatedSubstrate(
+        url,
+        worker_pool_size=settings.runtime.simulator.workers,
+        taskstore_address=settings.runtime.simulator.task_store_address or settings.server.address,
+        taskstore_message_limit=grpc_message_limit(settings.a2a.max_message_bytes),
+    )
+
+
+@contextlib.asynccontextmanager
+async def open_runtime(settings: Settings, url: str, **overrides: Any) -> AsyncIterator[Substrate]:
+    """The configured runtime, open. A Substrate that does not answer yet is no error here: its
+    calls fail UNAVAILABLE (retryable) until it does, and the readiness says so."""
+    if settings.runtime.kind == "substrate":
+        client = SubstrateClient(substrate_options(settings, **overrides))
+        await client.open()
+        problem = await client.check_health()
+        if problem is not None:
+            log.warning("the runtime at %s does not answer yet (%s); operations wait for it",
+                        client.options.address, problem)
+        try:
+            yield client
+        finally:
+            await client.close()
+        return
+    sim = simulator(settings, url)
+    await sim.open()
+    try:
+        yield sim
+    finally:
+        await sim.close()
+
+
+@dataclass
+class ServedSimulator:
+    """A simulator served as ateapi.Control plus its Actors' A2A endpoints."""
+
+    sim: SimulatedSubstrate
+    server: Any
+    port: int
+    endpoints: ActorEndpoints
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def stop(self, grace: float = 1.0) -> None:
+        await self.server.stop(grace)
+        await self.endpoints.stop()
+        await self.sim.close()
+
+
+async def start_served_simulator(settings: Settings, url: str, *, address: str | None = None,
+                                 actor_address: str | None = None) -> ServedSimulator:
+    sim = simulator(settings, url)
+    await sim.open()
+    try:
+        server, port, _ = await start_server(sim, address or settings.runtime.simulator.serve_address)
+        if port == 0:
+            raise OSError(f"cannot listen on {address or settings.runtime.simulator.serve_address}")
+        endpoints = ActorEndpoints(sim)
+        await endpoints.start(actor_address or settings.runtime.simulator.actor_address)
+    except BaseException:
+        await sim.close()
+        raise
+    return ServedSimulator(sim, server, port, endpoints)

@@ -1,0 +1,40 @@
+"""A2A CancelTask, executed: tell the Actor, then end the task CANCELED.
+
+The API only admits the intent (sessionq.admit_cancel: a row in task_cancels and the cancel_task
+job). The job runs here: sessionq.finish_cancel first publishes the task CANCELED and ends the turn
+under the Session row lock (unless the task reached a final state on its own first), so that
+nothing the Actor still writes to the task is accepted and the dispatch job, when the Actor's turn
+returns, finds the turn already ended; then the runtime is asked to stop the turn
+(`Substrate.cancel_turn`, with no transaction open) and sessionq.cancel_told records it. A runtime
+failure other than a missing Actor raises, and the job retries; every step is idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sessionq.db.store import Store
+from sessionq.models import CancelOutcome
+from sessionq.runtime.base import Code, Substrate, SubstrateError
+
+log = logging.getLogger(__name__)
+
+
+async def cancel_task(store: Store, runtime: Substrate, task_id: str) -> CancelOutcome | None:
+    """Carry out the pending cancel of a task; returns finish_cancel's outcome (None: nothing pending)."""
+    target = await store.cancel_target(task_id)
+    if target is None:
+        return None
+    outcome = await store.finish_cancel(task_id)
+    if target.get("actor_uid"):
+        try:
+            await runtime.cancel_turn(
+                target["actor_atespace"], target["actor_name"], target["actor_uid"], str(target["session_id"]), task_id
+            )
+        except SubstrateError as e:
+            if e.code not in (Code.NOT_FOUND, Code.FAILED_PRECONDITION):
+                raise  # the job retries
+            # no such Actor (or another one of that name): nothing runs the turn any more
+            log.info("cancel of task %s: the actor is gone (%s)", task_id, e.code.name)
+    await store.cancel_told(task_id)
+    return outcome

@@ -1,0 +1,121 @@
+"""Actors' private A2A endpoints for a served runtime: one path per Actor,
+``POST /actors/{atespace}/{name}`` (A2A JSON-RPC, method ``SendMessage``), answered when the turn
+ended. The runtime's `invoke` plays the turn; the Actor's UID the caller expects comes with the
+message (see invoke.py). The address pattern that reaches them is
+``http://HOST:PORT/actors/{atespace}/{name}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Iterator
+from typing import Any, cast
+
+import uvicorn
+from a2a.types import a2a_pb2
+from google.protobuf import json_format
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from sessionq.runtime.ateapi.invoke import from_cancel_request, from_send_request, jsonrpc_error
+from sessionq.runtime.base import Code, Substrate, SubstrateError
+
+log = logging.getLogger(__name__)
+
+
+def build_app(runtime: Substrate) -> Starlette:
+    async def send(request: Request) -> JSONResponse:
+        atespace, name = request.path_params["atespace"], request.path_params["name"]
+        request_id: Any = None
+        try:
+            body = await request.json()
+            if not isinstance(body, dict):
+                raise SubstrateError(Code.INVALID_ARGUMENT, "not a JSON-RPC request")
+            request_id = body.get("id")
+            if body.get("method") == "CancelTask":  # Substrate.cancel_turn: stop the turn of a task
+                cancel_request = a2a_pb2.CancelTaskRequest()
+                json_format.ParseDict(body.get("params") or {}, cancel_request, ignore_unknown_fields=True)
+                uid, session_id, task_id = from_cancel_request(cancel_request)
+                await runtime.cancel_turn(atespace, name, uid, session_id, task_id)
+                task = a2a_pb2.Task(id=task_id, status=a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_CANCELED))
+                return JSONResponse({"jsonrpc": "2.0", "id": request_id, "result": json_format.MessageToDict(task)})
+            if body.get("method") != "SendMessage":
+                raise SubstrateError(Code.UNIMPLEMENTED, f"method {body.get('method')!r} is not served here")
+            send_request = a2a_pb2.SendMessageRequest()
+            json_format.ParseDict(body.get("params") or {}, send_request, ignore_unknown_fields=True)
+            uid, invoke = from_send_request(send_request)
+            await runtime.invoke(atespace, name, cast(str, uid or None), invoke)
+        except SubstrateError as e:
+            return JSONResponse(jsonrpc_error(request_id, e))
+        except (ValueError, json_format.ParseError) as e:
+            return JSONResponse(jsonrpc_error(request_id, SubstrateError(Code.INVALID_ARGUMENT, str(e))))
+        except Exception as e:
+            log.exception("turn of actor %s/%s failed", atespace, name)
+            return JSONResponse(jsonrpc_error(request_id, SubstrateError(Code.INTERNAL, type(e).__name__)))
+        reply = a2a_pb2.SendMessageResponse(message=a2a_pb2.Message(
+            message_id=f"done-{invoke.dispatch_id}", role=a2a_pb2.ROLE_AGENT,
+            parts=[a2a_pb2.Part(text="turn ended")],
+        ))
+        return JSONResponse({"jsonrpc": "2.0", "id": request_id, "result": json_format.MessageToDict(reply)})
+
+    return Starlette(routes=[Route("/actors/{atespace}/{name}", send, methods=["POST"])])
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:  # the process owns its signals
+        yield
+
+
+class ActorEndpoints:
+    """The A2A endpoints on `address` (port 0: any; see `port`)."""
+
+    def __init__(self, runtime: Substrate) -> None:
+        self.app = build_app(runtime)
+        self.port: int | None = None
+        self.host = "127.0.0.1"
+        self._server: _Server | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def pattern(self) -> str:
+        return f"http://{self.host}:{self.port}/actors/{{atespace}}/{{name}}"
+
+    async def start(self, address: str) -> None:
+        host, _, port = address.rpartition(":")
+        self.host = host.strip("[]") or "127.0.0.1"
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, int(port)))
+            sock.listen(512)
+        except OSError:
+            sock.close()
+            raise
+        sock.setblocking(False)
+        self.port = int(sock.getsockname()[1])
+        config = uvicorn.Config(self.app, log_level="warning", lifespan="off", access_log=False,
+                                timeout_graceful_shutdown=2)
+        self._server = _Server(config)
+        self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="actor endpoints")
+        while not self._server.started and not self._task.done():  # noqa: ASYNC110 - uvicorn offers no event
+            await asyncio.sleep(0.01)
+        if self._task.done():
+            self._task.result()
+
+    async def stop(self) -> None:
+        if self._server is None or self._task is None:
+            return
+        self._server.should_exit = True
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.shield(self._task), 5)
+        if not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task

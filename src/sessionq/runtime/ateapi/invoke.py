@@ -1,0 +1,163 @@
+"""`invoke` over A2A: the gateway dials the Actor's private A2A endpoint (a2a-sdk JSON-RPC client).
+
+The Actor's address comes from the pattern ``runtime.substrate.actorAddressPattern`` with the
+placeholders ``{worker_ip}``, ``{worker}``, ``{atespace}``, ``{name}`` and ``{uid}`` (a real
+Substrate: ``http://{worker_ip}:80``; the served simulator: one path per Actor on its A2A port).
+The message goes as an A2A `SendMessage`; what sessionq's task store needs to attribute the turn
+travels in the request's metadata under ``sessionq`` (sessionId, dispatchId, taskId, actorUid).
+The call returns when the Actor answers, i.e. when the turn ended (the Actor reports the task
+through the task store API itself).
+
+Errors: a connection or timeout failure is UNAVAILABLE (uncertain: the turn may have started); a
+JSON-RPC error whose message starts with a status name (``FAILED_PRECONDITION: ...``, what the
+simulator's endpoint sends) maps to that code; any other error is INTERNAL with its text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from a2a.client import minimal_agent_card
+from a2a.client.errors import A2AClientError, A2AClientTimeoutError
+from a2a.client.transports.jsonrpc import JsonRpcTransport
+from a2a.types import a2a_pb2
+from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
+from google.protobuf import json_format
+
+from sessionq.runtime.base import Actor, Code, InvokeRequest, SubstrateError
+
+METADATA_KEY = "sessionq"
+
+
+def to_send_request(uid: str, request: InvokeRequest) -> a2a_pb2.SendMessageRequest:
+    message = a2a_pb2.Message()
+    json_format.ParseDict(request.message, message, ignore_unknown_fields=True)
+    send = a2a_pb2.SendMessageRequest(message=message)
+    send.metadata.update({METADATA_KEY: {
+        "sessionId": request.session_id,
+        "dispatchId": request.dispatch_id,
+        "taskId": request.task_id or "",
+        "actorUid": uid,
+    }})
+    return send
+
+
+def from_send_request(send: a2a_pb2.SendMessageRequest) -> tuple[str, InvokeRequest]:
+    """(expected actor UID, the InvokeRequest) of a SendMessage made by `to_send_request`."""
+    meta = json_format.MessageToDict(send.metadata).get(METADATA_KEY)
+    if not isinstance(meta, dict) or not meta.get("sessionId") or not meta.get("dispatchId"):
+        raise SubstrateError(Code.INVALID_ARGUMENT,
+                             f"SendMessage without metadata.{METADATA_KEY} (sessionId, dispatchId)")
+    message = json_format.MessageToDict(send.message)
+    return str(meta.get("actorUid") or ""), InvokeRequest(
+        session_id=str(meta["sessionId"]),
+        dispatch_id=str(meta["dispatchId"]),
+        message=message,
+        task_id=str(meta["taskId"]) if meta.get("taskId") else None,
+    )
+
+
+def _code_of(text: str) -> Code:
+    head = text.split(":", 1)[0].strip()
+    return Code.__members__.get(head, Code.INTERNAL)
+
+
+class A2AInvoker:
+    """Sends one turn to an Actor's A2A endpoint and waits for its answer."""
+
+    def __init__(self, pattern: str, *, timeout: float | None = None, connect_timeout: float = 5.0) -> None:
+        self.pattern = pattern
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self._http: httpx.AsyncClient | None = None
+
+    async def open(self) -> None:
+        self._http = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout))
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    def address(self, atespace: str, name: str, uid: str, actor: Actor | None) -> str:
+        worker_ip = actor.worker_ip or "" if actor is not None else ""
+        worker = actor.worker or "" if actor is not None else ""
+        return self.pattern.format(worker_ip=worker_ip, worker=worker, atespace=atespace, name=name, uid=uid)
+
+    def needs_actor(self) -> bool:
+        """Whether the address depends on where the Actor runs (then the caller reads it first)."""
+        return "{worker_ip}" in self.pattern or "{worker}" in self.pattern
+
+    async def invoke(
+        self, atespace: str, name: str, uid: str, request: InvokeRequest, actor: Actor | None = None
+    ) -> None:
+        """Send the turn; `actor` (read by the caller when `needs_actor`) gives the address."""
+        if self._http is None:
+            raise SubstrateError(Code.UNAVAILABLE, "the A2A client is not open")
+        if self.needs_actor() and (actor is None or not actor.worker_ip):
+            state = actor.state.value if actor is not None else "unknown"
+            raise SubstrateError(Code.FAILED_PRECONDITION, f"actor {atespace}/{name} is not running ({state})")
+        url = self.address(atespace, name, uid, actor)
+        transport = JsonRpcTransport(self._http, minimal_agent_card(url, ["JSONRPC"]), url, is_shared_httpx=True)
+        try:
+            await transport.send_message(to_send_request(uid, request))
+        except A2AClientTimeoutError as e:
+            raise SubstrateError(Code.DEADLINE_EXCEEDED, f"actor {atespace}/{name}: {e}") from None
+        except A2AClientError as e:
+            text = str(e)
+            if "Network communication error" in text or text.startswith("HTTP Error 5"):
+                raise SubstrateError(Code.UNAVAILABLE, f"actor {atespace}/{name}: {text}") from None
+            detail = text.split(": ", 1)[1] if text.startswith("JSON-RPC Error") else text
+            raise SubstrateError(_code_of(detail), detail) from None
+        except Exception as e:  # an A2A error type of the SDK's own mapping
+            detail = str(e)
+            raise SubstrateError(_code_of(detail), detail or type(e).__name__) from None
+
+    async def cancel(
+        self, atespace: str, name: str, uid: str, session_id: str, task_id: str, actor: Actor | None = None
+    ) -> None:
+        """Tell the Actor to stop its turn of a task (an A2A CancelTask to its endpoint). An Actor
+        that is not running, or that no longer works on the task, has nothing to stop."""
+        if self._http is None:
+            raise SubstrateError(Code.UNAVAILABLE, "the A2A client is not open")
+        if self.needs_actor() and (actor is None or not actor.worker_ip):
+            return  # not running: no turn to stop
+        url = self.address(atespace, name, uid, actor)
+        transport = JsonRpcTransport(self._http, minimal_agent_card(url, ["JSONRPC"]), url, is_shared_httpx=True)
+        try:
+            await transport.cancel_task(to_cancel_request(uid, session_id, task_id))
+        except (TaskNotFoundError, TaskNotCancelableError):
+            return  # the turn already ended
+        except A2AClientTimeoutError as e:
+            raise SubstrateError(Code.DEADLINE_EXCEEDED, f"actor {atespace}/{name}: {e}") from None
+        except A2AClientError as e:
+            text = str(e)
+            if "Network communication error" in text or text.startswith("HTTP Error 5"):
+                raise SubstrateError(Code.UNAVAILABLE, f"actor {atespace}/{name}: {text}") from None
+            detail = text.split(": ", 1)[1] if text.startswith("JSON-RPC Error") else text
+            raise SubstrateError(_code_of(detail), detail) from None
+        except Exception as e:  # an A2A error type of the SDK's own mapping
+            detail = str(e)
+            raise SubstrateError(_code_of(detail), detail or type(e).__name__) from None
+
+
+def to_cancel_request(uid: str, session_id: str, task_id: str) -> a2a_pb2.CancelTaskRequest:
+    """The A2A CancelTask that tells an Actor to stop its turn of a task (Substrate.cancel_turn)."""
+    cancel = a2a_pb2.CancelTaskRequest(id=task_id)
+    cancel.metadata.update({METADATA_KEY: {"sessionId": session_id, "taskId": task_id, "actorUid": uid}})
+    return cancel
+
+
+def from_cancel_request(cancel: a2a_pb2.CancelTaskRequest) -> tuple[str, str, str]:
+    """(expected actor UID, session id, task id) of a CancelTask made by `to_cancel_request`."""
+    meta = json_format.MessageToDict(cancel.metadata).get(METADATA_KEY)
+    if not isinstance(meta, dict) or not meta.get("sessionId") or not cancel.id:
+        raise SubstrateError(Code.INVALID_ARGUMENT, f"CancelTask without an id and metadata.{METADATA_KEY}.sessionId")
+    return str(meta.get("actorUid") or ""), str(meta["sessionId"]), cancel.id
+
+
+def jsonrpc_error(request_id: Any, error: SubstrateError) -> dict[str, Any]:
+    """The JSON-RPC error an endpoint answers for a failed turn (the code leads the message)."""
+    return {"jsonrpc": "2.0", "id": request_id,
+            "error": {"code": -32000, "message": f"{error.code.value}: {error.message}"}}

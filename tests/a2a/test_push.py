@@ -1,0 +1,110 @@
+"""Push notifications: delivered by the deliver_push job, in order, with the config's token and
+authentication, retried while the receiver fails, recorded for operators; private targets refused."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from a2a.client.errors import A2AClientError
+from a2a.types import a2a_pb2
+from a2a.utils.errors import InvalidParamsError
+from conftest import apply_agent
+from harness import a2a_env, a2a_settings, as_user, env, settings_for_a2a, user_message  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.timeout(180)
+
+
+class Receiver:
+    """A local HTTP receiver that fails its first `failures` requests with 503."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.requests: list[tuple[dict[str, str], dict[str, Any]]] = []  # every request, failed ones too
+        self.accepted: list[dict[str, Any]] = []
+        self.server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self.server:
+            self.server.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode().split("\r\n")
+        headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
+        body = json.loads(await reader.readexactly(int(headers.get("content-length", "0"))))
+        self.requests.append((headers, body))
+        if len(self.requests) <= self.failures:
+            writer.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        else:
+            self.accepted.append(body)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+
+def state_of(body: dict[str, Any]) -> str:
+    if "task" in body:
+        return str(body["task"]["status"]["state"])
+    return str(body["statusUpdate"]["status"]["state"])
+
+
+async def test_push_delivery_retries_a_failing_receiver_and_keeps_order(env, store, sim):
+    await apply_agent(store, sim)
+    receiver = Receiver(failures=2)
+    await receiver.start()
+    try:
+        async with env.client("GRPC", streaming=False) as client:
+            push = a2a_pb2.TaskPushNotificationConfig(
+                id="hook", url=f"http://127.0.0.1:{receiver.port}/hook", token="tok-1",
+                authentication=a2a_pb2.AuthenticationInfo(scheme="Bearer", credentials="receiver-secret"),
+            )
+            request = a2a_pb2.SendMessageRequest(message=user_message("[slow:0.5] What is 4+4?"))
+            request.configuration.task_push_notification_config.CopyFrom(push)
+            events = [e async for e in client.send_message(request, context=as_user())]
+            task = events[-1].task
+            assert task.status.state == a2a_pb2.TASK_STATE_COMPLETED  # the turn never waited for delivery
+        for _ in range(300):
+            deliveries = await store.push_deliveries(task.id)
+            if deliveries and all(d["state"] == "delivered" for d in deliveries):
+                break
+            await asyncio.sleep(0.1)
+        deliveries = await store.push_deliveries(task.id)
+        assert deliveries and all(d["state"] == "delivered" for d in deliveries)
+        # recorded for operators: the first one took three attempts (503, 503, 200)
+        assert deliveries[0]["attempts"] == 3 and deliveries[0]["last_status"] == 200
+        # delivered once each, in event order, ending with the final state
+        assert len(receiver.accepted) == len(deliveries)
+        assert [state_of(b) for b in receiver.accepted][-1] == "TASK_STATE_COMPLETED"
+        assert len(deliveries) >= 2  # the task as it stood when the config was attached, then the final state
+        assert state_of(receiver.accepted[0]) == "TASK_STATE_WORKING"
+        assert [d["event_seq"] for d in deliveries] == sorted(d["event_seq"] for d in deliveries)
+        headers = receiver.requests[-1][0]
+        assert headers["x-a2a-notification-token"] == "tok-1"
+        assert headers["authorization"] == "Bearer receiver-secret"
+    finally:
+        await receiver.stop()
+
+
+async def test_private_push_targets_are_refused(database_url, store, sim):
+    settings = settings_for_a2a(**{"a2a.push.allowPrivateTargets": False})
+    await apply_agent(store, sim)
+    async with a2a_env(settings, database_url, store, sim) as e:
+        for transport in ("GRPC", "JSONRPC"):
+            async with e.client(transport, streaming=False) as client:
+                for url in ("http://127.0.0.1:9/hook", "http://10.1.2.3/hook", "http://[::1]/x", "ftp://example.com/"):
+                    request = a2a_pb2.SendMessageRequest(message=user_message("What is 1+1?"))
+                    request.configuration.task_push_notification_config.url = url
+                    with pytest.raises((InvalidParamsError, A2AClientError)):
+                        async for _ in client.send_message(request, context=as_user()):
+                            pass
+        # nothing was written: no Session, no task, no config
+        assert (await store._rows("SELECT count(*) AS n FROM sessionq.sessions"))[0]["n"] == 0
+        assert (await store._rows("SELECT count(*) AS n FROM sessionq.push_configs"))[0]["n"] == 0
