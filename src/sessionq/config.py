@@ -390,7 +390,13 @@ KEYS: tuple[Key, ...] = (
         " tokens rotate; empty: none).",
     ),
     Key("runtime.substrate.callTimeout", _positive_duration, 30.0, "Deadline of each call to the Substrate."),
-    Key("runtime.substrate.keepaliveTime", _positive_duration, 30.0, "gRPC keepalive ping interval to the Substrate."),
+    Key(
+        "runtime.substrate.keepaliveTime",
+        _positive_duration,
+        300.0,
+        "gRPC keepalive ping interval to the Substrate while calls are in flight; not below the server's"
+        " ping enforcement (grpc-go refuses pings more often than every 5 minutes by default).",
+    ),
     Key(
         "runtime.substrate.actorAddressPattern",
         _str,

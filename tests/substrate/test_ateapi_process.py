@@ -159,6 +159,14 @@ async def test_wrong_token_logs_one_line_and_the_file_is_reread(
             token.write_text("good\n")  # rotated: re-read on the next call
             os.utime(token, ns=(1, 10**18))
             assert len((await client.list_workers(5, "")).items) == 5
+            token.unlink()  # gone (a broken projection): the same, named
+            caplog.clear()
+            with caplog.at_level(logging.ERROR, logger="sessionq.runtime.ateapi.client"):
+                for _ in range(2):
+                    with pytest.raises(SubstrateError) as e:
+                        await client.list_workers(5, "")
+                    assert e.value.code == Code.UNAUTHENTICATED and "cannot read the runtime token file" in e.value.message
+            assert len([r for r in caplog.records if r.levelno >= logging.ERROR]) == 1
         finally:
             await client.close()
             await server.stop(0)

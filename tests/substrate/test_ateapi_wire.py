@@ -137,7 +137,6 @@ async def test_status_codes_map_one_to_one(rt: SubstrateClient, sim: SimulatedSu
         assert e.value.code == code, code
 
 
-@pytest.mark.clause("OP-4")
 async def test_lost_response_applies_the_effect(rt: SubstrateClient, sim: SimulatedSubstrate) -> None:
     """The server applies the effect, then the call ends UNAVAILABLE: an uncertain outcome."""
     made = await rt.create_actor(NS, "a5", TEMPLATE)
@@ -259,3 +258,54 @@ async def test_unexpected_shapes_are_clear_failures(answer: pb.Actor, why: str) 
     finally:
         await client.close()
         await server.stop(0)
+
+
+# ---------------------------------------------------------------------------------------------
+# cancel_turn: A2A CancelTask to the Actor's endpoint
+
+
+class Cancels(SimulatedSubstrate):
+    """A simulator that records the turns it was told to cancel."""
+
+    cancelled: list[tuple[str, ...]]
+
+    async def cancel_turn(self, atespace: str, name: str, uid: str, session_id: str, task_id: str) -> None:
+        self.cancelled.append((atespace, name, uid, session_id, task_id))
+
+
+async def test_cancel_turn_reaches_the_actors_endpoint(database_url: str) -> None:
+    from sessionq.runtime.ateapi.actor_endpoint import ActorEndpoints
+
+    async with Cancels(database_url) as runtime:
+        runtime.cancelled = []
+        endpoints = ActorEndpoints(runtime)
+        await endpoints.start("127.0.0.1:0")
+        client = SubstrateClient(SubstrateOptions(address="127.0.0.1:1", actor_address_pattern=endpoints.pattern))
+        await client.open()
+        try:
+            await client.cancel_turn(NS, "a7", "uid-7", "session-7", "task-7")
+            await client.cancel_turn(NS, "a7", "uid-7", "session-7", "task-7")  # idempotent for the caller
+            assert runtime.cancelled == [(NS, "a7", "uid-7", "session-7", "task-7")] * 2
+        finally:
+            await client.close()
+            await endpoints.stop()
+
+
+async def test_cancel_turn_on_a_runtime_that_cannot(database_url: str) -> None:
+    from sessionq.runtime.ateapi.actor_endpoint import ActorEndpoints
+
+    class NoCancel:
+        async def invoke(self, *args: Any) -> None:
+            raise AssertionError("not called")
+
+    endpoints = ActorEndpoints(NoCancel())  # type: ignore[arg-type]
+    await endpoints.start("127.0.0.1:0")
+    client = SubstrateClient(SubstrateOptions(address="127.0.0.1:1", actor_address_pattern=endpoints.pattern))
+    await client.open()
+    try:
+        with pytest.raises(SubstrateError) as e:
+            await client.cancel_turn(NS, "a8", "uid-8", "session-8", "task-8")
+        assert e.value.code == Code.UNIMPLEMENTED and "cannot cancel" in e.value.message
+    finally:
+        await client.close()
+        await endpoints.stop()

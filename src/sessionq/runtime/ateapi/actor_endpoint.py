@@ -1,6 +1,7 @@
 """Actors' private A2A endpoints for a served runtime: one path per Actor,
 ``POST /actors/{atespace}/{name}`` (A2A JSON-RPC, method ``SendMessage``), answered when the turn
-ended. The runtime's `invoke` plays the turn; the Actor's UID the caller expects comes with the
+ended, and ``CancelTask`` (the runtime's `cancel_turn`: the turn stops without further task
+writes). The runtime's `invoke` plays the turn; the Actor's UID the caller expects comes with the
 message (see invoke.py). The address pattern that reaches them is
 ``http://HOST:PORT/actors/{atespace}/{name}``.
 """
@@ -37,13 +38,8 @@ def build_app(runtime: Substrate) -> Starlette:
             if not isinstance(body, dict):
                 raise SubstrateError(Code.INVALID_ARGUMENT, "not a JSON-RPC request")
             request_id = body.get("id")
-            if body.get("method") == "CancelTask":  # Substrate.cancel_turn: stop the turn of a task
-                cancel_request = a2a_pb2.CancelTaskRequest()
-                json_format.ParseDict(body.get("params") or {}, cancel_request, ignore_unknown_fields=True)
-                uid, session_id, task_id = from_cancel_request(cancel_request)
-                await runtime.cancel_turn(atespace, name, uid, session_id, task_id)
-                task = a2a_pb2.Task(id=task_id, status=a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_CANCELED))
-                return JSONResponse({"jsonrpc": "2.0", "id": request_id, "result": json_format.MessageToDict(task)})
+            if body.get("method") == "CancelTask":
+                return await cancel(atespace, name, request_id, body.get("params") or {})
             if body.get("method") != "SendMessage":
                 raise SubstrateError(Code.UNIMPLEMENTED, f"method {body.get('method')!r} is not served here")
             send_request = a2a_pb2.SendMessageRequest()
@@ -62,6 +58,18 @@ def build_app(runtime: Substrate) -> Starlette:
             parts=[a2a_pb2.Part(text="turn ended")],
         ))
         return JSONResponse({"jsonrpc": "2.0", "id": request_id, "result": json_format.MessageToDict(reply)})
+
+    async def cancel(atespace: str, name: str, request_id: Any, params: dict[str, Any]) -> JSONResponse:
+        cancel_request = a2a_pb2.CancelTaskRequest()
+        json_format.ParseDict(params, cancel_request, ignore_unknown_fields=True)
+        uid, session_id, task_id = from_cancel_request(cancel_request)
+        cancel_turn = getattr(runtime, "cancel_turn", None)  # a runtime without it cannot stop a turn
+        if cancel_turn is None:
+            raise SubstrateError(Code.UNIMPLEMENTED, "this runtime cannot cancel a turn")
+        await cancel_turn(atespace, name, cast(str, uid or None), session_id, task_id)
+        task = a2a_pb2.Task(id=task_id, context_id=session_id,
+                            status=a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_CANCELED))
+        return JSONResponse({"jsonrpc": "2.0", "id": request_id, "result": json_format.MessageToDict(task)})
 
     return Starlette(routes=[Route("/actors/{atespace}/{name}", send, methods=["POST"])])
 

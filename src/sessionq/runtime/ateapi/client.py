@@ -18,6 +18,7 @@ raises INTERNAL with the field named (codec.UnexpectedShape), never anything els
 | create/get/delete_tag | CreateTag (scope ATESPACE) / GetTag / DeleteTag |
 | list_actors / list_workers | ListActors / ListWorkers (page_size, page_token passed through) |
 | invoke | A2A SendMessage to the Actor's private endpoint (`invoke.py`) |
+| cancel_turn | A2A CancelTask to the Actor's private endpoint |
 
 UID preconditions: ateapi's Suspend/Resume/Pause/CreateTag/egress requests carry no UID, so the
 adapter sends the recorded UID in the ``x-sessionq-expect-uid`` header (the served simulator checks
@@ -81,7 +82,7 @@ class SubstrateOptions:
     server_name: str = ""
     token_file: str = ""
     call_timeout: float = 30.0
-    keepalive_time: float = 30.0
+    keepalive_time: float = 300.0
     actor_address_pattern: str = "http://{worker_ip}:80"
     uid_preflight: bool = True
     snapshot_storage: str = "s3://sessionq-snapshots"
@@ -141,9 +142,9 @@ def open_channel(options: SubstrateOptions) -> grpc.aio.Channel:
     keepalive_ms = int(options.keepalive_time * 1000)
     channel_options: list[tuple[str, Any]] = [
         ("grpc.keepalive_time_ms", keepalive_ms),
-        ("grpc.keepalive_timeout_ms", max(1000, keepalive_ms // 3)),
-        ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.keepalive_timeout_ms", 20000),
+        # pings only while calls are in flight: servers refuse (GOAWAY too_many_pings) idle pings by default
+        ("grpc.keepalive_permit_without_calls", 0),
         *options.extra_channel_options,
     ]
     if not options.tls:
@@ -201,6 +202,11 @@ class SubstrateClient:
             problem = f"the runtime at {self.options.address} refused our credentials ({code.name}): {details}"
         elif code == grpc.StatusCode.UNAVAILABLE and any(h in details.lower() for h in _TLS_HINTS):
             problem = f"TLS with the runtime at {self.options.address} failed: {details}"
+        elif code == grpc.StatusCode.UNAVAILABLE and self.options.tls and "socket closed" in details.lower():
+            # what a server that refuses our client certificate (or its absence) looks like from here
+            problem = (f"TLS with the runtime at {self.options.address} failed: it closed the connection during the"
+                       " handshake (a client certificate it does not accept, or none: runtime.substrate.tls.certFile"
+                       f" and keyFile): {details}")
         if problem is not None and problem != self._credential_problem:
             log.error(problem)  # once per distinct cause, until a call succeeds again
         self._credential_problem = problem or self._credential_problem
@@ -213,7 +219,13 @@ class SubstrateClient:
         headers: dict[str, str] | None = None,
         with_trailers: bool = False,
     ) -> Any:
-        md = self._metadata(headers)
+        try:
+            md = self._metadata(headers)
+        except SubstrateError as e:  # the token file cannot be read
+            if e.message != self._credential_problem:
+                log.error(e.message)
+            self._credential_problem = e.message
+            raise
         try:
             if with_trailers:
                 call = method(request, metadata=md, timeout=self.options.call_timeout)
@@ -426,8 +438,9 @@ class SubstrateClient:
         await self._invoker.invoke(atespace, name, uid, request, actor)
 
     async def cancel_turn(self, atespace: str, name: str, uid: str, session_id: str, task_id: str) -> None:
-        """A2A CancelTask to the Actor's endpoint (invoke.py): the Actor stops its turn of the task.
-        An Actor that is not running, or no longer works on the task, has nothing to stop."""
+        """A2A CancelTask to the Actor's endpoint (invoke.py); idempotent. When the address depends on
+        where the Actor runs, the Actor is read first: NOT_FOUND when it does not exist,
+        FAILED_PRECONDITION for another UID, nothing to do when it is not running."""
         actor = None
         if self._invoker.needs_actor():
             actor = await self.get_actor(atespace, name)

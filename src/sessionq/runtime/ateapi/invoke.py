@@ -22,7 +22,6 @@ from a2a.client import minimal_agent_card
 from a2a.client.errors import A2AClientError, A2AClientTimeoutError
 from a2a.client.transports.jsonrpc import JsonRpcTransport
 from a2a.types import a2a_pb2
-from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
 from google.protobuf import json_format
 
 from sessionq.runtime.base import Actor, Code, InvokeRequest, SubstrateError
@@ -41,6 +40,20 @@ def to_send_request(uid: str, request: InvokeRequest) -> a2a_pb2.SendMessageRequ
         "actorUid": uid,
     }})
     return send
+
+
+def to_cancel_request(uid: str, session_id: str, task_id: str) -> a2a_pb2.CancelTaskRequest:
+    cancel = a2a_pb2.CancelTaskRequest(id=task_id)
+    cancel.metadata.update({METADATA_KEY: {"sessionId": session_id, "actorUid": uid}})
+    return cancel
+
+
+def from_cancel_request(cancel: a2a_pb2.CancelTaskRequest) -> tuple[str, str, str]:
+    """(expected actor UID, session id, task id) of a CancelTask made by `to_cancel_request`."""
+    meta = json_format.MessageToDict(cancel.metadata).get(METADATA_KEY)
+    if not cancel.id or not isinstance(meta, dict) or not meta.get("sessionId"):
+        raise SubstrateError(Code.INVALID_ARGUMENT, f"CancelTask without id or metadata.{METADATA_KEY}.sessionId")
+    return str(meta.get("actorUid") or ""), str(meta["sessionId"]), cancel.id
 
 
 def from_send_request(send: a2a_pb2.SendMessageRequest) -> tuple[str, InvokeRequest]:
@@ -99,36 +112,25 @@ class A2AInvoker:
             state = actor.state.value if actor is not None else "unknown"
             raise SubstrateError(Code.FAILED_PRECONDITION, f"actor {atespace}/{name} is not running ({state})")
         url = self.address(atespace, name, uid, actor)
-        transport = JsonRpcTransport(self._http, minimal_agent_card(url, ["JSONRPC"]), url, is_shared_httpx=True)
-        try:
-            await transport.send_message(to_send_request(uid, request))
-        except A2AClientTimeoutError as e:
-            raise SubstrateError(Code.DEADLINE_EXCEEDED, f"actor {atespace}/{name}: {e}") from None
-        except A2AClientError as e:
-            text = str(e)
-            if "Network communication error" in text or text.startswith("HTTP Error 5"):
-                raise SubstrateError(Code.UNAVAILABLE, f"actor {atespace}/{name}: {text}") from None
-            detail = text.split(": ", 1)[1] if text.startswith("JSON-RPC Error") else text
-            raise SubstrateError(_code_of(detail), detail) from None
-        except Exception as e:  # an A2A error type of the SDK's own mapping
-            detail = str(e)
-            raise SubstrateError(_code_of(detail), detail or type(e).__name__) from None
+        await self._call(atespace, name, url, lambda t: t.send_message(to_send_request(uid, request)))
 
     async def cancel(
         self, atespace: str, name: str, uid: str, session_id: str, task_id: str, actor: Actor | None = None
     ) -> None:
-        """Tell the Actor to stop its turn of a task (an A2A CancelTask to its endpoint). An Actor
-        that is not running, or that no longer works on the task, has nothing to stop."""
+        """A2A CancelTask of `task_id` to the Actor's endpoint: it stops the turn without further task
+        writes. An Actor that is not running has no turn to stop: nothing to do."""
         if self._http is None:
             raise SubstrateError(Code.UNAVAILABLE, "the A2A client is not open")
         if self.needs_actor() and (actor is None or not actor.worker_ip):
-            return  # not running: no turn to stop
+            return
         url = self.address(atespace, name, uid, actor)
+        await self._call(atespace, name, url, lambda t: t.cancel_task(to_cancel_request(uid, session_id, task_id)))
+
+    async def _call(self, atespace: str, name: str, url: str, send: Any) -> None:
+        assert self._http is not None
         transport = JsonRpcTransport(self._http, minimal_agent_card(url, ["JSONRPC"]), url, is_shared_httpx=True)
         try:
-            await transport.cancel_task(to_cancel_request(uid, session_id, task_id))
-        except (TaskNotFoundError, TaskNotCancelableError):
-            return  # the turn already ended
+            await send(transport)
         except A2AClientTimeoutError as e:
             raise SubstrateError(Code.DEADLINE_EXCEEDED, f"actor {atespace}/{name}: {e}") from None
         except A2AClientError as e:
@@ -140,21 +142,6 @@ class A2AInvoker:
         except Exception as e:  # an A2A error type of the SDK's own mapping
             detail = str(e)
             raise SubstrateError(_code_of(detail), detail or type(e).__name__) from None
-
-
-def to_cancel_request(uid: str, session_id: str, task_id: str) -> a2a_pb2.CancelTaskRequest:
-    """The A2A CancelTask that tells an Actor to stop its turn of a task (Substrate.cancel_turn)."""
-    cancel = a2a_pb2.CancelTaskRequest(id=task_id)
-    cancel.metadata.update({METADATA_KEY: {"sessionId": session_id, "taskId": task_id, "actorUid": uid}})
-    return cancel
-
-
-def from_cancel_request(cancel: a2a_pb2.CancelTaskRequest) -> tuple[str, str, str]:
-    """(expected actor UID, session id, task id) of a CancelTask made by `to_cancel_request`."""
-    meta = json_format.MessageToDict(cancel.metadata).get(METADATA_KEY)
-    if not isinstance(meta, dict) or not meta.get("sessionId") or not cancel.id:
-        raise SubstrateError(Code.INVALID_ARGUMENT, f"CancelTask without an id and metadata.{METADATA_KEY}.sessionId")
-    return str(meta.get("actorUid") or ""), str(meta["sessionId"]), cancel.id
 
 
 def jsonrpc_error(request_id: Any, error: SubstrateError) -> dict[str, Any]:

@@ -306,7 +306,10 @@ async def start_server(
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     """Start serving `runtime` as ateapi.Control at `address` (port 0: any). Returns the server,
     the bound port and the health servicer (SERVING for "" and ateapi.Control)."""
-    server = grpc.aio.server(interceptors=interceptors or None)
+    # clients may ping every 10 s (runtime.substrate.keepaliveTime can be set that low for this server)
+    options = [("grpc.http2.min_ping_interval_without_data_ms", 10000), ("grpc.keepalive_permit_without_calls", 1),
+               ("grpc.http2.max_ping_strikes", 0)]
+    server = grpc.aio.server(interceptors=interceptors or None, options=options)
     pb_grpc.add_ControlServicer_to_server(ControlService(runtime), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

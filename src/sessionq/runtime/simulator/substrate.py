@@ -81,6 +81,11 @@ MAX_PAGE_SIZE = 1000
 WORKLOAD_TOKEN_ENV = "SESSIONQ_WORKLOAD_TOKEN"
 
 EGRESS_PROTOCOLS = frozenset({"http", "https", "tls_passthrough"})
+# task store errors an invoke passes on with their own code (the others become INTERNAL)
+_TASKSTORE_CODES = frozenset({
+    Code.NOT_FOUND, Code.ALREADY_EXISTS, Code.FAILED_PRECONDITION, Code.INVALID_ARGUMENT, Code.UNAVAILABLE,
+    Code.DEADLINE_EXCEEDED, Code.ABORTED, Code.INTERNAL, Code.RESOURCE_EXHAUSTED,
+})
 _WORKER_HOLDING_STATES = (ActorState.RUNNING, ActorState.PAUSED)
 # --------------------------------------------------------------------------------------------
 # page tokens (the runtime's keyset format)
@@ -837,7 +842,10 @@ class SimulatedSubstrate(FaultInjection):
                     canceled=lambda task_id: self.turn_canceled(uid, task_id),
                 )
             except TaskStoreError as exc:
+                # the task store's own refusals (UNAUTHENTICATED, ...) are not the runtime's: INTERNAL
                 code = Code.__members__.get(exc.code.name, Code.INTERNAL)
+                if code not in _TASKSTORE_CODES:
+                    code = Code.INTERNAL
                 raise SubstrateError(code, f"actor {atespace}/{name}: {exc}") from exc
             finally:
                 await client.close()
