@@ -129,8 +129,9 @@ async def list_on_new_connection(address: str) -> None:
         assert len(r.sessions) == 0
 
 
-def established_on(pid: int, port: int) -> int:
-    """TCP connections of process `pid` whose local port is `port` (accepted gRPC connections)."""
+def established_on(pid: int, port: int, state: str = "01") -> int:
+    """TCP sockets of process `pid` whose local port is `port`, in `state` (01: accepted
+    connections; 0A: listening)."""
     inodes = set()
     with contextlib.suppress(OSError):
         for fd in Path(f"/proc/{pid}/fd").iterdir():
@@ -143,7 +144,7 @@ def established_on(pid: int, port: int) -> int:
         with contextlib.suppress(OSError):
             for line in Path(table).read_text().splitlines()[1:]:
                 f = line.split()
-                if int(f[1].rsplit(":", 1)[1], 16) == port and f[3] == "01" and f[9] in inodes:
+                if int(f[1].rsplit(":", 1)[1], 16) == port and f[3] == state and f[9] in inodes:
                     count += 1
     return count
 
@@ -165,7 +166,10 @@ async def test_processes_share_the_port_a_killed_one_returns_and_sigterm_stops_a
         await until("two API processes", lambda: len(serve.children()) == 2, START_TIMEOUT, serve)
         await until("SERVING", lambda: serving(address), START_TIMEOUT, serve)
         first = serve.children()
-        await asyncio.sleep(2)  # the second process's server starts a moment after the first answers
+        # the second process starts once the first serves: wait until both listen
+        await until("both processes listening", lambda: all(
+            established_on(pid, port, "0A") for pid in serve.children().values()), START_TIMEOUT, serve)
+        first = serve.children()
         # many new connections: the kernel spreads them over both processes (SO_REUSEPORT), and each
         # process answers from its own pool
         # (a local subchannel pool: channels of one process share one connection otherwise)

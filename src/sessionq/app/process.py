@@ -291,8 +291,8 @@ async def run_services(
     try:
         if settings.metrics.enabled:
             metrics_address = settings.metrics.address
-            if api_index:
-                host, _, port = metrics_address.rpartition(":")
+            host, _, port = metrics_address.rpartition(":")
+            if api_index and int(port):  # port 0 (any free port) stays 0
                 metrics_address = f"{host}:{int(port) + api_index}"
             try:
                 metrics.serve(metrics_address)
@@ -555,7 +555,9 @@ async def _up(
     return 0
 
 
-async def serve(settings: Settings, *, api: bool, workers: bool, api_index: int | None = None) -> int:
+async def serve(
+    settings: Settings, *, api: bool, workers: bool, api_index: int | None = None, ready_file: str | None = None
+) -> int:
     """`sessionq serve` (api) and `sessionq worker` (workers) until SIGINT/SIGTERM. Returns the
     exit status. api_index: one API process of a supervised `serve` (app/supervisor.py); it stops
     gracefully by itself when its supervisor disappears."""
@@ -583,8 +585,12 @@ async def serve(settings: Settings, *, api: bool, workers: bool, api_index: int 
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         orphan_watch = asyncio.create_task(_stop_when_orphaned(shutdown))
     try:
+        def ready(_port: int | None) -> None:
+            if ready_file:  # the supervisor's sign that this process served (app/supervisor.py)
+                Path(ready_file).write_text(f"{os.getpid()}\n")
+
         await run_services(settings, url, api=api, workers=workers, stop=shutdown.stop, shutdown=shutdown,
-                           api_index=api_index)
+                           api_index=api_index, on_ready=ready)
     except asyncio.CancelledError:
         if shutdown.forced is None:
             raise

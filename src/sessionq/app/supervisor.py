@@ -11,8 +11,9 @@ process restarts.
 
 - A process that exits while the supervisor runs is restarted (after RESTART_DELAYS: 0.5 s, then
   longer while it keeps failing; a process that ran STABLE_AFTER seconds starts the count again).
-  One that fails at the very start, before the others served (an address in use, a configuration
-  the process refuses), ends the supervisor with its status instead: restarting cannot help.
+  One that fails at its first start before it served (an address in use, a configuration the
+  process refuses: each process writes a file in the supervisor's directory once it serves) ends
+  the supervisor with its status instead: restarting cannot help.
 - SIGTERM or SIGINT is passed on to every API process: the first makes each stop gracefully (calls
   in flight get their grace, as with one process); a second one forces them, as it does for one
   process. The supervisor exits once all have ended, with status 0 when each ended with 0, else
@@ -21,6 +22,11 @@ process restarts.
   (server.consoleAddress) by process 0 only; agent cards (server.httpAddress) by every process, on
   one port with SO_REUSEPORT as the gRPC API.
 - An API process whose supervisor disappears (killed with SIGKILL) stops gracefully by itself.
+  The API processes stay in the supervisor's process group (a kill of the group reaches them) and
+  ignore SIGINT, which a terminal's Ctrl-C sends to the whole group: the supervisor passes it on.
+- SO_REUSEPORT lets another program of the same user that sets it too (another multi-process
+  `serve`, say) share the port; the kernel refuses it to other users and to programs that do not
+  set it (the supervisor then fails at start with `cannot listen on ...`).
 """
 
 from __future__ import annotations
@@ -29,11 +35,14 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sessionq.app.process import FORCE_AFTER, FORCE_BUDGET, listen_error
 from sessionq.config import Settings
@@ -43,7 +52,6 @@ log = logging.getLogger("sessionq")
 
 RESTART_DELAYS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)  # seconds before restart n (the last one repeats)
 STABLE_AFTER = 30.0  # a process that ran this long restarts after the first delay again
-EARLY_FAILURE = 5.0  # a first start that fails within this many seconds ends the supervisor
 KILL_MARGIN = 10.0  # seconds past a process's own stop budget before it is killed
 
 
@@ -94,9 +102,15 @@ class Supervisor:
         self.signals = 0
         self.failed_at_start: int | None = None  # the exit status of a process that could not start
         self._changed = asyncio.Event()
+        self.ready_dir = Path(tempfile.mkdtemp(prefix="sessionq-serve-"))
 
-    def command(self, index: int) -> list[str]:
-        args = [sys.executable, "-m", "sessionq.cli.main", "serve", "--api-index", str(index)]
+    def ready_file(self, child: ApiProcess) -> Path:
+        """Written by the process once it serves (`serve --ready-file`)."""
+        return self.ready_dir / f"ready-{child.index}-{child.starts}"
+
+    def command(self, child: ApiProcess) -> list[str]:
+        args = [sys.executable, "-m", "sessionq.cli.main", "serve", "--api-index", str(child.index),
+                "--ready-file", str(self.ready_file(child))]
         if self.config_file:
             args += ["--config", self.config_file]
         return args
@@ -109,11 +123,11 @@ class Supervisor:
     async def start(self, child: ApiProcess) -> None:
         # in the supervisor's process group (a kill of the group reaches it); it ignores SIGINT, which
         # a Ctrl-C in a terminal sends to the whole group: the supervisor passes it on once, as SIGTERM
+        child.starts += 1
         child.proc = await asyncio.create_subprocess_exec(
-            *self.command(child.index), env=self.env(), stdin=asyncio.subprocess.DEVNULL
+            *self.command(child), env=self.env(), stdin=asyncio.subprocess.DEVNULL
         )
         child.started = time.monotonic()
-        child.starts += 1
         log.info("API process %d started (pid %d)", child.index, child.proc.pid)
 
     def signalled(self, sig: int) -> None:
@@ -143,9 +157,9 @@ class Supervisor:
         if self.stopping.is_set():
             self._changed.set()
             return
-        if child.starts == 1 and ran < EARLY_FAILURE and code != 0 and not self._any_served():
-            log.error("API process %d exited with status %d while starting; stopping", child.index, code)
-            self.failed_at_start = code
+        if child.starts == 1 and not self.ready_file(child).exists():
+            log.error("API process %d exited with status %d before it served; stopping", child.index, code)
+            self.failed_at_start = code or 1
             self.stopping.set()
             self._forward(signal.SIGTERM)
             self._changed.set()
@@ -160,11 +174,6 @@ class Supervisor:
             await self.start(child)
             asyncio.get_running_loop().create_task(self._watch(child))
         self._changed.set()
-
-    def _any_served(self) -> bool:
-        now = time.monotonic()
-        return any(c.proc is not None and c.proc.returncode is None and now - c.started >= EARLY_FAILURE
-                   for c in self.children)
 
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
@@ -181,6 +190,13 @@ class Supervisor:
                 break
             await self.start(child)
             watchers.append(loop.create_task(self._watch(child)))
+            if child.index == 0:
+                # the first alone until it serves: a failure every process would meet (a port taken, a
+                # refused value) is then told once, and the others start on a configuration that works
+                while not self.ready_file(child).exists() and not self.stopping.is_set():
+                    self._changed.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._changed.wait(), 0.1)
         await self.stopping.wait()
         deadline = time.monotonic() + self._stop_budget()
         while any(c.proc is not None and c.proc.returncode is None for c in self.children):
@@ -199,6 +215,7 @@ class Supervisor:
                 await asyncio.wait_for(self._changed.wait(), min(remaining, 0.5))
         for w in watchers:
             w.cancel()
+        shutil.rmtree(self.ready_dir, ignore_errors=True)
         if self.failed_at_start is not None:
             return self.failed_at_start or 1
         # a process still starting when the stop came ends by the SIGTERM itself (its handlers were not
