@@ -48,3 +48,25 @@ async def test_cancel_turn_errors_keep_their_code() -> None:
     finally:
         await invoker.close()
     assert e.value.code == Code.FAILED_PRECONDITION
+
+
+@pytest.mark.parametrize("code", [-32001, -32002])  # TaskNotFound, TaskNotCancelable
+async def test_an_actor_with_nothing_to_stop_is_a_success(code: int) -> None:
+    """A real Actor answers a CancelTask of a turn it does not run with TaskNotFound (or
+    TaskNotCancelable when it already ended): nothing to stop, not an error the job would retry."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def endpoint(request: Request) -> JSONResponse:
+        body = await request.json()
+        return JSONResponse({"jsonrpc": "2.0", "id": body.get("id"), "error": {"code": code, "message": "no such task"}})
+
+    invoker = A2AInvoker("http://actors.test/actors/{atespace}/{name}")
+    app = Starlette(routes=[Route("/actors/{atespace}/{name}", endpoint, methods=["POST"])])
+    invoker._http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app))
+    try:
+        await invoker.cancel("kagent", "session-1", "uid-1", "s", "task-1")
+    finally:
+        await invoker.close()

@@ -22,6 +22,7 @@ from a2a.client import minimal_agent_card
 from a2a.client.errors import A2AClientError, A2AClientTimeoutError
 from a2a.client.transports.jsonrpc import JsonRpcTransport
 from a2a.types import a2a_pb2
+from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
 from google.protobuf import json_format
 
 from sessionq.runtime.base import Actor, Code, InvokeRequest, SubstrateError
@@ -124,13 +125,21 @@ class A2AInvoker:
         if self.needs_actor() and (actor is None or not actor.worker_ip):
             return
         url = self.address(atespace, name, uid, actor)
-        await self._call(atespace, name, url, lambda t: t.cancel_task(to_cancel_request(uid, session_id, task_id)))
+        await self._call(atespace, name, url, lambda t: t.cancel_task(to_cancel_request(uid, session_id, task_id)),
+                         nothing_to_stop=True)
 
-    async def _call(self, atespace: str, name: str, url: str, send: Any) -> None:
+    async def _call(self, atespace: str, name: str, url: str, send: Any, *, nothing_to_stop: bool = False) -> None:
+        """`nothing_to_stop`: an Actor answering TaskNotFound or TaskNotCancelable (a CancelTask of a
+        turn it does not run, or one already ended) is a success."""
         assert self._http is not None
         transport = JsonRpcTransport(self._http, minimal_agent_card(url, ["JSONRPC"]), url, is_shared_httpx=True)
         try:
             await send(transport)
+        except (TaskNotFoundError, TaskNotCancelableError) as e:
+            if nothing_to_stop:
+                return
+            code = Code.NOT_FOUND if isinstance(e, TaskNotFoundError) else Code.FAILED_PRECONDITION
+            raise SubstrateError(code, f"actor {atespace}/{name}: {e}") from None
         except A2AClientTimeoutError as e:
             raise SubstrateError(Code.DEADLINE_EXCEEDED, f"actor {atespace}/{name}: {e}") from None
         except A2AClientError as e:
