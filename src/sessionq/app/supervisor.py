@@ -9,6 +9,8 @@ is N x (database.poolSize + 1). The supervisor itself opens no database connecti
 gRPC port bound (SO_REUSEPORT, not listening) so that no other program takes it while an API
 process restarts.
 
+- Process 0 starts alone, the others once it serves: a failure every process would meet is told
+  once.
 - A process that exits while the supervisor runs is restarted (after RESTART_DELAYS: 0.5 s, then
   longer while it keeps failing; a process that ran STABLE_AFTER seconds starts the count again).
   One that fails at its first start before it served (an address in use, a configuration the
