@@ -30,7 +30,7 @@ from sessionq._pb.kagent.api.v1alpha1 import agents_pb2, agents_pb2_grpc, common
 from sessionq.models import RevisionState
 
 POLL_INTERVAL = 0.2
-SPEC_KEYS = {"name", "namespace", "template", "egress"}
+SPEC_KEYS = {"name", "namespace", "template", "egress", "command", "args", "env"}
 API_VERSION = "api.kagent.dev/v1alpha3"  # the Agent resource (sessionq.domain.agent_resource)
 KIND = "Agent"
 
@@ -82,15 +82,19 @@ def _plain_spec(data: dict[str, Any], source: str) -> dict[str, Any]:
         if not isinstance(headers, dict):
             raise CliError(f"{source}: egress[{i}].credentialHeaders must map header names to values")
         egress.append({"url": item["url"], "credentialHeaders": {str(k): str(v) for k, v in headers.items()}})
-    return {"name": str(data["name"]), "namespace": str(data.get("namespace") or "kagent"),
-            "template": template, "egress": egress}
+    plain = {"name": str(data["name"]), "namespace": str(data.get("namespace") or "kagent"),
+             "template": template, "egress": egress}
+    # what the Actor runs: passed as given, the server validates it
+    plain.update({k: data[k] for k in ("command", "args", "env") if data.get(k) is not None})
+    return plain
 
 
 def _from_plain(spec: dict[str, Any]) -> Document:
     return Document(spec["namespace"], spec["name"], {
         "apiVersion": API_VERSION, "kind": KIND,
         "metadata": {"namespace": spec["namespace"], "name": spec["name"]},
-        "spec": {"template": spec["template"], "egress": spec["egress"]},
+        "spec": {"template": spec["template"], "egress": spec["egress"],
+                 **{k: spec[k] for k in ("command", "args", "env") if k in spec}},
     })
 
 

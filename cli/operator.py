@@ -589,6 +589,10 @@ def status_text(s: Row) -> str:
             "answers" if rt["answers"] else f"DOES NOT ANSWER ({rt['problem']})")
         where_ = f" at {rt['address']}" if rt["address"] else ""
         out.append(f"{'RUNTIME':<{label}}{rt['kind']}{where_}: {state}")
+    if s.get("process_runtime") is not None:
+        pr = s["process_runtime"]
+        out.append(f"{'PROCESS RUNTIME':<{label}}{pr['actors']} actors, {pr['with_process']} with a process;"
+                   " local OS processes, NOT isolated: egress policies are stored, not enforced")
     out.append(f"{'EXPIRY LEADER':<{label}}{leader_text(s['expiry_leader'])}")
     for leader in s["leaders"]:
         if leader["role"] != "expiry":

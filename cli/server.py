@@ -124,19 +124,23 @@ def runtime() -> None:
 
 @runtime.command("serve")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="YAML configuration file.")
-@click.option("--simulator", is_flag=True, required=True,
-              help="Serve the simulator (the only runtime served here; its state is in database.url).")
+@click.option("--simulator", is_flag=True, help="Serve the simulator (its state is in database.url).")
+@click.option("--process", "process_runtime", is_flag=True,
+              help="Serve the process runtime: Actors are this server's child processes (runtime.process.*; "
+                   "not isolated).")
 @click.option("--address", help="Listen address (default: runtime.simulator.serveAddress).")
 @click.option("--actor-address", help="Actors' A2A endpoints (default: runtime.simulator.actorAddress).")
-def runtime_serve(config_file: str | None, simulator: bool, address: str | None, actor_address: str | None) -> None:
-    """Serve the simulator as ateapi.Control (reflection, health) with an A2A endpoint per Actor."""
+def runtime_serve(config_file: str | None, simulator: bool, process_runtime: bool, address: str | None,
+                  actor_address: str | None) -> None:
+    """Serve a runtime as ateapi.Control (reflection, health) with an A2A endpoint per Actor."""
     from sessionq.app import process  # here, not at the top: client commands stay quick to start
 
-    if not simulator:
-        raise CliError("only --simulator can be served")
+    if simulator == process_runtime:
+        raise CliError("choose one runtime to serve: --simulator or --process")
     settings = load_settings(config_file)
     logs.setup(settings.logging.format, settings.logging.level)
-    finish(run(settings, process.serve_runtime(settings, address=address, actor_address=actor_address)))
+    kind = "process" if process_runtime else "simulator"
+    finish(run(settings, process.serve_runtime(settings, address=address, actor_address=actor_address, kind=kind)))
 
 
 @click.command()

@@ -334,10 +334,11 @@ KEYS: tuple[Key, ...] = (
     Key("auth.anonymousUser", _str, "", "User for calls without a token (set by `sessionq up`; empty: reject)."),
     Key(
         "runtime.kind",
-        _choice("simulator", "substrate"),
+        _choice("simulator", "substrate", "process"),
         "simulator",
-        "The Substrate implementation: `simulator` (in process) or `substrate` (a Substrate's ateapi.Control"
-        " over gRPC at runtime.substrate.address; docs/runtime.md).",
+        "The Substrate implementation: `simulator` (in process), `substrate` (a Substrate's ateapi.Control"
+        " over gRPC at runtime.substrate.address; docs/runtime.md) or `process` (Actors are local OS processes,"
+        " not isolated; one process owns them)."
     ),
     Key("runtime.simulator.workers", _int(1, 100000), 256, "Size of the simulated worker pool."),
     Key(
@@ -423,6 +424,25 @@ KEYS: tuple[Key, ...] = (
         _str,
         "gvisor",
         "sandbox_config.config_name of the actor templates sessionq creates (gVisor class).",
+    ),
+    Key(
+        "runtime.process.root",
+        _str,
+        "",
+        "Process runtime: where durable directories, snapshots, tags and logs live (empty: ./sessionq-process).",
+    ),
+    Key("runtime.process.slots", _int(1, 10000), 8, "Process runtime: process slots (Actors running at once)."),
+    Key(
+        "runtime.process.stopGrace",
+        _positive_duration,
+        5.0,
+        "Process runtime: time between SIGTERM and SIGKILL when an Actor's process is stopped.",
+    ),
+    Key(
+        "runtime.process.maxDirectoryBytes",
+        _int(0, 2**62),
+        0,
+        "Process runtime: a durable directory larger than this is not snapshotted (0: no limit).",
     ),
     Key("inventory.watchedAtespaces", _atespaces, [], "Atespaces the inventory lists (empty: all)."),
     Key(

@@ -100,6 +100,25 @@ class RuntimeSubstrateSettings:
 
 
 @dataclass(frozen=True)
+class RuntimeProcessSettings:
+    """runtime.process.*"""
+
+    root: str  # runtime.process.root
+    slots: int  # runtime.process.slots
+    stop_grace: float  # runtime.process.stopGrace
+    max_directory_bytes: int  # runtime.process.maxDirectoryBytes
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> RuntimeProcessSettings:
+        return cls(
+            root=values["runtime.process.root"],
+            slots=values["runtime.process.slots"],
+            stop_grace=values["runtime.process.stopGrace"],
+            max_directory_bytes=values["runtime.process.maxDirectoryBytes"],
+        )
+
+
+@dataclass(frozen=True)
 class DatabaseSettings:
     """database.*"""
 
@@ -273,9 +292,10 @@ class AuthSettings:
 class RuntimeSettings:
     """runtime.*"""
 
-    kind: Literal["simulator", "substrate"]  # runtime.kind
+    kind: Literal["simulator", "substrate", "process"]  # runtime.kind
     simulator: RuntimeSimulatorSettings  # runtime.simulator.*
     substrate: RuntimeSubstrateSettings  # runtime.substrate.*
+    process: RuntimeProcessSettings  # runtime.process.*
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> RuntimeSettings:
@@ -283,6 +303,7 @@ class RuntimeSettings:
             kind=values["runtime.kind"],
             simulator=RuntimeSimulatorSettings.from_values(values),
             substrate=RuntimeSubstrateSettings.from_values(values),
+            process=RuntimeProcessSettings.from_values(values),
         )
 
 

@@ -30,6 +30,7 @@ from sessionq._pb.kagent.api.v1alpha1 import (
     checkpoints_pb2,
     checkpoints_pb2_grpc,
     common_pb2,
+    sandboxes_pb2_grpc,
     sessions_pb2,
     sessions_pb2_grpc,
     task_store_pb2,
@@ -37,7 +38,7 @@ from sessionq._pb.kagent.api.v1alpha1 import (
 )
 from sessionq.api.agentcard import AgentCardServer
 from sessionq.api.common import Authenticator, rpc
-from sessionq.api.guard import RateLimitedLog, Rejection
+from sessionq.api.guard import InputGuard, RateLimitedLog, Rejection
 from sessionq.domain import workload
 from sessionq.errors import SessionqError
 
@@ -97,9 +98,6 @@ async def test_malformed_bodies_are_invalid_argument_with_one_warning(api, caplo
 async def test_unimplemented_and_unknown_methods_are_unimplemented_without_traceback(api, caplog):
     """Every method of sessionq's services is implemented now; InputGuard's answer to a method a
     servicer does not implement is exercised on a server with the generated base servicer."""
-    from sessionq._pb.kagent.api.v1alpha1 import sandboxes_pb2_grpc
-    from sessionq.api.guard import InputGuard
-
     bare = grpc.aio.server(interceptors=[InputGuard()])
     sandboxes_pb2_grpc.add_SandboxServiceServicer_to_server(sandboxes_pb2_grpc.SandboxServiceServicer(), bare)
     port = bare.add_insecure_port("127.0.0.1:0")

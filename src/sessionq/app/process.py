@@ -34,7 +34,14 @@ from grpc_health.v1 import health_pb2
 from sessionq import metrics
 from sessionq.api.agentcard import AgentCardServer
 from sessionq.api.server import ApiServer
-from sessionq.app.runtime import ServedSimulator, open_runtime, start_served_simulator, substrate_options
+from sessionq.app.runtime import (
+    ServedProcess,
+    ServedSimulator,
+    open_runtime,
+    start_served_process,
+    start_served_simulator,
+    substrate_options,
+)
 from sessionq.app.worker import run_worker
 from sessionq.config import ConfigError, Settings, grpc_message_limit
 from sessionq.console.server import ConsoleServer
@@ -383,6 +390,11 @@ async def run_services(
         await store.close(timeout=0 if forced() else 5.0)
 
 
+def process_root(data_dir: Path) -> str:
+    """Where `up` keeps the process runtime's directories, snapshots and logs (runtime.kind: process)."""
+    return str(data_dir.resolve() / "process-runtime")
+
+
 def write_client_config(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -496,6 +508,9 @@ async def _up(
             )
         await _prepare_database(url)
         sq = command_name()
+        if settings.runtime.kind == "process" and not settings.runtime.process.root:
+            # the Actors' directories and snapshots live with up's other data
+            settings = settings.with_overrides(**{"runtime.process.root": process_root(data_dir)})
         if settings.runtime.kind == "simulator" and settings.runtime.simulator.served:
             # the embedded default exercises the real client path: the simulator as an ateapi.Control
             # server on loopback (ports of its own), reached through the gRPC adapter
@@ -523,6 +538,9 @@ async def _up(
             echo(f"  psql          : {psql}")
             if served is not None:
                 echo(f"  runtime       : the simulator, served as ateapi.Control at {served.address}")
+            elif settings.runtime.kind == "process":
+                echo(f"  runtime       : the process runtime (Actors are local OS processes, NOT isolated),"
+                     f" in {settings.runtime.process.root}")
             echo(f"  client config : {user_client_config()}")
             echo("  Next, in another terminal in this directory:")
             if FIRST_AGENT.exists():
@@ -613,10 +631,13 @@ async def _stop_when_orphaned(shutdown: Shutdown, interval: float = 1.0) -> None
             return
 
 
-async def serve_runtime(settings: Settings, *, address: str | None = None, actor_address: str | None = None) -> int:
+async def serve_runtime(settings: Settings, *, address: str | None = None, actor_address: str | None = None,
+                        kind: str = "simulator") -> int:
     """`sessionq runtime serve --simulator`: the simulator as an ateapi.Control server (its state
     in database.url's PostgreSQL, shared with every replica and with fault injection) until
-    SIGINT/SIGTERM. Returns the exit status."""
+    SIGINT/SIGTERM. With kind "process" (`--process`) the process runtime instead: one server per
+    database, whose Actors are its child processes (all stopped when it stops). Returns the exit
+    status."""
     # the simulator sets session state (asynchronous commit) on its connections: never a pooler
     url = settings.direct_url
     if not url:
@@ -626,13 +647,17 @@ async def serve_runtime(settings: Settings, *, address: str | None = None, actor
     shutdown = Shutdown(settings.workers.shutdown_timeout)
     shutdown.install()
     try:
+        served: ServedSimulator | ServedProcess
         try:
-            served = await start_served_simulator(settings, url, address=address, actor_address=actor_address)
+            if kind == "process":
+                served = await start_served_process(settings, url, address=address, actor_address=actor_address)
+            else:
+                served = await start_served_simulator(settings, url, address=address, actor_address=actor_address)
         except OSError as e:
-            raise listen_error("the simulator", "runtime.simulator.serveAddress",
+            raise listen_error(f"the {kind} runtime", "runtime.simulator.serveAddress",
                                address or settings.runtime.simulator.serve_address, e) from None
-        log.info("simulator serving ateapi.Control on port %d; Actors' A2A endpoints at %s",
-                 served.port, served.endpoints.pattern)
+        log.info("%s runtime serving ateapi.Control on port %d; Actors' A2A endpoints at %s",
+                 kind, served.port, served.endpoints.pattern)
         try:
             await shutdown.stop.wait()
         finally:

@@ -1,5 +1,6 @@
 """The runtime, composed: the in-process simulator, the gRPC adapter (runtime.kind: substrate),
-and `sessionq runtime serve --simulator` (the simulator served as ateapi.Control)."""
+the process runtime (runtime.kind: process), and `sessionq runtime serve --simulator|--process`
+(either served as ateapi.Control)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sessionq.config import ConfigError, Settings, grpc_message_limit
@@ -14,6 +16,7 @@ from sessionq.runtime.ateapi.actor_endpoint import ActorEndpoints
 from sessionq.runtime.ateapi.client import SubstrateClient, SubstrateOptions
 from sessionq.runtime.ateapi.server import start_server
 from sessionq.runtime.base import Substrate
+from sessionq.runtime.process import ProcessConfig, ProcessSubstrate
 from sessionq.runtime.simulator import SimulatedSubstrate
 
 log = logging.getLogger(__name__)
@@ -55,6 +58,22 @@ def simulator(settings: Settings, url: str) -> SimulatedSubstrate:
     )
 
 
+def process_runtime(settings: Settings, url: str) -> ProcessSubstrate:
+    """The process runtime of runtime.process.* (its Actors report to the task store at
+    runtime.simulator.taskStoreAddress, else server.address; `up` and `serve` point it at their API)."""
+    p = settings.runtime.process
+    return ProcessSubstrate(
+        url,
+        ProcessConfig(
+            root=Path(p.root or "sessionq-process"),
+            slots=p.slots,
+            stop_grace=p.stop_grace,
+            max_directory_bytes=p.max_directory_bytes,
+            taskstore_address=settings.runtime.simulator.task_store_address or settings.server.address,
+        ),
+    )
+
+
 @contextlib.asynccontextmanager
 async def open_runtime(settings: Settings, url: str, **overrides: Any) -> AsyncIterator[Substrate]:
     """The configured runtime, open. A Substrate that does not answer yet is no error here: its
@@ -70,6 +89,15 @@ async def open_runtime(settings: Settings, url: str, **overrides: Any) -> AsyncI
             yield client
         finally:
             await client.close()
+        return
+    if settings.runtime.kind == "process":
+        # this process owns the Actors' processes (one per database: a second one is refused)
+        proc = process_runtime(settings, url)
+        await proc.open()
+        try:
+            yield proc
+        finally:
+            await proc.close()
         return
     sim = simulator(settings, url)
     await sim.open()
@@ -112,3 +140,39 @@ async def start_served_simulator(settings: Settings, url: str, *, address: str |
         await sim.close()
         raise
     return ServedSimulator(sim, server, port, endpoints)
+
+
+@dataclass
+class ServedProcess:
+    """The process runtime served as ateapi.Control plus its Actors' A2A endpoints (each turn is
+    relayed to the Actor's process by its `invoke`)."""
+
+    runtime: ProcessSubstrate
+    server: Any
+    port: int
+    endpoints: ActorEndpoints
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def stop(self, grace: float = 1.0) -> None:
+        await self.server.stop(grace)
+        await self.endpoints.stop()
+        await self.runtime.close()  # stops every Actor's process
+
+
+async def start_served_process(settings: Settings, url: str, *, address: str | None = None,
+                               actor_address: str | None = None) -> ServedProcess:
+    runtime = process_runtime(settings, url)
+    await runtime.open()
+    try:
+        server, port, _ = await start_server(runtime, address or settings.runtime.simulator.serve_address)
+        if port == 0:
+            raise OSError(f"cannot listen on {address or settings.runtime.simulator.serve_address}")
+        endpoints = ActorEndpoints(runtime)
+        await endpoints.start(actor_address or settings.runtime.simulator.actor_address)
+    except BaseException:
+        await runtime.close()
+        raise
+    return ServedProcess(runtime, server, port, endpoints)

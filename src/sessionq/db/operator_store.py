@@ -309,7 +309,19 @@ class OperatorStore:
         queues = await self._rows("SELECT * FROM sessionq.queue_depth ORDER BY queue_name, status")
         stalled = await self._rows("SELECT count(*) AS jobs FROM sessionq.stalled_jobs")
         paused = await self._rows("SELECT queue_name, paused_by, paused_at FROM sessionq.paused_queues ORDER BY 1")
+        # the process runtime (sessionq.runtime.process) keeps its own schema: shown when it is in use
+        process = await self._rows(
+            "SELECT to_regclass('sessionq_process.actors') IS NOT NULL AS present"
+        )
+        process_runtime = None
+        if process and process[0]["present"]:
+            counts = await self._rows(
+                "SELECT count(*) AS actors, count(*) FILTER (WHERE worker IS NOT NULL) AS with_process"
+                " FROM sessionq_process.actors"
+            )
+            process_runtime = counts[0] if counts else None
         return {
+            "process_runtime": process_runtime,
             "paused_queues": paused,
             "recent_failures": await self.recent_failures(5),
             "sessions": {r["state"]: r["sessions"] for r in sessions},

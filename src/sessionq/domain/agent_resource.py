@@ -1,7 +1,8 @@
 """The Agent as kagent's AgentService carries it: one resource, `apiVersion`, `kind`, `metadata`,
 `spec` and `status`, as plain JSON-like data (the API turns it into a protobuf Struct).
 
-`spec` is sessionq's Agent spec (`template`, `egress`); the name and namespace are the resource's
+`spec` is sessionq's Agent spec (`template`, `egress`, and what the Actor runs: `command`, `args`,
+`env`); the name and namespace are the resource's
 metadata and must agree with the request's `ref`. `status` is output only: the Accepted,
 ResolvedRefs, Compatible and Ready conditions, the desired and the latest successful revision and
 every revision's state. Credential header values are write-only: every resource built here holds
@@ -20,7 +21,7 @@ from sessionq.models import Agent, Revision
 API_VERSION = "api.kagent.dev/v1alpha3"
 KIND = "Agent"
 RESOURCE_KEYS = {"apiVersion", "kind", "metadata", "spec", "status"}
-SPEC_KEYS = {"template", "egress"}
+SPEC_KEYS = {"template", "egress", "command", "args", "env"}
 
 
 def spec_from_resource(namespace: str, name: str, api_version: str, kind: str, value: Any) -> AgentSpec:
@@ -89,7 +90,11 @@ def resource_of(agent: Agent, revisions: list[Revision]) -> dict[str, Any]:
             "generation": desired.number if desired else 0,
             "annotations": {"sessionq.dev/created-by": agent.created_by},
         },
-        "spec": {"template": spec.get("template", ""), "egress": spec.get("egress") or []},
+        "spec": {
+            "template": spec.get("template", ""),
+            "egress": spec.get("egress") or [],
+            **{k: spec[k] for k in ("command", "args", "env") if spec.get(k)},
+        },
         "status": {
             "observedGeneration": desired.number if desired else 0,
             "conditions": [

@@ -52,6 +52,14 @@ _TEMPLATE_RULE = (
     "...@sha256:<64 hex digits>: lowercase path components, optional tag and digest, no spaces or "
     f"control characters, at most {_TEMPLATE_MAX} characters"
 )
+# what an Agent runs (the Actor's container: command, args, env), with the limits of ateapi's Container
+ARGV_MAX_ITEMS = 64
+ARGV_MAX_CHARS = 4096
+ENV_MAX_ITEMS = 32
+ENV_NAME_MAX = 256
+ENV_VALUE_MAX = 32768
+RESERVED_ENV_PREFIX = "SESSIONQ_"  # set by sessionq and its runtimes (workload token, durable directory, ...)
+_ENV_NAME = re.compile(r"^[\x21-\x3c\x3e-\x7e]+$")  # printable ASCII without '=' or spaces
 # C0 controls, DEL and C1 controls; header values may hold a horizontal tab (RFC 9110)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _CONTROL_BUT_TAB = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
@@ -104,6 +112,53 @@ def check_egress_url(index: int, url: str) -> None:
         )
 
 
+def check_argv(value: Any, what: str) -> tuple[str, ...]:
+    """An Agent's command or args: a list of at most 64 strings of at most 4096 characters, without
+    NUL (the message never repeats an item)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise errors.invalid(f"{what} must be a list of strings")
+    if len(value) > ARGV_MAX_ITEMS:
+        raise errors.invalid(f"{what} has {len(value)} items; at most {ARGV_MAX_ITEMS}")
+    for i, v in enumerate(value):
+        if len(v) > ARGV_MAX_CHARS:
+            raise errors.invalid(f"{what}[{i}] is longer than {ARGV_MAX_CHARS} characters")
+        if "\x00" in v:
+            raise errors.invalid(f"{what}[{i}] must not contain a NUL character")
+    if what == "command" and value and not value[0]:
+        raise errors.invalid("command[0] (the program) must not be empty")
+    return tuple(value)
+
+
+def check_env(value: Any) -> dict[str, str]:
+    """An Agent's env: a mapping of at most 32 variables, names of printable ASCII without '=' (not
+    starting with SESSIONQ_, which sessionq sets), string values of at most 32768 characters."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise errors.invalid("env must map variable names to string values")
+    if len(value) > ENV_MAX_ITEMS:
+        raise errors.invalid(f"env has {len(value)} variables; at most {ENV_MAX_ITEMS}")
+    env: dict[str, str] = {}
+    for name, v in value.items():
+        if not isinstance(name, str) or not _ENV_NAME.match(name) or len(name) > ENV_NAME_MAX:
+            raise errors.invalid(
+                f"env: {errors.clip(str(name))!r} is not a variable name (printable ASCII without '=' or "
+                f"spaces, at most {ENV_NAME_MAX} characters)"
+            )
+        if name.upper().startswith(RESERVED_ENV_PREFIX):
+            raise errors.invalid(f"env: {name[:64]!r}: names starting with {RESERVED_ENV_PREFIX} are set by sessionq")
+        if not isinstance(v, str):
+            raise errors.invalid(f"env: the value of {name[:64]!r} must be a string (quote numbers and booleans)")
+        if len(v) > ENV_VALUE_MAX:
+            raise errors.invalid(f"env: the value of {name[:64]!r} is longer than {ENV_VALUE_MAX} characters")
+        if "\x00" in v:
+            raise errors.invalid(f"env: the value of {name[:64]!r} must not contain a NUL character")
+        env[name] = v
+    return env
+
+
 @dataclass(frozen=True)
 class EgressDestination:
     url: str
@@ -119,6 +174,10 @@ class AgentSpec:
     description: str = ""
     # the A2A skills its card advertises: {id, name, description, tags, examples}
     skills: tuple[dict[str, Any], ...] = ()
+    # what the Actor runs (a process runtime's default agent without a command; a container runtime's image)
+    command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict, hash=False)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -132,7 +191,17 @@ class AgentSpec:
             out["description"] = self.description
         if self.skills:
             out["skills"] = [dict(k) for k in self.skills]
+        if self.command:
+            out["command"] = list(self.command)
+        if self.args:
+            out["args"] = list(self.args)
+        if self.env:
+            out["env"] = dict(self.env)
         return out
+
+    def with_egress(self, egress: tuple[EgressDestination, ...]) -> AgentSpec:
+        return AgentSpec(self.namespace, self.name, self.template, egress, self.description, self.skills,
+                         self.command, self.args, dict(self.env))
 
     @property
     def image(self) -> str:
@@ -151,7 +220,7 @@ def parse_spec(data: Any) -> AgentSpec:
             raise errors.invalid(f"agent spec is not valid YAML: {e}") from None
     if not isinstance(data, dict):
         raise errors.invalid("agent spec must be a mapping with at least a name")
-    unknown = set(data) - {"name", "namespace", "template", "egress", "description", "skills"}
+    unknown = set(data) - {"name", "namespace", "template", "egress", "description", "skills", "command", "args", "env"}
     if unknown:
         raise errors.invalid(f"agent spec has unknown keys: {', '.join(sorted(unknown))}")
     name = check_name(str(data.get("name") or ""), "agent name")
@@ -181,8 +250,11 @@ def parse_spec(data: Any) -> AgentSpec:
                     "control characters (CR, LF, ...)"
                 )
         egress.append(EgressDestination(item["url"], dict(headers)))
+    command = check_argv(data.get("command"), "command")
+    args = check_argv(data.get("args"), "args")
+    env = check_env(data.get("env"))
     return AgentSpec(namespace, name, template, tuple(egress), _description(data.get("description")),
-                     _skills(data.get("skills")))
+                     _skills(data.get("skills")), command, args, env)
 
 
 MAX_SKILLS = 32
@@ -267,7 +339,7 @@ def keep_stored_credentials(spec: AgentSpec, stored: dict[str, Any] | None, agen
                 v = known[(dest.url, k.lower())]
             headers[k] = v
         egress.append(EgressDestination(dest.url, headers))
-    return AgentSpec(spec.namespace, spec.name, spec.template, tuple(egress))
+    return spec.with_egress(tuple(egress))
 
 
 def compile_egress(spec: AgentSpec, cluster_domain: str = "cluster.local") -> list[dict[str, Any]]:
@@ -365,6 +437,17 @@ def _is_partial_cluster_name(host: str, cluster_domain: str) -> bool:
     return "svc" in labels or labels[-1] in ("local", "cluster")
 
 
+def process_of(spec: dict[str, Any]) -> dict[str, Any]:
+    """The command, args and env a stored revision spec declares (only those it sets)."""
+    out: dict[str, Any] = {}
+    for key in ("command", "args"):
+        if spec.get(key):
+            out[key] = [str(v) for v in spec[key]]
+    if spec.get("env"):
+        out["env"] = {str(k): str(v) for k, v in spec["env"].items()}
+    return out
+
+
 async def prepare_revision(store: Store, runtime: Substrate, revision_id: UUID) -> RevisionState:
     """Create the revision's actor template (once; a retry adopts the template it already made)
     and record the outcome. Returns the revision's final state."""
@@ -378,7 +461,9 @@ async def prepare_revision(store: Store, runtime: Substrate, revision_id: UUID) 
             if e.code != Code.NOT_FOUND:
                 raise
             try:
-                template = await runtime.create_actor_template(rev.template_atespace, rev.template_name, rev.image)
+                template = await runtime.create_actor_template(
+                    rev.template_atespace, rev.template_name, rev.image, **process_of(rev.spec)
+                )
             except SubstrateError as again:
                 if again.code != Code.ALREADY_EXISTS:
                     raise

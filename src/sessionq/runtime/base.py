@@ -100,6 +100,8 @@ class Actor:
     created_at: datetime
     updated_at: datetime
     snapshots: tuple[Snapshot, ...] = ()  # all generations, ascending
+    crash_message: str | None = None  # CRASHED: why (a process runtime: exit status and stderr tail)
+    crash_exit_status: int | None = None  # CRASHED: the process's exit status (negative: killed by that signal)
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,10 @@ class ActorTemplate:
     image: str
     version: int
     created_at: datetime
+    # what the Actor's container runs (ateapi Container.command/args/env): argv is command then args
+    command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True)
@@ -152,6 +158,12 @@ class Worker:
     state: str
 
 
+# What an invoke carries to the Actor besides the message, as keys of the A2A SendMessageRequest's
+# metadata: the Session (the task store's session_id) and the dispatch reservation (its dispatch_id).
+INVOKE_SESSION_KEY = "sessionq.dev/session-id"
+INVOKE_DISPATCH_KEY = "sessionq.dev/dispatch-id"
+
+
 @dataclass(frozen=True)
 class InvokeRequest:
     """One message delivered to an Actor's private A2A endpoint (port 80).
@@ -186,7 +198,19 @@ class Substrate(RuntimeReader, Protocol):
     that name has another UID (a same-name replacement is never adopted, clause Q-11)."""
 
     # actor templates (one per prepared revision)
-    async def create_actor_template(self, atespace: str, name: str, image: str) -> ActorTemplate: ...
+    async def create_actor_template(
+        self,
+        atespace: str,
+        name: str,
+        image: str,
+        *,
+        command: list[str] | None = None,
+        args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> ActorTemplate:
+        """Create a template whose container runs `image` (with `command`, `args` and `env`
+        when given: argv is command then args). ALREADY_EXISTS if one of that name exists."""
+        ...
     async def get_actor_template(self, atespace: str, name: str) -> ActorTemplate: ...
     async def delete_actor_template(self, atespace: str, name: str, uid: str) -> None: ...
 

@@ -255,10 +255,19 @@ class SubstrateClient:
 
     # templates -----------------------------------------------------------------------------------
 
-    async def create_actor_template(self, atespace: str, name: str, image: str) -> ActorTemplate:
+    async def create_actor_template(
+        self,
+        atespace: str,
+        name: str,
+        image: str,
+        *,
+        command: list[str] | None = None,
+        args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> ActorTemplate:
         request = pb.CreateActorTemplateRequest(actor_template=pb.ActorTemplate(
             metadata=pb.ResourceMetadata(atespace=atespace, name=name),
-            containers=[pb.Container(name=codec.CONTAINER_NAME, image=image)],
+            containers=[codec.container(image, command, args, env)],
             snapshot_config=pb.SnapshotConfig(storage_location=self.options.snapshot_storage,
                                               preferred_fidelity=pb.SNAPSHOT_FIDELITY_VOLUMES),
             sandbox_config=pb.SandboxConfig(sandbox_class=pb.SANDBOX_CLASS_GVISOR,

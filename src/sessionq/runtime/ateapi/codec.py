@@ -146,6 +146,8 @@ def actor_to_pb(a: Actor) -> pb.Actor:
         snapshots=[snapshot_to_pb(s) for s in a.snapshots],
         last_assigned_generation=max((s.generation for s in a.snapshots), default=0),
     )
+    if a.crash_message:
+        status.crash.CopyFrom(pb.ActorCrash(message=a.crash_message[:4096], crash_time=timestamp(a.updated_at)))
     if a.worker is not None:
         status.worker_assignment.CopyFrom(
             pb.WorkerAssignment(worker=ref("", a.worker), worker_pod=a.worker,
@@ -196,6 +198,7 @@ def actor_from_pb(m: pb.Actor) -> Actor:
         created_at=from_timestamp(md.create_time, md.HasField("create_time")),
         updated_at=updated,
         snapshots=tuple(snaps),
+        crash_message=(m.status.crash.message or None) if m.status.HasField("crash") else None,
     )
 
 
@@ -207,10 +210,24 @@ def template_to_pb(t: ActorTemplate, *, storage_location: str = "", sandbox_conf
     return pb.ActorTemplate(
         metadata=pb.ResourceMetadata(atespace=t.atespace, name=t.name, uid=t.uid, version=t.version,
                                      create_time=timestamp(t.created_at), update_time=timestamp(t.created_at)),
-        containers=[pb.Container(name=CONTAINER_NAME, image=t.image)],
+        containers=[container(t.image, list(t.command), list(t.args), dict(t.env))],
         snapshot_config=pb.SnapshotConfig(storage_location=storage_location,
                                           preferred_fidelity=pb.SNAPSHOT_FIDELITY_VOLUMES),
         sandbox_config=pb.SandboxConfig(sandbox_class=pb.SANDBOX_CLASS_GVISOR, config_name=sandbox_config),
+    )
+
+
+def container(
+    image: str, command: list[str] | None = None, args: list[str] | None = None, env: dict[str, str] | None = None
+) -> pb.Container:
+    """The template's one container: its image, and what it runs (argv is command then args) with
+    which environment (issue 18: the Agent spec's command, args and env)."""
+    return pb.Container(
+        name=CONTAINER_NAME,
+        image=image,
+        command=list(command or []),
+        args=list(args or []),
+        env=[pb.EnvVar(name=k, value=v) for k, v in sorted((env or {}).items())],
     )
 
 
@@ -227,6 +244,9 @@ def template_from_pb(m: pb.ActorTemplate) -> ActorTemplate:
         image=m.containers[0].image,
         version=md.version,
         created_at=from_timestamp(md.create_time, md.HasField("create_time")),
+        command=tuple(m.containers[0].command),
+        args=tuple(m.containers[0].args),
+        env={e.name: e.value for e in m.containers[0].env},
     )
 
 

@@ -188,7 +188,11 @@ class ControlService(pb_grpc.ControlServicer):
                                         "actor_template")
             if not t.containers or not t.containers[0].image:
                 raise SubstrateError(Code.INVALID_ARGUMENT, "actor_template: a container with an image is required")
-            made = await self.runtime.create_actor_template(atespace, name, t.containers[0].image)
+            c = t.containers[0]
+            made = await self.runtime.create_actor_template(
+                atespace, name, c.image, command=list(c.command), args=list(c.args),
+                env={e.name: e.value for e in c.env},
+            )
             return codec.template_to_pb(made, storage_location=t.snapshot_config.storage_location,
                                         sandbox_config=t.sandbox_config.config_name)
 

@@ -63,13 +63,13 @@ from sessionq.runtime.base import (
     Tag,
     Worker,
 )
-from sessionq.runtime.simulator.agent import run_turn
+from sessionq.runtime.deterministic_agent import run_turn
 from sessionq.runtime.simulator.database import (
     _Cursor,
 )
 from sessionq.runtime.simulator.faults import FaultInjection
-from sessionq.runtime.simulator.taskstore_client import TaskStoreClient, TaskStoreError
 from sessionq.runtime.simulator.turns import parse_message, play_turn
+from sessionq.runtime.taskstore_client import TaskStoreClient, TaskStoreError
 
 __all__ = ["WORKLOAD_TOKEN_ENV", "SimulatedSubstrate", "decode_actor_token", "encode_actor_token"]
 
@@ -430,7 +430,19 @@ class SimulatedSubstrate(FaultInjection):
 
     # templates -----------------------------------------------------------------------------
 
-    async def create_actor_template(self, atespace: str, name: str, image: str) -> ActorTemplate:
+    async def create_actor_template(
+        self,
+        atespace: str,
+        name: str,
+        image: str,
+        *,
+        command: list[str] | None = None,
+        args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> ActorTemplate:
+        # the simulated agent runs in process: a command, its arguments and environment are accepted and ignored
+        del command, args, env
+
         async def op() -> ActorTemplate:
             _require_name("atespace", atespace)
             _require_name("template name", name)

@@ -13,8 +13,8 @@ from google.protobuf import json_format
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from sessionq.runtime.base import Code, InvokeRequest, SubstrateError
-from sessionq.runtime.simulator.agent import TurnResult
-from sessionq.runtime.simulator.taskstore_client import TaskStoreClient
+from sessionq.runtime.deterministic_agent import TurnResult
+from sessionq.runtime.taskstore_client import TaskStoreClient
 
 CANCEL_CHECK = 0.05  # how often a working turn looks for a cancel (seconds)
 

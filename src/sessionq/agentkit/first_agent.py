@@ -1,0 +1,96 @@
+"""my-first-agent as a real process: the deterministic agent the simulator plays (arithmetic,
+"remember the number 7", "what did I ask you first?"), written with the A2A SDK (a2a-sdk). The
+process runtime runs it for an Agent that names no command (``python -m
+sessionq.agentkit.first_agent``); examples/agents/first_agent.py runs it too.
+
+Its memory is a file, memory.json, in its durable directory (the working directory sessionq gives
+it): sessionq snapshots that directory when it suspends the agent between turns, restores it on
+the next turn, and a checkpoint's fork starts from the checkpoint's copy of it.
+
+The one sessionq-specific line is ``run(FirstAgent())`` (sessionq.agentkit.run, in `main`), where a plain a2a-sdk
+agent would build its server and run uvicorn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
+from a2a.server.tasks import TaskUpdater
+from a2a.types import a2a_pb2
+
+from sessionq.agentkit.server import data_dir, run
+from sessionq.runtime.deterministic_agent import run_turn  # the simulated agent's logic (pure, no I/O)
+
+MEMORY = "memory.json"
+
+
+def load_memory(directory: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((directory / MEMORY).read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def save_memory(directory: Path, memory: dict[str, Any]) -> None:
+    """Write the memory atomically: a killed process leaves the old file or the new one."""
+    tmp = directory / f".{MEMORY}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(memory, f, ensure_ascii=False)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, directory / MEMORY)
+
+
+class FirstAgent(AgentExecutor):
+    def __init__(self, directory: Path | None = None) -> None:
+        self.directory = Path(directory or data_dir())
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        text = context.get_user_input()
+        continuation = context.current_task is not None
+        turn = run_turn(load_memory(self.directory), text, continuation=continuation)
+        task_id = context.task_id or ""
+        context_id = context.context_id or ""
+        updater = TaskUpdater(event_queue, task_id, context_id)
+        if context.current_task is None and context.message is not None:
+            await event_queue.enqueue_event(
+                a2a_pb2.Task(
+                    id=task_id,
+                    context_id=context_id,
+                    status=a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_SUBMITTED),
+                    history=[context.message],
+                )
+            )
+        await updater.start_work()
+        if turn.delay > 0:
+            await asyncio.sleep(turn.delay)
+        save_memory(self.directory, turn.memory)
+        answer = updater.new_agent_message([a2a_pb2.Part(text=turn.answer)])
+        state = a2a_pb2.TaskState.Value(turn.state)
+        if state == a2a_pb2.TASK_STATE_COMPLETED:
+            await updater.add_artifact([a2a_pb2.Part(text=turn.answer)], name="answer")
+            await updater.complete(answer)
+        elif state == a2a_pb2.TASK_STATE_INPUT_REQUIRED:
+            await updater.requires_input(answer)
+        elif state == a2a_pb2.TASK_STATE_AUTH_REQUIRED:
+            await updater.requires_auth(answer)
+        else:
+            await updater.failed(answer)
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        await TaskUpdater(event_queue, context.task_id or "", context.context_id or "").cancel()
+
+
+def main() -> None:
+    run(FirstAgent())
+
+
+if __name__ == "__main__":
+    main()

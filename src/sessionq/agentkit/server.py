@@ -1,0 +1,239 @@
+"""Serve an a2a-sdk `AgentExecutor` as a sessionq Actor.
+
+`run(executor)` is the one line an agent author changes: where an a2a-sdk agent builds its request
+handler with an in-memory task store and runs uvicorn, it calls ``sessionq.agentkit.run(executor,
+card)`` instead. Under sessionq it then
+
+- serves A2A (JSON-RPC over HTTP, and the agent card) on the Actor's private endpoint: the
+  listening socket the runtime hands over (SESSIONQ_A2A_FD), or SESSIONQ_A2A_PORT on 127.0.0.1;
+- keeps its tasks in sessionq through kagent's TaskStoreService (SESSIONQ_TASKSTORE_ADDRESS) with
+  its workload credential (SESSIONQ_WORKLOAD_TOKEN) and each turn's dispatch id;
+- settles the task (SettleTask at the last version it wrote) when the SDK's execution of the
+  request stops: a terminal state, or a wait for input or authorization. An agent that answers with
+  a bare Message gets a COMPLETED task holding it.
+
+Stopped with SIGTERM (the runtime suspends it), it finishes what it serves and exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+import warnings
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import uvicorn
+from a2a.server.agent_execution import AgentExecutor
+from a2a.server.cluster.version import TaskVersion
+from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.types import a2a_pb2
+from google.protobuf.timestamp_pb2 import Timestamp
+from starlette.applications import Starlette
+
+from sessionq.agentkit.taskstore import DISPATCH_STATE, SESSION_STATE, KagentTaskStore
+from sessionq.runtime.taskstore_client import TaskStoreClient
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "A2A_FD_ENV",
+    "A2A_PORT_ENV",
+    "DATA_DIR_ENV",
+    "TASKSTORE_ENV",
+    "WORKLOAD_TOKEN_ENV",
+    "SettlingRequestHandler",
+    "data_dir",
+    "default_card",
+    "run",
+    "serve",
+]
+
+# what the runtime gives an Actor's process (sessionq.runtime.process sets them)
+WORKLOAD_TOKEN_ENV = "SESSIONQ_WORKLOAD_TOKEN"
+TASKSTORE_ENV = "SESSIONQ_TASKSTORE_ADDRESS"
+DATA_DIR_ENV = "SESSIONQ_DATA_DIR"
+A2A_FD_ENV = "SESSIONQ_A2A_FD"
+A2A_PORT_ENV = "SESSIONQ_A2A_PORT"
+ACTOR_ENV = "SESSIONQ_ACTOR"
+
+_SETTLED_STATES = frozenset(
+    {
+        a2a_pb2.TASK_STATE_COMPLETED,
+        a2a_pb2.TASK_STATE_FAILED,
+        a2a_pb2.TASK_STATE_CANCELED,
+        a2a_pb2.TASK_STATE_REJECTED,
+        a2a_pb2.TASK_STATE_INPUT_REQUIRED,
+        a2a_pb2.TASK_STATE_AUTH_REQUIRED,
+    }
+)
+_WRITTEN = "sessionq.dev/tasks-written"
+
+
+def data_dir() -> str:
+    """The Actor's durable directory (what survives suspend, resume, checkpoints and forks)."""
+    return os.environ.get(DATA_DIR_ENV) or os.getcwd()
+
+
+def _now() -> Timestamp:
+    ts = Timestamp()
+    ts.GetCurrentTime()
+    return ts
+
+
+class SettlingRequestHandler(DefaultRequestHandler):
+    """The SDK's request handler over a `KagentTaskStore`, settling each turn when it stops."""
+
+    def __init__(self, executor: AgentExecutor, store: KagentTaskStore, card: a2a_pb2.AgentCard) -> None:
+        with warnings.catch_warnings():
+            # one Actor serves its Session alone: no cross-replica event stream is needed
+            warnings.simplefilter("ignore")
+            logging.getLogger("a2a.server.request_handlers.default_request_handler_v2").disabled = True
+            super().__init__(agent_executor=executor, task_store=store, agent_card=card)
+            logging.getLogger("a2a.server.request_handlers.default_request_handler_v2").disabled = False
+        self.store = store
+
+    @staticmethod
+    def _bind(params: a2a_pb2.SendMessageRequest, context: ServerCallContext) -> None:
+        for key in (SESSION_STATE, DISPATCH_STATE):
+            value = params.metadata.fields.get(key)
+            if value is not None and value.string_value:
+                context.state[key] = value.string_value
+
+    async def _settle_written(self, context: ServerCallContext) -> None:
+        for task_id in list(context.state.get(_WRITTEN) or ()):
+            known = self.store.versions.get(task_id)
+            if known is not None and known[1] in _SETTLED_STATES:
+                await self.store.settle(context, task_id)
+
+    async def _record_message(
+        self, params: a2a_pb2.SendMessageRequest, answer: a2a_pb2.Message, context: ServerCallContext
+    ) -> None:
+        """A bare Message answer: kept as a COMPLETED task (sessionq's turns are tasks), settled."""
+        user = a2a_pb2.Message()
+        user.CopyFrom(params.message)
+        task_id = user.task_id or str(uuid.uuid4())
+        context_id = user.context_id or context.state.get(SESSION_STATE) or str(uuid.uuid4())
+        user.task_id, user.context_id = task_id, context_id
+        reply = a2a_pb2.Message()
+        reply.CopyFrom(answer)
+        reply.task_id, reply.context_id = task_id, context_id
+        # as any turn: the task WORKING first, then its final state (staged until it is settled)
+        task = a2a_pb2.Task(
+            id=task_id,
+            context_id=context_id,
+            status=a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_WORKING, timestamp=_now()),
+            history=[user],
+        )
+        version = await self.store.save(
+            task, event=None, prev=None, prev_version=TaskVersion.MISSING, context=context
+        )
+        task.status.CopyFrom(a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_COMPLETED, message=reply, timestamp=_now()))
+        task.history.append(reply)
+        event = a2a_pb2.TaskStatusUpdateEvent(task_id=task_id, context_id=context_id, status=task.status)
+        await self.store.save(task, event=event, prev=None, prev_version=version, context=context)
+        await self.store.settle(context, task_id)
+
+    async def on_message_send(
+        self, params: a2a_pb2.SendMessageRequest, context: ServerCallContext
+    ) -> a2a_pb2.Message | a2a_pb2.Task:
+        self._bind(params, context)
+        context.state.setdefault(_WRITTEN, set())
+        try:
+            result = await super().on_message_send(params, context)
+        except BaseException:
+            await self._settle_written(context)
+            raise
+        if isinstance(result, a2a_pb2.Message):
+            await self._record_message(params, result, context)
+        else:
+            await self._settle_written(context)
+        return result
+
+    async def on_message_send_stream(
+        self, params: a2a_pb2.SendMessageRequest, context: ServerCallContext
+    ) -> AsyncGenerator[Any, None]:
+        self._bind(params, context)
+        context.state.setdefault(_WRITTEN, set())
+        try:
+            async for event in super().on_message_send_stream(params, context):
+                yield event
+        finally:
+            await self._settle_written(context)
+
+
+class _TrackingStore(KagentTaskStore):
+    """Records, in the call context, the tasks each request wrote (what its turn settles)."""
+
+    async def save(
+        self, task: a2a_pb2.Task, *, event: Any, prev: Any, prev_version: Any, context: ServerCallContext
+    ) -> Any:
+        version = await super().save(task, event=event, prev=prev, prev_version=prev_version, context=context)
+        written = context.state.get(_WRITTEN)
+        if isinstance(written, set):
+            written.add(task.id)
+        return version
+
+
+def default_card(url: str, name: str | None = None, description: str = "An agent run by sessionq") -> a2a_pb2.AgentCard:
+    return a2a_pb2.AgentCard(
+        name=name or os.environ.get(ACTOR_ENV, "agent").rsplit("/", 1)[-1],
+        description=description,
+        version="1.0.0",
+        supported_interfaces=[a2a_pb2.AgentInterface(protocol_binding="JSONRPC", url=url, protocol_version="1.0")],
+        capabilities=a2a_pb2.AgentCapabilities(streaming=False),
+        default_input_modes=["text/plain"],
+        default_output_modes=["text/plain"],
+        skills=[a2a_pb2.AgentSkill(id="chat", name="chat", description=description, tags=["chat"])],
+    )
+
+
+def _listening_socket() -> socket.socket:
+    fd = os.environ.get(A2A_FD_ENV)
+    if fd:
+        sock = socket.socket(fileno=int(fd))
+    else:
+        port = int(os.environ.get(A2A_PORT_ENV) or 0)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen(128)
+    sock.setblocking(False)
+    return sock
+
+
+def _required(name: str) -> str:
+    value = os.environ.get(name)
+    if not value:
+        raise SystemExit(f"sessionq.agentkit: {name} is not set; run this agent under sessionq's process runtime")
+    return value
+
+
+async def serve(executor: AgentExecutor, card: a2a_pb2.AgentCard | None = None) -> None:
+    """Serve `executor` until SIGTERM (see the module docstring)."""
+    token = _required(WORKLOAD_TOKEN_ENV)
+    client = TaskStoreClient(_required(TASKSTORE_ENV), token)
+    store = _TrackingStore(client, token)
+    sock = _listening_socket()
+    host, port = sock.getsockname()[:2]
+    url = f"http://{host}:{port}/"
+    if card is None:
+        card = default_card(url)
+    handler = SettlingRequestHandler(executor, store, card)
+    app = Starlette(routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, "/")])
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        await client.close()
+
+
+def run(executor: AgentExecutor, card: a2a_pb2.AgentCard | None = None) -> None:
+    """Run `executor` as a sessionq Actor (blocks until the runtime stops the process)."""
+    logging.basicConfig(level=logging.WARNING)
+    asyncio.run(serve(executor, card))

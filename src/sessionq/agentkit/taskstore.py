@@ -1,0 +1,122 @@
+"""An a2a-sdk task store backed by kagent's TaskStoreService: the Actor keeps its tasks in sessionq.
+
+`KagentTaskStore` implements the SDK's `VersionedTaskStore`: a first write is CreateTask, every
+later one UpdateTask with the version the previous write returned (a stale version, ABORTED, is the
+SDK's ConcurrentTaskModificationError), a read is GetTask with its version. Every call carries the
+Actor's workload credential (SESSIONQ_WORKLOAD_TOKEN) and the turn's dispatch id, which the
+request's metadata brings (sessionq.dev/dispatch-id, copied into the call context by
+`SettlingRequestHandler`). The last version written of each task is kept so that the turn can be
+settled (SettleTask) at it when the SDK's execution of the request stops.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+from a2a.server.cluster.task_store import ConcurrentTaskModificationError, StoredTask, VersionedTaskStore
+from a2a.server.cluster.version import TaskVersion
+from a2a.server.context import ServerCallContext
+from a2a.server.events.event_queue import Event
+from a2a.types import a2a_pb2
+
+from sessionq.runtime.base import INVOKE_DISPATCH_KEY, INVOKE_SESSION_KEY
+from sessionq.runtime.taskstore_client import TaskStoreClient, TaskStoreError
+
+log = logging.getLogger(__name__)
+
+__all__ = ["DISPATCH_STATE", "SESSION_STATE", "KagentTaskStore", "session_of_token"]
+
+SESSION_STATE = INVOKE_SESSION_KEY  # keys of ServerCallContext.state
+DISPATCH_STATE = INVOKE_DISPATCH_KEY
+TOKEN_PREFIX = "sqw."
+
+
+def session_of_token(token: str) -> str | None:
+    """The Session a workload credential (``sqw.<session id>.<mac>``) was issued for."""
+    if not token.startswith(TOKEN_PREFIX):
+        return None
+    sid, _, _ = token[len(TOKEN_PREFIX) :].rpartition(".")
+    return sid or None
+
+
+def _event(event: Event | None) -> a2a_pb2.StreamResponse | None:
+    if isinstance(event, a2a_pb2.TaskStatusUpdateEvent):
+        return a2a_pb2.StreamResponse(status_update=event)
+    if isinstance(event, a2a_pb2.TaskArtifactUpdateEvent):
+        return a2a_pb2.StreamResponse(artifact_update=event)
+    if isinstance(event, a2a_pb2.Task):
+        return a2a_pb2.StreamResponse(task=event)
+    return None
+
+
+def _value(version: TaskVersion) -> int:
+    return 0 if version.is_missing else int(version._value)
+
+
+class KagentTaskStore(VersionedTaskStore):
+    def __init__(self, client: TaskStoreClient, token: str) -> None:
+        self.client = client
+        self.default_session = session_of_token(token)
+        self.versions: dict[str, tuple[int, int]] = {}  # task id -> (last version written, its state)
+
+    def _session(self, context: ServerCallContext) -> str:
+        sid = context.state.get(SESSION_STATE) or self.default_session
+        if not sid:
+            raise ValueError("no session id: the request carries no sessionq.dev/session-id metadata")
+        return str(sid)
+
+    @staticmethod
+    def _dispatch(context: ServerCallContext) -> str | None:
+        value = context.state.get(DISPATCH_STATE)
+        return str(value) if value else None
+
+    async def save(
+        self,
+        task: a2a_pb2.Task,
+        *,
+        event: Event | None,
+        prev: a2a_pb2.Task | None,
+        prev_version: TaskVersion,
+        context: ServerCallContext,
+    ) -> TaskVersion:
+        del prev
+        session = self._session(context)
+        dispatch = self._dispatch(context)
+        try:
+            if prev_version.is_missing and task.id not in self.versions:
+                version = await self.client.create_task(session, task, dispatch)
+            else:
+                expected = _value(prev_version) or self.versions.get(task.id, (0, 0))[0]
+                version = await self.client.update_task(session, task, expected, _event(event), dispatch)
+        except TaskStoreError as exc:
+            if exc.code == grpc.StatusCode.ABORTED:
+                raise ConcurrentTaskModificationError(task.id) from exc
+            raise
+        self.versions[task.id] = (version, int(task.status.state))
+        return TaskVersion(version)
+
+    async def get(self, task_id: str, context: ServerCallContext) -> StoredTask | None:
+        try:
+            task, version = await self.client.get_task(self._session(context), task_id)
+        except TaskStoreError as exc:
+            if exc.code == grpc.StatusCode.NOT_FOUND:
+                return None
+            raise
+        self.versions[task_id] = (version, int(task.status.state))
+        return StoredTask(task, TaskVersion(version))
+
+    async def list(self, params: a2a_pb2.ListTasksRequest, context: ServerCallContext) -> a2a_pb2.ListTasksResponse:
+        return await self.client.list_tasks(self._session(context), params)
+
+    async def delete(self, task_id: str, context: ServerCallContext) -> None:
+        # sessionq keeps a Session's tasks (their retention is the control plane's): nothing to do
+        log.debug("task %s: delete ignored (sessionq keeps a Session's tasks)", task_id)
+
+    async def settle(self, context: ServerCallContext, task_id: str) -> bool:
+        """Settle the task at the last version this Actor wrote; False when it wrote none."""
+        known = self.versions.get(task_id)
+        if known is None:
+            return False
+        await self.client.settle_task(self._session(context), task_id, known[0])
+        return True

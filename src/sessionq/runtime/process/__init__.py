@@ -1,0 +1,15 @@
+"""The process runtime: a `Substrate` whose Actors are OS processes on this machine.
+
+- `substrate.py`: `ProcessSubstrate` (Actors, templates, tags, slots, egress policies, listings);
+- `children.py`: starting, stopping and finding the Actors' processes;
+- `archive.py`: durable directories and their compressed snapshots;
+- `invoke.py`: a turn delivered to the Actor's private A2A endpoint;
+- `database.py` and `schema.sql`: its own connection pool and schema, ``sessionq_process``.
+
+It isolates nothing: egress policies are stored and returned, never enforced.
+"""
+
+from sessionq.runtime.process.database import install_schema
+from sessionq.runtime.process.substrate import DATA_DIR_ENV, ProcessConfig, ProcessSubstrate
+
+__all__ = ["DATA_DIR_ENV", "ProcessConfig", "ProcessSubstrate", "install_schema"]

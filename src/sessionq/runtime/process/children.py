@@ -1,0 +1,198 @@
+"""The Actors' OS processes: started in their own process group (a new session) with a private
+listening socket they inherit, stopped with SIGTERM then SIGKILL to the whole group, and found in
+the process table after a restart.
+
+On Linux each child is also started with PR_SET_PDEATHSIG (SIGKILL when the runtime's thread
+that started it dies, set by util-linux's setpriv before it execs the command), so even a runtime
+killed with SIGKILL leaves no agent behind; the runtime's restart then kills what is left of each
+recorded process group (reconcile)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import shutil
+import signal
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+__all__ = [
+    "Child",
+    "describe_exit",
+    "kill_group",
+    "process_start_time",
+    "start_child",
+    "stderr_tail",
+]
+
+STDERR_TAIL = 2000  # bytes of stderr a crash message quotes
+# Linux: started through util-linux's setpriv, which sets PR_SET_PDEATHSIG and execs the command (no
+# Python code runs between fork and exec: the runtime's gRPC threads make that unsafe)
+SETPRIV = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+
+
+def resolve(program: str, path: str | None) -> str:
+    """The executable `program` names (searched in `path` when it has no slash); FileNotFoundError
+    or PermissionError as the OS would give them to exec."""
+    if "/" in program:
+        found: str | None = program
+    else:
+        found = shutil.which(program, path=path or os.defpath)
+    if found is None or not os.path.exists(found):
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+    if os.path.isdir(found) or not os.access(found, os.X_OK):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
+    return found
+
+
+def process_start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat), None when
+    there is no such process or no /proc. With the pid it names one process, whatever pid reuse."""
+    try:
+        data = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # the command name (field 2) is in parentheses and may contain spaces
+    fields = data[data.rfind(")") + 2 :].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def kill_group(pgid: int, sig: int = signal.SIGKILL) -> bool:
+    """Signal every process of the group; False when the group no longer exists."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"the process was killed by {name}"
+    return f"the process exited with status {returncode}"
+
+
+def stderr_tail(path: Path, limit: int = STDERR_TAIL) -> str:
+    """The last `limit` bytes of the process's stderr, decoded leniently, trimmed."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(size - limit, 0))
+            data = f.read()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace").strip()
+    return ("\u2026" + text) if size > limit and text else text
+
+
+def _log_files(logs: Path, uid: str) -> tuple[BinaryIO, BinaryIO]:
+    """The process's stdout (appended) and stderr (this start's only: its tail explains a crash)."""
+    logs.mkdir(parents=True, exist_ok=True)
+    return open(logs / f"{uid}.stdout", "ab"), open(logs / f"{uid}.stderr", "wb")
+
+
+@dataclass
+class Child:
+    """One running Actor process, owned by this runtime server."""
+
+    uid: str
+    process: asyncio.subprocess.Process
+    pid: int
+    port: int
+    stderr: Path
+    stopping: bool = False  # a stop the runtime asked for: its exit is no crash
+    exited: asyncio.Event = field(default_factory=asyncio.Event)
+    returncode: int | None = None
+    watcher: asyncio.Task[None] | None = None
+
+
+async def start_child(
+    uid: str,
+    argv: list[str],
+    env: dict[str, str],
+    cwd: Path,
+    logs: Path,
+) -> Child:
+    """Start `argv` in `cwd` with exactly `env` (plus the socket's variables), in a new session
+    (its own process group), stdin from /dev/null, stdout and stderr to files under `logs`. The
+    child inherits a listening TCP socket on 127.0.0.1 (SESSIONQ_A2A_FD, SESSIONQ_A2A_PORT): its
+    private A2A endpoint accepts connections from the moment it starts. Raises OSError when the
+    command cannot be started (not found, not executable)."""
+    program = resolve(argv[0], env.get("PATH"))
+    exec_argv = [program, *argv[1:]]
+    if SETPRIV is not None:
+        exec_argv = [SETPRIV, "--pdeathsig", "KILL", "--", *exec_argv]
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+        sock.set_inheritable(True)
+        port = sock.getsockname()[1]
+        fd = sock.fileno()
+        full_env = {**env, "SESSIONQ_A2A_FD": str(fd), "SESSIONQ_A2A_PORT": str(port)}
+        stderr_path = logs / f"{uid}.stderr"
+        out, err = _log_files(logs, uid)
+        with out, err:
+            process = await asyncio.create_subprocess_exec(
+                *exec_argv,
+                cwd=cwd,
+                env=full_env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+                pass_fds=(fd,),
+            )
+    finally:
+        sock.close()
+    return Child(uid=uid, process=process, pid=process.pid, port=port, stderr=stderr_path)
+
+
+async def stop_child(child: Child, grace: float, *, paused: bool = False) -> None:
+    """Stop the child's process group: SIGTERM (a paused group is continued so it can act on it),
+    SIGKILL after `grace` seconds, then SIGKILL whatever of the group is left."""
+    child.stopping = True
+    if child.returncode is None:
+        kill_group(child.pid, signal.SIGTERM)
+        if paused:
+            kill_group(child.pid, signal.SIGCONT)
+        try:
+            await asyncio.wait_for(child.exited.wait(), timeout=grace)
+        except TimeoutError:
+            kill_group(child.pid, signal.SIGKILL)
+            await child.exited.wait()
+    kill_group(child.pid, signal.SIGKILL)  # descendants that outlived the leader
+
+
+def kill_recorded(pid: int, pid_start: int | None) -> bool:
+    """Kill the process group a previous runtime server recorded for an Actor, unless the pid now
+    names another process (its start time differs). True when something was signalled."""
+    start = process_start_time(pid)
+    if start is not None and pid_start is not None and start != pid_start:
+        return False  # the pid was reused by an unrelated process (which then leads its own group)
+    with contextlib.suppress(PermissionError):
+        return kill_group(pid, signal.SIGKILL)
+    return False

@@ -1,0 +1,835 @@
+"""`ProcessSubstrate`: a `Substrate` whose Actors are OS processes on this machine.
+
+- State (templates, actors, snapshots, tags, slots, egress policies) is in PostgreSQL, in the
+  schema ``sessionq_process`` (schema.sql); each transition is one of its functions, and the process
+  and file work happens between them with no transaction open.
+- An Actor's process runs the template's argv (command then args) with the template's env, the
+  Actor's env and SESSIONQ_DATA_DIR (its durable directory, also its working directory), in its own
+  process group; it inherits a listening socket on 127.0.0.1 (SESSIONQ_A2A_FD / SESSIONQ_A2A_PORT),
+  its private A2A endpoint, which `invoke` dials.
+- Workers are a fixed number of process slots; an Actor with a process holds one.
+- Suspend (VOLUMES): SIGTERM to the group, SIGKILL after the grace period, the durable directory
+  written as a tar.gz snapshot (a new generation, IN_PROGRESS until the archive is renamed into
+  place, then COMPLETED), the slot freed, the directory removed. Resume restores the latest
+  COMPLETED snapshot into a fresh directory and starts the process. Pause is SIGSTOP (the slot
+  kept), resuming a paused Actor SIGCONT.
+- Tags hold their own copy of a snapshot; an Actor created from a tag starts from a further copy.
+  Delete stops the process and removes the directory and the Actor's own snapshots, never a tag's.
+- A process that exits on its own makes the Actor CRASHED with its exit status and the tail of its
+  stderr. One runtime server owns the schema at a time (an advisory lock); at start it reconciles:
+  an Actor recorded with a process of an earlier server is CRASHED and what is left of its process
+  group is killed. `close` stops every child: no process outlives the runtime server.
+- Egress policies are stored and returned, NOT enforced: the process runtime isolates nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import tarfile
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.rows import DictRow
+from psycopg.types.json import Jsonb
+
+from sessionq.runtime.base import (
+    Actor,
+    ActorState,
+    ActorTemplate,
+    Code,
+    EgressPolicy,
+    EgressRule,
+    InvokeRequest,
+    Page,
+    Snapshot,
+    SnapshotFidelity,
+    SnapshotStatus,
+    Substrate,
+    SubstrateError,
+    Tag,
+    Worker,
+)
+from sessionq.runtime.process import archive, children
+from sessionq.runtime.process.children import Child
+from sessionq.runtime.process.database import SERVER_LOCK_KEY, Cursor, ProcessDatabase, install_schema
+from sessionq.runtime.process.invoke import cancel_actor_turn, invoke_actor
+from sessionq.runtime.simulator.substrate import (
+    _canonical_rules,
+    _rule_collection,
+    decode_actor_token,
+    encode_actor_token,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["DATA_DIR_ENV", "ProcessConfig", "ProcessSubstrate"]
+
+DATA_DIR_ENV = "SESSIONQ_DATA_DIR"
+TASKSTORE_ENV = "SESSIONQ_TASKSTORE_ADDRESS"
+ACTOR_ENV = "SESSIONQ_ACTOR"
+# variables of the runtime's own environment an Actor's process inherits (nothing else leaks)
+INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
+ARGV_LIMIT = 64
+ARG_LENGTH = 4096
+_WITH_PROCESS = (ActorState.RESUMING, ActorState.RUNNING, ActorState.PAUSED, ActorState.SUSPENDING)
+
+
+@dataclass(frozen=True)
+class ProcessConfig:
+    root: Path  # durable directories, snapshots, tags, logs
+    slots: int = 8  # process slots (workers)
+    stop_grace: float = 5.0  # seconds between SIGTERM and SIGKILL
+    max_directory_bytes: int = 0  # a durable directory above this is not snapshotted; 0: no limit
+    keep_snapshots: int = 2  # completed generations kept per Actor (the newest)
+    compress_level: int = 6
+    taskstore_address: str | None = None  # "host:port" of the TaskStoreService, given to every process
+    turn_timeout: float = 600.0  # seconds an invoke waits for the Actor's answer
+    # what a template without a command runs: the runtime's default agent (the tutorial's
+    # my-first-agent, sessionq.agentkit.first_agent, with this interpreter); () refuses such templates
+    default_command: tuple[str, ...] = (sys.executable, "-m", "sessionq.agentkit.first_agent")
+
+
+_ACTOR_SELECT = (
+    "SELECT a.*, w.ip AS worker_ip FROM sessionq_process.actors a"
+    " LEFT JOIN sessionq_process.workers w ON w.name = a.worker"
+)
+
+
+def _snapshot(row: DictRow) -> Snapshot:
+    return Snapshot(
+        generation=row["generation"],
+        fidelity=SnapshotFidelity(row["fidelity"]),
+        status=SnapshotStatus(row["status"]),
+        uri=f"file://{row['path']}" if row["path"] else "",
+        created_at=row["created_at"],
+    )
+
+
+def _actor(row: DictRow, snapshots: list[Snapshot]) -> Actor:
+    return Actor(
+        atespace=row["atespace"],
+        name=row["name"],
+        uid=row["uid"],
+        template=row["template"],
+        state=ActorState(row["state"]),
+        worker=row["worker"],
+        worker_ip=row["worker_ip"],
+        version=row["version"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        snapshots=tuple(snapshots),
+        crash_message=row["crash_message"],
+        crash_exit_status=row["crash_exit_status"],
+    )
+
+
+def _page_size(page_size: int) -> int:
+    if page_size < 0:
+        raise SubstrateError(Code.INVALID_ARGUMENT, f"negative page_size {page_size}")
+    return DEFAULT_PAGE_SIZE if page_size == 0 else min(page_size, MAX_PAGE_SIZE)
+
+
+def _require_name(kind: str, value: str) -> None:
+    if not isinstance(value, str) or not value or "/" in value or value in (".", "..") or "\x00" in value:
+        raise SubstrateError(Code.INVALID_ARGUMENT, f"invalid {kind} {value!r}")
+
+
+def _split_template(template: str) -> tuple[str, str]:
+    atespace, sep, name = template.partition("/")
+    if not sep or not atespace or not name or "/" in name:
+        raise SubstrateError(Code.INVALID_ARGUMENT, f"template must be '<atespace>/<name>', got {template!r}")
+    return atespace, name
+
+
+def _check_argv(kind: str, values: list[str]) -> list[str]:
+    if len(values) > ARGV_LIMIT:
+        raise SubstrateError(Code.INVALID_ARGUMENT, f"{kind}: at most {ARGV_LIMIT} items")
+    for v in values:
+        if not isinstance(v, str) or len(v) > ARG_LENGTH or "\x00" in v:
+            raise SubstrateError(
+                Code.INVALID_ARGUMENT, f"{kind}: each item is a string of at most {ARG_LENGTH} characters without NUL"
+            )
+    return list(values)
+
+
+def _check_env(env: dict[str, str]) -> dict[str, str]:
+    for k, v in env.items():
+        if not isinstance(k, str) or not k or "=" in k or "\x00" in k or not isinstance(v, str) or "\x00" in v:
+            raise SubstrateError(Code.INVALID_ARGUMENT, f"invalid environment variable {str(k)[:64]!r}")
+    return dict(env)
+
+
+class ProcessSubstrate:
+    """See the module docstring. ``async with ProcessSubstrate(url, config)`` or `open` / `close`."""
+
+    def __init__(self, conninfo: str, config: ProcessConfig) -> None:
+        self.config = config
+        self.root = Path(config.root).resolve()
+        self.taskstore_address = config.taskstore_address
+        self.server_id = str(uuid.uuid4())
+        self._conninfo = conninfo
+        self._db = ProcessDatabase(conninfo)
+        self._lock_conn: psycopg.AsyncConnection[Any] | None = None
+        self._children: dict[str, Child] = {}
+        self._actor_locks: dict[str, asyncio.Lock] = {}
+        # tests: runs between an archive's write and its rename
+        self.before_rename: Callable[[Path], None] | None = None
+
+    # lifecycle ------------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        for sub in ("actors", "snapshots", "tags", "logs"):
+            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        await install_schema(self._conninfo, slots=self.config.slots)
+        conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+        cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (SERVER_LOCK_KEY,))
+        row = await cur.fetchone()
+        if not (row and row[0]):
+            await conn.close()
+            raise SubstrateError(
+                Code.FAILED_PRECONDITION,
+                "another process runtime server already runs on this database (schema sessionq_process)",
+            )
+        self._lock_conn = conn
+        await self._db.open()
+        await self.reconcile()
+
+    async def close(self) -> None:
+        """Stop every child process (no process outlives the runtime server); their Actors become
+        CRASHED at the next start's reconciliation unless suspended first."""
+        kids = list(self._children.values())
+        await asyncio.gather(*(children.stop_child(c, 1.0) for c in kids), return_exceptions=True)
+        for c in kids:
+            if c.watcher is not None:
+                c.watcher.cancel()
+        self._children.clear()
+        await self._db.close()
+        conn, self._lock_conn = self._lock_conn, None
+        if conn is not None:
+            await conn.close()
+
+    async def __aenter__(self) -> ProcessSubstrate:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def reconcile(self) -> list[str]:
+        """Actors recorded with a process of an earlier runtime server become CRASHED; what is left
+        of their process groups is killed. Returns their UIDs."""
+        lost = await self._db.call("SELECT sessionq_process.reconcile(%s)", (self.server_id,))
+        uids = []
+        for item in lost or []:
+            uids.append(item["uid"])
+            if item.get("pid"):
+                children.kill_recorded(int(item["pid"]), item.get("pid_start"))
+        if uids:
+            log.warning("process runtime: %d actor(s) lost their process in a restart: CRASHED", len(uids))
+        return uids
+
+    def _lock(self, uid: str) -> asyncio.Lock:
+        return self._actor_locks.setdefault(uid, asyncio.Lock())
+
+    # paths ------------------------------------------------------------------------------------
+
+    def data_dir(self, uid: str) -> Path:
+        return self.root / "actors" / uid / "data"
+
+    def _snapshot_path(self, uid: str, generation: int) -> Path:
+        return self.root / "snapshots" / uid / f"{generation}.tar.gz"
+
+    def _tag_path(self, atespace: str, uid: str) -> Path:
+        return self.root / "tags" / atespace / f"{uid}.tar.gz"
+
+    # reads ------------------------------------------------------------------------------------
+
+    @staticmethod
+    async def _snapshots_of(cur: Cursor, uids: list[str]) -> dict[str, list[Snapshot]]:
+        result: dict[str, list[Snapshot]] = {u: [] for u in uids}
+        if uids:
+            await cur.execute(
+                "SELECT * FROM sessionq_process.snapshots WHERE actor_uid = ANY(%s) ORDER BY actor_uid, generation",
+                (uids,),
+            )
+            for row in await cur.fetchall():
+                result[row["actor_uid"]].append(_snapshot(row))
+        return result
+
+    async def _load(self, atespace: str, name: str) -> Actor:
+        async with self._db.tx() as cur:
+            await cur.execute(_ACTOR_SELECT + " WHERE a.atespace = %s AND a.name = %s", (atespace, name))
+            row = await cur.fetchone()
+            if row is None:
+                raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{name} not found")
+            snaps = await self._snapshots_of(cur, [row["uid"]])
+        return _actor(row, snaps[row["uid"]])
+
+    async def _row(self, atespace: str, name: str, uid: str | None) -> DictRow:
+        async with self._db.tx() as cur:
+            await cur.execute(
+                "SELECT * FROM sessionq_process.actors WHERE atespace = %s AND name = %s", (atespace, name)
+            )
+            row = await cur.fetchone()
+        if row is None:
+            raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{name} not found")
+        if uid is not None and row["uid"] != uid:
+            raise SubstrateError(
+                Code.FAILED_PRECONDITION,
+                f"actor uid mismatch for {atespace}/{name}: expected {uid}, found {row['uid']}",
+            )
+        return row
+
+    # templates --------------------------------------------------------------------------------
+
+    async def create_actor_template(
+        self,
+        atespace: str,
+        name: str,
+        image: str,
+        *,
+        command: list[str] | None = None,
+        args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> ActorTemplate:
+        _require_name("atespace", atespace)
+        _require_name("template name", name)
+        cmd = _check_argv("command", list(command or []))
+        arguments = _check_argv("args", list(args or []))
+        variables = _check_env(dict(env or {}))
+        if not cmd:
+            if not self.config.default_command:
+                raise SubstrateError(
+                    Code.INVALID_ARGUMENT,
+                    f"actor template {atespace}/{name}: the process runtime needs a command (the Agent spec's command)",
+                )
+            cmd = list(self.config.default_command)  # the runtime's default agent, as an empty template means
+        async with self._db.tx() as cur:
+            await cur.execute(
+                "INSERT INTO sessionq_process.templates (atespace, name, uid, image, command, args, env)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (atespace, name) DO NOTHING RETURNING *",
+                (atespace, name, str(uuid.uuid4()), image, Jsonb(cmd), Jsonb(arguments), Jsonb(variables)),
+            )
+            row = await cur.fetchone()
+        if row is None:
+            raise SubstrateError(Code.ALREADY_EXISTS, f"actor template {atespace}/{name} already exists")
+        return self._template(row)
+
+    @staticmethod
+    def _template(row: DictRow) -> ActorTemplate:
+        return ActorTemplate(
+            atespace=row["atespace"],
+            name=row["name"],
+            uid=row["uid"],
+            image=row["image"],
+            version=row["version"],
+            created_at=row["created_at"],
+            command=tuple(row["command"]),
+            args=tuple(row["args"]),
+            env=dict(row["env"]),
+        )
+
+    async def get_actor_template(self, atespace: str, name: str) -> ActorTemplate:
+        async with self._db.tx() as cur:
+            await cur.execute(
+                "SELECT * FROM sessionq_process.templates WHERE atespace = %s AND name = %s", (atespace, name)
+            )
+            row = await cur.fetchone()
+        if row is None:
+            raise SubstrateError(Code.NOT_FOUND, f"actor template {atespace}/{name} not found")
+        return self._template(row)
+
+    async def delete_actor_template(self, atespace: str, name: str, uid: str) -> None:
+        async with self._db.tx() as cur:
+            await cur.execute(
+                "DELETE FROM sessionq_process.templates WHERE atespace = %s AND name = %s AND uid = %s RETURNING uid",
+                (atespace, name, uid),
+            )
+            if await cur.fetchone() is None:
+                await cur.execute(
+                    "SELECT uid FROM sessionq_process.templates WHERE atespace = %s AND name = %s", (atespace, name)
+                )
+                other = await cur.fetchone()
+                if other is None:
+                    raise SubstrateError(Code.NOT_FOUND, f"actor template {atespace}/{name} not found")
+                raise SubstrateError(
+                    Code.FAILED_PRECONDITION,
+                    f"actor template uid mismatch for {atespace}/{name}: expected {uid}, found {other['uid']}",
+                )
+
+    # actors -----------------------------------------------------------------------------------
+
+    async def create_actor(
+        self,
+        atespace: str,
+        name: str,
+        template: str,
+        *,
+        from_tag: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Actor:
+        _require_name("atespace", atespace)
+        _require_name("actor name", name)
+        t_atespace, t_name = _split_template(template)
+        variables = _check_env(dict(env or {}))
+        uid = str(uuid.uuid4())
+        seeded: Path | None = None
+        async with self._db.tx() as cur:
+            await cur.execute(
+                "SELECT 1 FROM sessionq_process.templates WHERE atespace = %s AND name = %s FOR KEY SHARE",
+                (t_atespace, t_name),
+            )
+            if await cur.fetchone() is None:
+                raise SubstrateError(
+                    Code.NOT_FOUND, f"actor template {template} not found (creating actor {atespace}/{name})"
+                )
+            tag = None
+            if from_tag is not None:
+                await cur.execute(
+                    "SELECT * FROM sessionq_process.tags WHERE atespace = %s AND name = %s FOR KEY SHARE",
+                    (atespace, from_tag),
+                )
+                tag = await cur.fetchone()
+                if tag is None:
+                    raise SubstrateError(
+                        Code.NOT_FOUND, f"tag {atespace}/{from_tag} not found (creating actor {atespace}/{name})"
+                    )
+            await cur.execute(
+                "INSERT INTO sessionq_process.actors (atespace, name, uid, template, state, env, last_generation)"
+                " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (atespace, name) DO NOTHING RETURNING uid",
+                (atespace, name, uid, template, ActorState.SUSPENDED.value, Jsonb(variables), 1 if tag else 0),
+            )
+            if await cur.fetchone() is None:
+                raise SubstrateError(Code.ALREADY_EXISTS, f"actor {atespace}/{name} already exists")
+            if tag is not None:
+                # the fork's first generation is its own copy of the tag's archive
+                seeded = self._snapshot_path(uid, 1)
+                await asyncio.to_thread(archive.link_or_copy, Path(tag["path"]), seeded)
+                await cur.execute(
+                    "INSERT INTO sessionq_process.snapshots (actor_uid, atespace, actor_name, generation, fidelity,"
+                    " status, path, size_bytes, completed_at)"
+                    " VALUES (%s, %s, %s, 1, %s, %s, %s, %s, clock_timestamp())",
+                    (
+                        uid,
+                        atespace,
+                        name,
+                        tag["fidelity"],
+                        SnapshotStatus.COMPLETED.value,
+                        str(seeded),
+                        seeded.stat().st_size,
+                    ),
+                )
+        return await self._load(atespace, name)
+
+    async def get_actor(self, atespace: str, name: str) -> Actor:
+        return await self._load(atespace, name)
+
+    async def resume_actor(self, atespace: str, name: str, uid: str) -> tuple[Actor, bool]:
+        async with self._lock(uid):
+            step = await self._db.call(
+                "SELECT sessionq_process.begin_resume(%s, %s, %s, %s)", (atespace, name, uid, self.server_id)
+            )
+            if step["action"] == "none":
+                return await self._load(atespace, name), False
+            if step["action"] == "continue":
+                child = self._children.get(uid)
+                if child is not None:
+                    children.kill_group(child.pid, children.signal.SIGCONT)
+                await self._db.call("SELECT sessionq_process.continue_paused(%s)", (uid,))
+                return await self._load(atespace, name), True
+            await self._start(atespace, name, uid, step)
+            return await self._load(atespace, name), True
+
+    def _process_env(
+        self, atespace: str, name: str, template_env: dict[str, str], actor_env: dict[str, str], data: Path
+    ) -> dict[str, str]:
+        env = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
+        env.update(template_env)
+        env.update(actor_env)
+        env[DATA_DIR_ENV] = str(data)
+        env[ACTOR_ENV] = f"{atespace}/{name}"
+        if self.taskstore_address:
+            env.setdefault(TASKSTORE_ENV, self.taskstore_address)
+        return env
+
+    async def _start(self, atespace: str, name: str, uid: str, step: dict[str, Any]) -> None:
+        """Restore the latest completed snapshot into a fresh directory and start the process (the
+        Actor is RESUMING and holds a slot). A process that cannot start makes it CRASHED."""
+        data = self.data_dir(uid)
+        snapshot = Path(step["snapshot"]) if step.get("snapshot") else None
+        template = step.get("template") or {}
+        argv = [*template.get("command", []), *template.get("args", [])]
+        try:
+            await asyncio.to_thread(archive.restore_archive, snapshot, data)
+            env = self._process_env(atespace, name, dict(template.get("env") or {}), dict(step.get("env") or {}), data)
+            if not argv:
+                raise FileNotFoundError("the actor template has no command")
+            child = await children.start_child(uid, argv, env, data, self.root / "logs")
+        except (OSError, tarfile.TarError) as exc:
+            message = f"the process could not start: {exc}"
+            await self._db.call("SELECT sessionq_process.crash(%s, NULL, NULL, %s)", (uid, message))
+            raise SubstrateError(Code.FAILED_PRECONDITION, f"actor {atespace}/{name}: {message}") from exc
+        self._children[uid] = child
+        child.watcher = asyncio.get_running_loop().create_task(self._watch(child))
+        try:
+            await self._db.call(
+                "SELECT sessionq_process.finish_resume(%s, %s, %s, %s, %s)",
+                (uid, self.server_id, child.pid, children.process_start_time(child.pid), child.port),
+            )
+        except BaseException:
+            await children.stop_child(child, 0.0)
+            raise
+
+    async def _watch(self, child: Child) -> None:
+        """Wait for the process to end; an end the runtime did not ask for is a crash."""
+        returncode = await child.process.wait()
+        child.returncode = returncode
+        child.exited.set()
+        if child.stopping:
+            return
+        children.kill_group(child.pid)  # what the process left behind in its group
+        tail = children.stderr_tail(child.stderr)
+        message = children.describe_exit(returncode) + (f"; stderr: {tail}" if tail else "")
+        try:
+            await self._db.call(
+                "SELECT sessionq_process.crash(%s, %s, %s, %s)", (child.uid, child.pid, returncode, message)
+            )
+        except Exception:  # the reconciliation at the next start records it
+            log.exception("process runtime: recording the crash of actor %s failed", child.uid)
+        if self._children.get(child.uid) is child:
+            del self._children[child.uid]
+        log.warning("process runtime: actor %s crashed: %s", child.uid, message)
+
+    async def _stop(self, uid: str, *, paused: bool) -> None:
+        child = self._children.pop(uid, None)
+        if child is not None:
+            await children.stop_child(child, self.config.stop_grace, paused=paused)
+
+    async def suspend_actor(
+        self, atespace: str, name: str, uid: str, fidelity: SnapshotFidelity = SnapshotFidelity.VOLUMES
+    ) -> Actor:
+        fid = SnapshotFidelity(fidelity)
+        if fid != SnapshotFidelity.VOLUMES:
+            raise SubstrateError(
+                Code.INVALID_ARGUMENT,
+                f"snapshot fidelity {fid.value} rejected (suspending {atespace}/{name}): the process runtime "
+                "snapshots the durable directory only (VOLUMES)",
+            )
+        async with self._lock(uid):
+            step = await self._db.call(
+                "SELECT sessionq_process.begin_suspend(%s, %s, %s, %s)", (atespace, name, uid, fid.value)
+            )
+            if step["action"] == "none":
+                return await self._load(atespace, name)
+            generation = int(step["generation"])
+            await self._stop(uid, paused=bool(step["paused"]))
+            data = self.data_dir(uid)
+            limit = self.config.max_directory_bytes
+            size = await asyncio.to_thread(archive.directory_size, data) if data.exists() else 0
+            if limit and size > limit:
+                message = (
+                    f"durable directory is {size} bytes, over the limit of {limit} bytes "
+                    f"(runtime.process.maxDirectoryBytes): snapshot generation {generation} refused; "
+                    "the previous snapshot is kept and the next resume starts from it"
+                )
+                await self._db.call("SELECT sessionq_process.crash(%s, NULL, NULL, %s)", (uid, message))
+                raise SubstrateError(Code.FAILED_PRECONDITION, f"actor {atespace}/{name}: {message}")
+            dest = self._snapshot_path(uid, generation)
+            try:
+                if not data.exists():
+                    data.mkdir(parents=True)
+                archive_size = await asyncio.to_thread(
+                    archive.write_archive,
+                    data,
+                    dest,
+                    level=self.config.compress_level,
+                    before_rename=self.before_rename,
+                )
+            except Exception as exc:
+                message = f"snapshot generation {generation} could not be written: {exc}"
+                await self._db.call("SELECT sessionq_process.crash(%s, NULL, NULL, %s)", (uid, message))
+                raise SubstrateError(Code.INTERNAL, f"actor {atespace}/{name}: {message}") from exc
+            done = await self._db.call(
+                "SELECT sessionq_process.finish_suspend(%s, %s, %s, %s, %s)",
+                (uid, generation, str(dest), archive_size, max(self.config.keep_snapshots, 1)),
+            )
+            _unlink(done.get("dropped") or [])
+            await asyncio.to_thread(archive.remove_tree, data)
+            return await self._load(atespace, name)
+
+    async def pause_actor(self, atespace: str, name: str, uid: str) -> Actor:
+        async with self._lock(uid):
+            step = await self._db.call("SELECT sessionq_process.pause(%s, %s, %s)", (atespace, name, uid))
+            if step["action"] == "stop":
+                child = self._children.get(uid)
+                if child is not None:
+                    children.kill_group(child.pid, children.signal.SIGSTOP)
+            return await self._load(atespace, name)
+
+    async def delete_actor(self, atespace: str, name: str, uid: str, *, any_state: bool = False) -> None:
+        async with self._lock(uid):
+            step = await self._db.call(
+                "SELECT sessionq_process.begin_delete(%s, %s, %s, %s)", (atespace, name, uid, bool(any_state))
+            )
+            await self._stop(uid, paused=True)
+            _unlink(step.get("paths") or [])
+            await asyncio.to_thread(archive.remove_tree, self.root / "actors" / uid)
+            await asyncio.to_thread(archive.remove_tree, self.root / "snapshots" / uid)
+            for suffix in ("stdout", "stderr"):
+                (self.root / "logs" / f"{uid}.{suffix}").unlink(missing_ok=True)
+        self._actor_locks.pop(uid, None)
+
+    # egress (stored, not enforced) --------------------------------------------------------
+
+    async def create_egress_policy(self, atespace: str, actor: str, uid: str, rules: list[EgressRule]) -> EgressPolicy:
+        data = _canonical_rules(rules, actor=f"{atespace}/{actor}")
+        async with self._db.tx() as cur:
+            await cur.execute("SELECT sessionq_process.lock_actor(%s, %s, %s)", (atespace, actor, uid))
+            await cur.execute(
+                "INSERT INTO sessionq_process.egress_policies (actor_uid, atespace, actor_name, rules)"
+                " VALUES (%s, %s, %s, %s) ON CONFLICT (actor_uid) DO NOTHING RETURNING *",
+                (uid, atespace, actor, Jsonb(data)),
+            )
+            row = await cur.fetchone()
+        if row is None:
+            raise SubstrateError(
+                Code.ALREADY_EXISTS, f"egress policy default of actor {atespace}/{actor} already exists"
+            )
+        return EgressPolicy(actor_uid=uid, rules=_rule_collection(row["rules"]), version=row["version"])
+
+    async def get_egress_policy(self, atespace: str, actor: str) -> EgressPolicy:
+        async with self._db.tx() as cur:
+            await cur.execute(
+                "SELECT a.uid, p.actor_uid, p.rules, p.version FROM sessionq_process.actors a"
+                " LEFT JOIN sessionq_process.egress_policies p ON p.actor_uid = a.uid"
+                " WHERE a.atespace = %s AND a.name = %s",
+                (atespace, actor),
+            )
+            row = await cur.fetchone()
+        if row is None:
+            raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{actor} not found")
+        if row["actor_uid"] is None:
+            raise SubstrateError(Code.NOT_FOUND, f"egress policy default of actor {atespace}/{actor} not found")
+        return EgressPolicy(actor_uid=row["uid"], rules=_rule_collection(row["rules"]), version=row["version"])
+
+    async def update_egress_policy(self, atespace: str, actor: str, uid: str, rules: list[EgressRule]) -> EgressPolicy:
+        data = _canonical_rules(rules, actor=f"{atespace}/{actor}")
+        async with self._db.tx() as cur:
+            await cur.execute("SELECT sessionq_process.lock_actor(%s, %s, %s)", (atespace, actor, uid))
+            await cur.execute(
+                "UPDATE sessionq_process.egress_policies SET rules = %s, version = version + 1,"
+                " updated_at = clock_timestamp() WHERE actor_uid = %s RETURNING *",
+                (Jsonb(data), uid),
+            )
+            row = await cur.fetchone()
+        if row is None:
+            raise SubstrateError(Code.NOT_FOUND, f"egress policy default of actor {atespace}/{actor} not found")
+        return EgressPolicy(actor_uid=uid, rules=_rule_collection(row["rules"]), version=row["version"])
+
+    # tags -------------------------------------------------------------------------------------
+
+    async def create_tag(self, atespace: str, name: str, actor: str, uid: str) -> Tag:
+        _require_name("tag name", name)
+        async with self._lock(uid):
+            async with self._db.tx() as cur:
+                await cur.execute("SELECT (sessionq_process.lock_actor(%s, %s, %s)).*", (atespace, actor, uid))
+                row = await cur.fetchone()
+                assert row is not None
+                if row["state"] != ActorState.SUSPENDED.value:
+                    raise SubstrateError(
+                        Code.FAILED_PRECONDITION,
+                        f"actor {atespace}/{actor} is {row['state']}; only a SUSPENDED actor can be tagged",
+                    )
+                await cur.execute(
+                    "SELECT * FROM sessionq_process.snapshots WHERE actor_uid = %s AND status = %s"
+                    " ORDER BY generation DESC LIMIT 1",
+                    (uid, SnapshotStatus.COMPLETED.value),
+                )
+                snap = await cur.fetchone()
+                if snap is None:
+                    raise SubstrateError(Code.FAILED_PRECONDITION, f"actor {atespace}/{actor} has no snapshot to tag")
+                await cur.execute(
+                    "SELECT 1 FROM sessionq_process.tags WHERE atespace = %s AND name = %s", (atespace, name)
+                )
+                if await cur.fetchone() is not None:
+                    raise SubstrateError(Code.ALREADY_EXISTS, f"tag {atespace}/{name} already exists")
+                tag_uid = str(uuid.uuid4())
+                path = self._tag_path(atespace, tag_uid)
+                await asyncio.to_thread(archive.link_or_copy, Path(snap["path"]), path)
+                try:
+                    await cur.execute(
+                        "INSERT INTO sessionq_process.tags (atespace, name, uid, actor_name, actor_uid,"
+                        " snapshot_generation, fidelity, snapshot_path, path)"
+                        " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING *",
+                        (
+                            atespace,
+                            name,
+                            tag_uid,
+                            actor,
+                            uid,
+                            snap["generation"],
+                            snap["fidelity"],
+                            snap["path"],
+                            str(path),
+                        ),
+                    )
+                except psycopg.errors.UniqueViolation:
+                    path.unlink(missing_ok=True)
+                    raise SubstrateError(Code.ALREADY_EXISTS, f"tag {atespace}/{name} already exists") from None
+                tag = await cur.fetchone()
+                assert tag is not None
+        return self._tag(tag)
+
+    @staticmethod
+    def _tag(row: DictRow) -> Tag:
+        return Tag(
+            atespace=row["atespace"],
+            name=row["name"],
+            actor_name=row["actor_name"],
+            actor_uid=row["actor_uid"],
+            snapshot_generation=row["snapshot_generation"],
+            snapshot_uri=f"file://{row['snapshot_path']}",  # the snapshot's identity; the tag keeps a copy
+            created_at=row["created_at"],
+        )
+
+    async def get_tag(self, atespace: str, name: str) -> Tag:
+        async with self._db.tx() as cur:
+            await cur.execute("SELECT * FROM sessionq_process.tags WHERE atespace = %s AND name = %s", (atespace, name))
+            row = await cur.fetchone()
+        if row is None:
+            raise SubstrateError(Code.NOT_FOUND, f"tag {atespace}/{name} not found")
+        return self._tag(row)
+
+    async def delete_tag(self, atespace: str, name: str) -> None:
+        async with self._db.tx() as cur:
+            await cur.execute(
+                "DELETE FROM sessionq_process.tags WHERE atespace = %s AND name = %s RETURNING path", (atespace, name)
+            )
+            row = await cur.fetchone()
+        if row is None:
+            raise SubstrateError(Code.NOT_FOUND, f"tag {atespace}/{name} not found")
+        _unlink([row["path"]])
+
+    # listings ---------------------------------------------------------------------------------
+
+    async def list_actors(self, atespace: str | None, page_size: int, page_token: str) -> Page[Actor]:
+        global_listing = atespace is None
+        size = _page_size(page_size)
+        boundary = decode_actor_token(page_token, global_listing=global_listing) if page_token else None
+        async with self._db.tx() as cur:
+            if global_listing:
+                b_atespace, b_name = boundary if boundary is not None else ("", "")
+                await cur.execute(
+                    _ACTOR_SELECT + " WHERE (a.atespace, a.name) > (%s, %s) ORDER BY a.atespace, a.name LIMIT %s",
+                    (b_atespace, b_name, size + 1),
+                )
+            else:
+                b_name = boundary[1] if boundary is not None else ""
+                await cur.execute(
+                    _ACTOR_SELECT + " WHERE a.atespace = %s AND a.name > %s ORDER BY a.name LIMIT %s",
+                    (atespace, b_name, size + 1),
+                )
+            rows = await cur.fetchall()
+            more = len(rows) > size
+            rows = rows[:size]
+            snaps = await self._snapshots_of(cur, [r["uid"] for r in rows])
+        items = [_actor(r, snaps[r["uid"]]) for r in rows]
+        token = ""
+        if more:
+            last = items[-1]
+            token = encode_actor_token(last.atespace if global_listing else None, last.name)
+        return Page(items=items, next_page_token=token)
+
+    async def list_workers(self, page_size: int, page_token: str) -> Page[Worker]:
+        size = _page_size(page_size)
+        boundary = decode_actor_token(page_token, global_listing=False)[1] if page_token else ""
+        async with self._db.tx() as cur:
+            await cur.execute(
+                "SELECT * FROM sessionq_process.workers WHERE name > %s ORDER BY name LIMIT %s", (boundary, size + 1)
+            )
+            rows = await cur.fetchall()
+        more = len(rows) > size
+        items = [
+            Worker(
+                name=r["name"],
+                atespace="",
+                ip=r["ip"],
+                actor=f"{r['holder_atespace']}/{r['holder_name']}" if r["holder_name"] is not None else None,
+                state="WORKER_STATE_ACTIVE",
+            )
+            for r in rows[:size]
+        ]
+        return Page(items=items, next_page_token=encode_actor_token(None, items[-1].name) if more else "")
+
+    # the Actor's private A2A endpoint -------------------------------------------------------
+
+    async def endpoint(self, atespace: str, name: str, uid: str) -> str:
+        """The URL of a RUNNING Actor's private A2A endpoint (FAILED_PRECONDITION otherwise)."""
+        row = await self._row(atespace, name, uid)
+        if row["state"] != ActorState.RUNNING.value or row["port"] is None:
+            raise SubstrateError(Code.FAILED_PRECONDITION, f"actor {atespace}/{name} is not running ({row['state']})")
+        return f"http://127.0.0.1:{row['port']}"
+
+    async def invoke(self, atespace: str, name: str, uid: str, request: InvokeRequest) -> None:
+        """Send the message to the Actor's A2A endpoint and wait for its answer; the Actor reports
+        and settles the task through the task store itself. A process that ends during the turn
+        fails the call (UNAVAILABLE, with the exit status)."""
+        url = await self.endpoint(atespace, name, uid)
+        child = self._children.get(uid)
+        exited = child.exited if child is not None else None
+        await invoke_actor(
+            url,
+            request,
+            timeout=self.config.turn_timeout,
+            exited=exited,
+            describe=lambda: self._exit_message(uid, child),
+        )
+
+    async def cancel_turn(self, atespace: str, name: str, uid: str, session_id: str, task_id: str) -> None:
+        """A2A CancelTask to a RUNNING Actor's endpoint (best effort: the SDK cancels the executor's
+        work); an Actor that is not running has no turn to stop. NOT_FOUND, or FAILED_PRECONDITION
+        for another UID."""
+        row = await self._row(atespace, name, uid)
+        if row["state"] != ActorState.RUNNING.value or row["port"] is None:
+            return
+        await cancel_actor_turn(f"http://127.0.0.1:{row['port']}", session_id, task_id)
+
+    def _exit_message(self, uid: str, child: Child | None) -> str:
+        if child is None or child.returncode is None:
+            return "the actor's process ended during the turn"
+        tail = children.stderr_tail(child.stderr)
+        return f"the actor's process ended during the turn: {children.describe_exit(child.returncode)}" + (
+            f"; stderr: {tail}" if tail else ""
+        )
+
+    # test and operator hooks ----------------------------------------------------------------
+
+    def pid_of(self, uid: str) -> int | None:
+        """The pid of the Actor's process while this server runs it."""
+        child = self._children.get(uid)
+        return child.pid if child is not None else None
+
+    async def wait_exited(self, uid: str, timeout: float = 10.0) -> None:
+        child = self._children.get(uid)
+        if child is not None:
+            await asyncio.wait_for(child.exited.wait(), timeout)
+
+
+def _unlink(paths: list[str]) -> None:
+    for path in paths:
+        if path:
+            Path(path).unlink(missing_ok=True)
+
+
+def _conforms(runtime: ProcessSubstrate) -> Substrate:
+    """Static check (mypy) that the process runtime implements the Protocol."""
+    return runtime

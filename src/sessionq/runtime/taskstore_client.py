@@ -1,0 +1,152 @@
+"""The Actor's client of `kagent.api.v1alpha1.TaskStoreService` (the runtime's private API).
+
+An Actor reports its turns through this API with its workload credential (``authorization:
+Bearer <token>``). Every call is retried on UNAVAILABLE and DEADLINE_EXCEEDED with the very same
+request message (the server makes a retry of the same payload idempotent: CreateTask and
+UpdateTask return the committed version), backing off 0.05 s, doubling up to 1 s, for at most
+about 10 s in total; any other status code raises `TaskStoreError` at once.
+
+The channel's message limits (`max_message_bytes`, both directions) must hold a task store update
+of the largest message the API admits, which carries it several times:
+`sessionq.config.grpc_message_limit(a2a.maxMessageBytes)`, the default.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+from a2a.types import a2a_pb2
+
+from sessionq._pb.kagent.api.v1alpha1 import task_store_pb2, task_store_pb2_grpc
+from sessionq.config import MIB, grpc_message_limit
+
+__all__ = ["RETRYABLE", "TaskStoreClient", "TaskStoreError"]
+
+R = TypeVar("R")
+
+RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+INITIAL_BACKOFF = 0.05
+MAX_BACKOFF = 1.0
+RETRY_BUDGET = 10.0  # seconds, all attempts of one call together
+ATTEMPT_TIMEOUT = 5.0  # seconds, one attempt
+DEFAULT_MESSAGE_LIMIT = grpc_message_limit(MIB)  # for the default a2a.maxMessageBytes
+
+
+class TaskStoreError(Exception):
+    """A TaskStoreService call failed with a non-retryable code, or kept failing with a retryable
+    one until the retry budget ran out."""
+
+    def __init__(self, method: str, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"TaskStoreService/{method}: {code.name}: {details}")
+        self.method = method
+        self.code = code
+        self.details = details
+
+
+class TaskStoreClient:
+    """Async client (grpc.aio, insecure channel) authenticating as an Actor's workload."""
+
+    def __init__(
+        self,
+        address: str,
+        token: str,
+        *,
+        retry_budget: float = RETRY_BUDGET,
+        attempt_timeout: float = ATTEMPT_TIMEOUT,
+        max_message_bytes: int = DEFAULT_MESSAGE_LIMIT,
+    ) -> None:
+        self.address = address
+        self._metadata = (("authorization", f"Bearer {token}"),)
+        self._retry_budget = retry_budget
+        self._attempt_timeout = attempt_timeout
+        self._channel = grpc.aio.insecure_channel(
+            address,
+            options=[
+                ("grpc.max_send_message_length", max_message_bytes),
+                ("grpc.max_receive_message_length", max_message_bytes),
+            ],
+        )
+        self._stub = task_store_pb2_grpc.TaskStoreServiceStub(self._channel)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> TaskStoreClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def _call(self, method: str, rpc: Callable[..., Awaitable[R]], request: Any) -> R:
+        """Send `request` until it succeeds, a non-retryable code comes back or the budget is spent."""
+        deadline = time.monotonic() + self._retry_budget
+        backoff = INITIAL_BACKOFF
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                return await rpc(
+                    request,
+                    metadata=self._metadata,
+                    timeout=max(min(self._attempt_timeout, remaining), 0.01),
+                )
+            except grpc.aio.AioRpcError as exc:
+                code = exc.code()
+                if code not in RETRYABLE or time.monotonic() + backoff > deadline:
+                    raise TaskStoreError(method, code, exc.details() or "") from exc
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF)
+
+    async def create_task(self, session_id: str, task: a2a_pb2.Task, dispatch_id: str | None) -> int:
+        """Store a new task; returns its version."""
+        request = task_store_pb2.TaskStoreServiceCreateTaskRequest(session_id=session_id, task=task)
+        if dispatch_id is not None:
+            request.dispatch_id = dispatch_id
+        response = await self._call("CreateTask", self._stub.CreateTask, request)
+        return int(response.version)
+
+    async def update_task(
+        self,
+        session_id: str,
+        task: a2a_pb2.Task,
+        expected_version: int,
+        event: a2a_pb2.StreamResponse | None,
+        dispatch_id: str | None,
+    ) -> int:
+        """Replace the task stored at `expected_version`, recording `event`; returns the new version."""
+        request = task_store_pb2.TaskStoreServiceUpdateTaskRequest(
+            session_id=session_id, task=task, expected_version=expected_version
+        )
+        if event is not None:
+            request.event.CopyFrom(event)
+        if dispatch_id is not None:
+            request.dispatch_id = dispatch_id
+        response = await self._call("UpdateTask", self._stub.UpdateTask, request)
+        return int(response.version)
+
+    async def settle_task(self, session_id: str, task_id: str, version: int) -> None:
+        """Native execution of the task stopped at `version`: publish its state and history."""
+        request = task_store_pb2.TaskStoreServiceSettleTaskRequest(
+            session_id=session_id, task_id=task_id, version=version
+        )
+        await self._call("SettleTask", self._stub.SettleTask, request)
+
+    async def get_task(self, session_id: str, task_id: str) -> tuple[a2a_pb2.Task, int]:
+        """The stored task and its version."""
+        request = task_store_pb2.TaskStoreServiceGetTaskRequest(session_id=session_id, task_id=task_id)
+        response = await self._call("GetTask", self._stub.GetTask, request)
+        return response.stored.task, int(response.stored.version)
+
+    async def list_tasks(
+        self, session_id: str, request: a2a_pb2.ListTasksRequest | None = None
+    ) -> a2a_pb2.ListTasksResponse:
+        """The Session's tasks (an A2A ListTasks request/response)."""
+        message = task_store_pb2.TaskStoreServiceListTasksRequest(session_id=session_id)
+        if request is not None:
+            message.request.CopyFrom(request)
+        response = await self._call("ListTasks", self._stub.ListTasks, message)
+        return response.result

@@ -1,0 +1,65 @@
+"""`sessionq up` with the process runtime (runtime.kind: process, issue 18): the tutorial's Agent
+(examples/my-first-agent.yaml, no command: the runtime's default agent, sessionq.agentkit.first_agent)
+and one that names its command (examples/agents/first_agent.py) answer through the CLI from real
+processes whose memory is a file; `status` says the runtime isolates nothing, and Ctrl-C leaves no
+agent process behind."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_tutorial import REPO, Shell, Up, servers, shell  # noqa: F401 (fixtures)
+
+FIRST_AGENT = REPO / "examples" / "agents" / "first_agent.py"
+
+
+def agent_processes(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if marker.encode() in (entry / "environ").read_bytes() and (entry / "stat").read_text().split(") ")[1][0] != "Z":
+                found.append(int(entry.name))
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+@pytest.mark.timeout(300)
+def test_up_runs_real_agent_processes(shell: Shell, servers: list[Up]) -> None:  # noqa: F811
+    shell.env["SESSIONQ_RUNTIME__KIND"] = "process"
+    up = Up(shell)
+    servers.append(up)
+    up.wait_ready()
+    root = shell.cwd / ".sessionq" / "process-runtime"
+    assert f"the process runtime (Actors are local OS processes, NOT isolated), in {root.resolve()}" in up.output
+
+    applied = shell.sq("agent", "apply", "-f", "examples/my-first-agent.yaml")  # the tutorial's, as is
+    assert "applied" in applied.stdout and "READY" in applied.stdout, applied.stdout
+    spec = shell.cwd / "real-agent.yaml"
+    spec.write_text(f"name: named-command\ncommand: [{sys.executable}, {FIRST_AGENT}]\n")
+    applied = shell.sq("agent", "apply", "-f", str(spec))
+    assert "applied" in applied.stdout and "READY" in applied.stdout, applied.stdout
+    other = shell.sq_json("agent", "session", "create", "--agent", "named-command")["session"]["id"]
+    answer = shell.sq_json("agent", "invoke", "--session", other, "--task", "What is 6*7?")
+    assert answer["task"]["status"]["state"] == "TASK_STATE_COMPLETED", answer
+    session_id = shell.sq_json("agent", "session", "create", "--agent", "my-first-agent")["session"]["id"]
+    first = shell.sq_json("agent", "invoke", "--session", session_id, "--task", "Remember the number 7.")
+    assert first["task"]["status"]["state"] == "TASK_STATE_COMPLETED", first
+    # between turns the agent holds no process; its memory is a file of the snapshot
+    deadline = time.monotonic() + 60
+    while agent_processes(str(root)):
+        assert time.monotonic() < deadline, "the agent's process stayed after its turn"
+        time.sleep(0.2)
+    assert list(root.glob("snapshots/*/*.tar.gz")), "a snapshot archive was written"
+    recalled = shell.sq("agent", "invoke", "--session", session_id, "--task",
+                        "What number did I ask you to remember?").stdout
+    assert "7" in recalled, recalled
+    status = shell.sq("status").stdout
+    assert "PROCESS RUNTIME" in status and "NOT isolated" in status, status
+    assert up.ctrl_c() == 0
+    assert agent_processes(str(root)) == [], "no agent process outlives sessionq up"

@@ -1,0 +1,33 @@
+"""A small process for the process runtime's tests (not an agent): it counts its starts in its
+durable directory, then behaves as its first argument says.
+
+- ``sleep`` (default): writes ``ready`` (its pid) and sleeps until signalled;
+- ``crash``: prints a line to stderr and exits with status 3;
+- ``ignore-term``: like sleep, but ignores SIGTERM (the runtime must SIGKILL it);
+- ``grandchild``: like sleep, after starting a ``sleep`` child whose pid it writes to ``grandchild``.
+"""
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+data = pathlib.Path(os.environ["SESSIONQ_DATA_DIR"])
+assert pathlib.Path.cwd().resolve() == data.resolve(), "the working directory is the durable directory"
+starts = data / "starts"
+starts.write_text(str(int(starts.read_text()) + 1 if starts.exists() else 1))
+(data / "env-actor").write_text(os.environ.get("SESSIONQ_ACTOR", ""))
+mode = sys.argv[1] if len(sys.argv) > 1 else "sleep"
+if mode == "crash":
+    print("boom: the fixture process failed on purpose", file=sys.stderr, flush=True)
+    sys.exit(3)
+if mode == "ignore-term":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if mode == "grandchild":
+    child = subprocess.Popen(["sleep", "1000"])
+    (data / "grandchild").write_text(str(child.pid))
+(data / "ready").write_text(str(os.getpid()))
+while True:
+    time.sleep(1)

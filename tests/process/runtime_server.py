@@ -1,0 +1,31 @@
+"""A process runtime in a process of its own, for the restart tests: it starts `count` Actors
+running the fixture process (grandchild mode), prints their pids as one JSON line, then serves
+until it is killed."""
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from sessionq.runtime.process import ProcessConfig, ProcessSubstrate
+
+FIXTURE = str(Path(__file__).with_name("fixture_process.py"))
+
+
+async def main(url: str, root: str, count: int) -> None:
+    rt = ProcessSubstrate(url, ProcessConfig(root=Path(root), slots=count))
+    await rt.open()
+    await rt.create_actor_template(
+        "kagent", "t", "local/fixture:1", command=[sys.executable], args=[FIXTURE, "grandchild"]
+    )
+    pids = {}
+    for i in range(count):
+        actor = await rt.create_actor("kagent", f"a{i}", "kagent/t")
+        await rt.resume_actor("kagent", f"a{i}", actor.uid)
+        pids[actor.uid] = rt.pid_of(actor.uid)
+    print(json.dumps(pids), flush=True)
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))

@@ -1,0 +1,50 @@
+"""`sessionq status` says plainly that the process runtime isolates nothing (issue 18)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner, Result
+from sessionq.cli.main import main
+
+from sessionq.runtime.process import ProcessSubstrate
+from tests.process.conftest import ATESPACE, argv
+
+
+class Cli:
+    """`sessionq ...` in a thread, on the test's database, with a private config home."""
+
+    def __init__(self, database_url: str, home: Path) -> None:
+        empty = home / "empty-client.yaml"
+        empty.write_text("{}\n")
+        self.env: dict[str, Any] = {
+            "XDG_CONFIG_HOME": str(home / "xdg"), "SESSIONQ_CLIENT_CONFIG": str(empty),
+            "SESSIONQ_DATABASE_URL": database_url, "SESSIONQ_DATABASE__URL": None, "SESSIONQ_SERVER": None,
+        }
+
+    async def __call__(self, *args: str) -> Result:
+        return await asyncio.to_thread(CliRunner().invoke, main, list(args), env=self.env)
+
+
+def ok(result: Result) -> Result:
+    assert result.exit_code == 0, (result.exit_code, result.stdout, result.stderr, result.exception)
+    return result
+
+
+async def test_status_names_the_process_runtime_and_its_missing_isolation(
+    database_url: str, tmp_path: Path, runtime: ProcessSubstrate
+) -> None:
+    cli = Cli(database_url, tmp_path)
+    cmd = argv()
+    await runtime.create_actor_template(ATESPACE, "t", "local/x:1", command=cmd[:1], args=cmd[1:])
+    actor = await runtime.create_actor(ATESPACE, "a", f"{ATESPACE}/t")
+    await runtime.resume_actor(ATESPACE, "a", actor.uid)
+    await runtime.create_actor(ATESPACE, "b", f"{ATESPACE}/t")
+    text = ok(await cli("status")).stdout
+    line = next(line for line in text.splitlines() if line.startswith("PROCESS RUNTIME"))
+    assert "2 actors, 1 with a process" in line and "NOT isolated" in line and "not enforced" in line
+    data = json.loads(ok(await cli("status", "-o", "json")).stdout)
+    assert data["process_runtime"] == {"actors": 2, "with_process": 1}
