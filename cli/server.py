@@ -85,13 +85,25 @@ def up(config_file: str | None, data_dir: str, database_url: str | None) -> None
 
 @click.command()
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="YAML configuration file.")
-def serve(config_file: str | None) -> None:
+@click.option("--processes", type=click.IntRange(0, 256), default=None,
+              help="API processes on server.address (SO_REUSEPORT, supervised; default: server.processes;"
+                   " 0: one per CPU).")
+@click.option("--api-index", type=click.IntRange(0, 255), default=None, hidden=True,
+              help="Internal: run as API process N of a supervised serve.")
+@click.option("--ready-file", type=click.Path(dir_okay=False), default=None, hidden=True,
+              help="Internal: a file to write once serving (for the supervisor).")
+def serve(config_file: str | None, processes: int | None, api_index: int | None, ready_file: str | None) -> None:
     """Run the gRPC API only (for multi-process deployments)."""
-    from sessionq.app import process  # here, not at the top: client commands stay quick to start
+    from sessionq.app import process, supervisor  # here, not at the top: client commands stay quick to start
 
     settings = load_settings(config_file)
+    if processes is not None:
+        settings = settings.with_overrides(**{"server.processes": processes})
     logs.setup(settings.logging.format, settings.logging.level)
-    finish(run(settings, process.serve(settings, api=True, workers=False)))
+    count = supervisor.process_count(settings)
+    if api_index is None and count > 1:
+        finish(run(settings, supervisor.supervise(settings, count, config_file)))
+    finish(run(settings, process.serve(settings, api=True, workers=False, api_index=api_index, ready_file=ready_file)))
 
 
 @click.command()

@@ -628,18 +628,34 @@ COMMENT ON FUNCTION sessionq.get_session(uuid, text, text, text) IS
 CREATE OR REPLACE FUNCTION sessionq.list_sessions(
   p_caller text, p_all_creators boolean, p_namespace text, p_agent text, p_after uuid, p_limit integer,
   p_of text DEFAULT 'session'
-) RETURNS SETOF jsonb LANGUAGE sql STABLE AS $$
-  SELECT to_jsonb(s) FROM sessionq.sessions s
-   WHERE (p_all_creators OR s.creator = p_caller)
-     AND s.state <> 'DELETED' AND s.kind = p_of
-     AND (p_namespace IS NULL OR s.agent_namespace = p_namespace)
-     AND (p_agent IS NULL OR s.agent_name = p_agent)
-     AND (p_after IS NULL OR s.id > p_after)
-   ORDER BY s.id
-   LIMIT p_limit
-$$;
+) RETURNS SETOF jsonb LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  -- Two statements, each with conditions an index can use in a generic plan too (plans are cached,
+  -- and a cached plan knows no parameter value): one creator's page is a range of the (creator, id)
+  -- index, everyone's a range of the primary key; "no page token" is the range from the nil UUID.
+  IF p_all_creators THEN
+    RETURN QUERY
+      SELECT to_jsonb(s) FROM sessionq.sessions s
+       WHERE s.id > coalesce(p_after, '00000000-0000-0000-0000-000000000000'::uuid)
+         AND s.state <> 'DELETED' AND s.kind = p_of
+         AND (p_namespace IS NULL OR s.agent_namespace = p_namespace)
+         AND (p_agent IS NULL OR s.agent_name = p_agent)
+       ORDER BY s.id
+       LIMIT p_limit;
+  ELSE
+    RETURN QUERY
+      SELECT to_jsonb(s) FROM sessionq.sessions s
+       WHERE s.creator = p_caller
+         AND s.id > coalesce(p_after, '00000000-0000-0000-0000-000000000000'::uuid)
+         AND s.state <> 'DELETED' AND s.kind = p_of
+         AND (p_namespace IS NULL OR s.agent_namespace = p_namespace)
+         AND (p_agent IS NULL OR s.agent_name = p_agent)
+       ORDER BY s.creator, s.id
+       LIMIT p_limit;
+  END IF;
+END $$;
 COMMENT ON FUNCTION sessionq.list_sessions(text, boolean, text, text, uuid, integer, text) IS
-  'Live Sessions (p_of sandbox: Sandboxes) of the caller (or of everyone), optionally of one Agent, in id order after p_after; callers ask limit+1 rows to know whether a next page exists.';
+  'Live Sessions (p_of sandbox: Sandboxes) of the caller (or of everyone), optionally of one Agent, in id order after p_after; callers ask limit+1 rows to know whether a next page exists. One creator''s page reads a range of an index (also from a cached generic plan), whatever the table''s size.';
 
 CREATE OR REPLACE FUNCTION sessionq.rename_session(p_session uuid, p_caller text, p_share_hash text, p_name text)
 RETURNS jsonb LANGUAGE plpgsql AS $$

@@ -236,6 +236,13 @@ KEYS: tuple[Key, ...] = (
         "Event loop of the long-running commands (up, serve, worker): uvloop (faster; not on Windows) or asyncio.",
     ),
     Key(
+        "server.processes",
+        _int(0, 256),
+        0,
+        "API processes of `sessionq serve` on server.address (SO_REUSEPORT, supervised), each with its own"
+        " database pool and LISTEN connection; 0: one per CPU. `sessionq up` runs one API process.",
+    ),
+    Key(
         "sessions.idleTtl",
         _duration,
         604800.0,

@@ -143,6 +143,7 @@ class ServerSettings:
     http_address: str  # server.httpAddress
     console_address: str  # server.consoleAddress
     event_loop: Literal["uvloop", "asyncio"]  # server.eventLoop
+    processes: int  # server.processes
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> ServerSettings:
@@ -151,6 +152,7 @@ class ServerSettings:
             http_address=values["server.httpAddress"],
             console_address=values["server.consoleAddress"],
             event_loop=values["server.eventLoop"],
+            processes=values["server.processes"],
         )
 
 

@@ -22,9 +22,11 @@ from tests.bench.common import Procs, Server, bench_module_command, percentile, 
 RAW_QUEUE = "bench_raw"
 
 
-def pgbench(srv: Server, *, seconds: int, clients: int = 16, threads: int = 2, scale: int = 1) -> dict[str, Any]:
+def pgbench(srv: Server, *, seconds: int, clients: int = 16, threads: int = 2, scale: int = 1,
+            select_only: bool = False) -> dict[str, Any]:
     """`pgbench -i -s scale` into a scratch database, then `pgbench -c clients -j threads -T seconds`
-    (TPC-B-like, the default script). Returns tps (without connection time) and latency."""
+    (TPC-B-like, the default script; `select_only`: `-S`, one primary-key SELECT per transaction).
+    Returns tps (without connection time) and latency."""
     exe = srv.pgbench()
     if exe is None:
         return {"error": "pgbench not found"}
@@ -33,7 +35,8 @@ def pgbench(srv: Server, *, seconds: int, clients: int = 16, threads: int = 2, s
         init = subprocess.run([exe, "-i", "-q", "-s", str(scale), url], capture_output=True, text=True, timeout=300)
         if init.returncode != 0:
             return {"error": f"pgbench -i failed: {init.stderr.strip()[-400:]}"}
-        run = subprocess.run([exe, "-c", str(clients), "-j", str(threads), "-T", str(seconds), "-n", url],
+        mode = ["-S"] if select_only else []
+        run = subprocess.run([exe, *mode, "-c", str(clients), "-j", str(threads), "-T", str(seconds), "-n", url],
                              capture_output=True, text=True, timeout=seconds + 120)
         if run.returncode != 0:
             return {"error": f"pgbench failed: {run.stderr.strip()[-400:]}"}
@@ -42,7 +45,8 @@ def pgbench(srv: Server, *, seconds: int, clients: int = 16, threads: int = 2, s
         lat = re.search(r"latency average = ([\d.]+) ms", out)
         txs = re.search(r"number of transactions actually processed: (\d+)", out)
         return {
-            "command": f"pgbench -i -s {scale}; pgbench -c {clients} -j {threads} -T {seconds} -n",
+            "command": f"pgbench -i -s {scale}; pgbench {' '.join(mode)}{' ' if mode else ''}-c {clients} -j {threads}"
+                       f" -T {seconds} -n",
             "tps": float(tps.group(1)) if tps else None,
             "latency_avg_ms": float(lat.group(1)) if lat else None,
             "transactions": int(txs.group(1)) if txs else None,

@@ -45,15 +45,16 @@ async def template_session(url: str, request_id: str = "bulk-template", *, sim_w
 
 
 def clone_sessions(conn: psycopg.Connection[Any], template: UUID, n: int, prefix: str, *,
-                   age_seconds: float = 0.0, quiet: bool = True) -> int:
-    """Insert n copies of the template Session (READY, idle clock `age_seconds` in the past).
+                   age_seconds: float = 0.0, quiet: bool = True, creator: str | None = None) -> int:
+    """Insert n copies of the template Session (READY, idle clock `age_seconds` in the past),
+    of the template's creator or of `creator`.
 
     quiet: insert with session_replication_role = replica (no per-row NOTIFY trigger; needs a
     superuser) when allowed; foreign keys are not checked then, and they hold by construction."""
     cols = ", ".join(SESSION_COLUMNS)
     sql = f"""
         INSERT INTO sessionq.sessions ({cols})
-        SELECT g.id, t.creator, 'create', %(prefix)s || '-' || g.i, t.request_fingerprint, t.agent_namespace,
+        SELECT g.id, coalesce(%(creator)s, t.creator), 'create', %(prefix)s || '-' || g.i, t.request_fingerprint, t.agent_namespace,
                t.agent_name, t.revision_id, '', 'READY', 'NONE', t.operation_id, t.actor_atespace,
                'session-' || g.id, t.actor_template, gen_random_uuid()::text,
                clock_timestamp() - make_interval(secs => %(age)s), clock_timestamp() - make_interval(secs => %(age)s)
@@ -64,7 +65,7 @@ def clone_sessions(conn: psycopg.Connection[Any], template: UUID, n: int, prefix
     with conn.transaction():
         if quiet:
             _try_replica(conn)
-        cur = conn.execute(sql, {"prefix": prefix, "n": n, "tpl": template, "age": age_seconds})  # type: ignore[arg-type]
+        cur = conn.execute(sql, {"prefix": prefix, "n": n, "tpl": template, "age": age_seconds, "creator": creator})  # type: ignore[arg-type]
         count = cur.rowcount
         if quiet:
             conn.execute("SET LOCAL session_replication_role = origin")

@@ -342,6 +342,7 @@ def service_env(url: str, port: int, settings: dict[str, Any]) -> dict[str, str]
         "logging.format": "text",
         "logging.level": "warning",
         "runtime.simulator.taskStoreAddress": f"127.0.0.1:{port}",
+        "server.processes": 1,  # one API process unless a scenario asks for more (the `read` scenario)
     }
     base.update(settings)
     for path, value in base.items():

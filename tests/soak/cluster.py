@@ -316,6 +316,7 @@ class Cluster:
             "SESSIONQ_WORKERS__SHUTDOWN_TIMEOUT": "5s",
             "SESSIONQ_LOGGING__FORMAT": "text",
             "SESSIONQ_LOGGING__LEVEL": "info",
+            "SESSIONQ_SERVER__PROCESSES": "1",  # one API process per `serve`: the harness kills and counts processes
             "PYTHONUNBUFFERED": "1",
         })
         if getattr(self.db, "fails_over", False):  # the simulator's async commits would not survive a promotion

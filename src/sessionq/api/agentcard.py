@@ -346,13 +346,17 @@ class AgentCardServer:
         app = Starlette(routes=routes, exception_handlers={404: self._http_error, 405: self._http_error})
         return _BodyLimit(_Gate(app, self.auth), self.max_body_bytes)
 
-    async def start(self, address: str) -> None:
+    async def start(self, address: str, *, reuse_port: bool = False) -> None:
+        """Listen on address; reuse_port: share the port with the other API processes of one
+        `serve` (SO_REUSEPORT, app/supervisor.py)."""
         host, _, port = address.rpartition(":")
         host = host.strip("[]") or "127.0.0.1"
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             sock.bind((host, int(port)))
             sock.listen(512)
         except OSError:

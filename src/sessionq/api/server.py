@@ -54,6 +54,7 @@ class ApiServer:
         address: str | None = None,
         runtime: RuntimeReader | None = None,
         validate: bool = True,
+        reuse_port: bool = False,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -67,7 +68,8 @@ class ApiServer:
             # an undecodable body into a marker InputGuard answers (and which answers unimplemented
             # methods). `validate` is off only in the benchmark that measures what the check costs.
             interceptors=[*([RequestValidation()] if validate else []), InputGuard()],
-            options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", limit)],
+            # reuse_port: one of several API processes of `serve` on one port (app/supervisor.py)
+            options=[("grpc.so_reuseport", int(reuse_port)), ("grpc.max_receive_message_length", limit)],
         )
         auth = Authenticator(settings.auth.tokens, settings.auth.anonymous_user, settings.auth.namespaces)
         self.auth = auth

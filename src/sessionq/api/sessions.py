@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 
 import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from sessionq import errors
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, runtime_pb2, sessions_pb2, sessions_pb2_grpc
@@ -53,20 +54,38 @@ PERMISSIONS = {
 }
 
 
+_STATES = {state: runtime_pb2.RuntimeState.Value(f"RUNTIME_STATE_{state}") for state in SessionState}
+_OPERATIONS = {op: runtime_pb2.RuntimeOperation.Value(f"RUNTIME_OPERATION_{op}") for op in OperationKind}
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _set_time(target: Timestamp, value: datetime | None) -> None:
+    """A timestamp field set in place from an aware datetime (what Timestamp.FromDatetime gives, with
+    integer arithmetic instead of a time tuple: this runs twice for every Session of every page)."""
+    if value is None:
+        return
+    if value.tzinfo is None:  # as FromDatetime reads a naive datetime
+        value = value.replace(tzinfo=UTC)
+    delta = value - _EPOCH
+    target.seconds = delta.days * 86400 + delta.seconds
+    target.nanos = delta.microseconds * 1000
+
+
 def session_to_proto(s: Session) -> sessions_pb2.Session:
+    sid = str(s.id)
     msg = sessions_pb2.Session(
-        id=str(s.id),
+        id=sid,
         creator=s.creator,
         prepared_revision=str(s.revision_id) if s.revision_id else "",
         a2a_authority=f"{s.agent_namespace}/{s.agent_name}",
-        state=runtime_pb2.RuntimeState.Value(f"RUNTIME_STATE_{s.state}"),
-        operation=runtime_pb2.RuntimeOperation.Value(f"RUNTIME_OPERATION_{s.operation}"),
-        created_at=ts(s.created_at),
-        updated_at=ts(s.updated_at),
+        state=_STATES[s.state],
+        operation=_OPERATIONS[s.operation],
         name=s.name,
-        context_id=str(s.id),
+        context_id=sid,
         agent=common_pb2.ResourceReference(namespace=s.agent_namespace, name=s.agent_name),
     )
+    _set_time(msg.created_at, s.created_at)
+    _set_time(msg.updated_at, s.updated_at)
     if s.failure_message:
         msg.failure.CopyFrom(sessions_pb2.Failure(reason=s.failure_reason or "", message=s.failure_message))
     if s.quiescence_failure:  # the quiescence failure record (30_tasks.sql, record_quiescence_failure)

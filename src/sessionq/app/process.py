@@ -271,12 +271,15 @@ async def run_services(
     exit_on_drain: bool = True,
     on_worker_drained: Callable[[DrainRequest], None] | None = None,
     console_local_user: str | None = None,
+    api_index: int | None = None,
 ) -> None:
     """Run the API and/or the workers on one database until `stop` is set, then stop cleanly:
     the API stops admitting (in-flight calls get up to API_GRACE seconds, at most
     workers.shutdownTimeout) while the workers drain. When `shutdown` forces the stop (this task
     is cancelled), the workers are cancelled, the API stops at once and the connections close
-    without waiting."""
+    without waiting. api_index: this is API process `api_index` of a supervised `serve`
+    (app/supervisor.py): its ports are shared (SO_REUSEPORT), its metrics port is the configured
+    one + api_index, and only process 0 serves the web console."""
 
     def forced() -> bool:
         return shutdown is not None and shutdown.forced is not None
@@ -294,15 +297,19 @@ async def run_services(
     clean = False
     try:
         if settings.metrics.enabled:
+            metrics_address = settings.metrics.address
+            host, _, port = metrics_address.rpartition(":")
+            if api_index and int(port):  # port 0 (any free port) stays 0
+                metrics_address = f"{host}:{int(port) + api_index}"
             try:
-                metrics.serve(settings.metrics.address)
+                metrics.serve(metrics_address)
             except OSError as e:
-                raise listen_error("metrics", "metrics.address", settings.metrics.address, e) from None
+                raise listen_error("metrics", "metrics.address", metrics_address, e) from None
             gauges = asyncio.create_task(metrics.refresh_gauges(store, stop))
         async with open_runtime(settings, direct_url) as runtime:
             if api:
                 try:
-                    server = ApiServer(settings, store, runtime=runtime)
+                    server = ApiServer(settings, store, runtime=runtime, reuse_port=api_index is not None)
                 except (OSError, RuntimeError) as e:
                     raise listen_error("the gRPC API", "server.address", settings.server.address, e) from None
                 await server.start()
@@ -315,10 +322,10 @@ async def run_services(
                     max_body_bytes=grpc_message_limit(settings.a2a.max_message_bytes),
                 )
                 try:
-                    await cards.start(settings.server.http_address)
+                    await cards.start(settings.server.http_address, reuse_port=api_index is not None)
                 except OSError as e:
                     raise listen_error("agent cards", "server.httpAddress", settings.server.http_address, e) from None
-                if settings.server.console_address:
+                if settings.server.console_address and not api_index:
                     console = ConsoleServer(settings, store.pool, local_user=console_local_user)
                     try:
                         await console.start(settings.server.console_address)
@@ -566,9 +573,12 @@ async def _up(
     return 0
 
 
-async def serve(settings: Settings, *, api: bool, workers: bool) -> int:
+async def serve(
+    settings: Settings, *, api: bool, workers: bool, api_index: int | None = None, ready_file: str | None = None
+) -> int:
     """`sessionq serve` (api) and `sessionq worker` (workers) until SIGINT/SIGTERM. Returns the
-    exit status."""
+    exit status. api_index: one API process of a supervised `serve` (app/supervisor.py); it stops
+    gracefully by itself when its supervisor disappears."""
     url = settings.database.url
     if not url:
         raise SystemExit("database.url is required (set it in the config file or SESSIONQ_DATABASE__URL)")
@@ -584,15 +594,41 @@ async def serve(settings: Settings, *, api: bool, workers: bool) -> int:
         await check_async(settings.database.direct_url)
     shutdown = Shutdown(settings.workers.shutdown_timeout)
     shutdown.install()
+    orphan_watch = None
+    if api_index is not None:
+        # one API process of a supervised serve: the supervisor passes SIGINT/SIGTERM on (as SIGTERM);
+        # a Ctrl-C in a terminal reaches the whole process group and would count twice here
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        orphan_watch = asyncio.create_task(_stop_when_orphaned(shutdown))
     try:
-        await run_services(settings, url, api=api, workers=workers, stop=shutdown.stop, shutdown=shutdown)
+        def ready(_port: int | None) -> None:
+            if ready_file:  # the supervisor's sign that this process served (app/supervisor.py)
+                Path(ready_file).write_text(f"{os.getpid()}\n")
+
+        await run_services(settings, url, api=api, workers=workers, stop=shutdown.stop, shutdown=shutdown,
+                           api_index=api_index, on_ready=ready)
     except asyncio.CancelledError:
         if shutdown.forced is None:
             raise
         return EXIT_FORCED
     finally:
+        if orphan_watch is not None:
+            orphan_watch.cancel()
         shutdown.hand_over()
     return 0
+
+
+async def _stop_when_orphaned(shutdown: Shutdown, interval: float = 1.0) -> None:
+    """An API process of a supervised `serve` stops gracefully when its supervisor is gone."""
+    parent = os.getppid()
+    while not shutdown.stop.is_set():
+        await asyncio.sleep(interval)
+        if os.getppid() != parent:
+            log.warning("the supervising `sessionq serve` (pid %d) is gone: stopping", parent)
+            shutdown.begin()
+            return
 
 
 async def serve_runtime(settings: Settings, *, address: str | None = None, actor_address: str | None = None,

@@ -1,0 +1,89 @@
+"""Where a read's CPU goes in the API process: cProfile of GetSession and ListSessions under load.
+
+    python -m tests.bench.profile_read [--seconds 8] [--clients 32] [--method get|list] [--top 40]
+
+Starts the embedded PostgreSQL, builds the schema, loads 10,000 Sessions of one creator, runs the
+API server in this process (the same ApiServer and Store as `sessionq serve`) under cProfile and
+calls it from `tests.bench.read_client` in another process; prints the functions by their own
+time and by cumulative time. A tool for the `read` scenario's work (issue 23), not a benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import json
+import pstats
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+
+from tests.bench.bulk import clone_sessions, template_session
+from tests.bench.common import TOKEN, USER, bench_module_command, server, setup_agent
+
+
+async def main(a: argparse.Namespace) -> None:
+    import uvloop  # noqa: F401 - the same loop as serve (set by the caller)
+
+    from sessionq import config
+    from sessionq.api.common import encode_token
+    from sessionq.api.server import ApiServer
+    from sessionq.db.store import Store
+
+    with server(None) as srv:
+        await asyncio.to_thread(srv.build_template)
+        url = srv.fresh_database("profile")
+        await setup_agent(url)
+        tpl = await template_session(url, "profile-template")
+        with psycopg.connect(url, autocommit=True) as conn:
+            clone_sessions(conn, tpl, 9_999, "profile")
+            conn.execute("VACUUM ANALYZE sessionq.sessions")
+            ids = [r[0] for r in conn.execute(
+                "SELECT id::text FROM sessionq.sessions WHERE creator = %s ORDER BY random() LIMIT 1000", (USER,))]
+        specs = ids if a.method == "get" else ["", *(encode_token(i) for i in ids[:200])]
+        settings = config.defaults().with_overrides(**{"auth.tokens": {TOKEN: USER}})
+        store = await Store.open(url, pool_size=10)
+        api = ApiServer(settings, store, address="127.0.0.1:0")
+        await api.start()
+        req = Path(tempfile.mkdtemp()) / "requests.json"
+        req.write_text(json.dumps(specs))
+        client = subprocess.Popen(  # noqa: ASYNC220 - started once, before the profiled window
+            bench_module_command("read_client", f"127.0.0.1:{api.port}", a.method, str(req), "--concurrency",
+                                 str(a.clients), "--start-at", str(time.time() + 2), "--warmup", "1",
+                                 "--seconds", str(a.seconds), "--token", TOKEN), stdout=subprocess.PIPE)
+        await asyncio.sleep(3)
+        prof = cProfile.Profile()
+        prof.enable()
+        while client.poll() is None:
+            await asyncio.sleep(0.1)
+        prof.disable()
+        out = json.loads(client.stdout.read() if client.stdout else b"{}")
+        print(f"{a.method}: {out.get('calls')} calls in {out.get('window_seconds', 0):.1f} s, codes {out.get('codes')}")
+        await api.stop(0)
+        await store.close()
+        if a.dump:
+            prof.dump_stats(a.dump)
+        for key in ("tottime", "cumulative"):
+            s = io.StringIO()
+            pstats.Stats(prof, stream=s).sort_stats(key).print_stats(a.top)
+            print(s.getvalue())
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--seconds", type=float, default=8.0)
+    p.add_argument("--clients", type=int, default=32)
+    p.add_argument("--method", choices=("get", "list"), default="get")
+    p.add_argument("--top", type=int, default=40)
+    p.add_argument("--dump", default="", help="also write the raw profile here (pstats)")
+    args = p.parse_args()
+    import uvloop
+
+    uvloop.run(main(args))
+    sys.exit(0)
