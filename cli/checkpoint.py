@@ -9,7 +9,7 @@ from typing import Any
 import click
 import grpc
 from google.rpc import error_details_pb2, status_pb2
-from sessionq.cli.client import boxed_table, fmt_time, get_client, output_option, print_json, strip_prefix
+from sessionq.cli.client import boxed_table, echo_list, fmt_time, get_client, output_option, print_json, strip_prefix
 from sessionq.cli.session import _show_session, session
 
 from sessionq._pb.kagent.api.v1alpha1 import checkpoints_pb2, checkpoints_pb2_grpc, common_pb2
@@ -104,17 +104,9 @@ def list_(ctx: click.Context, session_id: str, output: str) -> None:
     """List a Session's checkpoints (every page)."""
     client = get_client(ctx)
     request = checkpoints_pb2.ListCheckpointsRequest(session_id=session_id, page=common_pb2.PageRequest(limit=PAGE))
-    result = checkpoints_pb2.ListCheckpointsResponse()
-    while True:
-        response = client.call(_stub(ctx).ListCheckpoints, request)
-        result.checkpoints.extend(response.checkpoints)
-        if not response.page.next_page_token:
-            break
-        request.page.page_token = response.page.next_page_token
-    if output == "json":
-        print_json(result)
-    else:
-        click.echo(checkpoints_table(list(result.checkpoints)))
+    result = client.call_all_pages(_stub(ctx).ListCheckpoints, request, checkpoints_pb2.ListCheckpointsResponse(),
+                                   "checkpoints")
+    echo_list(result, "checkpoints", output, checkpoints_table)
 
 
 @checkpoint.command()

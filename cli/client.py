@@ -118,6 +118,7 @@ def load_client_config(path: Path | None) -> dict[str, Any]:
 # -- the connection -------------------------------------------------------------------------------
 
 S = TypeVar("S")
+M = TypeVar("M", bound=Message)
 
 
 @dataclass
@@ -160,6 +161,16 @@ class Client:
     @property
     def metadata(self) -> list[tuple[str, str]]:
         return [("authorization", f"Bearer {self.token}")] if self.token else []
+
+    def call_all_pages(self, method: Callable[..., Any], request: Message, result: M, field: str) -> M:
+        """Every page of a paged list call: `request.page.page_token` follows each response's
+        next_page_token, and the items of `field` gather in `result`."""
+        while True:
+            response = self.call(method, request)
+            getattr(result, field).extend(getattr(response, field))
+            if not response.page.next_page_token:
+                return result
+            request.page.page_token = response.page.next_page_token
 
     def call(self, method: Callable[..., Any], request: Message, *, timeout: float | None = None) -> Any:
         """One unary call; a failure becomes a CliError with one clear line."""
@@ -265,6 +276,19 @@ def output_option_yaml(f: F) -> F:
 
 def to_dict(message: Message) -> dict[str, Any]:
     return json_format.MessageToDict(message)
+
+
+def echo_list(result: Message, field: str, output: str, table: Callable[[list[Any]], str],
+              empty: str | None = None) -> None:
+    """A list command's answer: the whole response as JSON, `empty` (on stderr) when there is
+    nothing and it is given, or the table of the items."""
+    items = list(getattr(result, field))
+    if output == "json":
+        print_json(result)
+    elif not items and empty:
+        click.echo(empty, err=True)
+    else:
+        click.echo(table(items))
 
 
 def print_json(message: Message) -> None:

@@ -11,6 +11,7 @@ from sessionq.cli.client import (
     DURATION,
     CliError,
     boxed_table,
+    echo_list,
     fmt_time,
     get_client,
     output_option,
@@ -131,19 +132,8 @@ def list_(ctx: click.Context, template: str, namespace: str, output: str) -> Non
     request = sandboxes_pb2.ListSandboxesRequest(page=common_pb2.PageRequest(limit=PAGE))
     if template:
         request.sandbox_template.CopyFrom(common_pb2.ResourceReference(namespace=namespace or "kagent", name=template))
-    result = sandboxes_pb2.ListSandboxesResponse()
-    while True:
-        response = client.call(stub.ListSandboxes, request)
-        result.sandboxes.extend(response.sandboxes)
-        if not response.page.next_page_token:
-            break
-        request.page.page_token = response.page.next_page_token
-    if output == "json":
-        print_json(result)
-    elif not result.sandboxes:
-        click.echo("No sandboxes found.", err=True)
-    else:
-        click.echo(sandboxes_table(list(result.sandboxes)))
+    result = client.call_all_pages(stub.ListSandboxes, request, sandboxes_pb2.ListSandboxesResponse(), "sandboxes")
+    echo_list(result, "sandboxes", output, sandboxes_table, "No sandboxes found.")
 
 
 @sandbox.command()

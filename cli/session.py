@@ -11,6 +11,7 @@ from sessionq.cli.client import (
     DURATION,
     CliError,
     boxed_table,
+    echo_list,
     fmt_time,
     get_client,
     output_option,
@@ -146,19 +147,8 @@ def list_(ctx: click.Context, agent_name: str, namespace: str, all_creators: boo
         raise CliError("--namespace filters by an Agent: give --agent too")
     if agent_name:  # an Agent reference names both (kagent's rule)
         request.agent.CopyFrom(common_pb2.ResourceReference(namespace=namespace or "kagent", name=agent_name))
-    result = sessions_pb2.ListSessionsResponse()
-    while True:
-        response = client.call(stub.ListSessions, request)
-        result.sessions.extend(response.sessions)
-        if not response.page.next_page_token:
-            break
-        request.page.page_token = response.page.next_page_token
-    if output == "json":
-        print_json(result)
-    elif not result.sessions:
-        click.echo("No sessions found.", err=True)
-    else:
-        click.echo(sessions_table(list(result.sessions)))
+    result = client.call_all_pages(stub.ListSessions, request, sessions_pb2.ListSessionsResponse(), "sessions")
+    echo_list(result, "sessions", output, sessions_table, "No sessions found.")
 
 
 @session.command()
@@ -243,19 +233,8 @@ def share_list(ctx: click.Context, session_id: str, output: str) -> None:
     stub = _stub(ctx)
     request = sessions_pb2.ListSessionSharesRequest(session_id=session_id,
                                                    page=common_pb2.PageRequest(limit=PAGE))
-    result = sessions_pb2.ListSessionSharesResponse()
-    while True:
-        response = client.call(stub.ListSessionShares, request)
-        result.shares.extend(response.shares)
-        if not response.page.next_page_token:
-            break
-        request.page.page_token = response.page.next_page_token
-    if output == "json":
-        print_json(result)
-    elif not result.shares:
-        click.echo("No shares found.", err=True)
-    else:
-        click.echo(shares_table(list(result.shares)))
+    result = client.call_all_pages(stub.ListSessionShares, request, sessions_pb2.ListSessionSharesResponse(), "shares")
+    echo_list(result, "shares", output, shares_table, "No shares found.")
 
 
 @share.command("revoke")
