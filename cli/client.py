@@ -162,6 +162,18 @@ class Client:
     def metadata(self) -> list[tuple[str, str]]:
         return [("authorization", f"Bearer {self.token}")] if self.token else []
 
+    def call_creating(self, method: Callable[..., Any], request: Message) -> Any:
+        """A create call with a request id (`call_retrying`); when it may still go on, the error
+        says how to follow it: the same command with the same --request-id joins it instead of
+        creating another."""
+        try:
+            return self.call_retrying(method, request)
+        except CliError as e:
+            if "retry the same call" in e.message or "UNAVAILABLE" in e.message or "DEADLINE_EXCEEDED" in e.message:
+                raise CliError(f"{e.message}; to follow it, run the same command with --request-id "
+                               f"{request.request_id}") from None
+            raise
+
     def call_all_pages(self, method: Callable[..., Any], request: Message, result: M, field: str) -> M:
         """Every page of a paged list call: `request.page.page_token` follows each response's
         next_page_token, and the items of `field` gather in `result`."""
@@ -289,6 +301,18 @@ def echo_list(result: Message, field: str, output: str, table: Callable[[list[An
         click.echo(empty, err=True)
     else:
         click.echo(table(items))
+
+
+def echo_one(response: Any, field: str, output: str, table: Callable[[list[Any]], str],
+             detail: Callable[[Any], str] | None = None) -> None:
+    """A response holding one `field` (a Session, a Sandbox...): as JSON, every field (`detail`
+    given) or a one-row table."""
+    if output == "json":
+        print_json(response)
+    elif detail is not None:
+        click.echo(detail(getattr(response, field)))
+    else:
+        click.echo(table([getattr(response, field)]))
 
 
 def print_json(message: Message) -> None:

@@ -12,10 +12,10 @@ from sessionq.cli.client import (
     CliError,
     boxed_table,
     echo_list,
+    echo_one,
     fmt_time,
     get_client,
     output_option,
-    print_json,
     strip_prefix,
 )
 
@@ -61,12 +61,7 @@ def sandbox_detail(s: sandboxes_pb2.Sandbox) -> str:
 
 def _show(response: Any, output: str, detail: bool = False) -> None:
     """A response holding one `sandbox`: as JSON, a one-row table, or (detail) every field."""
-    if output == "json":
-        print_json(response)
-    elif detail:
-        click.echo(sandbox_detail(response.sandbox))
-    else:
-        click.echo(sandboxes_table([response.sandbox]))
+    echo_one(response, "sandbox", output, sandboxes_table, sandbox_detail if detail else None)
 
 
 @click.group()
@@ -98,14 +93,7 @@ def create(ctx: click.Context, template: str, namespace: str, name: str, ttl: fl
         duration = Duration()
         duration.FromNanoseconds(int(ttl * 1e9))
         request.ttl.CopyFrom(duration)
-    try:
-        response = get_client(ctx).call_retrying(_stub(ctx).CreateSandbox, request)
-    except CliError as e:
-        if "retry the same call" in e.message or "UNAVAILABLE" in e.message or "DEADLINE_EXCEEDED" in e.message:
-            raise CliError(f"{e.message}; to follow it, run the same command with --request-id "
-                           f"{request.request_id}") from None
-        raise
-    _show(response, output)
+    _show(get_client(ctx).call_creating(_stub(ctx).CreateSandbox, request), output)
 
 
 @sandbox.command()

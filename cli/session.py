@@ -12,6 +12,7 @@ from sessionq.cli.client import (
     CliError,
     boxed_table,
     echo_list,
+    echo_one,
     fmt_time,
     get_client,
     output_option,
@@ -78,12 +79,7 @@ def shares_table(shares: list[sessions_pb2.SessionShare]) -> str:
 
 def _show_session(response: Any, output: str, detail: bool = False) -> None:
     """A response holding one `session`: as JSON, a one-row table, or (detail) every field."""
-    if output == "json":
-        print_json(response)
-    elif detail:
-        click.echo(session_detail(response.session))
-    else:
-        click.echo(sessions_table([response.session]))
+    echo_one(response, "session", output, sessions_table, session_detail if detail else None)
 
 
 @click.group()
@@ -108,16 +104,7 @@ def create(ctx: click.Context, agent_name: str, namespace: str, name: str, reque
         name=name,
         agent=common_pb2.ResourceReference(namespace=namespace, name=agent_name),
     )
-    client = get_client(ctx)
-    try:
-        response = client.call_retrying(_stub(ctx).CreateSession, request)
-    except CliError as e:
-        if "retry the same call" in e.message or "UNAVAILABLE" in e.message or "DEADLINE_EXCEEDED" in e.message:
-            # the creation may go on: the same request id joins it instead of creating another Session
-            raise CliError(f"{e.message}; to follow it, run the same command with --request-id "
-                           f"{request.request_id}") from None
-        raise
-    _show_session(response, output)
+    _show_session(get_client(ctx).call_creating(_stub(ctx).CreateSession, request), output)
 
 
 @session.command()
