@@ -49,6 +49,7 @@ CONFIGMAP_DEVIATIONS = {
     "metrics.enabled": True,
     "metrics.address": "0.0.0.0:9464",
     "runtime.simulator.taskStoreAddress": "sessionq-api:8083",
+    "server.processes": 1,  # 0 (one per CPU) would count the node's CPUs, not the pod's limit
 }
 
 # Metrics the rules and the dashboard use that importing the code does not show: metrics other

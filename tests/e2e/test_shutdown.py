@@ -161,6 +161,7 @@ def base_env(**settings: str) -> dict[str, str]:
         SESSIONQ_WORKERS__POLL_INTERVAL="0.5s",
         SESSIONQ_SERVER__ADDRESS=f"127.0.0.1:{free_port()}",
         SESSIONQ_SERVER__HTTP_ADDRESS=f"127.0.0.1:{free_port()}",
+        SESSIONQ_SERVER__PROCESSES="1",  # one API process's shutdown (several: tests/e2e/test_serve_processes.py)
         SESSIONQ_LOGGING__LEVEL="info",
         SESSIONQ_LOGGING__FORMAT="text",
     )

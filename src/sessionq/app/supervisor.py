@@ -13,9 +13,12 @@ process restarts.
   once.
 - A process that exits while the supervisor runs is restarted (after RESTART_DELAYS: 0.5 s, then
   longer while it keeps failing; a process that ran STABLE_AFTER seconds starts the count again).
-  One that fails at its first start before it served (an address in use, a configuration the
-  process refuses: each process writes a file in the supervisor's directory once it serves) ends
-  the supervisor with its status instead: restarting cannot help.
+  When process 0 fails at its first start before it served (an address in use, a configuration the
+  process refuses: each process writes a file in the supervisor's directory once it serves), that
+  ends the supervisor with its status instead: restarting cannot help. The others start on a
+  configuration that worked; one of them failing at its start (the database gone for a moment) is
+  restarted like any other. A signal that arrives while the supervisor stops on its own is the first
+  signal (a graceful stop), not a second one.
 - SIGTERM or SIGINT is passed on to every API process: the first makes each stop gracefully (calls
   in flight get their grace, as with one process); a second one forces them, as it does for one
   process. The supervisor exits once all have ended, with status 0 when each ended with 0, else
@@ -137,6 +140,8 @@ class Supervisor:
         name = signal.Signals(sig).name
         if self.signals == 1:
             log.warning("%s: stopping the %d API processes gracefully", name, self.count)
+            if self.stopping.is_set():
+                return  # the supervisor stops them already (a process failed at its start): not a second signal
         self.stopping.set()
         self._forward(signal.SIGTERM)
         self._changed.set()
@@ -159,7 +164,10 @@ class Supervisor:
         if self.stopping.is_set():
             self._changed.set()
             return
-        if child.starts == 1 and not self.ready_file(child).exists():
+        if child.index == 0 and child.starts == 1 and not self.ready_file(child).exists():
+            # the first process starts alone: what stopped it would stop every process (a refused value, a
+            # port taken). Another one that fails at its start (the database gone for a moment) is
+            # restarted like any process that exits
             log.error("API process %d exited with status %d before it served; stopping", child.index, code)
             self.failed_at_start = code or 1
             self.stopping.set()
