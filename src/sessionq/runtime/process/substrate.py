@@ -63,6 +63,7 @@ from sessionq.runtime.process.invoke import cancel_actor_turn, invoke_actor
 from sessionq.runtime.simulator.substrate import (
     _canonical_rules,
     _rule_collection,
+    actor_page,
     decode_actor_token,
     encode_actor_token,
 )
@@ -726,28 +727,7 @@ class ProcessSubstrate:
         size = _page_size(page_size)
         boundary = decode_actor_token(page_token, global_listing=global_listing) if page_token else None
         async with self._db.tx() as cur:
-            if global_listing:
-                b_atespace, b_name = boundary if boundary is not None else ("", "")
-                await cur.execute(
-                    _ACTOR_SELECT + " WHERE (a.atespace, a.name) > (%s, %s) ORDER BY a.atespace, a.name LIMIT %s",
-                    (b_atespace, b_name, size + 1),
-                )
-            else:
-                b_name = boundary[1] if boundary is not None else ""
-                await cur.execute(
-                    _ACTOR_SELECT + " WHERE a.atespace = %s AND a.name > %s ORDER BY a.name LIMIT %s",
-                    (atespace, b_name, size + 1),
-                )
-            rows = await cur.fetchall()
-            more = len(rows) > size
-            rows = rows[:size]
-            snaps = await self._snapshots_of(cur, [r["uid"] for r in rows])
-        items = [_actor(r, snaps[r["uid"]]) for r in rows]
-        token = ""
-        if more:
-            last = items[-1]
-            token = encode_actor_token(last.atespace if global_listing else None, last.name)
-        return Page(items=items, next_page_token=token)
+            return await actor_page(cur, _ACTOR_SELECT, atespace, boundary, size, self._snapshots_of, _actor)
 
     async def list_workers(self, page_size: int, page_token: str) -> Page[Worker]:
         size = _page_size(page_size)

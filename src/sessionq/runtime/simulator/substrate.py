@@ -39,7 +39,7 @@ import binascii
 import json
 import os
 import uuid
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, tzinfo
 from typing import Any, TypeVar
 
@@ -100,6 +100,35 @@ def encode_actor_token(atespace: str | None, name: str) -> str:
     payload["name"] = name
     raw = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+async def actor_page(
+    cur: Any,
+    select: str,
+    atespace: str | None,
+    boundary: tuple[str | None, str] | None,
+    size: int,
+    snapshots_of: Callable[[Any, list[Any]], Awaitable[dict[Any, Any]]],
+    to_actor: Callable[[Any, Any], Actor],
+) -> Page[Actor]:
+    """One keyset page of Actors after `boundary` (a decoded page token), in one atespace or, with
+    atespace None, across all of them: `select` reads the actor rows (alias a), `snapshots_of` their
+    snapshots in one query, `to_actor` builds each. Shared by the simulator and the process runtime."""
+    if atespace is None:
+        b_atespace, b_name = boundary if boundary is not None else ("", "")
+        await cur.execute(select + " WHERE (a.atespace, a.name) > (%s, %s) ORDER BY a.atespace, a.name LIMIT %s",
+                          (b_atespace, b_name, size + 1))
+    else:
+        b_name = boundary[1] if boundary is not None else ""
+        await cur.execute(select + " WHERE a.atespace = %s AND a.name > %s ORDER BY a.name LIMIT %s",
+                          (atespace, b_name, size + 1))
+    rows = await cur.fetchall()
+    more = len(rows) > size
+    rows = rows[:size]
+    snaps = await snapshots_of(cur, [r["uid"] for r in rows])
+    items = [to_actor(r, snaps[r["uid"]]) for r in rows]
+    token = encode_actor_token(items[-1].atespace if atespace is None else None, items[-1].name) if more else ""
+    return Page(items=items, next_page_token=token)
 
 
 def decode_actor_token(token: str, *, global_listing: bool) -> tuple[str | None, str]:
@@ -747,28 +776,7 @@ class SimulatedSubstrate(FaultInjection):
 
         async def op() -> Page[Actor]:
             async with self._tx() as cur:
-                if global_listing:
-                    b_atespace, b_name = boundary if boundary is not None else ("", "")
-                    await cur.execute(
-                        _ACTOR_SELECT + " WHERE (a.atespace, a.name) > (%s, %s) ORDER BY a.atespace, a.name LIMIT %s",
-                        (b_atespace, b_name, size + 1),
-                    )
-                else:
-                    b_name = boundary[1] if boundary is not None else ""
-                    await cur.execute(
-                        _ACTOR_SELECT + " WHERE a.atespace = %s AND a.name > %s ORDER BY a.name LIMIT %s",
-                        (atespace, b_name, size + 1),
-                    )
-                rows = await cur.fetchall()
-                more = len(rows) > size
-                rows = rows[:size]
-                snaps = await self._snapshots_of(cur, [r["uid"] for r in rows])
-            items = [_actor(r, snaps[r["uid"]]) for r in rows]
-            token = ""
-            if more:
-                last = items[-1]
-                token = encode_actor_token(last.atespace if global_listing else None, last.name)
-            return Page(items=items, next_page_token=token)
+                return await actor_page(cur, _ACTOR_SELECT, atespace, boundary, size, self._snapshots_of, _actor)
 
         return await self._call("list_actors", None, op, fake_page)
 
