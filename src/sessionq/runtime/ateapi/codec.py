@@ -11,7 +11,8 @@ ignores request headers it does not know, and sends no such trailers):
 
 - request ``x-sessionq-expect-uid``: the Actor UID the caller recorded (the server applies it as a
   precondition: FAILED_PRECONDITION when the Actor of that name has another UID);
-- request ``x-sessionq-actor-env``: the environment of a new Actor (JSON object of strings);
+- request ``x-sessionq-actor-env``: the environment of a new Actor (JSON object of strings; never
+  the workload credential, which travels with each turn: invoke.py);
 - request ``x-sessionq-fidelity``: the snapshot fidelity a SuspendActor asks for (the template's
   preferred fidelity otherwise);
 - response trailer ``x-sessionq-actor-uid``: the UID of the Actor a Tag or an EgressPolicy belongs to.
@@ -319,8 +320,9 @@ def tag_to_pb(t: Tag) -> pb.Tag:
     snap = pb.Snapshot(
         generation=t.snapshot_generation,
         owner=pb.SNAPSHOT_OWNER_TAG,
+        actor_template_uid=t.template_uid,
         storage=[pb.SnapshotStorage(durability=pb.SNAPSHOT_DURABILITY_DURABLE,
-                                    status=pb.SNAPSHOT_STORAGE_STATUS_COMPLETED,
+                                    status=pb.SnapshotStorageStatus.Value(SnapshotStatus(t.status).value),
                                     fidelity=pb.SNAPSHOT_FIDELITY_VOLUMES,
                                     object=pb.ObjectSnapshot(snapshot_uri=t.snapshot_uri))],
     )
@@ -329,7 +331,7 @@ def tag_to_pb(t: Tag) -> pb.Tag:
                                      create_time=timestamp(t.created_at), update_time=timestamp(t.created_at)),
         scope=pb.TAG_SCOPE_ATESPACE,
         source_actor=ref(t.atespace, t.actor_name),
-        status=pb.TagStatus(snapshot=snap),
+        status=pb.TagStatus(snapshot=snap, actor_template_uid=t.template_uid),
     )
 
 
@@ -349,6 +351,8 @@ def tag_from_pb(m: pb.Tag, actor_uid: str) -> Tag:
         snapshot_generation=snap.generation,
         snapshot_uri=snap.uri,
         created_at=created,
+        template_uid=m.status.actor_template_uid or m.status.snapshot.actor_template_uid,
+        status=snap.status,
     )
 
 
