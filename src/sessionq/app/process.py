@@ -221,6 +221,7 @@ class Shutdown:
 
 RUNTIME_HEALTH_SERVICE = "sessionq.runtime"
 RUNTIME_HEALTH_INTERVAL = 5.0
+RUNTIME_HEALTH_TIMEOUT = 2.0
 
 
 async def _set_health(server: ApiServer, service: str, status: int) -> None:
@@ -252,6 +253,39 @@ async def watch_runtime(server: ApiServer, runtime: Any, stop: asyncio.Event,
             return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), interval)
+
+
+READY_RECHECK = 1.0  # seconds between checks while not ready
+
+
+async def watch_readiness(readiness: metrics.Readiness, store: Store, runtime: Any, stop: asyncio.Event,
+                          interval: float = RUNTIME_HEALTH_INTERVAL) -> None:
+    """The process's readiness, as its metrics server's ``/ready`` (the worker's readiness probe):
+    ready while the database answers a query and the runtime its health check; checked every
+    `interval` seconds while ready, every READY_RECHECK while not, with one log line per change."""
+    check = getattr(runtime, "check_health", None)
+    last: str | None = "starting"
+    while not stop.is_set():
+        problem: str | None = None
+        try:
+            async with asyncio.timeout(RUNTIME_HEALTH_TIMEOUT):
+                async with store.pool.connection() as conn:
+                    await conn.execute("SELECT 1")
+        except Exception as e:  # any failure to answer is "not ready"
+            problem = f"the database does not answer ({type(e).__name__})"
+        if problem is None and check is not None:
+            runtime_problem = await check()
+            if runtime_problem is not None:
+                problem = f"the runtime does not answer ({runtime_problem})"
+        readiness.set(problem)
+        if problem != last:
+            if problem is not None:
+                log.warning("not ready: %s; retrying", problem)
+            elif last != "starting":
+                log.info("ready again")
+            last = problem
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval if problem is None else READY_RECHECK)
 
 
 async def _prepare_database(url: str) -> None:
@@ -294,6 +328,8 @@ async def run_services(
     console: ConsoleServer | None = None
     worker_task: asyncio.Task[str] | None = None
     runtime_watch: asyncio.Task[None] | None = None
+    readiness = metrics.Readiness() if settings.metrics.enabled else None
+    ready_watch: asyncio.Task[None] | None = None
     clean = False
     try:
         if settings.metrics.enabled:
@@ -302,7 +338,7 @@ async def run_services(
             if api_index and int(port):  # port 0 (any free port) stays 0
                 metrics_address = f"{host}:{int(port) + api_index}"
             try:
-                metrics.serve(metrics_address)
+                metrics.serve(metrics_address, readiness=readiness)
             except OSError as e:
                 raise listen_error("metrics", "metrics.address", metrics_address, e) from None
             gauges = asyncio.create_task(metrics.refresh_gauges(store, stop))
@@ -341,6 +377,8 @@ async def run_services(
                     runtime.taskstore_address = f"{host}:{server.port}"  # simulated Actors report here
             if server is not None:
                 runtime_watch = asyncio.create_task(watch_runtime(server, runtime, stop), name="runtime health")
+            if readiness is not None:
+                ready_watch = asyncio.create_task(watch_readiness(readiness, store, runtime, stop), name="readiness")
             if workers:
                 worker_task = asyncio.create_task(run_worker(settings, url, store, runtime, stop=stop,
                                                              direct_url=direct_url, exit_on_drain=exit_on_drain,
@@ -373,8 +411,9 @@ async def run_services(
                 worker_task.result()
             clean = True
     finally:
-        if runtime_watch is not None:
-            runtime_watch.cancel()
+        for watch in (runtime_watch, ready_watch):
+            if watch is not None:
+                watch.cancel()
         if worker_task is not None and not worker_task.done():
             worker_task.cancel()  # a forced stop (or a failure): do not wait for its drain
         if server is not None and not clean:  # forced, or a failure half-way through the start
