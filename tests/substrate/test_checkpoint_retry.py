@@ -86,7 +86,7 @@ async def test_a_tag_not_provably_ours_is_deleted_and_made_again(sim: Any) -> No
     # a tag of another generation of this Actor (its snapshot moved on since): made again from the
     # current snapshot, which is not the recorded one: the checkpoint fails, and no tag is kept
     await sim._local.create_tag(NS, "t4", "a", uid)
-    actor, _ = await sim.resume_actor(NS, "a", uid)
+    await sim.resume_actor(NS, "a", uid)
     await sim.suspend_actor(NS, "a", uid)
     failure = await _tag(sim, NS, "t4", "a", uid, generation)
     assert failure is not None and "create a new checkpoint" in failure
