@@ -286,6 +286,7 @@ async def watch_readiness(readiness: metrics.Readiness, store: Store, runtime: A
             last = problem
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), interval if problem is None else READY_RECHECK)
+    readiness.set("stopping")  # draining: take no new traffic
 
 
 async def _prepare_database(url: str) -> None:
