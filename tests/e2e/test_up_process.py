@@ -1,4 +1,4 @@
-"""`sessionq up` with the process runtime (runtime.kind: process, issue 18): the tutorial's Agent
+"""`sessionq up` with the process runtime (its default, issue 18): the tutorial's Agent
 (examples/my-first-agent.yaml, no command: the runtime's default agent, sessionq.agentkit.first_agent)
 and one that names its command (examples/agents/first_agent.py) answer through the CLI from real
 processes whose memory is a file; `status` says the runtime isolates nothing, and Ctrl-C leaves no
@@ -6,6 +6,7 @@ agent process behind."""
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
@@ -31,8 +32,7 @@ def agent_processes(marker: str) -> list[int]:
 
 @pytest.mark.timeout(300)
 def test_up_runs_real_agent_processes(shell: Shell, servers: list[Up]) -> None:  # noqa: F811
-    shell.env["SESSIONQ_RUNTIME__KIND"] = "process"
-    up = Up(shell)
+    up = Up(shell)  # the process runtime: up's default
     servers.append(up)
     up.wait_ready()
     root = shell.cwd / ".sessionq" / "process-runtime"
@@ -61,5 +61,6 @@ def test_up_runs_real_agent_processes(shell: Shell, servers: list[Up]) -> None: 
     assert "7" in recalled, recalled
     status = shell.sq("status").stdout
     assert "PROCESS RUNTIME" in status and "NOT isolated" in status, status
+    assert re.search(r"^RUNTIME\s+process \(served\) at 127\.0\.0\.1:\d+: ", status, re.M), status
     assert up.ctrl_c() == 0
     assert agent_processes(str(root)) == [], "no agent process outlives sessionq up"

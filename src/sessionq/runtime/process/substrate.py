@@ -218,6 +218,13 @@ class ProcessSubstrate:
         if conn is not None:
             await conn.close()
 
+    def kill_children(self) -> None:
+        """SIGKILL every child's process group at once, without waiting (a forced stop of its owner;
+        any thread). Their Actors become CRASHED at the next start's reconciliation."""
+        for child in list(self._children.values()):
+            child.stopping = True
+            children.kill_group(child.pid)
+
     async def __aenter__(self) -> ProcessSubstrate:
         await self.open()
         return self
