@@ -99,7 +99,7 @@ class SettlingRequestHandler(DefaultRequestHandler):
         self.store = store
 
     @staticmethod
-    def _bind(params: a2a_pb2.SendMessageRequest, context: ServerCallContext) -> None:
+    def _bind(params: a2a_pb2.SendMessageRequest | a2a_pb2.CancelTaskRequest, context: ServerCallContext) -> None:
         for key in (SESSION_STATE, DISPATCH_STATE):
             value = params.metadata.fields.get(key)
             if value is not None and value.string_value:
@@ -154,6 +154,29 @@ class SettlingRequestHandler(DefaultRequestHandler):
         else:
             await self._settle_written(context)
         return result
+
+    async def on_cancel_task(
+        self, params: a2a_pb2.CancelTaskRequest, context: ServerCallContext
+    ) -> a2a_pb2.Task | None:
+        """A2A CancelTask from the runtime (sessionq's cancel_turn). sessionq publishes the task
+        CANCELED and ends the turn before it tells the Actor (so that nothing the Actor still
+        writes is accepted), and the SDK refuses to cancel a task it reads in a terminal state:
+        here a task this Actor is still running is cancelled locally all the same, i.e. the
+        executor's `cancel` is called and its `execute` cancelled. Their writes to the task are
+        refused by the task store (the task has ended) and ignored."""
+        self._bind(params, context)
+        stored = await self._versioned_store.get(params.id, context)
+        if (
+            stored is not None
+            and stored.task.status.state == a2a_pb2.TASK_STATE_CANCELED
+            and await self._active_task_registry.get(params.id) is not None
+        ):
+            try:
+                await self._cancel_local(params.id, context)
+            except Exception as exc:  # the executor's writes to the ended task are refused
+                log.debug("task %s: the local cancel ended with %s", params.id, exc)
+            return stored.task
+        return await super().on_cancel_task(params, context)
 
     async def on_message_send_stream(
         self, params: a2a_pb2.SendMessageRequest, context: ServerCallContext
