@@ -327,7 +327,8 @@ KEYS: tuple[Key, ...] = (
         "simulator",
         "The Substrate implementation: `simulator` (in process), `substrate` (a Substrate's ateapi.Control"
         " over gRPC at runtime.substrate.address; docs/runtime.md) or `process` (Actors are local OS processes,"
-        " not isolated; one process owns them)."
+        " not isolated; one process owns them). `sessionq up` runs the process runtime unless `--runtime simulator`"
+        " (it keeps `substrate`)."
     ),
     Key("runtime.simulator.workers", _int(1, 100000), 256, "Size of the simulated worker pool."),
     Key(
