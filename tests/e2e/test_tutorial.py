@@ -142,6 +142,9 @@ class Up:
         self.started = time.monotonic()
         self.ready_after: float | None = None  # seconds from the start to ready
         env = dict(shell.env, SESSIONQ_SERVER__ADDRESS=f"127.0.0.1:{shell.port}")
+        # its other ports free ones unless the test chose them: other `up`s may run on this machine
+        for key in ("SESSIONQ_SERVER__HTTP_ADDRESS", "SESSIONQ_SERVER__CONSOLE_ADDRESS"):
+            env.setdefault(key, f"127.0.0.1:{free_port()}")
         extra = ["--runtime", runtime] if runtime else []
         # its own process group, so that SIGINT reaches it as a terminal's Ctrl-C does
         self.proc = subprocess.Popen(

@@ -6,7 +6,9 @@ agent process behind."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import sys
 import time
 from pathlib import Path
@@ -64,3 +66,37 @@ def test_up_runs_real_agent_processes(shell: Shell, servers: list[Up]) -> None: 
     assert re.search(r"^RUNTIME\s+process \(served\) at 127\.0\.0\.1:\d+: ", status, re.M), status
     assert up.ctrl_c() == 0
     assert agent_processes(str(root)) == [], "no agent process outlives sessionq up"
+
+
+@pytest.mark.timeout(300)
+def test_a_forced_stop_of_up_during_a_turn_leaves_no_agent_process(shell: Shell, servers: list[Up]) -> None:  # noqa: F811
+    """Ctrl-C twice while an agent's process runs a turn: the forced stop kills the agents' process
+    groups (and says so in its line); nothing of them is left in the process table."""
+    up = Up(shell)
+    servers.append(up)
+    up.wait_ready()
+    root = shell.cwd / ".sessionq" / "process-runtime"
+    shell.sq("agent", "apply", "-f", "examples/my-first-agent.yaml")
+    session_id = shell.sq_json("agent", "session", "create", "--agent", "my-first-agent")["session"]["id"]
+    turn = shell.popen_sq("agent", "invoke", "--session", session_id, "--task", "What is 1+1? [slow:60]")
+    try:
+        deadline = time.monotonic() + 60
+        while not (running := agent_processes(str(root))):
+            assert time.monotonic() < deadline, f"no agent process started:\n{up.output}"
+            time.sleep(0.1)
+        os.killpg(up.proc.pid, signal.SIGINT)
+        time.sleep(1.0)
+        os.killpg(up.proc.pid, signal.SIGINT)  # the graceful stop waits for the running turn's job: force it
+        code = up.proc.wait(30)
+        up._reader.join(5)
+        assert code == 1, up.output
+        forced = [line for line in up.lines if "forced stop" in line]
+        assert len(forced) == 1 and "the agents' processes killed" in forced[0], up.output
+        deadline = time.monotonic() + 10
+        while left := [pid for pid in running if pid in agent_processes(str(root))]:
+            assert time.monotonic() < deadline, f"agent processes outlived a forced stop of up: {left}"
+            time.sleep(0.1)
+        assert agent_processes(str(root)) == []
+    finally:
+        turn.kill()
+        turn.communicate(timeout=30)
