@@ -20,7 +20,7 @@ $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
 
-## make up: install and run the embedded default (PostgreSQL, migrations, API, workers, simulator)
+## make up: install and run the embedded default (PostgreSQL, migrations, API, workers, process runtime)
 up: install
 	$(VENV)/bin/sessionq up
 

@@ -603,7 +603,8 @@ def status_text(s: Row) -> str:
 def runtime_status(ctx: click.Context) -> dict[str, Any]:
     """Whether the runtime answers (its gRPC health service): the Substrate of the configuration
     (SESSIONQ_RUNTIME__KIND=substrate and SESSIONQ_RUNTIME__SUBSTRATE__*), else the simulator
-    `sessionq up` serves (the client config's runtimeAddress), else the in-process simulator."""
+    the runtime `sessionq up` serves (the client config's runtimeAddress and runtimeKind: the process
+    runtime or the simulator), else the in-process simulator."""
     from sessionq.runtime.ateapi.client import SubstrateClient, SubstrateOptions  # here: grpc loads on use
 
     try:
@@ -618,12 +619,14 @@ def runtime_status(ctx: click.Context) -> dict[str, Any]:
         kind = "substrate"
     else:
         try:
-            address = _client_config(ctx).get("runtimeAddress")
+            client_config = _client_config(ctx)
         except CliError:
-            address = None
+            client_config = {}
+        address = client_config.get("runtimeAddress")
         if not address:
             return {"kind": "simulator", "address": None, "answers": True, "problem": None}
-        options, kind = SubstrateOptions(address=str(address)), "simulator (served)"
+        served = str(client_config.get("runtimeKind") or "simulator")  # `up`: the process runtime or the simulator
+        options, kind = SubstrateOptions(address=str(address)), f"{served} (served)"
 
     async def check() -> str | None:
         client = SubstrateClient(options)

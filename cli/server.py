@@ -73,16 +73,24 @@ def finish(code: int) -> None:
     help="Where the embedded PostgreSQL keeps its data (reused by the next up).",
 )
 @click.option("--database-url", help="Use this PostgreSQL instead of the embedded one.")
-def up(config_file: str | None, data_dir: str, database_url: str | None) -> None:
-    """Run everything locally: embedded PostgreSQL, migrations, API on 127.0.0.1:8083, workers, simulator."""
+@click.option(
+    "--runtime",
+    "runtime_kind",
+    type=click.Choice(["process", "simulator"]),
+    default=None,
+    help="Where Actors run: `process` (the default: local OS processes, NOT isolated) or `simulator`"
+         " (simulated Actors, with fault injection). runtime.kind substrate in the config is kept unless given.",
+)
+def up(config_file: str | None, data_dir: str, database_url: str | None, runtime_kind: str | None) -> None:
+    """Run everything locally: embedded PostgreSQL, migrations, API on 127.0.0.1:8083, workers, process runtime."""
     from sessionq.app import process, supervisor  # here, not at the top: client commands stay quick to start
 
     settings = load_settings(config_file)
     logs.setup("text", settings.logging.level)
     url = database_url or settings.database.url or None
     count = supervisor.up_process_count(settings)  # one unless server.processes says more
-    finish(run(settings, process.up(settings, Path(data_dir), url, click.echo, api_processes=count,
-                                    others=supervisor.beside_up(count, config_file))))
+    finish(run(settings, process.up(settings, Path(data_dir), url, click.echo, runtime=runtime_kind,
+                                    api_processes=count, others=supervisor.beside_up(count, config_file))))
 
 
 @click.command()

@@ -24,24 +24,13 @@ from typing import Any
 import yaml
 
 from sessionq.config_sections import Sections
+from sessionq.limits import GRPC_DEFAULT_LIMIT, MESSAGE_COPIES, MIB, grpc_message_limit  # noqa: F401 (re-exported)
 
 
 class ConfigError(ValueError):
     """A configuration value is invalid; the message names the key."""
 
 
-MIB = 1024 * 1024
-# a task store update of one turn carries the user's message several times (the task's history, its
-# status message, the recorded event, an artifact): the API's gRPC receive limit and the Actors' task
-# store channel accept this many admitted messages plus room for the rest of the task
-MESSAGE_COPIES = 8
-GRPC_DEFAULT_LIMIT = 4 * MIB  # grpcio's default receive limit
-
-
-def grpc_message_limit(max_message_bytes: int) -> int:
-    """The gRPC message size limit of channels that carry task store updates of admitted messages
-    (a2a.maxMessageBytes): never below grpcio's default of 4 MiB."""
-    return max(GRPC_DEFAULT_LIMIT, MESSAGE_COPIES * max_message_bytes + MIB)
 
 
 _DURATION = re.compile(r"^(-?)(\d+)(?:\.(\d{1,9}))?s$")
@@ -339,7 +328,8 @@ KEYS: tuple[Key, ...] = (
         "simulator",
         "The Substrate implementation: `simulator` (in process), `substrate` (a Substrate's ateapi.Control"
         " over gRPC at runtime.substrate.address; docs/runtime.md) or `process` (Actors are local OS processes,"
-        " not isolated; one process owns them)."
+        " not isolated; one process owns them). `sessionq up` runs the process runtime unless `--runtime simulator`"
+        " (it keeps `substrate`)."
     ),
     Key("runtime.simulator.workers", _int(1, 100000), 256, "Size of the simulated worker pool."),
     Key(

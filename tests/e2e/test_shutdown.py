@@ -416,7 +416,8 @@ def start_up(home: Path, shutdown_timeout: float = SHUTDOWN_TIMEOUT) -> tuple[Pr
     """`sessionq up` in `home` (data under home/.sessionq); returns it and its pgdata."""
     env = base_env(XDG_CONFIG_HOME=str(home / "config"),
                    SESSIONQ_WORKERS__SHUTDOWN_TIMEOUT=f"{shutdown_timeout:g}s")
-    up = Process(["up", "--data-dir", str(home / ".sessionq")], env, home)
+    # the simulator, pinned: the tests inject faults into its runtime calls
+    up = Process(["up", "--data-dir", str(home / ".sessionq"), "--runtime", "simulator"], env, home)
     up.wait_for_line("gRPC endpoint")
     return up, home / ".sessionq" / "pgdata"
 

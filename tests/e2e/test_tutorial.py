@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 import time
@@ -131,16 +132,23 @@ class Shell:
 
 
 class Up:
-    """`sessionq up --data-dir .sessionq` in the shell's directory, on its own port."""
+    """`sessionq up --data-dir .sessionq` in the shell's directory, on its own port (its default
+    runtime, the process runtime, unless `runtime` names one: `--runtime simulator`)."""
 
-    def __init__(self, shell: Shell) -> None:
+    def __init__(self, shell: Shell, runtime: str | None = None) -> None:
         self.shell = shell
         self.lines: list[str] = []
         self.user = ""
+        self.started = time.monotonic()
+        self.ready_after: float | None = None  # seconds from the start to ready
         env = dict(shell.env, SESSIONQ_SERVER__ADDRESS=f"127.0.0.1:{shell.port}")
+        # its other ports free ones unless the test chose them: other `up`s may run on this machine
+        for key in ("SESSIONQ_SERVER__HTTP_ADDRESS", "SESSIONQ_SERVER__CONSOLE_ADDRESS"):
+            env.setdefault(key, f"127.0.0.1:{free_port()}")
+        extra = ["--runtime", runtime] if runtime else []
         # its own process group, so that SIGINT reaches it as a terminal's Ctrl-C does
         self.proc = subprocess.Popen(
-            [shell.sessionq, "up", "--data-dir", str(shell.cwd / ".sessionq")], cwd=shell.cwd, env=env,
+            [shell.sessionq, "up", "--data-dir", str(shell.cwd / ".sessionq"), *extra], cwd=shell.cwd, env=env,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -167,6 +175,7 @@ class Up:
                     m = next((re.search(r"sessionq is up \(user (.+)\)", x) for x in self.lines
                               if "sessionq is up" in x), None)
                     self.user = m.group(1) if m else ""
+                    self.ready_after = time.monotonic() - self.started
                     return
             time.sleep(0.1)
         pytest.fail(f"sessionq up did not print `{endpoint}` and listen within {START_TIMEOUT:g}s:\n{self.output}")
@@ -216,6 +225,28 @@ def servers(shell: Shell) -> Iterator[list[Up]]:
 
 
 # -- reading the outputs ----------------------------------------------------------------------------
+
+def processes_with(marker: str) -> list[int]:
+    """The live processes whose environment mentions `marker` (the process table, /proc): an
+    Actor's process has its durable directory, below the runtime's root, in SESSIONQ_DATA_DIR."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if marker.encode() in (entry / "environ").read_bytes() and (entry / "stat").read_text().split(") ")[1][0] != "Z":
+                found.append(int(entry.name))
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+def archive_text(path: Path, member: str) -> str:
+    with tarfile.open(path) as tar:
+        f = tar.extractfile(member)
+        assert f is not None, f"{member} is not a file of {path}"
+        return f.read().decode()
+
 
 def actor_rows(shell: Shell) -> list[dict[str, str]]:
     """`sessionq actors list --atespace kagent`, the table parsed by its header."""
@@ -316,10 +347,16 @@ def test_the_tutorial_verbatim(buf: str, shell: Shell, servers: list[Up]) -> Non
     curl = BufCurl(shell, buf)
 
     # -- Before you begin: `sessionq up` (the embedded default), an Agent ------------------------------
+    # up's default runtime is the process runtime: the Agent runs in real processes, its memory in
+    # real snapshots of its durable directory
     up = Up(shell)
     servers.append(up)
     up.wait_ready()
     assert up.user, up.output
+    root = (shell.cwd / ".sessionq" / "process-runtime").resolve()
+    assert f"runtime       : the process runtime (Actors are local OS processes, NOT isolated), in {root}" \
+        in up.output, up.output
+    assert up.ready_after is not None and up.ready_after < START_TIMEOUT, up.ready_after
     local_config = shell.cwd / ".sessionq" / "client.yaml"
     user_config = shell.cwd / "config" / "sessionq" / "client.yaml"
     for path in (local_config, user_config):
@@ -391,7 +428,8 @@ def test_the_tutorial_verbatim(buf: str, shell: Shell, servers: list[Up]) -> Non
     assert {"id", "sessionId", "headTaskId", "historySequence", "state", "createdAt", "name"} <= set(checkpoint)
     assert is_uuid(checkpoint["id"]) and checkpoint["sessionId"] == session_id, checkpoint
     assert checkpoint["headTaskId"] == latest_task_id, checkpoint
-    assert checkpoint["historySequence"] == "4", checkpoint  # two turns, int64 as a JSON string
+    # two turns of three task events each (created WORKING, the artifact, COMPLETED), int64 as a JSON string
+    assert checkpoint["historySequence"] == "6", checkpoint
     assert checkpoint["state"] == "CHECKPOINT_STATE_READY" and is_timestamp(checkpoint["createdAt"]), checkpoint
     assert checkpoint["name"] == f"my-first-agent turn {checkpoint['historySequence']}", checkpoint
     checkpoint_id = checkpoint["id"]
@@ -420,6 +458,11 @@ def test_the_tutorial_verbatim(buf: str, shell: Shell, servers: list[Up]) -> Non
     assert curl.ok("ForkSession", fork_body)["session"]["id"] == fork_id
 
     # -- TUT-5: the fork continues the pinned conversation, and then goes its own way ------------------
+    # the checkpoint is a copy of the source's snapshot archive: the agent's memory file as it was
+    tags = list((root / "tags" / "kagent").glob("*.tar.gz"))
+    assert len(tags) == 1, tags
+    pinned = archive_text(tags[0], "memory.json")
+    assert "What is 2+2?" in pinned and "Remember the number 7" not in pinned, pinned
     asked = shell.sq("agent", "invoke", "--session", fork_id, "--task", "What did I ask you first?").stdout
     assert "What is 2+2?" in asked, asked
     told = shell.sq("agent", "invoke", "--session", session_id, "--task", "Remember the number 7.").stdout
@@ -450,6 +493,7 @@ def test_the_tutorial_verbatim(buf: str, shell: Shell, servers: list[Up]) -> Non
     assert up.lines and up.lines[-1] == "sessionq stopped", up.output
     assert "Traceback" not in up.output, up.output
     assert not postmaster.exists(), "the embedded PostgreSQL is still running after Ctrl-C"
+    assert processes_with(str(root)) == [], "an agent process outlived sessionq up"
 
     # -- a second `up` on the same data directory reuses the data --------------------------------------
     again = Up(shell)
@@ -458,7 +502,12 @@ def test_the_tutorial_verbatim(buf: str, shell: Shell, servers: list[Up]) -> Non
     listed_again = shell.sq_json("agent", "session", "list")
     assert session_id in [s["id"] for s in listed_again.get("sessions", [])], listed_again
     assert session_states(shell).get(session_id) == "READY"
+    # its Actor's memory survived in the snapshot: a turn on the second `up` starts a process from it
+    known = shell.sq("agent", "invoke", "--session", session_id, "--task",
+                     "What number did I ask you to remember?").stdout
+    assert "7" in known, known
     code = again.ctrl_c()
     assert code == 0, f"the second sessionq up exited {code} on Ctrl-C:\n{again.output}"
     assert "Traceback" not in again.output, again.output
     assert not postmaster.exists(), "the embedded PostgreSQL is still running after Ctrl-C"
+    assert processes_with(str(root)) == [], "an agent process outlived sessionq up"

@@ -1,4 +1,4 @@
-"""`sessionq up` with the process runtime (runtime.kind: process, issue 18): the tutorial's Agent
+"""`sessionq up` with the process runtime (its default, issue 18): the tutorial's Agent
 (examples/my-first-agent.yaml, no command: the runtime's default agent, sessionq.agentkit.first_agent)
 and one that names its command (examples/agents/first_agent.py) answer through the CLI from real
 processes whose memory is a file; `status` says the runtime isolates nothing, and Ctrl-C leaves no
@@ -6,33 +6,22 @@ agent process behind."""
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from test_tutorial import REPO, Shell, Up, servers, shell  # noqa: F401 (fixtures)
+from test_tutorial import processes_with as agent_processes
 
 FIRST_AGENT = REPO / "examples" / "agents" / "first_agent.py"
 
 
-def agent_processes(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if marker.encode() in (entry / "environ").read_bytes() and (entry / "stat").read_text().split(") ")[1][0] != "Z":
-                found.append(int(entry.name))
-        except (OSError, IndexError):
-            continue
-    return found
-
-
 @pytest.mark.timeout(300)
 def test_up_runs_real_agent_processes(shell: Shell, servers: list[Up]) -> None:  # noqa: F811
-    shell.env["SESSIONQ_RUNTIME__KIND"] = "process"
-    up = Up(shell)
+    up = Up(shell)  # the process runtime: up's default
     servers.append(up)
     up.wait_ready()
     root = shell.cwd / ".sessionq" / "process-runtime"
@@ -61,5 +50,40 @@ def test_up_runs_real_agent_processes(shell: Shell, servers: list[Up]) -> None: 
     assert "7" in recalled, recalled
     status = shell.sq("status").stdout
     assert "PROCESS RUNTIME" in status and "NOT isolated" in status, status
+    assert re.search(r"^RUNTIME\s+process \(served\) at 127\.0\.0\.1:\d+: ", status, re.M), status
     assert up.ctrl_c() == 0
     assert agent_processes(str(root)) == [], "no agent process outlives sessionq up"
+
+
+@pytest.mark.timeout(300)
+def test_a_forced_stop_of_up_during_a_turn_leaves_no_agent_process(shell: Shell, servers: list[Up]) -> None:  # noqa: F811
+    """Ctrl-C twice while an agent's process runs a turn: the forced stop kills the agents' process
+    groups (and says so in its line); nothing of them is left in the process table."""
+    up = Up(shell)
+    servers.append(up)
+    up.wait_ready()
+    root = shell.cwd / ".sessionq" / "process-runtime"
+    shell.sq("agent", "apply", "-f", "examples/my-first-agent.yaml")
+    session_id = shell.sq_json("agent", "session", "create", "--agent", "my-first-agent")["session"]["id"]
+    turn = shell.popen_sq("agent", "invoke", "--session", session_id, "--task", "What is 1+1? [slow:60]")
+    try:
+        deadline = time.monotonic() + 60
+        while not (running := agent_processes(str(root))):
+            assert time.monotonic() < deadline, f"no agent process started:\n{up.output}"
+            time.sleep(0.1)
+        os.killpg(up.proc.pid, signal.SIGINT)
+        time.sleep(1.0)
+        os.killpg(up.proc.pid, signal.SIGINT)  # the graceful stop waits for the running turn's job: force it
+        code = up.proc.wait(30)
+        up._reader.join(5)
+        assert code == 1, up.output
+        forced = [line for line in up.lines if "forced stop" in line]
+        assert len(forced) == 1 and "the agents' processes killed" in forced[0], up.output
+        deadline = time.monotonic() + 10
+        while left := [pid for pid in running if pid in agent_processes(str(root))]:
+            assert time.monotonic() < deadline, f"agent processes outlived a forced stop of up: {left}"
+            time.sleep(0.1)
+        assert agent_processes(str(root)) == []
+    finally:
+        turn.kill()
+        turn.communicate(timeout=30)

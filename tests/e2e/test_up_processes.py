@@ -90,14 +90,3 @@ def test_up_with_two_processes_serves_from_both_and_sigterm_stops_all(shell: She
     assert not alive(child), "the other API process outlived sessionq up"
     assert "sessionq stopped" in up.output
     assert not (shell.cwd / ".sessionq" / "pgdata" / "postmaster.pid").exists(), "PostgreSQL was stopped"
-
-
-@pytest.mark.timeout(60)
-def test_up_with_processes_and_the_process_runtime_is_told_in_one_line(shell: Shell) -> None:  # noqa: F811
-    env = dict(shell.env, SESSIONQ_SERVER__PROCESSES="2", SESSIONQ_RUNTIME__KIND="process",
-               SESSIONQ_SERVER__ADDRESS=f"127.0.0.1:{shell.port}")
-    r = subprocess.run([shell.sessionq, "up", "--data-dir", str(shell.cwd / ".sessionq")], cwd=shell.cwd, env=env,
-                       capture_output=True, text=True, timeout=50)
-    assert r.returncode == 1, r
-    assert "error: server.processes is 2, but the process runtime's Actors belong to one process" in r.stderr, r
-    assert "Traceback" not in r.stderr

@@ -5,12 +5,12 @@ task (the agent kit keeps it as a COMPLETED task)."""
 import sys
 from pathlib import Path
 
+from sessionq import agentkit  # first: the process starts faster (docs/runtime.md, "Costs")  # isort: skip
+
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types import a2a_pb2
-
-from sessionq import agentkit
 
 BARE = len(sys.argv) > 1 and sys.argv[1] == "message"
 

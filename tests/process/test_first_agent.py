@@ -6,6 +6,7 @@ process killed with SIGKILL mid-turn, the tutorial's states (TUT-2, TUT-3, TUT-5
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -39,6 +40,7 @@ from tests.process.conftest import alive, processes_with, wait_for
 REPO = Path(__file__).resolve().parents[2]
 FIRST_AGENT = REPO / "examples" / "agents" / "first_agent.py"
 ECHO_AGENT = Path(__file__).with_name("echo_agent.py")
+SLOW_AGENT = Path(__file__).with_name("slow_agent.py")
 NS = "kagent"
 
 
@@ -68,6 +70,7 @@ async def papi(settings: Any, store: Store, database_url: str, tmp_path: Path) -
                 {"name": "my-first-agent", "command": [sys.executable, str(FIRST_AGENT)]},
                 {"name": "echo", "command": [sys.executable], "args": [str(ECHO_AGENT)]},
                 {"name": "echo-message", "command": [sys.executable], "args": [str(ECHO_AGENT), "message"]},
+                {"name": "slow", "command": [sys.executable, str(SLOW_AGENT)]},
             ):
                 spec = parse_spec(raw)
                 await store.apply_agent(
@@ -221,6 +224,10 @@ async def test_a_process_killed_mid_turn_fails_the_turn_and_the_actor_recovers(p
     failed = await slow
     assert failed.status.state == a2a_pb2.TASK_STATE_FAILED
     assert "the agent failed while running the turn" in answer(failed)
+    # the operator's view of the Actor says what happened to its process
+    actor = await actor_of(papi, sid)
+    assert actor.state == ActorState.CRASHED and actor.crash_exit_status == -signal.SIGKILL, actor
+    assert (actor.crash_message or "").startswith("the process was killed by SIGKILL"), actor.crash_message
     stored = (await tasks())[-1]["task"]
     assert stored["id"] == failed.id and stored["status"]["state"] == "TASK_STATE_FAILED"
     await wait_for(lambda: not alive(pid), what="the process to be gone")
@@ -228,6 +235,60 @@ async def test_a_process_killed_mid_turn_fails_the_turn_and_the_actor_recovers(p
     assert actor.state in (ActorState.CRASHED, ActorState.SUSPENDED)
     again = await send(papi, "What number did I ask you to remember?", sid)
     assert again.status.state == a2a_pb2.TASK_STATE_COMPLETED and "5" in answer(again), answer(again)
+
+
+async def running_pid(api: ProcessApi, sid: str) -> int:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        actor = await actor_of(api, sid)
+        if actor.state == ActorState.RUNNING and (pid := api.runtime.pid_of(actor.uid)) is not None:
+            return pid
+        await asyncio.sleep(0.05)
+    raise AssertionError("the actor never ran")
+
+
+async def stored_tasks(api: ProcessApi, sid: str) -> list[Any]:
+    async with api.store.pool.connection() as conn:
+        cur = await conn.execute("SELECT id, state FROM sessionq.tasks WHERE session_id = %s ORDER BY seq", (sid,))
+        return list(await cur.fetchall())
+
+
+async def test_a2a_cancel_task_stops_the_agents_turn_mid_way(papi: ProcessApi) -> None:
+    """A real mid-turn cancel: the gateway's A2A CancelTask while the agent's process is in its
+    turn (a minute's work). The task ends CANCELED at once, and the process is told: A2A
+    CancelTask to its endpoint, where the SDK calls the executor's `cancel` and cancels its
+    `execute` (the agent notes both in its durable directory, so the snapshot shows them). The
+    process is not killed for it (the Actor is suspended, not crashed), and the next turn runs."""
+    sid = await new_session(papi, "s-slow", "slow")
+    slow = asyncio.create_task(send(papi, "work", sid, timeout=120, agent="slow"))
+    pid = await running_pid(papi, sid)
+    deadline = time.monotonic() + 30
+    while not (rows := await stored_tasks(papi, sid)):  # the agent has created the turn's task
+        assert time.monotonic() < deadline, "the agent never stored the turn's task"
+        await asyncio.sleep(0.05)
+    task_id = rows[-1]["id"]
+    started = time.monotonic()
+    cancelled = await a2a_pb2_grpc.A2AServiceStub(papi.channel).CancelTask(
+        a2a_pb2.CancelTaskRequest(tenant=f"{NS}/slow", id=task_id), metadata=papi.md(), timeout=30
+    )
+    assert cancelled.status.state == a2a_pb2.TASK_STATE_CANCELED, cancelled.status
+    ended = await asyncio.wait_for(slow, 45)
+    assert time.monotonic() - started < 30, "the turn ran on to its end instead of being cancelled"
+    assert ended.id == task_id and ended.status.state == a2a_pb2.TASK_STATE_CANCELED, ended.status
+    assert (await stored_tasks(papi, sid))[-1]["state"] == "TASK_STATE_CANCELED"
+    actor = await suspended(papi, sid)
+    assert actor.crash_message is None and not alive(pid)
+    with tarfile.open(Path(actor.snapshots[-1].uri.removeprefix("file://"))) as tar:
+        names = set(tar.getnames())
+        told = {n: tar.extractfile(n).read().decode().split() for n in names if n.endswith(".txt")}  # type: ignore[union-attr]
+    assert told.get("cancelled.txt") == [task_id], told  # the SDK called the executor's cancel
+    assert told.get("interrupted.txt") == [task_id], told  # and cancelled its execute
+    assert "finished.txt" not in told, told
+    again = asyncio.create_task(send(papi, "work", sid, timeout=120, agent="slow"))
+    await running_pid(papi, sid)  # the next turn starts a process again
+    again.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await again
 
 
 @pytest.mark.parametrize("agent", ["echo", "echo-message"])

@@ -3,6 +3,7 @@ from it, pause, tags and forks, delete, crashes, the size limit, an interrupted 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import tarfile
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from sessionq.runtime.base import ActorState, Code, SnapshotFidelity, SnapshotStatus, SubstrateError
-from sessionq.runtime.process import ProcessConfig, ProcessSubstrate
+from sessionq.runtime.process import ProcessConfig, ProcessSubstrate, children
 from tests.process.conftest import ATESPACE, alive, argv, proc_state, wait_for, wait_ready
 
 
@@ -218,6 +219,48 @@ async def test_a_process_that_exits_makes_the_actor_crashed_with_status_and_stde
     assert "exited with status 3" in actor.crash_message and "boom: the fixture process failed" in actor.crash_message
     # a crashed Actor resumes from its latest completed snapshot (none: an empty directory) and can be deleted
     await runtime.delete_actor(ATESPACE, "a1", uid)
+
+
+async def test_a_crash_message_never_quotes_the_workload_credential_or_the_environment(
+    runtime: ProcessSubstrate,
+) -> None:
+    """An agent that prints its secrets to stderr and crashes: the crash message (what operator
+    views show) has its workload credential, any other credential and the values of its
+    environment replaced by a marker, and is bounded (the end of stderr, cut after the redaction)."""
+    token = "sqw.01a23304-5f1c-7779-b7b1-d5ea70e399aa." + "f" * 64  # as sessionq.domain.workload issues them
+    api_key = "sk-live-0123456789abcdef"
+    cmd = argv("leak")
+    await runtime.create_actor_template(ATESPACE, "leaky", "local/fixture:1", command=cmd[:1], args=cmd[1:],
+                                        env={"API_KEY": api_key})
+    actor = await runtime.create_actor(ATESPACE, "a1", f"{ATESPACE}/leaky",
+                                       env={"SESSIONQ_WORKLOAD_TOKEN": token, "GREETING": "hello there"})
+    await runtime.resume_actor(ATESPACE, "a1", actor.uid)
+
+    for _ in range(750):
+        got = await runtime.get_actor(ATESPACE, "a1")
+        if got.state == ActorState.CRASHED:
+            break
+        await asyncio.sleep(0.02)
+    message = got.crash_message or ""
+    assert got.crash_exit_status == 4 and message.startswith("the process exited with status 4; stderr: \u2026")
+    assert "fatal: leaked on purpose" in message, message  # the end of stderr is quoted
+    for secret in (token, token[:40], token[-40:], api_key, "hello there", "sqw."):
+        assert secret not in message, (secret, message)
+    assert "env: API_KEY=<redacted> GREETING=<redacted>" in message, message
+    assert "another session's credential: <redacted>" in message and "Bearer <redacted>" in message, message
+    assert len(message) <= len("the process exited with status 4; stderr: \u2026") + children.STDERR_TAIL, len(message)
+    # the full stderr stays in the Actor's log file, for whoever may read the machine's files
+    assert token in (runtime.root / "logs" / f"{actor.uid}.stderr").read_text()
+
+
+async def test_a_secret_cut_by_the_tail_is_not_half_quoted(tmp_path: Path) -> None:
+    secret = "s3cr3t-" + "9" * 40
+    log = tmp_path / "err"
+    log.write_text("head\n" + secret + "\n" + "y" * 30)
+    tail = children.stderr_tail(log, limit=40, secrets=[secret])
+    assert tail == "\u2026" + ("<redacted>\n" + "y" * 30)[-40:], tail
+    assert "9999" not in tail and "s3cr3t" not in tail
+    assert children.redact("a b abcd", ["abcd", "b"]) == "a b <redacted>"  # values under MIN_SECRET characters stay
 
 
 async def test_a_process_killed_by_a_signal_is_crashed_and_resumes(runtime: ProcessSubstrate) -> None:

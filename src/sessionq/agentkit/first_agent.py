@@ -53,6 +53,8 @@ class FirstAgent(AgentExecutor):
         self.directory = Path(directory or data_dir())
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        """One turn: the task WORKING (a new task is created so, in one write), the memory saved,
+        then the answer as the task's artifact (when COMPLETED) and its final status message."""
         text = context.get_user_input()
         continuation = context.current_task is not None
         turn = run_turn(load_memory(self.directory), text, continuation=continuation)
@@ -64,11 +66,12 @@ class FirstAgent(AgentExecutor):
                 a2a_pb2.Task(
                     id=task_id,
                     context_id=context_id,
-                    status=a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_SUBMITTED),
+                    status=a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_WORKING),
                     history=[context.message],
                 )
             )
-        await updater.start_work()
+        else:
+            await updater.start_work()
         if turn.delay > 0:
             await asyncio.sleep(turn.delay)
         save_memory(self.directory, turn.memory)

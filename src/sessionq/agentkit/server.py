@@ -18,6 +18,7 @@ Stopped with SIGTERM (the runtime suspends it), it finishes what it serves and e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -99,7 +100,7 @@ class SettlingRequestHandler(DefaultRequestHandler):
         self.store = store
 
     @staticmethod
-    def _bind(params: a2a_pb2.SendMessageRequest, context: ServerCallContext) -> None:
+    def _bind(params: a2a_pb2.SendMessageRequest | a2a_pb2.CancelTaskRequest, context: ServerCallContext) -> None:
         for key in (SESSION_STATE, DISPATCH_STATE):
             value = params.metadata.fields.get(key)
             if value is not None and value.string_value:
@@ -155,6 +156,29 @@ class SettlingRequestHandler(DefaultRequestHandler):
             await self._settle_written(context)
         return result
 
+    async def on_cancel_task(
+        self, params: a2a_pb2.CancelTaskRequest, context: ServerCallContext
+    ) -> a2a_pb2.Task | None:
+        """A2A CancelTask from the runtime (sessionq's cancel_turn). sessionq publishes the task
+        CANCELED and ends the turn before it tells the Actor (so that nothing the Actor still
+        writes is accepted), and the SDK refuses to cancel a task it reads in a terminal state:
+        here a task this Actor is still running is cancelled locally all the same, i.e. the
+        executor's `cancel` is called and its `execute` cancelled. Their writes to the task are
+        refused by the task store (the task has ended) and ignored."""
+        self._bind(params, context)
+        stored = await self._versioned_store.get(params.id, context)
+        if (
+            stored is not None
+            and stored.task.status.state == a2a_pb2.TASK_STATE_CANCELED
+            and await self._active_task_registry.get(params.id) is not None
+        ):
+            try:
+                await self._cancel_local(params.id, context)
+            except Exception as exc:  # the executor's writes to the ended task are refused
+                log.debug("task %s: the local cancel ended with %s", params.id, exc)
+            return stored.task
+        return await super().on_cancel_task(params, context)
+
     async def on_message_send_stream(
         self, params: a2a_pb2.SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Any, None]:
@@ -207,6 +231,55 @@ def _listening_socket() -> socket.socket:
     return sock
 
 
+class _PromptServer(uvicorn.Server):
+    """uvicorn's server, stopping at once: the runtime stops an Actor's process at every suspend,
+    and uvicorn notices a signal at its next 0.1 s tick and then sleeps another 0.1 s before it
+    waits (polling every 0.1 s) for open connections. Here the signal wakes the server at once and
+    the wait polls every 5 ms; what is waited for is the same (in-flight requests finish)."""
+
+    POLL = 0.005
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self._exit = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        super().handle_exit(sig, frame)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._exit.set)
+
+    async def main_loop(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        counter = 0
+        should_exit = await self.on_tick(counter)
+        while not should_exit:
+            counter = (counter + 1) % 864000
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._exit.wait(), 0.1)
+            should_exit = await self.on_tick(counter)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in self.servers:
+            server.close()
+        for sock in sockets or []:
+            sock.close()
+        for connection in list(self.server_state.connections):
+            connection.shutdown()
+        limit = self.config.timeout_graceful_shutdown
+        deadline = None if limit is None else asyncio.get_running_loop().time() + limit
+        while (self.server_state.connections or self.server_state.tasks) and not self.force_exit:
+            if deadline is not None and asyncio.get_running_loop().time() > deadline:
+                for t in self.server_state.tasks:
+                    t.cancel(msg="Task cancelled, timeout graceful shutdown exceeded")
+                break
+            await asyncio.sleep(self.POLL)
+        for server in self.servers:
+            await server.wait_closed()
+        if not self.force_exit:
+            await self.lifespan.shutdown()
+
+
 def _required(name: str) -> str:
     value = os.environ.get(name)
     if not value:
@@ -226,7 +299,7 @@ async def serve(executor: AgentExecutor, card: a2a_pb2.AgentCard | None = None) 
         card = default_card(url)
     handler = SettlingRequestHandler(executor, store, card)
     app = Starlette(routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, "/")])
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
+    server = _PromptServer(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
     try:
         await server.serve(sockets=[sock])
     finally:

@@ -467,13 +467,23 @@ UP_SHARED_KEYS = ("database.url", "database.directUrl", "auth.anonymousUser", "r
                   "runtime.substrate.actorAddressPattern")
 
 
+def up_runtime(settings: Settings, runtime: str | None) -> str:
+    """The runtime `up` runs: `runtime` when given (`--runtime process|simulator`), else the
+    configured Substrate when runtime.kind is substrate, else the process runtime (the tutorial's
+    agent then runs in real processes, its memory in real snapshots)."""
+    if runtime is not None:
+        return runtime
+    return "substrate" if settings.runtime.kind == "substrate" else "process"
+
+
 async def up(settings: Settings, data_dir: Path, database_url: str | None, echo: Callable[[str], None],
-             api_processes: int = 1,
+             runtime: str | None = None, api_processes: int = 1,
              others: Callable[[Settings, dict[str, str]], OtherApiProcesses] | None = None) -> int:
     """The embedded default: PostgreSQL (embedded unless database_url), migrations, API on
-    loopback, workers, the simulator and the web console, until Ctrl-C. Returns the exit status.
-    A drain request (`sessionq workers drain`) drains only the workers: the API, the console and
-    PostgreSQL keep running. StartupError for the common failures at start.
+    loopback, workers, the runtime (`up_runtime`: the process runtime unless told otherwise) and
+    the web console, until Ctrl-C. Returns the exit status. A drain request (`sessionq workers
+    drain`) drains only the workers: the API, the console and PostgreSQL keep running.
+    StartupError for the common failures at start.
 
     api_processes N > 1 (server.processes set to N): this process is API process 0 and `others`
     makes the supervisor of processes 1..N-1 (`sessionq serve --api-index I`, the same settings),
@@ -483,7 +493,9 @@ async def up(settings: Settings, data_dir: Path, database_url: str | None, echo:
     shutdown = Shutdown(settings.workers.shutdown_timeout)
     shutdown.install()
     try:
-        return await _up(shutdown, settings, data_dir, database_url, echo, api_processes, others)
+        kind = up_runtime(settings, runtime)
+        return await _up(shutdown, settings.with_overrides(**{"runtime.kind": kind}), data_dir, database_url, echo,
+                         api_processes, others)
     finally:
         lock.close()
         shutdown.hand_over()
@@ -494,13 +506,9 @@ async def _up(
     api_processes: int = 1, others: Callable[[Settings, dict[str, str]], OtherApiProcesses] | None = None,
 ) -> int:
     server: embedded.EmbeddedPostgres | None = None
-    served: ServedSimulator | None = None
+    served: ServedSimulator | ServedProcess | None = None
     beside: asyncio.Task[int] | None = None
     status = 0
-    if api_processes > 1 and settings.runtime.kind == "process":
-        raise StartupError(
-            f"server.processes is {api_processes}, but the process runtime's Actors belong to one process:"
-            " with runtime.kind process, `sessionq up` runs one API process (set server.processes to 1)")
     try:
         psql = None
         if database_url:
@@ -538,10 +546,16 @@ async def _up(
         if settings.runtime.kind == "process" and not settings.runtime.process.root:
             # the Actors' directories and snapshots live with up's other data
             settings = settings.with_overrides(**{"runtime.process.root": process_root(data_dir)})
-        if settings.runtime.kind == "simulator" and settings.runtime.simulator.served:
+        if settings.runtime.kind == "process":
+            # as a real Substrate: the process runtime served as ateapi.Control on loopback (ports of
+            # its own), reached through the gRPC adapter; it owns the Actors' processes
+            served = await start_served_process(settings, url, address="127.0.0.1:0", actor_address="127.0.0.1:0")
+            shutdown.on_force("the agents' processes killed", served.runtime.kill_children)
+        elif settings.runtime.kind == "simulator" and settings.runtime.simulator.served:
             # the embedded default exercises the real client path: the simulator as an ateapi.Control
             # server on loopback (ports of its own), reached through the gRPC adapter
             served = await start_served_simulator(settings, url, address="127.0.0.1:0", actor_address="127.0.0.1:0")
+        if served is not None:
             settings = settings.with_overrides(**{
                 "runtime.kind": "substrate",
                 "runtime.substrate.address": served.address,
@@ -554,8 +568,9 @@ async def _up(
             client = {"server": endpoint, "user": user, "databaseUrl": url, "psql": psql}
             if served is not None:
                 if not settings.runtime.simulator.task_store_address:
-                    served.sim.taskstore_address = endpoint  # the simulated Actors report here
+                    served.report_to(endpoint)  # the Actors report to the task store here
                 client["runtimeAddress"] = served.address
+                client["runtimeKind"] = served.kind
             for path in (data_dir.resolve() / CLIENT_CONFIG, user_client_config()):
                 with contextlib.suppress(OSError):
                     write_client_config(path, client)
@@ -563,11 +578,11 @@ async def _up(
             echo(f"  gRPC endpoint : {endpoint}  (reflection and health on; calls without a token are {user}'s)")
             echo(f"  web console   : http://{settings.server.console_address}/  (no login needed here)")
             echo(f"  psql          : {psql}")
-            if served is not None:
-                echo(f"  runtime       : the simulator, served as ateapi.Control at {served.address}")
-            elif settings.runtime.kind == "process":
+            if isinstance(served, ServedProcess):
                 echo(f"  runtime       : the process runtime (Actors are local OS processes, NOT isolated),"
-                     f" in {settings.runtime.process.root}")
+                     f" in {settings.runtime.process.root}; `--runtime simulator` runs the simulator instead")
+            elif served is not None:
+                echo(f"  runtime       : the simulator, served as ateapi.Control at {served.address}")
             echo(f"  client config : {user_client_config()}")
             echo("  Next, in another terminal in this directory:")
             if FIRST_AGENT.exists():

@@ -115,10 +115,15 @@ class ServedSimulator:
     server: Any
     port: int
     endpoints: ActorEndpoints
+    kind = "simulator"
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def report_to(self, taskstore_address: str) -> None:
+        """Where the simulated Actors reach the task store API (`up`: its API, once it listens)."""
+        self.sim.taskstore_address = taskstore_address
 
     async def stop(self, grace: float = 1.0) -> None:
         await self.server.stop(grace)
@@ -151,10 +156,15 @@ class ServedProcess:
     server: Any
     port: int
     endpoints: ActorEndpoints
+    kind = "process"
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def report_to(self, taskstore_address: str) -> None:
+        """Where the Actors' processes reach the task store API (given to the processes it starts)."""
+        self.runtime.taskstore_address = taskstore_address
 
     async def stop(self, grace: float = 1.0) -> None:
         await self.server.stop(grace)

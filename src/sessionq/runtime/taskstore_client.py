@@ -8,7 +8,7 @@ about 10 s in total; any other status code raises `TaskStoreError` at once.
 
 The channel's message limits (`max_message_bytes`, both directions) must hold a task store update
 of the largest message the API admits, which carries it several times:
-`sessionq.config.grpc_message_limit(a2a.maxMessageBytes)`, the default.
+`sessionq.limits.grpc_message_limit(a2a.maxMessageBytes)`, the default.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import grpc
 from a2a.types import a2a_pb2
 
 from sessionq._pb.kagent.api.v1alpha1 import task_store_pb2, task_store_pb2_grpc
-from sessionq.config import MIB, grpc_message_limit
+from sessionq.limits import MIB, grpc_message_limit  # not sessionq.config: an Actor's process loads this
 
 __all__ = ["RETRYABLE", "TaskStoreClient", "TaskStoreError"]
 

@@ -13,10 +13,12 @@ import asyncio
 import contextlib
 import errno
 import os
+import re
 import shutil
 import signal
 import socket
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -26,11 +28,16 @@ __all__ = [
     "describe_exit",
     "kill_group",
     "process_start_time",
+    "redact",
     "start_child",
     "stderr_tail",
 ]
 
-STDERR_TAIL = 2000  # bytes of stderr a crash message quotes
+STDERR_TAIL = 2000  # characters of stderr (the end) a crash message quotes, at most
+REDACTED = "<redacted>"  # what a crash message shows instead of a secret
+MIN_SECRET = 4  # environment values shorter than this are not redacted (they would blank out common text)
+WORKLOAD_TOKEN = re.compile(r"sqw\.[0-9A-Za-z-]+\.[0-9A-Za-z]+")  # sessionq.domain.workload's credentials
+TOKEN_MARGIN = 128  # characters read beyond the tail so that no secret is cut in two
 # Linux: started through util-linux's setpriv, which sets PR_SET_PDEATHSIG and execs the command (no
 # Python code runs between fork and exec: the runtime's gRPC threads make that unsafe)
 SETPRIV = shutil.which("setpriv") if sys.platform.startswith("linux") else None
@@ -94,18 +101,35 @@ def describe_exit(returncode: int) -> str:
     return f"the process exited with status {returncode}"
 
 
-def stderr_tail(path: Path, limit: int = STDERR_TAIL) -> str:
-    """The last `limit` bytes of the process's stderr, decoded leniently, trimmed."""
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """`text` with every workload credential (``sqw.<session>.<mac>``, whoever's) and every value of
+    `secrets` of at least MIN_SECRET characters replaced by REDACTED (the longest values first, so a
+    value inside another is no hint)."""
+    text = WORKLOAD_TOKEN.sub(REDACTED, text)
+    for value in sorted({v for v in secrets if len(v) >= MIN_SECRET}, key=len, reverse=True):
+        text = text.replace(value, REDACTED)
+    return text
+
+
+def stderr_tail(path: Path, limit: int = STDERR_TAIL, secrets: Iterable[str] = ()) -> str:
+    """The end of the process's stderr for a crash message: decoded leniently, redacted (`redact`:
+    the workload credential and the values of the Actor's environment never appear), then cut to
+    its last `limit` characters (an ellipsis first when cut). The redaction runs on more than
+    `limit` characters, so that no secret is cut in two and half of it kept."""
+    values = [v for v in secrets if len(v) >= MIN_SECRET]
+    margin = max((len(v.encode()) for v in values), default=0) + TOKEN_MARGIN
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
             size = f.tell()
-            f.seek(max(size - limit, 0))
+            f.seek(max(size - 4 * limit - margin, 0))  # up to 4 bytes a character
             data = f.read()
     except OSError:
         return ""
-    text = data.decode("utf-8", errors="replace").strip()
-    return ("\u2026" + text) if size > limit and text else text
+    text = redact(data.decode("utf-8", errors="replace"), values).strip()
+    if len(text) > limit:
+        return "\u2026" + text[-limit:].lstrip()
+    return text
 
 
 def _log_files(logs: Path, uid: str) -> tuple[BinaryIO, BinaryIO]:
@@ -123,6 +147,7 @@ class Child:
     pid: int
     port: int
     stderr: Path
+    secrets: tuple[str, ...] = ()  # values its crash message never quotes (its environment's)
     stopping: bool = False  # a stop the runtime asked for: its exit is no crash
     exited: asyncio.Event = field(default_factory=asyncio.Event)
     returncode: int | None = None
@@ -135,6 +160,7 @@ async def start_child(
     env: dict[str, str],
     cwd: Path,
     logs: Path,
+    secrets: tuple[str, ...] = (),
 ) -> Child:
     """Start `argv` in `cwd` with exactly `env` (plus the socket's variables), in a new session
     (its own process group), stdin from /dev/null, stdout and stderr to files under `logs`. The
@@ -168,7 +194,14 @@ async def start_child(
             )
     finally:
         sock.close()
-    return Child(uid=uid, process=process, pid=process.pid, port=port, stderr=stderr_path)
+    return Child(uid=uid, process=process, pid=process.pid, port=port, stderr=stderr_path, secrets=secrets)
+
+
+def crash_message(child: Child) -> str:
+    """Why the child's process ended: its exit status and the redacted end of its stderr."""
+    assert child.returncode is not None
+    tail = stderr_tail(child.stderr, secrets=child.secrets)
+    return describe_exit(child.returncode) + (f"; stderr: {tail}" if tail else "")
 
 
 async def stop_child(child: Child, grace: float, *, paused: bool = False) -> None:

@@ -218,6 +218,13 @@ class ProcessSubstrate:
         if conn is not None:
             await conn.close()
 
+    def kill_children(self) -> None:
+        """SIGKILL every child's process group at once, without waiting (a forced stop of its owner;
+        any thread). Their Actors become CRASHED at the next start's reconciliation."""
+        for child in list(self._children.values()):
+            child.stopping = True
+            children.kill_group(child.pid)
+
     async def __aenter__(self) -> ProcessSubstrate:
         await self.open()
         return self
@@ -474,7 +481,9 @@ class ProcessSubstrate:
             env = self._process_env(atespace, name, dict(template.get("env") or {}), dict(step.get("env") or {}), data)
             if not argv:
                 raise FileNotFoundError("the actor template has no command")
-            child = await children.start_child(uid, argv, env, data, self.root / "logs")
+            # its crash message never quotes its environment (the Agent's env, the workload credential)
+            secrets = tuple({*(template.get("env") or {}).values(), *(step.get("env") or {}).values()})
+            child = await children.start_child(uid, argv, env, data, self.root / "logs", secrets)
         except (OSError, tarfile.TarError) as exc:
             message = f"the process could not start: {exc}"
             await self._db.call("SELECT sessionq_process.crash(%s, NULL, NULL, %s)", (uid, message))
@@ -498,8 +507,7 @@ class ProcessSubstrate:
         if child.stopping:
             return
         children.kill_group(child.pid)  # what the process left behind in its group
-        tail = children.stderr_tail(child.stderr)
-        message = children.describe_exit(returncode) + (f"; stderr: {tail}" if tail else "")
+        message = children.crash_message(child)
         try:
             await self._db.call(
                 "SELECT sessionq_process.crash(%s, %s, %s, %s)", (child.uid, child.pid, returncode, message)
@@ -786,10 +794,7 @@ class ProcessSubstrate:
     def _exit_message(self, uid: str, child: Child | None) -> str:
         if child is None or child.returncode is None:
             return "the actor's process ended during the turn"
-        tail = children.stderr_tail(child.stderr)
-        return f"the actor's process ended during the turn: {children.describe_exit(child.returncode)}" + (
-            f"; stderr: {tail}" if tail else ""
-        )
+        return f"the actor's process ended during the turn: {children.crash_message(child)}"
 
     # test and operator hooks ----------------------------------------------------------------
 
