@@ -205,6 +205,13 @@ KEYS: tuple[Key, ...] = (
         " single transactions, without prepared statements.",
     ),
     Key("database.poolSize", _int(2, 200), 10, "Connections per process in the sessionq pool."),
+    Key(
+        "database.coalesceReads",
+        _bool,
+        True,
+        "Answer GetSession calls that arrive while another is in flight with one batched query"
+        " (up to 64 per statement); a call with none in flight runs alone as before.",
+    ),
     Key("server.address", _address, "127.0.0.1:8083", "gRPC listen address (native gRPC, reflection, health)."),
     Key(
         "server.httpAddress",

@@ -125,6 +125,7 @@ class DatabaseSettings:
     url: str  # database.url
     direct_url: str  # database.directUrl
     pool_size: int  # database.poolSize
+    coalesce_reads: bool  # database.coalesceReads
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> DatabaseSettings:
@@ -132,6 +133,7 @@ class DatabaseSettings:
             url=values["database.url"],
             direct_url=values["database.directUrl"],
             pool_size=values["database.poolSize"],
+            coalesce_reads=values["database.coalesceReads"],
         )
 
 

@@ -323,7 +323,8 @@ async def run_services(
     # database.url may be a transaction pooler; what needs a session of its own (LISTEN, leadership,
     # procrastinate's listener, the simulator's session settings) connects to database.directUrl
     direct_url = settings.database.direct_url or url
-    store = await Store.open(url, pool_size=settings.database.pool_size, listen=api, direct_url=direct_url)
+    store = await Store.open(url, pool_size=settings.database.pool_size, listen=api, direct_url=direct_url,
+                             coalesce_reads=settings.database.coalesce_reads)
     gauges = None
     server = None
     console: ConsoleServer | None = None

@@ -56,11 +56,94 @@ from sessionq.models import (
 )
 
 
+_SessionRead = tuple[UUID, str, "str | None", str]
+
+
+class _PointReads:
+    """Coalesced GetSession reads (issue 23). A read that finds no other read in flight runs alone,
+    as a single `get_session` call (no timer, no added latency). Reads that arrive while one is in
+    flight queue; when it ends, one drain task answers the queue, up to `max_batch` at a time, with
+    `get_sessions` (one statement for the batch, each row filtered by its own caller's access). A
+    waiter's cancellation only drops it from the batch; an error of the batch's statement reaches
+    every waiter of that batch."""
+
+    def __init__(self, store: Store, max_batch: int = 64) -> None:
+        self.store = store
+        self.max_batch = max_batch
+        self.busy = False
+        self.queue: list[tuple[_SessionRead, asyncio.Future[Any]]] = []
+        self.drain: asyncio.Task[None] | None = None
+        self.batches = 0  # statements get_sessions ran, and the largest batch (tests, profiling)
+        self.largest = 0
+
+    async def read(self, key: _SessionRead) -> Any:
+        if self.busy:
+            fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            self.queue.append((key, fut))
+            return await fut
+        self.busy = True
+        try:
+            return await self.store._value("SELECT sessionq.get_session(%s, %s, %s, %s)", key)
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        if self.queue:
+            self.drain = asyncio.get_running_loop().create_task(self._drain())
+        else:
+            self.busy = False
+
+    async def _drain(self) -> None:
+        try:
+            while self.queue:
+                batch = [(k, f) for k, f in self.queue[: self.max_batch] if not f.done()]
+                del self.queue[: self.max_batch]
+                if batch:
+                    await self._run(batch)
+        finally:
+            self.busy = False
+            self.drain = None
+            # a waiter queued after the loop's last check (none can: the loop ran to an empty queue
+            # with no await in between), or the drain was cancelled at close: fail what is left
+            for _, f in self.queue:
+                if not f.done():
+                    f.set_exception(psycopg.OperationalError("the store is closing"))
+            self.queue.clear()
+
+    async def _run(self, batch: list[tuple[_SessionRead, asyncio.Future[Any]]]) -> None:
+        self.batches += 1
+        self.largest = max(self.largest, len(batch))
+        ids, callers, shares, kinds = (list(c) for c in zip(*(k for k, _ in batch), strict=True))
+        try:
+            rows = await self.store._fetch(
+                "SELECT ord, session FROM sessionq.get_sessions(%s, %s, %s, %s)", (ids, callers, shares, kinds),
+                tuple_row)
+        except BaseException as e:
+            for _, f in batch:
+                if not f.done():
+                    f.set_exception(e if isinstance(e, Exception) else psycopg.OperationalError(str(e) or "cancelled"))
+            if not isinstance(e, Exception):
+                raise
+            return
+        found = {int(o): v for o, v in rows}
+        for i, ((sid, _, _, of), f) in enumerate(batch, start=1):
+            if f.done():
+                continue
+            value = found.get(i)
+            if value is None:
+                f.set_exception(errors.not_found(f"{of} {sid} not found"))
+            else:
+                f.set_result(value)
+
+
 class Store:
-    def __init__(self, pool: AsyncConnectionPool, listener: Listener | None = None) -> None:
+    def __init__(
+        self, pool: AsyncConnectionPool, listener: Listener | None = None, *, coalesce_reads: bool = True
+    ) -> None:
         self.pool = pool
         self.listener = listener
         self.health: DatabaseHealth = getattr(pool, "health", None) or DatabaseHealth()
+        self.point_reads = _PointReads(self) if coalesce_reads else None
 
     @classmethod
     async def open(
@@ -71,6 +154,7 @@ class Store:
         listen: bool = True,
         name: str = "sessionq",
         direct_url: str | None = None,
+        coalesce_reads: bool = True,
     ) -> Store:
         """The pool, and with `listen` the LISTEN connection that wakes waiters; both report their
         connection attempts to one DatabaseHealth, so calls fail fast while the database is gone.
@@ -87,7 +171,7 @@ class Store:
                 health=pool.health,
             )
             await listener.start()
-        return cls(pool, listener)
+        return cls(pool, listener, coalesce_reads=coalesce_reads)
 
     async def close(self, timeout: float = 5.0) -> None:
         """Stop listening and close the pool, waiting up to `timeout` for its background tasks
@@ -380,8 +464,13 @@ class Store:
     async def get_session(
         self, session_id: UUID, caller: str, share_hash: str | None = None, of: RowKind = RowKind.SESSION
     ) -> Session:
-        """A Session (`of` SANDBOX: a Sandbox) the caller may see; NOT_FOUND otherwise."""
-        value = await self._value("SELECT sessionq.get_session(%s, %s, %s, %s)", (session_id, caller, share_hash, of))
+        """A Session (`of` SANDBOX: a Sandbox) the caller may see; NOT_FOUND otherwise. Concurrent
+        reads are coalesced (_PointReads) unless the store was opened without coalesce_reads."""
+        if self.point_reads is not None:
+            value = await self.point_reads.read((session_id, caller, share_hash, str(of)))
+        else:
+            value = await self._value(
+                "SELECT sessionq.get_session(%s, %s, %s, %s)", (session_id, caller, share_hash, of))
         return Session.from_json(value)
 
     async def session_by_id(self, session_id: UUID) -> Session | None:
