@@ -161,6 +161,51 @@ async def _serve(procs: Procs, url: str, settings: dict[str, Any], name: str) ->
     return f"127.0.0.1:{port}", pids
 
 
+async def _coalesce_ab(srv: Server, log_dir: Path, url: str, settings: dict[str, Any], get_ids: list[str],
+                       sizes: dict[str, Any]) -> dict[str, Any]:
+    """GetSession on one process with database.coalesceReads on and off, beside the bare servicer:
+    the three run at once (idle while not measured) and are measured in alternating rounds, so the
+    machine's noise falls on all three alike. Per round and in sum: calls/s, p99, and the ratios
+    against the bare servicer of the same round."""
+    rounds = int(sizes.get("ab_rounds", 3))
+    say(f"   coalescing A/B: {rounds} rounds of bare / on / off (load average {os.getloadavg()[0]:.2f})")
+    out: dict[str, Any] = {"rounds": [], "load_before": os.getloadavg()}
+    async with processes(log_dir / "ab") as procs:
+        port = free_port()
+        bare = procs.start("bare", bench_module_command("bare_server", str(port)), dict(os.environ))
+        targets = {"bare": (f"127.0.0.1:{port}", {"api": bare.pid})}
+        one = {**settings, **({"server.processes": 1} if _has_key("server.processes") else {})}
+        targets["on"] = await _serve(procs, url, {**one, "database.coalesceReads": True}, "serve-on")
+        targets["off"] = await _serve(procs, url, {**one, "database.coalesceReads": False}, "serve-off")
+        procs.check()
+        for r in range(rounds):
+            order = ["bare", "on", "off"] if r % 2 == 0 else ["off", "on", "bare"]
+            got: dict[str, Any] = {}
+            for name in order:
+                address, pids = targets[name]
+                m = await _measure(srv, log_dir, f"ab-{r}-{name}", address, "get", get_ids, TOKEN, pids, sizes)
+                got[name] = {k: m[k] for k in ("per_s", "p50_ms", "p99_ms", "api_cpu_ms_per_call",
+                                               "pg_cpu_ms_per_call", "codes")}
+            for name in ("on", "off"):
+                got[name]["over_bare_per_s"] = ratio(got[name]["per_s"], got["bare"]["per_s"])
+                got[name]["over_bare_p99"] = ratio(got[name]["p99_ms"], got["bare"]["p99_ms"])
+            say(f"   round {r}: bare {got['bare']['per_s']}/s p99 {got['bare']['p99_ms']} ms; "
+                f"on {got['on']['per_s']}/s p99 {got['on']['p99_ms']} ms ({got['on']['over_bare_per_s']}x, "
+                f"p99 {got['on']['over_bare_p99']}x, api {got['on']['api_cpu_ms_per_call']} ms/call); "
+                f"off {got['off']['per_s']}/s p99 {got['off']['p99_ms']} ms ({got['off']['over_bare_per_s']}x, "
+                f"p99 {got['off']['over_bare_p99']}x, api {got['off']['api_cpu_ms_per_call']} ms/call)")
+            out["rounds"].append(got)
+    out["load_after"] = os.getloadavg()
+    for name in ("on", "off"):
+        out[f"{name}_over_bare_per_s"] = ratio(sum(g[name]["per_s"] for g in out["rounds"]),
+                                               sum(g["bare"]["per_s"] for g in out["rounds"]))
+    out["on_over_off_per_s"] = ratio(sum(g["on"]["per_s"] for g in out["rounds"]),
+                                     sum(g["off"]["per_s"] for g in out["rounds"]))
+    say(f"   coalescing A/B over {rounds} rounds: on {out['on_over_bare_per_s']}x bare, off "
+        f"{out['off_over_bare_per_s']}x bare, on/off {out['on_over_off_per_s']}x")
+    return out
+
+
 async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | None = None) -> dict[str, Any]:
     sizes = {
         "clients": 32, "client_procs": 2, "warmup": 1.0 if quick else 2.0, "seconds": 4.0 if quick else 10.0,
@@ -234,6 +279,8 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
                                                               small_tokens, TOKEN, pids, sizes))
             show("1 process ListSessions large", await _measure(srv, log_dir, "one-list-large", address, "list",
                                                                 large_tokens, BIG_TOKEN, pids, sizes))
+        if _has_key("database.coalesceReads"):
+            results["coalesce_ab"] = await _coalesce_ab(srv, log_dir, url, settings, get_ids, sizes)
         n = int(sizes["processes"])
         if _has_key("server.processes") and n > 1:
             async with processes(log_dir / "many") as procs:

@@ -56,7 +56,7 @@ from sessionq.models import (
 )
 
 
-_SessionRead = tuple[UUID, str, "str | None", str]
+_SessionRead = tuple[UUID, str, str | None, str]  # session id, caller, share token hash, kind
 
 
 class _PointReads:
@@ -116,7 +116,7 @@ class _PointReads:
         ids, callers, shares, kinds = (list(c) for c in zip(*(k for k, _ in batch), strict=True))
         try:
             rows = await self.store._fetch(
-                "SELECT ord, session FROM sessionq.get_sessions(%s, %s, %s, %s)", (ids, callers, shares, kinds),
+                "SELECT ord, session FROM sessionq.get_sessions(%s::uuid[], %s::text[], %s::text[], %s::text[])", (ids, callers, shares, kinds),
                 tuple_row)
         except BaseException as e:
             for _, f in batch:
