@@ -241,3 +241,31 @@ async def test_share_ttl_defaults_to_and_is_bounded_by_max_ttl(settings, store):
     with pytest.raises(SessionqError) as e:
         share_ttl(over, 3600.0)
     assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "shares.maxTtl" in e.value.message
+
+
+async def test_200_concurrent_get_sessions_answer_each_caller_as_alone(api, store, sim):
+    """Coalesced reads (issue 23) over gRPC: 200 concurrent GetSession calls of alice's and bob's
+    Sessions, a missing one and a malformed id, by alice and bob, each answered as the same call
+    alone (the Session, or the same status and message)."""
+    await apply_agent(store, sim)
+    ids = [(await create(api, f"r{i}", user)).id for i, user in enumerate(["alice", "alice", "bob"])]
+    ids += [str(uuid.uuid4()), "nope"]
+    st = stub(api)
+
+    async def call(sid: str, user: str):
+        try:
+            r = await st.GetSession(sessions_pb2.GetSessionRequest(session_id=sid), metadata=api.md(user), timeout=10)
+            return ("ok", r.session.SerializeToString(deterministic=True))
+        except grpc.aio.AioRpcError as e:
+            return (e.code(), e.details())
+
+    pairs = [(sid, user) for sid in ids for user in ("alice", "bob")]
+    alone = {p: await call(*p) for p in pairs}
+    assert sum(1 for o in alone.values() if o[0] == "ok") == 3
+    assert {o[0] for o in alone.values()} == {"ok", grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT}
+    before = store.point_reads.batches
+    racers = [pairs[i % len(pairs)] for i in range(200)]
+    got = await asyncio.gather(*(call(*p) for p in racers))
+    for p, outcome in zip(racers, got, strict=True):
+        assert outcome == alone[p], p
+    assert store.point_reads.batches > before  # some of them shared a statement

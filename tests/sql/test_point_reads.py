@@ -12,8 +12,8 @@ from uuid import UUID, uuid4
 
 import psycopg
 import pytest
-
 from conftest import apply_agent
+
 from sessionq.db.store import Store
 from sessionq.errors import SessionqError
 from sessionq.models import RowKind, SharePermission

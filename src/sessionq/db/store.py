@@ -55,7 +55,6 @@ from sessionq.models import (
     TaskPhase,
 )
 
-
 _SessionRead = tuple[UUID, str, str | None, str]  # session id, caller, share token hash, kind
 
 
@@ -116,8 +115,8 @@ class _PointReads:
         ids, callers, shares, kinds = (list(c) for c in zip(*(k for k, _ in batch), strict=True))
         try:
             rows = await self.store._fetch(
-                "SELECT ord, session FROM sessionq.get_sessions(%s::uuid[], %s::text[], %s::text[], %s::text[])", (ids, callers, shares, kinds),
-                tuple_row)
+                "SELECT ord, session FROM sessionq.get_sessions(%s::uuid[], %s::text[], %s::text[], %s::text[])",
+                (ids, callers, shares, kinds), tuple_row)
         except BaseException as e:
             for _, f in batch:
                 if not f.done():
