@@ -8,33 +8,15 @@ import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import grpc
 import pytest
-from test_serve_processes import alive, established_on
+from test_serve_processes import alive, api_children, established_on
 from test_tutorial import STOP_TIMEOUT, Shell, Up, free_port, servers, shell  # noqa: F401 (fixtures)
 
 from sessionq import config
 from sessionq._pb.kagent.api.v1alpha1 import sessions_pb2, sessions_pb2_grpc
 from sessionq.app.supervisor import up_process_count
-
-
-def api_children(parent: int) -> dict[int, int]:
-    """API index -> pid of `parent`'s live child API processes (`serve --api-index I`)."""
-    out = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            args = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[1]) == parent and fields[0] != "Z" and b"--api-index" in args:
-            out[int(args[args.index(b"--api-index") + 1])] = int(entry.name)
-    return out
 
 
 def wait_for(what: str, predicate, up: Up, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
