@@ -27,12 +27,16 @@ __all__ = [
     "Child",
     "describe_exit",
     "kill_group",
+    "listen",
+    "open_logs",
     "process_start_time",
     "redact",
     "start_child",
     "stderr_tail",
 ]
 
+A2A_FD_ENV = "SESSIONQ_A2A_FD"  # the inherited listening socket's descriptor (sessionq.agentkit reads it)
+A2A_PORT_ENV = "SESSIONQ_A2A_PORT"
 STDERR_TAIL = 2000  # characters of stderr (the end) a crash message quotes, at most
 REDACTED = "<redacted>"  # what a crash message shows instead of a secret
 MIN_SECRET = 4  # environment values shorter than this are not redacted (they would blank out common text)
@@ -132,10 +136,29 @@ def stderr_tail(path: Path, limit: int = STDERR_TAIL, secrets: Iterable[str] = (
     return text
 
 
-def _log_files(logs: Path, uid: str) -> tuple[BinaryIO, BinaryIO]:
+def open_logs(logs: Path, uid: str) -> tuple[BinaryIO, BinaryIO]:
     """The process's stdout (appended) and stderr (this start's only: its tail explains a crash)."""
     logs.mkdir(parents=True, exist_ok=True)
     return open(logs / f"{uid}.stdout", "ab"), open(logs / f"{uid}.stderr", "wb")
+
+
+def listen() -> socket.socket:
+    """A listening TCP socket on 127.0.0.1 (an ephemeral port), inheritable: an Actor's private A2A
+    endpoint, accepting connections before the process that serves it has started."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+        sock.set_inheritable(True)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def socket_env(sock: socket.socket) -> dict[str, str]:
+    """The variables that name the listening socket to the process (SESSIONQ_A2A_FD, _PORT)."""
+    return {A2A_FD_ENV: str(sock.fileno()), A2A_PORT_ENV: str(sock.getsockname()[1])}
 
 
 @dataclass
@@ -148,6 +171,7 @@ class Child:
     port: int
     stderr: Path
     secrets: tuple[str, ...] = ()  # values its crash message never quotes (its environment's)
+    warm: bool = False  # started from a warm interpreter (warm.py), not exec'd for this Actor
     stopping: bool = False  # a stop the runtime asked for: its exit is no crash
     exited: asyncio.Event = field(default_factory=asyncio.Event)
     returncode: int | None = None
@@ -171,16 +195,13 @@ async def start_child(
     exec_argv = [program, *argv[1:]]
     if SETPRIV is not None:
         exec_argv = [SETPRIV, "--pdeathsig", "KILL", "--", *exec_argv]
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock = listen()
     try:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(128)
-        sock.set_inheritable(True)
         port = sock.getsockname()[1]
         fd = sock.fileno()
-        full_env = {**env, "SESSIONQ_A2A_FD": str(fd), "SESSIONQ_A2A_PORT": str(port)}
+        full_env = {**env, **socket_env(sock)}
         stderr_path = logs / f"{uid}.stderr"
-        out, err = _log_files(logs, uid)
+        out, err = open_logs(logs, uid)
         with out, err:
             process = await asyncio.create_subprocess_exec(
                 *exec_argv,

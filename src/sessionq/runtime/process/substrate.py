@@ -56,7 +56,7 @@ from sessionq.runtime.base import (
     Tag,
     Worker,
 )
-from sessionq.runtime.process import archive, children
+from sessionq.runtime.process import archive, children, warm
 from sessionq.runtime.process.children import Child
 from sessionq.runtime.process.database import SERVER_LOCK_KEY, Cursor, ProcessDatabase, install_schema
 from sessionq.runtime.process.invoke import cancel_actor_turn, invoke_actor
@@ -97,6 +97,9 @@ class ProcessConfig:
     # what a template without a command runs: the runtime's default agent (the tutorial's
     # my-first-agent, sessionq.agentkit.first_agent, with this interpreter); () refuses such templates
     default_command: tuple[str, ...] = (sys.executable, "-m", "sessionq.agentkit.first_agent")
+    # Python interpreters (this one, sys.executable) kept started with the agent kit imported, for the
+    # Actors whose command runs a script or module with it (warm.py); 0: every process starts cold
+    warm_interpreters: int = 1
 
 
 _ACTOR_SELECT = (
@@ -182,6 +185,14 @@ class ProcessSubstrate:
         self._lock_conn: psycopg.AsyncConnection[Any] | None = None
         self._children: dict[str, Child] = {}
         self._actor_locks: dict[str, asyncio.Lock] = {}
+        self._warm = warm.WarmPool(
+            size=max(config.warm_interpreters, 0),
+            interpreter=sys.executable,
+            env=self._base_env(),
+            cwd=self.root / "spare",
+            logs=self.root / "logs",
+            marker=str(self.root),
+        )
         # tests: runs between an archive's write and its rename
         self.before_rename: Callable[[Path], None] | None = None
 
@@ -203,10 +214,12 @@ class ProcessSubstrate:
         self._lock_conn = conn
         await self._db.open()
         await self.reconcile()
+        self._warm.fill()
 
     async def close(self) -> None:
         """Stop every child process (no process outlives the runtime server); their Actors become
         CRASHED at the next start's reconciliation unless suspended first."""
+        await self._warm.close()
         kids = list(self._children.values())
         await asyncio.gather(*(children.stop_child(c, 1.0) for c in kids), return_exceptions=True)
         for c in kids:
@@ -221,6 +234,7 @@ class ProcessSubstrate:
     def kill_children(self) -> None:
         """SIGKILL every child's process group at once, without waiting (a forced stop of its owner;
         any thread). Their Actors become CRASHED at the next start's reconciliation."""
+        self._warm.kill_all()
         for child in list(self._children.values()):
             child.stopping = True
             children.kill_group(child.pid)
@@ -457,10 +471,15 @@ class ProcessSubstrate:
             await self._start(atespace, name, uid, step)
             return await self._load(atespace, name), True
 
+    @staticmethod
+    def _base_env() -> dict[str, str]:
+        """What of the runtime's own environment every process gets (and the warm interpreters)."""
+        return {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
+
     def _process_env(
         self, atespace: str, name: str, template_env: dict[str, str], actor_env: dict[str, str], data: Path
     ) -> dict[str, str]:
-        env = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
+        env = self._base_env()
         env.update(template_env)
         env.update(actor_env)
         env[DATA_DIR_ENV] = str(data)
@@ -483,7 +502,10 @@ class ProcessSubstrate:
                 raise FileNotFoundError("the actor template has no command")
             # its crash message never quotes its environment (the Agent's env, the workload credential)
             secrets = tuple({*(template.get("env") or {}).values(), *(step.get("env") or {}).values()})
-            child = await children.start_child(uid, argv, env, data, self.root / "logs", secrets)
+            logs = self.root / "logs"
+            child = await self._warm.start(uid, argv, env, data, logs, secrets)
+            if child is None:
+                child = await children.start_child(uid, argv, env, data, logs, secrets)
         except (OSError, tarfile.TarError) as exc:
             message = f"the process could not start: {exc}"
             await self._db.call("SELECT sessionq_process.crash(%s, NULL, NULL, %s)", (uid, message))
@@ -802,6 +824,19 @@ class ProcessSubstrate:
         """The pid of the Actor's process while this server runs it."""
         child = self._children.get(uid)
         return child.pid if child is not None else None
+
+    def started_warm(self, uid: str) -> bool | None:
+        """Whether the Actor's current process came from a warm interpreter (None: no process)."""
+        child = self._children.get(uid)
+        return child.warm if child is not None else None
+
+    def spare_pids(self) -> list[int]:
+        """The pids of the warm interpreters waiting for an Actor."""
+        return self._warm.pids()
+
+    async def spares_ready(self, timeout: float = 60.0) -> None:
+        """Wait until every warm interpreter the runtime keeps is started and has done its imports."""
+        await self._warm.wait_ready(timeout)
 
     async def wait_exited(self, uid: str, timeout: float = 10.0) -> None:
         child = self._children.get(uid)
