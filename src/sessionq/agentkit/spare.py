@@ -21,8 +21,8 @@ environment, stdin from /dev/null. FD is its end of a unix socket pair. The prot
   uncaught exception is reported by `sys.excepthook` without this module's frames and exits with
   status 1, a missing script with the interpreter's message and status 2, SystemExit as always.
 
-This module imports only the standard library besides the agent kit: what it loads an Actor would
-load anyway, or is as cheap as the interpreter's own start.
+Besides the agent kit it imports the standard library and the uvicorn modules an agent kit agent
+loads when it starts serving (`SERVING_MODULES`): what an Actor would load anyway.
 """
 
 import json
@@ -36,6 +36,9 @@ from typing import Any
 
 __all__ = ["main"]
 
+# what an agent kit agent imports when it starts serving (uvicorn's Config.load), imported here too
+# (lifespan "off", the event loop asyncio.run's: server.serve does not load uvicorn.loops)
+SERVING_MODULES = ("uvicorn.protocols.http.auto", "uvicorn.protocols.websockets.auto", "uvicorn.lifespan.off")
 READY = b"R"
 ACCEPTED = b"A"
 REFUSED = b"E"
@@ -136,6 +139,13 @@ def _without_own_frames(tb: TracebackType | None) -> TracebackType | None:
 def main() -> None:
     """Wait for an assignment and run it (see the module docstring)."""
     control = socket.socket(family=socket.AF_UNIX, type=socket.SOCK_STREAM, fileno=int(sys.argv[1]))
+    import importlib
+
+    for name in SERVING_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
     control.sendall(READY)
     got = _receive(control)
     if got is None:
