@@ -439,7 +439,7 @@ KEYS: tuple[Key, ...] = (
         _int(0, 64),
         1,
         "Process runtime: Python interpreters kept started with the agent kit imported, each handed to the next "
-        "Actor whose command runs a script or -m module with the runtime's own interpreter (0: every Actor starts cold).",
+        "Actor whose command runs a script or -m module with the runtime's interpreter (0: every Actor starts cold).",
     ),
     Key("inventory.watchedAtespaces", _atespaces, [], "Atespaces the inventory lists (empty: all)."),
     Key(

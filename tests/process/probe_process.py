@@ -13,6 +13,7 @@ argument says:
 import json
 import os
 import sys
+
 import __main__
 
 _fds = sorted(int(fd) for fd in os.listdir("/proc/self/fd"))

@@ -154,7 +154,7 @@ async def test_a_crash_from_a_spare_reads_like_a_cold_one(database_url: str, tmp
             await rt.close()
     assert messages["warm"] == messages["cold"]
     (raised, raise_text), (exited, exit_text), (missing, missing_text) = messages["warm"]
-    lines = Path(PROBE).read_text().splitlines()
+    lines = Path(PROBE).read_text().splitlines()  # noqa: ASYNC240
     call, throw = lines.index("    fail()") + 1, lines.index('        raise ValueError("the probe failed on purpose")') + 1
     assert raised == 1 and raise_text.endswith(
         f'stderr: to stderr\nTraceback (most recent call last):\n  File "{PROBE}", line {call}, in <module>\n'

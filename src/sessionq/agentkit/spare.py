@@ -104,7 +104,7 @@ def _run(task: dict[str, Any]) -> None:
         import runpy
 
         importlib.invalidate_caches()
-        getattr(runpy, "_run_module_as_main")(target, True)  # what `python -m` itself calls
+        runpy._run_module_as_main(target, True)  # what `python -m` itself calls
         return
     sys.argv = [target, *args]
     sys.orig_argv = [program, target, *args]
@@ -171,7 +171,7 @@ def main() -> None:
         if isinstance(exc, KeyboardInterrupt):  # the interpreter then ends by SIGINT
             import atexit
 
-            getattr(atexit, "_run_exitfuncs")()
+            atexit._run_exitfuncs()
             for stream in (sys.stdout, sys.stderr):
                 if stream is not None:
                     stream.flush()

@@ -35,6 +35,7 @@ import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from sessionq.runtime.process import children
 from sessionq.runtime.process.children import Child
@@ -166,7 +167,7 @@ class WarmPool:
             argv = [self.interpreter, "-c", SPARE_CODE, str(theirs.fileno()), self.marker]
             if children.SETPRIV is not None:
                 argv = [children.SETPRIV, "--pdeathsig", "KILL", "--", *argv]
-            with open(self.logs / "spares.log", "ab") as out:
+            with _open_log(self.logs / "spares.log") as out:
                 process = await asyncio.create_subprocess_exec(
                     *argv,
                     cwd=self.cwd,
@@ -349,6 +350,10 @@ class WarmPool:
         if reply.startswith(b"A"):
             return None
         return reply[1:].decode(errors="replace")[:500] or "refused"
+
+
+def _open_log(path: Path) -> BinaryIO:
+    return open(path, "ab")
 
 
 async def _close_control(spare: Spare) -> None:
