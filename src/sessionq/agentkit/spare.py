@@ -104,7 +104,8 @@ def _run(task: dict[str, Any]) -> None:
         import runpy
 
         importlib.invalidate_caches()
-        runpy._run_module_as_main(target, True)  # what `python -m` itself calls
+        run_as_main = runpy._run_module_as_main  # type: ignore[attr-defined]  # what `python -m` calls
+        run_as_main(target, True)
         return
     sys.argv = [target, *args]
     sys.orig_argv = [program, target, *args]

@@ -18,7 +18,7 @@ import shutil
 import signal
 import socket
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -162,6 +162,29 @@ def socket_env(sock: socket.socket) -> dict[str, str]:
 
 
 @dataclass
+class Endpoint:
+    """What a starting Actor's process is handed: its listening socket, its environment naming it,
+    its open log files (closed, with the runtime's copy of the socket, when `prepared` ends)."""
+
+    sock: socket.socket
+    port: int
+    env: dict[str, str]
+    stdout: BinaryIO
+    stderr: BinaryIO
+
+
+@contextlib.contextmanager
+def prepared(uid: str, env: dict[str, str], logs: Path) -> Iterator[Endpoint]:
+    sock = listen()
+    try:
+        out, err = open_logs(logs, uid)
+        with out, err:
+            yield Endpoint(sock, sock.getsockname()[1], {**env, **socket_env(sock)}, out, err)
+    finally:
+        sock.close()
+
+
+@dataclass
 class Child:
     """One running Actor process, owned by this runtime server."""
 
@@ -195,27 +218,19 @@ async def start_child(
     exec_argv = [program, *argv[1:]]
     if SETPRIV is not None:
         exec_argv = [SETPRIV, "--pdeathsig", "KILL", "--", *exec_argv]
-    sock = listen()
-    try:
-        port = sock.getsockname()[1]
-        fd = sock.fileno()
-        full_env = {**env, **socket_env(sock)}
-        stderr_path = logs / f"{uid}.stderr"
-        out, err = open_logs(logs, uid)
-        with out, err:
-            process = await asyncio.create_subprocess_exec(
-                *exec_argv,
-                cwd=cwd,
-                env=full_env,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-                pass_fds=(fd,),
-            )
-    finally:
-        sock.close()
-    return Child(uid=uid, process=process, pid=process.pid, port=port, stderr=stderr_path, secrets=secrets)
+    with prepared(uid, env, logs) as endpoint:
+        process = await asyncio.create_subprocess_exec(
+            *exec_argv,
+            cwd=cwd,
+            env=endpoint.env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=endpoint.stdout,
+            stderr=endpoint.stderr,
+            start_new_session=True,
+            pass_fds=(endpoint.sock.fileno(),),
+        )
+    return Child(uid=uid, process=process, pid=process.pid, port=endpoint.port, stderr=logs / f"{uid}.stderr",
+                 secrets=secrets)
 
 
 def crash_message(child: Child) -> str:

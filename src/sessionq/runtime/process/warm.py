@@ -247,8 +247,8 @@ class WarmPool:
 
     async def close(self) -> None:
         self.closed = True
-        for task in list(self._tasks):
-            task.cancel()
+        # not cancelled: a start cancelled mid-way could leave a process nobody tracks; a start
+        # that finishes after the close kills its spare (`_start_one`)
         await asyncio.gather(*self._tasks, return_exceptions=True)
         spares, self.spares = self.spares, []
         await asyncio.gather(*(_kill(s) for s in spares), return_exceptions=True)
@@ -298,24 +298,19 @@ class WarmPool:
             spare.reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await spare.reader
-        sock = children.listen()
-        try:
-            port = sock.getsockname()[1]
-            full_env = {**env, **children.socket_env(sock)}
-            out, err = children.open_logs(logs, uid)
-            with out, err:
-                task = {
-                    "env": full_env,
-                    "cwd": str(cwd),
-                    "program": how.program,
-                    "mode": how.mode,
-                    "target": how.target,
-                    "args": list(how.args),
-                    "a2a_fd": sock.fileno(),
-                }
-                problem = await self._assign(spare, task, [sock.fileno(), out.fileno(), err.fileno()])
-        finally:
-            sock.close()
+        with children.prepared(uid, env, logs) as endpoint:
+            task = {
+                "env": endpoint.env,
+                "cwd": str(cwd),
+                "program": how.program,
+                "mode": how.mode,
+                "target": how.target,
+                "args": list(how.args),
+                "a2a_fd": endpoint.sock.fileno(),
+            }
+            fds = [endpoint.sock.fileno(), endpoint.stdout.fileno(), endpoint.stderr.fileno()]
+            problem = await self._assign(spare, task, fds)
+            port = endpoint.port
         if problem is not None:
             log.warning("process runtime: a warm interpreter (pid %d) did not take actor %s (%s): starting it cold",
                         spare.pid, uid, problem)
