@@ -11,25 +11,12 @@ import re
 import signal
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from test_tutorial import REPO, Shell, Up, servers, shell  # noqa: F401 (fixtures)
+from test_tutorial import processes_with as agent_processes
 
 FIRST_AGENT = REPO / "examples" / "agents" / "first_agent.py"
-
-
-def agent_processes(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if marker.encode() in (entry / "environ").read_bytes() and (entry / "stat").read_text().split(") ")[1][0] != "Z":
-                found.append(int(entry.name))
-        except (OSError, IndexError):
-            continue
-    return found
 
 
 @pytest.mark.timeout(300)
