@@ -60,12 +60,15 @@ from sessionq.runtime.process import archive, children, warm
 from sessionq.runtime.process.children import Child
 from sessionq.runtime.process.database import SERVER_LOCK_KEY, Cursor, ProcessDatabase, install_schema
 from sessionq.runtime.process.invoke import cancel_actor_turn, invoke_actor
-from sessionq.runtime.simulator.substrate import (
-    _canonical_rules,
-    _rule_collection,
+from sessionq.runtime.shared import (
     actor_page,
+    canonical_rules,
+    clamp_page_size,
     decode_actor_token,
-    encode_actor_token,
+    rule_collection,
+    split_template,
+    worker_boundary,
+    worker_page,
 )
 
 log = logging.getLogger(__name__)
@@ -77,8 +80,6 @@ TASKSTORE_ENV = "SESSIONQ_TASKSTORE_ADDRESS"
 ACTOR_ENV = "SESSIONQ_ACTOR"
 # variables of the runtime's own environment an Actor's process inherits (nothing else leaks)
 INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
-DEFAULT_PAGE_SIZE = 100
-MAX_PAGE_SIZE = 1000
 ARGV_LIMIT = 64
 ARG_LENGTH = 4096
 _WITH_PROCESS = (ActorState.RESUMING, ActorState.RUNNING, ActorState.PAUSED, ActorState.SUSPENDING)
@@ -136,22 +137,14 @@ def _actor(row: DictRow, snapshots: list[Snapshot]) -> Actor:
     )
 
 
-def _page_size(page_size: int) -> int:
-    if page_size < 0:
-        raise SubstrateError(Code.INVALID_ARGUMENT, f"negative page_size {page_size}")
-    return DEFAULT_PAGE_SIZE if page_size == 0 else min(page_size, MAX_PAGE_SIZE)
+def _worker(row: DictRow) -> Worker:
+    holder = f"{row['holder_atespace']}/{row['holder_name']}" if row["holder_name"] is not None else None
+    return Worker(name=row["name"], atespace="", ip=row["ip"], actor=holder, state="WORKER_STATE_ACTIVE")
 
 
 def _require_name(kind: str, value: str) -> None:
     if not isinstance(value, str) or not value or "/" in value or value in (".", "..") or "\x00" in value:
         raise SubstrateError(Code.INVALID_ARGUMENT, f"invalid {kind} {value!r}")
-
-
-def _split_template(template: str) -> tuple[str, str]:
-    atespace, sep, name = template.partition("/")
-    if not sep or not atespace or not name or "/" in name:
-        raise SubstrateError(Code.INVALID_ARGUMENT, f"template must be '<atespace>/<name>', got {template!r}")
-    return atespace, name
 
 
 def _check_argv(kind: str, values: list[str]) -> list[str]:
@@ -401,7 +394,7 @@ class ProcessSubstrate:
     ) -> Actor:
         _require_name("atespace", atespace)
         _require_name("actor name", name)
-        t_atespace, t_name = _split_template(template)
+        t_atespace, t_name = split_template(template)
         variables = _check_env(dict(env or {}))
         uid = str(uuid.uuid4())
         seeded: Path | None = None
@@ -622,7 +615,7 @@ class ProcessSubstrate:
     # egress (stored, not enforced) --------------------------------------------------------
 
     async def create_egress_policy(self, atespace: str, actor: str, uid: str, rules: list[EgressRule]) -> EgressPolicy:
-        data = _canonical_rules(rules, actor=f"{atespace}/{actor}")
+        data = canonical_rules(rules, actor=f"{atespace}/{actor}")
         async with self._db.tx() as cur:
             await cur.execute("SELECT sessionq_process.lock_actor(%s, %s, %s)", (atespace, actor, uid))
             await cur.execute(
@@ -635,7 +628,7 @@ class ProcessSubstrate:
             raise SubstrateError(
                 Code.ALREADY_EXISTS, f"egress policy default of actor {atespace}/{actor} already exists"
             )
-        return EgressPolicy(actor_uid=uid, rules=_rule_collection(row["rules"]), version=row["version"])
+        return EgressPolicy(actor_uid=uid, rules=rule_collection(row["rules"]), version=row["version"])
 
     async def get_egress_policy(self, atespace: str, actor: str) -> EgressPolicy:
         async with self._db.tx() as cur:
@@ -650,10 +643,10 @@ class ProcessSubstrate:
             raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{actor} not found")
         if row["actor_uid"] is None:
             raise SubstrateError(Code.NOT_FOUND, f"egress policy default of actor {atespace}/{actor} not found")
-        return EgressPolicy(actor_uid=row["uid"], rules=_rule_collection(row["rules"]), version=row["version"])
+        return EgressPolicy(actor_uid=row["uid"], rules=rule_collection(row["rules"]), version=row["version"])
 
     async def update_egress_policy(self, atespace: str, actor: str, uid: str, rules: list[EgressRule]) -> EgressPolicy:
-        data = _canonical_rules(rules, actor=f"{atespace}/{actor}")
+        data = canonical_rules(rules, actor=f"{atespace}/{actor}")
         async with self._db.tx() as cur:
             await cur.execute("SELECT sessionq_process.lock_actor(%s, %s, %s)", (atespace, actor, uid))
             await cur.execute(
@@ -664,7 +657,7 @@ class ProcessSubstrate:
             row = await cur.fetchone()
         if row is None:
             raise SubstrateError(Code.NOT_FOUND, f"egress policy default of actor {atespace}/{actor} not found")
-        return EgressPolicy(actor_uid=uid, rules=_rule_collection(row["rules"]), version=row["version"])
+        return EgressPolicy(actor_uid=uid, rules=rule_collection(row["rules"]), version=row["version"])
 
     # tags -------------------------------------------------------------------------------------
 
@@ -754,31 +747,22 @@ class ProcessSubstrate:
 
     async def list_actors(self, atespace: str | None, page_size: int, page_token: str) -> Page[Actor]:
         global_listing = atespace is None
-        size = _page_size(page_size)
+        size = clamp_page_size(page_size)
         boundary = decode_actor_token(page_token, global_listing=global_listing) if page_token else None
         async with self._db.tx() as cur:
             return await actor_page(cur, _ACTOR_SELECT, atespace, boundary, size, self._snapshots_of, _actor)
 
     async def list_workers(self, page_size: int, page_token: str) -> Page[Worker]:
-        size = _page_size(page_size)
-        boundary = decode_actor_token(page_token, global_listing=False)[1] if page_token else ""
+        size = clamp_page_size(page_size)
+        boundary = worker_boundary(page_token)
         async with self._db.tx() as cur:
-            await cur.execute(
-                "SELECT * FROM sessionq_process.workers WHERE name > %s ORDER BY name LIMIT %s", (boundary, size + 1)
+            return await worker_page(
+                cur,
+                "SELECT * FROM sessionq_process.workers WHERE name > %s ORDER BY name LIMIT %s",
+                (boundary,),
+                size,
+                _worker,
             )
-            rows = await cur.fetchall()
-        more = len(rows) > size
-        items = [
-            Worker(
-                name=r["name"],
-                atespace="",
-                ip=r["ip"],
-                actor=f"{r['holder_atespace']}/{r['holder_name']}" if r["holder_name"] is not None else None,
-                state="WORKER_STATE_ACTIVE",
-            )
-            for r in rows[:size]
-        ]
-        return Page(items=items, next_page_token=encode_actor_token(None, items[-1].name) if more else "")
 
     # the Actor's private A2A endpoint -------------------------------------------------------
 
