@@ -54,7 +54,7 @@ def test_up_runs_real_agent_processes(shell: Shell, servers: list[Up]) -> None: 
     assert first["task"]["status"]["state"] == "TASK_STATE_COMPLETED", first
     # between turns the agent holds no process; its memory is a file of the snapshot
     deadline = time.monotonic() + 60
-    while agent_processes(str(root)):
+    while actor_processes(root):  # (the warm interpreter waiting for the next Actor is none)
         assert time.monotonic() < deadline, "the agent's process stayed after its turn"
         time.sleep(0.2)
     assert list(root.glob("snapshots/*/*.tar.gz")), "a snapshot archive was written"
