@@ -240,7 +240,9 @@ class Served:
 
 
 @contextlib.asynccontextmanager
-async def served_simulator(database_url: str, **options: Any) -> AsyncIterator[Served]:
+async def served_simulator(database_url: str, *, extensions: bool = True, **options: Any) -> AsyncIterator[Served]:
+    """`extensions=False`: the server plays a real Substrate (no x-sessionq-* headers or trailers);
+    the adapter then checks UIDs itself (uid_preflight)."""
     from sessionq.runtime.ateapi.actor_endpoint import ActorEndpoints
     from sessionq.runtime.ateapi.client import SubstrateClient, SubstrateOptions
     from sessionq.runtime.ateapi.server import start_server
@@ -248,10 +250,10 @@ async def served_simulator(database_url: str, **options: Any) -> AsyncIterator[S
 
     served = SimulatedSubstrate(database_url, worker_pool_size=64)
     await served.open()
-    server, port, _ = await start_server(served, "127.0.0.1:0")
+    server, port, _ = await start_server(served, "127.0.0.1:0", extensions=extensions)
     endpoints = ActorEndpoints(served)
     await endpoints.start("127.0.0.1:0")
-    opts = {"address": f"127.0.0.1:{port}", "call_timeout": 10.0, "uid_preflight": False,
+    opts = {"address": f"127.0.0.1:{port}", "call_timeout": 10.0, "uid_preflight": not extensions,
             "actor_address_pattern": endpoints.pattern, **options}
     client = SubstrateClient(SubstrateOptions(**opts))
     await client.open()

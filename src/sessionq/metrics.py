@@ -9,9 +9,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
+import socketserver
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import (
     REGISTRY,
@@ -20,7 +23,7 @@ from prometheus_client import (
     Gauge,
     Histogram,
     disable_created_metrics,
-    start_http_server,
+    make_wsgi_app,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -143,9 +146,58 @@ async def refresh_gauges(store: Any, stop: asyncio.Event, interval: float = 15.0
             await queue_task
 
 
-def serve(address: str, registry: CollectorRegistry = REGISTRY) -> None:
+class Readiness:
+    """Whether this process is ready (the database and the runtime answer), as its metrics server's
+    ``/ready`` answers it: 200 "ready", else 503 with the reason. Set from the event loop, read by
+    the server's threads (one reference assignment: no lock needed)."""
+
+    def __init__(self) -> None:
+        self.problem: str | None = "starting"
+
+    def set(self, problem: str | None) -> None:
+        self.problem = problem
+
+    @property
+    def ready(self) -> bool:
+        return self.problem is None
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """No access log (the scrapes and probes would fill it)."""
+
+
+class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+def _app(registry: CollectorRegistry, readiness: Readiness | None) -> Callable[..., Iterable[bytes]]:
+    metrics_app = make_wsgi_app(registry)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if readiness is not None and environ.get("PATH_INFO") == "/ready":
+            problem = readiness.problem
+            status = "200 OK" if problem is None else "503 Service Unavailable"
+            body = b"ready\n" if problem is None else f"not ready: {problem}\n".encode()
+            start_response(status, [("Content-Type", "text/plain; charset=utf-8"),
+                                    ("Content-Length", str(len(body)))])
+            return [body]
+        return metrics_app(environ, start_response)
+
+    return app
+
+
+def serve(address: str, registry: CollectorRegistry = REGISTRY, readiness: Readiness | None = None) -> int:
+    """Serve the metrics at `address` (and ``/ready`` from `readiness`, when given) from daemon
+    threads; returns the bound port."""
     host, _, port = address.rpartition(":")
-    start_http_server(int(port), addr=host or "0.0.0.0", registry=registry)
+    host = host.strip("[]") or "0.0.0.0"
+    server_class = type("_Server", (_ThreadingServer,), {"address_family": socket.AF_INET6 if ":" in host
+                                                                         else socket.AF_INET})
+    httpd: WSGIServer = make_server(host, int(port), _app(registry, readiness), server_class,
+                                    handler_class=_QuietHandler)
+    threading.Thread(target=httpd.serve_forever, name="metrics", daemon=True).start()
+    return int(httpd.server_address[1])
 
 
 class RevisionGcMetrics(Collector):

@@ -7,7 +7,7 @@ Grafana dashboard.
 - The ConfigMap's config.yaml loads with `sessionq.config.load` and lists every key of
   `sessionq.config.KEYS` with its default, except the documented Kubernetes deviations.
 - The worker's termination grace period exceeds workers.shutdownTimeout; the API's probes are
-  native gRPC probes on port 8083.
+  native gRPC probes on port 8083; the worker's readiness probe is its metrics server's /ready.
 - Every metric that alerts.yaml and the dashboard query is exported by the code (or is listed in
   PENDING_METRICS below), counters and histograms are read through rate()/increase(), and label
   matchers use labels the metric has.
@@ -349,8 +349,20 @@ def test_api_probes_are_native_grpc_on_8083() -> None:
     assert pre_stop[0] == "sleep"
     # preStop + the gRPC stop grace (5s in ApiServer.stop) fit in the grace period
     assert spec["terminationGracePeriodSeconds"] > int(pre_stop[1]) + 5
+
+
+def test_worker_readiness_probe_asks_the_metrics_server(tmp_path: Path) -> None:
+    """The worker's readiness is its metrics server's /ready (the database and the runtime answer);
+    it has no liveness probe (it exits on its own when its job pool stops)."""
     worker = container("sessionq-worker")
-    assert not any(k in worker for k in ("readinessProbe", "livenessProbe"))
+    probe = worker["readinessProbe"]["httpGet"]
+    assert probe["path"] == "/ready"
+    ports = {p["name"]: p["containerPort"] for p in worker["ports"]}
+    assert ports.get(probe["port"], probe["port"]) == METRICS_PORT
+    assert "livenessProbe" not in worker
+    settings = load_configmap_settings(tmp_path, secret_env(worker))
+    assert settings["metrics.enabled"] is True, "/ready is served by the metrics server"
+    assert settings["metrics.address"].rpartition(":")[2] == str(METRICS_PORT)
 
 
 def test_migration_job_runs_migrate() -> None:

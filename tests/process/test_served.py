@@ -137,6 +137,10 @@ async def test_a_turn_of_my_first_agent_through_the_adapter(
                                               metadata=md, timeout=120)).task
                 assert task.status.state == a2a_pb2.TASK_STATE_COMPLETED, task.status
                 assert expected in " ".join(p.text for p in task.status.message.parts)
+            # the adapter never hands the credential to the runtime: the Actor got it with each turn
+            async with store.pool.connection() as conn:
+                envs = [r["env"] for r in await (await conn.execute("SELECT env FROM sessionq_process.actors")).fetchall()]
+            assert envs and all("SESSIONQ_WORKLOAD_TOKEN" not in env for env in envs), envs
         finally:
             await channel.close()
             await server.stop(0)

@@ -309,3 +309,21 @@ async def test_cancel_turn_on_a_runtime_that_cannot(database_url: str) -> None:
     finally:
         await client.close()
         await endpoints.stop()
+
+
+def test_timestamps_round_trip_exactly() -> None:
+    """The codec's direct Timestamp arithmetic agrees with protobuf's own conversion, to the
+    microsecond, before and after the epoch and across time zones."""
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    for value in (datetime(2026, 12, 1, 19, 8, 58, 123456, tzinfo=UTC),
+                  datetime(1969, 7, 20, 20, 17, 40, 999999, tzinfo=UTC),
+                  datetime(2030, 1, 1, 1, 0, 0, 1, tzinfo=timezone(timedelta(hours=-5)))):
+        expected = Timestamp()
+        expected.FromDatetime(value.astimezone(UTC))
+        got = codec.timestamp(value)
+        assert (got.seconds, got.nanos) == (expected.seconds, expected.nanos), value
+        assert codec.from_timestamp(got, True) == value
+    assert codec.from_timestamp(Timestamp(), False) == datetime(1970, 1, 1, tzinfo=UTC)

@@ -7,7 +7,11 @@ card)`` instead. Under sessionq it then
 - serves A2A (JSON-RPC over HTTP, and the agent card) on the Actor's private endpoint: the
   listening socket the runtime hands over (SESSIONQ_A2A_FD), or SESSIONQ_A2A_PORT on 127.0.0.1;
 - keeps its tasks in sessionq through kagent's TaskStoreService (SESSIONQ_TASKSTORE_ADDRESS) with
-  its workload credential (SESSIONQ_WORKLOAD_TOKEN) and each turn's dispatch id;
+  its workload credential and each turn's dispatch id. The credential comes with each request, as
+  the HTTP header x-sessionq-workload-token the gateway sends over the private route (how a real
+  Substrate's Actor gets it: its environment is the template's); SESSIONQ_WORKLOAD_TOKEN, when a
+  runtime sets it at creation, serves until a request brings one. The header is taken out of the
+  request headers the agent's code sees, and never logged;
 - settles the task (SettleTask at the last version it wrote) when the SDK's execution of the
   request stops: a terminal state, or a wait for input or authorization. An agent that answers with
   a bare Message gets a COMPLETED task holding it.
@@ -33,11 +37,13 @@ from a2a.server.cluster.version import TaskVersion
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.server.routes.common import DefaultServerCallContextBuilder
 from a2a.types import a2a_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 from starlette.applications import Starlette
 
-from sessionq.agentkit.taskstore import DISPATCH_STATE, SESSION_STATE, KagentTaskStore
+from sessionq.agentkit.taskstore import DISPATCH_STATE, SESSION_STATE, TOKEN_STATE, KagentTaskStore
+from sessionq.runtime.base import WORKLOAD_TOKEN_HEADER
 from sessionq.runtime.taskstore_client import TaskStoreClient
 
 log = logging.getLogger(__name__)
@@ -48,7 +54,9 @@ __all__ = [
     "DATA_DIR_ENV",
     "TASKSTORE_ENV",
     "WORKLOAD_TOKEN_ENV",
+    "CredentialContextBuilder",
     "SettlingRequestHandler",
+    "build_app",
     "data_dir",
     "default_card",
     "run",
@@ -191,6 +199,31 @@ class SettlingRequestHandler(DefaultRequestHandler):
             await self._settle_written(context)
 
 
+class Credential(str):
+    """A workload credential: its value where it is sent, hidden in any repr (the SDK logs call
+    contexts at DEBUG level)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "'<workload credential>'"
+
+
+class CredentialContextBuilder(DefaultServerCallContextBuilder):
+    """The SDK's call context, with the workload credential header moved out of the request headers
+    (what an agent's code may look at) into the state key the task store reads (as a `Credential`,
+    which no log line shows)."""
+
+    def build(self, request: Any) -> ServerCallContext:
+        context = super().build(request)
+        headers = context.state.get("headers")
+        if isinstance(headers, dict):
+            token = headers.pop(WORKLOAD_TOKEN_HEADER, None)
+            if token:
+                context.state[TOKEN_STATE] = Credential(token.strip())
+        return context
+
+
 class _TrackingStore(KagentTaskStore):
     """Records, in the call context, the tasks each request wrote (what its turn settles)."""
 
@@ -283,22 +316,30 @@ class _PromptServer(uvicorn.Server):
 def _required(name: str) -> str:
     value = os.environ.get(name)
     if not value:
-        raise SystemExit(f"sessionq.agentkit: {name} is not set; run this agent under sessionq's process runtime")
+        raise SystemExit(f"sessionq.agentkit: {name} is not set; run this agent under a sessionq runtime"
+                         " (a Substrate's ActorTemplate sets it in the container's environment)")
     return value
+
+
+def build_app(executor: AgentExecutor, card: a2a_pb2.AgentCard, client: TaskStoreClient,
+              token: str | None = None) -> Starlette:
+    """The Actor's A2A app: the agent card and JSON-RPC at ``/``, its tasks kept through `client`
+    with each request's workload credential (`token`: the environment's, until a request brings one)."""
+    handler = SettlingRequestHandler(executor, _TrackingStore(client, token), card)
+    rpc = create_jsonrpc_routes(handler, "/", context_builder=CredentialContextBuilder())
+    return Starlette(routes=[*create_agent_card_routes(card), *rpc])
 
 
 async def serve(executor: AgentExecutor, card: a2a_pb2.AgentCard | None = None) -> None:
     """Serve `executor` until SIGTERM (see the module docstring)."""
-    token = _required(WORKLOAD_TOKEN_ENV)
+    token = os.environ.get(WORKLOAD_TOKEN_ENV) or None  # else each request brings it
     client = TaskStoreClient(_required(TASKSTORE_ENV), token)
-    store = _TrackingStore(client, token)
     sock = _listening_socket()
     host, port = sock.getsockname()[:2]
     url = f"http://{host}:{port}/"
     if card is None:
         card = default_card(url)
-    handler = SettlingRequestHandler(executor, store, card)
-    app = Starlette(routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, "/")])
+    app = build_app(executor, card, client, token)
     server = _PromptServer(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
     try:
         await server.serve(sockets=[sock])

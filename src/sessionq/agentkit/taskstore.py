@@ -3,8 +3,11 @@
 `KagentTaskStore` implements the SDK's `VersionedTaskStore`: a first write is CreateTask, every
 later one UpdateTask with the version the previous write returned (a stale version, ABORTED, is the
 SDK's ConcurrentTaskModificationError), a read is GetTask with its version. Every call carries the
-Actor's workload credential (SESSIONQ_WORKLOAD_TOKEN) and the turn's dispatch id, which the
-request's metadata brings (sessionq.dev/dispatch-id, copied into the call context by
+Actor's workload credential and the turn's dispatch id. The credential is the one the request
+brought (HTTP header x-sessionq-workload-token, copied into the call context under TOKEN_STATE by
+the server's context builder), else the last one a request brought, else the environment's
+(SESSIONQ_WORKLOAD_TOKEN, runtimes that set it at creation); the dispatch id comes with the
+request's metadata (sessionq.dev/dispatch-id, copied into the call context by
 `SettlingRequestHandler`). The last version written of each task is kept so that the turn can be
 settled (SettleTask) at it when the SDK's execution of the request stops.
 """
@@ -25,10 +28,11 @@ from sessionq.runtime.taskstore_client import TaskStoreClient, TaskStoreError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DISPATCH_STATE", "SESSION_STATE", "KagentTaskStore", "session_of_token"]
+__all__ = ["DISPATCH_STATE", "SESSION_STATE", "TOKEN_STATE", "KagentTaskStore", "session_of_token"]
 
 SESSION_STATE = INVOKE_SESSION_KEY  # keys of ServerCallContext.state
 DISPATCH_STATE = INVOKE_DISPATCH_KEY
+TOKEN_STATE = "sessionq.dev/workload-token"
 TOKEN_PREFIX = "sqw."
 
 
@@ -55,10 +59,21 @@ def _value(version: TaskVersion) -> int:
 
 
 class KagentTaskStore(VersionedTaskStore):
-    def __init__(self, client: TaskStoreClient, token: str) -> None:
+    def __init__(self, client: TaskStoreClient, token: str | None = None) -> None:
         self.client = client
-        self.default_session = session_of_token(token)
+        self._token = token or None  # the environment's, then the last one a request brought
         self.versions: dict[str, tuple[int, int]] = {}  # task id -> (last version written, its state)
+
+    @property
+    def default_session(self) -> str | None:
+        return session_of_token(self._token) if self._token else None
+
+    def _credential(self, context: ServerCallContext) -> str | None:
+        token = context.state.get(TOKEN_STATE)
+        if isinstance(token, str) and token:
+            self._token = token  # this Actor's Session's: what a later request without one uses
+            return token
+        return self._token
 
     def _session(self, context: ServerCallContext) -> str:
         sid = context.state.get(SESSION_STATE) or self.default_session
@@ -81,14 +96,15 @@ class KagentTaskStore(VersionedTaskStore):
         context: ServerCallContext,
     ) -> TaskVersion:
         del prev
+        token = self._credential(context)
         session = self._session(context)
         dispatch = self._dispatch(context)
         try:
             if prev_version.is_missing and task.id not in self.versions:
-                version = await self.client.create_task(session, task, dispatch)
+                version = await self.client.create_task(session, task, dispatch, token=token)
             else:
                 expected = _value(prev_version) or self.versions.get(task.id, (0, 0))[0]
-                version = await self.client.update_task(session, task, expected, _event(event), dispatch)
+                version = await self.client.update_task(session, task, expected, _event(event), dispatch, token=token)
         except TaskStoreError as exc:
             if exc.code == grpc.StatusCode.ABORTED:
                 raise ConcurrentTaskModificationError(task.id) from exc
@@ -97,8 +113,11 @@ class KagentTaskStore(VersionedTaskStore):
         return TaskVersion(version)
 
     async def get(self, task_id: str, context: ServerCallContext) -> StoredTask | None:
+        token = self._credential(context)
+        if token is None:
+            return None  # no credential yet (a CancelTask before any turn): no task of this Actor's is known
         try:
-            task, version = await self.client.get_task(self._session(context), task_id)
+            task, version = await self.client.get_task(self._session(context), task_id, token=token)
         except TaskStoreError as exc:
             if exc.code == grpc.StatusCode.NOT_FOUND:
                 return None
@@ -107,7 +126,8 @@ class KagentTaskStore(VersionedTaskStore):
         return StoredTask(task, TaskVersion(version))
 
     async def list(self, params: a2a_pb2.ListTasksRequest, context: ServerCallContext) -> a2a_pb2.ListTasksResponse:
-        return await self.client.list_tasks(self._session(context), params)
+        token = self._credential(context)
+        return await self.client.list_tasks(self._session(context), params, token=token)
 
     async def delete(self, task_id: str, context: ServerCallContext) -> None:
         # sessionq keeps a Session's tasks (their retention is the control plane's): nothing to do
@@ -118,5 +138,6 @@ class KagentTaskStore(VersionedTaskStore):
         known = self.versions.get(task_id)
         if known is None:
             return False
-        await self.client.settle_task(self._session(context), task_id, known[0])
+        token = self._credential(context)
+        await self.client.settle_task(self._session(context), task_id, known[0], token=token)
         return True

@@ -20,7 +20,7 @@ from sessionq.db.store import Store
 from sessionq.domain.operations import TRANSIENT
 from sessionq.domain.snapshots import pick_snapshot
 from sessionq.models import CheckpointClaimStatus, CheckpointState, SnapshotState
-from sessionq.runtime.base import Code, Substrate, SubstrateError
+from sessionq.runtime.base import ActorState, Code, SnapshotStatus, Substrate, SubstrateError, Tag
 
 log = logging.getLogger(__name__)
 
@@ -91,21 +91,58 @@ async def run_checkpoint(store: Store, runtime: Substrate, checkpoint_id: UUID, 
 
 
 async def _tag(runtime: Substrate, atespace: str, tag: str, actor: str, uid: str, generation: int) -> str | None:
-    """Tag the Actor's current snapshot (a retry adopts the tag it made). Returns a failure message
-    when the tag would not hold exactly the recorded generation."""
+    """Tag the Actor's current snapshot. Returns a failure message when the tag would not hold
+    exactly the recorded generation.
+
+    A tag of that name that already exists (an earlier attempt whose answer was lost, or anything
+    else) is adopted only when it is provably the one this checkpoint wants (`_provably_ours`);
+    otherwise it is deleted, which also cleans up a partial attempt, and created again while the
+    Actor is still suspended (the Substrate's own retry rule for a failed or timed-out CreateTag)."""
     try:
         made = await runtime.create_tag(atespace, tag, actor, uid)
     except SubstrateError as e:
         if e.code != Code.ALREADY_EXISTS:
             raise
-        made = await runtime.get_tag(atespace, tag)
-    if made.actor_uid != uid or made.snapshot_generation != generation:
+        found = await runtime.get_tag(atespace, tag)
+        if await _provably_ours(runtime, found, atespace, actor, uid, generation):
+            made = found
+        else:
+            log.info("tag %s/%s exists but is not provably this checkpoint's: deleting and tagging again",
+                     atespace, tag)
+            try:
+                await runtime.delete_tag(atespace, tag)
+            except SubstrateError as gone:
+                if gone.code != Code.NOT_FOUND:
+                    raise
+            made = await runtime.create_tag(atespace, tag, actor, uid)
+    if (made.actor_uid and made.actor_uid != uid) or made.snapshot_generation != generation:
         await runtime.delete_tag(atespace, tag)  # never keep a tag on another snapshot
         return (
             f"the actor's snapshot is generation {made.snapshot_generation}, not the recorded {generation}; "
             "create a new checkpoint"
         )
     return None
+
+
+async def _provably_ours(runtime: Substrate, found: Tag, atespace: str, actor: str, uid: str, generation: int) -> bool:
+    """Whether an existing tag holds exactly what this checkpoint tags: the recorded generation,
+    COMPLETED, of this Actor. A runtime that names the source Actor's UID proves it directly; a
+    real Substrate does not, and then the tag must come from an Actor of that name, under the
+    template of the Actor recorded now (read: it must still be the recorded UID and suspended)."""
+    if found.snapshot_generation != generation or found.status != SnapshotStatus.COMPLETED:
+        return False
+    if found.actor_uid:
+        return found.actor_uid == uid
+    if found.actor_name != actor or not found.template_uid:
+        return False
+    current = await runtime.get_actor(atespace, actor)
+    if current.uid != uid or current.state != ActorState.SUSPENDED:
+        return False
+    if max((snap.generation for snap in current.snapshots), default=0) != generation:
+        return False  # the tag cannot be proven a copy of the Actor's current snapshot
+    template_atespace, _, template_name = current.template.partition("/")
+    template = await runtime.get_actor_template(template_atespace, template_name)
+    return template.uid == found.template_uid
 
 
 async def refresh_snapshot(store: Store, runtime: Substrate, session_id: UUID, generation: int) -> bool:

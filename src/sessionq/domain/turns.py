@@ -17,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from typing import Literal
 from uuid import UUID
 
 from sessionq.db.store import Store
+from sessionq.domain import workload
 from sessionq.models import OperationKind, SessionState
 from sessionq.runtime.base import ActorState, Code, InvokeRequest, Substrate, SubstrateError
 
@@ -30,8 +32,19 @@ log = logging.getLogger(__name__)
 RUNTIME_FAILED = "the agent failed while running the turn"
 DEADLINE_EXCEEDED = "the turn exceeded its dispatch deadline"
 
+_secrets: weakref.WeakKeyDictionary[Store, str] = weakref.WeakKeyDictionary()
+
 # what one run of the dispatch_turn job did
 DispatchOutcome = Literal["nothing", "failed", "running", "superseded", "done"]
+
+
+async def _credential(store: Store, session_id: UUID) -> str:
+    """The Session's workload credential, which the Actor gets with the call (the secret is read
+    once per store)."""
+    secret = _secrets.get(store)
+    if secret is None:
+        secret = _secrets[store] = await store.secret("workload")
+    return workload.token_for(secret, session_id)
 
 
 async def dispatch_turn(store: Store, runtime: Substrate, session_id: UUID) -> DispatchOutcome:
@@ -58,6 +71,7 @@ async def dispatch_turn(store: Store, runtime: Substrate, session_id: UUID) -> D
         if session is None or session.dispatch_id != dispatch_id:
             return "superseded"
     issued = False
+    credential = await _credential(store, session_id)
     try:
         async with asyncio.timeout(max(deadline - time.time(), 0.1)):
             actor = await runtime.get_actor(session.actor_atespace, session.actor_name)
@@ -74,7 +88,8 @@ async def dispatch_turn(store: Store, runtime: Substrate, session_id: UUID) -> D
                 session.actor_name,
                 actor.uid,
                 InvokeRequest(
-                    str(session_id), str(dispatch_id), session.dispatch_message or {}, session.dispatch_task_id
+                    str(session_id), str(dispatch_id), session.dispatch_message or {}, session.dispatch_task_id,
+                    credential=credential,
                 ),
             )
     except (SubstrateError, TimeoutError) as e:

@@ -1,8 +1,9 @@
 """Workload credentials: how an Actor proves to the task store which Session it runs.
 
 The credential is ``sqw.<session id>.<HMAC-SHA256(secret, session id)>``, with the secret kept in
-``sessionq.secrets`` (shared by every process on the database). It is handed to the runtime in
-the Actor's environment at creation (``SESSIONQ_WORKLOAD_TOKEN``) and never to a user.
+``sessionq.secrets`` (shared by every process on the database). The gateway sends it to the Actor
+with each turn (the A2A call's header ``x-sessionq-workload-token``, domain/turns.py); runtimes with
+a per-Actor environment also get it at creation (``SESSIONQ_WORKLOAD_TOKEN``). Never to a user.
 """
 
 from __future__ import annotations

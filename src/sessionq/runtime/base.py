@@ -140,6 +140,10 @@ class EgressPolicy:
 
 @dataclass(frozen=True)
 class Tag:
+    """actor_uid: the source Actor's UID ("" when the runtime does not say: a real Substrate);
+    template_uid: the template the snapshot was taken under ("" when unknown); status: the tag's
+    snapshot copy (usable only when COMPLETED)."""
+
     atespace: str
     name: str
     actor_name: str
@@ -147,6 +151,8 @@ class Tag:
     snapshot_generation: int
     snapshot_uri: str
     created_at: datetime
+    template_uid: str = ""
+    status: SnapshotStatus = SnapshotStatus.COMPLETED
 
 
 @dataclass(frozen=True)
@@ -162,6 +168,13 @@ class Worker:
 # metadata: the Session (the task store's session_id) and the dispatch reservation (its dispatch_id).
 INVOKE_SESSION_KEY = "sessionq.dev/session-id"
 INVOKE_DISPATCH_KEY = "sessionq.dev/dispatch-id"
+# ... and, as an HTTP header of the A2A call (never in the message or its metadata, never logged), the
+# Actor's workload credential for the task store (sessionq.domain.workload): a real Substrate has no
+# per-Actor environment to hand it over at creation, so the gateway brings it with every call
+WORKLOAD_TOKEN_HEADER = "x-sessionq-workload-token"
+# the environment variable runtimes with a per-Actor environment (the simulator, the process
+# runtime) also set at creation
+WORKLOAD_TOKEN_ENV = "SESSIONQ_WORKLOAD_TOKEN"
 
 
 @dataclass(frozen=True)
@@ -170,12 +183,15 @@ class InvokeRequest:
 
     message: the A2A Message in protobuf JSON form (camelCase, as json_format.MessageToDict
     gives); task_id: the task a continuation continues (None for a new turn); dispatch_id: the
-    dispatch reservation the Actor passes back to the task store with its writes."""
+    dispatch reservation the Actor passes back to the task store with its writes; credential: the
+    Session's workload credential, sent to the Actor with the call (WORKLOAD_TOKEN_HEADER) and never
+    shown (not in the repr)."""
 
     session_id: str
     dispatch_id: str
     message: dict[str, Any]
     task_id: str | None = None
+    credential: str | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -265,7 +281,8 @@ class Substrate(RuntimeReader, Protocol):
     async def invoke(self, atespace: str, name: str, uid: str, request: InvokeRequest) -> None:
         """Deliver a message to a RUNNING Actor (FAILED_PRECONDITION otherwise) and wait for the
         turn: the Actor reports the task through the TaskStore API with its workload credential
-        (env SESSIONQ_WORKLOAD_TOKEN given at creation) and settles it before this returns."""
+        (`request.credential`, sent with the call; runtimes with a per-Actor environment also set
+        SESSIONQ_WORKLOAD_TOKEN at creation) and settles it before this returns."""
         ...
 
     async def cancel_turn(self, atespace: str, name: str, uid: str, session_id: str, task_id: str) -> None:

@@ -1,7 +1,8 @@
 """The Actor's client of `kagent.api.v1alpha1.TaskStoreService` (the runtime's private API).
 
 An Actor reports its turns through this API with its workload credential (``authorization:
-Bearer <token>``). Every call is retried on UNAVAILABLE and DEADLINE_EXCEEDED with the very same
+Bearer <token>``): the client's own, or the one a call names (``token=``: what the turn's request
+brought the Actor). Every call is retried on UNAVAILABLE and DEADLINE_EXCEEDED with the very same
 request message (the server makes a retry of the same payload idempotent: CreateTask and
 UpdateTask return the committed version), backing off 0.05 s, doubling up to 1 s, for at most
 about 10 s in total; any other status code raises `TaskStoreError` at once.
@@ -54,14 +55,14 @@ class TaskStoreClient:
     def __init__(
         self,
         address: str,
-        token: str,
+        token: str | None,
         *,
         retry_budget: float = RETRY_BUDGET,
         attempt_timeout: float = ATTEMPT_TIMEOUT,
         max_message_bytes: int = DEFAULT_MESSAGE_LIMIT,
     ) -> None:
         self.address = address
-        self._metadata = (("authorization", f"Bearer {token}"),)
+        self._token = token
         self._retry_budget = retry_budget
         self._attempt_timeout = attempt_timeout
         self._channel = grpc.aio.insecure_channel(
@@ -82,8 +83,14 @@ class TaskStoreClient:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    async def _call(self, method: str, rpc: Callable[..., Awaitable[R]], request: Any) -> R:
+    async def _call(
+        self, method: str, rpc: Callable[..., Awaitable[R]], request: Any, token: str | None = None
+    ) -> R:
         """Send `request` until it succeeds, a non-retryable code comes back or the budget is spent."""
+        token = token or self._token
+        if not token:
+            raise TaskStoreError(method, grpc.StatusCode.UNAUTHENTICATED, "no workload credential to send")
+        metadata = (("authorization", f"Bearer {token}"),)
         deadline = time.monotonic() + self._retry_budget
         backoff = INITIAL_BACKOFF
         while True:
@@ -91,7 +98,7 @@ class TaskStoreClient:
             try:
                 return await rpc(
                     request,
-                    metadata=self._metadata,
+                    metadata=metadata,
                     timeout=max(min(self._attempt_timeout, remaining), 0.01),
                 )
             except grpc.aio.AioRpcError as exc:
@@ -101,12 +108,14 @@ class TaskStoreClient:
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF)
 
-    async def create_task(self, session_id: str, task: a2a_pb2.Task, dispatch_id: str | None) -> int:
+    async def create_task(
+        self, session_id: str, task: a2a_pb2.Task, dispatch_id: str | None, *, token: str | None = None
+    ) -> int:
         """Store a new task; returns its version."""
         request = task_store_pb2.TaskStoreServiceCreateTaskRequest(session_id=session_id, task=task)
         if dispatch_id is not None:
             request.dispatch_id = dispatch_id
-        response = await self._call("CreateTask", self._stub.CreateTask, request)
+        response = await self._call("CreateTask", self._stub.CreateTask, request, token)
         return int(response.version)
 
     async def update_task(
@@ -116,6 +125,8 @@ class TaskStoreClient:
         expected_version: int,
         event: a2a_pb2.StreamResponse | None,
         dispatch_id: str | None,
+        *,
+        token: str | None = None,
     ) -> int:
         """Replace the task stored at `expected_version`, recording `event`; returns the new version."""
         request = task_store_pb2.TaskStoreServiceUpdateTaskRequest(
@@ -125,28 +136,30 @@ class TaskStoreClient:
             request.event.CopyFrom(event)
         if dispatch_id is not None:
             request.dispatch_id = dispatch_id
-        response = await self._call("UpdateTask", self._stub.UpdateTask, request)
+        response = await self._call("UpdateTask", self._stub.UpdateTask, request, token)
         return int(response.version)
 
-    async def settle_task(self, session_id: str, task_id: str, version: int) -> None:
+    async def settle_task(self, session_id: str, task_id: str, version: int, *, token: str | None = None) -> None:
         """Native execution of the task stopped at `version`: publish its state and history."""
         request = task_store_pb2.TaskStoreServiceSettleTaskRequest(
             session_id=session_id, task_id=task_id, version=version
         )
-        await self._call("SettleTask", self._stub.SettleTask, request)
+        await self._call("SettleTask", self._stub.SettleTask, request, token)
 
-    async def get_task(self, session_id: str, task_id: str) -> tuple[a2a_pb2.Task, int]:
+    async def get_task(
+        self, session_id: str, task_id: str, *, token: str | None = None
+    ) -> tuple[a2a_pb2.Task, int]:
         """The stored task and its version."""
         request = task_store_pb2.TaskStoreServiceGetTaskRequest(session_id=session_id, task_id=task_id)
-        response = await self._call("GetTask", self._stub.GetTask, request)
+        response = await self._call("GetTask", self._stub.GetTask, request, token)
         return response.stored.task, int(response.stored.version)
 
     async def list_tasks(
-        self, session_id: str, request: a2a_pb2.ListTasksRequest | None = None
+        self, session_id: str, request: a2a_pb2.ListTasksRequest | None = None, *, token: str | None = None
     ) -> a2a_pb2.ListTasksResponse:
         """The Session's tasks (an A2A ListTasks request/response)."""
         message = task_store_pb2.TaskStoreServiceListTasksRequest(session_id=session_id)
         if request is not None:
             message.request.CopyFrom(request)
-        response = await self._call("ListTasks", self._stub.ListTasks, message)
+        response = await self._call("ListTasks", self._stub.ListTasks, message, token)
         return response.result

@@ -2,8 +2,9 @@
 ``POST /actors/{atespace}/{name}`` (A2A JSON-RPC, method ``SendMessage``), answered when the turn
 ended, and ``CancelTask`` (the runtime's `cancel_turn`: the turn stops without further task
 writes). The runtime's `invoke` plays the turn; the Actor's UID the caller expects comes with the
-message (see invoke.py). The address pattern that reaches them is
-``http://HOST:PORT/actors/{atespace}/{name}``.
+message, the Session's workload credential with the call (header ``x-sessionq-workload-token``,
+see invoke.py), which the simulated Actor uses in preference to one of its environment. The
+address pattern that reaches them is ``http://HOST:PORT/actors/{atespace}/{name}``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from sessionq.runtime.ateapi.invoke import from_cancel_request, from_send_request, jsonrpc_error
-from sessionq.runtime.base import Code, Substrate, SubstrateError
+from sessionq.runtime.base import WORKLOAD_TOKEN_HEADER, Code, Substrate, SubstrateError
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ def build_app(runtime: Substrate) -> Starlette:
                 raise SubstrateError(Code.UNIMPLEMENTED, f"method {body.get('method')!r} is not served here")
             send_request = a2a_pb2.SendMessageRequest()
             json_format.ParseDict(body.get("params") or {}, send_request, ignore_unknown_fields=True)
-            uid, invoke = from_send_request(send_request)
+            uid, invoke = from_send_request(send_request, request.headers.get(WORKLOAD_TOKEN_HEADER))
             await runtime.invoke(atespace, name, cast(str, uid or None), invoke)
         except SubstrateError as e:
             return JSONResponse(jsonrpc_error(request_id, e))

@@ -9,7 +9,7 @@ raises INTERNAL with the field named (codec.UnexpectedShape), never anything els
 | method | RPC |
 | --- | --- |
 | create/get/delete_actor_template | CreateActorTemplate / GetActorTemplate / DeleteActorTemplate (options.uid) |
-| create_actor | CreateActor (source_tag; env in ``x-sessionq-actor-env``) |
+| create_actor | CreateActor (source_tag; env but the credential in ``x-sessionq-actor-env``) |
 | get_actor | GetActor |
 | suspend/resume/pause_actor | SuspendActor / ResumeActor / PauseActor (UID precondition, see below) |
 | delete_actor | DeleteActor (any_state, options.uid) |
@@ -50,6 +50,7 @@ from sessionq._pb.ateapi import ateapi_pb2_grpc as pb_grpc
 from sessionq.runtime.ateapi import codec
 from sessionq.runtime.ateapi.invoke import A2AInvoker
 from sessionq.runtime.base import (
+    WORKLOAD_TOKEN_ENV,
     Actor,
     ActorTemplate,
     Code,
@@ -299,7 +300,9 @@ class SubstrateClient:
                          actor_template=codec.split_template(template))
         if from_tag:
             actor.source_tag.CopyFrom(codec.ref(atespace, from_tag))
-        headers = {codec.ACTOR_ENV: json.dumps(dict(env), separators=(",", ":"))} if env else None
+        # the workload credential never goes to the Substrate: the Actor gets it with each turn (invoke.py)
+        env = {k: v for k, v in (env or {}).items() if k != WORKLOAD_TOKEN_ENV}
+        headers = {codec.ACTOR_ENV: json.dumps(env, separators=(",", ":"))} if env else None
         return codec.actor_from_pb(await self._rpc(self.stub.CreateActor, pb.CreateActorRequest(actor=actor),
                                                    headers=headers))
 
@@ -388,7 +391,7 @@ class SubstrateClient:
         got, trailers = await self._rpc(self.stub.GetTag, pb.GetTagRequest(tag=codec.ref(atespace, name)),
                                         with_trailers=True)
         # a real Substrate does not name the source Actor's UID: empty (a retried checkpoint then
-        # refuses to adopt the tag, which is the safe side)
+        # proves the tag its own from the source name, template UID and snapshot, or makes it again)
         return codec.tag_from_pb(got, trailers.get(codec.ACTOR_UID_TRAILER) or "")
 
     async def delete_tag(self, atespace: str, name: str) -> None:

@@ -11,7 +11,8 @@ ignores request headers it does not know, and sends no such trailers):
 
 - request ``x-sessionq-expect-uid``: the Actor UID the caller recorded (the server applies it as a
   precondition: FAILED_PRECONDITION when the Actor of that name has another UID);
-- request ``x-sessionq-actor-env``: the environment of a new Actor (JSON object of strings);
+- request ``x-sessionq-actor-env``: the environment of a new Actor (JSON object of strings; never
+  the workload credential, which travels with each turn: invoke.py);
 - request ``x-sessionq-fidelity``: the snapshot fidelity a SuspendActor asks for (the template's
   preferred fidelity otherwise);
 - response trailer ``x-sessionq-actor-uid``: the UID of the Actor a Tag or an EgressPolicy belongs to.
@@ -21,7 +22,7 @@ Worker labels carry the simulator's view of who holds a worker (`LABEL_*`).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -70,14 +71,16 @@ class UnexpectedShape(SubstrateError):
 
 
 def timestamp(value: datetime | None) -> Timestamp:
-    ts = Timestamp()
-    if value is not None:
-        ts.FromDatetime(value.astimezone(UTC))
-    return ts
+    """A Timestamp of an aware datetime (computed directly: protobuf's FromDatetime costs several
+    times more, and this runs for every Actor on the wire)."""
+    if value is None:
+        return Timestamp()
+    delta = value - _EPOCH
+    return Timestamp(seconds=delta.days * 86400 + delta.seconds, nanos=delta.microseconds * 1000)
 
 
 def from_timestamp(ts: Timestamp, has: bool) -> datetime:
-    return ts.ToDatetime(tzinfo=UTC) if has else _EPOCH
+    return _EPOCH + timedelta(seconds=ts.seconds, microseconds=ts.nanos // 1000) if has else _EPOCH
 
 
 def _enum_name(enum: object, number: int, what: str) -> str:
@@ -108,11 +111,17 @@ def split_template(template: str) -> pb.ObjectRef:
 # actors and snapshots
 
 
+# enum names -> numbers, looked up once (EnumTypeWrapper.Value is a slower call per field)
+_ACTOR_STATE_NUMBERS = {name: number for name, number in pb.ActorState.items()}
+_STORAGE_STATUS_NUMBERS = {name: number for name, number in pb.SnapshotStorageStatus.items()}
+_FIDELITY_NUMBERS = {name: number for name, number in pb.SnapshotFidelity.items()}
+
+
 def snapshot_to_pb(s: Snapshot) -> pb.Snapshot:
     storage = pb.SnapshotStorage(
         durability=pb.SNAPSHOT_DURABILITY_DURABLE,
-        status=pb.SnapshotStorageStatus.Value(s.status.value),
-        fidelity=pb.SnapshotFidelity.Value(s.fidelity.value),
+        status=_STORAGE_STATUS_NUMBERS[s.status.value],
+        fidelity=_FIDELITY_NUMBERS[s.fidelity.value],
         object=pb.ObjectSnapshot(snapshot_uri=s.uri or ""),
     )
     return pb.Snapshot(generation=s.generation, owner=pb.SNAPSHOT_OWNER_ACTOR, storage=[storage])
@@ -142,7 +151,7 @@ def snapshot_from_pb(s: pb.Snapshot, created_at: datetime, what: str) -> Snapsho
 
 def actor_to_pb(a: Actor) -> pb.Actor:
     status = pb.ActorStatus(
-        state=pb.ActorState.Value(a.state.value),
+        state=_ACTOR_STATE_NUMBERS[a.state.value],
         snapshots=[snapshot_to_pb(s) for s in a.snapshots],
         last_assigned_generation=max((s.generation for s in a.snapshots), default=0),
     )
@@ -319,8 +328,9 @@ def tag_to_pb(t: Tag) -> pb.Tag:
     snap = pb.Snapshot(
         generation=t.snapshot_generation,
         owner=pb.SNAPSHOT_OWNER_TAG,
+        actor_template_uid=t.template_uid,
         storage=[pb.SnapshotStorage(durability=pb.SNAPSHOT_DURABILITY_DURABLE,
-                                    status=pb.SNAPSHOT_STORAGE_STATUS_COMPLETED,
+                                    status=pb.SnapshotStorageStatus.Value(SnapshotStatus(t.status).value),
                                     fidelity=pb.SNAPSHOT_FIDELITY_VOLUMES,
                                     object=pb.ObjectSnapshot(snapshot_uri=t.snapshot_uri))],
     )
@@ -329,7 +339,7 @@ def tag_to_pb(t: Tag) -> pb.Tag:
                                      create_time=timestamp(t.created_at), update_time=timestamp(t.created_at)),
         scope=pb.TAG_SCOPE_ATESPACE,
         source_actor=ref(t.atespace, t.actor_name),
-        status=pb.TagStatus(snapshot=snap),
+        status=pb.TagStatus(snapshot=snap, actor_template_uid=t.template_uid),
     )
 
 
@@ -349,6 +359,8 @@ def tag_from_pb(m: pb.Tag, actor_uid: str) -> Tag:
         snapshot_generation=snap.generation,
         snapshot_uri=snap.uri,
         created_at=created,
+        template_uid=m.status.actor_template_uid or m.status.snapshot.actor_template_uid,
+        status=snap.status,
     )
 
 

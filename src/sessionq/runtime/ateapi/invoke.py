@@ -3,10 +3,14 @@
 The Actor's address comes from the pattern ``runtime.substrate.actorAddressPattern`` with the
 placeholders ``{worker_ip}``, ``{worker}``, ``{atespace}``, ``{name}`` and ``{uid}`` (a real
 Substrate: ``http://{worker_ip}:80``; the served simulator: one path per Actor on its A2A port).
-The message goes as an A2A `SendMessage`; what sessionq's task store needs to attribute the turn
-travels in the request's metadata under ``sessionq`` (sessionId, dispatchId, taskId, actorUid).
-The call returns when the Actor answers, i.e. when the turn ended (the Actor reports the task
-through the task store API itself).
+The message goes as an A2A `SendMessage` (role user, context id the Session, the continued task's
+id), with what sessionq's task store needs to attribute the turn in the request's metadata: the
+keys ``sessionq.dev/session-id`` and ``sessionq.dev/dispatch-id`` (what `sessionq.agentkit` reads)
+and ``sessionq`` (sessionId, dispatchId, taskId, actorUid: what the served simulator reads). The
+Session's workload credential travels as the HTTP header ``x-sessionq-workload-token`` of the call
+over the private route (a real Substrate has no per-Actor environment to hand it over at creation);
+it is never put in the message, in a log line or in an error. The call returns when the Actor
+answers, i.e. when the turn ended (the Actor reports the task through the task store API itself).
 
 Errors: a connection or timeout failure is UNAVAILABLE (uncertain: the turn may have started); a
 JSON-RPC error whose message starts with a status name (``FAILED_PRECONDITION: ...``, what the
@@ -18,22 +22,43 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-from a2a.client import minimal_agent_card
+from a2a.client import ClientCallContext, minimal_agent_card
 from a2a.client.errors import A2AClientError, A2AClientTimeoutError
 from a2a.client.transports.jsonrpc import JsonRpcTransport
 from a2a.types import a2a_pb2
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
 from google.protobuf import json_format
 
-from sessionq.runtime.base import Actor, Code, InvokeRequest, SubstrateError
+from sessionq.runtime.base import (
+    INVOKE_DISPATCH_KEY,
+    INVOKE_SESSION_KEY,
+    WORKLOAD_TOKEN_HEADER,
+    Actor,
+    Code,
+    InvokeRequest,
+    SubstrateError,
+)
 
 METADATA_KEY = "sessionq"
+
+
+def call_context(credential: str | None) -> ClientCallContext | None:
+    """The A2A call's context: the workload credential as an HTTP header of the call."""
+    return ClientCallContext(service_parameters={WORKLOAD_TOKEN_HEADER: credential}) if credential else None
 
 
 def to_send_request(uid: str, request: InvokeRequest) -> a2a_pb2.SendMessageRequest:
     message = a2a_pb2.Message()
     json_format.ParseDict(request.message, message, ignore_unknown_fields=True)
+    message.role = a2a_pb2.ROLE_USER
+    if not message.message_id:
+        message.message_id = f"turn-{request.dispatch_id}"
+    if not message.context_id:
+        message.context_id = request.session_id
+    if request.task_id is not None:
+        message.task_id = request.task_id
     send = a2a_pb2.SendMessageRequest(message=message)
+    send.metadata.update({INVOKE_SESSION_KEY: request.session_id, INVOKE_DISPATCH_KEY: request.dispatch_id})
     send.metadata.update({METADATA_KEY: {
         "sessionId": request.session_id,
         "dispatchId": request.dispatch_id,
@@ -57,8 +82,11 @@ def from_cancel_request(cancel: a2a_pb2.CancelTaskRequest) -> tuple[str, str, st
     return str(meta.get("actorUid") or ""), str(meta["sessionId"]), cancel.id
 
 
-def from_send_request(send: a2a_pb2.SendMessageRequest) -> tuple[str, InvokeRequest]:
-    """(expected actor UID, the InvokeRequest) of a SendMessage made by `to_send_request`."""
+def from_send_request(
+    send: a2a_pb2.SendMessageRequest, credential: str | None = None
+) -> tuple[str, InvokeRequest]:
+    """(expected actor UID, the InvokeRequest) of a SendMessage made by `to_send_request`, with the
+    credential its call carried."""
     meta = json_format.MessageToDict(send.metadata).get(METADATA_KEY)
     if not isinstance(meta, dict) or not meta.get("sessionId") or not meta.get("dispatchId"):
         raise SubstrateError(Code.INVALID_ARGUMENT,
@@ -69,6 +97,7 @@ def from_send_request(send: a2a_pb2.SendMessageRequest) -> tuple[str, InvokeRequ
         dispatch_id=str(meta["dispatchId"]),
         message=message,
         task_id=str(meta["taskId"]) if meta.get("taskId") else None,
+        credential=credential or None,
     )
 
 
@@ -113,7 +142,8 @@ class A2AInvoker:
             state = actor.state.value if actor is not None else "unknown"
             raise SubstrateError(Code.FAILED_PRECONDITION, f"actor {atespace}/{name} is not running ({state})")
         url = self.address(atespace, name, uid, actor)
-        await self._call(atespace, name, url, lambda t: t.send_message(to_send_request(uid, request)))
+        send, context = to_send_request(uid, request), call_context(request.credential)
+        await self._call(atespace, name, url, lambda t: t.send_message(send, context=context))
 
     async def cancel(
         self, atespace: str, name: str, uid: str, session_id: str, task_id: str, actor: Actor | None = None

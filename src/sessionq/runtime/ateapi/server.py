@@ -17,6 +17,10 @@ DEADLINE_EXCEEDED on the caller's side while the effect still happens.
 Runtimes written for serving (the process runtime) implement the same `Substrate` protocol; the
 frame needs nothing else. Methods that take the recorded UID get ``None`` when the caller sent no
 ``x-sessionq-expect-uid`` header (a plain ateapi client): no precondition then.
+
+``extensions=False`` makes the frame behave like a real Substrate towards sessionq's adapter: it
+ignores the ``x-sessionq-*`` request headers (the Actor's environment, the expected UID, the
+fidelity) and sends no ``x-sessionq-actor-uid`` trailer (the tests' "plain" served simulator).
 """
 
 from __future__ import annotations
@@ -56,12 +60,6 @@ def _metadata(context: grpc.aio.ServicerContext[Any, Any]) -> dict[str, str]:
     return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
 
 
-def _expect_uid(context: grpc.aio.ServicerContext[Any, Any]) -> str:
-    """The recorded UID the caller asks to be checked, or None (typed str: the Substrate methods
-    take the recorded UID; the simulator reads None as 'no precondition')."""
-    return cast(str, _metadata(context).get(codec.EXPECT_UID) or None)
-
-
 def _actor_ref(r: pb.ObjectRef, what: str = "actor") -> tuple[str, str]:
     if not r.atespace or not r.name:
         raise SubstrateError(Code.INVALID_ARGUMENT, f"{what}: atespace and name are required")
@@ -71,8 +69,20 @@ def _actor_ref(r: pb.ObjectRef, what: str = "actor") -> tuple[str, str]:
 class ControlService(pb_grpc.ControlServicer):
     """`ateapi.Control` over a `Substrate`."""
 
-    def __init__(self, runtime: Substrate) -> None:
+    def __init__(self, runtime: Substrate, *, extensions: bool = True) -> None:
         self.runtime = runtime
+        self.extensions = extensions
+
+    def _header(self, context: Any, key: str) -> str | None:
+        """A sessionq request header (None when absent, or when the frame plays a real Substrate)."""
+        return _metadata(context).get(key) if self.extensions else None
+
+    def _uid(self, context: Any) -> str:
+        return cast(str, self._header(context, codec.EXPECT_UID) or None)
+
+    def _trailer(self, context: Any, uid: str) -> None:
+        if self.extensions:
+            context.set_trailing_metadata(((codec.ACTOR_UID_TRAILER, uid),))
 
     async def _run(self, context: grpc.aio.ServicerContext[Any, Any], call: Callable[[], Awaitable[T]]) -> T:
         """Run the call to its end even when the caller goes away (a deadline, a dropped
@@ -109,7 +119,7 @@ class ControlService(pb_grpc.ControlServicer):
                 if tag_atespace != atespace:
                     raise SubstrateError(Code.INVALID_ARGUMENT, "source_tag must be in the actor's atespace")
             env: dict[str, str] = {}
-            raw = _metadata(context).get(codec.ACTOR_ENV)
+            raw = self._header(context, codec.ACTOR_ENV)
             if raw:
                 try:
                     parsed = json.loads(raw)
@@ -128,12 +138,12 @@ class ControlService(pb_grpc.ControlServicer):
     async def SuspendActor(self, request: pb.SuspendActorRequest, context: Any) -> pb.SuspendActorResponse:
         async def call() -> pb.SuspendActorResponse:
             atespace, name = _actor_ref(request.actor)
-            raw = _metadata(context).get(codec.FIDELITY) or SnapshotFidelity.VOLUMES.value
+            raw = self._header(context, codec.FIDELITY) or SnapshotFidelity.VOLUMES.value
             try:
                 fidelity = SnapshotFidelity(raw)
             except ValueError as exc:
                 raise SubstrateError(Code.INVALID_ARGUMENT, f"{codec.FIDELITY}: unknown fidelity {raw!r}") from exc
-            actor = await self.runtime.suspend_actor(atespace, name, _expect_uid(context), fidelity)
+            actor = await self.runtime.suspend_actor(atespace, name, self._uid(context), fidelity)
             return pb.SuspendActorResponse(actor=codec.actor_to_pb(actor))
 
         return await self._run(context, call)
@@ -141,7 +151,7 @@ class ControlService(pb_grpc.ControlServicer):
     async def PauseActor(self, request: pb.PauseActorRequest, context: Any) -> pb.PauseActorResponse:
         async def call() -> pb.PauseActorResponse:
             atespace, name = _actor_ref(request.actor)
-            actor = await self.runtime.pause_actor(atespace, name, _expect_uid(context))
+            actor = await self.runtime.pause_actor(atespace, name, self._uid(context))
             return pb.PauseActorResponse(actor=codec.actor_to_pb(actor))
 
         return await self._run(context, call)
@@ -149,7 +159,7 @@ class ControlService(pb_grpc.ControlServicer):
     async def ResumeActor(self, request: pb.ResumeActorRequest, context: Any) -> pb.ResumeActorResponse:
         async def call() -> pb.ResumeActorResponse:
             atespace, name = _actor_ref(request.actor)
-            actor, resumed = await self.runtime.resume_actor(atespace, name, _expect_uid(context))
+            actor, resumed = await self.runtime.resume_actor(atespace, name, self._uid(context))
             return pb.ResumeActorResponse(actor=codec.actor_to_pb(actor), resumed=resumed)
 
         return await self._run(context, call)
@@ -157,7 +167,7 @@ class ControlService(pb_grpc.ControlServicer):
     async def DeleteActor(self, request: pb.DeleteActorRequest, context: Any) -> pb.Actor:
         async def call() -> pb.Actor:
             atespace, name = _actor_ref(request.actor)
-            uid = request.options.uid or _expect_uid(context)
+            uid = request.options.uid or self._uid(context)
             # the response is the Actor as it was (the simulator deletes at once: no DELETING state)
             before = await self.runtime.get_actor(atespace, name) if not uid else None
             await self.runtime.delete_actor(atespace, name, cast(str, uid or None), any_state=request.any_state)
@@ -217,7 +227,7 @@ class ControlService(pb_grpc.ControlServicer):
     # egress ------------------------------------------------------------------------------------
 
     async def _policy_response(self, context: Any, atespace: str, policy: Any) -> pb.EgressPolicy:
-        context.set_trailing_metadata(((codec.ACTOR_UID_TRAILER, policy.actor_uid),))
+        self._trailer(context, policy.actor_uid)
         return codec.policy_to_pb(atespace, policy)
 
     def _rules(self, request: pb.CreateActorEgressPolicyRequest | pb.UpdateActorEgressPolicyRequest) -> list[Any]:
@@ -233,7 +243,7 @@ class ControlService(pb_grpc.ControlServicer):
     ) -> pb.EgressPolicy:
         async def call() -> pb.EgressPolicy:
             atespace, actor = _actor_ref(request.actor)
-            uid = _expect_uid(context) or (await self.runtime.get_actor(atespace, actor)).uid
+            uid = self._uid(context) or (await self.runtime.get_actor(atespace, actor)).uid
             made = await self.runtime.create_egress_policy(atespace, actor, uid, self._rules(request))
             return await self._policy_response(context, atespace, made)
 
@@ -251,7 +261,7 @@ class ControlService(pb_grpc.ControlServicer):
     ) -> pb.EgressPolicy:
         async def call() -> pb.EgressPolicy:
             atespace, actor = _actor_ref(request.actor)
-            uid = _expect_uid(context) or (await self.runtime.get_actor(atespace, actor)).uid
+            uid = self._uid(context) or (await self.runtime.get_actor(atespace, actor)).uid
             made = await self.runtime.update_egress_policy(atespace, actor, uid, self._rules(request))
             return await self._policy_response(context, atespace, made)
 
@@ -266,9 +276,9 @@ class ControlService(pb_grpc.ControlServicer):
             src_atespace, actor = _actor_ref(t.source_actor, "tag.source_actor")
             if src_atespace != atespace:
                 raise SubstrateError(Code.INVALID_ARGUMENT, "tag.metadata.atespace must equal source_actor.atespace")
-            uid = _expect_uid(context) or (await self.runtime.get_actor(atespace, actor)).uid
+            uid = self._uid(context) or (await self.runtime.get_actor(atespace, actor)).uid
             made = await self.runtime.create_tag(atespace, name, actor, uid)
-            context.set_trailing_metadata(((codec.ACTOR_UID_TRAILER, made.actor_uid),))
+            self._trailer(context, made.actor_uid)
             return codec.tag_to_pb(made)
 
         return await self._run(context, call)
@@ -277,7 +287,7 @@ class ControlService(pb_grpc.ControlServicer):
         async def call() -> pb.Tag:
             atespace, name = _actor_ref(request.tag, "tag")
             made = await self.runtime.get_tag(atespace, name)
-            context.set_trailing_metadata(((codec.ACTOR_UID_TRAILER, made.actor_uid),))
+            self._trailer(context, made.actor_uid)
             return codec.tag_to_pb(made)
 
         return await self._run(context, call)
@@ -307,14 +317,16 @@ async def start_server(
     *,
     credentials: grpc.ServerCredentials | None = None,
     interceptors: list[grpc.aio.ServerInterceptor] | None = None,
+    extensions: bool = True,
 ) -> tuple[grpc.aio.Server, int, health.aio.HealthServicer]:
     """Start serving `runtime` as ateapi.Control at `address` (port 0: any). Returns the server,
-    the bound port and the health servicer (SERVING for "" and ateapi.Control)."""
+    the bound port and the health servicer (SERVING for "" and ateapi.Control). `extensions`:
+    see the module docstring."""
     # clients may ping every 10 s (runtime.substrate.keepaliveTime can be set that low for this server)
     options = [("grpc.http2.min_ping_interval_without_data_ms", 10000), ("grpc.keepalive_permit_without_calls", 1),
                ("grpc.http2.max_ping_strikes", 0)]
     server = grpc.aio.server(interceptors=interceptors or None, options=options)
-    pb_grpc.add_ControlServicer_to_server(ControlService(runtime), server)
+    pb_grpc.add_ControlServicer_to_server(ControlService(runtime, extensions=extensions), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(

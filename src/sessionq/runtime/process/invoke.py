@@ -1,6 +1,7 @@
 """`invoke` on a process Actor: one A2A SendMessage (JSON-RPC over HTTP, a2a-sdk client) to the
 Actor's private endpoint, answered when the turn ends. The session and dispatch ids ride in the
-request's metadata (INVOKE_SESSION_KEY, INVOKE_DISPATCH_KEY); the Actor reports and settles the task
+request's metadata (INVOKE_SESSION_KEY, INVOKE_DISPATCH_KEY), the workload credential in the call's
+header (WORKLOAD_TOKEN_HEADER, as the adapter sends it); the Actor reports and settles the task
 through the task store itself."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from a2a.client import A2AClientError, ClientConfig, ClientFactory, minimal_agen
 from a2a.types import a2a_pb2
 from a2a.utils.constants import TransportProtocol
 
+from sessionq.runtime.ateapi.invoke import call_context
 from sessionq.runtime.base import INVOKE_DISPATCH_KEY, INVOKE_SESSION_KEY, Code, InvokeRequest, SubstrateError
 from sessionq.runtime.simulator.turns import parse_message
 
@@ -38,11 +40,11 @@ def send_request(request: InvokeRequest) -> a2a_pb2.SendMessageRequest:
     return send
 
 
-async def _send(url: str, send: a2a_pb2.SendMessageRequest, timeout: float) -> None:
+async def _send(url: str, send: a2a_pb2.SendMessageRequest, timeout: float, credential: str | None) -> None:
     async with httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=10.0)) as http:
         factory = ClientFactory(ClientConfig(streaming=False, httpx_client=http))
         client = factory.create(minimal_agent_card(url, [TransportProtocol.JSONRPC]))
-        async for _ in client.send_message(send):
+        async for _ in client.send_message(send, context=call_context(credential)):
             pass
 
 
@@ -57,7 +59,7 @@ async def invoke_actor(
     """Deliver the turn and wait for its answer, or for the process to end (UNAVAILABLE with
     `describe()`), or for `timeout` (DEADLINE_EXCEEDED)."""
     send = send_request(request)
-    call: asyncio.Future[Any] = asyncio.ensure_future(_send(url, send, timeout))
+    call: asyncio.Future[Any] = asyncio.ensure_future(_send(url, send, timeout, request.credential))
     waits: set[asyncio.Future[Any]] = {call}
     watcher: asyncio.Future[Any] | None = None
     if exited is not None:

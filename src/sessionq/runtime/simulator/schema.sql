@@ -99,6 +99,8 @@ CREATE TABLE IF NOT EXISTS substrate_sim.tags (
     created_at           timestamptz NOT NULL DEFAULT clock_timestamp(),
     PRIMARY KEY (atespace, name)
 );
+-- the template the tagged snapshot was taken under (ateapi TagStatus.actor_template_uid)
+ALTER TABLE substrate_sim.tags ADD COLUMN IF NOT EXISTS template_uid text NOT NULL DEFAULT '';
 COMMENT ON TABLE substrate_sim.tags IS
     'Tags pinning a copy of a suspended Actor''s snapshot (with its durable directory); create_actor(from_tag) '
     'seeds a new Actor from it.';
@@ -321,6 +323,7 @@ DECLARE
   v_restored jsonb := 'null'::jsonb;
 BEGIN
   v_row := substrate_sim.lock_actor(p_atespace, p_name, p_uid);
+  p_uid := v_row.uid;  -- a caller without a UID precondition (a plain ateapi client) acts on this Actor
   IF v_row.state = 'ACTOR_STATE_RUNNING' THEN
     RETURN jsonb_build_object('actor', substrate_sim.actor_json(p_atespace, p_name), 'changed', false);
   END IF;
@@ -372,6 +375,7 @@ DECLARE
   v_pending boolean;
 BEGIN
   v_row := substrate_sim.lock_actor(p_atespace, p_name, p_uid);
+  p_uid := v_row.uid;  -- a caller without a UID precondition (a plain ateapi client) acts on this Actor
   IF v_row.state = 'ACTOR_STATE_SUSPENDED' THEN
     RETURN jsonb_build_object('actor', substrate_sim.actor_json(p_atespace, p_name));
   END IF;
@@ -413,6 +417,7 @@ DECLARE
   v_row substrate_sim.actors;
 BEGIN
   v_row := substrate_sim.lock_actor(p_atespace, p_name, p_uid);
+  p_uid := v_row.uid;  -- a caller without a UID precondition (a plain ateapi client) acts on this Actor
   IF NOT p_any_state AND v_row.state NOT IN ('ACTOR_STATE_SUSPENDED', 'ACTOR_STATE_CRASHED') THEN
     PERFORM substrate_sim.fail('FAILED_PRECONDITION',
       format('actor %s/%s is %s; only SUSPENDED or CRASHED actors can be deleted', p_atespace, p_name, v_row.state));

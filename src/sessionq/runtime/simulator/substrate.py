@@ -20,7 +20,8 @@ works across processes.
 
 `invoke` runs the deterministic agent of agent.py as the Actor would: its memory is the Actor's
 durable directory, and it reports the turn to the TaskStoreService at `taskstore_address` (settable
-after construction) with the workload token of its env (SESSIONQ_WORKLOAD_TOKEN).
+after construction) with the workload credential the call brings (`InvokeRequest.credential`), or
+else the one of its env (SESSIONQ_WORKLOAD_TOKEN, Actors created by older setups).
 
 Fault semantics: faults match a Protocol method name and, optionally, a resource name (the Actor
 name for actor and egress calls and create_tag; the tag name for get_tag/delete_tag; the template
@@ -146,6 +147,7 @@ def _tag(row: DictRow) -> Tag:
         snapshot_generation=row["snapshot_generation"],
         snapshot_uri=row["uri"],
         created_at=row["created_at"],
+        template_uid=row.get("template_uid") or "",
     )
 
 
@@ -541,7 +543,7 @@ class SimulatedSubstrate(FaultInjection):
                 await cur.execute(
                     "SELECT generation, fidelity, status, uri, durable FROM substrate_sim.snapshots"
                     " WHERE actor_uid = %s ORDER BY generation DESC LIMIT 1",
-                    (uid,),
+                    (row["uid"],),
                 )
                 snap = await cur.fetchone()
                 if snap is None:
@@ -553,17 +555,20 @@ class SimulatedSubstrate(FaultInjection):
                     )
                 await cur.execute(
                     "INSERT INTO substrate_sim.tags (atespace, name, actor_name, actor_uid,"
-                    " snapshot_generation, fidelity, uri, durable) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+                    " snapshot_generation, fidelity, uri, durable, template_uid)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, coalesce((SELECT t.uid FROM substrate_sim.templates t"
+                    "  WHERE t.atespace || '/' || t.name = %s), ''))"
                     " ON CONFLICT (atespace, name) DO NOTHING RETURNING *",
                     (
                         atespace,
                         name,
                         actor,
-                        uid,
+                        row["uid"],
                         snap["generation"],
                         snap["fidelity"],
                         snap["uri"],
                         Jsonb(snap["durable"]),
+                        row["template"],
                     ),
                 )
                 tag = await cur.fetchone()
@@ -669,7 +674,8 @@ class SimulatedSubstrate(FaultInjection):
         """Run one turn of the simulated agent (sessionq.runtime.simulator.agent) inside the RUNNING Actor.
 
         The agent reports through the TaskStoreService at `taskstore_address` with the workload
-        token of its env (SESSIONQ_WORKLOAD_TOKEN): CreateTask (WORKING) for a new turn, or GetTask
+        credential of the call (`request.credential`), or else the one of its env
+        (SESSIONQ_WORKLOAD_TOKEN): CreateTask (WORKING) for a new turn, or GetTask
         and UpdateTask (WORKING) for a continuation; then, after the turn's delay and the write of
         its memory to the durable directory, UpdateTask with the final task and SettleTask with
         that version. A task store error becomes a SubstrateError with the same code (INTERNAL for
@@ -699,11 +705,12 @@ class SimulatedSubstrate(FaultInjection):
                     Code.FAILED_PRECONDITION,
                     f"actor {atespace}/{name} cannot report its turn: no task store address configured",
                 )
-            token = dict(row["env"] or {}).get(WORKLOAD_TOKEN_ENV)
+            token = request.credential or dict(row["env"] or {}).get(WORKLOAD_TOKEN_ENV)
             if not token:
                 raise SubstrateError(
                     Code.FAILED_PRECONDITION,
-                    f"actor {atespace}/{name} has no workload credential ({WORKLOAD_TOKEN_ENV} unset)",
+                    f"actor {atespace}/{name} has no workload credential (none with the call,"
+                    f" {WORKLOAD_TOKEN_ENV} unset)",
                 )
             message = parse_message(request.message)
             text = "\n".join(p.text for p in message.parts if p.WhichOneof("content") == "text")

@@ -1,0 +1,189 @@
+"""The workload credential travels with each turn, not in CreateActor (issue 17): the gateway's A2A
+call to the Actor's private endpoint carries it as the header x-sessionq-workload-token, so an Actor
+of a real Substrate (whose environment is its template's) reports its turn through the task store.
+
+Here the served simulator plays a real Substrate (`extensions=False`: it ignores x-sessionq-*
+request headers, the Actor's environment among them, and sends no sessionq trailers); the agent kit
+is tested in-process against the real task store. A wrong credential is refused, and the credential
+never appears in a log line or an error."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+from uuid import UUID
+
+import httpx
+import pytest
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
+from a2a.server.tasks import TaskUpdater
+from a2a.types import a2a_pb2, a2a_pb2_grpc
+from conftest import WireSim, apply_agent, served_simulator
+from google.protobuf import json_format
+
+from sessionq._pb.kagent.api.v1alpha1 import common_pb2, sessions_pb2, sessions_pb2_grpc
+from sessionq.agentkit.server import build_app, default_card
+from sessionq.domain import workload
+from sessionq.runtime.base import (
+    INVOKE_DISPATCH_KEY,
+    INVOKE_SESSION_KEY,
+    WORKLOAD_TOKEN_HEADER,
+    ActorState,
+    Code,
+    InvokeRequest,
+    SubstrateError,
+)
+from sessionq.runtime.simulator import SimulatedSubstrate
+from sessionq.runtime.taskstore_client import TaskStoreClient
+
+TENANT = "kagent/my-first-agent"
+
+
+@pytest.fixture
+async def sim(database_url: str) -> AsyncIterator[Any]:
+    """The adapter talking to a served simulator that behaves like a real Substrate."""
+    local = SimulatedSubstrate(database_url, worker_pool_size=64)
+    await local.open()
+    async with served_simulator(database_url, extensions=False, call_timeout=120.0) as served:
+        yield WireSim(local, served)
+    await local.close()
+
+
+async def new_session(api: Any) -> str:
+    r = await sessions_pb2_grpc.SessionServiceStub(api.channel).CreateSession(
+        sessions_pb2.CreateSessionRequest(request_id=f"s-{uuid.uuid4()}", agent=common_pb2.ResourceReference(
+            namespace="kagent", name="my-first-agent")), metadata=api.md(), timeout=30)
+    return str(r.session.id)
+
+
+def _message(text: str, context_id: str = "") -> a2a_pb2.Message:
+    return a2a_pb2.Message(message_id=f"m-{uuid.uuid4()}", role=a2a_pb2.ROLE_USER, context_id=context_id,
+                           parts=[a2a_pb2.Part(text=text)])
+
+
+def _secret_parts(token: str) -> list[str]:
+    return [token, token.rsplit(".", 1)[1]]
+
+
+async def test_an_actor_created_without_its_env_reports_its_turn(
+    api: Any, store: Any, sim: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    await apply_agent(store, sim)
+    sid = await new_session(api)
+    stub = a2a_pb2_grpc.A2AServiceStub(api.channel)
+    task = (await stub.SendMessage(a2a_pb2.SendMessageRequest(tenant=TENANT, message=_message("What is 2+2?", sid)),
+                                   metadata=api.md(), timeout=60)).task
+    assert task.status.state == a2a_pb2.TASK_STATE_COMPLETED, task.status
+    assert "4" in " ".join(p.text for p in task.status.message.parts)
+    session = await store.session_by_id(UUID(sid))
+    # the runtime never saw an environment (nor the credential): the turn brought it
+    assert await sim.read_env(session.actor_atespace, session.actor_name) == {}
+    token = workload.token_for(await store.secret("workload"), UUID(sid))
+    for secret in _secret_parts(token):
+        assert secret not in caplog.text
+
+
+async def test_a_wrong_or_missing_credential_is_refused_and_never_echoed(
+    api: Any, store: Any, sim: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    await apply_agent(store, sim)
+    sid = await new_session(api)
+    session = await store.session_by_id(UUID(sid))
+    atespace, name = session.actor_atespace, session.actor_name
+    actor = await sim.get_actor(atespace, name)
+    actor, _ = await sim.resume_actor(atespace, name, actor.uid)
+    assert actor.state == ActorState.RUNNING
+    message = json_format.MessageToDict(_message("What is 2+2?"))
+    other = str(uuid.uuid4())
+    wrong = [
+        f"sqw.{sid}.{'0' * 64}",  # a forged MAC
+        workload.token_for(await store.secret("workload"), UUID(other)),  # another Session's credential
+    ]
+    for bad in wrong:
+        with pytest.raises(SubstrateError) as exc:
+            await sim.invoke(atespace, name, actor.uid, InvokeRequest(sid, str(uuid.uuid4()), message,
+                                                                      credential=bad))
+        assert "UNAUTHENTICATED" in exc.value.message or "PERMISSION_DENIED" in exc.value.message, exc.value
+        for secret in _secret_parts(bad):
+            assert secret not in exc.value.message and secret not in caplog.text
+    with pytest.raises(SubstrateError) as exc:
+        await sim.invoke(atespace, name, actor.uid, InvokeRequest(sid, str(uuid.uuid4()), message))
+    assert exc.value.code == Code.FAILED_PRECONDITION and "no workload credential" in exc.value.message
+    async with store.pool.connection() as conn:
+        cur = await conn.execute("SELECT count(*) AS n FROM sessionq.tasks WHERE session_id = %s", (UUID(sid),))
+        assert (await cur.fetchone())["n"] == 0, "a refused credential writes nothing"
+
+
+class _Recorder(AgentExecutor):
+    """Completes every turn; records the request headers the agent's code sees."""
+
+    def __init__(self) -> None:
+        self.headers: list[dict[str, str]] = []
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        state = context.call_context.state if context.call_context is not None else {}
+        self.headers.append(dict(state.get("headers") or {}))
+        updater = TaskUpdater(event_queue, context.task_id or "", context.context_id or "")
+        if context.current_task is None and context.message is not None:
+            await event_queue.enqueue_event(a2a_pb2.Task(
+                id=context.task_id, context_id=context.context_id,
+                status=a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_SUBMITTED), history=[context.message]))
+        await updater.start_work()
+        await updater.complete(updater.new_agent_message([a2a_pb2.Part(text="done")]))
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        await TaskUpdater(event_queue, context.task_id or "", context.context_id or "").cancel()
+
+
+async def test_the_agent_kit_takes_the_credential_from_the_request(
+    api: Any, store: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No SESSIONQ_WORKLOAD_TOKEN: the kit uses the request's header, which the agent's code never
+    sees; a wrong one is refused by the task store, a missing one fails the turn, neither is echoed."""
+    caplog.set_level(logging.DEBUG)
+    sid = str(uuid.uuid4())
+    secret = await store.secret("workload")
+    recorder = _Recorder()
+    client = TaskStoreClient(api.address, None)
+    app = build_app(recorder, default_card("http://actor/"), client)
+    forged = f"sqw.{sid}.{'1' * 64}"
+    foreign = workload.token_for(secret, uuid.uuid4())
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://actor") as http:
+
+            async def send(headers: dict[str, str]) -> dict[str, Any]:
+                send = a2a_pb2.SendMessageRequest(message=_message("hi", sid))
+                send.metadata.update({INVOKE_SESSION_KEY: sid, INVOKE_DISPATCH_KEY: str(uuid.uuid4())})
+                body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage",
+                        "params": json_format.MessageToDict(send)}
+                r = await http.post("/", json=body, headers={"A2A-Version": "1.0", **headers})
+                return dict(r.json())
+
+            for token in (forged, foreign):
+                answer = await send({WORKLOAD_TOKEN_HEADER: token})
+                assert "error" in answer, answer
+                for part in _secret_parts(token):
+                    assert part not in json.dumps(answer) and part not in caplog.text
+            answer = await send({})
+            assert "error" in answer, answer
+            assert not recorder.headers, "a refused credential: the task store was never written, the agent never ran"
+            # the right credential (of a Session that has no turn reserved): the agent runs, its task is
+            # refused by the task store's own rules, not for the credential
+            token = workload.token_for(secret, UUID(sid))
+            answer = await send({WORKLOAD_TOKEN_HEADER: token})
+            assert "error" in answer and "UNAUTHENTICATED" not in json.dumps(answer), answer
+            for part in _secret_parts(token):
+                assert part not in json.dumps(answer) and part not in caplog.text
+    finally:
+        await client.close()
+    assert recorder.headers, "the agent ran"
+    assert all(WORKLOAD_TOKEN_HEADER not in h for h in recorder.headers), "the agent's code never sees the credential"
+    async with store.pool.connection() as conn:
+        cur = await conn.execute("SELECT count(*) AS n FROM sessionq.tasks WHERE session_id = %s", (UUID(sid),))
+        assert (await cur.fetchone())["n"] == 0
