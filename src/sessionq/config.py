@@ -442,6 +442,13 @@ KEYS: tuple[Key, ...] = (
         0,
         "Process runtime: a durable directory larger than this is not snapshotted (0: no limit).",
     ),
+    Key(
+        "runtime.process.warmInterpreters",
+        _int(0, 64),
+        1,
+        "Process runtime: Python interpreters kept started with the agent kit imported, each handed to the next "
+        "Actor whose command runs a script or -m module with the runtime's interpreter (0: every Actor starts cold).",
+    ),
     Key("inventory.watchedAtespaces", _atespaces, [], "Atespaces the inventory lists (empty: all)."),
     Key(
         "inventory.cursorSecret",

@@ -107,6 +107,7 @@ class RuntimeProcessSettings:
     slots: int  # runtime.process.slots
     stop_grace: float  # runtime.process.stopGrace
     max_directory_bytes: int  # runtime.process.maxDirectoryBytes
+    warm_interpreters: int  # runtime.process.warmInterpreters
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> RuntimeProcessSettings:
@@ -115,6 +116,7 @@ class RuntimeProcessSettings:
             slots=values["runtime.process.slots"],
             stop_grace=values["runtime.process.stopGrace"],
             max_directory_bytes=values["runtime.process.maxDirectoryBytes"],
+            warm_interpreters=values["runtime.process.warmInterpreters"],
         )
 
 

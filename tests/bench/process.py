@@ -10,7 +10,9 @@ Measured:
   the Actor runs `sleep`, so the process costs nothing: what is left is the archive work;
 - turns of my-first-agent (examples/agents/first_agent.py, a2a-sdk + sessionq.agentkit) through
   the real API and worker in this process: each turn finds the Actor suspended, so it is resume +
-  turn (SendMessage latency) and then the suspend the quiescence does (until SUSPENDED): p50/p99;
+  turn (SendMessage latency) and then the suspend the quiescence does (until SUSPENDED): p50/p99,
+  with one warm interpreter (the default; each turn once a spare is ready, and back to back) and,
+  as the same run's baseline, with none (every agent process started cold);
 - turns/s with A Actors taking turns at once (one turn per Actor in flight);
 - memory: processes held by suspended Actors (none), the RSS of a running agent process.
 """
@@ -85,7 +87,7 @@ async def _archive_part(url: str, root: Path, sizes_mb: list[int], runs: int) ->
     from sessionq.runtime.process import ProcessConfig, ProcessSubstrate
 
     rows = []
-    rt = ProcessSubstrate(url, ProcessConfig(root=root, slots=4, stop_grace=2.0))
+    rt = ProcessSubstrate(url, ProcessConfig(root=root, slots=4, stop_grace=2.0, warm_interpreters=0))  # runs `sleep`
     await rt.open()
     try:
         await rt.create_actor_template(NS, "sleeper", "local/sleep:1", command=["sleep"], args=["100000"])
@@ -121,7 +123,12 @@ async def _archive_part(url: str, root: Path, sizes_mb: list[int], runs: int) ->
     return rows
 
 
-async def _turns_part(url: str, root: Path, turns: int, actors: int) -> dict[str, Any]:
+async def _turns_part(url: str, root: Path, turns: int, actors: int, warm: int = 1) -> dict[str, Any]:
+    """Turns of my-first-agent; `warm` warm interpreters (0: every agent process starts cold). With
+    warm interpreters, the sequential turns are measured twice: each after the runtime has a ready
+    spare (a turn that comes later than a spare's start, as between a person's messages) and back
+    to back (the next turn at once: the replacement spare may still be importing). Without, only
+    the sequential turns (the cold baseline)."""
     import grpc
     from a2a.types import a2a_pb2, a2a_pb2_grpc
 
@@ -143,7 +150,7 @@ async def _turns_part(url: str, root: Path, turns: int, actors: int) -> dict[str
     })
     md = [("authorization", "Bearer bench-token")]
     store = await Store.open(url, pool_size=10)
-    rt = ProcessSubstrate(url, ProcessConfig(root=root, slots=max(actors, 2), stop_grace=3.0))
+    rt = ProcessSubstrate(url, ProcessConfig(root=root, slots=max(actors, 2), stop_grace=3.0, warm_interpreters=warm))
     await rt.open()
     stop = asyncio.Event()
     worker = asyncio.create_task(run_worker(settings, url, store, rt, stop=stop, name="bench-worker"))
@@ -189,9 +196,20 @@ async def _turns_part(url: str, root: Path, turns: int, actors: int) -> dict[str
         answered, full = [], []
         rss_kb = None
         for i in range(turns):
+            if warm:
+                await rt.spares_ready(120)
             a, f = await turn(sid, f"What is {i}+{i}?")
             answered.append(a)
             full.append(f)
+        session = await store.session_by_id(UUID(sid))
+        assert session is not None
+        back_to_back: list[float] = []
+        if warm:
+            for i in range(turns):
+                _, f = await turn(sid, f"What is {i}*{i}?")
+                back_to_back.append(f)
+        else:
+            return {"turn_answered": summary_ms(answered), "turn_full": summary_ms(full)}
         # the RSS of a running agent: resume it and read its status
         session = await store.session_by_id(UUID(sid))
         assert session is not None
@@ -209,10 +227,13 @@ async def _turns_part(url: str, root: Path, turns: int, actors: int) -> dict[str
         for r_ in range(rounds):
             await asyncio.gather(*(turn(s, f"What is {r_}*7?") for s in sids))
         elapsed = time.perf_counter() - t0
-        idle_processes = len(processes_with(str(root)))
+        spares = set(rt.spare_pids())
+        idle_processes = len([p for p in processes_with(str(root)) if p not in spares])
         return {
             "turn_answered": summary_ms(answered),
             "turn_full": summary_ms(full),
+            "turn_full_back_to_back": summary_ms(back_to_back),
+            "warm_interpreters": warm,
             "concurrent": {"actors": actors, "turns": actors * rounds, "seconds": round(elapsed, 2),
                            "turns_per_s": round(actors * rounds / elapsed, 2)},
             "running_agent_rss_kb": rss_kb,
@@ -244,6 +265,7 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
         )
         archive_rows = await _archive_part(srv.fresh_database("process_a"), root / "a", list(sizes["megabytes"]),
                                            int(sizes["archive_runs"]))
+        cold = await _turns_part(srv.fresh_database("process_c"), root / "c", int(sizes["turns"]), 0, warm=0)
         turns = await _turns_part(srv.fresh_database("process_t"), root / "t", int(sizes["turns"]), int(sizes["actors"]))
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -262,6 +284,11 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
                 interp_ms, ratio(turns["turn_answered"]["p50_ms"], interp_ms)],
                ["resume + turn + suspend", turns["turn_full"]["p50_ms"], turns["turn_full"]["p99_ms"], budget / 3,
                 ratio(turns["turn_full"]["p50_ms"], budget / 3)],
+               ["  the same, back to back", turns["turn_full_back_to_back"]["p50_ms"],
+                turns["turn_full_back_to_back"]["p99_ms"], budget / 3,
+                ratio(turns["turn_full_back_to_back"]["p50_ms"], budget / 3)],
+               ["  the same, cold (warmInterpreters 0)", cold["turn_full"]["p50_ms"], cold["turn_full"]["p99_ms"],
+                budget / 3, ratio(cold["turn_full"]["p50_ms"], budget / 3)],
                ["python -c pass", interp_ms, None, None, None],
                ["python -c 'import sessionq.agentkit'", imports_ms, None, None, None]]),
         f"concurrent: {turns['concurrent']['actors']} Actors, {turns['concurrent']['turns_per_s']} turns/s; "
@@ -273,10 +300,13 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
         "baselines": {"python_c_pass": summary_ms(interp), "python_import_agentkit": summary_ms(imports)},
         "archives": archive_rows,
         "turns": turns,
+        "cold_turns": cold,
         "targets": {
             "turn_full_p50_ms": turns["turn_full"]["p50_ms"],
             "turn_budget_ms": round(budget, 1),
             "turn_within_budget": (turns["turn_full"]["p50_ms"] or 0) <= budget,
+            "turn_full_cold_p50_ms": cold["turn_full"]["p50_ms"],
+            "turn_full_back_to_back_p50_ms": turns["turn_full_back_to_back"]["p50_ms"],
             "snapshot_within_1_5x_tar": all((r["snapshot_ratio_to_tar"] or 99) <= 1.5 for r in archive_rows),
             "restore_within_1_5x_tar": all((r["restore_ratio_to_tar"] or 99) <= 1.5 for r in archive_rows),
         },

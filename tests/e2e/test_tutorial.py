@@ -227,14 +227,16 @@ def servers(shell: Shell) -> Iterator[list[Up]]:
 # -- reading the outputs ----------------------------------------------------------------------------
 
 def processes_with(marker: str) -> list[int]:
-    """The live processes whose environment mentions `marker` (the process table, /proc): an
-    Actor's process has its durable directory, below the runtime's root, in SESSIONQ_DATA_DIR."""
+    """The live processes whose environment or command line mentions `marker` (the process table,
+    /proc): an Actor's process has its durable directory, below the runtime's root, in
+    SESSIONQ_DATA_DIR; a warm interpreter (and an Actor started from one) the root on its command line."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            if marker.encode() in (entry / "environ").read_bytes() and (entry / "stat").read_text().split(") ")[1][0] != "Z":
+            seen = (entry / "environ").read_bytes() + b"\0" + (entry / "cmdline").read_bytes()
+            if marker.encode() in seen and (entry / "stat").read_text().split(") ")[1][0] != "Z":
                 found.append(int(entry.name))
         except (OSError, IndexError):
             continue

@@ -29,7 +29,9 @@ def process_root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 async def runtime(database_url: str, process_root: Path) -> AsyncIterator[ProcessSubstrate]:
-    rt = ProcessSubstrate(database_url, ProcessConfig(root=process_root, slots=4, stop_grace=2.0))
+    """A runtime with no warm interpreter: every process exec'd for its Actor (test_warm.py runs the
+    same checks on a warm one)."""
+    rt = ProcessSubstrate(database_url, ProcessConfig(root=process_root, slots=4, stop_grace=2.0, warm_interpreters=0))
     await rt.open()
     yield rt
     await rt.close()

@@ -1,6 +1,6 @@
 """A process runtime in a process of its own, for the restart tests: it starts `count` Actors
-running the fixture process (grandchild mode), prints their pids as one JSON line, then serves
-until it is killed."""
+running the fixture process (grandchild mode), prints their pids as one JSON line and its warm
+interpreters' pids as another, then serves until it is killed."""
 
 import asyncio
 import json
@@ -24,6 +24,8 @@ async def main(url: str, root: str, count: int) -> None:
         await rt.resume_actor("kagent", f"a{i}", actor.uid)
         pids[actor.uid] = rt.pid_of(actor.uid)
     print(json.dumps(pids), flush=True)
+    await rt.spares_ready(120)
+    print(json.dumps(rt.spare_pids()), flush=True)  # the warm interpreters (one was taken by an Actor)
     await asyncio.Event().wait()
 
 

@@ -18,7 +18,9 @@ from tests.process.conftest import ATESPACE, alive, processes_with, wait_for
 SERVER = str(Path(__file__).with_name("runtime_server.py"))
 
 
-def _start_server(database_url: str, root: Path, count: int) -> tuple[subprocess.Popen[str], dict[str, int]]:
+def _start_server(
+    database_url: str, root: Path, count: int
+) -> tuple[subprocess.Popen[str], dict[str, int], list[int]]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     proc = subprocess.Popen(
         [sys.executable, SERVER, database_url, str(root), str(count)], stdout=subprocess.PIPE, text=True, env=env
@@ -26,14 +28,17 @@ def _start_server(database_url: str, root: Path, count: int) -> tuple[subprocess
     assert proc.stdout is not None
     line = proc.stdout.readline()
     assert line, "the runtime server did not start"
-    return proc, {uid: int(pid) for uid, pid in json.loads(line).items()}
+    spares = proc.stdout.readline()
+    assert spares, "the runtime server started no warm interpreter"
+    return proc, {uid: int(pid) for uid, pid in json.loads(line).items()}, [int(p) for p in json.loads(spares)]
 
 
 async def test_a_runtime_killed_with_sigkill_leaves_no_process_and_the_next_one_reconciles(
     database_url: str, tmp_path: Path
 ) -> None:
     root = tmp_path / "runtime"
-    server, pids = _start_server(database_url, root, 3)
+    server, pids, spares = _start_server(database_url, root, 3)
+    assert spares and all(alive(p) for p in spares)
     marker = str(root)  # every Actor process has its durable directory (under root) in its environment
     for pid in pids.values():
         await wait_for(lambda pid=pid: (root / "actors").exists() and alive(pid), what="the actors to run")
@@ -47,12 +52,15 @@ async def test_a_runtime_killed_with_sigkill_leaves_no_process_and_the_next_one_
     server.wait(timeout=10)
     # the kernel kills each direct child with its parent (PR_SET_PDEATHSIG)
     await wait_for(lambda: not any(alive(p) for p in pids.values()), what="the actors to die with their runtime")
+    await wait_for(lambda: not any(alive(p) for p in spares), what="its warm interpreters to die with it")
 
     rt = ProcessSubstrate(database_url, ProcessConfig(root=root, slots=3))
     await rt.open()  # reconciles: kills what is left of each recorded group
     try:
         await wait_for(lambda: not any(alive(p) for p in grandchildren), what="the groups' survivors to be killed")
-        assert processes_with(marker) == [], "no process of the old runtime is left"
+        await rt.spares_ready(120)  # the new runtime's warm interpreter (its command line names the root too)
+        left = [p for p in processes_with(marker) if p not in rt.spare_pids()]
+        assert left == [], "no process of the old runtime (Actor or warm interpreter) is left"
         for uid in pids:
             actors = (await rt.list_actors(ATESPACE, 0, "")).items
             actor = next(a for a in actors if a.uid == uid)

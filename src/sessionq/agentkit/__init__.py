@@ -4,7 +4,8 @@
     agentkit.run(MyAgentExecutor())        # instead of building a server and running uvicorn
 
 See `server.py` (the Actor's A2A endpoint, settling turns) and `taskstore.py` (the SDK's task store
-backed by kagent's TaskStoreService).
+backed by kagent's TaskStoreService); `spare.py` is the process runtime's warm interpreter (an
+interpreter with this package imported, waiting to become an Actor's process).
 
 Start-up: an Actor's process starts at every turn on a suspended Actor, so its imports are most of
 a turn's cost. a2a-sdk's package initialisers import, when they are installed (sessionq's own

@@ -69,6 +69,7 @@ def process_runtime(settings: Settings, url: str) -> ProcessSubstrate:
             slots=p.slots,
             stop_grace=p.stop_grace,
             max_directory_bytes=p.max_directory_bytes,
+            warm_interpreters=p.warm_interpreters,
             taskstore_address=settings.runtime.simulator.task_store_address or settings.server.address,
         ),
     )

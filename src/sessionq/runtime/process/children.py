@@ -18,7 +18,7 @@ import shutil
 import signal
 import socket
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -27,12 +27,16 @@ __all__ = [
     "Child",
     "describe_exit",
     "kill_group",
+    "listen",
+    "open_logs",
     "process_start_time",
     "redact",
     "start_child",
     "stderr_tail",
 ]
 
+A2A_FD_ENV = "SESSIONQ_A2A_FD"  # the inherited listening socket's descriptor (sessionq.agentkit reads it)
+A2A_PORT_ENV = "SESSIONQ_A2A_PORT"
 STDERR_TAIL = 2000  # characters of stderr (the end) a crash message quotes, at most
 REDACTED = "<redacted>"  # what a crash message shows instead of a secret
 MIN_SECRET = 4  # environment values shorter than this are not redacted (they would blank out common text)
@@ -132,10 +136,52 @@ def stderr_tail(path: Path, limit: int = STDERR_TAIL, secrets: Iterable[str] = (
     return text
 
 
-def _log_files(logs: Path, uid: str) -> tuple[BinaryIO, BinaryIO]:
+def open_logs(logs: Path, uid: str) -> tuple[BinaryIO, BinaryIO]:
     """The process's stdout (appended) and stderr (this start's only: its tail explains a crash)."""
     logs.mkdir(parents=True, exist_ok=True)
     return open(logs / f"{uid}.stdout", "ab"), open(logs / f"{uid}.stderr", "wb")
+
+
+def listen() -> socket.socket:
+    """A listening TCP socket on 127.0.0.1 (an ephemeral port), inheritable: an Actor's private A2A
+    endpoint, accepting connections before the process that serves it has started."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+        sock.set_inheritable(True)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def socket_env(sock: socket.socket) -> dict[str, str]:
+    """The variables that name the listening socket to the process (SESSIONQ_A2A_FD, _PORT)."""
+    return {A2A_FD_ENV: str(sock.fileno()), A2A_PORT_ENV: str(sock.getsockname()[1])}
+
+
+@dataclass
+class Endpoint:
+    """What a starting Actor's process is handed: its listening socket, its environment naming it,
+    its open log files (closed, with the runtime's copy of the socket, when `prepared` ends)."""
+
+    sock: socket.socket
+    port: int
+    env: dict[str, str]
+    stdout: BinaryIO
+    stderr: BinaryIO
+
+
+@contextlib.contextmanager
+def prepared(uid: str, env: dict[str, str], logs: Path) -> Iterator[Endpoint]:
+    sock = listen()
+    try:
+        out, err = open_logs(logs, uid)
+        with out, err:
+            yield Endpoint(sock, sock.getsockname()[1], {**env, **socket_env(sock)}, out, err)
+    finally:
+        sock.close()
 
 
 @dataclass
@@ -148,6 +194,7 @@ class Child:
     port: int
     stderr: Path
     secrets: tuple[str, ...] = ()  # values its crash message never quotes (its environment's)
+    warm: bool = False  # started from a warm interpreter (warm.py), not exec'd for this Actor
     stopping: bool = False  # a stop the runtime asked for: its exit is no crash
     exited: asyncio.Event = field(default_factory=asyncio.Event)
     returncode: int | None = None
@@ -171,30 +218,19 @@ async def start_child(
     exec_argv = [program, *argv[1:]]
     if SETPRIV is not None:
         exec_argv = [SETPRIV, "--pdeathsig", "KILL", "--", *exec_argv]
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(128)
-        sock.set_inheritable(True)
-        port = sock.getsockname()[1]
-        fd = sock.fileno()
-        full_env = {**env, "SESSIONQ_A2A_FD": str(fd), "SESSIONQ_A2A_PORT": str(port)}
-        stderr_path = logs / f"{uid}.stderr"
-        out, err = _log_files(logs, uid)
-        with out, err:
-            process = await asyncio.create_subprocess_exec(
-                *exec_argv,
-                cwd=cwd,
-                env=full_env,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-                pass_fds=(fd,),
-            )
-    finally:
-        sock.close()
-    return Child(uid=uid, process=process, pid=process.pid, port=port, stderr=stderr_path, secrets=secrets)
+    with prepared(uid, env, logs) as endpoint:
+        process = await asyncio.create_subprocess_exec(
+            *exec_argv,
+            cwd=cwd,
+            env=endpoint.env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=endpoint.stdout,
+            stderr=endpoint.stderr,
+            start_new_session=True,
+            pass_fds=(endpoint.sock.fileno(),),
+        )
+    return Child(uid=uid, process=process, pid=process.pid, port=endpoint.port, stderr=logs / f"{uid}.stderr",
+                 secrets=secrets)
 
 
 def crash_message(child: Child) -> str:

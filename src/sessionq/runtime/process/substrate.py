@@ -56,16 +56,19 @@ from sessionq.runtime.base import (
     Tag,
     Worker,
 )
-from sessionq.runtime.process import archive, children
+from sessionq.runtime.process import archive, children, warm
 from sessionq.runtime.process.children import Child
 from sessionq.runtime.process.database import SERVER_LOCK_KEY, Cursor, ProcessDatabase, install_schema
 from sessionq.runtime.process.invoke import cancel_actor_turn, invoke_actor
-from sessionq.runtime.simulator.substrate import (
-    _canonical_rules,
-    _rule_collection,
+from sessionq.runtime.shared import (
     actor_page,
+    canonical_rules,
+    clamp_page_size,
     decode_actor_token,
-    encode_actor_token,
+    rule_collection,
+    split_template,
+    worker_boundary,
+    worker_page,
 )
 
 log = logging.getLogger(__name__)
@@ -77,8 +80,6 @@ TASKSTORE_ENV = "SESSIONQ_TASKSTORE_ADDRESS"
 ACTOR_ENV = "SESSIONQ_ACTOR"
 # variables of the runtime's own environment an Actor's process inherits (nothing else leaks)
 INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
-DEFAULT_PAGE_SIZE = 100
-MAX_PAGE_SIZE = 1000
 ARGV_LIMIT = 64
 ARG_LENGTH = 4096
 _WITH_PROCESS = (ActorState.RESUMING, ActorState.RUNNING, ActorState.PAUSED, ActorState.SUSPENDING)
@@ -97,6 +98,9 @@ class ProcessConfig:
     # what a template without a command runs: the runtime's default agent (the tutorial's
     # my-first-agent, sessionq.agentkit.first_agent, with this interpreter); () refuses such templates
     default_command: tuple[str, ...] = (sys.executable, "-m", "sessionq.agentkit.first_agent")
+    # Python interpreters (this one, sys.executable) kept started with the agent kit imported, for the
+    # Actors whose command runs a script or module with it (warm.py); 0: every process starts cold
+    warm_interpreters: int = 1
 
 
 _ACTOR_SELECT = (
@@ -133,22 +137,14 @@ def _actor(row: DictRow, snapshots: list[Snapshot]) -> Actor:
     )
 
 
-def _page_size(page_size: int) -> int:
-    if page_size < 0:
-        raise SubstrateError(Code.INVALID_ARGUMENT, f"negative page_size {page_size}")
-    return DEFAULT_PAGE_SIZE if page_size == 0 else min(page_size, MAX_PAGE_SIZE)
+def _worker(row: DictRow) -> Worker:
+    holder = f"{row['holder_atespace']}/{row['holder_name']}" if row["holder_name"] is not None else None
+    return Worker(name=row["name"], atespace="", ip=row["ip"], actor=holder, state="WORKER_STATE_ACTIVE")
 
 
 def _require_name(kind: str, value: str) -> None:
     if not isinstance(value, str) or not value or "/" in value or value in (".", "..") or "\x00" in value:
         raise SubstrateError(Code.INVALID_ARGUMENT, f"invalid {kind} {value!r}")
-
-
-def _split_template(template: str) -> tuple[str, str]:
-    atespace, sep, name = template.partition("/")
-    if not sep or not atespace or not name or "/" in name:
-        raise SubstrateError(Code.INVALID_ARGUMENT, f"template must be '<atespace>/<name>', got {template!r}")
-    return atespace, name
 
 
 def _check_argv(kind: str, values: list[str]) -> list[str]:
@@ -182,6 +178,14 @@ class ProcessSubstrate:
         self._lock_conn: psycopg.AsyncConnection[Any] | None = None
         self._children: dict[str, Child] = {}
         self._actor_locks: dict[str, asyncio.Lock] = {}
+        self._warm = warm.WarmPool(
+            size=max(config.warm_interpreters, 0),
+            interpreter=sys.executable,
+            env=self._base_env(),
+            cwd=self.root / "spare",
+            logs=self.root / "logs",
+            marker=str(self.root),
+        )
         # tests: runs between an archive's write and its rename
         self.before_rename: Callable[[Path], None] | None = None
 
@@ -203,10 +207,12 @@ class ProcessSubstrate:
         self._lock_conn = conn
         await self._db.open()
         await self.reconcile()
+        self._warm.fill()
 
     async def close(self) -> None:
         """Stop every child process (no process outlives the runtime server); their Actors become
         CRASHED at the next start's reconciliation unless suspended first."""
+        await self._warm.close()
         kids = list(self._children.values())
         await asyncio.gather(*(children.stop_child(c, 1.0) for c in kids), return_exceptions=True)
         for c in kids:
@@ -221,6 +227,7 @@ class ProcessSubstrate:
     def kill_children(self) -> None:
         """SIGKILL every child's process group at once, without waiting (a forced stop of its owner;
         any thread). Their Actors become CRASHED at the next start's reconciliation."""
+        self._warm.kill_all()
         for child in list(self._children.values()):
             child.stopping = True
             children.kill_group(child.pid)
@@ -387,7 +394,7 @@ class ProcessSubstrate:
     ) -> Actor:
         _require_name("atespace", atespace)
         _require_name("actor name", name)
-        t_atespace, t_name = _split_template(template)
+        t_atespace, t_name = split_template(template)
         variables = _check_env(dict(env or {}))
         uid = str(uuid.uuid4())
         seeded: Path | None = None
@@ -457,10 +464,15 @@ class ProcessSubstrate:
             await self._start(atespace, name, uid, step)
             return await self._load(atespace, name), True
 
+    @staticmethod
+    def _base_env() -> dict[str, str]:
+        """What of the runtime's own environment every process gets (and the warm interpreters)."""
+        return {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
+
     def _process_env(
         self, atespace: str, name: str, template_env: dict[str, str], actor_env: dict[str, str], data: Path
     ) -> dict[str, str]:
-        env = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
+        env = self._base_env()
         env.update(template_env)
         env.update(actor_env)
         env[DATA_DIR_ENV] = str(data)
@@ -483,7 +495,10 @@ class ProcessSubstrate:
                 raise FileNotFoundError("the actor template has no command")
             # its crash message never quotes its environment (the Agent's env, the workload credential)
             secrets = tuple({*(template.get("env") or {}).values(), *(step.get("env") or {}).values()})
-            child = await children.start_child(uid, argv, env, data, self.root / "logs", secrets)
+            logs = self.root / "logs"
+            child = await self._warm.start(uid, argv, env, data, logs, secrets)
+            if child is None:
+                child = await children.start_child(uid, argv, env, data, logs, secrets)
         except (OSError, tarfile.TarError) as exc:
             message = f"the process could not start: {exc}"
             await self._db.call("SELECT sessionq_process.crash(%s, NULL, NULL, %s)", (uid, message))
@@ -600,7 +615,7 @@ class ProcessSubstrate:
     # egress (stored, not enforced) --------------------------------------------------------
 
     async def create_egress_policy(self, atespace: str, actor: str, uid: str, rules: list[EgressRule]) -> EgressPolicy:
-        data = _canonical_rules(rules, actor=f"{atespace}/{actor}")
+        data = canonical_rules(rules, actor=f"{atespace}/{actor}")
         async with self._db.tx() as cur:
             await cur.execute("SELECT sessionq_process.lock_actor(%s, %s, %s)", (atespace, actor, uid))
             await cur.execute(
@@ -613,7 +628,7 @@ class ProcessSubstrate:
             raise SubstrateError(
                 Code.ALREADY_EXISTS, f"egress policy default of actor {atespace}/{actor} already exists"
             )
-        return EgressPolicy(actor_uid=uid, rules=_rule_collection(row["rules"]), version=row["version"])
+        return EgressPolicy(actor_uid=uid, rules=rule_collection(row["rules"]), version=row["version"])
 
     async def get_egress_policy(self, atespace: str, actor: str) -> EgressPolicy:
         async with self._db.tx() as cur:
@@ -628,10 +643,10 @@ class ProcessSubstrate:
             raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{actor} not found")
         if row["actor_uid"] is None:
             raise SubstrateError(Code.NOT_FOUND, f"egress policy default of actor {atespace}/{actor} not found")
-        return EgressPolicy(actor_uid=row["uid"], rules=_rule_collection(row["rules"]), version=row["version"])
+        return EgressPolicy(actor_uid=row["uid"], rules=rule_collection(row["rules"]), version=row["version"])
 
     async def update_egress_policy(self, atespace: str, actor: str, uid: str, rules: list[EgressRule]) -> EgressPolicy:
-        data = _canonical_rules(rules, actor=f"{atespace}/{actor}")
+        data = canonical_rules(rules, actor=f"{atespace}/{actor}")
         async with self._db.tx() as cur:
             await cur.execute("SELECT sessionq_process.lock_actor(%s, %s, %s)", (atespace, actor, uid))
             await cur.execute(
@@ -642,7 +657,7 @@ class ProcessSubstrate:
             row = await cur.fetchone()
         if row is None:
             raise SubstrateError(Code.NOT_FOUND, f"egress policy default of actor {atespace}/{actor} not found")
-        return EgressPolicy(actor_uid=uid, rules=_rule_collection(row["rules"]), version=row["version"])
+        return EgressPolicy(actor_uid=uid, rules=rule_collection(row["rules"]), version=row["version"])
 
     # tags -------------------------------------------------------------------------------------
 
@@ -732,31 +747,22 @@ class ProcessSubstrate:
 
     async def list_actors(self, atespace: str | None, page_size: int, page_token: str) -> Page[Actor]:
         global_listing = atespace is None
-        size = _page_size(page_size)
+        size = clamp_page_size(page_size)
         boundary = decode_actor_token(page_token, global_listing=global_listing) if page_token else None
         async with self._db.tx() as cur:
             return await actor_page(cur, _ACTOR_SELECT, atespace, boundary, size, self._snapshots_of, _actor)
 
     async def list_workers(self, page_size: int, page_token: str) -> Page[Worker]:
-        size = _page_size(page_size)
-        boundary = decode_actor_token(page_token, global_listing=False)[1] if page_token else ""
+        size = clamp_page_size(page_size)
+        boundary = worker_boundary(page_token)
         async with self._db.tx() as cur:
-            await cur.execute(
-                "SELECT * FROM sessionq_process.workers WHERE name > %s ORDER BY name LIMIT %s", (boundary, size + 1)
+            return await worker_page(
+                cur,
+                "SELECT * FROM sessionq_process.workers WHERE name > %s ORDER BY name LIMIT %s",
+                (boundary,),
+                size,
+                _worker,
             )
-            rows = await cur.fetchall()
-        more = len(rows) > size
-        items = [
-            Worker(
-                name=r["name"],
-                atespace="",
-                ip=r["ip"],
-                actor=f"{r['holder_atespace']}/{r['holder_name']}" if r["holder_name"] is not None else None,
-                state="WORKER_STATE_ACTIVE",
-            )
-            for r in rows[:size]
-        ]
-        return Page(items=items, next_page_token=encode_actor_token(None, items[-1].name) if more else "")
 
     # the Actor's private A2A endpoint -------------------------------------------------------
 
@@ -802,6 +808,19 @@ class ProcessSubstrate:
         """The pid of the Actor's process while this server runs it."""
         child = self._children.get(uid)
         return child.pid if child is not None else None
+
+    def started_warm(self, uid: str) -> bool | None:
+        """Whether the Actor's current process came from a warm interpreter (None: no process)."""
+        child = self._children.get(uid)
+        return child.warm if child is not None else None
+
+    def spare_pids(self) -> list[int]:
+        """The pids of the warm interpreters waiting for an Actor."""
+        return self._warm.pids()
+
+    async def spares_ready(self, timeout: float = 60.0) -> None:
+        """Wait until every warm interpreter the runtime keeps is started and has done its imports."""
+        await self._warm.wait_ready(timeout)
 
     async def wait_exited(self, uid: str, timeout: float = 10.0) -> None:
         child = self._children.get(uid)

@@ -11,14 +11,10 @@ It owns its connection to its own schema (it stands in for an external system), 
 sessionq's stores.
 """
 
+from sessionq.runtime.shared import decode_actor_token, encode_actor_token
 from sessionq.runtime.simulator.database import install_schema, worker_identity
 from sessionq.runtime.simulator.faults import FAULT_KINDS, LIST_METHODS, PROTOCOL_METHODS
-from sessionq.runtime.simulator.substrate import (
-    WORKLOAD_TOKEN_ENV,
-    SimulatedSubstrate,
-    decode_actor_token,
-    encode_actor_token,
-)
+from sessionq.runtime.simulator.substrate import WORKLOAD_TOKEN_ENV, SimulatedSubstrate
 
 __all__ = [
     "FAULT_KINDS",

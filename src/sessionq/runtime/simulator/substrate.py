@@ -35,12 +35,9 @@ did nothing else; it honours them, then applies the call with its function alone
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import os
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from datetime import datetime, tzinfo
 from typing import Any, TypeVar
 
@@ -65,6 +62,17 @@ from sessionq.runtime.base import (
     Worker,
 )
 from sessionq.runtime.deterministic_agent import run_turn
+from sessionq.runtime.shared import (
+    actor_page,
+    canonical_rules,
+    clamp_page_size,
+    decode_actor_token,
+    encode_actor_token,
+    rule_collection,
+    split_template,
+    worker_boundary,
+    worker_page,
+)
 from sessionq.runtime.simulator.database import (
     _Cursor,
 )
@@ -76,12 +84,9 @@ __all__ = ["WORKLOAD_TOKEN_ENV", "SimulatedSubstrate", "decode_actor_token", "en
 
 T = TypeVar("T")
 
-DEFAULT_PAGE_SIZE = 100
-MAX_PAGE_SIZE = 1000
 # the env variable holding the Actor's workload credential for the TaskStoreService
 WORKLOAD_TOKEN_ENV = "SESSIONQ_WORKLOAD_TOKEN"
 
-EGRESS_PROTOCOLS = frozenset({"http", "https", "tls_passthrough"})
 # task store errors an invoke passes on with their own code (the others become INTERNAL)
 _TASKSTORE_CODES = frozenset({
     Code.NOT_FOUND, Code.ALREADY_EXISTS, Code.FAILED_PRECONDITION, Code.INVALID_ARGUMENT, Code.UNAVAILABLE,
@@ -92,138 +97,8 @@ _WORKER_HOLDING_STATES = (ActorState.RUNNING, ActorState.PAUSED)
 # page tokens (the runtime's keyset format)
 
 
-def encode_actor_token(atespace: str | None, name: str) -> str:
-    """Keyset token resuming strictly after (atespace, name); atespace None for a listing within
-    one atespace and for workers: urlsafe base64 (no padding) of compact JSON."""
-    payload: dict[str, Any] = {"v": 1}
-    if atespace is not None:
-        payload["atespace"] = atespace
-    payload["name"] = name
-    raw = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
-
-
-async def actor_page(
-    cur: Any,
-    select: str,
-    atespace: str | None,
-    boundary: tuple[str | None, str] | None,
-    size: int,
-    snapshots_of: Callable[[Any, list[Any]], Awaitable[dict[Any, Any]]],
-    to_actor: Callable[[Any, Any], Actor],
-) -> Page[Actor]:
-    """One keyset page of Actors after `boundary` (a decoded page token), in one atespace or, with
-    atespace None, across all of them: `select` reads the actor rows (alias a), `snapshots_of` their
-    snapshots in one query, `to_actor` builds each. Shared by the simulator and the process runtime."""
-    if atespace is None:
-        b_atespace, b_name = boundary if boundary is not None else ("", "")
-        await cur.execute(select + " WHERE (a.atespace, a.name) > (%s, %s) ORDER BY a.atespace, a.name LIMIT %s",
-                          (b_atespace, b_name, size + 1))
-    else:
-        b_name = boundary[1] if boundary is not None else ""
-        await cur.execute(select + " WHERE a.atespace = %s AND a.name > %s ORDER BY a.name LIMIT %s",
-                          (atespace, b_name, size + 1))
-    rows = await cur.fetchall()
-    more = len(rows) > size
-    rows = rows[:size]
-    snaps = await snapshots_of(cur, [r["uid"] for r in rows])
-    items = [to_actor(r, snaps[r["uid"]]) for r in rows]
-    token = encode_actor_token(items[-1].atespace if atespace is None else None, items[-1].name) if more else ""
-    return Page(items=items, next_page_token=token)
-
-
-def decode_actor_token(token: str, *, global_listing: bool) -> tuple[str | None, str]:
-    """Inverse of `encode_actor_token`: (atespace or None, name). `global_listing` says whether the
-    token must carry an atespace (a ListActors over all atespaces). Raises INVALID_ARGUMENT."""
-
-    def bad(why: str) -> SubstrateError:
-        return SubstrateError(Code.INVALID_ARGUMENT, f"invalid page token {token!r}: {why}")
-
-    if not token or not isinstance(token, str):
-        raise bad("empty")
-    try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        payload = json.loads(raw.decode("utf-8"))
-    except (binascii.Error, ValueError, UnicodeDecodeError) as exc:
-        raise bad("not base64 JSON") from exc
-    if not isinstance(payload, dict) or payload.get("v") != 1:
-        raise bad("unsupported version")
-    name = payload.get("name")
-    if not isinstance(name, str):
-        raise bad("missing name")
-    expected = {"v", "name", "atespace"} if global_listing else {"v", "name"}
-    if set(payload) != expected:
-        known = set(payload) <= {"v", "name", "atespace"}
-        raise bad("wrong keys for this listing" if known else "unknown keys")
-    if global_listing:
-        atespace = payload["atespace"]
-        if not isinstance(atespace, str):
-            raise bad("atespace is not a string")
-        return atespace, name
-    return None, name
-
-
 # --------------------------------------------------------------------------------------------
 # row conversion helpers
-
-
-def _rule_to_json(rule: EgressRule) -> dict[str, Any]:
-    return {
-        "protocol": rule.protocol,
-        "hostname": rule.hostname,
-        "port": rule.port,
-        "credential_headers": dict(sorted(rule.credential_headers.items())),
-    }
-
-
-def _rule_from_json(data: dict[str, Any]) -> EgressRule:
-    return EgressRule(
-        protocol=data["protocol"],
-        hostname=data["hostname"],
-        port=int(data["port"]),
-        credential_headers=dict(data.get("credential_headers") or {}),
-    )
-
-
-def _rule_sort_key(rule: dict[str, Any]) -> tuple[str, str, int, str]:
-    return (rule["protocol"], rule["hostname"], rule["port"], json.dumps(rule["credential_headers"]))
-
-
-def _canonical_rules(rules: Iterable[EgressRule], *, actor: str) -> list[dict[str, Any]]:
-    """Validate and de-duplicate an allow-set; conflicting rules for one host and port are rejected."""
-    seen: dict[tuple[str, int], dict[str, Any]] = {}
-    for rule in rules:
-        if not isinstance(rule, EgressRule):
-            raise SubstrateError(Code.INVALID_ARGUMENT, f"egress policy of actor {actor}: not an EgressRule")
-        if rule.protocol not in EGRESS_PROTOCOLS:
-            raise SubstrateError(
-                Code.INVALID_ARGUMENT,
-                f"egress policy of actor {actor}: unsupported protocol {rule.protocol!r}",
-            )
-        if not rule.hostname or not isinstance(rule.port, int) or not 0 < rule.port < 65536:
-            raise SubstrateError(
-                Code.INVALID_ARGUMENT,
-                f"egress policy of actor {actor}: invalid destination {rule.hostname!r}:{rule.port!r}",
-            )
-        data = _rule_to_json(rule)
-        key = (rule.hostname.lower(), rule.port)
-        if key in seen and seen[key] != data:
-            raise SubstrateError(
-                Code.INVALID_ARGUMENT,
-                f"egress policy of actor {actor}: conflicting rules for {rule.hostname}:{rule.port}",
-            )
-        seen[key] = data
-    return sorted(seen.values(), key=_rule_sort_key)
-
-
-def _rule_collection(data: list[dict[str, Any]]) -> frozenset[EgressRule] | tuple[EgressRule, ...]:
-    rules = [_rule_from_json(d) for d in data]
-    try:
-        return frozenset(rules)
-    except TypeError:
-        # EgressRule is a frozen dataclass holding a dict (credential_headers), so it is unhashable
-        # and cannot go into a frozenset; fall back to a tuple in canonical order.
-        return tuple(rules)
 
 
 def _snapshot(row: DictRow) -> Snapshot:
@@ -277,7 +152,7 @@ def _tag(row: DictRow) -> Tag:
 
 
 def _policy(row: DictRow) -> EgressPolicy:
-    return EgressPolicy(actor_uid=row["actor_uid"], rules=_rule_collection(row["rules"]), version=row["version"])
+    return EgressPolicy(actor_uid=row["actor_uid"], rules=rule_collection(row["rules"]), version=row["version"])
 
 
 def _worker(row: DictRow) -> Worker:
@@ -285,24 +160,11 @@ def _worker(row: DictRow) -> Worker:
     return Worker(name=row["name"], atespace=row["atespace"], ip=row["ip"], actor=holder, state=row["state"])
 
 
-def _page_size(page_size: int) -> int:
-    if page_size < 0:
-        raise SubstrateError(Code.INVALID_ARGUMENT, f"negative page_size {page_size}")
-    if page_size == 0:
-        return DEFAULT_PAGE_SIZE
-    return min(page_size, MAX_PAGE_SIZE)
-
-
 def _require_name(kind: str, value: str) -> None:
     if not isinstance(value, str) or not value or "/" in value:
         raise SubstrateError(Code.INVALID_ARGUMENT, f"invalid {kind} {value!r}")
 
 
-def _split_template(template: str) -> tuple[str, str]:
-    atespace, sep, name = template.partition("/")
-    if not sep or not atespace or not name or "/" in name:
-        raise SubstrateError(Code.INVALID_ARGUMENT, f"template must be '<atespace>/<name>', got {template!r}")
-    return atespace, name
 _ACTOR_SELECT = (
     "SELECT a.atespace, a.name, a.uid, a.template, a.state, a.worker, a.version, a.durable,"
     " a.created_at, a.updated_at, w.ip AS worker_ip"
@@ -541,7 +403,7 @@ class SimulatedSubstrate(FaultInjection):
         try:
             _require_name("atespace", atespace)
             _require_name("actor name", name)
-            _split_template(template)
+            split_template(template)
             env_json = Jsonb(dict(env or {}))
         except Exception as exc:
             await self._rejected("create_actor", name, exc)
@@ -617,14 +479,14 @@ class SimulatedSubstrate(FaultInjection):
 
     async def create_egress_policy(self, atespace: str, actor: str, uid: str, rules: list[EgressRule]) -> EgressPolicy:
         try:
-            data = _canonical_rules(rules, actor=f"{atespace}/{actor}")
+            data = canonical_rules(rules, actor=f"{atespace}/{actor}")
         except Exception as exc:
             await self._rejected("create_egress_policy", actor, exc)
 
         def parse(result: dict[str, Any], tz: tzinfo) -> EgressPolicy:
             policy = result["policy"]
             return EgressPolicy(
-                actor_uid=policy["actor_uid"], rules=_rule_collection(policy["rules"]), version=int(policy["version"])
+                actor_uid=policy["actor_uid"], rules=rule_collection(policy["rules"]), version=int(policy["version"])
             )
 
         params = {"atespace": atespace, "actor": actor, "uid": uid, "rules": Jsonb(data), "pid": os.getpid()}
@@ -650,7 +512,7 @@ class SimulatedSubstrate(FaultInjection):
 
     async def update_egress_policy(self, atespace: str, actor: str, uid: str, rules: list[EgressRule]) -> EgressPolicy:
         async def op() -> EgressPolicy:
-            data = _canonical_rules(rules, actor=f"{atespace}/{actor}")
+            data = canonical_rules(rules, actor=f"{atespace}/{actor}")
             async with self._tx() as cur:
                 await self._lock_actor(cur, atespace, actor, uid)
                 await cur.execute(
@@ -768,7 +630,7 @@ class SimulatedSubstrate(FaultInjection):
 
     async def list_actors(self, atespace: str | None, page_size: int, page_token: str) -> Page[Actor]:
         global_listing = atespace is None
-        size = _page_size(page_size)
+        size = clamp_page_size(page_size)
         boundary = decode_actor_token(page_token, global_listing=global_listing) if page_token else None
 
         def fake_page(kind: str) -> Page[Actor]:
@@ -786,8 +648,8 @@ class SimulatedSubstrate(FaultInjection):
         return await self._call("list_actors", None, op, fake_page)
 
     async def list_workers(self, page_size: int, page_token: str) -> Page[Worker]:
-        size = _page_size(page_size)
-        boundary = decode_actor_token(page_token, global_listing=False)[1] if page_token else None
+        size = clamp_page_size(page_size)
+        boundary = worker_boundary(page_token)
 
         def fake_page(kind: str) -> Page[Worker]:
             if kind == "stuck_token" and page_token:
@@ -796,14 +658,13 @@ class SimulatedSubstrate(FaultInjection):
 
         async def op() -> Page[Worker]:
             async with self._tx() as cur:
-                await cur.execute(
+                return await worker_page(
+                    cur,
                     "SELECT * FROM substrate_sim.workers WHERE idx < %s AND name > %s ORDER BY name LIMIT %s",
-                    (self.worker_pool_size, boundary or "", size + 1),
+                    (self.worker_pool_size, boundary),
+                    size,
+                    _worker,
                 )
-                rows = await cur.fetchall()
-            more = len(rows) > size
-            items = [_worker(r) for r in rows[:size]]
-            return Page(items=items, next_page_token=encode_actor_token(None, items[-1].name) if more else "")
 
         return await self._call("list_workers", None, op, fake_page)
 

@@ -1,0 +1,181 @@
+"""A warm interpreter: a Python process that has imported `sessionq.agentkit` (and so a2a-sdk's
+server) and waits for the process runtime to hand it an Actor (sessionq.runtime.process.warm).
+
+The runtime starts it as ``python -c "<import this module and call main>" FD ROOT`` in its own
+process group (setpriv --pdeathsig KILL, like an Actor's process), with the runtime's base
+environment, stdin from /dev/null. FD is its end of a unix socket pair. The protocol:
+
+- the spare writes ``R`` once its imports are done;
+- the runtime sends one assignment: 8 bytes (big-endian length) then that many bytes of JSON
+  (``env``, ``cwd``, ``program``, ``mode`` "script" or "module", ``target``, ``args``, ``a2a_fd``),
+  with three descriptors attached (SCM_RIGHTS): the Actor's listening socket, its stdout and its
+  stderr log files;
+- the spare makes itself what the interpreter would have been had it been exec'd for the Actor:
+  stdout and stderr on the log files, the durable directory as working directory, `os.environ`
+  replaced by exactly the Actor's environment, the listening socket at the descriptor number the
+  environment names (SESSIONQ_A2A_FD, inheritable), no other descriptor of its own; then it writes
+  ``A`` and closes the socket pair (``E`` and a reason instead when it cannot, and exits);
+- it sets `sys.argv`, `sys.orig_argv`, `sys.executable` and `sys.path[0]` as ``PROGRAM script.py
+  ARGS`` or ``PROGRAM -m module ARGS`` would, and runs the script in `__main__` (compiled as the
+  interpreter compiles it) or the module as `python -m` does (`runpy._run_module_as_main`). An
+  uncaught exception is reported by `sys.excepthook` without this module's frames and exits with
+  status 1, a missing script with the interpreter's message and status 2, SystemExit as always.
+
+Besides the agent kit it imports the standard library and the uvicorn modules an agent kit agent
+loads when it starts serving (`SERVING_MODULES`): what an Actor would load anyway.
+"""
+
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+from types import TracebackType
+from typing import Any
+
+__all__ = ["main"]
+
+# what an agent kit agent imports when it starts serving (uvicorn's Config.load), imported here too
+# (lifespan "off", the event loop asyncio.run's: server.serve does not load uvicorn.loops)
+SERVING_MODULES = ("uvicorn.protocols.http.auto", "uvicorn.protocols.websockets.auto", "uvicorn.lifespan.off")
+READY = b"R"
+ACCEPTED = b"A"
+REFUSED = b"E"
+HEADER = struct.Struct(">Q")
+
+
+def _receive(control: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
+    """The assignment and its descriptors; None when the runtime closed the socket instead."""
+    data, fds, _flags, _addr = socket.recv_fds(control, HEADER.size, 3)
+    if not data:
+        return None
+    while len(data) < HEADER.size:
+        more = control.recv(HEADER.size - len(data))
+        if not more:
+            return None
+        data += more
+    (size,) = HEADER.unpack(data)
+    body = bytearray()
+    while len(body) < size:
+        more = control.recv(min(size - len(body), 1 << 20))
+        if not more:
+            return None
+        body += more
+    return json.loads(body), fds
+
+
+def _become(task: dict[str, Any], fds: list[int]) -> None:
+    """The process's descriptors, directory and environment as the Actor's (see the docstring)."""
+    a2a, out, err = fds
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.flush()
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    os.close(out)
+    os.close(err)
+    os.chdir(task["cwd"])
+    os.environ.clear()
+    os.environ.update(task["env"])
+    fds[:] = [a2a]
+
+
+def _place_socket(a2a: int, target: int) -> None:
+    if a2a != target:
+        os.dup2(a2a, target, inheritable=True)
+        os.close(a2a)
+    else:
+        os.set_inheritable(target, True)
+
+
+def _run(task: dict[str, Any]) -> None:
+    program: str = task["program"]
+    args: list[str] = list(task["args"])
+    target: str = task["target"]
+    sys.executable = program
+    main = sys.modules["__main__"]
+    if task["mode"] == "module":
+        sys.argv = ["-m", *args]
+        sys.orig_argv = [program, "-m", target, *args]
+        if not sys.flags.safe_path:
+            sys.path[0] = os.getcwd()
+        import importlib
+        import runpy
+
+        importlib.invalidate_caches()
+        run_as_main = runpy._run_module_as_main  # type: ignore[attr-defined]  # what `python -m` calls
+        run_as_main(target, True)
+        return
+    sys.argv = [target, *args]
+    sys.orig_argv = [program, target, *args]
+    filename = target if os.path.isabs(target) else os.path.join(os.getcwd(), target)
+    try:
+        with open(filename, "rb") as f:
+            source = f.read()
+    except OSError as exc:
+        sys.stderr.write(f"{program}: can't open file {filename!r}: [Errno {exc.errno}] {exc.strerror}\n")
+        sys.stderr.flush()
+        raise SystemExit(2) from None
+    if not sys.flags.safe_path:
+        sys.path[0] = os.path.dirname(os.path.realpath(filename))
+    import importlib
+    import importlib.machinery
+
+    importlib.invalidate_caches()
+    namespace = main.__dict__
+    namespace["__file__"] = filename
+    namespace["__cached__"] = None
+    namespace["__loader__"] = importlib.machinery.SourceFileLoader("__main__", filename)
+    code = compile(source, filename, "exec", dont_inherit=True)
+    exec(code, namespace)
+
+
+def _without_own_frames(tb: TracebackType | None) -> TracebackType | None:
+    while tb is not None and tb.tb_frame.f_globals is globals():
+        tb = tb.tb_next
+    return tb
+
+
+def main() -> None:
+    """Wait for an assignment and run it (see the module docstring)."""
+    control = socket.socket(family=socket.AF_UNIX, type=socket.SOCK_STREAM, fileno=int(sys.argv[1]))
+    import importlib
+
+    for name in SERVING_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    control.sendall(READY)
+    got = _receive(control)
+    if got is None:
+        return  # the runtime let this spare go
+    task, fds = got
+    try:
+        if len(fds) != 3:
+            raise OSError(f"expected 3 descriptors, got {len(fds)}")
+        _become(task, fds)
+    except Exception as exc:
+        control.sendall(REFUSED + str(exc).encode(errors="replace"))
+        raise SystemExit(1) from None
+    control.sendall(ACCEPTED)
+    control.close()
+    _place_socket(fds[0], int(task["a2a_fd"]))
+    try:
+        _run(task)
+    except SystemExit:
+        raise
+    except BaseException as exc:
+        tb = _without_own_frames(exc.__traceback__)
+        sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+        if isinstance(exc, KeyboardInterrupt):  # the interpreter then ends by SIGINT
+            import atexit
+
+            atexit._run_exitfuncs()
+            for stream in (sys.stdout, sys.stderr):
+                if stream is not None:
+                    stream.flush()
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+        raise SystemExit(1) from None

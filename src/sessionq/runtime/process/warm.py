@@ -1,0 +1,368 @@
+"""Warm interpreters: the process runtime keeps `size` Python processes started ahead of need
+(sessionq.agentkit.spare), each having imported the agent kit and a2a-sdk's server, and hands
+one to the next Actor whose command runs a script or a module with that same interpreter. The
+Actor's start then skips the interpreter's start and the SDK's imports (most of a turn on a
+suspended Actor), and the process is the Actor's from then on (its pid, group, exit status, stderr).
+
+What the Actor sees is what a process exec'd for it sees (spare.py says how): its environment
+exactly, its working directory, argv, sys.path, the listening socket at the descriptor its
+environment names, stdout and stderr on its log files, stdin /dev/null, its own process group, a
+SIGKILL when the runtime dies (setpriv --pdeathsig). The differences: the modules the spare
+imported are already in `sys.modules` (imported under the runtime's base environment, see
+`STARTUP_PREFIXES`), its command line (`ps`, /proc/PID/cmdline) and /proc/PID/environ are the
+spare's, and its process started before the Actor's resume.
+
+A command is run warm only when (`plan`):
+- its program resolves (with the Actor's PATH) to the spare's interpreter: the same file in the
+  same directory (so the same virtual environment), e.g. ``python3`` in the runtime's venv;
+- its arguments are ``script [args]`` (a file that is not a directory, zip archive or .pyc) or ``-m
+  module [args]``: no interpreter options;
+- the variables that shape an interpreter's start or were read while the spare imported
+  (`STARTUP_PREFIXES`, `STARTUP_NAMES`) are the same in the Actor's environment as in the spare's.
+Any other command, or no spare left, starts cold as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from sessionq.runtime.process import children
+from sessionq.runtime.process.children import Child
+
+log = logging.getLogger(__name__)
+
+__all__ = ["STARTUP_NAMES", "STARTUP_PREFIXES", "Plan", "WarmPool", "plan"]
+
+SPARE_CODE = "__import__('sessionq.agentkit.spare').agentkit.spare.main()"  # binds no name in __main__
+# variables an interpreter reads as it starts, or modules read as the spare imported them
+STARTUP_PREFIXES = ("PYTHON", "LC_", "GRPC_", "PYDANTIC")
+STARTUP_NAMES = ("LANG", "LANGUAGE", "TZ", "HOME", "TMPDIR", "SSL_CERT_FILE", "SSL_CERT_DIR")
+ACCEPT_TIMEOUT = 60.0  # seconds an assignment waits for the spare (its imports, if not yet done)
+MAX_FAILURES = 3  # spares in a row that die before they are ready: no more are started
+HEADER_SIZE = 8
+
+
+def _startup_env(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(STARTUP_PREFIXES) or k in STARTUP_NAMES}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a spare runs a command: ``program -m target args`` or ``program target args``."""
+
+    program: str
+    mode: str  # "script" | "module"
+    target: str
+    args: tuple[str, ...]
+
+
+def same_interpreter(program: str, interpreter: str) -> bool:
+    """`program` is `interpreter` or another name of it in the same directory (python3 for python)."""
+    a, b = os.path.abspath(program), os.path.abspath(interpreter)
+    return os.path.dirname(a) == os.path.dirname(b) and os.path.realpath(a) == os.path.realpath(b)
+
+
+def plan(program: str, argv: list[str], env: Mapping[str, str], cwd: Path, interpreter: str,
+         spare_env: Mapping[str, str]) -> Plan | None:
+    """How a spare of `interpreter` started with `spare_env` would run `argv` (its first item
+    resolved to `program`) in `cwd` with `env`; None when it must start cold (module docstring)."""
+    if not same_interpreter(program, interpreter) or _startup_env(env) != _startup_env(spare_env):
+        return None
+    rest = argv[1:]
+    if len(rest) >= 2 and rest[0] == "-m" and rest[1] and not rest[1].startswith("-"):
+        return Plan(program, "module", rest[1], tuple(rest[2:]))
+    if not rest or not rest[0] or rest[0].startswith("-"):
+        return None  # interpreter options, stdin, -c or an interactive interpreter
+    script = cwd / rest[0]
+    if script.is_dir() or script.suffix == ".pyc" or (script.is_file() and zipfile.is_zipfile(script)):
+        return None  # run by the interpreter through runpy with the path as sys.path[0]: not copied
+    return Plan(program, "script", rest[0], tuple(rest[1:]))
+
+
+@dataclass
+class Spare:
+    process: asyncio.subprocess.Process
+    control: socket.socket  # the runtime's end of the socket pair (non-blocking)
+    ready: bool = False
+    taken: bool = False
+    reader: asyncio.Task[None] | None = None
+    waiter: asyncio.Task[None] | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.process.returncode is None
+
+
+@dataclass
+class WarmPool:
+    """`size` spares of `interpreter` with environment `env`, started in the background (`fill`)
+    and replaced after each use or death. Their stdout and stderr, before they are handed an Actor,
+    go to `logs`/spares.log; `marker` (the runtime's root) is on their command line."""
+
+    size: int
+    interpreter: str
+    env: dict[str, str]
+    cwd: Path
+    logs: Path
+    marker: str
+    spares: list[Spare] = field(default_factory=list)
+    starting: int = 0
+    failures: int = 0
+    closed: bool = False
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    # pool --------------------------------------------------------------------------------------
+
+    def fill(self) -> None:
+        """Start spares in the background until there are `size` (none once closed, or after
+        MAX_FAILURES spares in a row died before they were ready)."""
+        while not self.closed and self.failures < MAX_FAILURES and len(self.spares) + self.starting < self.size:
+            self.starting += 1
+            self._spawn_task(self._start_one())
+
+    def _spawn_task(self, coro: object) -> None:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _start_one(self) -> None:
+        try:
+            spare = await self._spawn()
+        except Exception:
+            self.failures += 1
+            log.exception("process runtime: a warm interpreter could not be started")
+            return
+        finally:
+            self.starting -= 1
+        if self.closed:
+            await _kill(spare)
+            return
+        self.spares.append(spare)
+        loop = asyncio.get_running_loop()
+        spare.reader = loop.create_task(self._await_ready(spare))
+        spare.waiter = loop.create_task(self._await_exit(spare))
+        self._signal()
+
+    async def _spawn(self) -> Spare:
+        self.cwd.mkdir(parents=True, exist_ok=True)
+        self.logs.mkdir(parents=True, exist_ok=True)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            argv = [self.interpreter, "-c", SPARE_CODE, str(theirs.fileno()), self.marker]
+            if children.SETPRIV is not None:
+                argv = [children.SETPRIV, "--pdeathsig", "KILL", "--", *argv]
+            with _open_log(self.logs / "spares.log") as out:
+                process = await asyncio.create_subprocess_exec(
+                    *argv,
+                    cwd=self.cwd,
+                    env=self.env,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=out,
+                    start_new_session=True,
+                    pass_fds=(theirs.fileno(),),
+                )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        return Spare(process=process, control=ours)
+
+    async def _await_ready(self, spare: Spare) -> None:
+        with contextlib.suppress(OSError):
+            data = await asyncio.get_running_loop().sock_recv(spare.control, 1)
+            if data == b"R":
+                spare.ready = True
+                self.failures = 0
+                self._signal()
+
+    async def _await_exit(self, spare: Spare) -> None:
+        returncode = await spare.process.wait()
+        if spare.taken:
+            return  # an Actor's process now: the runtime's watcher handles its end
+        if spare in self.spares:
+            self.spares.remove(spare)
+        await _close_control(spare)
+        if not self.closed:
+            if not spare.ready:
+                self.failures += 1
+            log.warning(
+                "process runtime: a warm interpreter (pid %d) ended before it was used: %s; see %s",
+                spare.pid, children.describe_exit(returncode), self.logs / "spares.log",
+            )
+            if self.failures >= MAX_FAILURES:
+                log.error("process runtime: %d warm interpreters in a row died before they were ready: "
+                          "no more are started; Actors start cold", self.failures)
+            self.fill()
+        self._signal()
+
+    def _signal(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def take(self) -> Spare | None:
+        """A live spare (a ready one first), no longer the pool's; a replacement starts."""
+        live = [s for s in self.spares if s.alive]
+        if not live:
+            return None
+        spare = next((s for s in live if s.ready), live[0])
+        self.spares.remove(spare)
+        spare.taken = True
+        self.fill()
+        return spare
+
+    def pids(self) -> list[int]:
+        return [s.pid for s in self.spares if s.alive]
+
+    async def wait_ready(self, timeout: float) -> None:
+        """Until every spare the pool wants is started and ready (tests, benchmarks)."""
+        async def ready() -> None:
+            while True:
+                if self.closed or self.failures >= MAX_FAILURES:
+                    return
+                live = [s for s in self.spares if s.alive]
+                if len(live) >= self.size and all(s.ready for s in live):
+                    return
+                await self._changed.wait()
+
+        await asyncio.wait_for(ready(), timeout)
+
+    async def close(self) -> None:
+        self.closed = True
+        # not cancelled: a start cancelled mid-way could leave a process nobody tracks; a start
+        # that finishes after the close kills its spare (`_start_one`)
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        spares, self.spares = self.spares, []
+        await asyncio.gather(*(_kill(s) for s in spares), return_exceptions=True)
+
+    def kill_all(self) -> None:
+        """SIGKILL every spare's group at once (any thread)."""
+        self.closed = True
+        for spare in list(self.spares):
+            children.kill_group(spare.pid)
+
+    # assignment --------------------------------------------------------------------------------
+
+    async def start(
+        self,
+        uid: str,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        logs: Path,
+        secrets: tuple[str, ...] = (),
+    ) -> Child | None:
+        """`children.start_child` by a spare: the Actor's process, or None when the command is not
+        one a spare runs (`plan`), no spare is left, or the spare failed to take it (it is killed);
+        the caller then starts the command cold."""
+        if self.closed or self.size <= 0:
+            return None
+        try:
+            program = children.resolve(argv[0], env.get("PATH"))
+        except OSError:
+            return None  # the cold start reports it as it always has
+        how = plan(program, argv, env, cwd, self.interpreter, self.env)
+        if how is None:
+            return None
+        spare = self.take()
+        if spare is None:
+            return None
+        try:
+            return await self._hand_over(spare, how, uid, env, cwd, logs, secrets)
+        except BaseException:
+            children.kill_group(spare.pid)  # cancelled mid-way: the spare is nobody's
+            raise
+
+    async def _hand_over(
+        self, spare: Spare, how: Plan, uid: str, env: dict[str, str], cwd: Path, logs: Path, secrets: tuple[str, ...]
+    ) -> Child | None:
+        if spare.reader is not None:
+            spare.reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await spare.reader
+        with children.prepared(uid, env, logs) as endpoint:
+            task = {
+                "env": endpoint.env,
+                "cwd": str(cwd),
+                "program": how.program,
+                "mode": how.mode,
+                "target": how.target,
+                "args": list(how.args),
+                "a2a_fd": endpoint.sock.fileno(),
+            }
+            fds = [endpoint.sock.fileno(), endpoint.stdout.fileno(), endpoint.stderr.fileno()]
+            problem = await self._assign(spare, task, fds)
+            port = endpoint.port
+        if problem is not None:
+            log.warning("process runtime: a warm interpreter (pid %d) did not take actor %s (%s): starting it cold",
+                        spare.pid, uid, problem)
+            await _kill(spare)
+            return None
+        return Child(uid=uid, process=spare.process, pid=spare.pid, port=port, stderr=logs / f"{uid}.stderr",
+                     secrets=secrets, warm=True)
+
+    async def _assign(self, spare: Spare, task: dict[str, object], fds: list[int]) -> str | None:
+        """Send the assignment; None once the spare accepted it, else why not."""
+        loop = asyncio.get_running_loop()
+        body = json.dumps(task).encode()
+        try:
+            # the header carries the descriptors; 8 bytes always fit an empty socket buffer
+            socket.send_fds(spare.control, [len(body).to_bytes(HEADER_SIZE, "big")], fds)
+            await loop.sock_sendall(spare.control, body)
+
+            async def answer() -> bytes:
+                while True:
+                    data = await loop.sock_recv(spare.control, 4096)
+                    if not data:
+                        return b"E(the spare ended)"
+                    data = data.lstrip(b"R")
+                    if data:
+                        return data
+
+            reply = await asyncio.wait_for(answer(), ACCEPT_TIMEOUT)
+        except (OSError, TimeoutError) as exc:
+            return f"{type(exc).__name__}: {exc}"
+        finally:
+            spare.control.close()
+        if reply.startswith(b"A"):
+            return None
+        return reply[1:].decode(errors="replace")[:500] or "refused"
+
+
+def _open_log(path: Path) -> BinaryIO:
+    return open(path, "ab")
+
+
+async def _close_control(spare: Spare) -> None:
+    """Stop reading the spare's socket (before closing it: the loop must not watch a reused fd)."""
+    if spare.reader is not None and not spare.reader.done():
+        spare.reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await spare.reader
+    spare.control.close()
+
+
+async def _kill(spare: Spare) -> None:
+    children.kill_group(spare.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        spare.process.kill()
+    await _close_control(spare)
+    await spare.process.wait()
