@@ -576,9 +576,7 @@ async def test_only_the_simulator_commits_asynchronously(sim: SimulatedSubstrate
         assert (await cur.fetchone()) == ("off",)
     store = await Store.open(database_url, pool_size=1, listen=False)
     try:
-        async with store._conn() as conn:
-            cur = await conn.execute("SELECT current_setting('synchronous_commit')")
-            assert (await cur.fetchone()) == {"current_setting": "on"}
+        assert await store._value("SELECT current_setting('synchronous_commit')") == "on"
     finally:
         await store.close()
 
