@@ -30,8 +30,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from dataclasses import replace
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any, TypeVar, cast
 
 import grpc
