@@ -16,11 +16,11 @@ import grpc
 import pytest
 from click.testing import CliRunner
 from conftest import Api
+from sessionq.cli.main import main
 from test_ateapi_process import free_port, wait_healthy
 from test_fork_real_substrate import answer, checkpoint, conversation, fork, send
 
 from sessionq._pb.kagent.api.v1alpha1 import runtime_pb2
-from sessionq.cli.main import main
 from sessionq.runtime.ateapi.client import SubstrateClient, SubstrateOptions
 from sessionq.runtime.simulator import PROTOCOL_METHODS, SimulatedSubstrate
 
