@@ -83,12 +83,14 @@ def finish(code: int) -> None:
 )
 def up(config_file: str | None, data_dir: str, database_url: str | None, runtime_kind: str | None) -> None:
     """Run everything locally: embedded PostgreSQL, migrations, API on 127.0.0.1:8083, workers, process runtime."""
-    from sessionq.app import process  # here, not at the top: client commands stay quick to start
+    from sessionq.app import process, supervisor  # here, not at the top: client commands stay quick to start
 
     settings = load_settings(config_file)
     logs.setup("text", settings.logging.level)
     url = database_url or settings.database.url or None
-    finish(run(settings, process.up(settings, Path(data_dir), url, click.echo, runtime=runtime_kind)))
+    count = supervisor.up_process_count(settings)  # one unless server.processes says more
+    finish(run(settings, process.up(settings, Path(data_dir), url, click.echo, runtime=runtime_kind,
+                                    api_processes=count, others=supervisor.beside_up(count, config_file))))
 
 
 @click.command()

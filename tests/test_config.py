@@ -122,3 +122,14 @@ def test_code_reads_settings_through_the_typed_sections():
         if by_path.search(line)
     ]
     assert offenders == []
+
+
+def test_as_env_loads_back_to_the_same_values():
+    """Settings.as_env (what `sessionq up` hands its other API processes) round-trips through load."""
+    s = config.defaults().with_overrides(**{"auth.anonymousUser": "bob", "runtime.substrate.uidPreflight": False,
+                                            "workers.concurrency": 3, "runtime.kind": "substrate"})
+    paths = ("auth.anonymousUser", "runtime.substrate.uidPreflight", "workers.concurrency", "runtime.kind")
+    env = s.as_env(*paths)
+    assert env["SESSIONQ_AUTH__ANONYMOUS_USER"] == "bob" and env["SESSIONQ_RUNTIME__SUBSTRATE__UID_PREFLIGHT"] == "false"
+    loaded = config.load(env=env)
+    assert {p: loaded[p] for p in paths} == {p: s[p] for p in paths}

@@ -229,7 +229,8 @@ KEYS: tuple[Key, ...] = (
         _int(0, 256),
         0,
         "API processes of `sessionq serve` on server.address (SO_REUSEPORT, supervised), each with its own"
-        " database pool and LISTEN connection; 0: one per CPU. `sessionq up` runs one API process.",
+        " database pool and LISTEN connection; 0: one per CPU. `sessionq up` runs one API process unless this is 2"
+        " or more.",
     ),
     Key(
         "sessions.idleTtl",
@@ -473,6 +474,15 @@ class Settings(Sections):
                 raise ConfigError(f"{path}: unknown configuration key")
             v[path] = value
         return Settings(v)
+
+    def as_env(self, *paths: str) -> dict[str, str]:
+        """The values of `paths` as the environment variables that set them (SESSIONQ_...), for a
+        child process that loads its settings: scalars only (text, numbers, booleans)."""
+        env = {}
+        for path in paths:
+            value = self.values[path]
+            env[_BY_PATH[path].env] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        return env
 
     @property
     def database_url(self) -> str:

@@ -146,6 +146,8 @@ async def _measure(srv: Server, log_dir: Path, label: str, address: str, method:
 
 async def _serve(procs: Procs, url: str, settings: dict[str, Any], name: str) -> tuple[str, dict[str, int]]:
     port = free_port()
+    # agent cards on a port of their own: the default one may be another program's on a shared machine
+    settings = {**settings, "server.httpAddress": f"127.0.0.1:{free_port()}"}
     p = await start_api(procs, url, port, settings, name=name)
     pids = {"api": p.pid}
     n = int(settings.get("server.processes", 1))

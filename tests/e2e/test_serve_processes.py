@@ -32,6 +32,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def api_children(parent: int) -> dict[int, int]:
+    """API index -> pid of `parent`'s live child API processes (`serve --api-index I`)."""
+    out = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[1]) == parent and fields[0] != "Z" and b"--api-index" in args:
+            out[int(args[args.index(b"--api-index") + 1])] = int(entry.name)
+    return out
+
+
 class Serve:
     """`sessionq serve` in its own session, its output collected by a thread."""
 
@@ -54,19 +71,7 @@ class Serve:
 
     def children(self) -> dict[int, int]:
         """API index -> pid of the supervisor's live API processes."""
-        out = {}
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text()
-                args = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2:].split()
-            if int(fields[1]) == self.proc.pid and fields[0] != "Z" and b"--api-index" in args:
-                out[int(args[args.index(b"--api-index") + 1])] = int(entry.name)
-        return out
+        return api_children(self.proc.pid)
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):

@@ -26,7 +26,7 @@ import sys
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import yaml
 from grpc_health.v1 import health_pb2
@@ -494,6 +494,19 @@ def command_name(argv0: str | None = None) -> str:
     return display_path(exe) if inside else str(exe)
 
 
+class OtherApiProcesses(Protocol):
+    """The API processes 1..N-1 that `up` runs beside its own (app/supervisor.py's Supervisor)."""
+
+    async def run_beside(self, stop: asyncio.Event) -> int: ...
+    def kill(self) -> None: ...
+
+
+# what the other API processes of `up` are started with: the API's settings that `up` computes
+UP_SHARED_KEYS = ("database.url", "database.directUrl", "auth.anonymousUser", "runtime.kind",
+                  "runtime.substrate.address", "runtime.substrate.uidPreflight",
+                  "runtime.substrate.actorAddressPattern")
+
+
 def up_runtime(settings: Settings, runtime: str | None) -> str:
     """The runtime `up` runs: `runtime` when given (`--runtime process|simulator`), else the
     configured Substrate when runtime.kind is substrate, else the process runtime (the tutorial's
@@ -504,28 +517,38 @@ def up_runtime(settings: Settings, runtime: str | None) -> str:
 
 
 async def up(settings: Settings, data_dir: Path, database_url: str | None, echo: Callable[[str], None],
-             runtime: str | None = None) -> int:
+             runtime: str | None = None, api_processes: int = 1,
+             others: Callable[[Settings, dict[str, str]], OtherApiProcesses] | None = None) -> int:
     """The embedded default: PostgreSQL (embedded unless database_url), migrations, API on
     loopback, workers, the runtime (`up_runtime`: the process runtime unless told otherwise) and
     the web console, until Ctrl-C. Returns the exit status. A drain request (`sessionq workers
     drain`) drains only the workers: the API, the console and PostgreSQL keep running.
-    StartupError for the common failures at start."""
+    StartupError for the common failures at start.
+
+    api_processes N > 1 (server.processes set to N): this process is API process 0 and `others`
+    makes the supervisor of processes 1..N-1 (`sessionq serve --api-index I`, the same settings),
+    started once this one serves, all on one port (SO_REUSEPORT); Ctrl-C or SIGTERM stops them
+    gracefully, and they have stopped before PostgreSQL does."""
     lock = lock_data_dir(data_dir)
     shutdown = Shutdown(settings.workers.shutdown_timeout)
     shutdown.install()
     try:
         kind = up_runtime(settings, runtime)
-        return await _up(shutdown, settings.with_overrides(**{"runtime.kind": kind}), data_dir, database_url, echo)
+        return await _up(shutdown, settings.with_overrides(**{"runtime.kind": kind}), data_dir, database_url, echo,
+                         api_processes, others)
     finally:
         lock.close()
         shutdown.hand_over()
 
 
 async def _up(
-    shutdown: Shutdown, settings: Settings, data_dir: Path, database_url: str | None, echo: Callable[[str], None]
+    shutdown: Shutdown, settings: Settings, data_dir: Path, database_url: str | None, echo: Callable[[str], None],
+    api_processes: int = 1, others: Callable[[Settings, dict[str, str]], OtherApiProcesses] | None = None,
 ) -> int:
     server: embedded.EmbeddedPostgres | None = None
     served: ServedSimulator | ServedProcess | None = None
+    beside: asyncio.Task[int] | None = None
+    status = 0
     try:
         psql = None
         if database_url:
@@ -607,6 +630,20 @@ async def _up(
                 echo(f"    {sq} agent session create --agent my-first-agent")
             echo(f"    {sq} status")
             echo("  Ctrl-C stops everything.")
+            if api_processes > 1 and others is not None:
+                start_others(endpoint)
+
+        def start_others(endpoint: str) -> None:
+            nonlocal beside
+            assert others is not None
+            shared = settings.with_overrides(**{"database.url": url, "server.address": endpoint})
+            env = shared.as_env(*UP_SHARED_KEYS)
+            env["SESSIONQ_LOGGING__FORMAT"] = "text"  # as up's own lines
+            supervisor = others(shared, env)
+            shutdown.on_force("the other API processes killed", supervisor.kill)
+            beside = asyncio.get_running_loop().create_task(supervisor.run_beside(shutdown.stop))
+            echo(f"  API processes : {api_processes} on {endpoint} (SO_REUSEPORT; database connections: up to"
+                 f" {api_processes * (settings.database.pool_size + 1)} for the API)")
 
         def drained(request: DrainRequest) -> None:
             who = f"drain {request.drain_id} requested by {request.requested_by}" if request.drain_id else "a drain"
@@ -617,19 +654,25 @@ async def _up(
             await run_services(
                 settings, url, api=True, workers=True, stop=shutdown.stop, on_ready=ready, shutdown=shutdown,
                 exit_on_drain=False, on_worker_drained=drained, console_local_user=user,
+                api_index=0 if api_processes > 1 else None,
             )
     except asyncio.CancelledError:
         if shutdown.forced is None:
             raise
         return EXIT_FORCED
     finally:
+        if beside is not None and shutdown.forced is None:
+            # the other API processes stop (gracefully, since the stop began) before what they use
+            shutdown.stop.set()
+            with contextlib.suppress(Exception):
+                status = await beside
         if served is not None and shutdown.forced is None:
             with contextlib.suppress(Exception):
                 await served.stop()
         if server is not None and shutdown.forced is None:
             await asyncio.to_thread(server.stop)
     echo("sessionq stopped")
-    return 0
+    return status
 
 
 async def serve(

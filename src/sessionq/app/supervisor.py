@@ -46,6 +46,7 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,6 +64,21 @@ KILL_MARGIN = 10.0  # seconds past a process's own stop budget before it is kill
 def process_count(settings: Settings) -> int:
     """How many API processes `serve` runs: server.processes, 0 meaning one per CPU."""
     return settings.server.processes or os.cpu_count() or 1
+
+
+def up_process_count(settings: Settings) -> int:
+    """How many API processes `sessionq up` runs: one unless server.processes says more (its
+    default, 0, is one per CPU for `serve` only: a local `up` keeps one API process)."""
+    return max(settings.server.processes, 1)
+
+
+def beside_up(count: int, config_file: str | None) -> Callable[[Settings, dict[str, str]], Supervisor]:
+    """What `sessionq up` runs beside its own API process: API processes 1..count-1."""
+
+    def make(settings: Settings, env: dict[str, str]) -> Supervisor:
+        return Supervisor(settings, count, config_file, first=1, env=env)
+
+    return make
 
 
 @dataclass
@@ -97,12 +113,18 @@ def reserve_port(address: str) -> tuple[socket.socket, str]:
 
 
 class Supervisor:
-    def __init__(self, settings: Settings, count: int, config_file: str | None) -> None:
+    """`count` API processes; `first` > 0 when the caller is API process 0 itself (`sessionq up`:
+    its own process serves beside the others, `run_beside`). `env` is added to each process's
+    environment (the settings the caller computed, as SESSIONQ_* variables)."""
+
+    def __init__(self, settings: Settings, count: int, config_file: str | None, *, first: int = 0,
+                 env: dict[str, str] | None = None) -> None:
         self.settings = settings
         self.count = count
         self.config_file = config_file
         self.address = settings.server.address
-        self.children = [ApiProcess(i) for i in range(count)]
+        self.extra_env = dict(env or {})
+        self.children = [ApiProcess(i) for i in range(first, count)]
         self.stopping = asyncio.Event()
         self.signals = 0
         self.failed_at_start: int | None = None  # the exit status of a process that could not start
@@ -122,6 +144,7 @@ class Supervisor:
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
+        env.update(self.extra_env)
         env["SESSIONQ_SERVER__ADDRESS"] = self.address  # a concrete port when the configured one is 0
         return env
 
@@ -208,6 +231,29 @@ class Supervisor:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._changed.wait(), 0.1)
         await self.stopping.wait()
+        return await self._wait_all(watchers)
+
+    async def run_beside(self, stop: asyncio.Event) -> int:
+        """Run the API processes `first`..count-1 beside the caller's own (process 0, already
+        serving) until `stop` is set, then stop them gracefully (SIGTERM) and wait for all; the
+        exit status as `run`'s. The caller handles the signals; `kill` is its forced stop."""
+        loop = asyncio.get_running_loop()
+        watchers = []
+        for child in self.children:
+            await self.start(child)
+            watchers.append(loop.create_task(self._watch(child)))
+        await stop.wait()
+        self.stopping.set()
+        self._forward(signal.SIGTERM)
+        self._changed.set()
+        return await self._wait_all(watchers)
+
+    def kill(self) -> None:
+        """Kill every API process at once (a forced stop of the caller: it must not wait)."""
+        self.stopping.set()
+        self._forward(signal.SIGKILL)
+
+    async def _wait_all(self, watchers: list[asyncio.Task[None]]) -> int:
         deadline = time.monotonic() + self._stop_budget()
         while any(c.proc is not None and c.proc.returncode is None for c in self.children):
             self._changed.clear()

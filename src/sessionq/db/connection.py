@@ -147,15 +147,44 @@ class FailFastPool(AsyncConnectionPool):
     """An AsyncConnectionPool whose connection attempts report to a DatabaseHealth (`health`)
     and whose callers fail fast while it says the database refuses connections: `getconn()` (and
     so `connection()`) raises PoolTimeout FAIL_FAST seconds after the database is seen down
-    instead of waiting out the pool's timeout. A merely busy pool keeps its normal timeout."""
+    instead of waiting out the pool's timeout. A merely busy pool keeps its normal timeout.
+
+    Callers beyond max_size queue on a semaphore before the pool (`_gate`), so that the pool
+    itself always has a connection for the caller it serves, or room to open one: psycopg_pool's
+    own queue costs a Condition and an `asyncio.wait_for` (a Task) per waiting caller, which
+    under load (more concurrent calls than connections) was a large part of a read's Python
+    time. The order stays first come, first served; the waits keep the pool's timeout."""
 
     def __init__(self, conninfo: str = "", *, health: DatabaseHealth | None = None, **kwargs: Any) -> None:
         self.health = health if health is not None else DatabaseHealth()
         kwargs.setdefault("connection_class", _tracking_connection_class(self.health))
         super().__init__(conninfo, **kwargs)
+        self._gate = asyncio.Semaphore(self.max_size)
 
     async def getconn(self, timeout: float | None = None) -> Any:
-        return await self.health.bounded(super().getconn(timeout))
+        return await self.health.bounded(self._gated_getconn(self.timeout if timeout is None else timeout))
+
+    async def _gated_getconn(self, timeout: float) -> Any:
+        deadline = time.monotonic() + timeout
+        if self._gate.locked():
+            try:
+                async with asyncio.timeout(timeout):
+                    await self._gate.acquire()
+            except TimeoutError:
+                raise PoolTimeout(f"couldn't get a connection after {timeout:.2f} sec") from None
+        else:
+            await self._gate.acquire()  # a free permit: no wait
+        try:
+            return await super().getconn(max(deadline - time.monotonic(), 0.0))
+        except BaseException:
+            self._gate.release()
+            raise
+
+    async def putconn(self, conn: Any) -> None:
+        try:
+            await super().putconn(conn)
+        finally:
+            self._gate.release()
 
 
 async def _configure(conn: psycopg.AsyncConnection) -> None:
