@@ -130,5 +130,5 @@ async def test_an_old_row_without_the_tags_uri_is_backfilled_and_forks(
     assert row.tag_snapshot_uri == row.snapshot_uri  # backfilled: the recorded URI
     with pytest.raises(grpc.aio.AioRpcError) as exc:
         await fork(api, cp.id, "fork-old")  # the real tag's copy has its own URI
-    assert exc.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "holds snapshot" in (exc.value.details() or "")
+    assert exc.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "holds another snapshot copy" in (exc.value.details() or "")
     assert await sim.mutation_count(method="create_actor") == 1, "nothing forked from a mismatching tag"

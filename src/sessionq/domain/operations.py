@@ -274,7 +274,8 @@ class OperationExecutor:
         if tag.snapshot_uri != tag_uri:
             raise PreparationFailed(
                 PreparationFailure.CHECKPOINT_MISMATCH,
-                f"tag {checkpoint.tag_name} holds snapshot {tag.snapshot_uri!r}, not the checkpoint's {tag_uri!r}",
+                # the URIs are the runtime's storage: not quoted to the caller
+                f"tag {checkpoint.tag_name} holds another snapshot copy than the one the checkpoint recorded",
             )
 
     async def _inspect_with_retries(self, session: Session) -> Actor | None:
