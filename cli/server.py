@@ -140,17 +140,24 @@ def runtime() -> None:
                    "not isolated).")
 @click.option("--address", help="Listen address (default: runtime.simulator.serveAddress).")
 @click.option("--actor-address", help="Actors' A2A endpoints (default: runtime.simulator.actorAddress).")
+@click.option("--no-extensions", is_flag=True,
+              help="With --simulator: behave like a real Substrate (ignore the x-sessionq-* request headers, "
+                   "send no x-sessionq-* trailers, tags hold their own snapshot copy); point sessionq at it "
+                   "with runtime.substrate.uidPreflight: true.")
 def runtime_serve(config_file: str | None, simulator: bool, process_runtime: bool, address: str | None,
-                  actor_address: str | None) -> None:
+                  actor_address: str | None, no_extensions: bool) -> None:
     """Serve a runtime as ateapi.Control (reflection, health) with an A2A endpoint per Actor."""
     from sessionq.app import process  # here, not at the top: client commands stay quick to start
 
     if simulator == process_runtime:
         raise CliError("choose one runtime to serve: --simulator or --process")
+    if no_extensions and not simulator:
+        raise CliError("--no-extensions serves the simulator only: add --simulator")
     settings = load_settings(config_file)
     logs.setup(settings.logging.format, settings.logging.level)
     kind = "process" if process_runtime else "simulator"
-    finish(run(settings, process.serve_runtime(settings, address=address, actor_address=actor_address, kind=kind)))
+    finish(run(settings, process.serve_runtime(settings, address=address, actor_address=actor_address, kind=kind,
+                                               extensions=not no_extensions)))
 
 
 @click.command()

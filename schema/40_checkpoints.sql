@@ -197,33 +197,7 @@ END $$;
 COMMENT ON FUNCTION sessionq.release_checkpoint(uuid, uuid) IS
   'End a failed attempt on a checkpoint: the claim lapses now (a job waiting for it to lapse becomes due now), the executor id stays recorded.';
 
--- finish_checkpoint: record the outcome of the claim holder: READY, FAILED, or removed after deletion.
-CREATE OR REPLACE FUNCTION sessionq.finish_checkpoint(p_checkpoint uuid, p_executor uuid, p_failure text)
-RETURNS jsonb LANGUAGE plpgsql AS $$
-DECLARE
-  c sessionq.checkpoints;
-BEGIN
-  SELECT * INTO c FROM sessionq.checkpoints WHERE id = p_checkpoint AND executor_id = p_executor FOR UPDATE;
-  IF NOT FOUND THEN
-    PERFORM sessionq.fail('SQ409', format('executor %s does not hold the claim of checkpoint %s', p_executor, p_checkpoint));
-  END IF;
-  -- a job waiting for this claim to lapse runs now (and ends), so it never holds the queueing lock
-  -- that a later DeleteCheckpoint defers under
-  PERFORM sessionq.run_waiting_job(sessionq.job_lock('create_checkpoint', c.id::text));
-  IF c.state = 'DELETING' THEN
-    DELETE FROM sessionq.checkpoints WHERE id = c.id;  -- the tag is gone: the pin is released
-    RETURN NULL;
-  END IF;
-  UPDATE sessionq.checkpoints
-     SET state = CASE WHEN p_failure IS NULL THEN 'READY' ELSE 'FAILED' END,
-         failure_message = p_failure, executor_id = NULL, executor_expires_at = NULL, updated_at = clock_timestamp()
-   WHERE id = c.id RETURNING * INTO c;
-  -- the Session's idle work and turns may go on
-  PERFORM sessionq.notify('sessionq_idle', jsonb_build_object('session', c.session_id));
-  RETURN to_jsonb(c);
-END $$;
-COMMENT ON FUNCTION sessionq.finish_checkpoint(uuid, uuid, text) IS
-  'Complete a checkpoint''s runtime work by its claim holder: CREATING -> READY (or FAILED with p_failure); DELETING -> the row is removed, releasing its revision pin.';
+-- finish_checkpoint: schema/41_checkpoint_tag_snapshot.sql (it records the tag's own snapshot).
 
 CREATE OR REPLACE FUNCTION sessionq.get_checkpoint(p_checkpoint uuid, p_caller text) RETURNS jsonb
 LANGUAGE plpgsql STABLE AS $$

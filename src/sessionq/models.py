@@ -484,6 +484,9 @@ class Checkpoint(Row):
     failure_message: str | None
     created_at: datetime
     updated_at: datetime
+    # the URI of the tag's own snapshot copy (a real Substrate's differs from snapshot_uri); None
+    # until READY
+    tag_snapshot_uri: str | None = None
 
 
 @dataclass(frozen=True)

@@ -269,8 +269,10 @@ class Cancels(SimulatedSubstrate):
 
     cancelled: list[tuple[str, ...]]
 
-    async def cancel_turn(self, atespace: str, name: str, uid: str, session_id: str, task_id: str) -> None:
-        self.cancelled.append((atespace, name, uid, session_id, task_id))
+    async def cancel_turn(
+        self, atespace: str, name: str, uid: str, session_id: str, task_id: str, *, credential: str | None = None
+    ) -> None:
+        self.cancelled.append((atespace, name, uid, session_id, task_id, credential or ""))
 
 
 async def test_cancel_turn_reaches_the_actors_endpoint(database_url: str) -> None:
@@ -285,7 +287,10 @@ async def test_cancel_turn_reaches_the_actors_endpoint(database_url: str) -> Non
         try:
             await client.cancel_turn(NS, "a7", "uid-7", "session-7", "task-7")
             await client.cancel_turn(NS, "a7", "uid-7", "session-7", "task-7")  # idempotent for the caller
-            assert runtime.cancelled == [(NS, "a7", "uid-7", "session-7", "task-7")] * 2
+            # the Session's workload credential goes with the call, as with a turn's
+            await client.cancel_turn(NS, "a7", "uid-7", "session-7", "task-7", credential="sqw.session-7.mac")
+            assert runtime.cancelled == [(NS, "a7", "uid-7", "session-7", "task-7", "")] * 2 + [
+                (NS, "a7", "uid-7", "session-7", "task-7", "sqw.session-7.mac")]
         finally:
             await client.close()
             await endpoints.stop()

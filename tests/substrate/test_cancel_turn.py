@@ -18,7 +18,9 @@ class Recorder:
         self.calls: list[tuple[str, ...]] = []
         self.error = error
 
-    async def cancel_turn(self, atespace: str, name: str, uid: str, session_id: str, task_id: str) -> None:
+    async def cancel_turn(
+        self, atespace: str, name: str, uid: str, session_id: str, task_id: str, *, credential: str | None = None
+    ) -> None:
         self.calls.append((atespace, name, uid, session_id, task_id))
         if self.error:
             raise self.error

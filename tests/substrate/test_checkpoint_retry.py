@@ -18,7 +18,7 @@ from conftest import WireSim, apply_agent, served_simulator
 
 from sessionq._pb.kagent.api.v1alpha1 import checkpoints_pb2, checkpoints_pb2_grpc
 from sessionq.domain.checkpoints import _tag
-from sessionq.runtime.base import ActorState, Code, SubstrateError
+from sessionq.runtime.base import ActorState, Code, SubstrateError, Tag
 from sessionq.runtime.simulator import SimulatedSubstrate
 
 NS = "team-c"
@@ -57,7 +57,7 @@ async def test_a_lost_create_tag_answer_is_adopted_when_provably_ours(sim: Any) 
     with pytest.raises(SubstrateError) as exc:
         await _tag(sim, NS, "t1", "a", uid, generation)
     assert exc.value.code == Code.UNAVAILABLE  # the tag was made, the answer lost
-    assert await _tag(sim, NS, "t1", "a", uid, generation) is None
+    assert isinstance(await _tag(sim, NS, "t1", "a", uid, generation), Tag)
     assert await sim.mutation_count(method="create_tag") == 1, "adopted, not made twice"
     assert await sim.mutation_count(method="delete_tag") == 0
     tag = await sim._local.get_tag(NS, "t1")
@@ -71,7 +71,7 @@ async def test_a_tag_not_provably_ours_is_deleted_and_made_again(sim: Any) -> No
     other, _ = await _suspended(sim, "b")
     # another Actor's tag of that name
     await sim._local.create_tag(NS, "t2", "b", other)
-    assert await _tag(sim, NS, "t2", "a", uid, generation) is None
+    assert isinstance(await _tag(sim, NS, "t2", "a", uid, generation), Tag)
     tag = await sim._local.get_tag(NS, "t2")
     assert tag.actor_name == "a" and tag.actor_uid == uid and tag.snapshot_generation == generation
     assert await sim.mutation_count(method="delete_tag") == 1
@@ -80,7 +80,7 @@ async def test_a_tag_not_provably_ours_is_deleted_and_made_again(sim: Any) -> No
     template = await sim.get_actor_template(NS, "rev-2")
     async with sim._local._tx() as cur:
         await cur.execute("UPDATE substrate_sim.tags SET template_uid = %s WHERE name = 't3'", (template.uid,))
-    assert await _tag(sim, NS, "t3", "a", uid, generation) is None
+    assert isinstance(await _tag(sim, NS, "t3", "a", uid, generation), Tag)
     assert (await sim._local.get_tag(NS, "t3")).template_uid != template.uid
     assert await sim.mutation_count(method="delete_tag") == 2
     # a tag of another generation of this Actor (its snapshot moved on since): made again from the
@@ -89,7 +89,7 @@ async def test_a_tag_not_provably_ours_is_deleted_and_made_again(sim: Any) -> No
     await sim.resume_actor(NS, "a", uid)
     await sim.suspend_actor(NS, "a", uid)
     failure = await _tag(sim, NS, "t4", "a", uid, generation)
-    assert failure is not None and "create a new checkpoint" in failure
+    assert isinstance(failure, str) and "create a new checkpoint" in failure
     with pytest.raises(SubstrateError) as exc:
         await sim._local.get_tag(NS, "t4")
     assert exc.value.code == Code.NOT_FOUND

@@ -187,3 +187,88 @@ async def test_the_agent_kit_takes_the_credential_from_the_request(
     async with store.pool.connection() as conn:
         cur = await conn.execute("SELECT count(*) AS n FROM sessionq.tasks WHERE session_id = %s", (UUID(sid),))
         assert (await cur.fetchone())["n"] == 0
+
+
+class _ReadingClient(TaskStoreClient):
+    """The task store client of an Actor's agent kit, noting which tasks it read (and with a
+    credential or not)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.reads: list[tuple[str, bool]] = []
+
+    async def get_task(self, session_id: str, task_id: str, *, token: str | None = None) -> Any:
+        self.reads.append((task_id, token is not None))
+        return await super().get_task(session_id, task_id, token=token)
+
+
+async def test_a_cancel_carries_the_credential_to_an_actor_that_never_had_a_turn(
+    api: Any, store: Any, sim: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The gateway's CancelTask carries the Session's workload credential (as a turn does): an agent
+    kit freshly started (no turn in its process yet, no credential in its environment) reads the
+    task with it and answers from what it finds (here: a turn that already ended, nothing to stop);
+    without it, the kit can only answer "task not found" without looking."""
+    from sessionq.domain.turns import workload_credential
+    from sessionq.runtime.ateapi.invoke import A2AInvoker
+
+    caplog.set_level(logging.DEBUG)
+    await apply_agent(store, sim)
+    sid = await new_session(api)
+    stub = a2a_pb2_grpc.A2AServiceStub(api.channel)
+    task = (await stub.SendMessage(a2a_pb2.SendMessageRequest(tenant=TENANT, message=_message("What is 2+2?", sid)),
+                                   metadata=api.md(), timeout=60)).task
+    assert task.status.state == a2a_pb2.TASK_STATE_COMPLETED, task.status
+    session = await store.session_by_id(UUID(sid))
+    token = await workload_credential(store, UUID(sid))
+    client = _ReadingClient(api.address, None)
+    app = build_app(_Recorder(), default_card("http://actor/"), client)  # a fresh Actor process
+    invoker = A2AInvoker("http://actor/", transport=httpx.ASGITransport(app=app))
+    await invoker.open()
+    try:
+        await invoker.cancel(session.actor_atespace, session.actor_name, session.actor_uid, sid, task.id)
+        assert client.reads == [], "without a credential the kit never reads the task"
+        await invoker.cancel(session.actor_atespace, session.actor_name, session.actor_uid, sid, task.id,
+                             credential=token)
+        assert client.reads and set(client.reads) == {(task.id, True)}, "with it, the kit reads the task"
+    finally:
+        await invoker.close()
+        await client.close()
+    for secret in _secret_parts(token):
+        assert secret not in caplog.text
+
+
+async def test_the_cancel_job_sends_the_sessions_credential(api: Any, store: Any, sim: Any) -> None:
+    """Through the API, the worker's cancel job and the adapter: the CancelTask reaching the Actor's
+    endpoint carries the Session's credential (the served simulator notes that one came)."""
+    import asyncio
+
+    await apply_agent(store, sim)
+    sid = await new_session(api)
+    stub = a2a_pb2_grpc.A2AServiceStub(api.channel)
+    slow = asyncio.ensure_future(stub.SendMessage(
+        a2a_pb2.SendMessageRequest(tenant=TENANT, message=_message("What is 5+5? [slow:3.0]", sid)),
+        metadata=api.md(), timeout=60))
+    task_id = None
+    for _ in range(200):
+        async with store.pool.connection() as conn:
+            cur = await conn.execute("SELECT id FROM sessionq.tasks WHERE session_id = %s", (UUID(sid),))
+            row = await cur.fetchone()
+        if row is not None:
+            task_id = row["id"]
+            break
+        await asyncio.sleep(0.05)
+    assert task_id is not None, "the turn's task was never stored"
+    cancelled = await stub.CancelTask(a2a_pb2.CancelTaskRequest(tenant=TENANT, id=task_id), metadata=api.md(),
+                                      timeout=30)
+    assert cancelled.status.state == a2a_pb2.TASK_STATE_CANCELED
+    await slow
+    details: list[Any] = []
+    for _ in range(200):
+        async with store.pool.connection() as conn:
+            cur = await conn.execute("SELECT detail FROM substrate_sim.calls WHERE method = 'cancel_turn'")
+            details = [r["detail"] for r in await cur.fetchall()]
+        if details:
+            break
+        await asyncio.sleep(0.05)
+    assert details and all(d["task_id"] == task_id and d["credential"] is True for d in details), details

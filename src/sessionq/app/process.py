@@ -735,12 +735,13 @@ async def _stop_when_orphaned(shutdown: Shutdown, interval: float = 1.0) -> None
 
 
 async def serve_runtime(settings: Settings, *, address: str | None = None, actor_address: str | None = None,
-                        kind: str = "simulator") -> int:
+                        kind: str = "simulator", extensions: bool = True) -> int:
     """`sessionq runtime serve --simulator`: the simulator as an ateapi.Control server (its state
     in database.url's PostgreSQL, shared with every replica and with fault injection) until
-    SIGINT/SIGTERM. With kind "process" (`--process`) the process runtime instead: one server per
-    database, whose Actors are its child processes (all stopped when it stops). Returns the exit
-    status."""
+    SIGINT/SIGTERM; `extensions=False` (`--no-extensions`): it behaves like a real Substrate
+    (runtime/ateapi/server.py). With kind "process" (`--process`) the process runtime instead: one
+    server per database, whose Actors are its child processes (all stopped when it stops). Returns
+    the exit status."""
     # the simulator sets session state (asynchronous commit) on its connections: never a pooler
     url = settings.direct_url
     if not url:
@@ -755,12 +756,14 @@ async def serve_runtime(settings: Settings, *, address: str | None = None, actor
             if kind == "process":
                 served = await start_served_process(settings, url, address=address, actor_address=actor_address)
             else:
-                served = await start_served_simulator(settings, url, address=address, actor_address=actor_address)
+                served = await start_served_simulator(settings, url, address=address, actor_address=actor_address,
+                                                      extensions=extensions)
         except OSError as e:
             raise listen_error(f"the {kind} runtime", "runtime.simulator.serveAddress",
                                address or settings.runtime.simulator.serve_address, e) from None
-        log.info("%s runtime serving ateapi.Control on port %d; Actors' A2A endpoints at %s",
-                 kind, served.port, served.endpoints.pattern)
+        log.info("%s runtime serving ateapi.Control on port %d; Actors' A2A endpoints at %s%s",
+                 kind, served.port, served.endpoints.pattern,
+                 "" if extensions else " (no extensions: like a real Substrate)")
         try:
             await shutdown.stop.wait()
         finally:

@@ -133,11 +133,13 @@ class ServedSimulator:
 
 
 async def start_served_simulator(settings: Settings, url: str, *, address: str | None = None,
-                                 actor_address: str | None = None) -> ServedSimulator:
+                                 actor_address: str | None = None, extensions: bool = True) -> ServedSimulator:
+    """`extensions=False`: the server behaves like a real Substrate (runtime/ateapi/server.py)."""
     sim = simulator(settings, url)
     await sim.open()
     try:
-        server, port, _ = await start_server(sim, address or settings.runtime.simulator.serve_address)
+        server, port, _ = await start_server(sim, address or settings.runtime.simulator.serve_address,
+                                             extensions=extensions)
         if port == 0:
             raise OSError(f"cannot listen on {address or settings.runtime.simulator.serve_address}")
         endpoints = ActorEndpoints(sim)

@@ -845,8 +845,13 @@ class Store:
     async def release_checkpoint(self, checkpoint_id: UUID, executor: UUID) -> None:
         await self._rows("SELECT sessionq.release_checkpoint(%s, %s)", (checkpoint_id, executor))
 
-    async def finish_checkpoint(self, checkpoint_id: UUID, executor: UUID, failure: str | None) -> Checkpoint | None:
-        value = await self._value("SELECT sessionq.finish_checkpoint(%s, %s, %s)", (checkpoint_id, executor, failure))
+    async def finish_checkpoint(
+        self, checkpoint_id: UUID, executor: UUID, failure: str | None, tag_snapshot_uri: str | None = None
+    ) -> Checkpoint | None:
+        """tag_snapshot_uri: the URI of the tag's own snapshot copy (None: the recorded snapshot_uri)."""
+        value = await self._value(
+            "SELECT sessionq.finish_checkpoint(%s, %s, %s, %s)", (checkpoint_id, executor, failure, tag_snapshot_uri)
+        )
         return Checkpoint.from_json(value) if value else None
 
     async def get_checkpoint(self, checkpoint_id: UUID, caller: str) -> Checkpoint:

@@ -12,8 +12,10 @@ failure other than a missing Actor raises, and the job retries; every step is id
 from __future__ import annotations
 
 import logging
+from uuid import UUID
 
 from sessionq.db.store import Store
+from sessionq.domain.turns import workload_credential
 from sessionq.models import CancelOutcome
 from sessionq.runtime.base import Code, Substrate, SubstrateError
 
@@ -28,8 +30,10 @@ async def cancel_task(store: Store, runtime: Substrate, task_id: str) -> CancelO
     outcome = await store.finish_cancel(task_id)
     if target.get("actor_uid"):
         try:
+            session_id = target["session_id"]
             await runtime.cancel_turn(
-                target["actor_atespace"], target["actor_name"], target["actor_uid"], str(target["session_id"]), task_id
+                target["actor_atespace"], target["actor_name"], target["actor_uid"], str(session_id), task_id,
+                credential=await workload_credential(store, UUID(str(session_id))),
             )
         except SubstrateError as e:
             if e.code not in (Code.NOT_FOUND, Code.FAILED_PRECONDITION):

@@ -61,6 +61,7 @@ async def run_checkpoint(store: Store, runtime: Substrate, checkpoint_id: UUID, 
     c = claim.checkpoint
     assert c is not None
     failure: str | None = None
+    tag_uri: str | None = None
     try:
         async with asyncio.timeout(lifetime - (time.monotonic() - started)):
             if c.state == CheckpointState.DELETING:
@@ -70,9 +71,13 @@ async def run_checkpoint(store: Store, runtime: Substrate, checkpoint_id: UUID, 
                     if e.code != Code.NOT_FOUND:
                         raise
             else:
-                failure = await _tag(
+                made = await _tag(
                     runtime, c.actor_atespace, c.tag_name, c.actor_name, c.actor_uid, c.snapshot_generation
                 )
+                if isinstance(made, str):
+                    failure = made
+                else:
+                    tag_uri = made.snapshot_uri  # the tag's own copy (a real Substrate's has its own URI)
     except SubstrateError as e:
         if e.code in TRANSIENT:
             await detached(with_db_retry(lambda: store.release_checkpoint(checkpoint_id, executor)))
@@ -81,7 +86,7 @@ async def run_checkpoint(store: Store, runtime: Substrate, checkpoint_id: UUID, 
     except TimeoutError:
         await detached(with_db_retry(lambda: store.release_checkpoint(checkpoint_id, executor)))
         raise SubstrateError(Code.DEADLINE_EXCEEDED, "checkpoint attempt exceeded its claim lifetime") from None
-    done = await detached(with_db_retry(lambda: store.finish_checkpoint(checkpoint_id, executor, failure)))
+    done = await detached(with_db_retry(lambda: store.finish_checkpoint(checkpoint_id, executor, failure, tag_uri)))
     if done is None:
         return CheckpointOutcome(CheckpointOutcomeStatus.DELETED)
     if failure:
@@ -90,9 +95,10 @@ async def run_checkpoint(store: Store, runtime: Substrate, checkpoint_id: UUID, 
     return CheckpointOutcome(CheckpointOutcomeStatus.READY)
 
 
-async def _tag(runtime: Substrate, atespace: str, tag: str, actor: str, uid: str, generation: int) -> str | None:
-    """Tag the Actor's current snapshot. Returns a failure message when the tag would not hold
-    exactly the recorded generation.
+async def _tag(runtime: Substrate, atespace: str, tag: str, actor: str, uid: str, generation: int) -> Tag | str:
+    """Tag the Actor's current snapshot. Returns the tag as the runtime answered it (its snapshot
+    URI is the tag's own copy's), or a failure message when the tag would not hold exactly the
+    recorded generation.
 
     A tag of that name that already exists (an earlier attempt whose answer was lost, or anything
     else) is adopted only when it is provably the one this checkpoint wants (`_provably_ours`);
@@ -121,7 +127,7 @@ async def _tag(runtime: Substrate, atespace: str, tag: str, actor: str, uid: str
             f"the actor's snapshot is generation {made.snapshot_generation}, not the recorded {generation}; "
             "create a new checkpoint"
         )
-    return None
+    return made
 
 
 async def _provably_ours(runtime: Substrate, found: Tag, atespace: str, actor: str, uid: str, generation: int) -> bool:

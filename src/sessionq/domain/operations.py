@@ -262,11 +262,20 @@ class OperationExecutor:
             if e.code in TRANSIENT:
                 code = PreparationFailure.RUNTIME_UNAVAILABLE
             raise PreparationFailed(code, f"cannot read tag {checkpoint.tag_name}: {e.message}") from e
-        if tag.snapshot_generation != checkpoint.snapshot_generation or tag.snapshot_uri != checkpoint.snapshot_uri:
+        # the tag holds its own copy of the snapshot: compare with the copy's URI recorded when the
+        # checkpoint was made (rows made before it was recorded hold the Actor snapshot's URI)
+        tag_uri = checkpoint.tag_snapshot_uri if checkpoint.tag_snapshot_uri is not None else checkpoint.snapshot_uri
+        if tag.snapshot_generation != checkpoint.snapshot_generation:
             raise PreparationFailed(
                 PreparationFailure.CHECKPOINT_MISMATCH,
                 f"tag {checkpoint.tag_name} holds snapshot generation {tag.snapshot_generation}, "
                 f"not the checkpoint's {checkpoint.snapshot_generation}",
+            )
+        if tag.snapshot_uri != tag_uri:
+            raise PreparationFailed(
+                PreparationFailure.CHECKPOINT_MISMATCH,
+                # the URIs are the runtime's storage: not quoted to the caller
+                f"tag {checkpoint.tag_name} holds another snapshot copy than the one the checkpoint recorded",
             )
 
     async def _inspect_with_retries(self, session: Session) -> Actor | None:

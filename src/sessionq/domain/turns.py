@@ -38,7 +38,7 @@ _secrets: weakref.WeakKeyDictionary[Store, str] = weakref.WeakKeyDictionary()
 DispatchOutcome = Literal["nothing", "failed", "running", "superseded", "done"]
 
 
-async def _credential(store: Store, session_id: UUID) -> str:
+async def workload_credential(store: Store, session_id: UUID) -> str:
     """The Session's workload credential, which the Actor gets with the call (the secret is read
     once per store)."""
     secret = _secrets.get(store)
@@ -71,7 +71,7 @@ async def dispatch_turn(store: Store, runtime: Substrate, session_id: UUID) -> D
         if session is None or session.dispatch_id != dispatch_id:
             return "superseded"
     issued = False
-    credential = await _credential(store, session_id)
+    credential = await workload_credential(store, session_id)
     try:
         async with asyncio.timeout(max(deadline - time.time(), 0.1)):
             actor = await runtime.get_actor(session.actor_atespace, session.actor_name)

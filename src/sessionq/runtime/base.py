@@ -285,8 +285,12 @@ class Substrate(RuntimeReader, Protocol):
         SESSIONQ_WORKLOAD_TOKEN at creation) and settles it before this returns."""
         ...
 
-    async def cancel_turn(self, atespace: str, name: str, uid: str, session_id: str, task_id: str) -> None:
+    async def cancel_turn(
+        self, atespace: str, name: str, uid: str, session_id: str, task_id: str, *, credential: str | None = None
+    ) -> None:
         """Ask the Actor to stop working on a task (A2A CancelTask): the Actor ends the turn without
         further task writes. Idempotent; a turn that already ended (or an Actor that is not running)
-        is not an error. NOT_FOUND when the Actor does not exist, FAILED_PRECONDITION for another UID."""
+        is not an error. NOT_FOUND when the Actor does not exist, FAILED_PRECONDITION for another UID.
+        `credential`: the Session's workload credential, sent with the call as with `invoke` (an
+        Actor that never had a turn in its process reads the task with it)."""
         ...

@@ -40,7 +40,8 @@ def build_app(runtime: Substrate) -> Starlette:
                 raise SubstrateError(Code.INVALID_ARGUMENT, "not a JSON-RPC request")
             request_id = body.get("id")
             if body.get("method") == "CancelTask":
-                return await cancel(atespace, name, request_id, body.get("params") or {})
+                return await cancel(atespace, name, request_id, body.get("params") or {},
+                                    request.headers.get(WORKLOAD_TOKEN_HEADER))
             if body.get("method") != "SendMessage":
                 raise SubstrateError(Code.UNIMPLEMENTED, f"method {body.get('method')!r} is not served here")
             send_request = a2a_pb2.SendMessageRequest()
@@ -60,14 +61,16 @@ def build_app(runtime: Substrate) -> Starlette:
         ))
         return JSONResponse({"jsonrpc": "2.0", "id": request_id, "result": json_format.MessageToDict(reply)})
 
-    async def cancel(atespace: str, name: str, request_id: Any, params: dict[str, Any]) -> JSONResponse:
+    async def cancel(
+        atespace: str, name: str, request_id: Any, params: dict[str, Any], credential: str | None
+    ) -> JSONResponse:
         cancel_request = a2a_pb2.CancelTaskRequest()
         json_format.ParseDict(params, cancel_request, ignore_unknown_fields=True)
         uid, session_id, task_id = from_cancel_request(cancel_request)
         cancel_turn = getattr(runtime, "cancel_turn", None)  # a runtime without it cannot stop a turn
         if cancel_turn is None:
             raise SubstrateError(Code.UNIMPLEMENTED, "this runtime cannot cancel a turn")
-        await cancel_turn(atespace, name, cast(str, uid or None), session_id, task_id)
+        await cancel_turn(atespace, name, cast(str, uid or None), session_id, task_id, credential=credential or None)
         task = a2a_pb2.Task(id=task_id, context_id=session_id,
                             status=a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_CANCELED))
         return JSONResponse({"jsonrpc": "2.0", "id": request_id, "result": json_format.MessageToDict(task)})

@@ -449,7 +449,9 @@ class SubstrateClient:
                 )
         await self._invoker.invoke(atespace, name, uid, request, actor)
 
-    async def cancel_turn(self, atespace: str, name: str, uid: str, session_id: str, task_id: str) -> None:
+    async def cancel_turn(
+        self, atespace: str, name: str, uid: str, session_id: str, task_id: str, *, credential: str | None = None
+    ) -> None:
         """A2A CancelTask to the Actor's endpoint (invoke.py); idempotent. When the address depends on
         where the Actor runs, the Actor is read first: NOT_FOUND when it does not exist,
         FAILED_PRECONDITION for another UID, nothing to do when it is not running."""
@@ -461,4 +463,4 @@ class SubstrateClient:
                     Code.FAILED_PRECONDITION,
                     f"actor uid mismatch for {atespace}/{name}: expected {uid}, found {actor.uid}",
                 )
-        await self._invoker.cancel(atespace, name, uid, session_id, task_id, actor)
+        await self._invoker.cancel(atespace, name, uid, session_id, task_id, actor, credential=credential)

@@ -9,8 +9,10 @@ keys ``sessionq.dev/session-id`` and ``sessionq.dev/dispatch-id`` (what `session
 and ``sessionq`` (sessionId, dispatchId, taskId, actorUid: what the served simulator reads). The
 Session's workload credential travels as the HTTP header ``x-sessionq-workload-token`` of the call
 over the private route (a real Substrate has no per-Actor environment to hand it over at creation);
-it is never put in the message, in a log line or in an error. The call returns when the Actor
-answers, i.e. when the turn ended (the Actor reports the task through the task store API itself).
+it is never put in the message, in a log line or in an error; a ``CancelTask`` carries it too.
+Every call sends ``A2A-Version: 1.0`` (the SDK's handlers refuse a call without it). The call
+returns when the Actor answers, i.e. when the turn ended (the Actor reports the task through the
+task store API itself).
 
 Errors: a connection or timeout failure is UNAVAILABLE (uncertain: the turn may have started); a
 JSON-RPC error whose message starts with a status name (``FAILED_PRECONDITION: ...``, what the
@@ -26,6 +28,7 @@ from a2a.client import ClientCallContext, minimal_agent_card
 from a2a.client.errors import A2AClientError, A2AClientTimeoutError
 from a2a.client.transports.jsonrpc import JsonRpcTransport
 from a2a.types import a2a_pb2
+from a2a.utils.constants import PROTOCOL_VERSION_CURRENT, VERSION_HEADER
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
 from google.protobuf import json_format
 
@@ -70,6 +73,7 @@ def to_send_request(uid: str, request: InvokeRequest) -> a2a_pb2.SendMessageRequ
 
 def to_cancel_request(uid: str, session_id: str, task_id: str) -> a2a_pb2.CancelTaskRequest:
     cancel = a2a_pb2.CancelTaskRequest(id=task_id)
+    cancel.metadata.update({INVOKE_SESSION_KEY: session_id})  # what sessionq.agentkit reads
     cancel.metadata.update({METADATA_KEY: {"sessionId": session_id, "actorUid": uid}})
     return cancel
 
@@ -109,14 +113,22 @@ def _code_of(text: str) -> Code:
 class A2AInvoker:
     """Sends one turn to an Actor's A2A endpoint and waits for its answer."""
 
-    def __init__(self, pattern: str, *, timeout: float | None = None, connect_timeout: float = 5.0) -> None:
+    def __init__(
+        self, pattern: str, *, timeout: float | None = None, connect_timeout: float = 5.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        """`transport`: httpx's (None: the network; tests pass an app's)."""
         self.pattern = pattern
         self.timeout = timeout
         self.connect_timeout = connect_timeout
+        self.transport = transport
         self._http: httpx.AsyncClient | None = None
 
     async def open(self) -> None:
-        self._http = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout))
+        # every call names the A2A version it speaks (the SDK's handlers take a call without one
+        # for 0.3, and refuse it), as the SDK's own client factory does
+        self._http = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout),
+                                       headers={VERSION_HEADER: PROTOCOL_VERSION_CURRENT}, transport=self.transport)
 
     async def close(self) -> None:
         if self._http is not None:
@@ -146,17 +158,20 @@ class A2AInvoker:
         await self._call(atespace, name, url, lambda t: t.send_message(send, context=context))
 
     async def cancel(
-        self, atespace: str, name: str, uid: str, session_id: str, task_id: str, actor: Actor | None = None
+        self, atespace: str, name: str, uid: str, session_id: str, task_id: str, actor: Actor | None = None,
+        *, credential: str | None = None,
     ) -> None:
         """A2A CancelTask of `task_id` to the Actor's endpoint: it stops the turn without further task
-        writes. An Actor that is not running has no turn to stop: nothing to do."""
+        writes. An Actor that is not running has no turn to stop: nothing to do. The Session's
+        workload `credential` goes with the call as with a turn's (header x-sessionq-workload-token):
+        an Actor that had no turn in its process yet reads the task with it."""
         if self._http is None:
             raise SubstrateError(Code.UNAVAILABLE, "the A2A client is not open")
         if self.needs_actor() and (actor is None or not actor.worker_ip):
             return
         url = self.address(atespace, name, uid, actor)
-        await self._call(atespace, name, url, lambda t: t.cancel_task(to_cancel_request(uid, session_id, task_id)),
-                         nothing_to_stop=True)
+        cancel, context = to_cancel_request(uid, session_id, task_id), call_context(credential)
+        await self._call(atespace, name, url, lambda t: t.cancel_task(cancel, context=context), nothing_to_stop=True)
 
     async def _call(self, atespace: str, name: str, url: str, send: Any, *, nothing_to_stop: bool = False) -> None:
         """`nothing_to_stop`: an Actor answering TaskNotFound or TaskNotCancelable (a CancelTask of a

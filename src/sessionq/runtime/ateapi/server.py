@@ -21,6 +21,8 @@ frame needs nothing else. Methods that take the recorded UID get ``None`` when t
 ``extensions=False`` makes the frame behave like a real Substrate towards sessionq's adapter: it
 ignores the ``x-sessionq-*`` request headers (the Actor's environment, the expected UID, the
 fidelity) and sends no ``x-sessionq-actor-uid`` trailer (the tests' "plain" served simulator).
+Its tags hold their own copy of the snapshot, as a real Substrate's do (TagStatus.snapshot, owner
+TAG): the copy's URI is the tag's own (`tag_copy_uri`), never the Actor snapshot's.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any, TypeVar, cast
 
 import grpc
@@ -38,7 +41,7 @@ from grpc_reflection.v1alpha import reflection
 from sessionq._pb.ateapi import ateapi_pb2 as pb
 from sessionq._pb.ateapi import ateapi_pb2_grpc as pb_grpc
 from sessionq.runtime.ateapi import codec
-from sessionq.runtime.base import Code, SnapshotFidelity, Substrate, SubstrateError
+from sessionq.runtime.base import Code, SnapshotFidelity, Substrate, SubstrateError, Tag
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +63,13 @@ def _metadata(context: grpc.aio.ServicerContext[Any, Any]) -> dict[str, str]:
     return {k: v for k, v in (context.invocation_metadata() or ()) if isinstance(v, str)}
 
 
+def tag_copy_uri(t: Tag) -> str:
+    """The URI of a tag's own snapshot copy, as a real Substrate stores it apart from the Actor's:
+    stable for the tag, new for a tag made again under the same name."""
+    made = int(t.created_at.timestamp() * 1_000_000)
+    return f"sim-tag://{t.atespace}/{t.name}/{made}/generation-{t.snapshot_generation}"
+
+
 def _actor_ref(r: pb.ObjectRef, what: str = "actor") -> tuple[str, str]:
     if not r.atespace or not r.name:
         raise SubstrateError(Code.INVALID_ARGUMENT, f"{what}: atespace and name are required")
@@ -79,6 +89,10 @@ class ControlService(pb_grpc.ControlServicer):
 
     def _uid(self, context: Any) -> str:
         return cast(str, self._header(context, codec.EXPECT_UID) or None)
+
+    def _tag(self, t: Tag) -> pb.Tag:
+        """A tag as the frame answers it: a real Substrate's holds its own copy of the snapshot."""
+        return codec.tag_to_pb(t if self.extensions else replace(t, snapshot_uri=tag_copy_uri(t)))
 
     def _trailer(self, context: Any, uid: str) -> None:
         if self.extensions:
@@ -279,7 +293,7 @@ class ControlService(pb_grpc.ControlServicer):
             uid = self._uid(context) or (await self.runtime.get_actor(atespace, actor)).uid
             made = await self.runtime.create_tag(atespace, name, actor, uid)
             self._trailer(context, made.actor_uid)
-            return codec.tag_to_pb(made)
+            return self._tag(made)
 
         return await self._run(context, call)
 
@@ -288,7 +302,7 @@ class ControlService(pb_grpc.ControlServicer):
             atespace, name = _actor_ref(request.tag, "tag")
             made = await self.runtime.get_tag(atespace, name)
             self._trailer(context, made.actor_uid)
-            return codec.tag_to_pb(made)
+            return self._tag(made)
 
         return await self._run(context, call)
 

@@ -788,10 +788,12 @@ class ProcessSubstrate:
             describe=lambda: self._exit_message(uid, child),
         )
 
-    async def cancel_turn(self, atespace: str, name: str, uid: str, session_id: str, task_id: str) -> None:
+    async def cancel_turn(
+        self, atespace: str, name: str, uid: str, session_id: str, task_id: str, *, credential: str | None = None
+    ) -> None:
         """A2A CancelTask to a RUNNING Actor's endpoint (best effort: the SDK cancels the executor's
         work); an Actor that is not running has no turn to stop. NOT_FOUND, or FAILED_PRECONDITION
-        for another UID."""
+        for another UID. `credential` is not needed: the process's environment has it."""
         row = await self._row(atespace, name, uid)
         if row["state"] != ActorState.RUNNING.value or row["port"] is None:
             return

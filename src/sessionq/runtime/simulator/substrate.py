@@ -752,10 +752,13 @@ class SimulatedSubstrate(FaultInjection):
             raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{name} not found")
         return dict(row["durable"] or {})
 
-    async def cancel_turn(self, atespace: str, name: str, uid: str, session_id: str, task_id: str) -> None:
+    async def cancel_turn(
+        self, atespace: str, name: str, uid: str, session_id: str, task_id: str, *, credential: str | None = None
+    ) -> None:
         """Tell the Actor to stop its turn of `task_id`: recorded in substrate_sim.turn_cancels, which
         the simulated turn checks while it works (it then stops without further task writes), and
-        logged as a call. Idempotent; an Actor that is not running is not an error."""
+        logged as a call (with whether a credential came, never its value). Idempotent; an Actor
+        that is not running is not an error."""
 
         async def op() -> None:
             async with self._tx() as cur:
@@ -768,7 +771,8 @@ class SimulatedSubstrate(FaultInjection):
                 await cur.execute(
                     "INSERT INTO substrate_sim.calls (method, atespace, name, uid, detail, pid)"
                     " VALUES ('cancel_turn', %s, %s, %s, %s, pg_backend_pid())",
-                    (atespace, name, uid, Jsonb({"session_id": session_id, "task_id": task_id})),
+                    (atespace, name, uid,
+                     Jsonb({"session_id": session_id, "task_id": task_id, "credential": credential is not None})),
                 )
 
         await self._call("cancel_turn", name, op)
