@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+from typing import Any
 from datetime import UTC, datetime
 
 import grpc
@@ -101,6 +102,45 @@ def session_to_proto(s: Session) -> sessions_pb2.Session:
     # volume_source (17) stays unset: a Session is only ever seeded from a snapshot that a configured
     # volume admission accepted, and sessionq has none (CreateSession refuses every volume_source)
     return msg
+
+
+def session_row_to_proto(row: dict[str, Any]) -> sessions_pb2.Session:
+    """session_to_proto(Session.from_json(row)) without the record: GetSession's answer built from
+    the dozen fields it shows, leaving the other ~35 (uuids, timestamps, enums) unconverted. The
+    equality of the two is tested (tests/api/test_session_proto.py)."""
+    sid = row["id"]
+    namespace, name = row["agent_namespace"], row["agent_name"]
+    msg = sessions_pb2.Session(
+        id=sid,
+        creator=row["creator"],
+        prepared_revision=row.get("revision_id") or "",
+        a2a_authority=f"{namespace}/{name}",
+        state=_STATES[row["state"]],
+        operation=_OPERATIONS[row["operation"]],
+        name=row["name"],
+        context_id=sid,
+        agent=common_pb2.ResourceReference(namespace=namespace, name=name),
+    )
+    _set_time(msg.created_at, _parse_time(row["created_at"]))
+    _set_time(msg.updated_at, _parse_time(row["updated_at"]))
+    failure_message = row.get("failure_message")
+    if failure_message:
+        msg.failure.CopyFrom(sessions_pb2.Failure(reason=row.get("failure_reason") or "", message=failure_message))
+    f = row.get("quiescence_failure")
+    if f:
+        msg.last_quiescence_failure.CopyFrom(
+            sessions_pb2.QuiescenceFailure(
+                task_id=f.get("task_id") or "",
+                reason=f.get("reason") or "",
+                message=f.get("message") or "",
+                failed_at=ts(datetime.fromisoformat(f["failed_at"])) if f.get("failed_at") else None,
+            )
+        )
+    return msg
+
+
+def _parse_time(v: str | datetime | None) -> datetime | None:
+    return datetime.fromisoformat(v) if isinstance(v, str) else v
 
 
 def share_to_proto(sh: Share) -> sessions_pb2.SessionShare:
@@ -205,8 +245,8 @@ class SessionService(sessions_pb2_grpc.SessionServiceServicer):
     ) -> sessions_pb2.GetSessionResponse:
         who = self.auth.identify(context)
         sid = parse_uuid(request.session_id, "session_id")
-        session = await self.store.get_session(sid, who.user, who.share_hash)
-        return sessions_pb2.GetSessionResponse(session=session_to_proto(session))
+        row = await self.store.get_session_row(sid, who.user, who.share_hash)
+        return sessions_pb2.GetSessionResponse(session=session_row_to_proto(row))
 
     @rpc
     async def ListSessions(

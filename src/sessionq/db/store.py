@@ -465,12 +465,18 @@ class Store:
     ) -> Session:
         """A Session (`of` SANDBOX: a Sandbox) the caller may see; NOT_FOUND otherwise. Concurrent
         reads are coalesced (_PointReads) unless the store was opened without coalesce_reads."""
+        return Session.from_json(await self.get_session_row(session_id, caller, share_hash, of))
+
+    async def get_session_row(
+        self, session_id: UUID, caller: str, share_hash: str | None = None, of: RowKind = RowKind.SESSION
+    ) -> dict[str, Any]:
+        """get_session's row as the database gives it (the JSON object of the sessions row), for
+        a caller that reads a few of its fields (GetSession builds its answer straight from it)."""
         if self.point_reads is not None:
-            value = await self.point_reads.read((session_id, caller, share_hash, str(of)))
-        else:
-            value = await self._value(
-                "SELECT sessionq.get_session(%s, %s, %s, %s)", (session_id, caller, share_hash, of))
-        return Session.from_json(value)
+            value: dict[str, Any] = await self.point_reads.read((session_id, caller, share_hash, str(of)))
+            return value
+        return await self._value(  # type: ignore[no-any-return]
+            "SELECT sessionq.get_session(%s, %s, %s, %s)", (session_id, caller, share_hash, of))
 
     async def session_by_id(self, session_id: UUID) -> Session | None:
         """Unfiltered read for executors and operators (never for client-facing calls)."""
