@@ -374,12 +374,14 @@ async def query_value(url: str, sql: str, params: Sequence[Any] = ()) -> Any:
         return row[0] if row else None
 
 
-async def start_api(procs: Procs, url: str, port: int, settings: dict[str, Any], name: str = "serve") -> Proc:
-    """`sessionq serve` on 127.0.0.1:port, returned once gRPC health answers SERVING."""
+async def start_api(procs: Procs, url: str, port: int, settings: dict[str, Any], name: str = "serve",
+                    extra_env: dict[str, str] | None = None) -> Proc:
+    """`sessionq serve` on 127.0.0.1:port, returned once gRPC health answers SERVING (`extra_env`:
+    added to its environment, e.g. a PYTHONPATH that runs another checkout's code)."""
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    p = procs.start(name, [*sessionq_command(), "serve"], service_env(url, port, settings))
+    p = procs.start(name, [*sessionq_command(), "serve"], {**service_env(url, port, settings), **(extra_env or {})})
 
     async def serving() -> bool:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:

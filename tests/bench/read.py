@@ -144,11 +144,12 @@ async def _measure(srv: Server, log_dir: Path, label: str, address: str, method:
     return out
 
 
-async def _serve(procs: Procs, url: str, settings: dict[str, Any], name: str) -> tuple[str, dict[str, int]]:
+async def _serve(procs: Procs, url: str, settings: dict[str, Any], name: str,
+                 extra_env: dict[str, str] | None = None) -> tuple[str, dict[str, int]]:
     port = free_port()
     # agent cards on a port of their own: the default one may be another program's on a shared machine
     settings = {**settings, "server.httpAddress": f"127.0.0.1:{free_port()}"}
-    p = await start_api(procs, url, port, settings, name=name)
+    p = await start_api(procs, url, port, settings, name=name, extra_env=extra_env)
     pids = {"api": p.pid}
     n = int(settings.get("server.processes", 1))
     if n > 1:  # the supervisor and its API processes
@@ -177,32 +178,43 @@ async def _coalesce_ab(srv: Server, log_dir: Path, url: str, settings: dict[str,
         one = {**settings, **({"server.processes": 1} if _has_key("server.processes") else {})}
         targets["on"] = await _serve(procs, url, {**one, "database.coalesceReads": True}, "serve-on")
         targets["off"] = await _serve(procs, url, {**one, "database.coalesceReads": False}, "serve-off")
+        names = ["bare", "on", "off"]
+        if sizes.get("ab_base_src"):  # "base": another checkout's src (the code before a change), coalescing on
+            targets["base"] = await _serve(procs, url, {**one, "database.coalesceReads": True}, "serve-base",
+                                           {"PYTHONPATH": str(sizes["ab_base_src"])})
+            names.append("base")
         procs.check()
         for r in range(rounds):
-            order = ["bare", "on", "off"] if r % 2 == 0 else ["off", "on", "bare"]
+            order = names if r % 2 == 0 else names[::-1]
             got: dict[str, Any] = {}
             for name in order:
                 address, pids = targets[name]
                 m = await _measure(srv, log_dir, f"ab-{r}-{name}", address, "get", get_ids, TOKEN, pids, sizes)
                 got[name] = {k: m[k] for k in ("per_s", "p50_ms", "p99_ms", "api_cpu_ms_per_call",
                                                "pg_cpu_ms_per_call", "codes")}
-            for name in ("on", "off"):
+            for name in names[1:]:
                 got[name]["over_bare_per_s"] = ratio(got[name]["per_s"], got["bare"]["per_s"])
                 got[name]["over_bare_p99"] = ratio(got[name]["p99_ms"], got["bare"]["p99_ms"])
             say(f"   round {r}: bare {got['bare']['per_s']}/s p99 {got['bare']['p99_ms']} ms; "
                 f"on {got['on']['per_s']}/s p99 {got['on']['p99_ms']} ms ({got['on']['over_bare_per_s']}x, "
                 f"p99 {got['on']['over_bare_p99']}x, api {got['on']['api_cpu_ms_per_call']} ms/call); "
                 f"off {got['off']['per_s']}/s p99 {got['off']['p99_ms']} ms ({got['off']['over_bare_per_s']}x, "
-                f"p99 {got['off']['over_bare_p99']}x, api {got['off']['api_cpu_ms_per_call']} ms/call)")
+                f"p99 {got['off']['over_bare_p99']}x, api {got['off']['api_cpu_ms_per_call']} ms/call)"
+                + (f"; base {got['base']['per_s']}/s p99 {got['base']['p99_ms']} ms ({got['base']['over_bare_per_s']}x, "
+                   f"api {got['base']['api_cpu_ms_per_call']} ms/call)" if "base" in got else ""))
             out["rounds"].append(got)
     out["load_after"] = os.getloadavg()
-    for name in ("on", "off"):
+    for name in names[1:]:
         out[f"{name}_over_bare_per_s"] = ratio(sum(g[name]["per_s"] for g in out["rounds"]),
                                                sum(g["bare"]["per_s"] for g in out["rounds"]))
     out["on_over_off_per_s"] = ratio(sum(g["on"]["per_s"] for g in out["rounds"]),
                                      sum(g["off"]["per_s"] for g in out["rounds"]))
+    if "base" in names:
+        out["on_over_base_per_s"] = ratio(sum(g["on"]["per_s"] for g in out["rounds"]),
+                                          sum(g["base"]["per_s"] for g in out["rounds"]))
     say(f"   coalescing A/B over {rounds} rounds: on {out['on_over_bare_per_s']}x bare, off "
-        f"{out['off_over_bare_per_s']}x bare, on/off {out['on_over_off_per_s']}x")
+        f"{out['off_over_bare_per_s']}x bare, on/off {out['on_over_off_per_s']}x"
+        + (f"; base {out['base_over_bare_per_s']}x bare, on/base {out['on_over_base_per_s']}x" if "base" in names else ""))
     return out
 
 

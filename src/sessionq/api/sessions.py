@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from typing import Any
 from datetime import UTC, datetime
+from typing import Any
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp

@@ -475,7 +475,7 @@ class Store:
         if self.point_reads is not None:
             value: dict[str, Any] = await self.point_reads.read((session_id, caller, share_hash, str(of)))
             return value
-        return await self._value(  # type: ignore[no-any-return]
+        return await self._value(
             "SELECT sessionq.get_session(%s, %s, %s, %s)", (session_id, caller, share_hash, of))
 
     async def session_by_id(self, session_id: UUID) -> Session | None:
