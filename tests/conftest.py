@@ -212,19 +212,29 @@ class WireSim:
         setattr(self._served.served, name, value)  # e.g. taskstore_address: the served Actors report there
 
 
-@pytest.fixture
-async def sim(database_url: str, substrate_kind: str) -> AsyncIterator[Any]:
+@contextlib.asynccontextmanager
+async def simulator(database_url: str, *, wire: bool, extensions: bool = True) -> AsyncIterator[Any]:
+    """The in-process simulator, or (`wire`) a WireSim over a served one; `extensions=False`: the
+    served simulator plays a real Substrate."""
     from sessionq.runtime.simulator import SimulatedSubstrate
 
     s = SimulatedSubstrate(database_url, worker_pool_size=64)  # as make_settings: runtime.simulator.workers
     await s.open()
-    if substrate_kind == "wire":
-        # the executor's claim deadline bounds each call, as in process
-        async with served_simulator(database_url, call_timeout=120.0) as served:
-            yield WireSim(s, served)
-    else:
+    try:
+        if wire:
+            # the executor's claim deadline bounds each call, as in process
+            async with served_simulator(database_url, extensions=extensions, call_timeout=120.0) as served:
+                yield WireSim(s, served)
+        else:
+            yield s
+    finally:
+        await s.close()
+
+
+@pytest.fixture
+async def sim(database_url: str, substrate_kind: str) -> AsyncIterator[Any]:
+    async with simulator(database_url, wire=substrate_kind == "wire") as s:
         yield s
-    await s.close()
 
 
 @dataclass

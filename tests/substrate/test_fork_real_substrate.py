@@ -19,7 +19,7 @@ import grpc
 import psycopg
 import pytest
 from a2a.types import a2a_pb2, a2a_pb2_grpc
-from conftest import WireSim, apply_agent, served_simulator
+from conftest import apply_agent, simulator
 
 from sessionq._pb.kagent.api.v1alpha1 import (
     checkpoints_pb2,
@@ -30,18 +30,15 @@ from sessionq._pb.kagent.api.v1alpha1 import (
     sessions_pb2_grpc,
 )
 from sessionq.db.migrations.sqlfiles import schema_file
-from sessionq.runtime.simulator import SimulatedSubstrate
 
 TENANT = "kagent/my-first-agent"
 
 
 @pytest.fixture
 async def sim(database_url: str) -> AsyncIterator[Any]:
-    local = SimulatedSubstrate(database_url, worker_pool_size=64)
-    await local.open()
-    async with served_simulator(database_url, extensions=False, call_timeout=120.0) as served:
-        yield WireSim(local, served)
-    await local.close()
+    """The adapter talking to a served simulator that behaves like a real Substrate."""
+    async with simulator(database_url, wire=True, extensions=False) as s:
+        yield s
 
 
 async def send(api: Any, text: str, context_id: str) -> a2a_pb2.Task:

@@ -22,7 +22,7 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types import a2a_pb2, a2a_pb2_grpc
-from conftest import WireSim, apply_agent, served_simulator
+from conftest import apply_agent, simulator
 from google.protobuf import json_format
 
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, sessions_pb2, sessions_pb2_grpc
@@ -37,7 +37,6 @@ from sessionq.runtime.base import (
     InvokeRequest,
     SubstrateError,
 )
-from sessionq.runtime.simulator import SimulatedSubstrate
 from sessionq.runtime.taskstore_client import TaskStoreClient
 
 TENANT = "kagent/my-first-agent"
@@ -46,11 +45,8 @@ TENANT = "kagent/my-first-agent"
 @pytest.fixture
 async def sim(database_url: str) -> AsyncIterator[Any]:
     """The adapter talking to a served simulator that behaves like a real Substrate."""
-    local = SimulatedSubstrate(database_url, worker_pool_size=64)
-    await local.open()
-    async with served_simulator(database_url, extensions=False, call_timeout=120.0) as served:
-        yield WireSim(local, served)
-    await local.close()
+    async with simulator(database_url, wire=True, extensions=False) as s:
+        yield s
 
 
 async def new_session(api: Any) -> str:
