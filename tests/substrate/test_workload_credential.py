@@ -25,6 +25,7 @@ from a2a.types import a2a_pb2, a2a_pb2_grpc
 from conftest import apply_agent, simulator
 from google.protobuf import json_format
 
+from sessionq import agentkit
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, sessions_pb2, sessions_pb2_grpc
 from sessionq.agentkit.server import build_app, default_card
 from sessionq.domain import workload
@@ -125,12 +126,7 @@ class _Recorder(AgentExecutor):
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         state = context.call_context.state if context.call_context is not None else {}
         self.headers.append(dict(state.get("headers") or {}))
-        updater = TaskUpdater(event_queue, context.task_id or "", context.context_id or "")
-        if context.current_task is None and context.message is not None:
-            await event_queue.enqueue_event(a2a_pb2.Task(
-                id=context.task_id, context_id=context.context_id,
-                status=a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_SUBMITTED), history=[context.message]))
-        await updater.start_work()
+        updater = await agentkit.start_turn(context, event_queue)
         await updater.complete(updater.new_agent_message([a2a_pb2.Part(text="done")]))
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
