@@ -185,7 +185,7 @@ def _wire_clauses(definition: Any) -> list[str]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "substrate_kind" not in metafunc.fixturenames:
+    if "substrate_kind" not in metafunc.fixturenames or metafunc.definition.get_closest_marker("real_substrate"):
         return
     clauses = _wire_clauses(metafunc.definition)
     if not clauses:
@@ -243,8 +243,11 @@ async def simulator(database_url: str, *, wire: bool, extensions: bool = True) -
 
 
 @pytest.fixture
-async def sim(database_url: str, substrate_kind: str) -> AsyncIterator[Any]:
-    async with simulator(database_url, wire=substrate_kind == "wire") as s:
+async def sim(database_url: str, substrate_kind: str, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """The simulator a test drives: in process, or through the wire (`substrate_kind`); a test marked
+    `real_substrate` always goes through the wire to a served simulator that plays a real Substrate."""
+    real = request.node.get_closest_marker("real_substrate") is not None
+    async with simulator(database_url, wire=real or substrate_kind == "wire", extensions=not real) as s:
         yield s
 
 

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 from uuid import UUID
 
 import pytest
 from a2a.types import a2a_pb2, a2a_pb2_grpc
-from conftest import apply_agent, simulator
+from conftest import apply_agent
 
 from sessionq._pb.kagent.api.v1alpha1 import checkpoints_pb2, checkpoints_pb2_grpc
 from sessionq.domain.checkpoints import _tag
@@ -23,11 +22,7 @@ from sessionq.runtime.base import ActorState, Code, SubstrateError, Tag
 NS = "team-c"
 
 
-@pytest.fixture
-async def sim(database_url: str) -> AsyncIterator[Any]:
-    """The adapter talking to a served simulator that behaves like a real Substrate."""
-    async with simulator(database_url, wire=True, extensions=False) as s:
-        yield s
+pytestmark = pytest.mark.real_substrate  # the sim fixture: the adapter to a served simulator playing a real Substrate
 
 
 async def _suspended(sim: Any, name: str, template: str = f"{NS}/rev-1") -> tuple[str, int]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 from uuid import UUID
 
@@ -19,7 +18,7 @@ import grpc
 import psycopg
 import pytest
 from a2a.types import a2a_pb2, a2a_pb2_grpc
-from conftest import apply_agent, simulator
+from conftest import apply_agent
 
 from sessionq._pb.kagent.api.v1alpha1 import (
     checkpoints_pb2,
@@ -34,11 +33,7 @@ from sessionq.db.migrations.sqlfiles import schema_file
 TENANT = "kagent/my-first-agent"
 
 
-@pytest.fixture
-async def sim(database_url: str) -> AsyncIterator[Any]:
-    """The adapter talking to a served simulator that behaves like a real Substrate."""
-    async with simulator(database_url, wire=True, extensions=False) as s:
-        yield s
+pytestmark = pytest.mark.real_substrate  # the sim fixture: the adapter to a served simulator playing a real Substrate
 
 
 async def send(api: Any, text: str, context_id: str) -> a2a_pb2.Task:

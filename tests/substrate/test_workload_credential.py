@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 from uuid import UUID
 
@@ -22,7 +21,7 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types import a2a_pb2, a2a_pb2_grpc
-from conftest import apply_agent, simulator
+from conftest import apply_agent
 from google.protobuf import json_format
 
 from sessionq import agentkit
@@ -43,11 +42,7 @@ from sessionq.runtime.taskstore_client import TaskStoreClient
 TENANT = "kagent/my-first-agent"
 
 
-@pytest.fixture
-async def sim(database_url: str) -> AsyncIterator[Any]:
-    """The adapter talking to a served simulator that behaves like a real Substrate."""
-    async with simulator(database_url, wire=True, extensions=False) as s:
-        yield s
+pytestmark = pytest.mark.real_substrate  # the sim fixture: the adapter to a served simulator playing a real Substrate
 
 
 async def new_session(api: Any) -> str:
