@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -27,6 +28,16 @@ def _with_database(url: str, name: str) -> str:
 
     parts = urlsplit(url)
     return urlunsplit(parts._replace(path="/" + name))
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL if `proc` has not exited within `timeout` seconds; reaped either way."""
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 @pytest.fixture(scope="session")
@@ -174,7 +185,7 @@ def _wire_clauses(definition: Any) -> list[str]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "substrate_kind" not in metafunc.fixturenames:
+    if "substrate_kind" not in metafunc.fixturenames or metafunc.definition.get_closest_marker("real_substrate"):
         return
     clauses = _wire_clauses(metafunc.definition)
     if not clauses:
@@ -212,19 +223,32 @@ class WireSim:
         setattr(self._served.served, name, value)  # e.g. taskstore_address: the served Actors report there
 
 
-@pytest.fixture
-async def sim(database_url: str, substrate_kind: str) -> AsyncIterator[Any]:
+@contextlib.asynccontextmanager
+async def simulator(database_url: str, *, wire: bool, extensions: bool = True) -> AsyncIterator[Any]:
+    """The in-process simulator, or (`wire`) a WireSim over a served one; `extensions=False`: the
+    served simulator plays a real Substrate."""
     from sessionq.runtime.simulator import SimulatedSubstrate
 
     s = SimulatedSubstrate(database_url, worker_pool_size=64)  # as make_settings: runtime.simulator.workers
     await s.open()
-    if substrate_kind == "wire":
-        # the executor's claim deadline bounds each call, as in process
-        async with served_simulator(database_url, call_timeout=120.0) as served:
-            yield WireSim(s, served)
-    else:
+    try:
+        if wire:
+            # the executor's claim deadline bounds each call, as in process
+            async with served_simulator(database_url, extensions=extensions, call_timeout=120.0) as served:
+                yield WireSim(s, served)
+        else:
+            yield s
+    finally:
+        await s.close()
+
+
+@pytest.fixture
+async def sim(database_url: str, substrate_kind: str, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """The simulator a test drives: in process, or through the wire (`substrate_kind`); a test marked
+    `real_substrate` always goes through the wire to a served simulator that plays a real Substrate."""
+    real = request.node.get_closest_marker("real_substrate") is not None
+    async with simulator(database_url, wire=real or substrate_kind == "wire", extensions=not real) as s:
         yield s
-    await s.close()
 
 
 @dataclass

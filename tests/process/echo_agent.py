@@ -26,12 +26,7 @@ class Echo(AgentExecutor):
                 message_id=f"echo-{count}", role=a2a_pb2.ROLE_AGENT, context_id=context.context_id or "",
                 parts=[a2a_pb2.Part(text=f"noted {count}")]))
             return
-        updater = TaskUpdater(event_queue, context.task_id or "", context.context_id or "")
-        if context.current_task is None and context.message is not None:
-            await event_queue.enqueue_event(a2a_pb2.Task(
-                id=context.task_id, context_id=context.context_id,
-                status=a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_SUBMITTED), history=[context.message]))
-        await updater.start_work()
+        updater = await agentkit.start_turn(context, event_queue)
         await updater.complete(updater.new_agent_message([a2a_pb2.Part(text=f"noted {count}")]))
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:

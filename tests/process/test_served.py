@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 import pytest
 from a2a.types import a2a_pb2
+from conftest import stop_process
 
 from sessionq.db.store import Store
 from sessionq.domain.agents import compile_egress, parse_spec, prepare_revision
@@ -51,12 +52,7 @@ def served(database_url: str, tmp_path: Path) -> Iterator[dict[str, Any]]:
     )
     info = {"port": port, "actor_port": actor_port, "api_port": api_port, "root": root, "proc": proc}
     yield info
-    proc.terminate()
-    try:
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stop_process(proc, 20)
 
 
 @pytest.fixture

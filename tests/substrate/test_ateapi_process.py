@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 import pytest
+from conftest import stop_process
 
 from sessionq._pb.ateapi import ateapi_pb2_grpc as pb_grpc
 from sessionq.runtime.ateapi.client import SubstrateClient, SubstrateOptions
@@ -50,12 +51,7 @@ def served_process(database_url: str) -> Iterator[tuple[int, int]]:
     port, actor_port = free_port(), free_port()
     proc = start_served(database_url, port, actor_port)
     yield port, actor_port
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stop_process(proc, 10)
 
 
 @pytest.fixture

@@ -8,29 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 from uuid import UUID
 
 import pytest
 from a2a.types import a2a_pb2, a2a_pb2_grpc
-from conftest import WireSim, apply_agent, served_simulator
+from conftest import apply_agent
 
 from sessionq._pb.kagent.api.v1alpha1 import checkpoints_pb2, checkpoints_pb2_grpc
 from sessionq.domain.checkpoints import _tag
 from sessionq.runtime.base import ActorState, Code, SubstrateError, Tag
-from sessionq.runtime.simulator import SimulatedSubstrate
 
 NS = "team-c"
 
 
-@pytest.fixture
-async def sim(database_url: str) -> AsyncIterator[Any]:
-    local = SimulatedSubstrate(database_url, worker_pool_size=64)
-    await local.open()
-    async with served_simulator(database_url, extensions=False, call_timeout=120.0) as served:
-        yield WireSim(local, served)
-    await local.close()
+pytestmark = pytest.mark.real_substrate  # the sim fixture: the adapter to a served simulator playing a real Substrate
 
 
 async def _suspended(sim: Any, name: str, template: str = f"{NS}/rev-1") -> tuple[str, int]:

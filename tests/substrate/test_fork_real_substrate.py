@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 from uuid import UUID
 
@@ -19,7 +18,7 @@ import grpc
 import psycopg
 import pytest
 from a2a.types import a2a_pb2, a2a_pb2_grpc
-from conftest import WireSim, apply_agent, served_simulator
+from conftest import apply_agent
 
 from sessionq._pb.kagent.api.v1alpha1 import (
     checkpoints_pb2,
@@ -30,18 +29,11 @@ from sessionq._pb.kagent.api.v1alpha1 import (
     sessions_pb2_grpc,
 )
 from sessionq.db.migrations.sqlfiles import schema_file
-from sessionq.runtime.simulator import SimulatedSubstrate
 
 TENANT = "kagent/my-first-agent"
 
 
-@pytest.fixture
-async def sim(database_url: str) -> AsyncIterator[Any]:
-    local = SimulatedSubstrate(database_url, worker_pool_size=64)
-    await local.open()
-    async with served_simulator(database_url, extensions=False, call_timeout=120.0) as served:
-        yield WireSim(local, served)
-    await local.close()
+pytestmark = pytest.mark.real_substrate  # the sim fixture: the adapter to a served simulator playing a real Substrate
 
 
 async def send(api: Any, text: str, context_id: str) -> a2a_pb2.Task:

@@ -15,7 +15,7 @@ from uuid import UUID
 import grpc
 import pytest
 from click.testing import CliRunner
-from conftest import Api
+from conftest import Api, stop_process
 from sessionq.cli.main import main
 from test_ateapi_process import free_port, wait_healthy
 from test_fork_real_substrate import answer, checkpoint, conversation, fork, send
@@ -57,12 +57,7 @@ def served_process(database_url: str, ports: tuple[int, int, int]) -> Iterator[s
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     yield proc
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stop_process(proc, 10)
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 from uuid import UUID
 
@@ -22,9 +21,10 @@ from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types import a2a_pb2, a2a_pb2_grpc
-from conftest import WireSim, apply_agent, served_simulator
+from conftest import apply_agent
 from google.protobuf import json_format
 
+from sessionq import agentkit
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, sessions_pb2, sessions_pb2_grpc
 from sessionq.agentkit.server import build_app, default_card
 from sessionq.domain import workload
@@ -37,20 +37,12 @@ from sessionq.runtime.base import (
     InvokeRequest,
     SubstrateError,
 )
-from sessionq.runtime.simulator import SimulatedSubstrate
 from sessionq.runtime.taskstore_client import TaskStoreClient
 
 TENANT = "kagent/my-first-agent"
 
 
-@pytest.fixture
-async def sim(database_url: str) -> AsyncIterator[Any]:
-    """The adapter talking to a served simulator that behaves like a real Substrate."""
-    local = SimulatedSubstrate(database_url, worker_pool_size=64)
-    await local.open()
-    async with served_simulator(database_url, extensions=False, call_timeout=120.0) as served:
-        yield WireSim(local, served)
-    await local.close()
+pytestmark = pytest.mark.real_substrate  # the sim fixture: the adapter to a served simulator playing a real Substrate
 
 
 async def new_session(api: Any) -> str:
@@ -129,12 +121,7 @@ class _Recorder(AgentExecutor):
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         state = context.call_context.state if context.call_context is not None else {}
         self.headers.append(dict(state.get("headers") or {}))
-        updater = TaskUpdater(event_queue, context.task_id or "", context.context_id or "")
-        if context.current_task is None and context.message is not None:
-            await event_queue.enqueue_event(a2a_pb2.Task(
-                id=context.task_id, context_id=context.context_id,
-                status=a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_SUBMITTED), history=[context.message]))
-        await updater.start_work()
+        updater = await agentkit.start_turn(context, event_queue)
         await updater.complete(updater.new_agent_message([a2a_pb2.Part(text="done")]))
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import ModuleType
 
-__all__ = ["KagentTaskStore", "SettlingRequestHandler", "data_dir", "default_card", "run", "serve"]
+__all__ = ["KagentTaskStore", "SettlingRequestHandler", "data_dir", "default_card", "run", "serve", "start_turn"]
 
 UNUSED_BY_ACTORS = ("sqlalchemy", "rich", "pygments")
 
@@ -55,5 +55,5 @@ def hidden(names: Sequence[str] = UNUSED_BY_ACTORS) -> Iterator[None]:
 
 
 with hidden():
-    from sessionq.agentkit.server import SettlingRequestHandler, data_dir, default_card, run, serve
+    from sessionq.agentkit.server import SettlingRequestHandler, data_dir, default_card, run, serve, start_turn
     from sessionq.agentkit.taskstore import KagentTaskStore

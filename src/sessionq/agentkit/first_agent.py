@@ -24,7 +24,7 @@ from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types import a2a_pb2
 
-from sessionq.agentkit.server import data_dir, run
+from sessionq.agentkit.server import data_dir, run, start_turn
 from sessionq.runtime.deterministic_agent import run_turn  # the simulated agent's logic (pure, no I/O)
 
 MEMORY = "memory.json"
@@ -58,20 +58,7 @@ class FirstAgent(AgentExecutor):
         text = context.get_user_input()
         continuation = context.current_task is not None
         turn = run_turn(load_memory(self.directory), text, continuation=continuation)
-        task_id = context.task_id or ""
-        context_id = context.context_id or ""
-        updater = TaskUpdater(event_queue, task_id, context_id)
-        if context.current_task is None and context.message is not None:
-            await event_queue.enqueue_event(
-                a2a_pb2.Task(
-                    id=task_id,
-                    context_id=context_id,
-                    status=a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_WORKING),
-                    history=[context.message],
-                )
-            )
-        else:
-            await updater.start_work()
+        updater = await start_turn(context, event_queue)
         if turn.delay > 0:
             await asyncio.sleep(turn.delay)
         save_memory(self.directory, turn.memory)

@@ -32,12 +32,14 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 import uvicorn
-from a2a.server.agent_execution import AgentExecutor
+from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.cluster.version import TaskVersion
 from a2a.server.context import ServerCallContext
+from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from a2a.server.routes.common import DefaultServerCallContextBuilder
+from a2a.server.tasks import TaskUpdater
 from a2a.types import a2a_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 from starlette.applications import Starlette
@@ -87,6 +89,25 @@ _WRITTEN = "sessionq.dev/tasks-written"
 def data_dir() -> str:
     """The Actor's durable directory (what survives suspend, resume, checkpoints and forks)."""
     return os.environ.get(DATA_DIR_ENV) or os.getcwd()
+
+
+async def start_turn(context: RequestContext, event_queue: EventQueue) -> TaskUpdater:
+    """The turn's TaskUpdater, its task WORKING: a new task is created WORKING with the user's
+    message (one write to the task store), a continued one (input-required, auth-required) moves to
+    WORKING. An executor's first line: `updater = await agentkit.start_turn(context, event_queue)`."""
+    updater = TaskUpdater(event_queue, context.task_id or "", context.context_id or "")
+    if context.current_task is None and context.message is not None:
+        await event_queue.enqueue_event(
+            a2a_pb2.Task(
+                id=context.task_id,
+                context_id=context.context_id,
+                status=a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_WORKING),
+                history=[context.message],
+            )
+        )
+    else:
+        await updater.start_work()
+    return updater
 
 
 def _now() -> Timestamp:
