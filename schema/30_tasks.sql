@@ -372,29 +372,7 @@ END $$;
 COMMENT ON FUNCTION sessionq.fail_dispatch(uuid, uuid, text, boolean) IS
   'End a dispatch that could not complete: an unfinished task of it is published FAILED and marked abandoned (it can never be continued), the reservation is cleared with the failure recorded for the waiting caller, and, if the Actor may have been resumed (p_issued), an idle boundary is marked.';
 
--- claim_idle: a quiescence worker takes the oldest eligible idle boundary.
-CREATE OR REPLACE FUNCTION sessionq.claim_idle(p_executor uuid) RETURNS jsonb
-LANGUAGE plpgsql AS $$
-DECLARE
-  v sessionq.sessions;
-BEGIN
-  SELECT * INTO v FROM sessionq.sessions s
-   WHERE s.idle_boundary_id IS NOT NULL AND s.idle_executor IS NULL
-     AND s.state = 'READY' AND s.operation = 'NONE'
-     AND s.dispatch_id IS NULL AND s.active_task_id IS NULL AND s.unsettled_task_id IS NULL
-     AND NOT sessionq.checkpoint_in_progress(s.id)  -- 40_checkpoints.sql
-   ORDER BY s.idle_boundary_at
-   LIMIT 1
-   FOR UPDATE SKIP LOCKED;
-  IF NOT FOUND THEN
-    RETURN NULL;
-  END IF;
-  UPDATE sessionq.sessions SET idle_executor = p_executor, idle_claimed_at = clock_timestamp()
-   WHERE id = v.id RETURNING * INTO v;
-  RETURN to_jsonb(v);
-END $$;
-COMMENT ON FUNCTION sessionq.claim_idle(uuid) IS
-  'Claim the oldest idle boundary of a READY Session with nothing running, dispatched, unsettled, pending or being checkpointed (FOR UPDATE SKIP LOCKED, so replicas never take the same one). NULL when none is eligible now.';
+-- claim_idle: 42_suspend_after_cancel_told.sql (an Actor being told of a cancel is not suspended).
 
 -- idle_work_blocked: after an empty claim, is unclaimed idle work waiting on something?
 CREATE OR REPLACE FUNCTION sessionq.idle_work_blocked() RETURNS boolean

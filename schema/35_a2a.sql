@@ -176,12 +176,7 @@ $$;
 COMMENT ON FUNCTION sessionq.cancel_target(text) IS
   'Internal to the cancel_task job: a cancel whose Actor was not told yet, with its Session''s Actor (atespace, name, uid); NULL when done or absent.';
 
-CREATE OR REPLACE FUNCTION sessionq.cancel_told(p_task text) RETURNS void
-LANGUAGE sql AS $$
-  UPDATE sessionq.task_cancels SET actor_told_at = clock_timestamp() WHERE task_id = p_task AND actor_told_at IS NULL
-$$;
-COMMENT ON FUNCTION sessionq.cancel_told(text) IS
-  'The cancel_task job''s last step: the Actor was told to stop the task (or had nothing to stop).';
+-- cancel_told: 42_suspend_after_cancel_told.sql (it wakes the quiescence workers).
 
 -- finish_cancel: after the Actor was told, end the task CANCELED (unless it ended on its own).
 CREATE OR REPLACE FUNCTION sessionq.finish_cancel(p_task text) RETURNS text

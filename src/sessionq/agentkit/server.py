@@ -116,6 +116,20 @@ def _now() -> Timestamp:
     return ts
 
 
+CANCEL_SETTLE_SECONDS = 5.0  # under the runtime's CancelTask timeout (10 s)
+
+
+async def _settled(producer: asyncio.Task[None] | None, task_id: str) -> None:
+    """Wait (bounded) for a cancelled turn's producer, i.e. the executor's `execute`, to end."""
+    if producer is None or producer.done() or not producer.cancelling():
+        return  # no turn, or not one this cancel stopped
+    done, _ = await asyncio.wait({producer}, timeout=CANCEL_SETTLE_SECONDS)
+    if not done:
+        log.warning(
+            "task %s: the executor's execute did not end within %.0f s of its cancel", task_id, CANCEL_SETTLE_SECONDS
+        )
+
+
 class SettlingRequestHandler(DefaultRequestHandler):
     """The SDK's request handler over a `KagentTaskStore`, settling each turn when it stops."""
 
@@ -193,20 +207,26 @@ class SettlingRequestHandler(DefaultRequestHandler):
         writes is accepted), and the SDK refuses to cancel a task it reads in a terminal state:
         here a task this Actor is still running is cancelled locally all the same, i.e. the
         executor's `cancel` is called and its `execute` cancelled. Their writes to the task are
-        refused by the task store (the task has ended) and ignored."""
+        refused by the task store (the task has ended) and ignored.
+
+        The answer comes once the executor's `execute` has ended (bounded by
+        CANCEL_SETTLE_SECONDS): sessionq suspends the Actor (stops its process) once it was told,
+        so whatever the executor does on its way out (its `except CancelledError`, `finally`)
+        runs before that, not racing the stop."""
         self._bind(params, context)
         stored = await self._versioned_store.get(params.id, context)
-        if (
-            stored is not None
-            and stored.task.status.state == a2a_pb2.TASK_STATE_CANCELED
-            and await self._active_task_registry.get(params.id) is not None
-        ):
-            try:
-                await self._cancel_local(params.id, context)
-            except Exception as exc:  # the executor's writes to the ended task are refused
-                log.debug("task %s: the local cancel ended with %s", params.id, exc)
-            return stored.task
-        return await super().on_cancel_task(params, context)
+        active = await self._active_task_registry.get(params.id)
+        producer: asyncio.Task[None] | None = getattr(active, "_producer_task", None)
+        try:
+            if stored is not None and stored.task.status.state == a2a_pb2.TASK_STATE_CANCELED and active is not None:
+                try:
+                    await self._cancel_local(params.id, context)
+                except Exception as exc:  # the executor's writes to the ended task are refused
+                    log.debug("task %s: the local cancel ended with %s", params.id, exc)
+                return stored.task
+            return await super().on_cancel_task(params, context)
+        finally:
+            await _settled(producer, params.id)
 
     async def on_message_send_stream(
         self, params: a2a_pb2.SendMessageRequest, context: ServerCallContext

@@ -1,0 +1,54 @@
+-- A cancelled turn's Actor is suspended only after it was told of the cancel.
+--
+-- finish_cancel ends the cancelled turn (publish_canceled marks the idle boundary) before the
+-- cancel_task job tells the Actor (Substrate.cancel_turn, A2A CancelTask to its endpoint), so that
+-- nothing the Actor still writes to the task is accepted. Without more, a quiescence worker could
+-- claim that boundary and suspend the Actor (stopping its process) before the job told it: the
+-- runtime then has no RUNNING Actor to tell, and the executor's cancel never runs. So claim_idle
+-- does not take the boundary of a Session with a cancel whose Actor was not told yet, and
+-- cancel_told wakes the quiescence workers (NOTIFY sessionq_idle) when it records the telling.
+--
+-- Applied by migration 0002 (every file of schema/) on a clean database and again by 0004 on a
+-- database made before it: every statement here is idempotent.
+
+CREATE INDEX IF NOT EXISTS task_cancels_untold_idx ON sessionq.task_cancels (session_id) WHERE actor_told_at IS NULL;
+
+-- claim_idle: a quiescence worker takes the oldest eligible idle boundary.
+CREATE OR REPLACE FUNCTION sessionq.claim_idle(p_executor uuid) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+BEGIN
+  SELECT * INTO v FROM sessionq.sessions s
+   WHERE s.idle_boundary_id IS NOT NULL AND s.idle_executor IS NULL
+     AND s.state = 'READY' AND s.operation = 'NONE'
+     AND s.dispatch_id IS NULL AND s.active_task_id IS NULL AND s.unsettled_task_id IS NULL
+     AND NOT sessionq.checkpoint_in_progress(s.id)  -- 40_checkpoints.sql
+     AND NOT EXISTS (SELECT 1 FROM sessionq.task_cancels c  -- 35_a2a.sql
+                      WHERE c.session_id = s.id AND c.actor_told_at IS NULL)
+   ORDER BY s.idle_boundary_at
+   LIMIT 1
+   FOR UPDATE SKIP LOCKED;
+  IF NOT FOUND THEN
+    RETURN NULL;
+  END IF;
+  UPDATE sessionq.sessions SET idle_executor = p_executor, idle_claimed_at = clock_timestamp()
+   WHERE id = v.id RETURNING * INTO v;
+  RETURN to_jsonb(v);
+END $$;
+COMMENT ON FUNCTION sessionq.claim_idle(uuid) IS
+  'Claim the oldest idle boundary of a READY Session with nothing running, dispatched, unsettled, pending or being checkpointed, and no cancel its Actor was not told of yet (FOR UPDATE SKIP LOCKED, so replicas never take the same one). NULL when none is eligible now.';
+
+CREATE OR REPLACE FUNCTION sessionq.cancel_told(p_task text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_session uuid;
+BEGIN
+  UPDATE sessionq.task_cancels SET actor_told_at = clock_timestamp() WHERE task_id = p_task AND actor_told_at IS NULL
+  RETURNING session_id INTO v_session;
+  IF v_session IS NOT NULL THEN
+    PERFORM sessionq.notify('sessionq_idle', jsonb_build_object('session', v_session));  -- its boundary is claimable
+  END IF;
+END $$;
+COMMENT ON FUNCTION sessionq.cancel_told(text) IS
+  'The cancel_task job''s last step: the Actor was told to stop the task (or had nothing to stop). The Session''s idle boundary becomes claimable (claim_idle waits for it): the quiescence workers are woken.';
