@@ -7,6 +7,8 @@
 -- runtime then has no RUNNING Actor to tell, and the executor's cancel never runs. So claim_idle
 -- does not take the boundary of a Session with a cancel whose Actor was not told yet, and
 -- cancel_told wakes the quiescence workers (NOTIFY sessionq_idle) when it records the telling.
+-- The wait is bounded: a cancel_task job that gave up (its retries, about 5 minutes, exhausted)
+-- never records it, and its Session is suspended all the same 10 minutes after finish_cancel.
 --
 -- Applied by migration 0002 (every file of schema/) on a clean database and again by 0004 on a
 -- database made before it: every statement here is idempotent.
@@ -24,8 +26,9 @@ BEGIN
      AND s.state = 'READY' AND s.operation = 'NONE'
      AND s.dispatch_id IS NULL AND s.active_task_id IS NULL AND s.unsettled_task_id IS NULL
      AND NOT sessionq.checkpoint_in_progress(s.id)  -- 40_checkpoints.sql
-     AND NOT EXISTS (SELECT 1 FROM sessionq.task_cancels c  -- 35_a2a.sql
-                      WHERE c.session_id = s.id AND c.actor_told_at IS NULL)
+     AND NOT EXISTS (SELECT 1 FROM sessionq.task_cancels c  -- 35_a2a.sql: ended, the Actor not told yet
+                      WHERE c.session_id = s.id AND c.actor_told_at IS NULL
+                        AND c.finished_at > clock_timestamp() - interval '10 minutes')
    ORDER BY s.idle_boundary_at
    LIMIT 1
    FOR UPDATE SKIP LOCKED;
@@ -37,7 +40,7 @@ BEGIN
   RETURN to_jsonb(v);
 END $$;
 COMMENT ON FUNCTION sessionq.claim_idle(uuid) IS
-  'Claim the oldest idle boundary of a READY Session with nothing running, dispatched, unsettled, pending or being checkpointed, and no cancel its Actor was not told of yet (FOR UPDATE SKIP LOCKED, so replicas never take the same one). NULL when none is eligible now.';
+  'Claim the oldest idle boundary of a READY Session with nothing running, dispatched, unsettled, pending or being checkpointed, and no cancel ended in the last 10 minutes whose Actor was not told of it yet (FOR UPDATE SKIP LOCKED, so replicas never take the same one). NULL when none is eligible now.';
 
 CREATE OR REPLACE FUNCTION sessionq.cancel_told(p_task text) RETURNS void
 LANGUAGE plpgsql AS $$
