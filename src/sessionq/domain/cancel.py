@@ -6,7 +6,10 @@ under the Session row lock (unless the task reached a final state on its own fir
 nothing the Actor still writes to the task is accepted and the dispatch job, when the Actor's turn
 returns, finds the turn already ended; then the runtime is asked to stop the turn
 (`Substrate.cancel_turn`, with no transaction open) and sessionq.cancel_told records it. A runtime
-failure other than a missing Actor raises, and the job retries; every step is idempotent.
+failure other than a missing Actor raises, and the job retries; every step is idempotent. The
+ended turn's idle boundary is not claimed (the Actor not suspended) until cancel_told records the
+telling (sessionq.claim_idle, schema/42_suspend_after_cancel_told.sql): otherwise quiescence could
+stop the process before the CancelTask reached it.
 """
 
 from __future__ import annotations
