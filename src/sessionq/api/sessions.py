@@ -90,15 +90,7 @@ def session_to_proto(s: Session) -> sessions_pb2.Session:
     if s.failure_message:
         msg.failure.CopyFrom(sessions_pb2.Failure(reason=s.failure_reason or "", message=s.failure_message))
     if s.quiescence_failure:  # the quiescence failure record (30_tasks.sql, record_quiescence_failure)
-        f = s.quiescence_failure
-        msg.last_quiescence_failure.CopyFrom(
-            sessions_pb2.QuiescenceFailure(
-                task_id=f.get("task_id") or "",
-                reason=f.get("reason") or "",
-                message=f.get("message") or "",
-                failed_at=ts(datetime.fromisoformat(f["failed_at"])) if f.get("failed_at") else None,
-            )
-        )
+        msg.last_quiescence_failure.CopyFrom(_quiescence_failure(s.quiescence_failure))
     # volume_source (17) stays unset: a Session is only ever seeded from a snapshot that a configured
     # volume admission accepted, and sessionq has none (CreateSession refuses every volume_source)
     return msg
@@ -128,15 +120,17 @@ def session_row_to_proto(row: dict[str, Any]) -> sessions_pb2.Session:
         msg.failure.CopyFrom(sessions_pb2.Failure(reason=row.get("failure_reason") or "", message=failure_message))
     f = row.get("quiescence_failure")
     if f:
-        msg.last_quiescence_failure.CopyFrom(
-            sessions_pb2.QuiescenceFailure(
-                task_id=f.get("task_id") or "",
-                reason=f.get("reason") or "",
-                message=f.get("message") or "",
-                failed_at=ts(datetime.fromisoformat(f["failed_at"])) if f.get("failed_at") else None,
-            )
-        )
+        msg.last_quiescence_failure.CopyFrom(_quiescence_failure(f))
     return msg
+
+
+def _quiescence_failure(f: dict[str, Any]) -> sessions_pb2.QuiescenceFailure:
+    return sessions_pb2.QuiescenceFailure(
+        task_id=f.get("task_id") or "",
+        reason=f.get("reason") or "",
+        message=f.get("message") or "",
+        failed_at=ts(datetime.fromisoformat(f["failed_at"])) if f.get("failed_at") else None,
+    )
 
 
 def _parse_time(v: str | datetime | None) -> datetime | None:
