@@ -57,6 +57,17 @@ def _message(text: str, context_id: str = "") -> a2a_pb2.Message:
                            parts=[a2a_pb2.Part(text=text)])
 
 
+async def first_turn(api: Any, store: Any, sim: Any) -> tuple[str, a2a_pb2.Task]:
+    """The Agent applied, a new Session, and its first turn ("What is 2+2?") COMPLETED."""
+    await apply_agent(store, sim)
+    sid = await new_session(api)
+    stub = a2a_pb2_grpc.A2AServiceStub(api.channel)
+    task = (await stub.SendMessage(a2a_pb2.SendMessageRequest(tenant=TENANT, message=_message("What is 2+2?", sid)),
+                                   metadata=api.md(), timeout=60)).task
+    assert task.status.state == a2a_pb2.TASK_STATE_COMPLETED, task.status
+    return sid, task
+
+
 def _secret_parts(token: str) -> list[str]:
     return [token, token.rsplit(".", 1)[1]]
 
@@ -65,12 +76,7 @@ async def test_an_actor_created_without_its_env_reports_its_turn(
     api: Any, store: Any, sim: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    await apply_agent(store, sim)
-    sid = await new_session(api)
-    stub = a2a_pb2_grpc.A2AServiceStub(api.channel)
-    task = (await stub.SendMessage(a2a_pb2.SendMessageRequest(tenant=TENANT, message=_message("What is 2+2?", sid)),
-                                   metadata=api.md(), timeout=60)).task
-    assert task.status.state == a2a_pb2.TASK_STATE_COMPLETED, task.status
+    sid, task = await first_turn(api, store, sim)
     assert "4" in " ".join(p.text for p in task.status.message.parts)
     session = await store.session_by_id(UUID(sid))
     # the runtime never saw an environment (nor the credential): the turn brought it
@@ -200,12 +206,7 @@ async def test_a_cancel_carries_the_credential_to_an_actor_that_never_had_a_turn
     from sessionq.runtime.ateapi.invoke import A2AInvoker
 
     caplog.set_level(logging.DEBUG)
-    await apply_agent(store, sim)
-    sid = await new_session(api)
-    stub = a2a_pb2_grpc.A2AServiceStub(api.channel)
-    task = (await stub.SendMessage(a2a_pb2.SendMessageRequest(tenant=TENANT, message=_message("What is 2+2?", sid)),
-                                   metadata=api.md(), timeout=60)).task
-    assert task.status.state == a2a_pb2.TASK_STATE_COMPLETED, task.status
+    sid, task = await first_turn(api, store, sim)
     session = await store.session_by_id(UUID(sid))
     token = await workload_credential(store, UUID(sid))
     client = _ReadingClient(api.address, None)
