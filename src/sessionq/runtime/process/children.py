@@ -197,6 +197,9 @@ class Child:
     warm: bool = False  # started from a warm interpreter (warm.py), not exec'd for this Actor
     stopping: bool = False  # a stop the runtime asked for: its exit is no crash
     exited: asyncio.Event = field(default_factory=asyncio.Event)
+    # set once the runtime has recorded how the process ended (a crash is in its state): what a caller
+    # waiting on the process's end waits for, so the Actor it reads next is already CRASHED
+    exit_recorded: asyncio.Event = field(default_factory=asyncio.Event)
     returncode: int | None = None
     watcher: asyncio.Task[None] | None = None
 

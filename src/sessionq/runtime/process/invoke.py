@@ -23,7 +23,7 @@ from sessionq.runtime.simulator.turns import parse_message
 
 __all__ = ["cancel_actor_turn", "invoke_actor"]
 
-EXIT_GRACE = 1.0  # seconds a failed call waits for the process's exit to explain it
+EXIT_GRACE = 3.0  # seconds a failed call waits for the process's recorded exit to explain it
 
 
 def send_request(request: InvokeRequest) -> a2a_pb2.SendMessageRequest:

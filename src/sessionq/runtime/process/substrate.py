@@ -520,6 +520,7 @@ class ProcessSubstrate:
         child.returncode = returncode
         child.exited.set()
         if child.stopping:
+            child.exit_recorded.set()
             return
         children.kill_group(child.pid)  # what the process left behind in its group
         message = children.crash_message(child)
@@ -529,6 +530,8 @@ class ProcessSubstrate:
             )
         except Exception:  # the reconciliation at the next start records it
             log.exception("process runtime: recording the crash of actor %s failed", child.uid)
+        finally:
+            child.exit_recorded.set()
         if self._children.get(child.uid) is child:
             del self._children[child.uid]
         log.warning("process runtime: actor %s crashed: %s", child.uid, message)
@@ -779,7 +782,8 @@ class ProcessSubstrate:
         fails the call (UNAVAILABLE, with the exit status)."""
         url = await self.endpoint(atespace, name, uid)
         child = self._children.get(uid)
-        exited = child.exited if child is not None else None
+        # the call ends once the crash is recorded, so whoever reads the Actor next sees it CRASHED
+        exited = child.exit_recorded if child is not None else None
         await invoke_actor(
             url,
             request,
@@ -825,9 +829,10 @@ class ProcessSubstrate:
         await self._warm.wait_ready(timeout)
 
     async def wait_exited(self, uid: str, timeout: float = 10.0) -> None:
+        """Wait until the Actor's process has ended and the runtime has recorded how."""
         child = self._children.get(uid)
         if child is not None:
-            await asyncio.wait_for(child.exited.wait(), timeout)
+            await asyncio.wait_for(child.exit_recorded.wait(), timeout)
 
 
 def _unlink(paths: list[str]) -> None:
