@@ -137,7 +137,7 @@ class RequestValidation(grpc.aio.ServerInterceptor):
         cached = self._cache.get(method)
         if cached is not None and cached[0] is handler:
             return cached[1]
-        wrapped = self._wrap(method, handler)
+        wrapped = self.wrap(method, handler)
         self._cache[method] = (handler, wrapped)
         return wrapped
 
@@ -171,7 +171,9 @@ class RequestValidation(grpc.aio.ServerInterceptor):
             ),
         )
 
-    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        """The handler of `method` with this check in front of its behaviour (what intercept_service
+        answers; the API server applies it once, at start: api/handlers.py)."""
         check = self.check
         if handler.unary_unary is not None:
             uu = handler.unary_unary
