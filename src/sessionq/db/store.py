@@ -11,9 +11,10 @@ import contextlib
 import hashlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from operator import itemgetter
 from typing import Any, Literal
 from uuid import UUID
 
@@ -49,6 +50,7 @@ from sessionq.models import (
     Revision,
     RowKind,
     Session,
+    SessionView,
     Share,
     SharePermission,
     Task,
@@ -56,6 +58,14 @@ from sessionq.models import (
 )
 
 _SessionRead = tuple[UUID, str, str | None, str]  # session id, caller, share token hash, kind
+_READ_ARRAYS = "%s::uuid[], %s::text[], %s::text[], %s::text[]"
+_GET_SESSIONS = f"SELECT ord, session FROM sessionq.get_sessions({_READ_ARRAYS})"
+_GET_SESSION_VIEWS = f"SELECT * FROM sessionq.get_session_views({_READ_ARRAYS})"
+_GET_SESSION_VIEW = "SELECT * FROM sessionq.get_session_views(ARRAY[%s::uuid], ARRAY[%s], ARRAY[%s], ARRAY[%s])"
+
+
+def _view(row: tuple[Any, ...]) -> SessionView:
+    return SessionView(*row[1:])  # after ord
 
 
 class _PointReads:
@@ -66,13 +76,27 @@ class _PointReads:
     waiter's cancellation only drops it from the batch; an error of the batch's statement reaches
     every waiter of that batch."""
 
-    def __init__(self, store: Store, max_batch: int = 64) -> None:
+    def __init__(
+        self,
+        store: Store,
+        batch_sql: str,
+        single_sql: str,
+        value: Callable[[tuple[Any, ...]], Any] = itemgetter(1),
+        max_batch: int = 64,
+    ) -> None:
+        """batch_sql: the statement of a batch, given the four arrays of its reads and answering
+        (ord, ...) for each read its caller may see; single_sql: the statement of a read alone,
+        given the read's four values (scalars: psycopg dumps lists in Python, element by element),
+        answering the same row or none (or raising SQ404 itself); value: what a read gets of its row."""
         self.store = store
+        self.batch_sql = batch_sql
+        self.single_sql = single_sql
+        self.value = value
         self.max_batch = max_batch
         self.busy = False
         self.queue: list[tuple[_SessionRead, asyncio.Future[Any]]] = []
         self.drain: asyncio.Task[None] | None = None
-        self.batches = 0  # statements get_sessions ran, and the largest batch (tests, profiling)
+        self.batches = 0  # statements batch_sql ran for queued reads, and the largest batch (tests, profiling)
         self.largest = 0
 
     async def read(self, key: _SessionRead) -> Any:
@@ -82,9 +106,16 @@ class _PointReads:
             return await fut
         self.busy = True
         try:
-            return await self.store._value("SELECT sessionq.get_session(%s, %s, %s, %s)", key)
+            rows = await self.store._fetch(self.single_sql, key, tuple_row)
+            if not rows:
+                raise errors.not_found(f"{key[3]} {key[0]} not found")
+            return self.value(rows[0])
         finally:
             self._release()
+
+    async def _fetch(self, keys: list[_SessionRead]) -> list[tuple[Any, ...]]:
+        ids, callers, shares, kinds = (list(c) for c in zip(*keys, strict=True))
+        return await self.store._fetch(self.batch_sql, (ids, callers, shares, kinds), tuple_row)
 
     def _release(self) -> None:
         if self.queue:
@@ -112,11 +143,8 @@ class _PointReads:
     async def _run(self, batch: list[tuple[_SessionRead, asyncio.Future[Any]]]) -> None:
         self.batches += 1
         self.largest = max(self.largest, len(batch))
-        ids, callers, shares, kinds = (list(c) for c in zip(*(k for k, _ in batch), strict=True))
         try:
-            rows = await self.store._fetch(
-                "SELECT ord, session FROM sessionq.get_sessions(%s::uuid[], %s::text[], %s::text[], %s::text[])",
-                (ids, callers, shares, kinds), tuple_row)
+            rows = await self._fetch([k for k, _ in batch])
         except BaseException as e:
             for _, f in batch:
                 if not f.done():
@@ -124,7 +152,7 @@ class _PointReads:
             if not isinstance(e, Exception):
                 raise
             return
-        found = {int(o): v for o, v in rows}
+        found = {int(row[0]): self.value(row) for row in rows}
         for i, ((sid, _, _, of), f) in enumerate(batch, start=1):
             if f.done():
                 continue
@@ -142,7 +170,11 @@ class Store:
         self.pool = pool
         self.listener = listener
         self.health: DatabaseHealth = getattr(pool, "health", None) or DatabaseHealth()
-        self.point_reads = _PointReads(self) if coalesce_reads else None
+        self.point_reads = self.view_reads = None
+        if coalesce_reads:
+            self.point_reads = _PointReads(
+                self, _GET_SESSIONS, "SELECT 1, sessionq.get_session(%s, %s, %s, %s)")
+            self.view_reads = _PointReads(self, _GET_SESSION_VIEWS, _GET_SESSION_VIEW, _view)
 
     @classmethod
     async def open(
@@ -470,13 +502,26 @@ class Store:
     async def get_session_row(
         self, session_id: UUID, caller: str, share_hash: str | None = None, of: RowKind = RowKind.SESSION
     ) -> dict[str, Any]:
-        """get_session's row as the database gives it (the JSON object of the sessions row), for
-        a caller that reads a few of its fields (GetSession builds its answer straight from it)."""
+        """get_session's row as the database gives it (the JSON object of the sessions row)."""
         if self.point_reads is not None:
             value: dict[str, Any] = await self.point_reads.read((session_id, caller, share_hash, str(of)))
             return value
         return await self._value(
             "SELECT sessionq.get_session(%s, %s, %s, %s)", (session_id, caller, share_hash, of))
+
+    async def get_session_view(
+        self, session_id: UUID, caller: str, share_hash: str | None = None, of: RowKind = RowKind.SESSION
+    ) -> SessionView:
+        """What GetSession shows of a Session the caller may see (sessionq.get_session_views: the
+        same rule as get_session); NOT_FOUND otherwise. Concurrent reads are coalesced."""
+        key = (session_id, caller, share_hash, str(of))
+        if self.view_reads is not None:
+            view: SessionView = await self.view_reads.read(key)
+            return view
+        rows = await self._fetch(_GET_SESSION_VIEW, key, tuple_row)
+        if not rows:
+            raise errors.not_found(f"{of} {session_id} not found")
+        return _view(rows[0])
 
     async def session_by_id(self, session_id: UUID) -> Session | None:
         """Unfiltered read for executors and operators (never for client-facing calls)."""
