@@ -65,3 +65,39 @@ async def test_health_reflection_and_validation_answer_through_the_table(api):
         await sessions_pb2_grpc.SessionServiceStub(api.channel).GetSession(
             sessions_pb2.GetSessionRequest(session_id="nope"), metadata=api.md(), timeout=5)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "session_id" in (e.value.details() or "")
+
+
+class _Context:
+    """What Authenticator.identify reads of a servicer context: the request's metadata."""
+
+    def __init__(self, md: tuple[tuple[str, str], ...]) -> None:
+        self.md = md
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self.md
+
+
+def test_identify_keeps_identities_only_and_answers_each_metadata_as_before(monkeypatch):
+    from sessionq.api import common
+    from sessionq.errors import SessionqError
+
+    auth = common.Authenticator({"ta": "alice", "tb": "bob"})
+    alice = (("user-agent", "x"), ("authorization", "Bearer ta"))
+    shared = (("authorization", "Bearer tb"), ("x-kagent-share-token", "s"))
+    for _ in range(3):
+        assert auth.identify(_Context(alice)) == common.Identity("alice")
+        assert auth.identify(_Context(shared)) == common.Identity("bob", common.hash_token("s"))
+        assert auth.identify(_Context(alice)) is auth.identify(_Context(alice))  # kept
+    # refusals are answered every time, never kept
+    twice = (("authorization", "Bearer ta"), ("authorization", "Bearer tb"))
+    for md in (twice, (("authorization", "Bearer nope"),), ()):
+        for _ in range(2):
+            with pytest.raises(SessionqError) as e:
+                auth.identify(_Context(md))
+            assert e.value.code == grpc.StatusCode.UNAUTHENTICATED
+    assert set(auth._identities) == {alice, shared}
+    # bounded: emptied when full
+    monkeypatch.setattr(common, "IDENTITY_CACHE", 4)
+    for i in range(10):
+        assert auth.identify(_Context((("authorization", "Bearer ta"), ("traceparent", str(i))))).user == "alice"
+    assert len(auth._identities) <= 4

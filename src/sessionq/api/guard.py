@@ -177,6 +177,17 @@ class InputGuard(grpc.aio.ServerInterceptor):
 
         if handler.unary_unary is not None:
             uu = handler.unary_unary
+            if inspect.iscoroutinefunction(uu):  # every servicer of ours: one coroutine less per call
+
+                async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                    if isinstance(request, Malformed):
+                        await guard._reject(context, method, request)
+                    try:
+                        return await uu(request, context)
+                    except NotImplementedError:
+                        await guard._unimplemented(context, method)
+
+                return grpc.unary_unary_rpc_method_handler(unary_unary, deserializer, serializer)
 
             async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 if isinstance(request, Malformed):
