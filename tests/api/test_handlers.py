@@ -101,3 +101,32 @@ def test_identify_keeps_identities_only_and_answers_each_metadata_as_before(monk
     for i in range(10):
         assert auth.identify(_Context((("authorization", "Bearer ta"), ("traceparent", str(i))))).user == "alice"
     assert len(auth._identities) <= 4
+
+
+async def test_rules_that_cannot_be_checked_answer_internal_through_the_wrapped_handler():
+    import protovalidate
+
+    from sessionq.api.validation import RequestValidation
+
+    class Broken:
+        def collect_violations(self, request):
+            raise protovalidate.CompilationError("no such rule")
+
+    class Servicer(sessions_pb2_grpc.SessionServiceServicer):
+        async def GetSession(self, request, context):
+            raise AssertionError("the servicer ran")
+
+    table = HandlerTable(RequestValidation(Broken()).wrap)  # type: ignore[arg-type]
+    sessions_pb2_grpc.add_SessionServiceServicer_to_server(Servicer(), table)
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((table,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await sessions_pb2_grpc.SessionServiceStub(channel).GetSession(
+                    sessions_pb2.GetSessionRequest(session_id="x"), timeout=5)
+    finally:
+        await server.stop(0)
+    assert e.value.code() == grpc.StatusCode.INTERNAL and "cannot be checked" in (e.value.details() or "")
