@@ -116,7 +116,7 @@ async def test_rules_that_cannot_be_checked_answer_internal_through_the_wrapped_
         async def GetSession(self, request, context):
             raise AssertionError("the servicer ran")
 
-    table = HandlerTable(RequestValidation(Broken()).wrap)  # type: ignore[arg-type]
+    table = HandlerTable(RequestValidation(Broken()).wrap)
     sessions_pb2_grpc.add_SessionServiceServicer_to_server(Servicer(), table)
     server = grpc.aio.server()
     server.add_generic_rpc_handlers((table,))

@@ -11,7 +11,7 @@ import contextlib
 import hashlib
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from operator import itemgetter
@@ -27,6 +27,7 @@ from sessionq import errors
 from sessionq.db import notify
 from sessionq.db.connection import DatabaseHealth, Listener, make_pool
 from sessionq.db.notify import Channel
+from sessionq.db.raw import RawStatement, text_array, text_param
 from sessionq.models import (
     Admission,
     AdmissionOutcome,
@@ -60,12 +61,26 @@ from sessionq.models import (
 _SessionRead = tuple[UUID, str, str | None, str]  # session id, caller, share token hash, kind
 _READ_ARRAYS = "%s::uuid[], %s::text[], %s::text[], %s::text[]"
 _GET_SESSIONS = f"SELECT ord, session FROM sessionq.get_sessions({_READ_ARRAYS})"
-_GET_SESSION_VIEWS = f"SELECT * FROM sessionq.get_session_views({_READ_ARRAYS})"
-_GET_SESSION_VIEW = "SELECT * FROM sessionq.get_session_views(ARRAY[%s::uuid], ARRAY[%s], ARRAY[%s], ARRAY[%s])"
+# GetSession's reads, executed through libpq directly (db/raw.py): a batch, and a read alone
+_VIEWS = RawStatement(
+    "sessionq_get_session_views",
+    "SELECT * FROM sessionq.get_session_views($1::uuid[], $2::text[], $3::text[], $4::text[])")
+_VIEW = RawStatement(
+    "sessionq_get_session_view",
+    "SELECT * FROM sessionq.get_session_views(ARRAY[$1::uuid], ARRAY[$2::text], ARRAY[$3::text], ARRAY[$4::text])")
+
+Fetch = Callable[[Any, Any], Awaitable[list[tuple[Any, ...]]]]
 
 
 def _view(row: tuple[Any, ...]) -> SessionView:
-    return SessionView(*row[1:])  # after ord
+    """A row of get_session_views in text form (ord first) as the SessionView it shows."""
+    _, sid, creator, revision, namespace, agent, state, operation, name, created, updated, reason, message, qf = row
+    return SessionView(
+        sid.decode(), creator.decode(), revision.decode() if revision is not None else None, namespace.decode(),
+        agent.decode(), state.decode(), operation.decode(), name.decode(), int(created), int(updated),
+        reason.decode() if reason is not None else None, message.decode() if message is not None else None,
+        json.loads(qf) if qf is not None else None,
+    )
 
 
 class _PointReads:
@@ -78,19 +93,16 @@ class _PointReads:
 
     def __init__(
         self,
-        store: Store,
-        batch_sql: str,
-        single_sql: str,
+        single: Callable[[_SessionRead], Awaitable[list[tuple[Any, ...]]]],
+        batch: Callable[[list[_SessionRead]], Awaitable[list[tuple[Any, ...]]]],
         value: Callable[[tuple[Any, ...]], Any] = itemgetter(1),
         max_batch: int = 64,
     ) -> None:
-        """batch_sql: the statement of a batch, given the four arrays of its reads and answering
-        (ord, ...) for each read its caller may see; single_sql: the statement of a read alone,
-        given the read's four values (scalars: psycopg dumps lists in Python, element by element),
-        answering the same row or none (or raising SQ404 itself); value: what a read gets of its row."""
-        self.store = store
-        self.batch_sql = batch_sql
-        self.single_sql = single_sql
+        """batch: the rows of a batch of reads, (ord, ...) for each read its caller may see (ord
+        from 1); single: the row of a read alone, or none (or it raises SQ404 itself); value: what
+        a read gets of its row."""
+        self.single = single
+        self.batch = batch
         self.value = value
         self.max_batch = max_batch
         self.busy = False
@@ -106,16 +118,12 @@ class _PointReads:
             return await fut
         self.busy = True
         try:
-            rows = await self.store._fetch(self.single_sql, key, tuple_row)
+            rows = await self.single(key)
             if not rows:
                 raise errors.not_found(f"{key[3]} {key[0]} not found")
             return self.value(rows[0])
         finally:
             self._release()
-
-    async def _fetch(self, keys: list[_SessionRead]) -> list[tuple[Any, ...]]:
-        ids, callers, shares, kinds = (list(c) for c in zip(*keys, strict=True))
-        return await self.store._fetch(self.batch_sql, (ids, callers, shares, kinds), tuple_row)
 
     def _release(self) -> None:
         if self.queue:
@@ -144,7 +152,7 @@ class _PointReads:
         self.batches += 1
         self.largest = max(self.largest, len(batch))
         try:
-            rows = await self._fetch([k for k, _ in batch])
+            rows = await self.batch([k for k, _ in batch])
         except BaseException as e:
             for _, f in batch:
                 if not f.done():
@@ -172,9 +180,8 @@ class Store:
         self.health: DatabaseHealth = getattr(pool, "health", None) or DatabaseHealth()
         self.point_reads = self.view_reads = None
         if coalesce_reads:
-            self.point_reads = _PointReads(
-                self, _GET_SESSIONS, "SELECT 1, sessionq.get_session(%s, %s, %s, %s)")
-            self.view_reads = _PointReads(self, _GET_SESSION_VIEWS, _GET_SESSION_VIEW, _view)
+            self.point_reads = _PointReads(self._whole_row, self._whole_rows)
+            self.view_reads = _PointReads(self._view_row, self._view_rows, _view)
 
     @classmethod
     async def open(
@@ -518,10 +525,45 @@ class Store:
         if self.view_reads is not None:
             view: SessionView = await self.view_reads.read(key)
             return view
-        rows = await self._fetch(_GET_SESSION_VIEW, key, tuple_row)
+        rows = await self._view_row(key)
         if not rows:
             raise errors.not_found(f"{of} {session_id} not found")
         return _view(rows[0])
+
+    # the statements of the coalesced reads (_PointReads): a read alone, and a batch
+
+    async def _whole_row(self, key: _SessionRead) -> list[tuple[Any, ...]]:
+        return await self._fetch("SELECT 1, sessionq.get_session(%s, %s, %s, %s)", key, tuple_row)
+
+    async def _whole_rows(self, keys: list[_SessionRead]) -> list[tuple[Any, ...]]:
+        ids, callers, shares, kinds = (list(c) for c in zip(*keys, strict=True))
+        return await self._fetch(_GET_SESSIONS, (ids, callers, shares, kinds), tuple_row)
+
+    async def _view_row(self, key: _SessionRead) -> list[tuple[Any, ...]]:
+        sid, caller, share, of = key
+        return await self._raw(_VIEW, [str(sid).encode(), text_param(caller), text_param(share), of.encode()])
+
+    async def _view_rows(self, keys: list[_SessionRead]) -> list[tuple[Any, ...]]:
+        ids, callers, shares, kinds = zip(*keys, strict=True)
+        params: list[bytes | None] = [
+            text_array([str(i) for i in ids]), text_array(list(callers)), text_array(list(shares)),
+            text_array(list(kinds))]
+        return await self._raw(_VIEWS, params)
+
+    async def _raw(self, statement: RawStatement, params: list[bytes | None]) -> list[tuple[Any, ...]]:
+        """A RawStatement on a pooled connection, its errors mapped as _fetch maps them."""
+        try:
+            conn = await self.pool.getconn()
+            try:
+                rows: list[tuple[Any, ...]] = await statement.run(conn, params)
+                return rows
+            finally:
+                await self.pool.putconn(conn)
+        except psycopg.Error as e:
+            domain = errors.from_database(e)
+            if domain is not None:
+                raise domain from None
+            raise
 
     async def session_by_id(self, session_id: UUID) -> Session | None:
         """Unfiltered read for executors and operators (never for client-facing calls)."""
