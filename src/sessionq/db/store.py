@@ -27,7 +27,7 @@ from sessionq import errors
 from sessionq.db import notify
 from sessionq.db.connection import DatabaseHealth, Listener, make_pool
 from sessionq.db.notify import Channel
-from sessionq.db.raw import RawStatement, text_array, text_param
+from sessionq.db.raw import HeldConnection, RawStatement, text_array, text_param
 from sessionq.models import (
     Admission,
     AdmissionOutcome,
@@ -181,7 +181,9 @@ class Store:
         self.point_reads = self.view_reads = None
         if coalesce_reads:
             self.point_reads = _PointReads(self._whole_row, self._whole_rows)
-            self.view_reads = _PointReads(self._view_row, self._view_rows, _view)
+            self.view_reads = _PointReads(self._view_row_held, self._view_rows, _view)
+        # the view coalescer runs one statement at a time: on a connection it keeps between them
+        self._held = HeldConnection(pool)
 
     @classmethod
     async def open(
@@ -216,6 +218,7 @@ class Store:
         (0: do not wait, as a forced stop does)."""
         if self.listener:
             await self.listener.stop()
+        await self._held.close()
         await self.pool.close(timeout=timeout)
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -539,23 +542,36 @@ class Store:
         ids, callers, shares, kinds = (list(c) for c in zip(*keys, strict=True))
         return await self._fetch(_GET_SESSIONS, (ids, callers, shares, kinds), tuple_row)
 
-    async def _view_row(self, key: _SessionRead) -> list[tuple[Any, ...]]:
+    @staticmethod
+    def _view_params(key: _SessionRead) -> list[bytes | None]:
         sid, caller, share, of = key
-        return await self._raw(_VIEW, [str(sid).encode(), text_param(caller), text_param(share), of.encode()])
+        return [str(sid).encode(), text_param(caller), text_param(share), of.encode()]
+
+    async def _view_row(self, key: _SessionRead) -> list[tuple[Any, ...]]:
+        return await self._raw(_VIEW, self._view_params(key))
+
+    async def _view_row_held(self, key: _SessionRead) -> list[tuple[Any, ...]]:
+        return await self._raw(_VIEW, self._view_params(key), held=True)
 
     async def _view_rows(self, keys: list[_SessionRead]) -> list[tuple[Any, ...]]:
         ids, callers, shares, kinds = zip(*keys, strict=True)
         params: list[bytes | None] = [
             text_array([str(i) for i in ids]), text_array(list(callers)), text_array(list(shares)),
             text_array(list(kinds))]
-        return await self._raw(_VIEWS, params)
+        return await self._raw(_VIEWS, params, held=True)
 
-    async def _raw(self, statement: RawStatement, params: list[bytes | None]) -> list[tuple[Any, ...]]:
-        """A RawStatement on a pooled connection, its errors mapped as _fetch maps them."""
+    async def _raw(
+        self, statement: RawStatement, params: list[bytes | None], held: bool = False
+    ) -> list[tuple[Any, ...]]:
+        """A RawStatement on a pooled connection (held: the one the view coalescer keeps, which
+        only it uses, one statement at a time), its errors mapped as _fetch maps them."""
         try:
+            if held:
+                rows: list[tuple[Any, ...]] = await self._held.run(statement, params)
+                return rows
             conn = await self.pool.getconn()
             try:
-                rows: list[tuple[Any, ...]] = await statement.run(conn, params)
+                rows = await statement.run(conn, params)
                 return rows
             finally:
                 await self.pool.putconn(conn)
