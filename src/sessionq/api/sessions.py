@@ -97,27 +97,32 @@ def session_to_proto(s: Session) -> sessions_pb2.Session:
     return msg
 
 
-def session_view_to_proto(v: SessionView) -> sessions_pb2.Session:
+def session_view_to_proto(v: SessionView, msg: sessions_pb2.Session | None = None) -> sessions_pb2.Session:
     """session_to_proto(store.get_session(...)) from the dozen columns GetSession reads
-    (sessionq.get_session_views): their equality is tested (tests/api/test_session_proto.py)."""
+    (sessionq.get_session_views): their equality is tested (tests/api/test_session_proto.py).
+    Fills `msg` in place when given (the response's own field: no copy of the message)."""
+    if msg is None:
+        msg = sessions_pb2.Session()
     sid = v.id
-    msg = sessions_pb2.Session(
-        id=sid,
-        creator=v.creator,
-        prepared_revision=v.revision_id or "",
-        a2a_authority=f"{v.agent_namespace}/{v.agent_name}",
-        state=_STATES[v.state],  # type: ignore[index]
-        operation=_OPERATIONS[v.operation],  # type: ignore[index]
-        name=v.name,
-        context_id=sid,
-        agent=common_pb2.ResourceReference(namespace=v.agent_namespace, name=v.agent_name),
-    )
+    msg.id = sid
+    msg.creator = v.creator
+    if v.revision_id:
+        msg.prepared_revision = v.revision_id
+    msg.a2a_authority = f"{v.agent_namespace}/{v.agent_name}"
+    msg.state = _STATES[v.state]  # type: ignore[index]
+    msg.operation = _OPERATIONS[v.operation]  # type: ignore[index]
+    msg.name = v.name
+    msg.context_id = sid
+    agent = msg.agent
+    agent.namespace = v.agent_namespace
+    agent.name = v.agent_name
     seconds, micros = divmod(v.created_us, 1_000_000)
     msg.created_at.seconds, msg.created_at.nanos = seconds, micros * 1000
     seconds, micros = divmod(v.updated_us, 1_000_000)
     msg.updated_at.seconds, msg.updated_at.nanos = seconds, micros * 1000
     if v.failure_message:
-        msg.failure.CopyFrom(sessions_pb2.Failure(reason=v.failure_reason or "", message=v.failure_message))
+        msg.failure.reason = v.failure_reason or ""
+        msg.failure.message = v.failure_message
     if v.quiescence_failure:
         msg.last_quiescence_failure.CopyFrom(_quiescence_failure(v.quiescence_failure))
     return msg
@@ -235,7 +240,9 @@ class SessionService(sessions_pb2_grpc.SessionServiceServicer):
         who = self.auth.identify(context)
         sid = parse_uuid(request.session_id, "session_id")
         view = await self.store.get_session_view(sid, who.user, who.share_hash)
-        return sessions_pb2.GetSessionResponse(session=session_view_to_proto(view))
+        response = sessions_pb2.GetSessionResponse()
+        session_view_to_proto(view, response.session)
+        return response
 
     @rpc
     async def ListSessions(
