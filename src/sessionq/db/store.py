@@ -84,12 +84,14 @@ def _view(row: tuple[Any, ...]) -> SessionView:
 
 
 class _PointReads:
-    """Coalesced GetSession reads (issue 23). A read that finds no other read in flight runs alone,
-    as a single `get_session` call (no timer, no added latency). Reads that arrive while one is in
+    """Coalesced point reads of Sessions (issue 23). A read that finds no other read in flight runs
+    alone, as a single statement (no timer, no added latency). Reads that arrive while one is in
     flight queue; when it ends, one drain task answers the queue, up to `max_batch` at a time, with
-    `get_sessions` (one statement for the batch, each row filtered by its own caller's access). A
-    waiter's cancellation only drops it from the batch; an error of the batch's statement reaches
-    every waiter of that batch."""
+    one statement for the batch (each row filtered by its own caller's access). So at most one
+    statement is in flight at a time. A waiter's cancellation only drops it from the batch; an
+    error of the batch's statement reaches every waiter of that batch. Two instances: the whole
+    rows (`get_session` / `get_sessions`, Store.get_session) and GetSession's views
+    (`get_session_views`, Store.get_session_view, on a kept connection: db/raw.py)."""
 
     def __init__(
         self,
