@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from datetime import datetime
 from types import NoneType, UnionType
-from typing import Any, ClassVar, Self, Union, get_args, get_origin, get_type_hints
+from typing import Any, ClassVar, NamedTuple, Self, Union, get_args, get_origin, get_type_hints
 from uuid import UUID
 
 # -- column values (CHECK constraints) -------------------------------------------------------------
@@ -316,6 +316,26 @@ def _builder(cls: type) -> Callable[[dict[str, Any]], Any]:
         return record
 
     return build
+
+
+class SessionView(NamedTuple):
+    """What GetSession shows of a Session, as sessionq.get_session_views answers it (its columns
+    in order): text as the answer carries it, times in microseconds since the epoch, the enums'
+    names. The read path that serves most requests decodes these dozen columns only (issue 23)."""
+
+    id: str
+    creator: str
+    revision_id: str | None
+    agent_namespace: str
+    agent_name: str
+    state: str
+    operation: str
+    name: str
+    created_us: int
+    updated_us: int
+    failure_reason: str | None
+    failure_message: str | None
+    quiescence_failure: dict[str, Any] | None
 
 
 @dataclass(frozen=True)

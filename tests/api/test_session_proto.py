@@ -1,46 +1,54 @@
-"""GetSession builds its answer straight from the database's row (session_row_to_proto, issue 23's
-fourth pass): the same Session message as session_to_proto of the decoded record, for the row as
-stored and with every optional field the answer shows set or empty."""
+"""GetSession builds its answer from the dozen columns sessionq.get_session_views reads
+(session_view_to_proto, issue 23): the same Session message as session_to_proto of the whole
+record, for the row as created and with every optional field the answer shows set or empty (the
+row is changed in the database, then read both ways)."""
 
 from __future__ import annotations
 
+import json
 import uuid
-from typing import Any
 
 from conftest import apply_agent
+from psycopg import AsyncConnection
 
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, sessions_pb2, sessions_pb2_grpc
-from sessionq.api.sessions import session_row_to_proto, session_to_proto
-from sessionq.models import Session
+from sessionq.api.sessions import session_to_proto, session_view_to_proto
+from sessionq.db.store import Store
 
 AGENT = common_pb2.ResourceReference(namespace="kagent", name="my-first-agent")
+FAILED = {"task_id": "t-1", "reason": "TIMEOUT", "message": "no answer", "failed_at": "2026-12-01T20:21:39.123456+00:00"}
+
+# column changes (name = value) made to the Session before each comparison; times before 1970 too
+VARIANTS: list[dict[str, object]] = [
+    {},
+    {"name": "named"},
+    {"failure_reason": "RUNTIME", "failure_message": "it broke"},
+    {"failure_reason": None, "failure_message": "no reason"},
+    {"failure_reason": "RUNTIME", "failure_message": ""},
+    {"quiescence_failure": json.dumps(FAILED)},
+    {"quiescence_failure": json.dumps({**FAILED, "failed_at": None, "task_id": None})},
+    {"created_at": "2026-01-02T03:04:05+02:00", "updated_at": "2026-01-02T03:04:05.000001-07:30"},
+    {"created_at": "1969-12-31T23:59:59.999999+00:00", "updated_at": "1900-06-01T00:00:00.5+00:00"},
+]
 
 
-def variants(row: dict[str, Any]) -> list[dict[str, Any]]:
-    failed = {"task_id": "t-1", "reason": "TIMEOUT", "message": "no answer", "failed_at": "2026-12-01T20:21:39.123456+00:00"}
-    return [
-        row,
-        {**row, "revision_id": str(uuid.uuid4()), "name": "named"},
-        {**row, "failure_reason": "RUNTIME", "failure_message": "it broke", "state": "FAILED"},
-        {**row, "failure_reason": None, "failure_message": "no reason"},
-        {**row, "failure_reason": "RUNTIME", "failure_message": ""},
-        {**row, "quiescence_failure": failed, "operation": "SUSPEND"},
-        {**row, "quiescence_failure": {**failed, "failed_at": None, "task_id": None}},
-        {**row, "created_at": "2026-01-02T03:04:05+02:00", "updated_at": "2026-01-02T03:04:05.000001-07:30"},
-    ]
-
-
-async def test_get_session_answer_is_the_decoded_records_proto(api, store, sim):
+async def test_get_session_answer_is_the_whole_records_proto(api, store: Store, sim, aconn: AsyncConnection):
     await apply_agent(store, sim)
     stub = sessions_pb2_grpc.SessionServiceStub(api.channel)
     created = (await stub.CreateSession(sessions_pb2.CreateSessionRequest(request_id="p1", agent=AGENT, name="n"),
                                         metadata=api.md(), timeout=10)).session
     sid = uuid.UUID(created.id)
-    row = await store.get_session_row(sid, "alice")
-    assert isinstance(row, dict) and row["id"] == created.id
-    got = (await stub.GetSession(sessions_pb2.GetSessionRequest(session_id=created.id), metadata=api.md(),
-                                 timeout=5)).session
-    assert got == session_to_proto(await store.get_session(sid, "alice"))
-    for v in variants(row):
-        assert session_row_to_proto(v) == session_to_proto(Session.from_json(v)), v
-    assert session_row_to_proto(variants(row)[5]).last_quiescence_failure.message == "no answer"
+    alone = Store(store.pool, coalesce_reads=False)
+    for change in VARIANTS:
+        for column, value in change.items():
+            cast = "::jsonb" if column == "quiescence_failure" else ""
+            # a column name from the list above, never from input
+            await aconn.execute(f"UPDATE sessionq.sessions SET {column} = %s{cast} WHERE id = %s", (value, sid))
+        expected = session_to_proto(await store.get_session(sid, "alice"))
+        got = (await stub.GetSession(sessions_pb2.GetSessionRequest(session_id=created.id), metadata=api.md(),
+                                     timeout=5)).session
+        assert got == expected, change
+        assert session_view_to_proto(await alone.get_session_view(sid, "alice")) == expected, change
+    assert got.created_at.seconds == -1 and got.created_at.nanos == 999_999_000
+    view = await store.get_session_view(sid, "alice")
+    assert session_view_to_proto(view).last_quiescence_failure.reason == "TIMEOUT"

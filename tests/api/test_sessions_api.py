@@ -263,9 +263,9 @@ async def test_200_concurrent_get_sessions_answer_each_caller_as_alone(api, stor
     alone = {p: await call(*p) for p in pairs}
     assert sum(1 for o in alone.values() if o[0] == "ok") == 3
     assert {o[0] for o in alone.values()} == {"ok", grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT}
-    before = store.point_reads.batches
+    before = store.view_reads.batches  # GetSession's coalescer (get_session_views)
     racers = [pairs[i % len(pairs)] for i in range(200)]
     got = await asyncio.gather(*(call(*p) for p in racers))
     for p, outcome in zip(racers, got, strict=True):
         assert outcome == alone[p], p
-    assert store.point_reads.batches > before  # some of them shared a statement
+    assert store.view_reads.batches > before  # some of them shared a statement

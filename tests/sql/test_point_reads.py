@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -19,6 +20,7 @@ from sessionq.errors import SessionqError
 from sessionq.models import RowKind, SharePermission
 
 Read = tuple[UUID, str, "str | None", RowKind]
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 async def _outcome(store: Store, read: Read) -> Any:
@@ -164,3 +166,62 @@ async def test_the_database_dropping_mid_batch_fails_every_waiter_as_a_single_re
     # the store reads again once the database is back
     session = await store.get_session(*reads[0])
     assert session.id == reads[0][0]
+
+
+async def _view_outcome(store: Store, read: Read) -> Any:
+    try:
+        return ("ok", await store.get_session_view(*read))
+    except SessionqError as e:
+        return ("error", e.sqlstate, e.message)
+
+
+async def test_concurrent_view_reads_each_get_what_a_whole_read_gives(store: Store, sim: Any) -> None:
+    """GetSession's reads (get_session_view, sessionq.get_session_views): coalesced the same way,
+    each caller seeing exactly what get_session gives it: the same fields of its row, or the same
+    NOT_FOUND."""
+    reads = await _world(store, sim)
+    alone = Store(store.pool, coalesce_reads=False)
+    whole = {r: await _outcome(alone, r) for r in reads}
+    expected = {r: await _view_outcome(alone, r) for r in reads}
+    for read, outcome in expected.items():
+        if outcome[0] == "error":
+            assert outcome == whole[read], read
+            continue
+        view, session = outcome[1], whole[read][1]
+        assert (view.id, view.creator, view.state, view.operation, view.name) == (
+            str(session.id), session.creator, session.state, session.operation, session.name)
+        assert view.created_us == (session.created_at - EPOCH) // timedelta(microseconds=1)
+    racers = [random.choice(reads) for _ in range(200)]
+    assert store.view_reads is not None
+    before = store.view_reads.batches
+    got = await asyncio.gather(*(_view_outcome(store, r) for r in racers))
+    for read, outcome in zip(racers, got, strict=True):
+        assert outcome == expected[read], read
+    assert 1 <= store.view_reads.batches - before <= 20
+    assert not store.view_reads.busy and not store.view_reads.queue
+
+
+async def test_the_database_dropping_mid_view_batch_fails_every_waiter(
+    store: Store, sim: Any, database_url: str
+) -> None:
+    reads = await _world(store, sim)
+    lock = await _lock_sessions(database_url)
+    try:
+        leader = asyncio.create_task(store.get_session_view(*reads[0]))
+        [leader_pid] = await _blocked(database_url, "get_session_views")
+        queued = [asyncio.create_task(store.get_session_view(*r)) for r in reads]
+        await asyncio.sleep(0.05)
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as admin:
+            await admin.execute("SELECT pg_terminate_backend(%s)", (leader_pid,))
+            with pytest.raises(psycopg.OperationalError):
+                await leader
+            pids = await _blocked(database_url, "get_session_views")
+            await admin.execute("SELECT pg_terminate_backend(p) FROM unnest(%s::int[]) p", (pids,))
+    finally:
+        await lock.rollback()
+        await lock.close()
+    got = await asyncio.gather(*queued, return_exceptions=True)
+    assert all(isinstance(g, psycopg.OperationalError) for g in got), got
+    assert store.view_reads is not None and not store.view_reads.busy and not store.view_reads.queue
+    view = await store.get_session_view(*reads[0])
+    assert view.id == str(reads[0][0])

@@ -32,6 +32,7 @@ DEFAULT_PAGE = 50
 MAX_PAGE = 100
 # how long a mutation waits for its generation when the client set no deadline
 DEFAULT_WAIT = 30.0
+IDENTITY_CACHE = 4096  # sets of request metadata whose caller Authenticator.identify keeps
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,11 @@ class Authenticator:
         self.tokens = dict(tokens)
         self.anonymous_user = anonymous_user
         self.namespaces = dict(namespaces or {})
+        # identify() answers the same metadata with the same Identity: the tokens and the anonymous
+        # user are fixed for the Authenticator's life, so who sent a given set of headers is too.
+        # Only identities are kept (a refused call is worked out again), at most IDENTITY_CACHE
+        # sets of metadata (emptied when full: metadata carrying per-call values never fills it for good)
+        self._identities: dict[Any, Identity] = {}
 
     def may_use_namespace(self, who: Identity, namespace: str) -> bool:
         """Whether the caller may use the Agents of a namespace (auth.namespaces)."""
@@ -61,7 +67,18 @@ class Authenticator:
             raise errors.permission_denied(f"{who.user} may not use the agents of namespace {errors.clip(namespace)}")
 
     def identify(self, context: grpc.aio.ServicerContext) -> Identity:
-        return self.identify_headers(credential_headers(context.invocation_metadata() or ()))
+        md: Any = context.invocation_metadata() or ()
+        try:
+            known = self._identities.get(md)
+        except TypeError:  # metadata that cannot be a key (no gRPC server gives any): not kept
+            return self.identify_headers(credential_headers(md))
+        if known is not None:
+            return known
+        who = self.identify_headers(credential_headers(md))
+        if len(self._identities) >= IDENTITY_CACHE:
+            self._identities.clear()
+        self._identities[md] = who
+        return who
 
     def identify_headers(self, md: dict[str, str]) -> Identity:
         """The caller of a request with these (lower-cased) headers or metadata."""

@@ -112,14 +112,18 @@ class InputGuard(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
         if handler is None:
-            self.log.warn(Rejection.UNKNOWN_METHOD, method, "no such service or method")
+            self.unknown_method(method)
             return None
         cached = self._cache.get(method)
         if cached is not None and cached[0] is handler:
             return cached[1]
-        wrapped = self._wrap(method, handler)
+        wrapped = self.wrap(method, handler)
         self._cache[method] = (handler, wrapped)
         return wrapped
+
+    def unknown_method(self, method: str) -> None:
+        """Log a call of a method no service has (grpcio answers it UNIMPLEMENTED)."""
+        self.log.warn(Rejection.UNKNOWN_METHOD, method, "no such service or method")
 
     async def _reject(self, context: grpc.aio.ServicerContext, method: str, request: Malformed) -> None:
         self.log.warn(Rejection.MALFORMED, method, request.error)
@@ -136,7 +140,9 @@ class InputGuard(grpc.aio.ServerInterceptor):
         self.log.warn(Rejection.UNIMPLEMENTED, method, "the server does not implement this method")
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{_metric_name(method)} is not implemented")
 
-    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        """The handler of `method` with this check in front of its behaviour (what intercept_service
+        answers; the API server applies it once, at start: api/handlers.py)."""
         guard = self
         deserializer = _guarded_deserializer(handler.request_deserializer)
         serializer = handler.response_serializer
@@ -171,6 +177,17 @@ class InputGuard(grpc.aio.ServerInterceptor):
 
         if handler.unary_unary is not None:
             uu = handler.unary_unary
+            if inspect.iscoroutinefunction(uu):  # every servicer of ours: one coroutine less per call
+
+                async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                    if isinstance(request, Malformed):
+                        await guard._reject(context, method, request)
+                    try:
+                        return await uu(request, context)
+                    except NotImplementedError:
+                        await guard._unimplemented(context, method)
+
+                return grpc.unary_unary_rpc_method_handler(unary_unary, deserializer, serializer)
 
             async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 if isinstance(request, Malformed):

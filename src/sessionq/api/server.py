@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
 from sessionq._pb.kagent.api.v1alpha1 import (
     agents_pb2,
@@ -25,6 +25,7 @@ from sessionq.api.agents import AgentService
 from sessionq.api.checkpoints import CheckpointService
 from sessionq.api.common import Authenticator
 from sessionq.api.guard import InputGuard
+from sessionq.api.handlers import HandlerTable
 from sessionq.api.inventory import InventoryService
 from sessionq.api.sandboxes import SandboxService
 from sessionq.api.sessions import SessionService
@@ -63,30 +64,38 @@ class ApiServer:
         # as grpcio's default: a read never fails on the server's side for its size)
         limit = grpc_message_limit(settings.a2a.max_message_bytes)
         self.server = grpc.aio.server(
-            # RequestValidation enforces the protos' buf.validate rules before any servicer (and so
-            # any database call) runs; it wraps InputGuard's handlers, whose deserializer has turned
-            # an undecodable body into a marker InputGuard answers (and which answers unimplemented
-            # methods). `validate` is off only in the benchmark that measures what the check costs.
-            interceptors=[*([RequestValidation()] if validate else []), InputGuard()],
+            # no interceptors: the checks are applied to each handler once (api/handlers.py)
             # reuse_port: one of several API processes of `serve` on one port (app/supervisor.py)
             options=[("grpc.so_reuseport", int(reuse_port)), ("grpc.max_receive_message_length", limit)],
         )
+        # RequestValidation enforces the protos' buf.validate rules before any servicer (and so any
+        # database call) runs; it wraps InputGuard's handlers, whose deserializer has turned an
+        # undecodable body into a marker InputGuard answers (and which answers unimplemented
+        # methods). `validate` is off only in the benchmark that measures what the check costs.
+        guard = InputGuard()
+        validation = RequestValidation() if validate else None
+
+        def wrap(method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+            guarded = guard.wrap(method, handler)
+            return validation.wrap(method, guarded) if validation is not None else guarded
+
+        table = self.handlers = HandlerTable(wrap, guard.unknown_method)
         auth = Authenticator(settings.auth.tokens, settings.auth.anonymous_user, settings.auth.namespaces)
         self.auth = auth
         sessions_pb2_grpc.add_SessionServiceServicer_to_server(
-            SessionService(store, auth, settings.auth.admins, settings.shares.max_ttl), self.server
+            SessionService(store, auth, settings.auth.admins, settings.shares.max_ttl), table
         )
         agents_pb2_grpc.add_AgentServiceServicer_to_server(
-            AgentService(store, auth, settings.global_.cluster_domain, settings.auth.admins), self.server
+            AgentService(store, auth, settings.global_.cluster_domain, settings.auth.admins), table
         )
         inventory_pb2_grpc.add_InventoryServiceServicer_to_server(
-            InventoryService.from_settings(settings, store, auth, runtime), self.server
+            InventoryService.from_settings(settings, store, auth, runtime), table
         )
         sandboxes_pb2_grpc.add_SandboxServiceServicer_to_server(
-            SandboxService(store, auth, settings.sandboxes.default_ttl), self.server
+            SandboxService(store, auth, settings.sandboxes.default_ttl), table
         )
-        task_store_pb2_grpc.add_TaskStoreServiceServicer_to_server(TaskStoreService(store), self.server)
-        checkpoints_pb2_grpc.add_CheckpointServiceServicer_to_server(CheckpointService(store, auth), self.server)
+        task_store_pb2_grpc.add_TaskStoreServiceServicer_to_server(TaskStoreService(store), table)
+        checkpoints_pb2_grpc.add_CheckpointServiceServicer_to_server(CheckpointService(store, auth), table)
         # one A2A behaviour behind gRPC here and the HTTP bindings (api/agentcard.py)
         self.a2a = A2AHandler(
             store,
@@ -95,13 +104,17 @@ class ApiServer:
             settings.a2a.max_message_bytes,
             allow_private_push=settings.a2a.push.allow_private_targets,
         )
-        a2a_pb2_grpc.add_A2AServiceServicer_to_server(A2AService(self.a2a), self.server)
+        a2a_pb2_grpc.add_A2AServiceServicer_to_server(A2AService(self.a2a), table)
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        reflection.enable_server_reflection(
-            [*SERVICE_NAMES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME],
-            self.server,
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, table)
+        reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
+            reflection.aio.ReflectionServicer(
+                [*SERVICE_NAMES, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME]
+            ),
+            table,
         )
+        table.check()
+        self.server.add_generic_rpc_handlers((table,))
         self.port = self.server.add_insecure_port(address or settings.server.address)
         if self.port == 0:
             raise OSError(f"cannot listen on {address or settings.server.address}")

@@ -42,6 +42,7 @@ from sessionq.models import (
     PreparationFailure,
     Session,
     SessionState,
+    SessionView,
     Share,
     SharePermission,
 )
@@ -96,31 +97,34 @@ def session_to_proto(s: Session) -> sessions_pb2.Session:
     return msg
 
 
-def session_row_to_proto(row: dict[str, Any]) -> sessions_pb2.Session:
-    """session_to_proto(Session.from_json(row)) without the record: GetSession's answer built from
-    the dozen fields it shows, leaving the other ~35 (uuids, timestamps, enums) unconverted. The
-    equality of the two is tested (tests/api/test_session_proto.py)."""
-    sid = row["id"]
-    namespace, name = row["agent_namespace"], row["agent_name"]
-    msg = sessions_pb2.Session(
-        id=sid,
-        creator=row["creator"],
-        prepared_revision=row.get("revision_id") or "",
-        a2a_authority=f"{namespace}/{name}",
-        state=_STATES[row["state"]],
-        operation=_OPERATIONS[row["operation"]],
-        name=row["name"],
-        context_id=sid,
-        agent=common_pb2.ResourceReference(namespace=namespace, name=name),
-    )
-    _set_time(msg.created_at, _parse_time(row["created_at"]))
-    _set_time(msg.updated_at, _parse_time(row["updated_at"]))
-    failure_message = row.get("failure_message")
-    if failure_message:
-        msg.failure.CopyFrom(sessions_pb2.Failure(reason=row.get("failure_reason") or "", message=failure_message))
-    f = row.get("quiescence_failure")
-    if f:
-        msg.last_quiescence_failure.CopyFrom(_quiescence_failure(f))
+def session_view_to_proto(v: SessionView, msg: sessions_pb2.Session | None = None) -> sessions_pb2.Session:
+    """session_to_proto(store.get_session(...)) from the dozen columns GetSession reads
+    (sessionq.get_session_views): their equality is tested (tests/api/test_session_proto.py).
+    Fills `msg` in place when given (the response's own field: no copy of the message)."""
+    if msg is None:
+        msg = sessions_pb2.Session()
+    sid = v.id
+    msg.id = sid
+    msg.creator = v.creator
+    if v.revision_id:
+        msg.prepared_revision = v.revision_id
+    msg.a2a_authority = f"{v.agent_namespace}/{v.agent_name}"
+    msg.state = _STATES[v.state]  # type: ignore[index]
+    msg.operation = _OPERATIONS[v.operation]  # type: ignore[index]
+    msg.name = v.name
+    msg.context_id = sid
+    agent = msg.agent
+    agent.namespace = v.agent_namespace
+    agent.name = v.agent_name
+    seconds, micros = divmod(v.created_us, 1_000_000)
+    msg.created_at.seconds, msg.created_at.nanos = seconds, micros * 1000
+    seconds, micros = divmod(v.updated_us, 1_000_000)
+    msg.updated_at.seconds, msg.updated_at.nanos = seconds, micros * 1000
+    if v.failure_message:
+        msg.failure.reason = v.failure_reason or ""
+        msg.failure.message = v.failure_message
+    if v.quiescence_failure:
+        msg.last_quiescence_failure.CopyFrom(_quiescence_failure(v.quiescence_failure))
     return msg
 
 
@@ -131,10 +135,6 @@ def _quiescence_failure(f: dict[str, Any]) -> sessions_pb2.QuiescenceFailure:
         message=f.get("message") or "",
         failed_at=ts(datetime.fromisoformat(f["failed_at"])) if f.get("failed_at") else None,
     )
-
-
-def _parse_time(v: str | datetime | None) -> datetime | None:
-    return datetime.fromisoformat(v) if isinstance(v, str) else v
 
 
 def share_to_proto(sh: Share) -> sessions_pb2.SessionShare:
@@ -239,8 +239,10 @@ class SessionService(sessions_pb2_grpc.SessionServiceServicer):
     ) -> sessions_pb2.GetSessionResponse:
         who = self.auth.identify(context)
         sid = parse_uuid(request.session_id, "session_id")
-        row = await self.store.get_session_row(sid, who.user, who.share_hash)
-        return sessions_pb2.GetSessionResponse(session=session_row_to_proto(row))
+        view = await self.store.get_session_view(sid, who.user, who.share_hash)
+        response = sessions_pb2.GetSessionResponse()
+        session_view_to_proto(view, response.session)
+        return response
 
     @rpc
     async def ListSessions(

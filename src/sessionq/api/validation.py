@@ -137,7 +137,7 @@ class RequestValidation(grpc.aio.ServerInterceptor):
         cached = self._cache.get(method)
         if cached is not None and cached[0] is handler:
             return cached[1]
-        wrapped = self._wrap(method, handler)
+        wrapped = self.wrap(method, handler)
         self._cache[method] = (handler, wrapped)
         return wrapped
 
@@ -148,6 +148,16 @@ class RequestValidation(grpc.aio.ServerInterceptor):
         if not found:
             return [], []
         return [validate_pb2.Violation.FromString(v.proto.to_binary()) for v in found], [v.rule_value for v in found]
+
+    def may_break(self, request: Any) -> bool:
+        """Whether check() has anything to answer for this request: False for a valid request (the
+        one call a valid request costs), True when it breaks a rule or its rules cannot be checked."""
+        if isinstance(request, Malformed) or not hasattr(request, "DESCRIPTOR"):
+            return False
+        try:
+            return bool(self.validator.collect_violations(request))
+        except (protovalidate.CompilationError, protovalidate.EvaluationError):
+            return True
 
     async def check(self, context: grpc.aio.ServicerContext, method: str, request: Any) -> None:
         """Abort the call with INVALID_ARGUMENT when the request breaks a rule of its message."""
@@ -171,10 +181,23 @@ class RequestValidation(grpc.aio.ServerInterceptor):
             ),
         )
 
-    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        """The handler of `method` with this check in front of its behaviour (what intercept_service
+        answers; the API server applies it once, at start: api/handlers.py)."""
         check = self.check
+        may_break = self.may_break
         if handler.unary_unary is not None:
             uu = handler.unary_unary
+            if inspect.iscoroutinefunction(uu):  # InputGuard's, and every servicer of ours
+
+                async def checked_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                    if may_break(request):
+                        await check(context, method, request)
+                    return await uu(request, context)
+
+                return grpc.unary_unary_rpc_method_handler(
+                    checked_unary, handler.request_deserializer, handler.response_serializer
+                )
 
             async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 await check(context, method, request)

@@ -11,9 +11,10 @@ import contextlib
 import hashlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from operator import itemgetter
 from typing import Any, Literal
 from uuid import UUID
 
@@ -26,6 +27,7 @@ from sessionq import errors
 from sessionq.db import notify
 from sessionq.db.connection import DatabaseHealth, Listener, make_pool
 from sessionq.db.notify import Channel
+from sessionq.db.raw import HeldConnection, RawStatement, text_array, text_param
 from sessionq.models import (
     Admission,
     AdmissionOutcome,
@@ -49,6 +51,7 @@ from sessionq.models import (
     Revision,
     RowKind,
     Session,
+    SessionView,
     Share,
     SharePermission,
     Task,
@@ -56,23 +59,58 @@ from sessionq.models import (
 )
 
 _SessionRead = tuple[UUID, str, str | None, str]  # session id, caller, share token hash, kind
+_READ_ARRAYS = "%s::uuid[], %s::text[], %s::text[], %s::text[]"
+_GET_SESSIONS = f"SELECT ord, session FROM sessionq.get_sessions({_READ_ARRAYS})"
+# GetSession's reads, executed through libpq directly (db/raw.py): a batch, and a read alone
+_VIEWS = RawStatement(
+    "sessionq_get_session_views",
+    "SELECT * FROM sessionq.get_session_views($1::uuid[], $2::text[], $3::text[], $4::text[])")
+_VIEW = RawStatement(
+    "sessionq_get_session_view",
+    "SELECT * FROM sessionq.get_session_views(ARRAY[$1::uuid], ARRAY[$2::text], ARRAY[$3::text], ARRAY[$4::text])")
+
+Fetch = Callable[[Any, Any], Awaitable[list[tuple[Any, ...]]]]
+
+
+def _view(row: tuple[Any, ...]) -> SessionView:
+    """A row of get_session_views in text form (ord first) as the SessionView it shows."""
+    _, sid, creator, revision, namespace, agent, state, operation, name, created, updated, reason, message, qf = row
+    return SessionView(
+        sid.decode(), creator.decode(), revision.decode() if revision is not None else None, namespace.decode(),
+        agent.decode(), state.decode(), operation.decode(), name.decode(), int(created), int(updated),
+        reason.decode() if reason is not None else None, message.decode() if message is not None else None,
+        json.loads(qf) if qf is not None else None,
+    )
 
 
 class _PointReads:
-    """Coalesced GetSession reads (issue 23). A read that finds no other read in flight runs alone,
-    as a single `get_session` call (no timer, no added latency). Reads that arrive while one is in
+    """Coalesced point reads of Sessions (issue 23). A read that finds no other read in flight runs
+    alone, as a single statement (no timer, no added latency). Reads that arrive while one is in
     flight queue; when it ends, one drain task answers the queue, up to `max_batch` at a time, with
-    `get_sessions` (one statement for the batch, each row filtered by its own caller's access). A
-    waiter's cancellation only drops it from the batch; an error of the batch's statement reaches
-    every waiter of that batch."""
+    one statement for the batch (each row filtered by its own caller's access). So at most one
+    statement is in flight at a time. A waiter's cancellation only drops it from the batch; an
+    error of the batch's statement reaches every waiter of that batch. Two instances: the whole
+    rows (`get_session` / `get_sessions`, Store.get_session) and GetSession's views
+    (`get_session_views`, Store.get_session_view, on a kept connection: db/raw.py)."""
 
-    def __init__(self, store: Store, max_batch: int = 64) -> None:
-        self.store = store
+    def __init__(
+        self,
+        single: Callable[[_SessionRead], Awaitable[list[tuple[Any, ...]]]],
+        batch: Callable[[list[_SessionRead]], Awaitable[list[tuple[Any, ...]]]],
+        value: Callable[[tuple[Any, ...]], Any] = itemgetter(1),
+        max_batch: int = 64,
+    ) -> None:
+        """batch: the rows of a batch of reads, (ord, ...) for each read its caller may see (ord
+        from 1); single: the row of a read alone, or none (or it raises SQ404 itself); value: what
+        a read gets of its row."""
+        self.single = single
+        self.batch = batch
+        self.value = value
         self.max_batch = max_batch
         self.busy = False
         self.queue: list[tuple[_SessionRead, asyncio.Future[Any]]] = []
         self.drain: asyncio.Task[None] | None = None
-        self.batches = 0  # statements get_sessions ran, and the largest batch (tests, profiling)
+        self.batches = 0  # statements batch_sql ran for queued reads, and the largest batch (tests, profiling)
         self.largest = 0
 
     async def read(self, key: _SessionRead) -> Any:
@@ -82,7 +120,10 @@ class _PointReads:
             return await fut
         self.busy = True
         try:
-            return await self.store._value("SELECT sessionq.get_session(%s, %s, %s, %s)", key)
+            rows = await self.single(key)
+            if not rows:
+                raise errors.not_found(f"{key[3]} {key[0]} not found")
+            return self.value(rows[0])
         finally:
             self._release()
 
@@ -112,11 +153,8 @@ class _PointReads:
     async def _run(self, batch: list[tuple[_SessionRead, asyncio.Future[Any]]]) -> None:
         self.batches += 1
         self.largest = max(self.largest, len(batch))
-        ids, callers, shares, kinds = (list(c) for c in zip(*(k for k, _ in batch), strict=True))
         try:
-            rows = await self.store._fetch(
-                "SELECT ord, session FROM sessionq.get_sessions(%s::uuid[], %s::text[], %s::text[], %s::text[])",
-                (ids, callers, shares, kinds), tuple_row)
+            rows = await self.batch([k for k, _ in batch])
         except BaseException as e:
             for _, f in batch:
                 if not f.done():
@@ -124,7 +162,7 @@ class _PointReads:
             if not isinstance(e, Exception):
                 raise
             return
-        found = {int(o): v for o, v in rows}
+        found = {int(row[0]): self.value(row) for row in rows}
         for i, ((sid, _, _, of), f) in enumerate(batch, start=1):
             if f.done():
                 continue
@@ -142,7 +180,12 @@ class Store:
         self.pool = pool
         self.listener = listener
         self.health: DatabaseHealth = getattr(pool, "health", None) or DatabaseHealth()
-        self.point_reads = _PointReads(self) if coalesce_reads else None
+        self.point_reads = self.view_reads = None
+        if coalesce_reads:
+            self.point_reads = _PointReads(self._whole_row, self._whole_rows)
+            self.view_reads = _PointReads(self._view_row_held, self._view_rows, _view)
+        # the view coalescer runs one statement at a time: on a connection it keeps between them
+        self._held = HeldConnection(pool)
 
     @classmethod
     async def open(
@@ -177,6 +220,7 @@ class Store:
         (0: do not wait, as a forced stop does)."""
         if self.listener:
             await self.listener.stop()
+        await self._held.close()
         await self.pool.close(timeout=timeout)
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -470,13 +514,74 @@ class Store:
     async def get_session_row(
         self, session_id: UUID, caller: str, share_hash: str | None = None, of: RowKind = RowKind.SESSION
     ) -> dict[str, Any]:
-        """get_session's row as the database gives it (the JSON object of the sessions row), for
-        a caller that reads a few of its fields (GetSession builds its answer straight from it)."""
+        """get_session's row as the database gives it (the JSON object of the sessions row)."""
         if self.point_reads is not None:
             value: dict[str, Any] = await self.point_reads.read((session_id, caller, share_hash, str(of)))
             return value
         return await self._value(
             "SELECT sessionq.get_session(%s, %s, %s, %s)", (session_id, caller, share_hash, of))
+
+    async def get_session_view(
+        self, session_id: UUID, caller: str, share_hash: str | None = None, of: RowKind = RowKind.SESSION
+    ) -> SessionView:
+        """What GetSession shows of a Session the caller may see (sessionq.get_session_views: the
+        same rule as get_session); NOT_FOUND otherwise. Concurrent reads are coalesced."""
+        key = (session_id, caller, share_hash, str(of))
+        if self.view_reads is not None:
+            view: SessionView = await self.view_reads.read(key)
+            return view
+        rows = await self._view_row(key)
+        if not rows:
+            raise errors.not_found(f"{of} {session_id} not found")
+        return _view(rows[0])
+
+    # the statements of the coalesced reads (_PointReads): a read alone, and a batch
+
+    async def _whole_row(self, key: _SessionRead) -> list[tuple[Any, ...]]:
+        return await self._fetch("SELECT 1, sessionq.get_session(%s, %s, %s, %s)", key, tuple_row)
+
+    async def _whole_rows(self, keys: list[_SessionRead]) -> list[tuple[Any, ...]]:
+        ids, callers, shares, kinds = (list(c) for c in zip(*keys, strict=True))
+        return await self._fetch(_GET_SESSIONS, (ids, callers, shares, kinds), tuple_row)
+
+    @staticmethod
+    def _view_params(key: _SessionRead) -> list[bytes | None]:
+        sid, caller, share, of = key
+        return [str(sid).encode(), text_param(caller), text_param(share), of.encode()]
+
+    async def _view_row(self, key: _SessionRead) -> list[tuple[Any, ...]]:
+        return await self._raw(_VIEW, self._view_params(key))
+
+    async def _view_row_held(self, key: _SessionRead) -> list[tuple[Any, ...]]:
+        return await self._raw(_VIEW, self._view_params(key), held=True)
+
+    async def _view_rows(self, keys: list[_SessionRead]) -> list[tuple[Any, ...]]:
+        ids, callers, shares, kinds = zip(*keys, strict=True)
+        params: list[bytes | None] = [
+            text_array([str(i) for i in ids]), text_array(list(callers)), text_array(list(shares)),
+            text_array(list(kinds))]
+        return await self._raw(_VIEWS, params, held=True)
+
+    async def _raw(
+        self, statement: RawStatement, params: list[bytes | None], held: bool = False
+    ) -> list[tuple[Any, ...]]:
+        """A RawStatement on a pooled connection (held: the one the view coalescer keeps, which
+        only it uses, one statement at a time), its errors mapped as _fetch maps them."""
+        try:
+            if held:
+                rows: list[tuple[Any, ...]] = await self._held.run(statement, params)
+                return rows
+            conn = await self.pool.getconn()
+            try:
+                rows = await statement.run(conn, params)
+                return rows
+            finally:
+                await self.pool.putconn(conn)
+        except psycopg.Error as e:
+            domain = errors.from_database(e)
+            if domain is not None:
+                raise domain from None
+            raise
 
     async def session_by_id(self, session_id: UUID) -> Session | None:
         """Unfiltered read for executors and operators (never for client-facing calls)."""
