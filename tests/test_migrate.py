@@ -31,6 +31,24 @@ def test_migrate_is_idempotent(empty_database_url):
     assert functions == []  # and every procedure in \df+
 
 
+def test_a_database_made_before_the_coalesced_reads_gets_them(empty_database_url):
+    """Revision 0005 brings a database at 0004 up to date: GetSession's batch reads exist after it."""
+    from alembic import command
+
+    migrate.upgrade(empty_database_url)
+    reads = "SELECT count(*) FROM pg_proc WHERE proname IN ('get_sessions', 'get_session_views')"
+    with psycopg.connect(empty_database_url, autocommit=True) as conn:
+        # what a database made by the code of revision 0004 had: neither function
+        conn.execute("DROP FUNCTION sessionq.get_sessions(uuid[], text[], text[], text[])")
+        conn.execute("DROP FUNCTION sessionq.get_session_views(uuid[], text[], text[], text[])")
+        assert conn.execute(reads).fetchone() == (0,)
+    command.stamp(migrate.alembic_config(empty_database_url), "0004_suspend_after_cancel_told")
+    migrate.upgrade(empty_database_url)
+    assert migrate.current(empty_database_url) == migrate.head() == "0005_coalesced_session_reads"
+    with psycopg.connect(empty_database_url) as conn:
+        assert conn.execute(reads).fetchone() == (2,)
+
+
 def test_bad_database_url_is_one_clear_line():
     result = CliRunner().invoke(main, ["migrate"], env={"SESSIONQ_DATABASE__URL": ""})
     assert result.exit_code != 0 and "database URL is required" in result.output
