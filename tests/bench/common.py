@@ -708,3 +708,26 @@ def connections_by_process(port: int, pids: dict[str, int]) -> dict[str, int]:
     how the kernel spread the clients' connections over the API processes."""
     established = {inode for state, _, inode in _tcp_entries(port) if state == _ESTABLISHED}
     return {name: len(_socket_inodes(pid) & established) for name, pid in pids.items()}
+
+
+def thread_cpu_seconds(pid: int) -> tuple[float, float] | None:
+    """CPU seconds of a process's main thread and of all its other threads (gRPC's C-core threads,
+    a thread pool): a main thread near one core per second is a process bound by its interpreter."""
+    tick = os.sysconf("SC_CLK_TCK")
+    main = others = 0.0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        t = (int(fields[11]) + int(fields[12])) / tick
+        if int(tid) == pid:
+            main += t
+        else:
+            others += t
+    return main, others

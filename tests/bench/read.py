@@ -52,6 +52,7 @@ from tests.bench.common import (
     start_api,
     summary_ms,
     table,
+    thread_cpu_seconds,
     wait_for,
 )
 
@@ -164,10 +165,16 @@ async def _measure(srv: Server, log_dir: Path, label: str, address: str, method:
         pids = {**meter_pids, **client_pids}
         await asyncio.sleep(warm)
         with CpuMeter(srv, pids) as m:
+            threads0 = {k: thread_cpu_seconds(p) for k, p in api_pids.items()}
             await asyncio.sleep(float(sizes["seconds"]) / 2)
             spread = connections_by_process(port, api_pids)
             await asyncio.sleep(float(sizes["seconds"]) / 2)
+            threads1 = {k: thread_cpu_seconds(p) for k, p in api_pids.items()}
         meter_box["meter"] = m
+        wall = max(m.result.get("wall_seconds") or 0.0, 1e-6)
+        # cores each API process's main thread (the interpreter) and its other threads used
+        meter_box["threads"] = {k: {"main_cores": round((b[0] - a[0]) / wall, 2), "other_cores": round((b[1] - a[1]) / wall, 2)}
+                                for k, a in threads0.items() if a is not None and (b := threads1.get(k)) is not None}
         return spread
 
     if client == "h2load":
@@ -219,16 +226,40 @@ async def _measure(srv: Server, log_dir: Path, label: str, address: str, method:
         vals = [v for name, v in per_call.items() if name.startswith(prefix)]
         return round(sum(vals), 3) if vals else None
 
-    out = {"client": client, "calls": calls, "per_s": round(calls / window, 1) if window > 0 else None,
+    cores = round(sum(cpu.values()) / max(meter.result.get("wall_seconds") or 0.0, 1e-6), 2)
+    result: dict[str, Any] = {
+           "client": client, "calls": calls, "per_s": round(calls / window, 1) if window > 0 else None,
            "codes": codes, **{k: latencies_ms[k] for k in ("n", "p50_ms", "p90_ms", "p99_ms", "max_ms", "mean_ms")
                               if k in latencies_ms},
            "cpu": meter.result, "cpu_ms_per_call": per_call,
            "api_cpu_ms_per_call": group("api"), "pg_cpu_ms_per_call": group("postgres"),
            "client_cpu_ms_per_call": group("client"), "cpu_seconds_total": round(sum(cpu.values()), 2),
-           "connections_by_process": spread, **extra}
+           "connections_by_process": spread, "api_threads": meter_box.get("threads", {}),
+           "cpu_ms_per_call_total": round(sum(per_call.values()), 3),
+           "others_cores": _others_cores(meter.result), "cores_used": cores, **extra}
     if set(codes) - {"OK"}:
         say(f"   !! {label}: calls ended with {codes}")
-    return out
+    return result
+
+
+def _others_cores(cpu: dict[str, Any]) -> float | None:
+    """Cores the machine spent on other work than the measured processes during a measurement
+    (other tenants, the test suite of another session): its busy share less what was metered."""
+    busy, wall = cpu.get("machine_busy_pct"), cpu.get("wall_seconds") or 0.0
+    if busy is None or wall <= 0:
+        return None
+    return round(max(0.0, busy / 100.0 * (cpu.get("cpus") or 1) - sum(cpu.get("cpu_seconds", {}).values()) / wall), 2)
+
+
+async def _quiet(sizes: dict[str, Any]) -> float | None:
+    """Wait (up to `quiet_wait` seconds) until other work uses less than `quiet_below_pct` of the
+    machine over a second; returns the last busy share seen (the servers of the scenario idle)."""
+    deadline = time.monotonic() + float(sizes.get("quiet_wait", 0))
+    while True:
+        busy = await asyncio.to_thread(background_load, 1.0)
+        if busy is None or busy < float(sizes.get("quiet_below_pct", 100)) or time.monotonic() >= deadline:
+            return busy
+        await asyncio.sleep(2.0)
 
 
 async def _serve(procs: Procs, url: str, settings: dict[str, Any], name: str,
@@ -339,23 +370,36 @@ async def _scaling(srv: Server, log_dir: Path, url: str, settings: dict[str, Any
                 row: dict[str, Any] = {}
                 for name in order:
                     address, pids = targets[name]
+                    busy_before = await _quiet(sizes)
                     m = await _measure(srv, log_dir, f"scale-{r}-{name}-{client}", address, "get", get_ids, TOKEN,
                                        pids, sizes, client=client)
                     row[name] = {k: m.get(k) for k in ("per_s", "p50_ms", "p99_ms", "api_cpu_ms_per_call",
                                                        "pg_cpu_ms_per_call", "client_cpu_ms_per_call", "codes",
-                                                       "connections_by_process")}
+                                                       "connections_by_process", "api_threads", "cores_used",
+                                                       "cpu_ms_per_call_total")}
                     row[name]["api_cpu_ms_per_call_by_process"] = {
                         k: v for k, v in m["cpu_ms_per_call"].items() if k.startswith("api")}
                     row[name]["machine_busy_pct"] = m["cpu"].get("machine_busy_pct")
+                    row[name]["others_cores"] = m["others_cores"]
+                    row[name]["machine_busy_before_pct"] = busy_before
                 row["one_over_bare_per_s"] = ratio(row["one"]["per_s"], row["bare"]["per_s"])
                 row["many_over_one_per_s"] = ratio(row["many"]["per_s"], row["one"]["per_s"])
+                # the most N processes can answer on this machine: every CPU, at the N run's CPU per call
+                # (API + PostgreSQL + client), over what one process answered
+                cpus = os.cpu_count() or 1
+                total_ms, one_per_s = row["many"]["cpu_ms_per_call_total"], row["one"]["per_s"]
+                row["many_over_one_ceiling"] = (round(cpus * 1000.0 / total_ms / one_per_s, 2)
+                                                if total_ms and one_per_s else None)
                 say(f"   round {r} ({client}): bare {row['bare']['per_s']}/s, 1 process {row['one']['per_s']}/s "
                     f"({row['one_over_bare_per_s']}x bare), {n} processes {row['many']['per_s']}/s "
-                    f"({row['many_over_one_per_s']}x; connections {row['many']['connections_by_process']}); "
+                    f"({row['many_over_one_per_s']}x, ceiling {row['many_over_one_ceiling']}x; connections "
+                    f"{row['many']['connections_by_process']}; cores used: 1 process {row['one']['cores_used']}, "
+                    f"threads {row['one']['api_threads']}); "
                     f"CPU ms/call api/pg/client: 1 process {row['one']['api_cpu_ms_per_call']}/"
                     f"{row['one']['pg_cpu_ms_per_call']}/{row['one']['client_cpu_ms_per_call']}, {n} processes "
                     f"{row['many']['api_cpu_ms_per_call']}/{row['many']['pg_cpu_ms_per_call']}/"
-                    f"{row['many']['client_cpu_ms_per_call']}; busy {row['many']['machine_busy_pct']} %")
+                    f"{row['many']['client_cpu_ms_per_call']}; cores taken by other work during bare/1/N: "
+                    f"{row['bare']['others_cores']}/{row['one']['others_cores']}/{row['many']['others_cores']}")
                 got[client] = row
             out["rounds"].append(got)
     out["load_after"] = os.getloadavg()
@@ -363,11 +407,14 @@ async def _scaling(srv: Server, log_dir: Path, url: str, settings: dict[str, Any
         def total(name: str, c: str = client) -> float:
             return sum(g[c][name]["per_s"] or 0 for g in out["rounds"])
 
+        ceilings = [g[client]["many_over_one_ceiling"] for g in out["rounds"] if g[client]["many_over_one_ceiling"]]
         out[client] = {"one_over_bare_per_s": ratio(total("one"), total("bare")),
+                       "many_over_one_ceiling_median": sorted(ceilings)[len(ceilings) // 2] if ceilings else None,
                        "many_over_one_per_s": ratio(total("many"), total("one")),
                        "many_over_bare_per_s": ratio(total("many"), total("bare"))}
         say(f"   scaling over {rounds} rounds ({client}): 1 process {out[client]['one_over_bare_per_s']}x bare, "
-            f"{n} processes {out[client]['many_over_one_per_s']}x 1 process")
+            f"{n} processes {out[client]['many_over_one_per_s']}x 1 process (ceiling from CPU per call: "
+            f"{out[client]['many_over_one_ceiling_median']}x)")
     return out
 
 
