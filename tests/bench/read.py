@@ -384,7 +384,7 @@ async def _scaling(srv: Server, log_dir: Path, url: str, settings: dict[str, Any
                     row[name]["machine_busy_before_pct"] = busy_before
                 row["one_over_bare_per_s"] = ratio(row["one"]["per_s"], row["bare"]["per_s"])
                 row["many_over_one_per_s"] = ratio(row["many"]["per_s"], row["one"]["per_s"])
-                row["many_over_one_ceiling"] = _ceiling(row["one"], n)
+                row["many_over_one_ceiling"] = _ceiling(row["one"], row["many"], n)
                 say(f"   round {r} ({client}): bare {row['bare']['per_s']}/s, 1 process {row['one']['per_s']}/s "
                     f"({row['one_over_bare_per_s']}x bare), {n} processes {row['many']['per_s']}/s "
                     f"({row['many_over_one_per_s']}x, ceiling {row['many_over_one_ceiling']}x; connections "
@@ -413,20 +413,18 @@ async def _scaling(srv: Server, log_dir: Path, url: str, settings: dict[str, Any
     return out
 
 
-def _ceiling(one: dict[str, Any], n: int) -> float | None:
-    """The most N processes can answer over one process on this machine, from the split of one
-    process's CPU per call (a split that stays put while other work takes the machine's cores, where
-    calls/s do not): one process is bound by its interpreter's thread, at most one core, so it
-    answers at most 1 / m calls/s (m: its main thread's CPU per call); N processes share the
-    machine's cores with PostgreSQL and the client, so they answer at most cpus / T (T: all CPU per
-    call - every thread of the API process, PostgreSQL's backends, the client, this process).
-    Ceiling = min(N, cpus x m / T). (The N run's own T is no lower: its processes batch fewer reads.)"""
-    rate, threads, total = one.get("per_s"), one.get("api_threads") or {}, one.get("cpu_ms_per_call_total")
-    main_cores = sum(t["main_cores"] for t in threads.values())
-    if not rate or not total or not main_cores:
+def _ceiling(one: dict[str, Any], many: dict[str, Any], n: int) -> float | None:
+    """The most N processes could answer over what one process answered: N processes share the
+    machine's cores with PostgreSQL and the client, so they answer at most cpus / T calls/s (T: all
+    CPU per call of the N run - every thread of the API processes, PostgreSQL's backends, the
+    client, this process). Ceiling = min(N, cpus / (T x one process's calls/s)). It holds when no
+    other work takes cores during the N run (`others_cores`), and says something about the code
+    when the one-process run was bound by its own interpreter (its main thread near one core,
+    `api_threads`), not by a machine that other work kept busy."""
+    rate, total = one.get("per_s"), many.get("cpu_ms_per_call_total")
+    if not rate or not total:
         return None
-    m_ms = main_cores / rate * 1000.0
-    return round(min(float(n), (os.cpu_count() or 1) * m_ms / total), 2)
+    return round(min(float(n), (os.cpu_count() or 1) * 1000.0 / total / rate), 2)
 
 
 async def _listening(port: int) -> bool:
