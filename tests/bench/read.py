@@ -162,13 +162,17 @@ async def _measure(srv: Server, log_dir: Path, label: str, address: str, method:
     meter_box: dict[str, Any] = {}
 
     async def metered(client_pids: dict[str, int], warm: float) -> dict[str, int]:
+        # inside the calls' window by a margin: a client ends with its window, and one reaped before the
+        # meter's last look has no CPU to read; calls are scaled to the meter's span below
         pids = {**meter_pids, **client_pids}
-        await asyncio.sleep(warm)
+        span = max(0.5, float(sizes["seconds"]) - 0.4)
+        await asyncio.sleep(warm + 0.1)
         with CpuMeter(srv, pids) as m:
+            t0 = time.monotonic()
             threads0 = {k: thread_cpu_seconds(p) for k, p in api_pids.items()}
-            await asyncio.sleep(float(sizes["seconds"]) / 2)
+            await asyncio.sleep(span / 2)
             spread = connections_by_process(port, api_pids)
-            await asyncio.sleep(float(sizes["seconds"]) / 2)
+            await asyncio.sleep(max(0.0, t0 + span - time.monotonic()))
             threads1 = {k: thread_cpu_seconds(p) for k, p in api_pids.items()}
         meter_box["meter"] = m
         wall = max(m.result.get("wall_seconds") or 0.0, 1e-6)
@@ -220,7 +224,9 @@ async def _measure(srv: Server, log_dir: Path, label: str, address: str, method:
         extra = {}
     meter = meter_box["meter"]
     cpu = meter.result.get("cpu_seconds", {})
-    per_call = meter.per_unit_ms(calls)
+    # the calls made while the meter ran: the window's calls at its rate over the meter's span
+    metered_calls = round(calls * float(meter.result.get("wall_seconds") or 0.0) / window) if window > 0 else 0
+    per_call = meter.per_unit_ms(metered_calls)
 
     def group(prefix: str) -> float | None:
         vals = [v for name, v in per_call.items() if name.startswith(prefix)]
