@@ -10,11 +10,17 @@ VACUUM ANALYZE. Measured, closed loop, `clients` concurrent callers (32) spread 
 - `sessionq serve` with one API process: GetSession of random Sessions of the small user,
   ListSessions pages of 50 starting at random positions of the small user and of the large user;
 - `sessionq serve` with `server.processes` N (the number of CPUs; when the key exists);
-- `pgbench -S` (primary-key SELECTs) on the same server with the same number of clients.
+- `pgbench -S` (primary-key SELECTs) on the same server with the same number of clients;
+- the scaling rounds (`_scaling`): the bare servicer, one process and N processes running at once,
+  GetSession measured in alternating order with h2load (`tests.bench.h2load`: a client of a few
+  hundredths of a ms of CPU per call, every call checked) and with the Python client, with the
+  connections each API process holds, the CPU of each API process's threads, the cores other work
+  took meanwhile, and the N/1 ceiling that the machine's cores allow at the measured CPU per call.
 
 Reported: calls/s, p50/p99, the CPU per call of the API processes, of PostgreSQL's backends and of
 the clients (from /proc), and the ratios against the issue's targets: GetSession on one process
->= 0.7x the bare servicer's calls/s with p99 <= 2x; N processes >= 1.6x one; the ListSessions
+>= 0.7x the bare servicer's calls/s with p99 <= 2x; N processes >= 1.6x one (also from the scaling
+rounds, with h2load when it is installed); the ListSessions
 p99 over the large user <= 1.5x over the small one. Also the EXPLAIN (ANALYZE, BUFFERS) of a
 ListSessions page of the large user (it must use the (creator, id) index).
 """
