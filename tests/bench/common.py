@@ -659,3 +659,75 @@ def background_load(seconds: float = 2.0) -> float | None:
     d = [y - x for x, y in zip(a, b, strict=False)]
     total = sum(d[:8]) or 1
     return round(100.0 * (total - d[3] - d[4]) / total, 1)
+
+
+# -- TCP sockets of a port (Linux /proc/net) -----------------------------------------------------
+
+_LISTEN, _ESTABLISHED = "0A", "01"
+
+
+def _tcp_entries(port: int) -> list[tuple[str, str, int]]:
+    """(state, remote address, socket inode) of every TCP socket whose local port is `port`."""
+    out = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                lines = f.readlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                out.append((fields[3], fields[2], int(fields[9])))
+    return out
+
+
+def listening_sockets(port: int) -> int:
+    """How many sockets listen on `port`: one per API process that accepts on it (SO_REUSEPORT);
+    a socket that is only bound (the supervisor's reservation) does not count."""
+    return sum(1 for state, _, _ in _tcp_entries(port) if state == _LISTEN)
+
+
+def _socket_inodes(pid: int) -> set[int]:
+    out = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                out.add(int(target[8:-1]))
+    except OSError:
+        pass
+    return out
+
+
+def connections_by_process(port: int, pids: dict[str, int]) -> dict[str, int]:
+    """Established connections accepted on `port`, counted by the named process holding them:
+    how the kernel spread the clients' connections over the API processes."""
+    established = {inode for state, _, inode in _tcp_entries(port) if state == _ESTABLISHED}
+    return {name: len(_socket_inodes(pid) & established) for name, pid in pids.items()}
+
+
+def thread_cpu_seconds(pid: int) -> tuple[float, float] | None:
+    """CPU seconds of a process's main thread and of all its other threads (gRPC's C-core threads,
+    a thread pool): a main thread near one core per second is a process bound by its interpreter."""
+    tick = os.sysconf("SC_CLK_TCK")
+    main = others = 0.0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        t = (int(fields[11]) + int(fields[12])) / tick
+        if int(tid) == pid:
+            main += t
+        else:
+            others += t
+    return main, others
