@@ -7,6 +7,9 @@ the gRPC status of `GRPC_CODES`. Anything else that escapes is a server fault.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import grpc
 import psycopg
 
@@ -109,3 +112,16 @@ def from_database(error: psycopg.Error) -> SessionqError | None:
         diag = error.diag
         return SessionqError(state, diag.message_primary or str(error), diag.message_hint)
     return None
+
+
+@contextlib.contextmanager
+def database_errors() -> Iterator[None]:
+    """Raise a database error of ours (a procedure's SQLSTATE) as its domain error, with no
+    database traceback; any other error as it is."""
+    try:
+        yield
+    except psycopg.Error as e:
+        domain = from_database(e)
+        if domain is not None:
+            raise domain from None
+        raise

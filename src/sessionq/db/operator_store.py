@@ -62,16 +62,11 @@ class OperatorStore:
     # -- plumbing ---------------------------------------------------------------------------------
 
     async def _rows(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Row]:
-        try:
+        with errors.database_errors():
             async with self._connection() as conn:
                 cur = conn.cursor(row_factory=dict_row)
                 await cur.execute(sql, params)
                 return list(await cur.fetchall()) if cur.description else []
-        except psycopg.Error as e:
-            domain = errors.from_database(e)
-            if domain is not None:
-                raise domain from None
-            raise
 
     async def _one(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Row | None:
         rows = await self._rows(sql, params)

@@ -231,7 +231,7 @@ class Store:
     # Python time). putconn still rolls back and discards a connection left in a bad state.
 
     async def _fetch(self, sql: str, params: Sequence[Any] | dict[str, Any], row_factory: Any) -> list[Any]:
-        try:
+        with errors.database_errors():
             conn = await self.pool.getconn()
             try:
                 cur = conn.cursor(row_factory=row_factory)
@@ -239,11 +239,6 @@ class Store:
                 return await cur.fetchall()
             finally:
                 await self.pool.putconn(conn)
-        except psycopg.Error as e:
-            domain = errors.from_database(e)
-            if domain is not None:
-                raise domain from None
-            raise
 
     async def _rows(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
         return await self._fetch(sql, params, dict_row)
@@ -567,7 +562,7 @@ class Store:
     ) -> list[tuple[Any, ...]]:
         """A RawStatement on a pooled connection (held: the one the view coalescer keeps, which
         only it uses, one statement at a time), its errors mapped as _fetch maps them."""
-        try:
+        with errors.database_errors():
             if held:
                 rows: list[tuple[Any, ...]] = await self._held.run(statement, params)
                 return rows
@@ -577,11 +572,6 @@ class Store:
                 return rows
             finally:
                 await self.pool.putconn(conn)
-        except psycopg.Error as e:
-            domain = errors.from_database(e)
-            if domain is not None:
-                raise domain from None
-            raise
 
     async def session_by_id(self, session_id: UUID) -> Session | None:
         """Unfiltered read for executors and operators (never for client-facing calls)."""
