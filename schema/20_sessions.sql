@@ -174,15 +174,26 @@ CREATE TRIGGER sessions_notify_update AFTER UPDATE ON sessionq.sessions
   EXECUTE FUNCTION sessionq.notify_session_change();
 
 -- access: how the caller may use a Session: 'owner', 'READ_WRITE', 'READ_ONLY' or NULL (invisible).
+-- share_permission and access are applied again from here by migration 0005 (sqlfiles.apply_functions).
+CREATE OR REPLACE FUNCTION sessionq.share_permission(p_session uuid, p_share_hash text)
+RETURNS text LANGUAGE sql STABLE AS $$
+  SELECT max(sh.permission) FROM sessionq.session_shares sh
+   WHERE sh.session_id = p_session AND sh.token_hash = p_share_hash
+     AND (sh.expires_at IS NULL OR sh.expires_at > clock_timestamp())
+$$;
+COMMENT ON FUNCTION sessionq.share_permission(uuid, text) IS
+  'The strongest permission (READ_WRITE or READ_ONLY) an unexpired share with this token hash grants on a Session, or NULL. A part of access.';
+
+-- access has no subquery of its own, so that PostgreSQL inlines it into the queries that call it for
+-- each row (a SQL function it cannot inline runs its body as a query of its own per row: before
+-- PostgreSQL 18 that is planned again at every statement, about 4x a GetSession's database CPU)
 CREATE OR REPLACE FUNCTION sessionq.access(
   p_session sessionq.sessions, p_caller text, p_share_hash text, p_of text DEFAULT 'session'
 ) RETURNS text LANGUAGE sql STABLE AS $$
   SELECT CASE
     WHEN p_session.id IS NULL OR p_session.state = 'DELETED' OR p_session.kind IS DISTINCT FROM p_of THEN NULL
     WHEN p_session.creator = p_caller THEN 'owner'
-    ELSE (SELECT max(sh.permission) FROM sessionq.session_shares sh
-           WHERE sh.session_id = p_session.id AND sh.token_hash = p_share_hash
-             AND (sh.expires_at IS NULL OR sh.expires_at > clock_timestamp()))
+    ELSE sessionq.share_permission(p_session.id, p_share_hash)
   END
 $$;
 COMMENT ON FUNCTION sessionq.access(sessionq.sessions, text, text, text) IS

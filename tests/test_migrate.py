@@ -3,6 +3,7 @@
 import asyncio
 
 import psycopg
+import pytest
 from click.testing import CliRunner
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sessionq.cli.main import main
@@ -31,22 +32,53 @@ def test_migrate_is_idempotent(empty_database_url):
     assert functions == []  # and every procedure in \df+
 
 
+OLD_ACCESS = """
+CREATE OR REPLACE FUNCTION sessionq.access(
+  p_session sessionq.sessions, p_caller text, p_share_hash text, p_of text DEFAULT 'session'
+) RETURNS text LANGUAGE sql STABLE AS $$
+  SELECT CASE
+    WHEN p_session.id IS NULL OR p_session.state = 'DELETED' OR p_session.kind IS DISTINCT FROM p_of THEN NULL
+    WHEN p_session.creator = p_caller THEN 'owner'
+    ELSE (SELECT max(sh.permission) FROM sessionq.session_shares sh
+           WHERE sh.session_id = p_session.id AND sh.token_hash = p_share_hash
+             AND (sh.expires_at IS NULL OR sh.expires_at > clock_timestamp()))
+  END
+$$"""
+
+
 def test_a_database_made_before_the_coalesced_reads_gets_them(empty_database_url):
-    """Revision 0005 brings a database at 0004 up to date: GetSession's batch reads exist after it."""
+    """Revision 0005 brings a database at 0004 up to date: GetSession's batch reads exist after it,
+    and the access rule is the inlinable one (share_permission)."""
     from alembic import command
 
     migrate.upgrade(empty_database_url)
-    reads = "SELECT count(*) FROM pg_proc WHERE proname IN ('get_sessions', 'get_session_views')"
+    reads = ("SELECT count(*) FROM pg_proc WHERE proname IN ('get_sessions', 'get_session_views', 'share_permission')"
+             " AND pronamespace = 'sessionq'::regnamespace")
+    access = "SELECT prosrc FROM pg_proc WHERE proname = 'access' AND pronamespace = 'sessionq'::regnamespace"
     with psycopg.connect(empty_database_url, autocommit=True) as conn:
-        # what a database made by the code of revision 0004 had: neither function
+        # what a database made by the code of revision 0004 had: none of the three, access's subquery
         conn.execute("DROP FUNCTION sessionq.get_sessions(uuid[], text[], text[], text[])")
         conn.execute("DROP FUNCTION sessionq.get_session_views(uuid[], text[], text[], text[])")
+        conn.execute(OLD_ACCESS)
+        conn.execute("DROP FUNCTION sessionq.share_permission(uuid, text)")
         assert conn.execute(reads).fetchone() == (0,)
     command.stamp(migrate.alembic_config(empty_database_url), "0004_suspend_after_cancel_told")
     migrate.upgrade(empty_database_url)
     assert migrate.current(empty_database_url) == migrate.head() == "0005_coalesced_session_reads"
     with psycopg.connect(empty_database_url) as conn:
-        assert conn.execute(reads).fetchone() == (2,)
+        assert conn.execute(reads).fetchone() == (3,)
+        source = conn.execute(access).fetchone()
+        assert source is not None and "share_permission" in source[0] and "session_shares" not in source[0]
+
+
+def test_a_function_definition_is_taken_whole_from_its_schema_file():
+    from sessionq.db.migrations.sqlfiles import function_definitions
+
+    sql = function_definitions("20_sessions.sql", ["share_permission", "access"])
+    assert sql.count("CREATE OR REPLACE FUNCTION") == 2 and sql.count("COMMENT ON FUNCTION") == 2
+    assert sql.index("sessionq.share_permission(") < sql.index("FUNCTION sessionq.access(")
+    with pytest.raises(ValueError, match="no whole definition of sessionq.nonexistent"):
+        function_definitions("20_sessions.sql", ["nonexistent"])
 
 
 def test_bad_database_url_is_one_clear_line():
