@@ -77,7 +77,7 @@ def test_a_function_definition_is_taken_whole_from_its_schema_file():
     sql = function_definitions("20_sessions.sql", ["share_permission", "access"])
     assert sql.count("CREATE OR REPLACE FUNCTION") == 2 and sql.count("COMMENT ON FUNCTION") == 2
     assert sql.index("sessionq.share_permission(") < sql.index("FUNCTION sessionq.access(")
-    with pytest.raises(ValueError, match="no whole definition of sessionq.nonexistent"):
+    with pytest.raises(ValueError, match=r"no whole definition of sessionq\.nonexistent"):
         function_definitions("20_sessions.sql", ["nonexistent"])
 
 
