@@ -73,20 +73,25 @@ async def _blocked(database_url: str, function: str, n: int = 1) -> list[int]:
     raise AssertionError(f"no {function} call waited on the lock")
 
 
+async def _race(coalescer: Any, outcome: Any, store: Store, reads: list[Read], expected: dict[Read, Any]) -> None:
+    """200 concurrent reads drawn from `reads`: each gets its `expected` outcome, and they were
+    coalesced (far fewer statements than calls)."""
+    racers = [random.choice(reads) for _ in range(200)]
+    before = coalescer.batches
+    got = await asyncio.gather(*(outcome(store, r) for r in racers))
+    for read, result in zip(racers, got, strict=True):
+        assert result == expected[read], read
+    batches = coalescer.batches - before
+    assert 1 <= batches <= 20, batches
+
+
 async def test_200_concurrent_mixed_reads_each_get_what_a_single_read_gives(store: Store, sim: Any) -> None:
     reads = await _world(store, sim)
     alone = Store(store.pool, coalesce_reads=False)
     expected = {r: await _outcome(alone, r) for r in reads}
     assert {o[0] for o in expected.values()} == {"ok", "error"}  # both outcomes are covered
-    racers = [random.choice(reads) for _ in range(200)]
     assert store.point_reads is not None
-    before = store.point_reads.batches
-    got = await asyncio.gather(*(_outcome(store, r) for r in racers))
-    for read, outcome in zip(racers, got, strict=True):
-        assert outcome == expected[read], read
-    # they were coalesced: far fewer statements than calls, none larger than the maximum
-    batches = store.point_reads.batches - before
-    assert 1 <= batches <= 20, batches
+    await _race(store.point_reads, _outcome, store, reads, expected)
     assert store.point_reads.largest <= store.point_reads.max_batch
     # a batch never exceeds the maximum: 200 racers queued behind one read become full batches
     store.point_reads.max_batch = 16
@@ -191,13 +196,8 @@ async def test_concurrent_view_reads_each_get_what_a_whole_read_gives(store: Sto
         assert (view.id, view.creator, view.state, view.operation, view.name) == (
             str(session.id), session.creator, session.state, session.operation, session.name)
         assert view.created_us == (session.created_at - EPOCH) // timedelta(microseconds=1)
-    racers = [random.choice(reads) for _ in range(200)]
     assert store.view_reads is not None
-    before = store.view_reads.batches
-    got = await asyncio.gather(*(_view_outcome(store, r) for r in racers))
-    for read, outcome in zip(racers, got, strict=True):
-        assert outcome == expected[read], read
-    assert 1 <= store.view_reads.batches - before <= 20
+    await _race(store.view_reads, _view_outcome, store, reads, expected)
     assert not store.view_reads.busy and not store.view_reads.queue
 
 
