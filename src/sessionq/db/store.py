@@ -69,9 +69,6 @@ _VIEW = RawStatement(
     "sessionq_get_session_view",
     "SELECT * FROM sessionq.get_session_views(ARRAY[$1::uuid], ARRAY[$2::text], ARRAY[$3::text], ARRAY[$4::text])")
 
-Fetch = Callable[[Any, Any], Awaitable[list[tuple[Any, ...]]]]
-
-
 def _view(row: tuple[Any, ...]) -> SessionView:
     """A row of get_session_views in text form (ord first) as the SessionView it shows."""
     _, sid, creator, revision, namespace, agent, state, operation, name, created, updated, reason, message, qf = row
@@ -110,7 +107,7 @@ class _PointReads:
         self.busy = False
         self.queue: list[tuple[_SessionRead, asyncio.Future[Any]]] = []
         self.drain: asyncio.Task[None] | None = None
-        self.batches = 0  # statements batch_sql ran for queued reads, and the largest batch (tests, profiling)
+        self.batches = 0  # batch statements run for queued reads, and the largest batch (tests, profiling)
         self.largest = 0
 
     async def read(self, key: _SessionRead) -> Any:
@@ -504,17 +501,10 @@ class Store:
     ) -> Session:
         """A Session (`of` SANDBOX: a Sandbox) the caller may see; NOT_FOUND otherwise. Concurrent
         reads are coalesced (_PointReads) unless the store was opened without coalesce_reads."""
-        return Session.from_json(await self.get_session_row(session_id, caller, share_hash, of))
-
-    async def get_session_row(
-        self, session_id: UUID, caller: str, share_hash: str | None = None, of: RowKind = RowKind.SESSION
-    ) -> dict[str, Any]:
-        """get_session's row as the database gives it (the JSON object of the sessions row)."""
         if self.point_reads is not None:
-            value: dict[str, Any] = await self.point_reads.read((session_id, caller, share_hash, str(of)))
-            return value
-        return await self._value(
-            "SELECT sessionq.get_session(%s, %s, %s, %s)", (session_id, caller, share_hash, of))
+            return Session.from_json(await self.point_reads.read((session_id, caller, share_hash, str(of))))
+        return Session.from_json(await self._value(
+            "SELECT sessionq.get_session(%s, %s, %s, %s)", (session_id, caller, share_hash, of)))
 
     async def get_session_view(
         self, session_id: UUID, caller: str, share_hash: str | None = None, of: RowKind = RowKind.SESSION
