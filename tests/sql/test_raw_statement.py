@@ -56,29 +56,3 @@ def test_nul_is_refused_before_anything_is_sent() -> None:
         text_array(["a\x00b"])
     with pytest.raises(psycopg.DataError):
         text_param("\x00")
-
-
-async def test_a_held_connection_is_kept_between_statements_and_given_back(store) -> None:
-    import asyncio
-
-    from sessionq.db.raw import HeldConnection
-
-    pool = store.pool
-    held = HeldConnection(pool, keep=0.3)
-    pid = RawStatement("sessionq_test_pid", "SELECT pg_backend_pid()")
-    requests = pool.get_stats().get("requests_num", 0)
-    pids = {(await held.run(pid, []))[0] for _ in range(20)}
-    assert len(pids) == 1 and held.conn is not None
-    assert pool.get_stats().get("requests_num", 0) - requests == 1  # taken from the pool once
-    await asyncio.sleep(0.6)
-    assert held.conn is None  # given back after `keep` without a statement
-    # a failing statement gives it back at once; the next one takes one again
-    with pytest.raises(psycopg.errors.DivisionByZero):
-        await held.run(RawStatement("sessionq_test_boom", "SELECT 1 / 0"), [])
-    assert held.conn is None
-    assert (await held.run(pid, []))[0][0] is not None and held.conn is not None
-    await held.close()
-    assert held.conn is None
-    # every connection is back in the pool
-    stats = pool.get_stats()
-    assert stats.get("pool_available", 0) == stats.get("pool_size", 0)

@@ -17,7 +17,6 @@ the pool discards it).
 
 from __future__ import annotations
 
-import asyncio
 import weakref
 from typing import Any
 
@@ -57,6 +56,16 @@ class RawStatement:
         self.sql = sql.encode()
         self._prepared: weakref.WeakSet[Any] = weakref.WeakSet()  # the connections it is prepared on
 
+    def prepared_on(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        return conn in self._prepared
+
+    def mark_prepared(self, conn: psycopg.AsyncConnection[Any], prepared: bool = True) -> None:
+        """Record that the statement is (or, after SQLSTATE 26000, no longer is) prepared on `conn`."""
+        if prepared:
+            self._prepared.add(conn)
+        else:
+            self._prepared.discard(conn)
+
     async def run(self, conn: psycopg.AsyncConnection[Any], params: list[bytes | None]) -> list[Row]:
         """The statement's rows on `conn` (which the caller holds alone), each value as the bytes
         of its text form or None. A database error raises psycopg's exception for its SQLSTATE."""
@@ -89,53 +98,3 @@ class RawStatement:
         if result.status not in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK):
             raise psycopg.InterfaceError(f"unexpected result status {pq.ExecStatus(result.status).name}")
         return result
-
-
-class HeldConnection:
-    """One pooled connection kept by a caller that runs one statement at a time (the coalesced
-    reads: db/store.py _PointReads) across consecutive statements: taken from the pool for the
-    first, given back `keep` seconds after the last, or at once when a statement fails or is
-    cancelled (the pool then checks it, and discards a broken one). Taking a connection from the
-    pool and giving it back cost as much Python as the statement itself (issue 23)."""
-
-    def __init__(self, pool: Any, keep: float = 0.5) -> None:
-        self.pool = pool
-        self.keep = keep
-        self.conn: psycopg.AsyncConnection[Any] | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._returning: set[asyncio.Task[None]] = set()
-
-    async def run(self, statement: RawStatement, params: list[bytes | None]) -> list[Row]:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        conn = self.conn
-        if conn is None:
-            conn = self.conn = await self.pool.getconn()
-        try:
-            rows = await statement.run(conn, params)
-        except BaseException:
-            self.conn = None
-            await self.pool.putconn(conn)
-            raise
-        self._timer = asyncio.get_running_loop().call_later(self.keep, self._give_back)
-        return rows
-
-    def _give_back(self) -> None:
-        self._timer = None
-        conn, self.conn = self.conn, None
-        if conn is not None:
-            task = asyncio.get_running_loop().create_task(self.pool.putconn(conn))
-            self._returning.add(task)
-            task.add_done_callback(self._returning.discard)
-
-    async def close(self) -> None:
-        """Give the connection back now (before the pool closes)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        conn, self.conn = self.conn, None
-        if conn is not None:
-            await self.pool.putconn(conn)
-        if self._returning:
-            await asyncio.gather(*self._returning, return_exceptions=True)

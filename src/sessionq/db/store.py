@@ -26,8 +26,9 @@ from psycopg_pool import AsyncConnectionPool
 from sessionq import errors
 from sessionq.db import notify
 from sessionq.db.connection import DatabaseHealth, Listener, make_pool
+from sessionq.db.kept_reads import KeptReads
 from sessionq.db.notify import Channel
-from sessionq.db.raw import HeldConnection, RawStatement, text_array, text_param
+from sessionq.db.raw import RawStatement, text_array, text_param
 from sessionq.models import (
     Admission,
     AdmissionOutcome,
@@ -69,6 +70,13 @@ _VIEW = RawStatement(
     "sessionq_get_session_view",
     "SELECT * FROM sessionq.get_session_views(ARRAY[$1::uuid], ARRAY[$2::text], ARRAY[$3::text], ARRAY[$4::text])")
 
+def _view_batch_params(keys: list[_SessionRead]) -> list[bytes | None]:
+    """get_session_views' parameters for a batch of reads: four text arrays."""
+    ids, callers, shares, kinds = zip(*keys, strict=True)
+    return [text_array([str(i) for i in ids]), text_array(list(callers)), text_array(list(shares)),
+            text_array(list(kinds))]
+
+
 def _view(row: tuple[Any, ...]) -> SessionView:
     """A row of get_session_views in text form (ord first) as the SessionView it shows."""
     _, sid, creator, revision, namespace, agent, state, operation, name, created, updated, reason, message, qf = row
@@ -86,9 +94,9 @@ class _PointReads:
     flight queue; when it ends, one drain task answers the queue, up to `max_batch` at a time, with
     one statement for the batch (each row filtered by its own caller's access). So at most one
     statement is in flight at a time. A waiter's cancellation only drops it from the batch; an
-    error of the batch's statement reaches every waiter of that batch. Two instances: the whole
-    rows (`get_session` / `get_sessions`, Store.get_session) and GetSession's views
-    (`get_session_views`, Store.get_session_view, on a kept connection: db/raw.py)."""
+    error of the batch's statement reaches every waiter of that batch. For the whole rows
+    (`get_session` / `get_sessions`, Store.get_session); GetSession's views are coalesced the same
+    way on a kept connection, driven by the event loop (db/kept_reads.py)."""
 
     def __init__(
         self,
@@ -177,12 +185,12 @@ class Store:
         self.pool = pool
         self.listener = listener
         self.health: DatabaseHealth = getattr(pool, "health", None) or DatabaseHealth()
-        self.point_reads = self.view_reads = None
+        self.point_reads: _PointReads | None = None
+        self.view_reads: KeptReads[_SessionRead] | None = None
         if coalesce_reads:
             self.point_reads = _PointReads(self._whole_row, self._whole_rows)
-            self.view_reads = _PointReads(self._view_row_held, self._view_rows, _view)
-        # the view coalescer runs one statement at a time: on a connection it keeps between them
-        self._held = HeldConnection(pool)
+            # GetSession's reads: coalesced on a connection kept between statements (db/kept_reads.py)
+            self.view_reads = KeptReads(pool, _VIEW, _VIEWS, self._view_params, _view_batch_params)
 
     @classmethod
     async def open(
@@ -217,7 +225,8 @@ class Store:
         (0: do not wait, as a forced stop does)."""
         if self.listener:
             await self.listener.stop()
-        await self._held.close()
+        if self.view_reads is not None:
+            await self.view_reads.close()
         await self.pool.close(timeout=timeout)
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -513,12 +522,14 @@ class Store:
         same rule as get_session); NOT_FOUND otherwise. Concurrent reads are coalesced."""
         key = (session_id, caller, share_hash, str(of))
         if self.view_reads is not None:
-            view: SessionView = await self.view_reads.read(key)
-            return view
-        rows = await self._view_row(key)
-        if not rows:
+            with errors.database_errors():
+                row = await self.view_reads.read(key)
+        else:
+            rows = await self._view_row(key)
+            row = rows[0] if rows else None
+        if row is None:
             raise errors.not_found(f"{of} {session_id} not found")
-        return _view(rows[0])
+        return _view(row)
 
     # the statements of the coalesced reads (_PointReads): a read alone, and a batch
 
@@ -537,28 +548,12 @@ class Store:
     async def _view_row(self, key: _SessionRead) -> list[tuple[Any, ...]]:
         return await self._raw(_VIEW, self._view_params(key))
 
-    async def _view_row_held(self, key: _SessionRead) -> list[tuple[Any, ...]]:
-        return await self._raw(_VIEW, self._view_params(key), held=True)
-
-    async def _view_rows(self, keys: list[_SessionRead]) -> list[tuple[Any, ...]]:
-        ids, callers, shares, kinds = zip(*keys, strict=True)
-        params: list[bytes | None] = [
-            text_array([str(i) for i in ids]), text_array(list(callers)), text_array(list(shares)),
-            text_array(list(kinds))]
-        return await self._raw(_VIEWS, params, held=True)
-
-    async def _raw(
-        self, statement: RawStatement, params: list[bytes | None], held: bool = False
-    ) -> list[tuple[Any, ...]]:
-        """A RawStatement on a pooled connection (held: the one the view coalescer keeps, which
-        only it uses, one statement at a time), its errors mapped as _fetch maps them."""
+    async def _raw(self, statement: RawStatement, params: list[bytes | None]) -> list[tuple[Any, ...]]:
+        """A RawStatement on a pooled connection, its errors mapped as _fetch maps them."""
         with errors.database_errors():
-            if held:
-                rows: list[tuple[Any, ...]] = await self._held.run(statement, params)
-                return rows
             conn = await self.pool.getconn()
             try:
-                rows = await statement.run(conn, params)
+                rows: list[tuple[Any, ...]] = await statement.run(conn, params)
                 return rows
             finally:
                 await self.pool.putconn(conn)
