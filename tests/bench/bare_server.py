@@ -2,7 +2,16 @@
 GetSession with one constant Session and ListSessions with a constant page of 50 - no
 authentication, no validation, no database. The baseline of what gRPC itself costs per call.
 
-    python -m tests.bench.bare_server PORT [--event-loop uvloop|asyncio]
+    python -m tests.bench.bare_server PORT [--event-loop uvloop|asyncio] [--suspend] [--read URL --user USER]
+
+With `--suspend`, GetSession waits once for the event loop before it answers the constant (a
+future resolved by the loop's next turn), as every handler that awaits I/O does: what one
+suspension of a handler costs in grpcio aio (the `read` scenario's "suspend" row).
+
+With `--read`, GetSession reads its Session the way sessionq's does (Store.get_session_view: the
+coalesced statement of sessionq.get_session_views, as USER) and answers what it read, still with
+no authentication, validation or metrics: the floor of a handler that reads its answer from
+PostgreSQL (the `read` scenario's "floor" row).
 
 Stops on SIGTERM, or by itself when its parent disappears.
 """
@@ -33,22 +42,49 @@ def constant_session(i: int = 0) -> sessions_pb2.Session:
 
 
 class Bare(sessions_pb2_grpc.SessionServiceServicer):
-    def __init__(self) -> None:
+    def __init__(self, suspend: bool = False) -> None:
+        self.suspend = suspend
         self.get = sessions_pb2.GetSessionResponse(session=constant_session())
         self.page = sessions_pb2.ListSessionsResponse(
             sessions=[constant_session(i) for i in range(50)],
             page=common_pb2.PageResponse(next_page_token="djEfMDAwMDAwMDAtMDAwMC0wMDAwLTAwMDAtMDAwMDAwMDAwMDMy"))
 
     async def GetSession(self, request, context):  # type: ignore[no-untyped-def]
+        if self.suspend:  # wait once for the event loop, as a handler that awaits any I/O does
+            loop = asyncio.get_running_loop()
+            fut = loop.create_future()
+            loop.call_soon(fut.set_result, None)
+            await fut
         return self.get
 
     async def ListSessions(self, request, context):  # type: ignore[no-untyped-def]
         return self.page
 
 
-async def main(port: int) -> None:
+class Floor(Bare):
+    def __init__(self, store: object, user: str) -> None:
+        super().__init__()
+        self.store, self.user = store, user
+
+    async def GetSession(self, request, context):  # type: ignore[no-untyped-def]
+        from sessionq.api.sessions import session_view_to_proto
+
+        view = await self.store.get_session_view(uuid.UUID(request.session_id), self.user)  # type: ignore[attr-defined]
+        response = sessions_pb2.GetSessionResponse()
+        session_view_to_proto(view, response.session)
+        return response
+
+
+async def main(port: int, read_url: str = "", user: str = "", suspend: bool = False) -> None:
     server = grpc.aio.server()
-    sessions_pb2_grpc.add_SessionServiceServicer_to_server(Bare(), server)
+    store = None
+    servicer: Bare = Bare(suspend)
+    if read_url:
+        from sessionq.db.store import Store
+
+        store = await Store.open(read_url, pool_size=10, listen=False)
+        servicer = Floor(store, user)
+    sessions_pb2_grpc.add_SessionServiceServicer_to_server(servicer, server)
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     stop = asyncio.Event()
@@ -63,16 +99,21 @@ async def main(port: int) -> None:
         except TimeoutError:
             pass
     await server.stop(1)
+    if store is not None:
+        await store.close()
 
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("port", type=int)
     p.add_argument("--event-loop", default="uvloop", choices=("uvloop", "asyncio"))
+    p.add_argument("--suspend", action="store_true", help="GetSession waits once for the event loop")
+    p.add_argument("--read", default="", help="a database URL: GetSession reads its Session there")
+    p.add_argument("--user", default="", help="with --read: whose reads they are")
     a = p.parse_args()
     if a.event_loop == "uvloop":
         import uvloop
 
-        uvloop.run(main(a.port))
+        uvloop.run(main(a.port, a.read, a.user, a.suspend))
     else:
-        asyncio.run(main(a.port))
+        asyncio.run(main(a.port, a.read, a.user, a.suspend))

@@ -295,12 +295,15 @@ async def _serve(procs: Procs, url: str, settings: dict[str, Any], name: str,
 
 async def _coalesce_ab(srv: Server, log_dir: Path, url: str, settings: dict[str, Any], get_ids: list[str],
                        sizes: dict[str, Any]) -> dict[str, Any]:
-    """GetSession on one process with database.coalesceReads on and off, beside the bare servicer:
-    the three run at once (idle while not measured) and are measured in alternating rounds, so the
-    machine's noise falls on all three alike. Per round and in sum: calls/s, p99, and the ratios
-    against the bare servicer of the same round."""
+    """GetSession on one process with database.coalesceReads on and off, beside the bare servicer
+    and (`ab_floor`, default on) the floor under GetSession: the bare servicer that waits once for
+    the event loop ("suspend") and the one that reads its answer from PostgreSQL as GetSession does
+    (Store.get_session_view) with no authentication, validation or metrics ("floor"). All run at
+    once (idle while not measured) and are measured in alternating rounds (`ab_client`: "python"
+    or "h2load"), so the machine's noise falls on all alike. Per round and in sum: calls/s, p99,
+    and the ratios against the bare servicer of the same round."""
     rounds = int(sizes.get("ab_rounds", 3))
-    say(f"   coalescing A/B: {rounds} rounds of bare / on / off (load average {os.getloadavg()[0]:.2f})")
+    say(f"   coalescing A/B: {rounds} rounds of bare / suspend / floor / on / off (load average {os.getloadavg()[0]:.2f})")
     out: dict[str, Any] = {"rounds": [], "load_before": os.getloadavg()}
     async with processes(log_dir / "ab") as procs:
         port = free_port()
@@ -310,6 +313,15 @@ async def _coalesce_ab(srv: Server, log_dir: Path, url: str, settings: dict[str,
         targets["on"] = await _serve(procs, url, {**one, "database.coalesceReads": True}, "serve-on")
         targets["off"] = await _serve(procs, url, {**one, "database.coalesceReads": False}, "serve-off")
         names = ["bare", "on", "off"]
+        if sizes.get("ab_floor", True):
+            # the floor under GetSession: the bare servicer waiting once for the event loop ("suspend"),
+            # and reading its answer as GetSession does, with none of its checks ("floor")
+            for extra, args in (("suspend", ["--suspend"]), ("floor", ["--read", url, "--user", USER])):
+                xport = free_port()
+                child = procs.start(extra, bench_module_command("bare_server", str(xport), *args), dict(os.environ))
+                targets[extra] = (f"127.0.0.1:{xport}", {"api": child.pid})
+                await wait_for(lambda p=xport: _listening(p), 30, f"the {extra} servicer", 0.2, procs)
+            names[1:1] = ["suspend", "floor"]
         if sizes.get("ab_base_src"):  # "base": another checkout's src (the code before a change), coalescing on
             targets["base"] = await _serve(procs, url, {**one, "database.coalesceReads": True}, "serve-base",
                                            {"PYTHONPATH": str(sizes["ab_base_src"])})
@@ -320,7 +332,8 @@ async def _coalesce_ab(srv: Server, log_dir: Path, url: str, settings: dict[str,
             got: dict[str, Any] = {}
             for name in order:
                 address, pids = targets[name]
-                m = await _measure(srv, log_dir, f"ab-{r}-{name}", address, "get", get_ids, TOKEN, pids, sizes)
+                m = await _measure(srv, log_dir, f"ab-{r}-{name}", address, "get", get_ids, TOKEN, pids, sizes,
+                                   client=str(sizes.get("ab_client", "python")))
                 got[name] = {k: m[k] for k in ("per_s", "p50_ms", "p99_ms", "api_cpu_ms_per_call",
                                                "pg_cpu_ms_per_call", "codes")}
             for name in names[1:]:
@@ -331,6 +344,10 @@ async def _coalesce_ab(srv: Server, log_dir: Path, url: str, settings: dict[str,
                 f"p99 {got['on']['over_bare_p99']}x, api {got['on']['api_cpu_ms_per_call']} ms/call); "
                 f"off {got['off']['per_s']}/s p99 {got['off']['p99_ms']} ms ({got['off']['over_bare_per_s']}x, "
                 f"p99 {got['off']['over_bare_p99']}x, api {got['off']['api_cpu_ms_per_call']} ms/call)"
+                + (f"; suspend {got['suspend']['per_s']}/s ({got['suspend']['over_bare_per_s']}x, "
+                   f"api {got['suspend']['api_cpu_ms_per_call']} ms/call)" if "suspend" in got else "")
+                + (f"; floor {got['floor']['per_s']}/s p99 {got['floor']['p99_ms']} ms ({got['floor']['over_bare_per_s']}x, "
+                   f"api {got['floor']['api_cpu_ms_per_call']} ms/call)" if "floor" in got else "")
                 + (f"; base {got['base']['per_s']}/s p99 {got['base']['p99_ms']} ms ({got['base']['over_bare_per_s']}x, "
                    f"api {got['base']['api_cpu_ms_per_call']} ms/call)" if "base" in got else ""))
             out["rounds"].append(got)
@@ -345,6 +362,10 @@ async def _coalesce_ab(srv: Server, log_dir: Path, url: str, settings: dict[str,
                                           sum(g["base"]["per_s"] for g in out["rounds"]))
     say(f"   coalescing A/B over {rounds} rounds: on {out['on_over_bare_per_s']}x bare, off "
         f"{out['off_over_bare_per_s']}x bare, on/off {out['on_over_off_per_s']}x"
+        + (f"; suspend {out['suspend_over_bare_per_s']}x bare" if "suspend" in names else "")
+        + (f"; floor {out['floor_over_bare_per_s']}x bare, on/floor "
+           f"{ratio(sum(g['on']['per_s'] for g in out['rounds']), sum(g['floor']['per_s'] for g in out['rounds']))}x"
+           if "floor" in names else "")
         + (f"; base {out['base_over_bare_per_s']}x bare, on/base {out['on_over_base_per_s']}x" if "base" in names else ""))
     return out
 
