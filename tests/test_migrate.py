@@ -64,11 +64,30 @@ def test_a_database_made_before_the_coalesced_reads_gets_them(empty_database_url
         assert conn.execute(reads).fetchone() == (0,)
     command.stamp(migrate.alembic_config(empty_database_url), "0004_suspend_after_cancel_told")
     migrate.upgrade(empty_database_url)
-    assert migrate.current(empty_database_url) == migrate.head() == "0005_coalesced_session_reads"
+    assert migrate.current(empty_database_url) == migrate.head()
     with psycopg.connect(empty_database_url) as conn:
         assert conn.execute(reads).fetchone() == (3,)
         source = conn.execute(access).fetchone()
         assert source is not None and "share_permission" in source[0] and "session_shares" not in source[0]
+
+
+def test_revision_0006_brings_the_list_page_read_to_an_older_database(empty_database_url):
+    """Revision 0006 gives a database at 0005 ListSessions' page read (list_session_views)."""
+    from alembic import command
+
+    migrate.upgrade(empty_database_url)
+    exists = ("SELECT count(*) FROM pg_proc WHERE proname = 'list_session_views'"
+              " AND pronamespace = 'sessionq'::regnamespace")
+    with psycopg.connect(empty_database_url, autocommit=True) as conn:
+        conn.execute("DROP FUNCTION sessionq.list_session_views(text, boolean, text, text, uuid, integer, text)")
+        assert conn.execute(exists).fetchone() == (0,)
+    command.stamp(migrate.alembic_config(empty_database_url), "0005_coalesced_session_reads")
+    migrate.upgrade(empty_database_url)
+    assert migrate.current(empty_database_url) == migrate.head() == "0006_session_list_views"
+    with psycopg.connect(empty_database_url) as conn:
+        assert conn.execute(exists).fetchone() == (1,)
+        rows = conn.execute("SELECT * FROM sessionq.list_session_views('nobody', false, NULL, NULL, NULL, 5)").fetchall()
+        assert rows == []
 
 
 def test_a_function_definition_is_taken_whole_from_its_schema_file():

@@ -52,3 +52,46 @@ async def test_get_session_answer_is_the_whole_records_proto(api, store: Store, 
     assert got.created_at.seconds == -1 and got.created_at.nanos == 999_999_000
     view = await store.get_session_view(sid, "alice")
     assert session_view_to_proto(view).last_quiescence_failure.reason == "TIMEOUT"
+
+
+async def test_list_sessions_pages_are_the_whole_records_protos(api, store: Store, sim, aconn: AsyncConnection):
+    """ListSessions answers from sessionq.list_session_views: each page the same rows as
+    list_sessions with the same arguments, each row's message session_to_proto of the whole
+    record, the answer's bytes those of the message built from the whole records, for every
+    filter (own or every creator's, an agent or none), page size and page token."""
+    from sessionq.api.common import next_id_token
+
+    await apply_agent(store, sim)
+    stub = sessions_pb2_grpc.SessionServiceStub(api.channel)
+    for who, n in (("alice", 7), ("bob", 3)):
+        for i in range(n):
+            await stub.CreateSession(sessions_pb2.CreateSessionRequest(request_id=f"{who}{i}", agent=AGENT, name=f"s{i}"),
+                                     metadata=api.md(who), timeout=10)
+    # some rows with every optional field the answer shows, and one deleted (never listed)
+    await aconn.execute("UPDATE sessionq.sessions SET failure_reason = 'RUNTIME', failure_message = 'x',"
+                        " quiescence_failure = %s::jsonb WHERE name = 's1'", (json.dumps(FAILED),))
+    await aconn.execute("UPDATE sessionq.sessions SET state = 'DELETED', revision_id = NULL, actor_uid = NULL"
+                        " WHERE name = 's2' AND creator = 'alice'")
+    admin = store  # list_sessions and list_session_views take the caller as given (the servicer checks admins)
+    for caller, everyone in (("alice", False), ("bob", False), ("alice", True)):
+        for namespace, agent in ((None, None), ("kagent", "my-first-agent"), ("kagent", "other")):
+            for limit in (1, 2, 50):
+                after = None
+                while True:
+                    whole = await admin.list_sessions(caller, everyone, namespace, agent, after, limit + 1)
+                    views = await admin.list_session_views(caller, everyone, namespace, agent, after, limit + 1)
+                    assert [v.id for v in views] == [str(s.id) for s in whole]
+                    assert [session_view_to_proto(v) for v in views] == [session_to_proto(s) for s in whole]
+                    if len(whole) <= limit:
+                        break
+                    after = whole[limit - 1].id
+    # through the API: the answer's bytes as the whole records would have built them
+    for limit in (2, 50):
+        got = await stub.ListSessions(
+            sessions_pb2.ListSessionsRequest(page=common_pb2.PageRequest(limit=limit)), metadata=api.md(), timeout=5)
+        whole = await store.list_sessions("alice", False, None, None, None, limit + 1)
+        expected = sessions_pb2.ListSessionsResponse(
+            sessions=[session_to_proto(s) for s in whole[:limit]],
+            page=common_pb2.PageResponse(next_page_token=next_id_token(whole, limit)))
+        assert got.SerializeToString() == expected.SerializeToString()
+        assert len(got.sessions) == min(limit, 6) and got.HasField("page")

@@ -4,6 +4,7 @@ import asyncio
 import uuid
 
 import grpc
+import psycopg
 import pytest
 from conftest import apply_agent, running_worker
 from lifecycle import count
@@ -243,7 +244,7 @@ async def test_share_ttl_defaults_to_and_is_bounded_by_max_ttl(settings, store):
     assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "shares.maxTtl" in e.value.message
 
 
-async def test_200_concurrent_get_sessions_answer_each_caller_as_alone(api, store, sim):
+async def test_200_concurrent_get_sessions_answer_each_caller_as_alone(api, store, sim, database_url):
     """Coalesced reads (issue 23) over gRPC: 200 concurrent GetSession calls of alice's and bob's
     Sessions, a missing one and a malformed id, by alice and bob, each answered as the same call
     alone (the Session, or the same status and message)."""
@@ -265,7 +266,19 @@ async def test_200_concurrent_get_sessions_answer_each_caller_as_alone(api, stor
     assert {o[0] for o in alone.values()} == {"ok", grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT}
     before = store.view_reads.batches  # GetSession's coalescer (get_session_views)
     racers = [pairs[i % len(pairs)] for i in range(200)]
-    got = await asyncio.gather(*(call(*p) for p in racers))
+    # the sessions table locked from another connection holds the first read's statement in flight,
+    # so the others queue behind it and go in batches: each caller still answered as alone
+    lock = await psycopg.AsyncConnection.connect(database_url)
+    await lock.execute("LOCK TABLE sessionq.sessions IN ACCESS EXCLUSIVE MODE")
+    racing = asyncio.gather(*(call(*p) for p in racers))
+    for _ in range(500):
+        if len(store.view_reads.queue) >= 100:
+            break
+        await asyncio.sleep(0.01)
+    await lock.rollback()
+    await lock.close()
+    got = await racing
     for p, outcome in zip(racers, got, strict=True):
         assert outcome == alone[p], p
     assert store.view_reads.batches > before  # some of them shared a statement
+    assert store.view_reads.largest > 1

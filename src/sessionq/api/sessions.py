@@ -256,12 +256,16 @@ class SessionService(sessions_pb2_grpc.SessionServiceServicer):
         namespace = agent = None
         if request.HasField("agent"):  # a set agent is a whole ResourceReference (its rules)
             namespace, agent = request.agent.namespace, request.agent.name
-        rows = await self.store.list_sessions(who.user, request.all_creators, namespace, agent, after, limit + 1)
-        token = next_id_token(rows, limit)
-        return sessions_pb2.ListSessionsResponse(
-            sessions=[session_to_proto(s) for s in rows[:limit]],
-            page=common_pb2.PageResponse(next_page_token=token),
+        rows = await self.store.list_session_views(
+            who.user, request.all_creators, namespace, agent, after, limit + 1
         )
+        response = sessions_pb2.ListSessionsResponse()
+        page = response.sessions
+        for view in rows[:limit]:
+            session_view_to_proto(view, page.add())
+        response.page.SetInParent()  # present even when empty, as kagent answers
+        response.page.next_page_token = next_id_token(rows, limit)
+        return response
 
     @rpc
     async def UpdateSessionName(

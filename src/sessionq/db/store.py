@@ -70,6 +70,13 @@ _VIEW = RawStatement(
     "sessionq_get_session_view",
     "SELECT * FROM sessionq.get_session_views(ARRAY[$1::uuid], ARRAY[$2::text], ARRAY[$3::text], ARRAY[$4::text])")
 
+# ListSessions' page (sessionq.list_session_views: get_session_views' columns, the page's position first)
+_LIST_VIEWS = RawStatement(
+    "sessionq_list_session_views",
+    "SELECT * FROM sessionq.list_session_views($1::text, $2::boolean, $3::text, $4::text, $5::uuid, $6::integer,"
+    " $7::text)")
+
+
 def _view_batch_params(keys: list[_SessionRead]) -> list[bytes | None]:
     """get_session_views' parameters for a batch of reads: four text arrays."""
     ids, callers, shares, kinds = zip(*keys, strict=True)
@@ -593,6 +600,22 @@ class Store:
             (caller, all_creators, namespace, agent, after, limit, of),
         )
         return [Session.from_json(r["s"]) for r in rows]
+
+    async def list_session_views(
+        self,
+        caller: str,
+        all_creators: bool,
+        namespace: str | None,
+        agent: str | None,
+        after: UUID | None,
+        limit: int,
+        of: RowKind = RowKind.SESSION,
+    ) -> list[SessionView]:
+        """list_sessions' page as what ListSessions shows of each row (sessionq.list_session_views:
+        the same rows, no JSON), read through libpq directly as GetSession's reads are."""
+        params = [text_param(caller), b"t" if all_creators else b"f", text_param(namespace), text_param(agent),
+                  str(after).encode() if after is not None else None, str(limit).encode(), str(of).encode()]
+        return [_view(row) for row in await self._raw(_LIST_VIEWS, params)]
 
     async def rename_session(self, session_id: UUID, caller: str, share_hash: str | None, name: str) -> Session:
         value = await self._value(
