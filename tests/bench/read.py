@@ -573,6 +573,12 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
             ratios["get_many_over_one_per_s"] = ratio(many["per_s"], one_get["per_s"])
             ratios["list_many_over_one_per_s"] = ratio(measured[f"{n} processes ListSessions 10k"]["per_s"],
                                                        small["per_s"])
+        ab = results.get("coalesce_ab") or {}
+        for key in ("suspend_over_bare_per_s", "floor_over_bare_per_s", "on_over_bare_per_s"):
+            if key in ab:  # the floor under GetSession, from the alternating A/B rounds (no target)
+                ratios[f"ab_{key}"] = ab[key]
+        if "floor_over_bare_per_s" in ab:
+            ratios["ab_get_over_floor_per_s"] = ratio(ab["on_over_bare_per_s"], ab["floor_over_bare_per_s"])
         targets = {"get_one_over_bare_per_s": (">=", 0.7), "get_one_over_bare_p99": ("<=", 2.0),
                    "get_many_over_one_per_s": (">=", 1.6), "list_large_over_small_p99": ("<=", 1.5)}
         scaling = results.get("scaling")
@@ -589,6 +595,10 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
             v = ratios.get(key)
             met[key] = None if v is None else (v >= bound if op == ">=" else v <= bound)
         results["targets_met"] = met
+        if "ab_get_over_floor_per_s" in ratios:
+            say(f"floor line (A/B rounds): suspend {ratios.get('ab_suspend_over_bare_per_s')}x bare, floor "
+                f"{ratios['ab_floor_over_bare_per_s']}x bare, GetSession {ratios['ab_on_over_bare_per_s']}x bare = "
+                f"{ratios['ab_get_over_floor_per_s']}x the floor")
         say("ratio line: " + "; ".join(
             f"{k} {ratios.get(k)} (target {op} {b}: {'met' if met[k] else 'NOT met' if met[k] is False else '-'})"
             for k, (op, b) in targets.items()))
