@@ -636,37 +636,48 @@ END $$;
 COMMENT ON FUNCTION sessionq.get_session(uuid, text, text, text) IS
   'Read a Session (p_of sandbox: a Sandbox) the caller may see (owner or share); NOT_FOUND otherwise. Reads change nothing.';
 
-CREATE OR REPLACE FUNCTION sessionq.list_sessions(
+CREATE OR REPLACE FUNCTION sessionq.session_page(
   p_caller text, p_all_creators boolean, p_namespace text, p_agent text, p_after uuid, p_limit integer,
   p_of text DEFAULT 'session'
-) RETURNS SETOF jsonb LANGUAGE plpgsql STABLE AS $$
+) RETURNS TABLE (ord integer, session sessionq.sessions) LANGUAGE plpgsql STABLE AS $$
 BEGIN
   -- Two statements, each with conditions an index can use in a generic plan too (plans are cached,
   -- and a cached plan knows no parameter value): one creator's page is a range of the (creator, id)
   -- index, everyone's a range of the primary key; "no page token" is the range from the nil UUID.
   IF p_all_creators THEN
     RETURN QUERY
-      SELECT to_jsonb(s) FROM sessionq.sessions s
-       WHERE s.id > coalesce(p_after, '00000000-0000-0000-0000-000000000000'::uuid)
-         AND s.state <> 'DELETED' AND s.kind = p_of
-         AND (p_namespace IS NULL OR s.agent_namespace = p_namespace)
-         AND (p_agent IS NULL OR s.agent_name = p_agent)
-       ORDER BY s.id
+      SELECT (row_number() OVER (ORDER BY t.id))::integer, t FROM sessionq.sessions t
+       WHERE t.id > coalesce(p_after, '00000000-0000-0000-0000-000000000000'::uuid)
+         AND t.state <> 'DELETED' AND t.kind = p_of
+         AND (p_namespace IS NULL OR t.agent_namespace = p_namespace)
+         AND (p_agent IS NULL OR t.agent_name = p_agent)
+       ORDER BY t.id
        LIMIT p_limit;
   ELSE
     RETURN QUERY
-      SELECT to_jsonb(s) FROM sessionq.sessions s
-       WHERE s.creator = p_caller
-         AND s.id > coalesce(p_after, '00000000-0000-0000-0000-000000000000'::uuid)
-         AND s.state <> 'DELETED' AND s.kind = p_of
-         AND (p_namespace IS NULL OR s.agent_namespace = p_namespace)
-         AND (p_agent IS NULL OR s.agent_name = p_agent)
-       ORDER BY s.creator, s.id
+      SELECT (row_number() OVER (ORDER BY t.creator, t.id))::integer, t FROM sessionq.sessions t
+       WHERE t.creator = p_caller
+         AND t.id > coalesce(p_after, '00000000-0000-0000-0000-000000000000'::uuid)
+         AND t.state <> 'DELETED' AND t.kind = p_of
+         AND (p_namespace IS NULL OR t.agent_namespace = p_namespace)
+         AND (p_agent IS NULL OR t.agent_name = p_agent)
+       ORDER BY t.creator, t.id
        LIMIT p_limit;
   END IF;
 END $$;
+COMMENT ON FUNCTION sessionq.session_page(text, boolean, text, text, uuid, integer, text) IS
+  'The page of live Sessions (p_of sandbox: Sandboxes) of the caller (or of everyone), optionally of one Agent, in id order after p_after, each row with its position on the page from 1: what list_sessions and list_session_views answer. One creator''s page reads a range of an index (also from a cached generic plan), whatever the table''s size.';
+
+CREATE OR REPLACE FUNCTION sessionq.list_sessions(
+  p_caller text, p_all_creators boolean, p_namespace text, p_agent text, p_after uuid, p_limit integer,
+  p_of text DEFAULT 'session'
+) RETURNS SETOF jsonb LANGUAGE sql STABLE AS $$
+  SELECT to_jsonb(p.session) FROM sessionq.session_page(p_caller, p_all_creators, p_namespace, p_agent, p_after,
+                                                       p_limit, p_of) p
+   ORDER BY p.ord
+$$;
 COMMENT ON FUNCTION sessionq.list_sessions(text, boolean, text, text, uuid, integer, text) IS
-  'Live Sessions (p_of sandbox: Sandboxes) of the caller (or of everyone), optionally of one Agent, in id order after p_after; callers ask limit+1 rows to know whether a next page exists. One creator''s page reads a range of an index (also from a cached generic plan), whatever the table''s size.';
+  'Live Sessions (p_of sandbox: Sandboxes) of the caller (or of everyone), optionally of one Agent, in id order after p_after (sessionq.session_page); callers ask limit+1 rows to know whether a next page exists. One creator''s page reads a range of an index (also from a cached generic plan), whatever the table''s size.';
 
 CREATE OR REPLACE FUNCTION sessionq.rename_session(p_session uuid, p_caller text, p_share_hash text, p_name text)
 RETURNS jsonb LANGUAGE plpgsql AS $$

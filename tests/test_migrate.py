@@ -76,18 +76,23 @@ def test_revision_0006_brings_the_list_page_read_to_an_older_database(empty_data
     from alembic import command
 
     migrate.upgrade(empty_database_url)
-    exists = ("SELECT count(*) FROM pg_proc WHERE proname = 'list_session_views'"
+    exists = ("SELECT count(*) FROM pg_proc WHERE proname IN ('list_session_views', 'session_page')"
               " AND pronamespace = 'sessionq'::regnamespace")
     with psycopg.connect(empty_database_url, autocommit=True) as conn:
+        # what a database made by the code of revision 0005 had: neither function, list_sessions its own page
         conn.execute("DROP FUNCTION sessionq.list_session_views(text, boolean, text, text, uuid, integer, text)")
+        conn.execute("DROP FUNCTION sessionq.list_sessions(text, boolean, text, text, uuid, integer, text)")
+        conn.execute("DROP FUNCTION sessionq.session_page(text, boolean, text, text, uuid, integer, text)")
         assert conn.execute(exists).fetchone() == (0,)
     command.stamp(migrate.alembic_config(empty_database_url), "0005_coalesced_session_reads")
     migrate.upgrade(empty_database_url)
     assert migrate.current(empty_database_url) == migrate.head() == "0006_session_list_views"
     with psycopg.connect(empty_database_url) as conn:
-        assert conn.execute(exists).fetchone() == (1,)
+        assert conn.execute(exists).fetchone() == (2,)
         rows = conn.execute("SELECT * FROM sessionq.list_session_views('nobody', false, NULL, NULL, NULL, 5)").fetchall()
         assert rows == []
+        listed = conn.execute("SELECT count(*) FROM sessionq.list_sessions('nobody', false, NULL, NULL, NULL, 5)")
+        assert listed.fetchone() == (0,)
 
 
 def test_a_function_definition_is_taken_whole_from_its_schema_file():
