@@ -27,7 +27,6 @@ closing store fail with OperationalError.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -36,8 +35,6 @@ from psycopg import errors as pg_errors
 from psycopg import pq
 
 from sessionq.db.raw import RawStatement, Row
-
-log = logging.getLogger(__name__)
 
 K = TypeVar("K")
 
