@@ -1,6 +1,8 @@
 """The procrastinate app of sessionq: every task, with its queue and retry policy.
 
-SQL defers these tasks by name (schema/05_procrastinate.sql, sessionq.defer_job), so the names here are the contract.
+SQL defers these tasks by name: a procedure queues one with `sessionq.defer(task, subject, args)`
+(schema/06_jobs.sql, which declares each task's queue and lock in `sessionq.job_kinds`), itself
+through the bridge's `sessionq.defer_job` (schema/05_procrastinate.sql); the names here are the contract.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The simulated agent (sessionq.runtime.simulator.agent): pure logic, no database."""
+"""The simulated agent (sessionq.runtime.deterministic_agent): pure logic, no database."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sessionq.runtime.simulator.agent import (
+from sessionq.runtime.deterministic_agent import (
     AUTH_REQUIRED,
     COMPLETED,
     FAILED,

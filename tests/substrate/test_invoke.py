@@ -19,7 +19,7 @@ from google.protobuf.message import Message as ProtoMessage
 from sessionq._pb.kagent.api.v1alpha1 import task_store_pb2, task_store_pb2_grpc
 from sessionq.runtime.base import ActorState, Code, InvokeRequest, SubstrateError
 from sessionq.runtime.simulator import WORKLOAD_TOKEN_ENV, SimulatedSubstrate
-from sessionq.runtime.simulator.taskstore_client import TaskStoreClient, TaskStoreError
+from sessionq.runtime.taskstore_client import TaskStoreClient, TaskStoreError
 
 NS = "kagent"
 TEMPLATE = f"{NS}/rev-1"

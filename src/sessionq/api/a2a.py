@@ -2,8 +2,8 @@
 
 `A2AHandler` implements every A2A operation (the a2a-sdk's `RequestHandler` interface) on the
 store; the bindings only say who calls and for which Agent (the tenant "<namespace>/<agent>"):
-`A2AService` here is the gRPC servicer (sessionq's interceptors, `@rpc` error mapping), and
-api/a2a_http.py mounts the SDK's own JSON-RPC and HTTP+JSON routes on the same handler.
+`A2AService` here is the gRPC servicer (the handlers' input guard and validation, `@rpc` error
+mapping), and api/agentcard.py mounts the SDK's own JSON-RPC and HTTP+JSON routes on the same handler.
 
 SendMessage only admits: without a context or task ID it starts a new conversation (a new Session
 of an existing Agent), otherwise it continues one; it records the turn with a dispatch reservation

@@ -3,8 +3,9 @@
 - `substrate.py`: `SimulatedSubstrate`, the `Substrate` implementation: Actors, templates, tags,
   egress policies, workers, listings, and test hooks (durable directories, crashes, call log);
 - `faults.py`: fault injection (delays, blocks, errors before the effect, lost responses);
-- `turns.py`: one turn of the agent as an Actor plays it; `agent.py` is the deterministic agent
-  itself, `taskstore_client.py` how it reports to the TaskStoreService;
+- `turns.py`: one turn of the agent as an Actor plays it: the deterministic agent
+  (`runtime/deterministic_agent.py`) answers, and the turn is reported through the Actor's
+  TaskStoreService client (`runtime/taskstore_client.py`);
 - `database.py` and `schema.sql`: its own connection pool and schema, ``substrate_sim``.
 
 It owns its connection to its own schema (it stands in for an external system), and never uses

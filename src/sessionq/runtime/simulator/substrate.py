@@ -671,7 +671,7 @@ class SimulatedSubstrate(FaultInjection):
     # the Actor's private A2A endpoint ------------------------------------------------------
 
     async def invoke(self, atespace: str, name: str, uid: str, request: InvokeRequest) -> None:
-        """Run one turn of the simulated agent (sessionq.runtime.simulator.agent) inside the RUNNING Actor.
+        """Run one turn of the simulated agent (sessionq.runtime.deterministic_agent) inside the RUNNING Actor.
 
         The agent reports through the TaskStoreService at `taskstore_address` with the workload
         credential of the call (`request.credential`), or else the one of its env

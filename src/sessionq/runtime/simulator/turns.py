@@ -1,5 +1,6 @@
-"""One turn of the simulated agent, played as an Actor plays it: the deterministic agent of agent.py
-answers, and the turn is reported to the TaskStoreService (taskstore_client.py)."""
+"""One turn of the simulated agent, played as an Actor plays it: the deterministic agent
+(runtime/deterministic_agent.py) answers, and the turn is reported to the TaskStoreService
+(runtime/taskstore_client.py)."""
 
 from __future__ import annotations
 
