@@ -11,6 +11,16 @@ CREATE SCHEMA IF NOT EXISTS sessionq;
 COMMENT ON SCHEMA sessionq IS
   'sessionq control plane: agents, revisions, sessions, operations and executor claims. Tables are changed only through the procedures in this schema.';
 
+-- schema_installed: the migration revision at which this database's schema was installed from the
+-- canonical files (migration 0002 records it); later upgrades up to it are already in the schema.
+CREATE TABLE sessionq.schema_installed (
+  only_row     boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+  revision     text NOT NULL,
+  installed_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+COMMENT ON TABLE sessionq.schema_installed IS
+  'One row: the migration revision whose canonical schema/ files made this database. An upgrade revision at or before it is already in the schema and skips its upgrade file; a database without this row was made before it was recorded, and every upgrade applies.';
+
 -- uuid_v7: time-ordered UUIDs (RFC 9562 version 7), so ids sort by creation like the kagent ids.
 CREATE OR REPLACE FUNCTION sessionq.uuid_v7() RETURNS uuid
 LANGUAGE sql VOLATILE PARALLEL SAFE AS $$

@@ -372,7 +372,36 @@ END $$;
 COMMENT ON FUNCTION sessionq.fail_dispatch(uuid, uuid, text, boolean) IS
   'End a dispatch that could not complete: an unfinished task of it is published FAILED and marked abandoned (it can never be continued), the reservation is cleared with the failure recorded for the waiting caller, and, if the Actor may have been resumed (p_issued), an idle boundary is marked.';
 
--- claim_idle: 42_suspend_after_cancel_told.sql (an Actor being told of a cancel is not suspended).
+-- claim_idle: a quiescence worker takes the oldest eligible idle boundary. A Session with a cancel
+-- whose Actor was not told yet is skipped: finish_cancel marks the idle boundary before the
+-- cancel_task job tells the Actor (A2A CancelTask), and suspending first would stop the process the
+-- job must tell. The wait is bounded (10 minutes): a cancel_task job that gave up never records the
+-- telling (cancel_told, 35_a2a.sql, wakes the quiescence workers when it does).
+CREATE OR REPLACE FUNCTION sessionq.claim_idle(p_executor uuid) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+BEGIN
+  SELECT * INTO v FROM sessionq.sessions s
+   WHERE s.idle_boundary_id IS NOT NULL AND s.idle_executor IS NULL
+     AND s.state = 'READY' AND s.operation = 'NONE'
+     AND s.dispatch_id IS NULL AND s.active_task_id IS NULL AND s.unsettled_task_id IS NULL
+     AND NOT sessionq.checkpoint_in_progress(s.id)  -- 40_checkpoints.sql
+     AND NOT EXISTS (SELECT 1 FROM sessionq.task_cancels c  -- 35_a2a.sql: ended, the Actor not told yet
+                      WHERE c.session_id = s.id AND c.actor_told_at IS NULL
+                        AND c.finished_at > clock_timestamp() - interval '10 minutes')
+   ORDER BY s.idle_boundary_at
+   LIMIT 1
+   FOR UPDATE SKIP LOCKED;
+  IF NOT FOUND THEN
+    RETURN NULL;
+  END IF;
+  UPDATE sessionq.sessions SET idle_executor = p_executor, idle_claimed_at = clock_timestamp()
+   WHERE id = v.id RETURNING * INTO v;
+  RETURN to_jsonb(v);
+END $$;
+COMMENT ON FUNCTION sessionq.claim_idle(uuid) IS
+  'Claim the oldest idle boundary of a READY Session with nothing running, dispatched, unsettled, pending or being checkpointed, and no cancel ended in the last 10 minutes whose Actor was not told of it yet (FOR UPDATE SKIP LOCKED, so replicas never take the same one). NULL when none is eligible now.';
 
 -- idle_work_blocked: after an empty claim, is unclaimed idle work waiting on something?
 CREATE OR REPLACE FUNCTION sessionq.idle_work_blocked() RETURNS boolean

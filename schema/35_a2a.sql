@@ -89,6 +89,7 @@ CREATE TABLE sessionq.task_cancels (
 );
 COMMENT ON TABLE sessionq.task_cancels IS
   'A2A CancelTask intents: one per task. finished_at is set once the task was ended CANCELED (or had already ended on its own: already_final); actor_told_at once the Actor was told to stop (or had nothing to stop).';
+CREATE INDEX task_cancels_untold_idx ON sessionq.task_cancels (session_id) WHERE actor_told_at IS NULL;
 
 CREATE OR REPLACE FUNCTION sessionq.is_terminal_state(p_state text) RETURNS boolean
 LANGUAGE sql IMMUTABLE AS $$
@@ -176,7 +177,20 @@ $$;
 COMMENT ON FUNCTION sessionq.cancel_target(text) IS
   'Internal to the cancel_task job: a cancel whose Actor was not told yet, with its Session''s Actor (atespace, name, uid); NULL when done or absent.';
 
--- cancel_told: 42_suspend_after_cancel_told.sql (it wakes the quiescence workers).
+-- cancel_told: the Actor was told of a cancel; its Session's idle boundary becomes claimable.
+CREATE OR REPLACE FUNCTION sessionq.cancel_told(p_task text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_session uuid;
+BEGIN
+  UPDATE sessionq.task_cancels SET actor_told_at = clock_timestamp() WHERE task_id = p_task AND actor_told_at IS NULL
+  RETURNING session_id INTO v_session;
+  IF v_session IS NOT NULL THEN
+    PERFORM sessionq.notify('sessionq_idle', jsonb_build_object('session', v_session));  -- its boundary is claimable
+  END IF;
+END $$;
+COMMENT ON FUNCTION sessionq.cancel_told(text) IS
+  'The cancel_task job''s last step: the Actor was told to stop the task (or had nothing to stop). The Session''s idle boundary becomes claimable (claim_idle waits for it): the quiescence workers are woken.';
 
 -- finish_cancel: after the Actor was told, end the task CANCELED (unless it ended on its own).
 CREATE OR REPLACE FUNCTION sessionq.finish_cancel(p_task text) RETURNS text

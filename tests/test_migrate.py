@@ -3,7 +3,6 @@
 import asyncio
 
 import psycopg
-import pytest
 from click.testing import CliRunner
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sessionq.cli.main import main
@@ -61,6 +60,7 @@ def test_a_database_made_before_the_coalesced_reads_gets_them(empty_database_url
         conn.execute("DROP FUNCTION sessionq.get_session_views(uuid[], text[], text[], text[])")
         conn.execute(OLD_ACCESS)
         conn.execute("DROP FUNCTION sessionq.share_permission(uuid, text)")
+        conn.execute("DROP TABLE sessionq.schema_installed")  # made before installs were recorded
         assert conn.execute(reads).fetchone() == (0,)
     command.stamp(migrate.alembic_config(empty_database_url), "0004_suspend_after_cancel_told")
     migrate.upgrade(empty_database_url)
@@ -83,10 +83,11 @@ def test_revision_0006_brings_the_list_page_read_to_an_older_database(empty_data
         conn.execute("DROP FUNCTION sessionq.list_session_views(text, boolean, text, text, uuid, integer, text)")
         conn.execute("DROP FUNCTION sessionq.list_sessions(text, boolean, text, text, uuid, integer, text)")
         conn.execute("DROP FUNCTION sessionq.session_page(text, boolean, text, text, uuid, integer, text)")
+        conn.execute("DROP TABLE sessionq.schema_installed")  # made before installs were recorded
         assert conn.execute(exists).fetchone() == (0,)
     command.stamp(migrate.alembic_config(empty_database_url), "0005_coalesced_session_reads")
     migrate.upgrade(empty_database_url)
-    assert migrate.current(empty_database_url) == migrate.head() == "0006_session_list_views"
+    assert migrate.current(empty_database_url) == migrate.head()
     with psycopg.connect(empty_database_url) as conn:
         assert conn.execute(exists).fetchone() == (2,)
         rows = conn.execute("SELECT * FROM sessionq.list_session_views('nobody', false, NULL, NULL, NULL, 5)").fetchall()
@@ -95,14 +96,50 @@ def test_revision_0006_brings_the_list_page_read_to_an_older_database(empty_data
         assert listed.fetchone() == (0,)
 
 
-def test_a_function_definition_is_taken_whole_from_its_schema_file():
-    from sessionq.db.migrations.sqlfiles import function_definitions
+CATALOG = {
+    "functions": "SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid), obj_description(p.oid, 'pg_proc')"
+                 " FROM pg_proc p WHERE p.pronamespace = 'sessionq'::regnamespace ORDER BY 1",
+    "columns": "SELECT table_name, column_name, data_type, is_nullable, column_default FROM information_schema.columns"
+               " WHERE table_schema = 'sessionq' ORDER BY 1, 2",
+    "indexes": "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'sessionq' ORDER BY 1",
+    "comments": "SELECT c.relname, obj_description(c.oid, 'pg_class') FROM pg_class c"
+                " WHERE c.relnamespace = 'sessionq'::regnamespace AND c.relkind IN ('r', 'v') ORDER BY 1",
+    "column comments": "SELECT c.relname, a.attname, col_description(c.oid, a.attnum) FROM pg_class c"
+                       " JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped"
+                       " WHERE c.relnamespace = 'sessionq'::regnamespace AND c.relkind = 'r' ORDER BY 1, 2",
+}
 
-    sql = function_definitions("20_sessions.sql", ["share_permission", "access"])
-    assert sql.count("CREATE OR REPLACE FUNCTION") == 2 and sql.count("COMMENT ON FUNCTION") == 2
-    assert sql.index("sessionq.share_permission(") < sql.index("FUNCTION sessionq.access(")
-    with pytest.raises(ValueError, match=r"no whole definition of sessionq\.nonexistent"):
-        function_definitions("20_sessions.sql", ["nonexistent"])
+
+def _catalog(url: str) -> dict[str, list[tuple[object, ...]]]:
+    with psycopg.connect(url) as conn:
+        return {name: conn.execute(sql).fetchall() for name, sql in CATALOG.items()}
+
+
+def test_a_clean_install_skips_the_upgrades_it_already_holds(empty_database_url):
+    """0002 installs the canonical files and records the head: no upgrade file runs after it
+    (an upgrade's frozen text would otherwise replace a newer canonical one)."""
+    migrate.upgrade(empty_database_url)
+    with psycopg.connect(empty_database_url) as conn:
+        assert conn.execute("SELECT revision FROM sessionq.schema_installed").fetchall() == [(migrate.head(),)]
+
+
+def test_the_upgrades_bring_a_database_to_the_canonical_schema(empty_database_url, database_url):
+    """Every upgrade file, applied in order as on a database made before all of them (no record of
+    its install), leaves the schema exactly as the canonical files make it: each function an
+    upgrade defines ends as its canonical text, every column, index and comment too. A change to a
+    canonical function without an upgrade that brings it fails here."""
+    from alembic import command
+
+    canonical = _catalog(database_url)
+    migrate.upgrade(empty_database_url)
+    with psycopg.connect(empty_database_url, autocommit=True) as conn:
+        conn.execute("DROP TABLE sessionq.schema_installed")
+    command.stamp(migrate.alembic_config(empty_database_url), "0002_sessionq_base")
+    migrate.upgrade(empty_database_url)
+    upgraded = _catalog(empty_database_url)
+    for part in CATALOG:
+        differ = sorted({row[:2] for row in set(canonical[part]) ^ set(upgraded[part])}, key=str)
+        assert not differ, f"{part} differ after the upgrades: {[str(row)[:200] for row in differ[:5]]}"
 
 
 def test_bad_database_url_is_one_clear_line():

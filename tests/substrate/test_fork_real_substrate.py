@@ -28,7 +28,7 @@ from sessionq._pb.kagent.api.v1alpha1 import (
     sessions_pb2,
     sessions_pb2_grpc,
 )
-from sessionq.db.migrations.sqlfiles import schema_file
+from sessionq.db.migrations.sqlfiles import upgrade_file
 
 TENANT = "kagent/my-first-agent"
 
@@ -115,9 +115,9 @@ async def test_an_old_row_without_the_tags_uri_is_backfilled_and_forks(
     cp = await checkpoint(api, sid, t2.id, "cp-old")
     async with store.pool.connection() as conn:
         await conn.execute("UPDATE sessionq.checkpoints SET tag_snapshot_uri = NULL WHERE id = %s", (UUID(cp.id),))
-    # the migration's file, applied again as 0003 applies it to a database made before it
+    # the upgrade file, applied again as 0003 applies it to a database made before it
     with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(schema_file("41_checkpoint_tag_snapshot.sql"))
+        conn.execute(upgrade_file("0003_checkpoint_tag_snapshot"))
     row = await store.checkpoint_by_id(UUID(cp.id))
     assert row.tag_snapshot_uri == row.snapshot_uri  # backfilled: the recorded URI
     with pytest.raises(grpc.aio.AioRpcError) as exc:

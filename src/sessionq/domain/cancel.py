@@ -8,7 +8,7 @@ returns, finds the turn already ended; then the runtime is asked to stop the tur
 (`Substrate.cancel_turn`, with no transaction open) and sessionq.cancel_told records it. A runtime
 failure other than a missing Actor raises, and the job retries; every step is idempotent. The
 ended turn's idle boundary is not claimed (the Actor not suspended) until cancel_told records the
-telling (sessionq.claim_idle, schema/42_suspend_after_cancel_told.sql): otherwise quiescence could
+telling (sessionq.claim_idle, schema/30_tasks.sql): otherwise quiescence could
 stop the process before the CancelTask reached it.
 """
 

@@ -1,10 +1,19 @@
-"""Helpers for migration revisions: run SQL text on the migration's own transaction."""
+"""Helpers for migration revisions: run SQL text on the migration's own transaction.
+
+Two kinds of SQL (pgmq's layout): the canonical schema, `schema/*.sql` (one file a domain, every
+function's current text), which `0002_sessionq_base` installs whole on a clean database and records
+as installed at the head revision (`sessionq.schema_installed`); and the upgrades,
+`schema/upgrades/<revision>.sql`, frozen, each applied only by its own revision and only to a
+database whose schema was installed before that revision (`apply_upgrade`).
+"""
 
 from __future__ import annotations
 
 from importlib import resources
 
 from alembic import op
+
+UPGRADES = "upgrades"
 
 
 def run_sql(sql: str) -> None:
@@ -14,31 +23,47 @@ def run_sql(sql: str) -> None:
     driver_conn.execute(sql)  # no parameters: psycopg sends it as a simple query, % untouched
 
 
+def canonical_files() -> list[str]:
+    """The canonical schema's files, in the order they are applied (their names')."""
+    return sorted(f.name for f in resources.files("sessionq.schema").iterdir() if f.name.endswith(".sql"))
+
+
 def schema_file(name: str) -> str:
     return resources.files("sessionq.schema").joinpath(name).read_text()
 
 
-def apply_sql_files(names: list[str]) -> None:
-    for name in names:
+def upgrade_file(revision: str) -> str:
+    return resources.files("sessionq.schema").joinpath(UPGRADES, f"{revision}.sql").read_text()
+
+
+def install_canonical(head: str) -> None:
+    """Apply every canonical file and record the schema as installed at `head` (it holds every
+    upgrade up to and including head's)."""
+    for name in canonical_files():
         run_sql(schema_file(name))
+    run_sql(f"INSERT INTO sessionq.schema_installed (revision) VALUES ('{head}')")
 
 
-def function_definitions(file: str, names: list[str]) -> str:
-    """The statements of a schema file that define the functions `names` (sessionq.<name>): each
-    `CREATE OR REPLACE FUNCTION` with its `COMMENT ON FUNCTION`, up to the blank line after them.
-    For a revision that brings changed functions to a database made before them, where the file
-    as a whole cannot be applied twice (it creates tables)."""
-    text = schema_file(file)
-    found = []
-    for name in names:
-        start = text.find(f"CREATE OR REPLACE FUNCTION sessionq.{name}(")
-        end = text.find("\n\n", start)
-        block = text[start:end if end >= 0 else len(text)]
-        if start < 0 or f"COMMENT ON FUNCTION sessionq.{name}(" not in block or not block.rstrip().endswith(";"):
-            raise ValueError(f"{file} has no whole definition of sessionq.{name} (a statement and its comment)")
-        found.append(block)
-    return "\n\n".join(found)
+def revision_number(revision: str) -> int:
+    """A revision's position: the number its id starts with (`0005_coalesced_session_reads` -> 5)."""
+    return int(revision.split("_", 1)[0])
 
 
-def apply_functions(file: str, names: list[str]) -> None:
-    run_sql(function_definitions(file, names))
+def installed_at() -> str | None:
+    """The revision the database's schema was installed at from the canonical files (None: made
+    before that was recorded, so every upgrade applies)."""
+    conn = op.get_bind().connection.driver_connection
+    assert conn is not None
+    if conn.execute("SELECT to_regclass('sessionq.schema_installed')").fetchone() == (None,):
+        return None
+    row = conn.execute("SELECT revision FROM sessionq.schema_installed").fetchone()
+    return None if row is None else str(row[0])
+
+
+def apply_upgrade(revision: str) -> None:
+    """Run `schema/upgrades/<revision>.sql`, unless the schema was installed at or after `revision`
+    (the canonical files already hold the change)."""
+    installed = installed_at()
+    if installed is not None and revision_number(installed) >= revision_number(revision):
+        return
+    run_sql(upgrade_file(revision))

@@ -1,16 +1,15 @@
-"""sessionq base schema: every file of schema/ in name order.
+"""sessionq base schema: the canonical files of schema/, on a clean database.
 
 Revision ID: 0002_sessionq_base
 Revises: 0001_procrastinate
 
-The schema is unreleased and requires a clean database (as the requirements say of the
-reference system): until the first release this revision applies all of schema/. After the
-first release, every change gets a revision of its own.
+Applies every file of schema/ in name order (each domain's tables and functions as they are now)
+and records the schema as installed at the head revision, so that the later revisions, whose
+changes the files already hold, skip their upgrade files on this database.
 """
 
-from importlib import resources
-
-from sessionq.db.migrations.sqlfiles import apply_sql_files
+from sessionq.db.migrate import head
+from sessionq.db.migrations.sqlfiles import install_canonical
 
 revision = "0002_sessionq_base"
 down_revision = "0001_procrastinate"
@@ -19,8 +18,9 @@ depends_on = None
 
 
 def upgrade() -> None:
-    names = sorted(f.name for f in resources.files("sessionq.schema").iterdir() if f.name.endswith(".sql"))
-    apply_sql_files(names)
+    current_head = head()
+    assert current_head is not None
+    install_canonical(current_head)
 
 
 def downgrade() -> None:

@@ -3,12 +3,11 @@
 Revision ID: 0003_checkpoint_tag_snapshot
 Revises: 0002_sessionq_base
 
-0002 applies every file of schema/, this one included, to a clean database; this revision brings
-a database made before it up to date (the file is idempotent): the column tag_snapshot_uri,
+schema/upgrades/0003_checkpoint_tag_snapshot.sql: a database made before it gets the column tag_snapshot_uri,
 backfilled with the recorded snapshot_uri, and finish_checkpoint taking the tag's URI.
 """
 
-from sessionq.db.migrations.sqlfiles import apply_sql_files
+from sessionq.db.migrations.sqlfiles import apply_upgrade
 
 revision = "0003_checkpoint_tag_snapshot"
 down_revision = "0002_sessionq_base"
@@ -17,7 +16,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    apply_sql_files(["41_checkpoint_tag_snapshot.sql"])
+    apply_upgrade(revision)
 
 
 def downgrade() -> None:

@@ -3,12 +3,11 @@
 Revision ID: 0004_suspend_after_cancel_told
 Revises: 0003_checkpoint_tag_snapshot
 
-0002 applies every file of schema/, this one included, to a clean database; this revision brings
-a database made before it up to date (the file is idempotent): claim_idle skips a Session with a
-cancel its Actor was not told of yet, and cancel_told wakes the quiescence workers.
+schema/upgrades/0004_suspend_after_cancel_told.sql: a database made before it gets claim_idle skipping a Session
+with a cancel its Actor was not told of yet, and cancel_told waking the quiescence workers.
 """
 
-from sessionq.db.migrations.sqlfiles import apply_sql_files
+from sessionq.db.migrations.sqlfiles import apply_upgrade
 
 revision = "0004_suspend_after_cancel_told"
 down_revision = "0003_checkpoint_tag_snapshot"
@@ -17,7 +16,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    apply_sql_files(["42_suspend_after_cancel_told.sql"])
+    apply_upgrade(revision)
 
 
 def downgrade() -> None:

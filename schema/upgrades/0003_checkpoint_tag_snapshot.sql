@@ -1,13 +1,9 @@
--- The tag's own snapshot of a checkpoint.
+-- Upgrade 0003_checkpoint_tag_snapshot: checkpoints record the tag's own snapshot URI.
 --
--- A real Substrate's tag holds its own copy of the Actor's snapshot (TagStatus.snapshot, owner
--- TAG), stored under a URI of its own: the tag's URI is not the Actor snapshot's URI that
--- admit_checkpoint records (snapshot_uri). finish_checkpoint records the tag's URI as the tag
--- answered it (tag_snapshot_uri), and a fork checks the tag against that.
---
--- Applied by migration 0002 (every file of schema/) on a clean database and again by 0003 on a
--- database made before it: every statement here is idempotent. Rows made before it are
--- backfilled with the recorded URI (the tag then held the Actor's, or no one can say otherwise).
+-- Applied by its revision only, to a database whose schema was installed before it; a database
+-- installed from schema/ at or after it has all of this already. Frozen: a later change to these
+-- statements is a later upgrade, and the canonical text lives in schema/. Every statement is
+-- idempotent.
 
 ALTER TABLE sessionq.checkpoints ADD COLUMN IF NOT EXISTS tag_snapshot_uri text;
 COMMENT ON COLUMN sessionq.checkpoints.tag_snapshot_uri IS

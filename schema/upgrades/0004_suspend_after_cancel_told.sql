@@ -1,17 +1,9 @@
--- A cancelled turn's Actor is suspended only after it was told of the cancel.
+-- Upgrade 0004_suspend_after_cancel_told: a cancelled turn's Actor is suspended only after it was told of the cancel.
 --
--- finish_cancel ends the cancelled turn (publish_canceled marks the idle boundary) before the
--- cancel_task job tells the Actor (Substrate.cancel_turn, A2A CancelTask to its endpoint), so that
--- nothing the Actor still writes to the task is accepted. Without more, a quiescence worker could
--- claim that boundary and suspend the Actor (stopping its process) before the job told it: the
--- runtime then has no RUNNING Actor to tell, and the executor's cancel never runs. So claim_idle
--- does not take the boundary of a Session with a cancel whose Actor was not told yet, and
--- cancel_told wakes the quiescence workers (NOTIFY sessionq_idle) when it records the telling.
--- The wait is bounded: a cancel_task job that gave up (its retries, about 5 minutes, exhausted)
--- never records it, and its Session is suspended all the same 10 minutes after finish_cancel.
---
--- Applied by migration 0002 (every file of schema/) on a clean database and again by 0004 on a
--- database made before it: every statement here is idempotent.
+-- Applied by its revision only, to a database whose schema was installed before it; a database
+-- installed from schema/ at or after it has all of this already. Frozen: a later change to these
+-- statements is a later upgrade, and the canonical text lives in schema/. Every statement is
+-- idempotent.
 
 CREATE INDEX IF NOT EXISTS task_cancels_untold_idx ON sessionq.task_cancels (session_id) WHERE actor_told_at IS NULL;
 

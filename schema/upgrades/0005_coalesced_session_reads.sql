@@ -1,10 +1,31 @@
--- Coalesced Session reads: the store's point reads (GetSession and the reads of its kind) that are
--- in flight together share one statement of these functions (db/store.py, issue 23).
+-- Upgrade 0005_coalesced_session_reads: the coalesced Session reads and the inlinable access rule.
 --
--- Applied by migration 0002 (every file of schema/) on a clean database and again by 0005 on a
--- database made before these functions existed: every statement here is idempotent.
+-- Applied by its revision only, to a database whose schema was installed before it; a database
+-- installed from schema/ at or after it has all of this already. Frozen: a later change to these
+-- statements is a later upgrade, and the canonical text lives in schema/. Every statement is
+-- idempotent.
 
--- get_sessions: get_session for a batch of callers at once (the store coalesces concurrent reads).
+CREATE OR REPLACE FUNCTION sessionq.share_permission(p_session uuid, p_share_hash text)
+RETURNS text LANGUAGE sql STABLE AS $$
+  SELECT max(sh.permission) FROM sessionq.session_shares sh
+   WHERE sh.session_id = p_session AND sh.token_hash = p_share_hash
+     AND (sh.expires_at IS NULL OR sh.expires_at > clock_timestamp())
+$$;
+COMMENT ON FUNCTION sessionq.share_permission(uuid, text) IS
+  'The strongest permission (READ_WRITE or READ_ONLY) an unexpired share with this token hash grants on a Session, or NULL. A part of access.';
+
+CREATE OR REPLACE FUNCTION sessionq.access(
+  p_session sessionq.sessions, p_caller text, p_share_hash text, p_of text DEFAULT 'session'
+) RETURNS text LANGUAGE sql STABLE AS $$
+  SELECT CASE
+    WHEN p_session.id IS NULL OR p_session.state = 'DELETED' OR p_session.kind IS DISTINCT FROM p_of THEN NULL
+    WHEN p_session.creator = p_caller THEN 'owner'
+    ELSE sessionq.share_permission(p_session.id, p_share_hash)
+  END
+$$;
+COMMENT ON FUNCTION sessionq.access(sessionq.sessions, text, text, text) IS
+  'The caller''s access to a live row of kind p_of (session, or sandbox: 25_sandboxes.sql): owner, READ_WRITE or READ_ONLY (by an unexpired share token hash; sandboxes have no shares), or NULL. Deleted rows, and rows of the other kind, are invisible to everyone.';
+
 CREATE OR REPLACE FUNCTION sessionq.get_sessions(
   p_ids uuid[], p_callers text[], p_share_hashes text[], p_of text[]
 ) RETURNS TABLE (ord integer, session jsonb) LANGUAGE sql STABLE AS $$
