@@ -268,7 +268,8 @@ async def test_idle_streams_cost_no_queries_and_events_reach_every_one(database_
 
 async def test_a_stream_survives_a_listen_reconnect_without_missing_an_event(database_url, store, sim):
     """The LISTEN connection is terminated and an event is stored while it is down: the streams re-read
-    when it is back (the fallback poll is an hour, so nothing else would deliver it) and keep following."""
+    when it is back (and poll each second while it is down; the fallback poll is an hour, so no
+    other read delivers it) and keep following on the new connection."""
     settings = settings_for_a2a(**{"a2a.stream.fallbackPoll": 3600.0})
     await apply_agent(store, sim)
     async with a2a_env(settings, database_url, store, sim) as env, \
