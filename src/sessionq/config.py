@@ -287,6 +287,23 @@ KEYS: tuple[Key, ...] = (
         "Attempts at one A2A push notification (retried with exponential backoff) before it is recorded failed.",
     ),
     Key(
+        "a2a.stream.fallbackPoll",
+        _positive_duration,
+        30.0,
+        "How often an open A2A stream (SendStreamingMessage, SubscribeToTask) re-reads its task without a"
+        " notification. A stream wakes on NOTIFY sessionq_task through its process's one LISTEN connection and"
+        " re-reads after that connection reconnects; this poll only covers a notification lost otherwise"
+        " (while the LISTEN connection is down, streams poll every second).",
+    ),
+    Key(
+        "a2a.stream.maxPerUser",
+        _int(0, 1_000_000),
+        100,
+        "Most A2A streams one user may hold open at once in one API process (each API process of `serve`,"
+        " and each replica, counts its own); the next answers RESOURCE_EXHAUSTED (gRPC), HTTP 429 (HTTP+JSON)"
+        " or JSON-RPC error -32029 until one closes. 0: no limit.",
+    ),
+    Key(
         "a2a.publicUrl",
         _str,
         "",

@@ -50,6 +50,21 @@ class A2aPushSettings:
 
 
 @dataclass(frozen=True)
+class A2aStreamSettings:
+    """a2a.stream.*"""
+
+    fallback_poll: float  # a2a.stream.fallbackPoll
+    max_per_user: int  # a2a.stream.maxPerUser
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> A2aStreamSettings:
+        return cls(
+            fallback_poll=values["a2a.stream.fallbackPoll"],
+            max_per_user=values["a2a.stream.maxPerUser"],
+        )
+
+
+@dataclass(frozen=True)
 class RuntimeSimulatorSettings:
     """runtime.simulator.*"""
 
@@ -213,6 +228,7 @@ class A2aSettings:
 
     max_message_bytes: int  # a2a.maxMessageBytes
     push: A2aPushSettings  # a2a.push.*
+    stream: A2aStreamSettings  # a2a.stream.*
     public_url: str  # a2a.publicUrl
     public_grpc_address: str  # a2a.publicGrpcAddress
 
@@ -221,6 +237,7 @@ class A2aSettings:
         return cls(
             max_message_bytes=values["a2a.maxMessageBytes"],
             push=A2aPushSettings.from_values(values),
+            stream=A2aStreamSettings.from_values(values),
             public_url=values["a2a.publicUrl"],
             public_grpc_address=values["a2a.publicGrpcAddress"],
         )

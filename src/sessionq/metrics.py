@@ -39,6 +39,11 @@ GRPC_LATENCY = Histogram(
     ["method"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
+# counted by the A2A streams (api/a2a.py), on every binding
+A2A_STREAMS = Gauge("sessionq_open_streams", "A2A streams (SendStreamingMessage, SubscribeToTask) open in this process")
+A2A_STREAMS_REFUSED = Counter(
+    "sessionq_streams_refused", "A2A streams refused because their user had a2a.stream.maxPerUser open"
+)
 OPERATIONS = Counter(
     "sessionq_operations",
     "Lifecycle operation outcomes by kind (admitted, completed, failed, ...)",

@@ -11,10 +11,13 @@ of an existing Agent), otherwise it continues one; it records the turn with a di
 deadline - until the task reaches a final or input-required state. With `return_immediately` it
 answers as soon as the Actor created the task. Streams (SendStreamingMessage, SubscribeToTask) read
 the task's stored event history and follow it on NOTIFY, so any replica can serve them, a late or
-reconnecting subscriber misses nothing and a disconnect costs nothing. CancelTask records a durable
-intent (sessionq.admit_cancel) carried out by the cancel_task job. A missing, expired or another
-user's context or task gives the same TaskNotFound answer (NOT_FOUND, ErrorInfo TASK_NOT_FOUND of
-the A2A domain, which the SDK's clients raise as TaskNotFoundError).
+reconnecting subscriber misses nothing and a disconnect costs nothing. An idle stream costs no
+queries: it waits on its Session's notifications (the process's one LISTEN connection, fanned out
+by key), re-reads after that connection reconnects and otherwise only every
+`a2a.stream.fallbackPoll`; a user holds at most `a2a.stream.maxPerUser` streams open per process.
+CancelTask records a durable intent (sessionq.admit_cancel) carried out by the cancel_task job. A
+missing, expired or another user's context or task gives the same TaskNotFound answer (NOT_FOUND,
+ErrorInfo TASK_NOT_FOUND of the A2A domain, which the SDK's clients raise as TaskNotFoundError).
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ import contextlib
 import functools
 import hashlib
 import logging
+import random
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from datetime import datetime
 from typing import Any, TypeVar
 from uuid import UUID
@@ -53,7 +57,6 @@ from sessionq.api.common import (
 from sessionq.api.sessions import await_generation
 from sessionq.api.taskstore import STATE_NAMES, task_from_json
 from sessionq.config import MIB
-from sessionq.db import notify
 from sessionq.db.notify import Channel
 from sessionq.db.store import Store
 from sessionq.domain import push
@@ -73,8 +76,11 @@ TERMINAL_STATES = frozenset({
     a2a_pb2.TASK_STATE_COMPLETED, a2a_pb2.TASK_STATE_FAILED, a2a_pb2.TASK_STATE_CANCELED, a2a_pb2.TASK_STATE_REJECTED,
 })
 DEFAULT_PAGE = 50
-# how often a waiter re-reads without a notification (a fallback: NOTIFY wakes it at once)
+# how often a call's waiter re-reads without a notification (a fallback: NOTIFY wakes it at once),
+# and a stream's while no LISTEN connection wakes it (none, or it is reconnecting)
 POLL = 1.0
+DEFAULT_FALLBACK_POLL = 30.0  # a2a.stream.fallbackPoll
+DEFAULT_STREAMS_PER_USER = 100  # a2a.stream.maxPerUser
 IDENTITY = "sessionq.identity"  # ServerCallContext.state key: the caller's Identity
 TENANT = "sessionq.tenant"  # ServerCallContext.state key: the Agent of an HTTP binding's path
 BUDGET = "sessionq.budget"  # ServerCallContext.state key: how long the call may wait (seconds)
@@ -117,6 +123,41 @@ def ends_turn(response: a2a_pb2.StreamResponse) -> bool:
     return which == "message"
 
 
+class StreamSlots:
+    """How many A2A streams each user holds open in this process, at most `cap` (0: no limit).
+
+    The count is per process (each API process and replica counts its own): a global count would
+    cost a write at every open and close and a cleanup after every crash."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.open: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def hold(self, user: str) -> Iterator[None]:
+        """One place for the user while the block runs (a stream's generator: until it ends, is
+        closed or is cancelled by a vanished client); SQ429 when the user holds `cap` already."""
+        held = self.open.get(user, 0)
+        if self.cap and held >= self.cap:
+            metrics.A2A_STREAMS_REFUSED.inc()
+            raise SessionqError(
+                "SQ429",
+                f"too many open streams: at most {self.cap} per user at once here; close one or retry later",
+                "TOO_MANY_STREAMS",
+            )
+        self.open[user] = held + 1
+        metrics.A2A_STREAMS.inc()
+        try:
+            yield
+        finally:
+            metrics.A2A_STREAMS.dec()
+            left = self.open[user] - 1
+            if left:
+                self.open[user] = left
+            else:
+                del self.open[user]
+
+
 def _ts(value: Any) -> datetime | None:
     return value.ToDatetime(tzinfo=datetime.now().astimezone().tzinfo) if value.seconds or value.nanos else None
 
@@ -144,6 +185,8 @@ class A2AHandler(RequestHandler):
         max_message_bytes: int = MIB,
         allow_private_push: bool = False,
         card: Callable[[str, str, bool], Any] | None = None,
+        fallback_poll: float = DEFAULT_FALLBACK_POLL,
+        streams_per_user: int = DEFAULT_STREAMS_PER_USER,
     ) -> None:
         self.store = store
         self.auth = auth
@@ -151,6 +194,8 @@ class A2AHandler(RequestHandler):
         self.max_message_bytes = max_message_bytes
         self.allow_private_push = allow_private_push
         self.card = card  # (namespace, agent, extended) -> awaitable AgentCard
+        self.fallback_poll = fallback_poll
+        self.streams = StreamSlots(streams_per_user)
 
     # -- the call's who, what and how long ---------------------------------------------------------
 
@@ -177,21 +222,34 @@ class A2AHandler(RequestHandler):
 
     @contextlib.asynccontextmanager
     async def _wakeups(self, session_id: UUID) -> AsyncIterator[asyncio.Event]:
-        """An event set whenever a task of the Session changes (NOTIFY sessionq_task)."""
+        """An event set whenever a task of the Session changes (NOTIFY sessionq_task, keyed by the
+        Session: the listener calls only this Session's waiters), and after the LISTEN connection
+        was lost or re-established (a notification may have been missed: re-read)."""
         woke = asyncio.Event()
-        key = str(session_id)
 
-        def on_notify(payload: str | None) -> None:
-            if payload is None or notify.key_of(Channel.TASK, payload) == key:
-                woke.set()
+        def on_notify(_payload: str | None) -> None:
+            woke.set()
 
         listener = self.store.listener
-        unsubscribe = listener.subscribe(Channel.TASK, on_notify) if listener else None
+        unsubscribe = listener.subscribe_key(Channel.TASK, str(session_id), on_notify) if listener else None
         try:
             yield woke
         finally:
             if unsubscribe:
                 unsubscribe()
+
+    async def _stream_sleep(self, woke: asyncio.Event) -> None:
+        """A stream's wait for a wake-up: at most the long `fallback_poll` while the LISTEN connection
+        is up (jittered, so that streams woken together by a reconnect do not re-read together
+        again), POLL while there is none. (The waits of a call, bounded by its deadline, poll at
+        POLL.)"""
+        listener = self.store.listener
+        if listener is not None and listener.connected:
+            timeout = self.fallback_poll * random.uniform(0.8, 1.0)
+        else:
+            timeout = POLL
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(woke.wait(), timeout=timeout)
 
     async def _visible_session(self, who: Identity, session_id: UUID, tenant: tuple[str, str]) -> Session:
         try:
@@ -317,6 +375,15 @@ class A2AHandler(RequestHandler):
     async def on_message_send_stream(
         self, params: a2a_pb2.SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[a2a_pb2.StreamResponse]:
+        # the stream's place first: a refused stream admits no turn
+        with self.streams.hold(self._who(context).user):
+            async with contextlib.aclosing(self._send_stream(params, context)) as stream:
+                async for item in stream:
+                    yield item
+
+    async def _send_stream(
+        self, params: a2a_pb2.SendMessageRequest, context: ServerCallContext
+    ) -> AsyncGenerator[a2a_pb2.StreamResponse]:
         session, dispatch_id, continued = await self._admit(params, context)
         who = self._who(context)
         created = await self._task_of_dispatch(session.id, dispatch_id, self._budget(context))
@@ -335,10 +402,11 @@ class A2AHandler(RequestHandler):
             if ends_turn(first):
                 return
             after = int(snapshot["last_seq"])
-        async for item in self._follow(session.id, created.id, after):
-            yield item
+        async with contextlib.aclosing(self._follow(session.id, created.id, after)) as events:
+            async for item in events:
+                yield item
 
-    async def _follow(self, session_id: UUID, task_id: str, after: int) -> AsyncIterator[a2a_pb2.StreamResponse]:
+    async def _follow(self, session_id: UUID, task_id: str, after: int) -> AsyncGenerator[a2a_pb2.StreamResponse]:
         """The task's events after sequence `after`, from the stored history and then as they are
         stored (NOTIFY), until one ends the turn."""
         async with self._wakeups(session_id) as woke:
@@ -350,8 +418,7 @@ class A2AHandler(RequestHandler):
                     yield response
                     if ends_turn(response):
                         return
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woke.wait(), timeout=POLL)
+                await self._stream_sleep(woke)
 
     async def on_subscribe_to_task(
         self, params: a2a_pb2.SubscribeToTaskRequest, context: ServerCallContext
@@ -359,6 +426,14 @@ class A2AHandler(RequestHandler):
         who, tenant = self._caller(context, params)
         if not params.id:
             raise errors.SessionqError("SQ400", "id is required", "INVALID_PARAMS")
+        with self.streams.hold(who.user):
+            async with contextlib.aclosing(self._subscribe(who, tenant, params)) as stream:
+                async for item in stream:
+                    yield item
+
+    async def _subscribe(
+        self, who: Identity, tenant: tuple[str, str], params: a2a_pb2.SubscribeToTaskRequest
+    ) -> AsyncGenerator[a2a_pb2.StreamResponse]:
         task = await self.store.a2a_task(params.id, who.user, who.share_hash, tenant, "read")
         snapshot = await self.store.a2a_task_snapshot(task.id)
         if snapshot is None:
@@ -372,8 +447,9 @@ class A2AHandler(RequestHandler):
         yield a2a_pb2.StreamResponse(task=current)
         if snapshot["phase"] == TaskPhase.SETTLED and current.status.state in BOUNDARY_STATES:
             return  # waiting for input: the turn ended
-        async for item in self._follow(task.session_id, task.id, int(snapshot["last_seq"])):
-            yield item
+        async with contextlib.aclosing(self._follow(task.session_id, task.id, int(snapshot["last_seq"]))) as events:
+            async for item in events:
+                yield item
 
     # -- reading ------------------------------------------------------------------------------------
 

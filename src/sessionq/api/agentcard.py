@@ -30,6 +30,8 @@ from typing import Any
 import psycopg
 import uvicorn
 from a2a.server.context import ServerCallContext
+from a2a.server.jsonrpc_models import JSONRPCError
+from a2a.server.request_handlers import response_helpers
 from a2a.server.request_handlers.request_handler import RequestHandler
 from a2a.server.routes import DefaultServerCallContextBuilder, create_jsonrpc_routes, create_rest_routes
 from a2a.types import a2a_pb2
@@ -105,6 +107,23 @@ def agent_card(agent: Agent, grpc_address: str, base_url: str, extended: bool = 
     )
 
 
+class TooManyStreamsError(sdk.A2AError):
+    """A stream refused by a2a.stream.maxPerUser (SQ429): HTTP 429 RESOURCE_EXHAUSTED on HTTP+JSON and
+    JSON-RPC error -32029 (an implementation-defined server error), as gRPC answers RESOURCE_EXHAUSTED.
+    A2A defines no such error; the SDK's bindings answer an error by the entries of its class in the
+    SDK's tables, so the class is entered in them once, here (tests/a2a/test_streams.py checks both
+    bindings' answers, so an SDK that moves these tables fails there)."""
+
+    message = "too many open streams"
+
+
+TOO_MANY_STREAMS_JSONRPC = -32029
+sdk.A2A_ERROR_MAPPING[TooManyStreamsError] = sdk.ErrorMapping(429, "RESOURCE_EXHAUSTED", "TOO_MANY_STREAMS")
+sdk.A2A_ERROR_REASONS[TooManyStreamsError] = "TOO_MANY_STREAMS"
+sdk.JSON_RPC_ERROR_CODE_MAP[TooManyStreamsError] = TOO_MANY_STREAMS_JSONRPC
+response_helpers.EXCEPTION_MAP[TooManyStreamsError] = JSONRPCError
+
+
 def to_sdk_error(e: SessionqError) -> sdk.A2AError:
     """sessionq's error as the A2A error each HTTP binding answers in its own form."""
     by_reason: dict[str, type[sdk.A2AError]] = sdk.A2A_REASON_TO_ERROR
@@ -116,6 +135,8 @@ def to_sdk_error(e: SessionqError) -> sdk.A2AError:
         return sdk.InvalidParamsError(message)
     if e.sqlstate == "SQ404":
         return sdk.TaskNotFoundError(message)
+    if e.sqlstate == "SQ429":
+        return TooManyStreamsError(message)
     if e.sqlstate in ("SQ401", "SQ403", "SQ409", "SQ412", "SQ422"):
         # not allowed, or not now (a turn is running, the session is suspended): the request's fault
         return sdk.InvalidRequestError(message)

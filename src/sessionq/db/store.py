@@ -221,7 +221,9 @@ class Store:
             listener = Listener(
                 direct_url or url,
                 [Channel.SESSION, Channel.TASK, Channel.CHECKPOINT],
-                keyed=(Channel.SESSION,),
+                # a notification reaches only the waiters of its Session (thousands of open A2A
+                # streams must not each decode every task notification)
+                keyed=(Channel.SESSION, Channel.TASK),
                 health=pool.health,
             )
             await listener.start()
@@ -747,13 +749,13 @@ class Store:
         final or waiting state, ("failed", message) if the dispatch failed, ("pending", None) on
         timeout. Woken by NOTIFY sessionq_task."""
         woke = asyncio.Event()
-        key = str(session_id)
 
-        def on_notify(payload: str | None) -> None:
-            if payload is None or notify.key_of(Channel.TASK, payload) == key:
-                woke.set()
+        def on_notify(_payload: str | None) -> None:
+            woke.set()
 
-        unsubscribe = self.listener.subscribe(Channel.TASK, on_notify) if self.listener else None
+        unsubscribe = (
+            self.listener.subscribe_key(Channel.TASK, str(session_id), on_notify) if self.listener else None
+        )
         deadline = time.monotonic() + timeout
         try:
             while True:
