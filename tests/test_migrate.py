@@ -86,13 +86,36 @@ def test_revision_0006_brings_the_list_page_read_to_an_older_database(empty_data
         assert conn.execute(exists).fetchone() == (0,)
     command.stamp(migrate.alembic_config(empty_database_url), "0005_coalesced_session_reads")
     migrate.upgrade(empty_database_url)
-    assert migrate.current(empty_database_url) == migrate.head() == "0006_session_list_views"
+    assert migrate.current(empty_database_url) == migrate.head()
     with psycopg.connect(empty_database_url) as conn:
         assert conn.execute(exists).fetchone() == (2,)
         rows = conn.execute("SELECT * FROM sessionq.list_session_views('nobody', false, NULL, NULL, NULL, 5)").fetchall()
         assert rows == []
         listed = conn.execute("SELECT count(*) FROM sessionq.list_sessions('nobody', false, NULL, NULL, NULL, 5)")
         assert listed.fetchone() == (0,)
+
+
+def test_revision_0007_moves_push_deliveries_to_their_own_queue(empty_database_url):
+    """Revision 0007 gives a database at 0006 the queue `push` for deliver_push, and moves its
+    waiting jobs there; other jobs stay where they are."""
+    from alembic import command
+
+    migrate.upgrade(empty_database_url)
+    with psycopg.connect(empty_database_url, autocommit=True) as conn:
+        # what a database made by the code of revision 0006 had: deliver_push in a2a, no move_waiting_jobs
+        conn.execute("UPDATE sessionq.job_kinds SET queue_name = 'a2a' WHERE task_name = 'deliver_push'")
+        conn.execute("DROP FUNCTION sessionq.move_waiting_jobs()")
+        conn.execute("SELECT sessionq.defer('deliver_push', 't1', '{\"task_id\": \"t1\"}')")
+        conn.execute("SELECT sessionq.defer('cancel_task', 't1', '{\"task_id\": \"t1\"}')")
+    command.stamp(migrate.alembic_config(empty_database_url), "0006_session_list_views")
+    migrate.upgrade(empty_database_url)
+    assert migrate.current(empty_database_url) == migrate.head()
+    with psycopg.connect(empty_database_url) as conn:
+        kinds = conn.execute("SELECT task_name, queue_name FROM sessionq.job_kinds"
+                             " WHERE task_name IN ('deliver_push', 'cancel_task') ORDER BY 1").fetchall()
+        assert kinds == [("cancel_task", "a2a"), ("deliver_push", "push")]
+        jobs = conn.execute("SELECT task_name, queue_name FROM sessionq.job_rows ORDER BY 1").fetchall()
+        assert jobs == [("cancel_task", "a2a"), ("deliver_push", "push")]
 
 
 def test_a_function_definition_is_taken_whole_from_its_schema_file():
