@@ -7,6 +7,7 @@ through the bridge's `sessionq.defer_job` (schema/05_procrastinate.sql); the nam
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from procrastinate import App, RetryStrategy
@@ -16,7 +17,10 @@ from sessionq.jobs import a2a, agents, bridge, checkpoints, dispatch, history, o
 
 from sessionq.db.connection import FailFastPool, connect_kwargs, conninfo, pooler_kwargs
 
-QUEUES = ("operations", "dispatch", "agents", "periodic", "a2a")
+QUEUES = ("operations", "dispatch", "agents", "periodic", "a2a", "push")
+# push notification deliveries wait on receivers outside sessionq's control: their own queue, of
+# which a worker runs a bounded number at a time (run_worker: a2a.push.concurrency)
+PUSH_QUEUE = "push"
 
 # Lifecycle work must eventually finish even when no client retries: retry for a few minutes
 # with growing waits (0, 1, 2, ... s); after that a client retry (or `sessionq jobs retry`) re-queues it.
@@ -38,10 +42,18 @@ def _pool(**options: Any) -> AsyncConnectionPool:
     return FailFastPool(**options, configure=_autocommit)
 
 
-def build_app(url: str, *, pool_size: int = 4, expiry: bool = True, direct_url: str | None = None) -> App:
+def build_app(
+    url: str,
+    *,
+    pool_size: int = 4,
+    expiry: bool = True,
+    direct_url: str | None = None,
+    queue_limits: Mapping[str, int] | None = None,
+) -> App:
     """The app; its pool connects to `url` (which may be a transaction pooler: each of procrastinate's
     queries is one statement, and behind a pooler no statement is prepared), its listener to
-    `direct_url` (default: `url`)."""
+    `direct_url` (default: `url`). `queue_limits`: queue -> how many of its jobs one worker of
+    the app runs at most at a time (the rest of its concurrency stays for the other queues)."""
     kwargs = {**connect_kwargs(url), **pooler_kwargs(url, direct_url)}
     connector = bridge.SessionConnector(
         direct_url=conninfo(direct_url or url),
@@ -52,7 +64,8 @@ def build_app(url: str, *, pool_size: int = 4, expiry: bool = True, direct_url: 
         kwargs=kwargs,
     )
     app = App(connector=connector)
-    bridge.install_job_manager(app, connector)
+    manager = bridge.install_job_manager(app, connector)
+    manager.limit_queues(queue_limits or {}, QUEUES)
     app.task(name="execute_operation", queue="operations", pass_context=True, retry=OPERATION_RETRY)(
         operations.execute_operation
     )
@@ -74,7 +87,10 @@ def build_app(url: str, *, pool_size: int = 4, expiry: bool = True, direct_url: 
     # backoff (1, 2, 4, ... s) while its receiver fails, a2a.push.maxAttempts times in all
     app.task(name="cancel_task", queue="a2a", pass_context=True, retry=OPERATION_RETRY)(a2a.cancel_task)
     app.task(
-        name="deliver_push", queue="a2a", pass_context=True, retry=RetryStrategy(max_attempts=100, exponential_wait=1)
+        name="deliver_push",
+        queue=PUSH_QUEUE,
+        pass_context=True,
+        retry=RetryStrategy(max_attempts=100, exponential_wait=1),
     )(a2a.deliver_push)
     periodic.register(app, expiry=expiry)
     reaper.register(app)

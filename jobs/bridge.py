@@ -14,6 +14,10 @@ tests/bridge/ (docs/operating.md, "Upgrading procrastinate"):
   through `app.job_manager`;
 - how a worker sees the error of an attempt: a worker middleware (`Worker(worker_middleware=...)`,
   `AttemptObserver`) notes the exception that ended it, for the manager to record;
+- how a queue gets a bounded share of a worker's slots (`WorkerJobManager.limit_queues`): the
+  manager's `fetch_job` leaves out a queue while the worker runs its limit of that queue's jobs,
+  and the worker middleware wakes the worker's fetch loop (the private `Worker._new_job_event`,
+  which procrastinate sets on a job notification) when one of them ends;
 - how a worker is started, observed and stopped: `RunningWorker` wraps `procrastinate.worker.Worker`
   (its `worker_id`, set once registered; its private `_running_jobs`; `shutdown_graceful_timeout`;
   the graceful `stop()`), started with the app's `worker_defaults` as `App.run_worker_async` does;
@@ -31,7 +35,7 @@ import contextlib
 import datetime
 import logging
 import traceback
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,7 +93,11 @@ class AttemptError:
 class AttemptObserver:
     """A procrastinate worker middleware (async: it wraps every job on the event loop) that notes
     the exception ending an attempt for its WorkerJobManager, which records it with the attempt's
-    end. It changes nothing of the job's outcome: the exception is raised again."""
+    end. It changes nothing of the job's outcome: the exception is raised again.
+
+    When the job held a slot of a limited queue that was full, it also wakes the worker's fetch
+    loop: the queue can be fetched from again, and procrastinate would otherwise look only at the
+    next job notification or poll."""
 
     def __init__(self, manager: WorkerJobManager) -> None:
         self.manager = manager
@@ -102,6 +110,9 @@ class AttemptObserver:
             if job_id is not None:
                 self.manager.note_error(job_id, AttemptError.of(e))
             raise
+        finally:
+            if context.job is not None and self.manager.release_slot(context.job):
+                worker._new_job_event.set()
 
 
 # -- ending job attempts ---------------------------------------------------------------------------
@@ -111,7 +122,9 @@ class WorkerJobManager(JobManager):
     """procrastinate's JobManager with these changes to how a worker fetches jobs and records the
     end of a job attempt (`fetch_job`, `finish_job`, `retry_job`):
 
-    - Fetching leaves out the paused queues (sessionq.fetch_job; `sessionq queues pause`).
+    - Fetching leaves out the paused queues (sessionq.fetch_job; `sessionq queues pause`), and
+      a limited queue (`limit_queues`) while the worker fetching runs its limit of that queue's
+      jobs: those jobs can never take the slots the other queues' jobs need.
     - Every attempt that ends is recorded in sessionq.job_attempts in the same transaction as its
       end (sessionq.end_job_attempt, retry_job_attempt): the error noted by the AttemptObserver
       middleware (type, message, the end of the traceback) goes with it. A job deleted at its
@@ -137,6 +150,39 @@ class WorkerJobManager(JobManager):
         self._ended: set[int] = set()
         self._uncertain: set[int] = set()
         self._errors: dict[int, AttemptError] = {}
+        self._limits: dict[str, int] = {}
+        self._known_queues: tuple[str, ...] = ()
+        self._slots: dict[int, tuple[int, str]] = {}  # job id -> (worker id, queue) of running limited jobs
+
+    def limit_queues(self, limits: Mapping[str, int], known_queues: Iterable[str]) -> None:
+        """Let each worker of this manager run at most limits[q] jobs of queue q at a time.
+        `known_queues` are every queue the app's tasks use: a worker that fetches from every queue
+        (queues None) fetches from these, but the full ones."""
+        if any(n < 1 for n in limits.values()):
+            raise ValueError(f"a queue limit must be at least 1: {dict(limits)}")
+        self._limits = dict(limits)
+        self._known_queues = tuple(known_queues)
+
+    def running_in(self, worker_id: int, queue: str) -> int:
+        """Jobs of the limited `queue` that worker `worker_id` runs now."""
+        return sum(1 for w, q in self._slots.values() if w == worker_id and q == queue)
+
+    def _fetchable(self, queues: Iterable[str] | None, worker_id: int) -> list[str] | None:
+        """The queues a worker fetches from now (None: every queue): `queues` but the limited
+        queues whose slots this worker holds all."""
+        full = {q for q, limit in self._limits.items() if self.running_in(worker_id, q) >= limit}
+        if not full:
+            return list(queues) if queues is not None else None
+        return [q for q in (queues if queues is not None else self._known_queues) if q not in full]
+
+    def release_slot(self, job: Job) -> bool:
+        """Forget the slot `job` held in its limited queue (once; later calls do nothing). Returns
+        whether its worker had held every slot of that queue: it may fetch from it again."""
+        held = self._slots.pop(job.id, None) if job.id is not None else None
+        if held is None:
+            return False
+        worker_id, queue = held
+        return self.running_in(worker_id, queue) + 1 >= self._limits[queue]
 
     def note_error(self, job_id: int, error: AttemptError) -> None:
         """The exception that ended the running attempt of `job_id` (AttemptObserver)."""
@@ -147,15 +193,21 @@ class WorkerJobManager(JobManager):
         return AttemptObserver(self)
 
     async def fetch_job(self, queues: Any, worker_id: int) -> Job | None:
+        fetchable = self._fetchable(queues, worker_id)
+        if fetchable is not None and not fetchable:
+            return None  # every queue it serves is full
         row = await self.connector.execute_query_one_async(
             "SELECT id, status, task_name, priority, lock, queueing_lock, args, scheduled_at, queue_name,"
             " attempts, worker_id FROM sessionq.fetch_job(%(queues)s::varchar[], %(worker_id)s)",
-            queues=list(queues) if queues is not None else None,
+            queues=fetchable,
             worker_id=worker_id,
         )
         if row["id"] is None:
             return None
-        return Job.from_row(row)
+        job = Job.from_row(row)
+        if job.id is not None and job.queue in self._limits:
+            self._slots[job.id] = (worker_id, job.queue)
+        return job
 
     def ended_with_completion(self, job_id: int) -> None:
         self._ended.add(job_id)
@@ -177,6 +229,7 @@ class WorkerJobManager(JobManager):
     async def _end_attempt(self, job: Job, call: Callable[[], Awaitable[None]]) -> None:
         assert job.id is not None
         self._errors.pop(job.id, None)
+        self.release_slot(job)  # already released by the AttemptObserver, unless the job never ran
         if job.id in self._ended:  # ended by its operation's completion: succeeded
             self._ended.discard(job.id)
             return

@@ -12,7 +12,8 @@
 -- The bridge, by what it is for:
 --   reading     sessionq.job_rows, sessionq.job_events, sessionq.job_event_times(job),
 --               sessionq.worker_heartbeats (registered workers)
---   queueing    sessionq.defer_job, sessionq.run_waiting_job, sessionq.run_job_now, sessionq.wake_workers
+--   queueing    sessionq.defer_job, sessionq.run_waiting_job, sessionq.run_job_now, sessionq.wake_workers,
+--               sessionq.move_waiting_jobs
 --   fetching    sessionq.fetch_job (procrastinate's fetch, minus the queues in sessionq.paused_queues)
 --   ending      sessionq.finish_operation_job, sessionq.end_job_attempt, sessionq.retry_job_attempt,
 --               sessionq.finish_job, sessionq.retry_job_now, sessionq.cancel_or_abort_job,
@@ -412,6 +413,22 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION sessionq.run_job_now(bigint) IS
   'Make a waiting (todo) job scheduled for later - a retry waiting out its backoff - due now, and wake the workers. Returns false (and changes nothing) when the job is not waiting for a later time.';
+
+CREATE OR REPLACE FUNCTION sessionq.move_waiting_jobs() RETURNS integer
+LANGUAGE plpgsql
+SET search_path = sessionq, public
+AS $$
+DECLARE
+  v_moved integer;
+BEGIN
+  UPDATE procrastinate_jobs j SET queue_name = k.queue_name
+    FROM sessionq.job_kinds k
+   WHERE j.status = 'todo' AND j.task_name = k.task_name AND j.queue_name <> k.queue_name;
+  GET DIAGNOSTICS v_moved = ROW_COUNT;
+  RETURN v_moved;
+END $$;
+COMMENT ON FUNCTION sessionq.move_waiting_jobs() IS
+  'Move every waiting (todo) job of one of sessionq''s tasks into the queue sessionq.job_kinds names for its task, when it waits in another (a task moved to another queue: its migration calls this once). Running jobs are left alone. Returns how many moved.';
 
 -- -- the queueing-lock guard -------------------------------------------------------------------
 

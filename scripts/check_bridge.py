@@ -5,7 +5,9 @@ anything of procrastinate's beyond its public API; everything else calls them (d
 "Upgrading procrastinate"). This check does not depend on import-linter: it reads the files.
 
 - schema/*.sql other than 05_procrastinate.sql: no `procrastinate_` name at all (tables, types,
-  versioned functions, triggers, NOTIFY channels), comments included.
+  versioned functions, triggers, NOTIFY channels), comments included. The frozen upgrade files
+  (schema/upgrades/) are not read: a bridge function they carry is a copy of 05's text, which
+  tests/test_migrate.py holds them to.
 - sessionq's Python (src/, jobs/, cli/, scripts/) other than jobs/bridge.py: procrastinate is
   imported only as `from procrastinate import <public names>` (PUBLIC below), and no
   `procrastinate_...` or `procrastinate.<module>` name appears (SQL in strings, module paths).

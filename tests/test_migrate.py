@@ -96,6 +96,30 @@ def test_revision_0006_brings_the_list_page_read_to_an_older_database(empty_data
         assert listed.fetchone() == (0,)
 
 
+def test_revision_0008_moves_push_deliveries_to_their_own_queue(empty_database_url):
+    """Revision 0008 gives a database at 0007 the queue `push` for deliver_push, and moves its
+    waiting jobs there; other jobs stay where they are."""
+    from alembic import command
+
+    migrate.upgrade(empty_database_url)
+    with psycopg.connect(empty_database_url, autocommit=True) as conn:
+        # what a database made by the code of revision 0007 had: deliver_push in a2a, no move_waiting_jobs
+        conn.execute("UPDATE sessionq.job_kinds SET queue_name = 'a2a' WHERE task_name = 'deliver_push'")
+        conn.execute("DROP FUNCTION sessionq.move_waiting_jobs()")
+        conn.execute("UPDATE sessionq.schema_installed SET revision = '0007_schema_installed'")
+        conn.execute("SELECT sessionq.defer('deliver_push', 't1', '{\"task_id\": \"t1\"}')")
+        conn.execute("SELECT sessionq.defer('cancel_task', 't1', '{\"task_id\": \"t1\"}')")
+    command.stamp(migrate.alembic_config(empty_database_url), "0007_schema_installed")
+    migrate.upgrade(empty_database_url)
+    assert migrate.current(empty_database_url) == migrate.head()
+    with psycopg.connect(empty_database_url) as conn:
+        kinds = conn.execute("SELECT task_name, queue_name FROM sessionq.job_kinds"
+                             " WHERE task_name IN ('deliver_push', 'cancel_task') ORDER BY 1").fetchall()
+        assert kinds == [("cancel_task", "a2a"), ("deliver_push", "push")]
+        jobs = conn.execute("SELECT task_name, queue_name FROM sessionq.job_rows ORDER BY 1").fetchall()
+        assert jobs == [("cancel_task", "a2a"), ("deliver_push", "push")]
+
+
 CATALOG = {
     "functions": "SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid), obj_description(p.oid, 'pg_proc')"
                  " FROM pg_proc p WHERE p.pronamespace = 'sessionq'::regnamespace ORDER BY 1",

@@ -279,7 +279,24 @@ KEYS: tuple[Key, ...] = (
         "Whether A2A push notifications may go to loopback, private-range and link-local addresses (refused"
         " by default: a config naming one answers INVALID_ARGUMENT, and a delivery that resolves to one fails).",
     ),
-    Key("a2a.push.timeout", _positive_duration, 10.0, "Timeout of one A2A push notification POST."),
+    Key(
+        "a2a.push.timeout",
+        _positive_duration,
+        10.0,
+        "Deadline of one A2A push notification POST, all of it: resolving the host, connecting, sending and"
+        " the answer's status and headers, however slowly the receiver sends them (of the answer's body at"
+        " most 4 KiB is read, within the same deadline). A receiver that has not answered by then is a"
+        " failed attempt, retried with backoff.",
+    ),
+    Key(
+        "a2a.push.concurrency",
+        _int(1, 256),
+        4,
+        "Push notification deliveries (queue `push`) a worker process runs at most at a time, out of"
+        " workers.concurrency and never all of it (at most workers.concurrency - 1; a worker with"
+        " workers.concurrency 1 shares its one slot): the other slots stay for lifecycle operations, turns"
+        " and periodic work however slow the receivers are.",
+    ),
     Key(
         "a2a.push.maxAttempts",
         _int(1, 100),

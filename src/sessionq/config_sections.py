@@ -38,6 +38,7 @@ class A2aPushSettings:
 
     allow_private_targets: bool  # a2a.push.allowPrivateTargets
     timeout: float  # a2a.push.timeout
+    concurrency: int  # a2a.push.concurrency
     max_attempts: int  # a2a.push.maxAttempts
 
     @classmethod
@@ -45,6 +46,7 @@ class A2aPushSettings:
         return cls(
             allow_private_targets=values["a2a.push.allowPrivateTargets"],
             timeout=values["a2a.push.timeout"],
+            concurrency=values["a2a.push.concurrency"],
             max_attempts=values["a2a.push.maxAttempts"],
         )
 

@@ -99,7 +99,8 @@ async def test_private_push_targets_are_refused(database_url, store, sim):
     async with a2a_env(settings, database_url, store, sim) as e:
         for transport in ("GRPC", "JSONRPC"):
             async with e.client(transport, streaming=False) as client:
-                for url in ("http://127.0.0.1:9/hook", "http://10.1.2.3/hook", "http://[::1]/x", "ftp://example.com/"):
+                for url in ("http://127.0.0.1:9/hook", "http://10.1.2.3/hook", "http://[::1]/x", "ftp://example.com/",
+                            "http://[::127.0.0.1]/x", "http://[64:ff9b::7f00:1]/x", "http://[2002:7f00:1::]/x"):
                     request = a2a_pb2.SendMessageRequest(message=user_message("What is 1+1?"))
                     request.configuration.task_push_notification_config.url = url
                     with pytest.raises((InvalidParamsError, A2AClientError)):

@@ -108,6 +108,19 @@ def test_the_job_context_gives_the_app_and_the_job() -> None:
     assert {"app", "job", "additional_context"} <= {a.name for a in JobContext.__attrs_attrs__}
 
 
+def test_a_worker_wakes_its_fetch_loop_on_the_event_the_bridge_sets() -> None:
+    """AttemptObserver wakes a worker whose limited queue was full through the worker's private
+    _new_job_event: procrastinate's fetch loop waits on it (with the poll and the stop)."""
+    assert "worker._new_job_event.set()" in PYTHON_BRIDGE.read_text()
+    assert "self._new_job_event.wait()" in inspect.getsource(Worker._run_loop)
+    assert "self._new_job_event.set()" in inspect.getsource(Worker._handle_notification)
+    app = App(connector=PsycopgConnector(conninfo="postgresql://unused/"))
+    assert isinstance(Worker(app=app, install_signal_handlers=False)._new_job_event, asyncio.Event)
+    # the middleware receives the worker (its third argument)
+    assert "middleware.compose(\n                self.worker_middleware, run_job, context, self\n" in (
+        inspect.getsource(Worker._process_job))
+
+
 def test_a_worker_has_the_attributes_and_options_the_bridge_uses() -> None:
     app = App(connector=PsycopgConnector(conninfo="postgresql://unused/"))
     assert isinstance(app.worker_defaults, dict) and callable(app.perform_import_paths)
@@ -256,3 +269,63 @@ async def test_the_session_connector_listens_on_the_direct_url(database_url: str
         cur = await conn.execute("SELECT current_database()")
         row = await cur.fetchone()
     assert row is not None and row[0] == psycopg.conninfo.conninfo_to_dict(database_url)["dbname"]
+
+
+async def test_a_limited_queue_takes_at_most_its_slots_and_leaves_the_rest_to_the_other_queues(
+    database_url: str,
+) -> None:
+    """A worker of concurrency 4 whose queue `slow` is limited to 2: however many slow jobs wait
+    (and block), at most 2 run; the jobs of other queues still run at once beside them; when a slow
+    job ends the next one starts without waiting for the poll (30 s here)."""
+    connector = PsycopgConnector(conninfo=database_url, min_size=1, max_size=4)
+    app = App(connector=connector)
+    manager = bridge.install_job_manager(app, connector)
+    manager.limit_queues({"slow": 2}, ["slow", "fast"])
+    running: set[int] = set()
+    most = 0
+    releases: dict[int, asyncio.Event] = {}
+    fast_done = asyncio.Event()
+
+    @app.task(name="bridge_slow", queue="slow")
+    async def slow(n: int) -> None:
+        nonlocal most
+        running.add(n)
+        most = max(most, len(running))
+        try:
+            await releases.setdefault(n, asyncio.Event()).wait()
+        finally:
+            running.discard(n)
+
+    @app.task(name="bridge_fast", queue="fast")
+    async def fast() -> None:
+        fast_done.set()
+
+    async def until(condition: Any, timeout: float = 10.0) -> None:
+        async with asyncio.timeout(timeout):
+            while not condition():
+                await asyncio.sleep(0.02)
+
+    async with app.open_async():
+        for n in range(6):
+            await slow.defer_async(n=n)
+        worker = RunningWorker(app, default_name="limits-test", queues=None, concurrency=4,
+                               fetch_job_polling_interval=30, shutdown_graceful_timeout=10)
+        task = worker.start()
+        worker_id = await asyncio.wait_for(worker.registered(), timeout=10)
+        assert worker_id is not None
+        await until(lambda: len(running) == 2)
+        await asyncio.sleep(0.5)  # two slots of four are free, and four slow jobs wait: none more starts
+        assert len(running) == 2 and manager.running_in(worker_id, "slow") == 2
+        await fast.defer_async()  # another queue: a free slot takes it at once
+        await asyncio.wait_for(fast_done.wait(), timeout=10)
+        await asyncio.sleep(0.5)  # the worker waits again (for a notification, or the poll in 30 s)
+        first = set(running)
+        for n in first:  # each end lets the next slow job in, without waiting for the 30 s poll
+            releases.setdefault(n, asyncio.Event()).set()
+        await until(lambda: len(running) == 2 and not running & first)
+        for n in range(6):
+            releases.setdefault(n, asyncio.Event()).set()
+        await until(lambda: not running and manager.running_in(worker_id, "slow") == 0)
+        worker.stop()
+        await asyncio.wait_for(task, timeout=10)
+    assert most == 2

@@ -12,13 +12,19 @@ from sessionq.config import Settings
 from sessionq.db.store import Store
 from sessionq.domain.operations import OperationExecutor
 from sessionq.domain.quiescence import QuiescencePool
-from sessionq.jobs.app import build_app
+from sessionq.jobs.app import PUSH_QUEUE, build_app
 from sessionq.jobs.deps import Deps
 from sessionq.jobs.drain import DrainRequest, default_worker_name, run_drainable_worker, unless_stopped
 from sessionq.metrics import REVISION_GC
 from sessionq.runtime.base import Substrate
 
 log = logging.getLogger(__name__)
+
+
+def push_slots(settings: Settings) -> int:
+    """How many push deliveries a worker runs at most at a time: a2a.push.concurrency, but never
+    every slot of workers.concurrency (one stays for the other queues), unless there is only one."""
+    return max(1, min(settings.a2a.push.concurrency, settings.workers.concurrency - 1))
 
 
 async def run_worker(
@@ -44,7 +50,8 @@ async def run_worker(
     keep_jobs = settings.jobs.retention > 0
     direct = direct_url or url
     executor = OperationExecutor(store, runtime, settings.sessions.claim_lifetime, keep_jobs=keep_jobs)
-    app = build_app(url, expiry=True, direct_url=direct)  # Sandboxes expire even when sessions.idleTtl is 0s
+    # Sandboxes expire even when sessions.idleTtl is 0s
+    app = build_app(url, expiry=True, direct_url=direct, queue_limits={PUSH_QUEUE: push_slots(settings)})
     quiescence = QuiescencePool(
         store,
         runtime,
