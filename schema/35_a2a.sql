@@ -222,7 +222,7 @@ CREATE TABLE sessionq.push_configs (
   PRIMARY KEY (task_id, id)
 );
 COMMENT ON TABLE sessionq.push_configs IS
-  'A2A push-notification configs of tasks: where each event of the task is POSTed, with the config''s token and authentication (credentials are write-only: never returned by the API).';
+  'A2A push-notification configs of tasks: where each event of the task is POSTed, with the config''s token and authentication. A config belongs to its creator (created_by): only they read, replace or delete it; its token and credentials are write-only (never returned by the API).';
 
 CREATE TABLE sessionq.push_deliveries (
   id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -281,12 +281,18 @@ DECLARE
   p sessionq.push_configs;
 BEGIN
   t := sessionq.a2a_task(p_task, p_caller, p_share_hash, 'write');
+  -- a config id names one config of the task: its creator may replace it, nobody else
   INSERT INTO sessionq.push_configs (task_id, id, session_id, url, token, auth_scheme, auth_credentials, created_by)
   VALUES (t.id, p_id, t.session_id, p_url, p_token, p_scheme, p_credentials, p_caller)
   ON CONFLICT (task_id, id) DO UPDATE
      SET url = EXCLUDED.url, token = EXCLUDED.token, auth_scheme = EXCLUDED.auth_scheme,
          auth_credentials = EXCLUDED.auth_credentials
+   WHERE sessionq.push_configs.created_by = EXCLUDED.created_by
   RETURNING * INTO p;
+  IF p.id IS NULL THEN
+    PERFORM sessionq.fail('SQ422', format('task %s already has a push notification config %s of another user; choose another id',
+                                          sessionq.clip(t.id), sessionq.clip(p_id)));
+  END IF;
   -- the receiver learns the task as it stands now (then every later event)
   INSERT INTO sessionq.push_deliveries (task_id, config_id, event_seq, payload)
   SELECT t.id, p.id, e.seq, jsonb_build_object('task', tt.task)
@@ -297,10 +303,10 @@ BEGIN
   IF FOUND THEN
     PERFORM sessionq.defer('deliver_push', t.id, jsonb_build_object('task_id', t.id));
   END IF;
-  RETURN to_jsonb(p) - 'auth_credentials';
+  RETURN to_jsonb(p) - 'auth_credentials' - 'token';
 END $$;
 COMMENT ON FUNCTION sessionq.create_push_config(text, text, text, text, text, text, text, text) IS
-  'A2A CreateTaskPushNotificationConfig: add (or replace, by id) a push config of a task the caller may write (TaskNotFound otherwise) and queue a first notification with the task as it stands. Returns the config without its credentials.';
+  'A2A CreateTaskPushNotificationConfig: add a push config of a task the caller may write (TaskNotFound otherwise), owned by the caller; the same id again replaces the caller''s own config, while an id another user''s config of the task holds is ALREADY_EXISTS (SQ422) and changes nothing. Queues a first notification with the task as it stands. Returns the config without its token and credentials (write-only).';
 
 CREATE OR REPLACE FUNCTION sessionq.list_push_configs(p_task text, p_caller text, p_share_hash text, p_id text)
 RETURNS SETOF jsonb LANGUAGE plpgsql AS $$
@@ -308,11 +314,12 @@ DECLARE
   t sessionq.tasks;
 BEGIN
   t := sessionq.a2a_task(p_task, p_caller, p_share_hash, 'read');
-  RETURN QUERY SELECT to_jsonb(p) - 'auth_credentials' FROM sessionq.push_configs p
-                WHERE p.task_id = t.id AND (p_id IS NULL OR p.id = p_id) ORDER BY p.created_at, p.id;
+  RETURN QUERY SELECT to_jsonb(p) - 'auth_credentials' - 'token' FROM sessionq.push_configs p
+                WHERE p.task_id = t.id AND p.created_by = p_caller AND (p_id IS NULL OR p.id = p_id)
+                ORDER BY p.created_at, p.id;
 END $$;
 COMMENT ON FUNCTION sessionq.list_push_configs(text, text, text, text) IS
-  'A2A Get/ListTaskPushNotificationConfigs: the push configs of a visible task (one id, or all), without credentials; TaskNotFound for a task the caller cannot see.';
+  'A2A Get/ListTaskPushNotificationConfigs: the caller''s own push configs of a visible task (one id, or all), without token and credentials; another user''s configs (the Session owner''s or a share holder''s) are not listed, as if absent. TaskNotFound for a task the caller cannot see.';
 
 CREATE OR REPLACE FUNCTION sessionq.delete_push_config(p_task text, p_caller text, p_share_hash text, p_id text)
 RETURNS boolean LANGUAGE plpgsql AS $$
@@ -320,7 +327,7 @@ DECLARE
   t sessionq.tasks;
 BEGIN
   t := sessionq.a2a_task(p_task, p_caller, p_share_hash, 'write');
-  DELETE FROM sessionq.push_configs WHERE task_id = t.id AND id = p_id;
+  DELETE FROM sessionq.push_configs WHERE task_id = t.id AND id = p_id AND created_by = p_caller;
   IF NOT FOUND THEN
     RETURN false;
   END IF;
@@ -329,7 +336,7 @@ BEGIN
   RETURN true;
 END $$;
 COMMENT ON FUNCTION sessionq.delete_push_config(text, text, text, text) IS
-  'A2A DeleteTaskPushNotificationConfig: remove a config of a task the caller may write (its pending deliveries end failed); false when no such config.';
+  'A2A DeleteTaskPushNotificationConfig: remove the caller''s own config of a task the caller may write (its pending deliveries end failed); false when the caller has no such config (another user''s config is left alone).';
 
 -- claim_push_stream: the deliver_push job takes the task's stream (a lease) or learns it is busy.
 CREATE OR REPLACE FUNCTION sessionq.claim_push_stream(p_task text, p_executor uuid, p_lease double precision)

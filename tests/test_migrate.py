@@ -86,7 +86,7 @@ def test_revision_0006_brings_the_list_page_read_to_an_older_database(empty_data
         assert conn.execute(exists).fetchone() == (0,)
     command.stamp(migrate.alembic_config(empty_database_url), "0005_coalesced_session_reads")
     migrate.upgrade(empty_database_url)
-    assert migrate.current(empty_database_url) == migrate.head() == "0006_session_list_views"
+    assert migrate.current(empty_database_url) == migrate.head()
     with psycopg.connect(empty_database_url) as conn:
         assert conn.execute(exists).fetchone() == (2,)
         rows = conn.execute("SELECT * FROM sessionq.list_session_views('nobody', false, NULL, NULL, NULL, 5)").fetchall()

@@ -108,3 +108,36 @@ async def test_private_push_targets_are_refused(database_url, store, sim):
         # nothing was written: no Session, no task, no config
         assert (await store._rows("SELECT count(*) AS n FROM sessionq.sessions"))[0]["n"] == 0
         assert (await store._rows("SELECT count(*) AS n FROM sessionq.push_configs"))[0]["n"] == 0
+
+
+async def test_a_failed_delivery_names_its_config_not_its_url(env, store, sim):
+    """The deliver_push job's error (what operators read in the console, the CLI and the worker's log)
+    names the config by its id: the webhook URL, often with a secret path, is its creator's alone."""
+    await apply_agent(store, sim)
+    receiver = Receiver(failures=1000)
+    await receiver.start()
+    secret = "hooks/secret-path-5d1e"
+    try:
+        async with env.client("GRPC", streaming=False) as client:
+            request = a2a_pb2.SendMessageRequest(message=user_message("What is 2+2?"))
+            request.configuration.task_push_notification_config.CopyFrom(a2a_pb2.TaskPushNotificationConfig(
+                id="failing-hook", url=f"http://127.0.0.1:{receiver.port}/{secret}", token="tok-secret"))
+            task = [e async for e in client.send_message(request, context=as_user())][-1].task
+        attempts: list[dict[str, Any]] = []
+        for _ in range(600):
+            attempts = await store._rows(
+                "SELECT error_type, error_message, traceback FROM sessionq.job_attempts"
+                " WHERE task_name = 'deliver_push' AND outcome <> 'succeeded'"
+                "   AND error_message NOT LIKE %s", ("the push stream of task % is being delivered by another job%",))
+            if attempts:
+                break
+            await asyncio.sleep(0.1)
+        assert attempts, "no failed delivery attempt was recorded"
+        failure = attempts[0]
+        assert failure["error_type"].endswith("PushFailed")
+        assert "failing-hook" in failure["error_message"] and task.id in failure["error_message"]
+        assert "HTTP 503" in failure["error_message"]
+        for text in (failure["error_message"], failure["traceback"]):
+            assert secret not in text and "tok-secret" not in text
+    finally:
+        await receiver.stop()
