@@ -95,6 +95,38 @@ def test_revision_0006_brings_the_list_page_read_to_an_older_database(empty_data
         assert listed.fetchone() == (0,)
 
 
+def test_revision_0007_owns_push_configs_and_cuts_webhook_urls_out_of_job_errors(empty_database_url):
+    """Revision 0007 gives a database at 0006 the push-config procedures that keep a config its
+    creator's, the console's visibility rule, and takes the webhook URLs out of recorded delivery errors."""
+    from alembic import command
+
+    migrate.upgrade(empty_database_url)
+    old_error = "push to http://hooks.example/secret-path-1 failed: HTTP 503"
+    old_traceback = ("Traceback (most recent call last):\n  File \"jobs/a2a.py\", line 23, in deliver_push\n"
+                     f"sessionq.domain.push.PushFailed: {old_error}\n")
+    with psycopg.connect(empty_database_url, autocommit=True) as conn:
+        # what a database made by the code of revision 0006 had: no console_sees, a replacing create
+        conn.execute("DROP FUNCTION sessionq.console_sees(uuid, text)")
+        conn.execute("CREATE OR REPLACE FUNCTION sessionq.list_push_configs(p_task text, p_caller text,"
+                     " p_share_hash text, p_id text) RETURNS SETOF jsonb LANGUAGE sql AS $$ SELECT NULL::jsonb $$")
+        for task, message, trace in (("deliver_push", old_error, old_traceback),
+                                     ("execute_operation", "push to keep: unrelated", None)):
+            conn.execute("INSERT INTO sessionq.job_attempts (job_id, attempt, task_name, queue_name, outcome,"
+                         " error_type, error_message, traceback) VALUES (1, 1, %s, 'a2a', 'retried', 'X', %s, %s)",
+                         (task, message, trace))
+    command.stamp(migrate.alembic_config(empty_database_url), "0006_session_list_views")
+    migrate.upgrade(empty_database_url)
+    assert migrate.current(empty_database_url) == migrate.head()
+    with psycopg.connect(empty_database_url) as conn:
+        assert conn.execute("SELECT sessionq.console_sees(gen_random_uuid(), NULL)").fetchone() == (True,)
+        source = conn.execute("SELECT prosrc FROM pg_proc WHERE proname = 'list_push_configs'").fetchone()
+        assert source is not None and "created_by = p_caller" in source[0]
+        rows = conn.execute("SELECT task_name, error_message, traceback FROM sessionq.job_attempts ORDER BY id").fetchall()
+    assert rows[0] == ("deliver_push", "push notification failed: HTTP 503",
+                       old_traceback.replace(old_error, "push notification failed: HTTP 503"))
+    assert rows[1] == ("execute_operation", "push to keep: unrelated", None)
+
+
 def test_a_function_definition_is_taken_whole_from_its_schema_file():
     from sessionq.db.migrations.sqlfiles import function_definitions
 

@@ -7,12 +7,16 @@ import asyncio
 import json
 from typing import Any
 
+import httpx
 import pytest
 from a2a.client.errors import A2AClientError
 from a2a.types import a2a_pb2
 from a2a.utils.errors import InvalidParamsError
 from conftest import apply_agent
 from harness import a2a_env, a2a_settings, as_user, env, settings_for_a2a, user_message  # noqa: F401 - fixtures
+
+from sessionq import config
+from sessionq.console.server import ConsoleServer
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -126,7 +130,7 @@ async def test_a_failed_delivery_names_its_config_not_its_url(env, store, sim):
         attempts: list[dict[str, Any]] = []
         for _ in range(600):
             attempts = await store._rows(
-                "SELECT error_type, error_message, traceback FROM sessionq.job_attempts"
+                "SELECT job_id, error_type, error_message, traceback FROM sessionq.job_attempts"
                 " WHERE task_name = 'deliver_push' AND outcome <> 'succeeded'"
                 "   AND error_message NOT LIKE %s", ("the push stream of task % is being delivered by another job%",))
             if attempts:
@@ -139,5 +143,17 @@ async def test_a_failed_delivery_names_its_config_not_its_url(env, store, sim):
         assert "HTTP 503" in failure["error_message"]
         for text in (failure["error_message"], failure["traceback"]):
             assert secret not in text and "tok-secret" not in text
+        # what an admin reads in the console: the config's id, not its URL
+        console = ConsoleServer(config.defaults(), store.pool, local_user="operator")
+        await console.start("127.0.0.1:0")
+        try:
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{console.port}") as http:
+                for path in ("/jobs?task=deliver_push", f"/jobs/{failure['job_id']}", "/"):
+                    page = await http.get(path)
+                    assert page.status_code == 200, path
+                    assert secret not in page.text and "tok-secret" not in page.text, path
+                assert "failing-hook" in (await http.get(f"/jobs/{failure['job_id']}")).text
+        finally:
+            await console.stop()
     finally:
         await receiver.stop()

@@ -1,4 +1,4 @@
-"""Push configs belong to their creators.
+"""Push configs belong to their creators; the console shows a user their own Sessions only.
 
 Revision ID: 0007_push_config_owners
 Revises: 0006_session_list_views
@@ -10,6 +10,8 @@ before it up to date:
   never a token; Create with an id another user's config holds is ALREADY_EXISTS instead of a
   replace; Delete removes the caller's own config only. Existing configs keep their owner, the
   created_by they were made with (the Session's owner or the share holder who created them).
+- sessionq.console_sees (schema/80_operator_views.sql): what the web console shows a user who is
+  not an admin.
 - the job history: failed deliver_push attempts recorded before the delivery named the config by
   its id carried the webhook URL in their message and traceback (`push to <url> failed: ...`);
   the URL is cut out of them.
@@ -35,6 +37,7 @@ UPDATE sessionq.job_attempts
 
 def upgrade() -> None:
     apply_functions("35_a2a.sql", ["create_push_config", "list_push_configs", "delete_push_config"])
+    apply_functions("80_operator_views.sql", ["console_sees"])
     run_sql(REDACT_PUSH_ERRORS)
 
 
