@@ -5,6 +5,7 @@ clients, as the Session's owner, a READ_ONLY share holder and a READ_WRITE share
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import grpc
@@ -15,7 +16,7 @@ from conftest import apply_agent
 from harness import TENANT, as_user, env, settings_for_a2a, user_message  # noqa: F401 - fixtures
 from test_shares import share, with_share
 
-from sessionq._pb.kagent.api.v1alpha1 import sessions_pb2
+from sessionq._pb.kagent.api.v1alpha1 import sessions_pb2, sessions_pb2_grpc
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -138,3 +139,54 @@ async def test_a_push_config_is_its_creators_and_its_token_is_write_only(env, st
                 await client.create_task_push_notification_config(a2a_pb2.TaskPushNotificationConfig(
                     task_id=task.id, id="hook", url=BOB_URL, token="bob-tok"), context=with_share(rw))
     assert await stored(store, task.id) == {"hook": (OWNER_URL, "owner-tok", "alice")}
+
+
+async def test_a_share_holders_config_lives_as_long_as_the_share(env, store, sim):
+    """Revoking the share a config was made through deletes the config (its pending deliveries end);
+    after the share expired, new events queue nothing for it. The owner's config goes on."""
+    await apply_agent(store, sim)
+    async with env.client("GRPC", streaming=False) as client:
+        events = [e async for e in client.send_message(a2a_pb2.SendMessageRequest(
+            message=user_message("[input-required] Book a table")), context=as_user())]
+    task = events[-1].task
+
+    async def new_share(ttl: int) -> tuple[str, str]:
+        async with grpc.aio.insecure_channel(env.grpc_address) as ch:
+            r = await sessions_pb2_grpc.SessionServiceStub(ch).CreateSessionShare(
+                sessions_pb2.CreateSessionShareRequest(session_id=task.context_id, ttl={"seconds": ttl},
+                                                       permission=sessions_pb2.SESSION_SHARE_PERMISSION_READ_WRITE),
+                metadata=metadata("alice"), timeout=10)
+            return r.share.id, r.token
+
+    bob_share, bob_token = await new_share(600)
+    _, carol_token = await new_share(2)
+    async with grpc.aio.insecure_channel(env.grpc_address) as channel:
+        a2a = a2a_pb2_grpc.A2AServiceStub(channel)
+        for md, config_id in ((metadata("alice"), "alice-hook"), (metadata("bob", bob_token), "bob-hook"),
+                              (metadata("carol", carol_token), "carol-hook")):
+            await a2a.CreateTaskPushNotificationConfig(
+                config(task.id, config_id, f"http://127.0.0.1:9/{config_id}", "tok"), metadata=md, timeout=30)
+        assert set(await stored(store, task.id)) == {"alice-hook", "bob-hook", "carol-hook"}
+
+        # the owner revokes bob's share: bob's config goes with it, its pending deliveries end failed
+        await sessions_pb2_grpc.SessionServiceStub(channel).RevokeSessionShare(
+            sessions_pb2.RevokeSessionShareRequest(share_id=bob_share), metadata=metadata("alice"), timeout=10)
+        assert set(await stored(store, task.id)) == {"alice-hook", "carol-hook"}
+        bob = [d for d in await store.push_deliveries(task.id) if d["config_id"] == "bob-hook"]
+        assert bob and all(d["state"] != "pending" for d in bob)
+
+        # carol's share expires: the next event queues a delivery for the owner's config only
+        expired: list[dict[str, Any]] = []
+        for _ in range(100):
+            expired = await store._rows("SELECT bool_and(expires_at < clock_timestamp()) AS gone"
+                                        " FROM sessionq.session_shares WHERE expires_at < now() + interval '1 minute'")
+            if expired[0]["gone"]:
+                break
+            await asyncio.sleep(0.1)
+        assert expired[0]["gone"]
+        before = {d["id"] for d in await store.push_deliveries(task.id)}
+        await a2a.SendMessage(a2a_pb2.SendMessageRequest(
+            tenant=TENANT, message=user_message("for two", task.context_id, task.id)), metadata=metadata("alice"),
+            timeout=60)
+        after = [d for d in await store.push_deliveries(task.id) if d["id"] not in before]
+        assert after and {d["config_id"] for d in after} == {"alice-hook"}
