@@ -12,8 +12,10 @@ import pytest
 from a2a.client.errors import A2AClientError
 from a2a.types import a2a_pb2
 from a2a.utils.errors import InvalidParamsError
+from click.testing import CliRunner
 from conftest import apply_agent
 from harness import a2a_env, a2a_settings, as_user, env, settings_for_a2a, user_message  # noqa: F401 - fixtures
+from sessionq.cli.main import main
 
 from sessionq import config
 from sessionq.console.server import ConsoleServer
@@ -114,7 +116,7 @@ async def test_private_push_targets_are_refused(database_url, store, sim):
         assert (await store._rows("SELECT count(*) AS n FROM sessionq.push_configs"))[0]["n"] == 0
 
 
-async def test_a_failed_delivery_names_its_config_not_its_url(env, store, sim):
+async def test_a_failed_delivery_names_its_config_not_its_url(env, store, sim, database_url):
     """The deliver_push job's error (what operators read in the console, the CLI and the worker's log)
     names the config by its id: the webhook URL, often with a secret path, is its creator's alone."""
     await apply_agent(store, sim)
@@ -155,5 +157,11 @@ async def test_a_failed_delivery_names_its_config_not_its_url(env, store, sim):
                 assert "failing-hook" in (await http.get(f"/jobs/{failure['job_id']}")).text
         finally:
             await console.stop()
+        # ... and in the CLI
+        for args in (["jobs", "list", "--task", "deliver_push"], ["jobs", "show", str(failure["job_id"])]):
+            shown = await asyncio.to_thread(CliRunner().invoke, main, [*args, "--database-url", database_url])
+            assert shown.exit_code == 0, shown.output
+            assert secret not in shown.output and "tok-secret" not in shown.output
+        assert "failing-hook" in shown.output
     finally:
         await receiver.stop()
