@@ -233,10 +233,13 @@ CREATE TABLE sessionq.push_configs (
   auth_credentials text,
   created_by  text NOT NULL,
   created_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+  share_id    uuid REFERENCES sessionq.session_shares (id) ON DELETE CASCADE,
   PRIMARY KEY (task_id, id)
 );
 COMMENT ON TABLE sessionq.push_configs IS
-  'A2A push-notification configs of tasks: where each event of the task is POSTed, with the config''s token and authentication (credentials are write-only: never returned by the API).';
+  'A2A push-notification configs of tasks: where each event of the task is POSTed, with the config''s token and authentication. A config belongs to its creator (created_by): only they read, replace or delete it; its token and credentials are write-only (never returned by the API). A config made through a share (share_id) lives as long as the share: events after the share expired queue nothing for it, and revoking the share deletes it.';
+COMMENT ON COLUMN sessionq.push_configs.share_id IS
+  'The share its creator wrote the task through (NULL: the Session''s owner made it). Its revocation deletes the config; after its expiry no new event is queued for the config.';
 
 CREATE TABLE sessionq.push_deliveries (
   id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -274,7 +277,11 @@ BEGIN
   END IF;
   v_payload := CASE WHEN NEW.kind = 'task' THEN jsonb_build_object('task', NEW.payload) ELSE NEW.payload END;
   INSERT INTO sessionq.push_deliveries (task_id, config_id, event_seq, payload)
-  SELECT NEW.task_id, p.id, NEW.seq, v_payload FROM sessionq.push_configs p WHERE p.task_id = NEW.task_id
+  SELECT NEW.task_id, p.id, NEW.seq, v_payload FROM sessionq.push_configs p
+   WHERE p.task_id = NEW.task_id
+     -- a config made through a share gets the events of the share's lifetime only
+     AND (p.share_id IS NULL OR EXISTS (SELECT 1 FROM sessionq.session_shares sh WHERE sh.id = p.share_id
+                                          AND (sh.expires_at IS NULL OR sh.expires_at > clock_timestamp())))
   ON CONFLICT DO NOTHING;
   GET DIAGNOSTICS v_count = ROW_COUNT;
   IF v_count > 0 THEN
@@ -283,7 +290,7 @@ BEGIN
   RETURN NULL;
 END $$;
 COMMENT ON FUNCTION sessionq.queue_push_deliveries() IS
-  'Trigger: an event of a task with push configs queues one delivery per config (as an A2A StreamResponse) and the deliver_push job, in the same transaction as the event.';
+  'Trigger: an event of a task with push configs queues one delivery per config (as an A2A StreamResponse) and the deliver_push job, in the same transaction as the event. A config made through a share that has expired gets none.';
 CREATE TRIGGER events_push AFTER INSERT ON sessionq.events
   FOR EACH ROW EXECUTE FUNCTION sessionq.queue_push_deliveries();
 
@@ -293,14 +300,26 @@ CREATE OR REPLACE FUNCTION sessionq.create_push_config(
 DECLARE
   t sessionq.tasks;
   p sessionq.push_configs;
+  v_share uuid;
 BEGIN
   t := sessionq.a2a_task(p_task, p_caller, p_share_hash, 'write');
-  INSERT INTO sessionq.push_configs (task_id, id, session_id, url, token, auth_scheme, auth_credentials, created_by)
-  VALUES (t.id, p_id, t.session_id, p_url, p_token, p_scheme, p_credentials, p_caller)
+  -- the share a caller who is not the Session's owner writes through: the config lives as long as it
+  SELECT sh.id INTO v_share
+    FROM sessionq.sessions s JOIN sessionq.session_shares sh ON sh.session_id = s.id
+   WHERE s.id = t.session_id AND s.creator <> p_caller AND sh.token_hash = p_share_hash;
+  -- a config id names one config of the task: its creator may replace it, nobody else
+  INSERT INTO sessionq.push_configs (task_id, id, session_id, url, token, auth_scheme, auth_credentials, created_by,
+                                     share_id)
+  VALUES (t.id, p_id, t.session_id, p_url, p_token, p_scheme, p_credentials, p_caller, v_share)
   ON CONFLICT (task_id, id) DO UPDATE
      SET url = EXCLUDED.url, token = EXCLUDED.token, auth_scheme = EXCLUDED.auth_scheme,
-         auth_credentials = EXCLUDED.auth_credentials
+         auth_credentials = EXCLUDED.auth_credentials, share_id = EXCLUDED.share_id
+   WHERE sessionq.push_configs.created_by = EXCLUDED.created_by
   RETURNING * INTO p;
+  IF p.id IS NULL THEN
+    PERFORM sessionq.fail('SQ422', format('task %s already has a push notification config %s of another user; choose another id',
+                                          sessionq.clip(t.id), sessionq.clip(p_id)));
+  END IF;
   -- the receiver learns the task as it stands now (then every later event)
   INSERT INTO sessionq.push_deliveries (task_id, config_id, event_seq, payload)
   SELECT t.id, p.id, e.seq, jsonb_build_object('task', tt.task)
@@ -311,10 +330,10 @@ BEGIN
   IF FOUND THEN
     PERFORM sessionq.defer('deliver_push', t.id, jsonb_build_object('task_id', t.id));
   END IF;
-  RETURN to_jsonb(p) - 'auth_credentials';
+  RETURN to_jsonb(p) - 'auth_credentials' - 'token' - 'share_id';
 END $$;
 COMMENT ON FUNCTION sessionq.create_push_config(text, text, text, text, text, text, text, text) IS
-  'A2A CreateTaskPushNotificationConfig: add (or replace, by id) a push config of a task the caller may write (TaskNotFound otherwise) and queue a first notification with the task as it stands. Returns the config without its credentials.';
+  'A2A CreateTaskPushNotificationConfig: add a push config of a task the caller may write (TaskNotFound otherwise), owned by the caller; the same id again replaces the caller''s own config, while an id another user''s config of the task holds is ALREADY_EXISTS (SQ422) and changes nothing. A share holder''s config records the share (share_id): it lives as long as the share. Queues a first notification with the task as it stands. Returns the config without its token and credentials (write-only).';
 
 CREATE OR REPLACE FUNCTION sessionq.list_push_configs(p_task text, p_caller text, p_share_hash text, p_id text)
 RETURNS SETOF jsonb LANGUAGE plpgsql AS $$
@@ -322,11 +341,12 @@ DECLARE
   t sessionq.tasks;
 BEGIN
   t := sessionq.a2a_task(p_task, p_caller, p_share_hash, 'read');
-  RETURN QUERY SELECT to_jsonb(p) - 'auth_credentials' FROM sessionq.push_configs p
-                WHERE p.task_id = t.id AND (p_id IS NULL OR p.id = p_id) ORDER BY p.created_at, p.id;
+  RETURN QUERY SELECT to_jsonb(p) - 'auth_credentials' - 'token' - 'share_id' FROM sessionq.push_configs p
+                WHERE p.task_id = t.id AND p.created_by = p_caller AND (p_id IS NULL OR p.id = p_id)
+                ORDER BY p.created_at, p.id;
 END $$;
 COMMENT ON FUNCTION sessionq.list_push_configs(text, text, text, text) IS
-  'A2A Get/ListTaskPushNotificationConfigs: the push configs of a visible task (one id, or all), without credentials; TaskNotFound for a task the caller cannot see.';
+  'A2A Get/ListTaskPushNotificationConfigs: the caller''s own push configs of a visible task (one id, or all), without token and credentials; another user''s configs (the Session owner''s or a share holder''s) are not listed, as if absent. TaskNotFound for a task the caller cannot see.';
 
 CREATE OR REPLACE FUNCTION sessionq.delete_push_config(p_task text, p_caller text, p_share_hash text, p_id text)
 RETURNS boolean LANGUAGE plpgsql AS $$
@@ -334,16 +354,22 @@ DECLARE
   t sessionq.tasks;
 BEGIN
   t := sessionq.a2a_task(p_task, p_caller, p_share_hash, 'write');
-  DELETE FROM sessionq.push_configs WHERE task_id = t.id AND id = p_id;
-  IF NOT FOUND THEN
-    RETURN false;
-  END IF;
-  UPDATE sessionq.push_deliveries SET state = 'failed', last_error = 'the config was deleted', finished_at = clock_timestamp()
-   WHERE task_id = t.id AND config_id = p_id AND state = 'pending';
-  RETURN true;
+  DELETE FROM sessionq.push_configs WHERE task_id = t.id AND id = p_id AND created_by = p_caller;
+  RETURN FOUND;  -- its pending deliveries end failed (end_push_deliveries)
 END $$;
 COMMENT ON FUNCTION sessionq.delete_push_config(text, text, text, text) IS
-  'A2A DeleteTaskPushNotificationConfig: remove a config of a task the caller may write (its pending deliveries end failed); false when no such config.';
+  'A2A DeleteTaskPushNotificationConfig: remove the caller''s own config of a task the caller may write (its pending deliveries end failed); false when the caller has no such config (another user''s config is left alone).';
+
+CREATE OR REPLACE FUNCTION sessionq.end_push_deliveries() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  UPDATE sessionq.push_deliveries SET state = 'failed', last_error = 'the config was deleted', finished_at = clock_timestamp()
+   WHERE task_id = OLD.task_id AND config_id = OLD.id AND state = 'pending';
+  RETURN NULL;
+END $$;
+COMMENT ON FUNCTION sessionq.end_push_deliveries() IS
+  'Trigger: a deleted push config (by its creator, or with the share it was made through) ends its pending deliveries failed (''the config was deleted'').';
+CREATE TRIGGER push_configs_end AFTER DELETE ON sessionq.push_configs
+  FOR EACH ROW EXECUTE FUNCTION sessionq.end_push_deliveries();
 
 -- claim_push_stream: the deliver_push job takes the task's stream (a lease) or learns it is busy.
 CREATE OR REPLACE FUNCTION sessionq.claim_push_stream(p_task text, p_executor uuid, p_lease double precision)

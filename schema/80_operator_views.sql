@@ -192,6 +192,16 @@ COMMENT ON COLUMN sessionq.session_overview.idle_boundary_id IS 'Set when the Ac
 COMMENT ON COLUMN sessionq.session_overview.idle_claim_holder IS 'The quiescence executor that claimed the idle boundary; such a claim never expires (runtime work may have been issued).';
 COMMENT ON COLUMN sessionq.session_overview.delete_blockers IS 'Why a Delete would be refused right now (empty array: it would be admitted).';
 
+-- console_sees: what the web console shows a viewer who is not an admin.
+CREATE OR REPLACE FUNCTION sessionq.console_sees(p_session uuid, p_viewer text) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+  SELECT p_viewer IS NULL
+      OR EXISTS (SELECT 1 FROM sessionq.sessions s
+                  WHERE s.id = p_session AND sessionq.access(s, p_viewer, NULL, s.kind) = 'owner')
+$$;
+COMMENT ON FUNCTION sessionq.console_sees(uuid, text) IS
+  'Whether the web console shows Session (or Sandbox) p_session, and what hangs off it (its operation, claims, turns, checkpoints, jobs), to p_viewer: an admin (NULL) sees every row; anyone else what the API shows them without a share token: their own live rows (sessionq.access: owner), never another user''s nor a DELETED tombstone.';
+
 CREATE OR REPLACE VIEW sessionq.claims AS
 WITH active_jobs AS (
   SELECT j.id, j.task_name, j.status, j.queueing_lock, j.args, j.worker_id

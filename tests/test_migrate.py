@@ -120,6 +120,53 @@ def test_revision_0008_moves_push_deliveries_to_their_own_queue(empty_database_u
         assert jobs == [("cancel_task", "a2a"), ("deliver_push", "push")]
 
 
+def test_revision_0009_owns_push_configs_and_cuts_webhook_urls_out_of_job_errors(empty_database_url):
+    """Revision 0009 gives a database at 0008 the push-config procedures that keep a config its
+    creator's (and its share's), the console's visibility rule, and takes the webhook URLs out of
+    recorded delivery errors."""
+    from alembic import command
+
+    migrate.upgrade(empty_database_url)
+    old_error = "push to http://hooks.example/secret-path-1 failed: HTTP 503"
+    old_traceback = ("Traceback (most recent call last):\n  File \"jobs/a2a.py\", line 23, in deliver_push\n"
+                     f"sessionq.domain.push.PushFailed: {old_error}\n")
+    with psycopg.connect(empty_database_url, autocommit=True) as conn:
+        # what a database made by the code of revision 0008 had: no console_sees, a replacing create
+        conn.execute("DROP FUNCTION sessionq.console_sees(uuid, text)")
+        conn.execute("ALTER TABLE sessionq.push_configs DROP COLUMN share_id")
+        conn.execute("UPDATE sessionq.schema_installed SET revision = '0008_push_queue'")
+        # a config a share holder (bob) made of alice's Session, and one alice made
+        session = conn.execute(
+            "INSERT INTO sessionq.sessions (creator, request_kind, request_id, request_fingerprint, agent_namespace,"
+            " agent_name, actor_atespace, actor_name, actor_template, state, operation)"
+            " VALUES ('alice', 'create', 'r', 'f', 'kagent', 'a', 'x', 'y', 'z', 'DELETED', 'NONE') RETURNING id").fetchone()
+        assert session is not None
+        for config_id, creator in (("by-bob", "bob"), ("by-alice", "alice")):
+            conn.execute("INSERT INTO sessionq.push_configs (task_id, id, session_id, url, created_by)"
+                         " VALUES ('t', %s, %s, 'http://hooks.example/x', %s)", (config_id, session[0], creator))
+        conn.execute("CREATE OR REPLACE FUNCTION sessionq.list_push_configs(p_task text, p_caller text,"
+                     " p_share_hash text, p_id text) RETURNS SETOF jsonb LANGUAGE sql AS $$ SELECT NULL::jsonb $$")
+        for task, message, trace in (("deliver_push", old_error, old_traceback),
+                                     ("execute_operation", "push to keep: unrelated", None)):
+            conn.execute("INSERT INTO sessionq.job_attempts (job_id, attempt, task_name, queue_name, outcome,"
+                         " error_type, error_message, traceback) VALUES (1, 1, %s, 'a2a', 'retried', 'X', %s, %s)",
+                         (task, message, trace))
+    command.stamp(migrate.alembic_config(empty_database_url), "0008_push_queue")
+    migrate.upgrade(empty_database_url)
+    assert migrate.current(empty_database_url) == migrate.head()
+    with psycopg.connect(empty_database_url) as conn:
+        assert conn.execute("SELECT sessionq.console_sees(gen_random_uuid(), NULL)").fetchone() == (True,)
+        source = conn.execute("SELECT prosrc FROM pg_proc WHERE proname = 'list_push_configs'").fetchone()
+        assert source is not None and "created_by = p_caller" in source[0]
+        rows = conn.execute("SELECT task_name, error_message, traceback FROM sessionq.job_attempts ORDER BY id").fetchall()
+        owners = conn.execute("SELECT id, created_by, share_id FROM sessionq.push_configs ORDER BY id").fetchall()
+    # a share holder's config made before: no share recorded, so it is the Session owner's now
+    assert owners == [("by-alice", "alice", None), ("by-bob", "alice", None)]
+    assert rows[0] == ("deliver_push", "push notification failed: HTTP 503",
+                       old_traceback.replace(old_error, "push notification failed: HTTP 503"))
+    assert rows[1] == ("execute_operation", "push to keep: unrelated", None)
+
+
 CATALOG = {
     "functions": "SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid), obj_description(p.oid, 'pg_proc')"
                  " FROM pg_proc p WHERE p.pronamespace = 'sessionq'::regnamespace ORDER BY 1",

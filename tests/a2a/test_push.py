@@ -7,12 +7,18 @@ import asyncio
 import json
 from typing import Any
 
+import httpx
 import pytest
 from a2a.client.errors import A2AClientError
 from a2a.types import a2a_pb2
 from a2a.utils.errors import InvalidParamsError
+from click.testing import CliRunner
 from conftest import apply_agent
 from harness import a2a_env, a2a_settings, as_user, env, settings_for_a2a, user_message  # noqa: F401 - fixtures
+from sessionq.cli.main import main
+
+from sessionq import config
+from sessionq.console.server import ConsoleServer
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -109,3 +115,54 @@ async def test_private_push_targets_are_refused(database_url, store, sim):
         # nothing was written: no Session, no task, no config
         assert (await store._rows("SELECT count(*) AS n FROM sessionq.sessions"))[0]["n"] == 0
         assert (await store._rows("SELECT count(*) AS n FROM sessionq.push_configs"))[0]["n"] == 0
+
+
+async def test_a_failed_delivery_names_its_config_not_its_url(env, store, sim, database_url):
+    """The deliver_push job's error (what operators read in the console, the CLI and the worker's log)
+    names the config by its id: the webhook URL, often with a secret path, is its creator's alone."""
+    await apply_agent(store, sim)
+    receiver = Receiver(failures=1000)
+    await receiver.start()
+    secret = "hooks/secret-path-5d1e"
+    try:
+        async with env.client("GRPC", streaming=False) as client:
+            request = a2a_pb2.SendMessageRequest(message=user_message("What is 2+2?"))
+            request.configuration.task_push_notification_config.CopyFrom(a2a_pb2.TaskPushNotificationConfig(
+                id="failing-hook", url=f"http://127.0.0.1:{receiver.port}/{secret}", token="tok-secret"))
+            task = [e async for e in client.send_message(request, context=as_user())][-1].task
+        attempts: list[dict[str, Any]] = []
+        for _ in range(600):
+            attempts = await store._rows(
+                "SELECT job_id, error_type, error_message, traceback FROM sessionq.job_attempts"
+                " WHERE task_name = 'deliver_push' AND outcome <> 'succeeded'"
+                "   AND error_message NOT LIKE %s", ("the push stream of task % is being delivered by another job%",))
+            if attempts:
+                break
+            await asyncio.sleep(0.1)
+        assert attempts, "no failed delivery attempt was recorded"
+        failure = attempts[0]
+        assert failure["error_type"].endswith("PushFailed")
+        assert "failing-hook" in failure["error_message"] and task.id in failure["error_message"]
+        assert "HTTP 503" in failure["error_message"]
+        for text in (failure["error_message"], failure["traceback"]):
+            assert secret not in text and "tok-secret" not in text
+        # what an admin reads in the console: the config's id, not its URL
+        console = ConsoleServer(config.defaults(), store.pool, local_user="operator")
+        await console.start("127.0.0.1:0")
+        try:
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{console.port}") as http:
+                for path in ("/jobs?task=deliver_push", f"/jobs/{failure['job_id']}", "/"):
+                    page = await http.get(path)
+                    assert page.status_code == 200, path
+                    assert secret not in page.text and "tok-secret" not in page.text, path
+                assert "failing-hook" in (await http.get(f"/jobs/{failure['job_id']}")).text
+        finally:
+            await console.stop()
+        # ... and in the CLI
+        for args in (["jobs", "list", "--task", "deliver_push"], ["jobs", "show", str(failure["job_id"])]):
+            shown = await asyncio.to_thread(CliRunner().invoke, main, [*args, "--database-url", database_url])
+            assert shown.exit_code == 0, shown.output
+            assert secret not in shown.output and "tok-secret" not in shown.output
+        assert "failing-hook" in shown.output
+    finally:
+        await receiver.stop()

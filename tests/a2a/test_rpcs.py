@@ -77,7 +77,7 @@ async def test_every_rpc(env, store, sim, transport):
         t4 = await send(client, "What is 5+5?", t1.context_id)
         assert "10" in answer(t4)
 
-        # push notification configs: create, get, list, delete (credentials are never returned)
+        # push notification configs: create, get, list, delete (token and credentials are never returned)
         config = a2a_pb2.TaskPushNotificationConfig(
             task_id=t4.id, id="hook", url="http://127.0.0.1:9/hook", token="tok",
             authentication=a2a_pb2.AuthenticationInfo(scheme="Bearer", credentials="s3cret"),
@@ -87,7 +87,7 @@ async def test_every_rpc(env, store, sim, transport):
         fetched = await client.get_task_push_notification_config(
             a2a_pb2.GetTaskPushNotificationConfigRequest(task_id=t4.id, id="hook"), context=as_user()
         )
-        assert fetched.authentication.scheme == "Bearer" and fetched.token == "tok"
+        assert fetched.authentication.scheme == "Bearer" and not fetched.token and not created.token  # write-only
         listed = await client.list_task_push_notification_configs(
             a2a_pb2.ListTaskPushNotificationConfigsRequest(task_id=t4.id), context=as_user()
         )

@@ -166,11 +166,12 @@ async def test_every_page_read_only_users_stale_actions_and_bad_input(browser, c
     assert not await q(db, "SELECT 1 FROM sessionq.worker_drains")
     assert wid
 
-    # a read-only user sees no action
+    # a read-only user sees no action, and no operator page (tests/operator/test_console_owners.py)
     reader = await (await browser.new_context()).new_page()
     await login(reader, console, READER)
-    await reader.goto(f"{console}/jobs/{jid}")
-    assert "(read-only)" in await reader.inner_text("header")
+    response = await reader.goto(f"{console}/jobs/{jid}")
+    assert response is not None and response.status == 403
+    assert "(read-only" in await reader.inner_text("header")
     assert await reader.locator("button:has-text('Retry')").count() == 0
     await reader.screenshot(path=str(shots / "read-only.png"), full_page=True)
 

@@ -525,10 +525,9 @@ class A2AHandler(RequestHandler):
 
     @staticmethod
     def _config(row: dict[str, Any]) -> a2a_pb2.TaskPushNotificationConfig:
-        """A stored config as A2A answers it: the credentials are write-only (only the scheme)."""
+        """A stored config as A2A answers it, to its creator only (the store reads no one else's):
+        the token and the credentials are write-only, so only the URL and the scheme come back."""
         config = a2a_pb2.TaskPushNotificationConfig(id=row["id"], task_id=row["task_id"], url=row["url"])
-        if row.get("token"):
-            config.token = row["token"]
         if row.get("auth_scheme"):
             config.authentication.scheme = row["auth_scheme"]
         return config

@@ -3,7 +3,13 @@
 Authentication: the same bearer tokens as the API (auth.tokens). The login form checks a token and
 keeps it in an HttpOnly, SameSite=Strict cookie; every request maps it to its user again, so a
 token removed from the configuration logs its user out. `sessionq up` passes its local user, who
-needs no login. Admins (auth.admins, and up's local user) may act; everyone else reads.
+needs no login. Admins (auth.admins, and up's local user) see everything and may act.
+
+Everyone else sees what the API shows them and nothing more: their own Sessions (sessionq.console_sees:
+never another user's, nor a tombstone), with their operations, claims, turns, checkpoints, forks
+and the jobs that work on them. The operator pages (jobs, one job's errors and traceback, queues,
+workers, recorded actions) are the machinery every user's work shares and carry other users'
+Session ids, arguments and errors; the API shows a user none of it, so they are refused (403).
 
 Actions are forms (POST, with a per-user CSRF token) that call the operator procedures the CLI
 calls (sessionq.db.operator_store: requeue_job, cancel_job, request_drain, pause_queue,
@@ -143,6 +149,14 @@ class Console:
             return self.local_user, True
         return None
 
+    def viewer(self, request: Request) -> str | None:
+        """Whose rows the request may see: None for an admin (every row), else its user."""
+        who = self.user(request)
+        if who is None:
+            raise Refused("log in first", 401)
+        user, admin = who
+        return None if admin else user
+
     def csrf(self, request: Request, user: str) -> str:
         basis = (request.cookies.get(COOKIE) or f"local:{user}").encode()
         return hmac.new(self._key, basis, hashlib.sha256).hexdigest()
@@ -166,10 +180,17 @@ class Console:
 
     # -- routing helpers ------------------------------------------------------------------------------
 
-    def view(self, handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+    def view(self, handler: Callable[[Request], Awaitable[Response]], *,
+             admins_only: bool = False) -> Callable[[Request], Awaitable[Response]]:
+        """A page; with `admins_only`, an operator page that anyone but an admin is refused."""
         async def guarded(request: Request) -> Response:
-            if self.user(request) is None:
+            who = self.user(request)
+            if who is None:
                 return RedirectResponse(f"/login?{urlencode({'next': request.url.path})}", status_code=303)
+            if admins_only and not who[1]:
+                return self.page(request, "error.html", http_status=403,
+                                 message=f"{who[0]} sees their own Sessions only: the operator pages (jobs, queues, "
+                                         "workers, actions) need an admin (auth.admins)")
             try:
                 return await handler(request)
             except Refused as e:
@@ -234,6 +255,9 @@ class Console:
     # -- pages ----------------------------------------------------------------------------------------
 
     async def overview(self, request: Request) -> Response:
+        viewer = self.viewer(request)
+        if viewer is not None:
+            return self.page(request, "overview.html", o=await self.ops.user_overview(viewer), actions=[])
         return self.page(request, "overview.html", o=await self.ops.overview(),
                          actions=await self.ops.recent_actions(10))
 
@@ -244,7 +268,7 @@ class Console:
             raise Refused(f"the search is too long (at most {MAX_FIELD} characters)")
         if state is not None and state not in SESSION_STATES:
             raise Refused(f"state: one of {', '.join(SESSION_STATES)}")
-        rows = await self.ops.find_sessions(text, state)
+        rows = await self.ops.find_sessions(text, state, viewer=self.viewer(request))
         return self.page(request, "sessions.html", rows=rows, q=text, state=state or "")
 
     async def session(self, request: Request) -> Response:
@@ -252,7 +276,7 @@ class Console:
             sid = UUID(request.path_params["session_id"])
         except ValueError:
             raise Refused("not a session ID (a UUID)", 404) from None
-        detail = await self.ops.session_detail(sid)
+        detail = await self.ops.session_detail(sid, viewer=self.viewer(request))
         if detail is None:
             raise Refused(f"session {sid} not found", 404)
         return self.page(request, "session.html", d=detail)
@@ -365,11 +389,11 @@ def build_app(settings: Settings, pool: AsyncConnectionPool, *, local_user: str 
         Route("/", c.view(c.overview)),
         Route("/sessions", c.view(c.sessions)),
         Route("/sessions/{session_id}", c.view(c.session)),
-        Route("/jobs", c.view(c.jobs)),
-        Route("/jobs/{job_id:int}", c.view(c.job)),
-        Route("/workers", c.view(c.workers)),
-        Route("/queues", c.view(c.queues)),
-        Route("/actions", c.view(c.actions)),
+        Route("/jobs", c.view(c.jobs, admins_only=True)),
+        Route("/jobs/{job_id:int}", c.view(c.job, admins_only=True)),
+        Route("/workers", c.view(c.workers, admins_only=True)),
+        Route("/queues", c.view(c.queues, admins_only=True)),
+        Route("/actions", c.view(c.actions, admins_only=True)),
         Route("/jobs/{job_id:int}/retry", c.action(c.retry, lambda r: f"/jobs/{r.path_params['job_id']}"),
               methods=["POST"]),
         Route("/jobs/{job_id:int}/cancel", c.action(c.cancel, lambda r: f"/jobs/{r.path_params['job_id']}"),

@@ -213,9 +213,11 @@ class OperatorStore:
 
     # -- Sessions (the web console) -----------------------------------------------------------------
 
-    async def find_sessions(self, text: str = "", state: str | None = None, limit: int = 50) -> list[Row]:
+    async def find_sessions(self, text: str = "", state: str | None = None, limit: int = 50, *,
+                            viewer: str | None = None) -> list[Row]:
         """Sessions newest first: by id (a whole UUID), else whose name, agent or creator contains
-        `text` (case-insensitive; empty: any), optionally in one state."""
+        `text` (case-insensitive; empty: any), optionally in one state. With `viewer` (a user who
+        is not an admin) only the rows the API shows them (sessionq.console_sees)."""
         sid: UUID | None = None
         try:
             sid = UUID(text.strip()) if text.strip() else None
@@ -229,17 +231,21 @@ class OperatorStore:
             "   AND (%(id)s::uuid IS NOT NULL OR %(text)s = '' OR name ILIKE %(pattern)s"
             "        OR agent_name ILIKE %(pattern)s OR creator ILIKE %(pattern)s OR agent_namespace ILIKE %(pattern)s)"
             "   AND (%(state)s::text IS NULL OR state = %(state)s)"
+            "   AND (%(viewer)s::text IS NULL"
+            "        OR creator = %(viewer)s AND sessionq.console_sees(session_id, %(viewer)s))"
             " ORDER BY session_id DESC LIMIT %(limit)s",
-            {"id": sid, "text": text.strip(), "pattern": pattern, "state": state, "limit": limit},
+            {"id": sid, "text": text.strip(), "pattern": pattern, "state": state, "limit": limit, "viewer": viewer},
         )
 
-    async def session_detail(self, session_id: UUID) -> dict[str, Any] | None:
+    async def session_detail(self, session_id: UUID, *, viewer: str | None = None) -> dict[str, Any] | None:
         """One Session as an operator sees it: its overview row (state, operation, claims, delete
-        blockers...), its pending operation, claims, latest turns, checkpoints, forks and jobs."""
+        blockers...), its pending operation, claims, latest turns, checkpoints, forks and jobs.
+        With `viewer` (not an admin): None unless the API shows them the Session, and only the
+        forks it shows them."""
         session = await self._one(
             "SELECT o.*, s.source_checkpoint_id, s.request_kind, s.deletion_reason, s.dispatch_failure"
             " FROM sessionq.session_overview o JOIN sessionq.sessions s ON s.id = o.session_id"
-            " WHERE o.session_id = %s", (session_id,))
+            " WHERE o.session_id = %s AND sessionq.console_sees(o.session_id, %s)", (session_id, viewer))
         if session is None:
             return None
         sid = (session_id,)
@@ -256,7 +262,8 @@ class OperatorStore:
             "forks": await self._rows(
                 "SELECT f.id AS session_id, f.name, f.state, f.source_checkpoint_id FROM sessionq.sessions f"
                 " JOIN sessionq.checkpoints c ON c.id = f.source_checkpoint_id"
-                " WHERE c.session_id = %s ORDER BY f.id DESC LIMIT 50", sid),
+                " WHERE c.session_id = %s AND sessionq.console_sees(f.id, %s) ORDER BY f.id DESC LIMIT 50",
+                (session_id, viewer)),
             "jobs": await self._rows(
                 "SELECT job_id, queue_name, task_name, status, attempts, worker_name, status_age FROM"
                 " sessionq.job_overview WHERE args ->> 'session_id' = %s ORDER BY job_id DESC LIMIT 20",
@@ -273,6 +280,26 @@ class OperatorStore:
         out["queue_list"] = await self.queues()
         out["recent_failures"] = await self.recent_failures(10)
         return out
+
+    async def user_overview(self, viewer: str) -> Row:
+        """The console's overview for a user who is not an admin: only their own Sessions (what
+        the API shows them) by state, their operations in flight and those stuck for five minutes."""
+        sessions = await self._rows(
+            "SELECT state, count(*) AS sessions FROM sessionq.sessions s"
+            " WHERE s.creator = %(viewer)s AND sessionq.console_sees(s.id, %(viewer)s) GROUP BY state",
+            {"viewer": viewer})
+        pending = await self._rows(
+            "SELECT kind, count(*) AS operations, max(age) AS oldest_age,"
+            " count(*) FILTER (WHERE job_status IS NULL) AS without_job"
+            " FROM sessionq.pending_operations WHERE sessionq.console_sees(session_id, %s) GROUP BY kind ORDER BY kind",
+            (viewer,))
+        stuck = await self._rows(
+            "SELECT session_id, kind, age, claim_state, job_id, job_status, failure_reason, failure_message"
+            " FROM sessionq.pending_operations"
+            " WHERE age > interval '5 minutes' AND sessionq.console_sees(session_id, %s) ORDER BY age DESC LIMIT 20",
+            (viewer,))
+        return {"sessions": {r["state"]: r["sessions"] for r in sessions}, "pending_operations": pending,
+                "stuck_operations": stuck}
 
     # -- views and the status screen ---------------------------------------------------------------
 

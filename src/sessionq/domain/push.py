@@ -230,7 +230,9 @@ async def deliver(
             if ok:
                 delivered += 1
             elif not give_up:
-                raise PushFailed(f"push to {errors.clip(d['url'])} failed: {error}")
+                # named by the config's id: the URL (often with a secret path) is its creator's alone
+                raise PushFailed(f"push notification {d['id']} of task {errors.clip(task_id)} to config "
+                                 f"{errors.clip(d['config_id'])} failed: {error}")
             else:
                 log.warning("push notification %s of task %s given up after %s attempts: %s", d["id"], task_id,
                             d["attempts"] + 1, error)
