@@ -104,6 +104,12 @@ BEGIN
   IF v.state <> 'READY' THEN
     PERFORM sessionq.fail('SQ412', format('session %s is %s', v.id, v.state));
   END IF;
+  IF v.idle_executor IS NOT NULL AND v.idle_uncertain_at IS NOT NULL THEN
+    -- an uncertain quiescence claim (45_uncertain_quiescence.sql) blocks new work until resolved (Q-10)
+    PERFORM sessionq.fail('SQ409', format(
+      'session %s is confirming that its last suspend reached the runtime (the runtime did not answer); retry in about %s s',
+      v.id, ceil(greatest(extract(epoch FROM v.idle_retry_at - clock_timestamp()), 0)) + 2), 'KAGENT_SESSION_BUSY');
+  END IF;
   IF v.unsettled_task_id IS NOT NULL THEN
     PERFORM sessionq.fail('SQ409', format('the previous turn of session %s is still finishing (task %s is not settled)', v.id, v.unsettled_task_id));
   END IF;
@@ -113,7 +119,7 @@ BEGIN
   PERFORM sessionq.check_checkpoint_blockers(v);  -- a checkpoint being created (40_checkpoints.sql)
 END $$;
 COMMENT ON FUNCTION sessionq.check_turn_blockers(sessionq.sessions) IS
-  'Raise unless a locked Session can take a new turn: READY, no pending operation, no running or unsettled turn, no checkpoint being created.';
+  'Raise unless a locked Session can take a new turn: READY, no pending operation, no uncertain quiescence claim (its last suspend is being confirmed: ABORTED with KAGENT_SESSION_BUSY and when to retry), no running or unsettled turn, no checkpoint being created.';
 
 -- admit_turn: record a user message as a turn with a dispatch reservation and queue its dispatch.
 CREATE OR REPLACE FUNCTION sessionq.admit_turn(
@@ -391,6 +397,7 @@ DECLARE
 BEGIN
   UPDATE sessionq.sessions s
      SET idle_boundary_id = NULL, idle_boundary_at = NULL, idle_executor = NULL, idle_claimed_at = NULL,
+         idle_uncertain_at = NULL, idle_retry_at = NULL, idle_attempts = 0, idle_unsent = false,
          snapshot_generation = coalesce((p_snapshot ->> 'generation')::bigint, s.snapshot_generation),
          snapshot_uri = CASE WHEN p_snapshot ? 'generation' THEN p_snapshot ->> 'uri' ELSE s.snapshot_uri END,
          snapshot_status = coalesce(p_snapshot ->> 'status', s.snapshot_status),
@@ -411,7 +418,7 @@ BEGIN
   RETURN to_jsonb(v);
 END $$;
 COMMENT ON FUNCTION sessionq.finish_idle(uuid, uuid, uuid, jsonb) IS
-  'Record a quiescence outcome by the claim holder: the exact snapshot (generation, uri, status) and the end of the idle claim. A recorded snapshot clears the last quiescence failure. Retried on database failure without repeating the runtime call.';
+  'Record a quiescence outcome by the claim holder: the exact snapshot (generation, uri, status) and the end of the idle claim (an uncertain one included, 45_uncertain_quiescence.sql). A recorded snapshot clears the last quiescence failure. Retried on database failure without repeating the runtime call.';
 
 -- record_quiescence_failure: the quiescence failure record (Session.last_quiescence_failure).
 CREATE OR REPLACE FUNCTION sessionq.record_quiescence_failure(
@@ -490,9 +497,10 @@ END $$;
 COMMENT ON FUNCTION sessionq.record_snapshot_completed(uuid, bigint, text) IS
   'Record that the exact pending snapshot generation is now COMPLETED (with its URI). False when the Session has moved on to another generation.';
 
--- retry_quiescence: an operator's way out of a quiescence claim whose worker died (Q-10 keeps such
--- claims forever, because the suspend may have been issued). Suspending is idempotent and checks
--- the recorded UID, so a new attempt may take the claim over and finish it.
+-- retry_quiescence: an operator's way to resolve a quiescence claim at once (Q-10 keeps such claims,
+-- because the suspend may have been issued; the quiescence workers resolve uncertain ones by
+-- themselves, with a backoff). A new attempt takes the claim over, reads the Actor back under the
+-- recorded UID and suspends it only if it is still running.
 CREATE OR REPLACE FUNCTION sessionq.retry_quiescence(p_session uuid) RETURNS bigint
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -502,17 +510,6 @@ BEGIN
   RETURN sessionq.defer('retry_quiescence', p_session::text, jsonb_build_object('session_id', p_session));
 END $$;
 COMMENT ON FUNCTION sessionq.retry_quiescence(uuid) IS
-  'Operator: queue a new attempt at the claimed idle work of a Session (after its worker died). The attempt takes the claim over and suspends the Actor (idempotent, UID-checked), then records the snapshot.';
+  'Operator: queue a new attempt at the claimed idle work of a Session now (the quiescence workers also resolve uncertain claims by themselves). The attempt takes the claim over, reads the Actor back under the recorded UID, suspends it only if the read-back shows it was not suspended, then records the snapshot.';
 
-CREATE OR REPLACE FUNCTION sessionq.take_over_idle_claim(p_session uuid, p_executor uuid) RETURNS jsonb
-LANGUAGE plpgsql AS $$
-DECLARE
-  v sessionq.sessions;
-BEGIN
-  UPDATE sessionq.sessions SET idle_executor = p_executor, idle_claimed_at = clock_timestamp()
-   WHERE id = p_session AND idle_executor IS NOT NULL
-  RETURNING * INTO v;
-  RETURN CASE WHEN FOUND THEN to_jsonb(v) END;
-END $$;
-COMMENT ON FUNCTION sessionq.take_over_idle_claim(uuid, uuid) IS
-  'Internal to the retry_quiescence job: give a claimed idle boundary a new executor; NULL when nothing is claimed.';
+-- take_over_idle_claim: 45_uncertain_quiescence.sql (with the resolvers' lease).
