@@ -88,9 +88,10 @@ class QuiescencePool:
         attempt_timeout: float = SUSPEND_BOUND,
         retry_first: float = RETRY_FIRST,
         retry_max: float = RETRY_MAX,
+        lease_margin: float = LEASE_MARGIN,
     ) -> None:
         self.attempt_timeout = attempt_timeout
-        self.lease = attempt_timeout + LEASE_MARGIN
+        self.lease = attempt_timeout + lease_margin
         self.retry_first = retry_first
         self.retry_max = max(retry_max, retry_first)
         self.snapshot_wait = snapshot_wait
