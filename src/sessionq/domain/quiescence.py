@@ -192,9 +192,10 @@ class QuiescencePool:
             await self._attempt_failed(session, QuiescenceFailureReason.RUNTIME_UNAVAILABLE, str(e), attempt,
                                        retry_after=self.retry_max)
             return None
-        except (SubstrateError, TimeoutError) as e:
-            if isinstance(e, TimeoutError):
-                attempt.possibly_issued = True  # a call cut off by the bound may still reach the runtime
+        except (SubstrateError, TimeoutError, psycopg.Error) as e:
+            if not isinstance(e, SubstrateError):
+                # cut off by the bound, or the runtime's client failed otherwise: a call may still reach it
+                attempt.possibly_issued = True
             log.error(
                 "quiescence runtime call failed (%s); the idle claim stays (%s)",
                 e,
@@ -208,8 +209,10 @@ class QuiescencePool:
                 message = f"the runtime could not be reached ({e.code.name}: {e.message}); nothing was issued"
             elif isinstance(e, SubstrateError):
                 message = f"the runtime answered {e.code.name}: {e.message}"
-            else:
+            elif isinstance(e, TimeoutError):
                 message = f"the suspend took longer than {self.attempt_timeout:g}s"
+            else:
+                message = f"the runtime call failed: {type(e).__name__}"
             retry_after = min(self.retry_first * 2 ** (session.idle_attempts or 0), self.retry_max)
             await self._attempt_failed(session, reason, message, attempt, retry_after=retry_after)
             return None
