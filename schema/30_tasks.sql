@@ -113,13 +113,18 @@ BEGIN
   IF v.unsettled_task_id IS NOT NULL THEN
     PERFORM sessionq.fail('SQ409', format('the previous turn of session %s is still finishing (task %s is not settled)', v.id, v.unsettled_task_id));
   END IF;
+  IF v.active_task_id IS NULL AND v.idle_executor IS NOT NULL
+     AND v.dispatch_id IS NOT NULL AND v.dispatch_expires_at > clock_timestamp() THEN
+    PERFORM sessionq.fail('SQ409', format(
+      'a turn of session %s is waiting for its last suspend to be recorded; retry shortly', v.id), 'KAGENT_SESSION_BUSY');
+  END IF;
   IF v.active_task_id IS NOT NULL OR v.dispatch_id IS NOT NULL AND v.dispatch_expires_at > clock_timestamp() THEN
     PERFORM sessionq.fail('SQ409', format('a turn is already running on session %s', v.id));
   END IF;
   PERFORM sessionq.check_checkpoint_blockers(v);  -- a checkpoint being created (40_checkpoints.sql)
 END $$;
 COMMENT ON FUNCTION sessionq.check_turn_blockers(sessionq.sessions) IS
-  'Raise unless a locked Session can take a new turn: READY, no pending operation, no uncertain quiescence claim (its last suspend is being confirmed: ABORTED with KAGENT_SESSION_BUSY and when to retry), no running or unsettled turn, no checkpoint being created.';
+  'Raise unless a locked Session can take a new turn: READY, no pending operation, no uncertain quiescence claim (its last suspend is being confirmed: ABORTED with KAGENT_SESSION_BUSY and when to retry), no running or unsettled turn (a dispatched turn waiting for a quiescence claim to be recorded says so), no checkpoint being created.';
 
 -- admit_turn: record a user message as a turn with a dispatch reservation and queue its dispatch.
 CREATE OR REPLACE FUNCTION sessionq.admit_turn(

@@ -182,8 +182,8 @@ async def test_a_pending_turn_behind_an_uncertain_claim_is_told_the_truth(store,
     claimed = await store.claim_idle(uuid.uuid4())
     assert claimed is not None
     await store.admit_turn(s.id, s.creator, None, message(), None, 600)  # admitted: waits for the claim
-    with pytest.raises(SessionqError, match="already running"):  # an ordinary claim: a turn is pending
-        await store.admit_turn(s.id, s.creator, None, message(), None, 600)
+    with pytest.raises(SessionqError, match="waiting for its last suspend to be recorded; retry shortly"):
+        await store.admit_turn(s.id, s.creator, None, message(), None, 600)  # an ordinary claim: said as it is
     assert claimed.idle_boundary_id is not None and claimed.idle_executor is not None
     await store.idle_attempt_failed(s.id, claimed.idle_boundary_id, claimed.idle_executor, "SuspendFailed",
                                     "the runtime answered UNAVAILABLE", not_sent=True, retry_after=5.0)

@@ -246,7 +246,7 @@ class QuiescencePool:
                     session.id, boundary, executor, reason, message,
                     not_sent=not attempt.possibly_issued, retry_after=retry_after,
                 ),
-                budget=10.0,
+                budget=60.0,  # a failover's length, as for finish_idle: otherwise only the lease frees the claim
             )
         except Exception:
             log.exception("could not record the quiescence failure", extra={"session_id": str(session.id)})
