@@ -105,10 +105,13 @@ BEGIN
     PERFORM sessionq.fail('SQ412', format('session %s is %s', v.id, v.state));
   END IF;
   IF v.idle_executor IS NOT NULL AND v.idle_uncertain_at IS NOT NULL THEN
-    -- an uncertain quiescence claim (45_uncertain_quiescence.sql) blocks new work until resolved (Q-10)
+    -- an uncertain quiescence claim (45_uncertain_quiescence.sql) blocks new work until resolved (Q-10);
+    -- the hint: its next attempt and a little more, at most half a minute (a worker holding it over
+    -- has a lease of minutes but usually answers within a second)
     PERFORM sessionq.fail('SQ409', format(
       'session %s is confirming that its last suspend reached the runtime (the runtime did not answer); retry in about %s s',
-      v.id, ceil(greatest(extract(epoch FROM v.idle_retry_at - clock_timestamp()), 0)) + 2), 'KAGENT_SESSION_BUSY');
+      v.id, ceil(least(greatest(extract(epoch FROM v.idle_retry_at - clock_timestamp()), 0), 30)) + 2),
+      'KAGENT_SESSION_BUSY');
   END IF;
   IF v.unsettled_task_id IS NOT NULL THEN
     PERFORM sessionq.fail('SQ409', format('the previous turn of session %s is still finishing (task %s is not settled)', v.id, v.unsettled_task_id));
