@@ -737,7 +737,7 @@ COMMANDS: tuple[click.Command, ...] = (workers, jobs, requeue, status, queues)
 
 @click.group(cls=OperatorGroup)
 def quiescence() -> None:
-    """Automatic quiescence: claims of idle work whose worker died."""
+    """Automatic quiescence: claims of idle work whose attempt failed or whose worker died."""
 
 
 @quiescence.command("retry")
@@ -746,9 +746,11 @@ def quiescence() -> None:
 @output_option
 @click.pass_context
 def quiescence_retry(ctx: click.Context, session_id: str, database_url: str | None, output: str) -> None:
-    """Queue a new attempt at the claimed idle work of SESSION_ID. A quiescence claim whose worker
-    died is kept (the suspend may have been issued) and blocks the Session; this takes it over and
-    finishes it: suspending again is harmless and checks the Actor's UID."""
+    """Queue a new attempt at the claimed idle work of SESSION_ID now. A quiescence claim whose
+    attempt failed or whose worker died is kept (the suspend may have been issued) and blocks the
+    Session; the quiescence workers resolve it by themselves (after a backoff, or the claim's lease),
+    and this does the same at once: it takes the claim over, reads the Actor back under its recorded
+    UID, suspends it only if it is not suspended, and records the snapshot."""
     try:
         sid = str(uuid.UUID(session_id))
     except ValueError:

@@ -39,5 +39,6 @@ async def refresh_snapshot(context: JobContext, session_id: str, generation: int
 async def retry_quiescence(context: JobContext, session_id: str) -> Literal["nothing", "recorded"]:
     """Operator-requested (sessionq.retry_quiescence): finish a claimed idle boundary whose worker died."""
     d = deps(context)
-    pool = QuiescencePool(d.store, d.runtime, d.url, workers=1, listen=False)
+    pool = QuiescencePool(d.store, d.runtime, d.url, workers=1, listen=False,
+                          attempt_timeout=d.settings.sessions.quiescence_attempt_timeout)
     return await retry_claimed(pool, UUID(session_id))

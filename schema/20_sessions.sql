@@ -52,6 +52,10 @@ CREATE TABLE sessionq.sessions (
   idle_boundary_at     timestamptz,
   idle_executor        uuid,
   idle_claimed_at      timestamptz,
+  idle_uncertain_at    timestamptz,
+  idle_retry_at        timestamptz,
+  idle_attempts        integer NOT NULL DEFAULT 0,
+  idle_unsent          boolean NOT NULL DEFAULT false,
   quiescence_failure   jsonb,
   snapshot_status      text CHECK (snapshot_status IN ('IN_PROGRESS', 'COMPLETED')),
   snapshot_event_seq   bigint,
@@ -70,6 +74,10 @@ CREATE TABLE sessionq.sessions (
 ) WITH (fillfactor = 85);
 CREATE INDEX sessions_idle_boundary_idx ON sessionq.sessions (idle_boundary_at)
   WHERE idle_boundary_id IS NOT NULL AND idle_executor IS NULL;
+-- only uncertain claims are indexed: a normal claim and its recording leave these columns NULL and
+-- stay HOT updates
+CREATE INDEX sessions_idle_uncertain_idx ON sessionq.sessions (idle_retry_at)
+  WHERE idle_uncertain_at IS NOT NULL;
 -- listing a caller's live Sessions; partial, so that it cannot serve the request-id lookup of a
 -- retried creation (only the unique constraint can, whatever plan a connection has cached)
 CREATE INDEX sessions_creator_idx ON sessionq.sessions (creator, id) WHERE state <> 'DELETED';
@@ -124,6 +132,10 @@ COMMENT ON COLUMN sessionq.sessions.idle_boundary_at IS '[quiescence] When the b
 COMMENT ON COLUMN sessionq.sessions.idle_executor IS '[quiescence] The quiescence worker that claimed the boundary; until it records the outcome (finish_idle), new turns, task writes and lifecycle changes wait.';
 COMMENT ON COLUMN sessionq.sessions.quiescence_failure IS '[quiescence] The last quiescence failure record {task_id, reason, message, failed_at} (reason SuspendFailed, PauseFailed or RuntimeUnavailable): the boundary after turn task_id got neither a pause nor a snapshot (record_quiescence_failure). Clients see it as Session.last_quiescence_failure; a later quiescence that records a snapshot clears it.';
 COMMENT ON COLUMN sessionq.sessions.idle_claimed_at IS '[quiescence] When idle_executor claimed the boundary (operators see long-held claims).';
+COMMENT ON COLUMN sessionq.sessions.idle_uncertain_at IS '[quiescence] When the idle claim became uncertain: an attempt ended without a recorded outcome (or its holder outlived its lease). NULL while the first attempt runs. New turns are refused while it is set (the last suspend is being confirmed); cleared when the outcome is recorded.';
+COMMENT ON COLUMN sessionq.sessions.idle_retry_at IS '[quiescence] Of an uncertain idle claim: when a quiescence worker may take it over next (after a failed attempt: a backoff; while one resolves it: the end of its lease).';
+COMMENT ON COLUMN sessionq.sessions.idle_attempts IS '[quiescence] Failed attempts at the current idle claim (the backoff grows with it); 0 once recorded.';
+COMMENT ON COLUMN sessionq.sessions.idle_unsent IS '[quiescence] The last failed attempt certainly never reached the runtime (the connection was refused): nothing was issued.';
 -- [snapshot]
 COMMENT ON COLUMN sessionq.sessions.snapshot_generation IS '[snapshot] The exact VOLUMES snapshot generation recorded by the last suspension (quiescence or SUSPEND); never an older one.';
 COMMENT ON COLUMN sessionq.sessions.snapshot_uri IS '[snapshot] The URI of that generation, once durable (NULL while IN_PROGRESS).';

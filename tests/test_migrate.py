@@ -254,3 +254,35 @@ def test_a_multi_host_url_reaches_the_dialect_as_a_host_list() -> None:
     assert (args["host"], args["port"], args["dbname"]) == ("127.0.0.1,127.0.0.1", "5433,5434", "sessionq")
     assert args["target_session_attrs"] == "read-write"
     assert _sqlalchemy_url("postgresql://u@h:5/d") == "postgresql+psycopg://u@h:5/d"
+
+
+def test_revision_0010_brings_uncertain_quiescence_claims_to_an_older_database(empty_database_url):
+    """Revision 0010 gives a database at 0009 the uncertain claim's columns and procedures, the leased
+    take-over in place of the old one, and finish_idle that ends an uncertain claim."""
+    from alembic import command
+
+    migrate.upgrade(empty_database_url)
+    with psycopg.connect(empty_database_url, autocommit=True) as conn:
+        # what a database made by the code of revision 0009 had
+        conn.execute("UPDATE sessionq.schema_installed SET revision = '0009_push_config_owners'")
+        for f in ("idle_attempt_failed(uuid, uuid, uuid, text, text, boolean, double precision)",
+                  "take_over_uncertain_idle(uuid, double precision)", "mark_lapsed_idle_claims(double precision)",
+                  "idle_work_state()", "take_over_idle_claim(uuid, uuid, double precision)"):
+            conn.execute(f"DROP FUNCTION sessionq.{f}")
+        conn.execute("CREATE FUNCTION sessionq.take_over_idle_claim(p_session uuid, p_executor uuid) RETURNS jsonb"
+                     " LANGUAGE sql AS $$ SELECT NULL::jsonb $$")
+        conn.execute("DROP INDEX sessionq.sessions_idle_uncertain_idx")
+        conn.execute("ALTER TABLE sessionq.sessions DROP COLUMN idle_uncertain_at, DROP COLUMN idle_retry_at,"
+                     " DROP COLUMN idle_attempts, DROP COLUMN idle_unsent")
+    command.stamp(migrate.alembic_config(empty_database_url), "0009_push_config_owners")
+    migrate.upgrade(empty_database_url)
+    assert migrate.current(empty_database_url) == migrate.head()
+    with psycopg.connect(empty_database_url) as conn:
+        takeovers = conn.execute("SELECT pg_get_function_identity_arguments(oid) FROM pg_proc"
+                                 " WHERE proname = 'take_over_idle_claim'").fetchall()
+        assert takeovers == [("p_session uuid, p_executor uuid, p_lease double precision",)]
+        assert conn.execute("SELECT * FROM sessionq.idle_work_state()").fetchone() == (False, None)
+        finish = conn.execute("SELECT prosrc FROM pg_proc WHERE proname = 'finish_idle'").fetchone()
+        assert finish is not None and "idle_uncertain_at = NULL" in finish[0]
+        blockers = conn.execute("SELECT prosrc FROM pg_proc WHERE proname = 'check_turn_blockers'").fetchone()
+        assert blockers is not None and "idle_uncertain_at" in blockers[0]

@@ -98,9 +98,11 @@ def test_soak_checks_detect_violations(tmp_path: Path) -> None:
         row.update(kw)
         return row
 
-    def audit(i: int, sid: str, s: float, state: str, op: str, gen: str | None, ex: str | None = None) -> dict:
+    def audit(i: int, sid: str, s: float, state: str, op: str, gen: str | None, ex: str | None = None,
+              idle: tuple[str, str] | None = None) -> dict:
         return {"id": i, "session_id": sid, "change": "UPDATE", "state": state, "operation": op, "operation_id": gen,
-                "executor_id": ex, "dispatch_id": None, "idle_executor": None, "at": at(s)}
+                "executor_id": ex, "dispatch_id": None, "idle_executor": idle and idle[0],
+                "idle_boundary_id": idle and idle[1], "at": at(s)}
 
     def call(i: int, method: str, sid: str, s: float, uid: str = "u1") -> dict:
         return {"id": i, "method": method, "atespace": "kagent", "name": f"session-{sid}", "uid": uid,
@@ -108,22 +110,30 @@ def test_soak_checks_detect_violations(tmp_path: Path) -> None:
 
     data = {
         "sessions": [session("a", "READY", "u1"), session("b", "DELETED", None), session("c", "READY", "u1"),
-                     session("d", "READY", "u1")],
+                     session("d", "READY", "u1"),
+                     # an idle claim still held at the end, whose boundary two executors suspended
+                     session("e", "READY", "u1", idle_executor="x2", idle_claimed_at=at(4.0),
+                             idle_boundary_id="be", idle_boundary_at=at(2.5))],
         "actors": [{"atespace": "kagent", "name": f"session-{x}", "uid": "u1", "state": "ACTOR_STATE_SUSPENDED",
-                    "worker": None} for x in ("a", "b", "c", "d")],
+                    "worker": None} for x in ("a", "b", "c", "d", "e")],
         "calls": [call(1, "create_actor", "a", 1.5), call(2, "create_egress_policy", "a", 1.6),
                   call(3, "create_actor", "b", 1.5), call(4, "delete_actor", "b", 3.5),
                   call(5, "create_actor", "b", 5.0, uid="u2"),  # resurrection after deletion
                   call(6, "create_actor", "c", 1.5), call(7, "suspend_actor", "c", 3.2),
                   call(8, "suspend_actor", "c", 3.4),  # twice in one SUSPEND generation
-                  call(9, "create_actor", "d", 1.5), call(10, "resume_actor", "d", 9.0)],  # no window explains it
+                  call(9, "create_actor", "d", 1.5), call(10, "resume_actor", "d", 9.0),  # no window explains it
+                  call(11, "create_actor", "e", 1.5), call(12, "suspend_actor", "e", 3.5),
+                  call(13, "suspend_actor", "e", 4.5)],  # the claim taken over: one boundary suspended twice
         "tags": [], "checkpoints": [], "tasks": [], "jobs": [],
         "audit": [audit(1, "a", 1.0, "CREATING", "CREATE", "ga"), audit(2, "a", 2.0, "READY", "NONE", "ga"),
                   audit(3, "b", 1.0, "CREATING", "CREATE", "gb"), audit(4, "b", 2.0, "READY", "NONE", "gb"),
                   audit(5, "b", 3.0, "DELETING", "DELETE", "gb2"), audit(6, "b", 4.0, "DELETED", "NONE", "gb2"),
                   audit(7, "c", 1.0, "CREATING", "CREATE", "gc"), audit(8, "c", 2.0, "READY", "NONE", "gc"),
                   audit(9, "c", 3.0, "READY", "SUSPEND", "gc2"), audit(10, "c", 4.0, "SUSPENDED", "NONE", "gc2"),
-                  audit(11, "d", 1.0, "CREATING", "CREATE", "gd"), audit(12, "d", 2.0, "READY", "NONE", "gd")],
+                  audit(11, "d", 1.0, "CREATING", "CREATE", "gd"), audit(12, "d", 2.0, "READY", "NONE", "gd"),
+                  audit(13, "e", 1.0, "CREATING", "CREATE", "ge"), audit(14, "e", 2.0, "READY", "NONE", "ge"),
+                  audit(15, "e", 3.0, "READY", "NONE", "ge", idle=("x1", "be")),
+                  audit(16, "e", 4.0, "READY", "NONE", "ge", idle=("x2", "be"))],
     }
     data["sessions"][2]["state"] = "SUSPENDED"
     history = History(tmp_path)
@@ -136,7 +146,7 @@ def test_soak_checks_detect_violations(tmp_path: Path) -> None:
     kinds = {v["kind"] for v in history.violations}
     assert kinds == {"actor-created-twice", "actor-created-after-deletion", "mutation-outside-generation",
                      "generation-mutated-twice", "actor-behind-deletion", "acknowledged-effect-missing",
-                     "lost-turn"}, history.violations
+                     "lost-turn", "quiescence-suspended-twice", "uncertain-quiescence-claim"}, history.violations
     assert not any("session a" in v["detail"] or "session-a " in v["detail"] for v in history.violations
                    if v["kind"] != "lost-turn")
 

@@ -249,6 +249,20 @@ KEYS: tuple[Key, ...] = (
     Key("sessions.quiescenceRecoveryInterval", _positive_duration, 60.0, "Quiescence recovery scan interval."),
     Key("sessions.claimLifetime", _positive_duration, 120.0, "Maximum lifetime of an execution claim (at most 120s)."),
     Key("sessions.quiescenceWorkers", _int(1, 64), 4, "Quiescence workers per worker process."),
+    Key(
+        "sessions.quiescenceAttemptTimeout",
+        _positive_duration,
+        120.0,
+        "Bound of one attempt to suspend an idle Actor. A claim held longer with nothing recorded (its worker"
+        " died) is taken over, after this bound and 10s more, by a quiescence worker that reads the Actor back.",
+    ),
+    Key(
+        "sessions.quiescenceRetryMax",
+        _positive_duration,
+        30.0,
+        "Longest wait between attempts at an uncertain quiescence claim (the suspend failed; the wait starts at"
+        " 1s and doubles up to this).",
+    ),
     Key("sessions.dispatchTimeout", _positive_duration, 600.0, "Lifetime of a turn's dispatch reservation."),
     Key(
         "sandboxes.defaultTtl",

@@ -386,6 +386,12 @@ class Session(Row):
     expires_at: datetime | None = None  # sandboxes only
     # the quiescence failure record {task_id, reason (QuiescenceFailureReason), message, failed_at}
     quiescence_failure: dict[str, Any] | None = None
+    # an uncertain idle claim (its attempt ended without an outcome): since when, when it may be taken
+    # over next, failed attempts, whether the last one certainly never reached the runtime
+    idle_uncertain_at: datetime | None = None
+    idle_retry_at: datetime | None = None
+    idle_attempts: int | None = None
+    idle_unsent: bool | None = None
 
 
 @dataclass(frozen=True)

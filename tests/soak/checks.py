@@ -123,7 +123,9 @@ def timelines(audit: list[dict[str, Any]]) -> dict[str, Timeline]:
             ("gen", gen_key, row["operation"], tl.generations),
             ("dispatch", None if removed or row["dispatch_id"] is None else str(row["dispatch_id"]), "dispatch",
              tl.dispatches),
-            ("idle", None if removed or row["idle_executor"] is None else str(row["idle_executor"]), "idle",
+            # an idle claim's window is its boundary while claimed: a worker that takes the claim over
+            # continues it, so two suspends of one boundary by two executors are caught
+            ("idle", None if removed or row["idle_executor"] is None else str(row["idle_boundary_id"]), "idle",
              tl.idle),
         ):
             w = cur[slot]
@@ -260,8 +262,11 @@ def final_checks(data: dict[str, Any], history: History) -> dict[str, Any]:
                 v("suspended-session-actor-not-suspended", f"session {sid} is SUSPENDED but its Actor is"
                   f" {actor['state']}", session=sid)
             if s["idle_executor"] is not None:
-                history.report("uncertain-quiescence-claim", f"session {sid}: idle claim {s['idle_executor']}"
-                               f" since {s['idle_claimed_at']} (Actor {actor['state']}) never recorded", session=sid)
+                # the workers resolve uncertain claims themselves: one left after the settle phase is stuck
+                v("uncertain-quiescence-claim", f"session {sid}: idle claim {s['idle_executor']}"
+                  f" since {s['idle_claimed_at']} (Actor {actor['state']}, uncertain since"
+                  f" {s.get('idle_uncertain_at')}, {s.get('idle_attempts')} failed attempts) never recorded",
+                  session=sid)
             elif (s["state"] == "READY" and actor["state"] == "ACTOR_STATE_RUNNING" and s["dispatch_id"] is None
                   and s["idle_boundary_id"] is None):
                 v("actor-left-running", f"session {sid} is READY with no turn and no idle work, but its Actor is"

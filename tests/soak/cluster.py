@@ -34,8 +34,9 @@ USERS = {user: token for token, user in TOKENS.items()}
 AGENT_NAMESPACE = "kagent"
 AGENT_NAME = "soak-agent"
 CLAIM_LIFETIME = 10.0  # sessions.claimLifetime of every process (short: dead claims lapse within the run)
-# runtime.simulator.workers of every process and of the harness: roomy, because every uncertain
-# quiescence claim (a worker killed while suspending) keeps its Actor RUNNING on a worker for good
+# runtime.simulator.workers of every process and of the harness: roomy, because an uncertain
+# quiescence claim (a worker killed while suspending) keeps its Actor RUNNING on a worker until it is
+# resolved, and a run kills many workers
 SIM_WORKERS = 2048
 
 # Harness-owned instrumentation (not product schema): every change of a Session's operation,
@@ -53,15 +54,16 @@ CREATE TABLE IF NOT EXISTS soak_audit.session_changes (
   executor_id   uuid,
   dispatch_id   uuid,
   idle_executor uuid,
+  idle_boundary_id uuid,
   at            timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 CREATE OR REPLACE FUNCTION soak_audit.record_session_change() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF TG_OP = 'DELETE' THEN
     INSERT INTO soak_audit.session_changes (session_id, change, state, operation, operation_id, executor_id,
-                                            dispatch_id, idle_executor)
+                                            dispatch_id, idle_executor, idle_boundary_id)
     VALUES (OLD.id, 'DELETE', OLD.state, OLD.operation, OLD.operation_id, OLD.executor_id, OLD.dispatch_id,
-            OLD.idle_executor);
+            OLD.idle_executor, OLD.idle_boundary_id);
     RETURN NULL;
   END IF;
   IF TG_OP = 'UPDATE' AND OLD.state IS NOT DISTINCT FROM NEW.state
@@ -69,13 +71,14 @@ BEGIN
      AND OLD.operation_id IS NOT DISTINCT FROM NEW.operation_id
      AND OLD.executor_id IS NOT DISTINCT FROM NEW.executor_id
      AND OLD.dispatch_id IS NOT DISTINCT FROM NEW.dispatch_id
-     AND OLD.idle_executor IS NOT DISTINCT FROM NEW.idle_executor THEN
+     AND OLD.idle_executor IS NOT DISTINCT FROM NEW.idle_executor
+     AND OLD.idle_boundary_id IS NOT DISTINCT FROM NEW.idle_boundary_id THEN
     RETURN NULL;
   END IF;
   INSERT INTO soak_audit.session_changes (session_id, change, state, operation, operation_id, executor_id,
-                                          dispatch_id, idle_executor)
+                                          dispatch_id, idle_executor, idle_boundary_id)
   VALUES (NEW.id, TG_OP, NEW.state, NEW.operation, NEW.operation_id, NEW.executor_id, NEW.dispatch_id,
-          NEW.idle_executor);
+          NEW.idle_executor, NEW.idle_boundary_id);
   RETURN NULL;
 END $$;
 DROP TRIGGER IF EXISTS zz_soak_audit ON sessionq.sessions;
@@ -310,6 +313,9 @@ class Cluster:
             "SESSIONQ_AUTH__ADMINS": "admin",
             "SESSIONQ_SESSIONS__CLAIM_LIFETIME": f"{int(CLAIM_LIFETIME)}s",
             "SESSIONQ_SESSIONS__QUIESCENCE_RECOVERY_INTERVAL": "5s",
+            # a killed worker's quiescence claim is read back and resolved within the settle phase
+            "SESSIONQ_SESSIONS__QUIESCENCE_ATTEMPT_TIMEOUT": "15s",
+            "SESSIONQ_SESSIONS__QUIESCENCE_RETRY_MAX": "5s",
             "SESSIONQ_SESSIONS__DISPATCH_TIMEOUT": "30s",
             "SESSIONQ_WORKERS__POLL_INTERVAL": "1s",
             "SESSIONQ_RUNTIME__SIMULATOR__WORKERS": str(SIM_WORKERS),

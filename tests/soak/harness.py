@@ -184,7 +184,8 @@ class Harness:
                 "SELECT (SELECT count(*) FROM sessionq.checkpoints WHERE state IN ('CREATING', 'DELETING')) AS checkpoints,"
                 " (SELECT count(*) FROM sessionq.sessions WHERE dispatch_id IS NOT NULL) AS dispatches,"
                 " (SELECT count(*) FROM sessionq.sessions WHERE state = 'READY' AND operation = 'NONE'"
-                "   AND idle_boundary_id IS NOT NULL AND idle_executor IS NULL) AS idle")).fetchone()
+                "   AND idle_boundary_id IS NOT NULL AND idle_executor IS NULL) AS idle,"
+                " (SELECT count(*) FROM sessionq.sessions WHERE idle_executor IS NOT NULL) AS idle_claims")).fetchone()
         assert counts is not None
         return {"operations": ops, **counts}
 
@@ -211,7 +212,7 @@ class Harness:
             for service, rpc, req, sid in calls), return_exceptions=True)
 
     async def settle(self, budget: float, patience: float = 50.0) -> dict[str, Any]:
-        """Wait until no operation, checkpoint, dispatch or unclaimed idle work is pending, retrying
+        """Wait until no operation, checkpoint, dispatch, idle work or idle claim is pending, retrying
         pending operations as their clients would. Gives up after `budget`, or when nothing has
         changed for `patience` seconds (longer than a stalled job takes to be requeued)."""
         started = time.monotonic()
@@ -228,10 +229,11 @@ class Harness:
                     break
                 continue
             key = (tuple(sorted((str(r["id"]), r["operation"]) for r in state["operations"])),
-                   state["checkpoints"], state["dispatches"], state["idle"])
+                   state["checkpoints"], state["dispatches"], state["idle"], state["idle_claims"])
             if key != last_key:
                 last_key, last_change = key, time.monotonic()
-            busy = len(state["operations"]) + state["checkpoints"] + state["dispatches"] + state["idle"]
+            busy = (len(state["operations"]) + state["checkpoints"] + state["dispatches"] + state["idle"]
+                    + state["idle_claims"])
             now = time.monotonic()
             if busy == 0 or now - started > budget or now - last_change > patience:
                 break
@@ -241,7 +243,7 @@ class Harness:
             await asyncio.sleep(0.5)
         return {"seconds": round(time.monotonic() - started, 1),
                 "settled": "error" not in state and not state.get("operations") and not state.get("checkpoints")
-                and not state.get("dispatches") and not state.get("idle"),
+                and not state.get("dispatches") and not state.get("idle") and not state.get("idle_claims"),
                 "left": {k: (len(v) if isinstance(v, list) else v) for k, v in state.items()}}
 
     # -- the run ----------------------------------------------------------------------------------

@@ -58,6 +58,8 @@ async def run_worker(
         direct,
         workers=settings.sessions.quiescence_workers,
         recovery_interval=settings.sessions.quiescence_recovery_interval,
+        attempt_timeout=settings.sessions.quiescence_attempt_timeout,
+        retry_max=settings.sessions.quiescence_retry_max,
         drain_timeout=settings.workers.shutdown_timeout,
     )
     quiescence_stop = asyncio.Event()

@@ -924,8 +924,42 @@ class Store:
         )
         return Session.from_json(value)
 
-    async def take_over_idle_claim(self, session_id: UUID, executor: UUID) -> Session | None:
-        value = await self._value("SELECT sessionq.take_over_idle_claim(%s, %s)", (session_id, executor))
+    async def idle_attempt_failed(
+        self,
+        session_id: UUID,
+        boundary: UUID,
+        executor: UUID,
+        reason: QuiescenceFailureReason,
+        message: str,
+        *,
+        not_sent: bool,
+        retry_after: float,
+    ) -> Session:
+        """The idle claim holder's attempt ended without an outcome: record why and make the claim
+        uncertain (it stays; a quiescence worker takes it over after `retry_after` seconds)."""
+        value = await self._value(
+            "SELECT sessionq.idle_attempt_failed(%s, %s, %s, %s, %s, %s, %s)",
+            (session_id, boundary, executor, reason, message, not_sent, retry_after),
+        )
+        return Session.from_json(value)
+
+    async def take_over_uncertain_idle(self, executor: UUID, lease: float) -> Session | None:
+        value = await self._value("SELECT sessionq.take_over_uncertain_idle(%s, %s)", (executor, lease))
+        return Session.from_json(value) if value else None
+
+    async def mark_lapsed_idle_claims(self, lease: float) -> int:
+        return int(await self._value("SELECT sessionq.mark_lapsed_idle_claims(%s)", (lease,)))
+
+    async def idle_work_state(self) -> tuple[bool, float | None]:
+        """(unclaimed idle work is blocked, seconds until an uncertain claim is due or None)."""
+        value = await self._value("SELECT to_jsonb(w) FROM sessionq.idle_work_state() w")
+        retry_in = value["retry_in"]
+        return bool(value["blocked"]), None if retry_in is None else float(retry_in)
+
+    async def take_over_idle_claim(self, session_id: UUID, executor: UUID, lease: float) -> Session | None:
+        value = await self._value(
+            "SELECT sessionq.take_over_idle_claim(%s, %s, %s)", (session_id, executor, lease)
+        )
         return Session.from_json(value) if value else None
 
     async def record_snapshot_completed(self, session_id: UUID, generation: int, uri: str) -> bool:

@@ -12,7 +12,17 @@ within a second, otherwise it waits for the recovery interval (sessions.quiescen
 default 60 s) - the only polling, which recovers a lost notification or a crashed replica.
 
 A claim may have issued runtime work, so it never expires: a failed or crashed attempt leaves it
-in place, blocking new work on that Session until its outcome is recorded.
+in place, blocking new work on that Session until its outcome is recorded (Q-10). Such a claim is
+uncertain, and the workers resolve it themselves: a failed attempt records when the claim may be
+taken over (a backoff from 1 s doubling up to sessions.quiescenceRetryMax), a claim whose holder
+recorded nothing within its lease (sessions.quiescenceAttemptTimeout + 10 s: the worker died, or
+the database was away) is found by the recovery scan. A worker that finds nothing else to claim
+takes one that is due over (FOR UPDATE SKIP LOCKED, with a lease), reads the Actor back under the
+recorded UID and suspends it only if the read-back shows the suspend did not happen; a SUSPENDED
+Actor is recorded as it is. Within one attempt the suspend is repeated directly only after
+failures that certainly never reached the runtime (SubstrateError.not_sent); after any other
+failure the next try reads the Actor back first. While a claim is uncertain a new turn is refused
+with what is happening and when to retry (sessionq.check_turn_blockers).
 """
 
 from __future__ import annotations
@@ -47,8 +57,19 @@ log = logging.getLogger(__name__)
 
 SHORT_RETRY = 1.0
 RUNTIME_ATTEMPTS = 5
-SUSPEND_BOUND = 120.0
+SUSPEND_BOUND = 120.0  # sessions.quiescenceAttemptTimeout's default
+LEASE_MARGIN = 10.0  # a holder's lease: its attempt bound and this
+RETRY_FIRST = 1.0  # the first wait before an uncertain claim is tried again; it doubles
+RETRY_MAX = 30.0  # sessions.quiescenceRetryMax's default
 SNAPSHOT_WAIT = 2.0
+
+
+class _Attempt:
+    """What one attempt at a claim learnt: whether a suspend may have reached the runtime."""
+
+    def __init__(self, read_first: bool) -> None:
+        self.read_first = read_first  # read the Actor back before suspending
+        self.possibly_issued = False
 
 
 class QuiescencePool:
@@ -64,7 +85,15 @@ class QuiescencePool:
         listen: bool = True,
         snapshot_wait: float = SNAPSHOT_WAIT,
         drain_timeout: float = 30.0,
+        attempt_timeout: float = SUSPEND_BOUND,
+        retry_first: float = RETRY_FIRST,
+        retry_max: float = RETRY_MAX,
+        lease_margin: float = LEASE_MARGIN,
     ) -> None:
+        self.attempt_timeout = attempt_timeout
+        self.lease = attempt_timeout + lease_margin
+        self.retry_first = retry_first
+        self.retry_max = max(retry_max, retry_first)
         self.snapshot_wait = snapshot_wait
         self.drain_timeout = drain_timeout
         self.store = store
@@ -76,7 +105,9 @@ class QuiescencePool:
         self.listen = listen
         self.wakeups = Wakeups(workers)
         self.claims = 0  # for tests and metrics: claims taken by this pool
+        self.resolutions = 0  # uncertain claims taken over by this pool
         self.queries = 0  # claim attempts + blocked checks made by this pool
+        self._next_lapse_scan = 0.0  # monotonic time of the next recovery scan for lapsed claims
 
     async def run(self, stop: asyncio.Event) -> None:
         listener = None
@@ -100,7 +131,14 @@ class QuiescencePool:
 
     async def _worker(self, index: int, stop: asyncio.Event) -> None:
         while not stop.is_set():
+            retry_in: float | None = None
             try:
+                if index == 0 and time.monotonic() >= self._next_lapse_scan:
+                    # the recovery scan: claims whose holder recorded nothing within its lease
+                    self._next_lapse_scan = time.monotonic() + self.recovery_interval
+                    self.queries += 1
+                    if lapsed := await self.store.mark_lapsed_idle_claims(self.lease):
+                        log.warning("%d quiescence claims outlived their lease; they are read back", lapsed)
                 self.queries += 1
                 session = await self.store.claim_idle(uuid4())
                 if session is not None:
@@ -109,7 +147,15 @@ class QuiescencePool:
                     await self.quiesce(session)
                     continue
                 self.queries += 1
-                blocked = await self.store.idle_work_blocked()
+                blocked, retry_in = await self.store.idle_work_state()
+                if retry_in is not None and retry_in <= 0:
+                    self.queries += 1
+                    session = await self.store.take_over_uncertain_idle(uuid4(), self.lease)
+                    if session is not None:
+                        self.resolutions += 1
+                        self.wakeups.post()
+                        await self.resolve(session)
+                        continue
             except (psycopg.OperationalError, psycopg.InterfaceError) as e:
                 log.warning("quiescence worker %d: database error (%s); retrying shortly", index, e)
                 blocked = True
@@ -119,33 +165,56 @@ class QuiescencePool:
             if stop.is_set():
                 break
             timeout = self.short_retry if blocked else self.recovery_interval
+            if retry_in is not None:  # an uncertain claim falls due then
+                timeout = min(timeout, max(retry_in, self.short_retry))
             await self.wakeups.wait(timeout)
 
     async def quiesce(self, session: Session) -> Session | None:
         """Suspend the claimed Session's Actor and record the exact snapshot. On failure the
-        claim stays (it may have issued runtime work) and the error is logged."""
+        claim stays, uncertain (it may have issued runtime work), and the error is logged."""
+        return await self._attempt(session, _Attempt(read_first=False))
+
+    async def resolve(self, session: Session) -> Session | None:
+        """Finish an uncertain claim this worker took over: read the Actor back under the recorded
+        UID, suspend it only if the read-back shows it is not suspended, record the snapshot. On
+        failure the claim stays uncertain and falls due again after a longer wait."""
+        log.info("resolving an uncertain quiescence claim (attempt %d)", (session.idle_attempts or 0) + 1,
+                 extra={"session_id": str(session.id)})
+        return await self._attempt(session, _Attempt(read_first=True))
+
+    async def _attempt(self, session: Session, attempt: _Attempt) -> Session | None:
         assert session.idle_boundary_id is not None and session.idle_executor is not None
         extra = {"session_id": str(session.id)}
         try:
-            snapshot = await asyncio.wait_for(self._suspend(session), timeout=SUSPEND_BOUND)
+            snapshot = await asyncio.wait_for(self._suspend(session, attempt), timeout=self.attempt_timeout)
         except IdentityMismatch as e:
             log.error("quiescence refused: %s; the idle claim stays until an operator resolves it", e, extra=extra)
-            await self._record_failure(session, QuiescenceFailureReason.RUNTIME_UNAVAILABLE, str(e))
+            await self._attempt_failed(session, QuiescenceFailureReason.RUNTIME_UNAVAILABLE, str(e), attempt,
+                                       retry_after=self.retry_max)
             return None
-        except (SubstrateError, TimeoutError) as e:
+        except (SubstrateError, TimeoutError, psycopg.Error) as e:
+            if not isinstance(e, SubstrateError):
+                # cut off by the bound, or the runtime's client failed otherwise: a call may still reach it
+                attempt.possibly_issued = True
             log.error(
-                "quiescence runtime call failed (%s); the idle claim stays (the suspend may have been issued)",
+                "quiescence runtime call failed (%s); the idle claim stays (%s)",
                 e,
+                "the suspend may have been issued" if attempt.possibly_issued else "no suspend reached the runtime",
                 extra=extra,
             )
             reason = QuiescenceFailureReason.SUSPEND_FAILED
             if isinstance(e, SubstrateError) and e.code == Code.NOT_FOUND:
                 reason, message = QuiescenceFailureReason.RUNTIME_UNAVAILABLE, f"the actor is gone: {e.message}"
+            elif isinstance(e, SubstrateError) and not attempt.possibly_issued:
+                message = f"the runtime could not be reached ({e.code.name}: {e.message}); nothing was issued"
             elif isinstance(e, SubstrateError):
                 message = f"the runtime answered {e.code.name}: {e.message}"
+            elif isinstance(e, TimeoutError):
+                message = f"the suspend took longer than {self.attempt_timeout:g}s"
             else:
-                message = f"the suspend took longer than {SUSPEND_BOUND:g}s"
-            await self._record_failure(session, reason, message)
+                message = f"the runtime call failed: {type(e).__name__}"
+            retry_after = min(self.retry_first * 2 ** (session.idle_attempts or 0), self.retry_max)
+            await self._attempt_failed(session, reason, message, attempt, retry_after=retry_after)
             return None
         recorded = await with_db_retry(
             lambda: self.store.finish_idle(session.id, session.idle_boundary_id, session.idle_executor, snapshot),  # type: ignore[arg-type]
@@ -157,24 +226,39 @@ class QuiescencePool:
         log.debug("quiesced session", extra=extra)
         return recorded
 
-    async def _record_failure(self, session: Session, reason: QuiescenceFailureReason, message: str) -> None:
-        """The quiescence failure record (Session.last_quiescence_failure); the claim stays either
-        way, so a database failure here only loses the explanation (logged above)."""
+    async def _attempt_failed(
+        self,
+        session: Session,
+        reason: QuiescenceFailureReason,
+        message: str,
+        attempt: _Attempt,
+        *,
+        retry_after: float,
+    ) -> None:
+        """The quiescence failure record (Session.last_quiescence_failure) and the claim made
+        uncertain, due again after `retry_after` seconds. The claim stays either way: if the database
+        cannot be reached here, the recovery scan finds the claim once its lease has passed."""
         assert session.idle_boundary_id is not None and session.idle_executor is not None
         boundary, executor = session.idle_boundary_id, session.idle_executor
         try:
             await with_db_retry(
-                lambda: self.store.record_quiescence_failure(session.id, boundary, executor, reason, message),
-                budget=10.0,
+                lambda: self.store.idle_attempt_failed(
+                    session.id, boundary, executor, reason, message,
+                    not_sent=not attempt.possibly_issued, retry_after=retry_after,
+                ),
+                budget=60.0,  # a failover's length, as for finish_idle: otherwise only the lease frees the claim
             )
         except Exception:
             log.exception("could not record the quiescence failure", extra={"session_id": str(session.id)})
 
-    async def _suspend(self, session: Session) -> dict[str, Any] | None:
+    async def _suspend(self, session: Session, attempt: _Attempt) -> dict[str, Any] | None:
         delay = 0.1
-        for attempt in range(RUNTIME_ATTEMPTS):
+        for n in range(RUNTIME_ATTEMPTS):
             try:
-                actor = await self._suspended_actor(session)
+                if attempt.read_first:
+                    actor = await self._read_back_and_suspend(session, attempt)
+                else:
+                    actor = await self._suspended_actor(session, attempt)
                 snapshot = pick_snapshot(actor.snapshots)
                 waited = 0.0
                 while (
@@ -188,32 +272,52 @@ class QuiescencePool:
                     snapshot = pick_snapshot(actor.snapshots)
                 return snapshot
             except SubstrateError as e:
-                if e.code == Code.NOT_FOUND or attempt == RUNTIME_ATTEMPTS - 1 or e.code == Code.FAILED_PRECONDITION:
+                if e.code == Code.NOT_FOUND or n == RUNTIME_ATTEMPTS - 1 or e.code == Code.FAILED_PRECONDITION:
                     raise
                 await asyncio.sleep(delay)
                 delay *= 2
         return None
 
-    async def _suspended_actor(self, session: Session) -> Actor:
+    async def _issue_suspend(self, session: Session, uid: str, attempt: _Attempt) -> Actor:
+        """One SuspendActor call under `uid`. Unless it certainly never reached the runtime, the
+        suspend may have happened: every later try in this attempt reads the Actor back first."""
+        try:
+            return await self.runtime.suspend_actor(
+                session.actor_atespace, session.actor_name, uid, SnapshotFidelity.VOLUMES
+            )
+        except SubstrateError as e:
+            if not e.not_sent and e.code != Code.FAILED_PRECONDITION:  # a UID refusal is an answer
+                attempt.possibly_issued = attempt.read_first = True
+            raise
+
+    async def _suspended_actor(self, session: Session, attempt: _Attempt) -> Actor:
         """Suspend with the recorded UID in one call (the runtime refuses another UID and answers an
         already suspended Actor as it is); inspect only when it refuses."""
         if session.actor_uid:
             try:
-                return await self.runtime.suspend_actor(
-                    session.actor_atespace, session.actor_name, session.actor_uid, SnapshotFidelity.VOLUMES
-                )
+                return await self._issue_suspend(session, session.actor_uid, attempt)
             except SubstrateError as e:
                 if e.code != Code.FAILED_PRECONDITION:
                     raise
+        return await self._read_back_and_suspend(session, attempt)
+
+    async def _read_back_and_suspend(self, session: Session, attempt: _Attempt) -> Actor:
+        """Read the Actor back under the recorded UID and suspend it only if it is not suspended
+        (the read-back proves an earlier suspend did not happen); a suspending Actor is waited for."""
         actor = await self.runtime.get_actor(session.actor_atespace, session.actor_name)
         if session.actor_uid and actor.uid != session.actor_uid:
             raise IdentityMismatch(
                 f"actor {session.actor_name} has uid {actor.uid}, not the recorded {session.actor_uid}"
             )
+        waited = 0.0
+        while actor.state == ActorState.SUSPENDING and waited < self.snapshot_wait:
+            await asyncio.sleep(0.1)
+            waited += 0.1
+            actor = await self.runtime.get_actor(session.actor_atespace, session.actor_name)
+        if actor.state == ActorState.SUSPENDING:
+            raise SubstrateError(Code.UNAVAILABLE, f"actor {session.actor_name} is still suspending")
         if actor.state in (ActorState.RUNNING, ActorState.PAUSED, ActorState.RESUMING):
-            actor = await self.runtime.suspend_actor(
-                session.actor_atespace, session.actor_name, actor.uid, SnapshotFidelity.VOLUMES
-            )
+            actor = await self._issue_suspend(session, actor.uid, attempt)
         return actor
 
 
@@ -258,12 +362,13 @@ class Wakeups:
 
 
 async def retry_claimed(pool: QuiescencePool, session_id: UUID) -> Literal["nothing", "recorded"]:
-    """Take over a claimed idle boundary (its worker died) and finish it. Raises while the runtime
-    keeps failing, so the job retries; the claim stays either way until an outcome is recorded."""
-    session = await pool.store.take_over_idle_claim(session_id, uuid4())
+    """Take over a claimed idle boundary now (the operator's retry) and resolve it: read back,
+    suspend only if not suspended, record. Raises while the runtime keeps failing, so the job
+    retries; the claim stays either way until an outcome is recorded."""
+    session = await pool.store.take_over_idle_claim(session_id, uuid4(), pool.lease)
     if session is None:
         return "nothing"
-    if await pool.quiesce(session) is None:
+    if await pool.resolve(session) is None:
         raise RuntimeError(f"quiescence of session {session_id} failed again; the claim stays")
     return "recorded"
 

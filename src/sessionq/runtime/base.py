@@ -43,13 +43,17 @@ class Code(enum.StrEnum):
 
 
 class SubstrateError(Exception):
-    """A runtime call failed with a status code. `effect_applied` is never known to the caller:
-    a lost response looks exactly like a failure before the effect (UNAVAILABLE)."""
+    """A runtime call failed with a status code. Whether its effect was applied is in general not
+    known to the caller: a lost response looks exactly like a failure before the effect
+    (UNAVAILABLE). `not_sent` is the one certain exception: the call never reached the runtime (no
+    connection could be made to it: refused, no route, the name did not resolve, the handshake
+    failed; or a read that had to precede it failed), so nothing was issued."""
 
-    def __init__(self, code: Code, message: str) -> None:
+    def __init__(self, code: Code, message: str, *, not_sent: bool = False) -> None:
         super().__init__(f"{code.value}: {message}")
         self.code = code
         self.message = message
+        self.not_sent = not_sent
 
 
 class ActorState(enum.StrEnum):

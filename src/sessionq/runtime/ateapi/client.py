@@ -3,7 +3,9 @@
 Every `Substrate` method is one RPC (or two, said below); a non-OK status becomes a
 `SubstrateError` with the `Code` of the same name (one to one). UNAVAILABLE and DEADLINE_EXCEEDED
 are uncertain outcomes, exactly like the simulator's lost response: the executor inspects and
-retries. A response this client cannot read (no status, an unknown enum number, an empty uid)
+retries; the exception is an UNAVAILABLE call that found no connection (refused, unreachable, the
+name not resolved) or a mutation whose UID preflight read failed: `SubstrateError.not_sent`, nothing
+was issued. A response this client cannot read (no status, an unknown enum number, an empty uid)
 raises INTERNAL with the field named (codec.UnexpectedShape), never anything else.
 
 | method | RPC |
@@ -69,6 +71,16 @@ T = TypeVar("T")
 
 _CREDENTIAL_CODES = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 _TLS_HINTS = ("ssl", "handshake", "certificate", "tls")
+# what grpc-core says when an UNAVAILABLE call found no connection to send on (the channel could not
+# connect, or is backing off after failing to): the request never left this process
+_NO_CONNECTION_HINTS = ("failed to connect to all addresses", "connection refused", "dns resolution failed",
+                        "no route to host", "network is unreachable")
+
+
+def _not_sent(e: grpc.aio.AioRpcError) -> bool:
+    """The call certainly never reached the runtime: UNAVAILABLE without a connection."""
+    details = (e.details() or "").lower()
+    return e.code() == grpc.StatusCode.UNAVAILABLE and any(h in details for h in _NO_CONNECTION_HINTS)
 
 
 @dataclass(frozen=True)
@@ -185,7 +197,7 @@ class SubstrateClient:
     @property
     def stub(self) -> pb_grpc.ControlStub:
         if self._stub is None:
-            raise SubstrateError(Code.UNAVAILABLE, "the runtime client is not open")
+            raise SubstrateError(Code.UNAVAILABLE, "the runtime client is not open", not_sent=True)
         return self._stub
 
     # plumbing ------------------------------------------------------------------------------------
@@ -238,16 +250,21 @@ class SubstrateClient:
         except grpc.aio.AioRpcError as e:
             self._note_credentials(e)
             code = Code.__members__.get(e.code().name, Code.UNKNOWN)
-            raise SubstrateError(code, e.details() or e.code().name) from None
+            raise SubstrateError(code, e.details() or e.code().name, not_sent=_not_sent(e)) from None
         if self._credential_problem is not None:
             log.info("the runtime at %s accepts our credentials again", self.options.address)
             self._credential_problem = None
         return result
 
     async def _check_uid(self, atespace: str, name: str, uid: str) -> None:
+        """The UID preflight read; a failure of it means the mutation that follows was not sent."""
         if not self.options.uid_preflight or not uid:
             return
-        actor = await self.get_actor(atespace, name)
+        try:
+            actor = await self.get_actor(atespace, name)
+        except SubstrateError as e:
+            e.not_sent = True
+            raise
         if actor.uid != uid:
             raise SubstrateError(
                 Code.FAILED_PRECONDITION,
