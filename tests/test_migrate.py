@@ -86,13 +86,39 @@ def test_revision_0006_brings_the_list_page_read_to_an_older_database(empty_data
         assert conn.execute(exists).fetchone() == (0,)
     command.stamp(migrate.alembic_config(empty_database_url), "0005_coalesced_session_reads")
     migrate.upgrade(empty_database_url)
-    assert migrate.current(empty_database_url) == migrate.head() == "0006_session_list_views"
+    assert migrate.current(empty_database_url) == migrate.head()
     with psycopg.connect(empty_database_url) as conn:
         assert conn.execute(exists).fetchone() == (2,)
         rows = conn.execute("SELECT * FROM sessionq.list_session_views('nobody', false, NULL, NULL, NULL, 5)").fetchall()
         assert rows == []
         listed = conn.execute("SELECT count(*) FROM sessionq.list_sessions('nobody', false, NULL, NULL, NULL, 5)")
         assert listed.fetchone() == (0,)
+
+
+def test_revision_0007_brings_the_turn_failure_to_an_older_database(empty_database_url):
+    """Revision 0007 gives a database at 0006 the procedures that show why a turn could not start
+    on the Session (record_turn_failure, clear_turn_failure) and the column comment naming it."""
+    from alembic import command
+
+    migrate.upgrade(empty_database_url)
+    exists = ("SELECT count(*) FROM pg_proc WHERE proname IN ('record_turn_failure', 'clear_turn_failure')"
+              " AND pronamespace = 'sessionq'::regnamespace")
+    comment = "SELECT col_description('sessionq.sessions'::regclass, (SELECT attnum FROM pg_attribute" \
+              " WHERE attrelid = 'sessionq.sessions'::regclass AND attname = 'failure_reason'))"
+    with psycopg.connect(empty_database_url, autocommit=True) as conn:
+        conn.execute("DROP FUNCTION sessionq.record_turn_failure(uuid, uuid, text, text)")
+        conn.execute("DROP FUNCTION sessionq.clear_turn_failure(uuid, text)")
+        conn.execute("COMMENT ON COLUMN sessionq.sessions.failure_reason IS 'before'")
+        assert conn.execute(exists).fetchone() == (0,)
+    command.stamp(migrate.alembic_config(empty_database_url), "0006_session_list_views")
+    migrate.upgrade(empty_database_url)
+    assert migrate.current(empty_database_url) == migrate.head()
+    with psycopg.connect(empty_database_url) as conn:
+        assert conn.execute(exists).fetchone() == (2,)
+        described = conn.execute(comment).fetchone()
+        assert described is not None and "RestoreFailed" in described[0]
+        cleared = conn.execute("SELECT sessionq.clear_turn_failure(gen_random_uuid(), 'RestoreFailed')").fetchone()
+        assert cleared == (False,)
 
 
 def test_a_function_definition_is_taken_whole_from_its_schema_file():

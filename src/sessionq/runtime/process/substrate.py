@@ -39,6 +39,7 @@ from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from sessionq.runtime.base import (
+    RESTORE_FAILED,
     Actor,
     ActorState,
     ActorTemplate,
@@ -80,7 +81,6 @@ ACTOR_ENV = "SESSIONQ_ACTOR"
 # variables of the runtime's own environment an Actor's process inherits (nothing else leaks)
 INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
 DEFAULT_MAX_DIRECTORY_BYTES = 1 << 30
-RESTORE_FAILED = "the snapshot could not be restored"
 ARGV_LIMIT = 64
 ARG_LENGTH = 4096
 _WITH_PROCESS = (ActorState.RESUMING, ActorState.RUNNING, ActorState.PAUSED, ActorState.SUSPENDING)
