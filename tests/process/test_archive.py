@@ -239,3 +239,14 @@ async def test_snapshots_tags_and_logs_are_the_runtimes_alone(runtime: ProcessSu
     for d in (runtime.root, snapshot.parent, tag.parent, runtime.root / "snapshots", runtime.root / "tags",
               runtime.root / "actors", runtime.root / "logs"):
         assert mode(d) == 0o700, d
+
+
+def test_the_restore_filter_takes_the_same_member_again_but_no_second_member_of_a_name(tmp_path: Path) -> None:
+    """tarfile may apply the filter to a member again (newer Pythons do for directories and hard
+    links' targets): the same member is no duplicate; another member of the same name is."""
+    check = archive._Restore(tmp_path, None, 0)
+    member = _info("dir", tarfile.DIRTYPE, mode=0o555)
+    first = check(member, str(tmp_path))
+    assert check(member, str(tmp_path)) is first and first.mode == 0o755
+    with pytest.raises(archive.RestoreRefused, match="twice"):
+        check(_info("dir", tarfile.DIRTYPE), str(tmp_path))

@@ -169,6 +169,10 @@ class _Restore:
         self.leaves: set[str] = set()  # members that are no directory: nothing may be below them
         self.parents: set[str] = set()  # directories members are below, listed or not
         self.files: set[str] = set()  # regular files restored: what a hard link may name
+        # each member's result by the member's identity: tarfile may apply the filter to the same
+        # member again (newer Pythons do, for directories' attributes at the end and for a hard
+        # link's target), which is no second member
+        self.accepted: dict[int, tuple[tarfile.TarInfo, tarfile.TarInfo]] = {}
 
     @staticmethod
     def _normal(name: str, member: tarfile.TarInfo, what: str = "member") -> str:
@@ -182,6 +186,9 @@ class _Restore:
         return "/".join(parts)
 
     def __call__(self, member: tarfile.TarInfo, _dest_path: str) -> tarfile.TarInfo:
+        again = self.accepted.get(id(member))
+        if again is not None and again[0] is member:
+            return again[1]
         name = self._normal(member.name, member)
         if name in self.seen:
             raise RestoreRefused(f"the member {_shown(name)} is in the archive twice")
@@ -225,7 +232,9 @@ class _Restore:
             self.leaves.add(name)
         if member.isreg():
             self.files.add(name)
-        return member.replace(**changes, deep=False)
+        result = member.replace(**changes, deep=False)
+        self.accepted[id(member)] = (member, result)
+        return result
 
 
 class _RestoringTarFile(tarfile.TarFile):
