@@ -241,12 +241,12 @@ async def test_snapshots_tags_and_logs_are_the_runtimes_alone(runtime: ProcessSu
         assert mode(d) == 0o700, d
 
 
-def test_the_restore_filter_takes_the_same_member_again_but_no_second_member_of_a_name(tmp_path: Path) -> None:
-    """tarfile may apply the filter to a member again (newer Pythons do for directories and hard
-    links' targets): the same member is no duplicate; another member of the same name is."""
-    check = archive._Restore(tmp_path, None, 0)
-    member = _info("dir", tarfile.DIRTYPE, mode=0o555)
-    first = check(member, str(tmp_path))
-    assert check(member, str(tmp_path)) is first and first.mode == 0o755
-    with pytest.raises(archive.RestoreRefused, match="twice"):
-        check(_info("dir", tarfile.DIRTYPE), str(tmp_path))
+
+def test_a_damaged_archive_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
+    whole = _tar([(_info("a", size=300_000), os.urandom(300_000)), (_info("b", size=4), b"abcd")])
+    snapshot = tmp_path / "snap.tar.gz"
+    snapshot.write_bytes(whole[: len(whole) // 2])
+    dest = tmp_path / "data"
+    with pytest.raises(archive.RestoreRefused, match="the archive is damaged"):
+        archive.restore_archive(snapshot, dest)
+    assert not dest.exists()

@@ -17,13 +17,14 @@ whole. Snapshot files are the runtime's alone (0600, their directories 0700).
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import stat
 import tarfile
 import uuid
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -47,6 +48,9 @@ SOURCE_HEADER = "SESSIONQ.source"
 HOLE_CHUNK = 64 * 1024  # a run of zeros this long (aligned) is left as a hole
 _ZEROS = bytes(HOLE_CHUNK)
 _NAME_SHOWN = 120  # at most this much of a member's name in an error
+# the members restore_archive hands to extractall are checked already: no filter of tarfile's on
+# top (which, from Python 3.14 on, is the "data" filter by default: it refuses absolute links)
+_NO_FILTER: dict[str, Any] = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
 
 
 class ArchiveError(Exception):
@@ -157,8 +161,10 @@ def write_archive(
 
 
 class _Restore:
-    """The extraction filter of one restore: checks each member against those before it (see the
-    module docstring) and returns it without owner, set-id or group/other write bits."""
+    """The checks of one restore: each member against those before it (see the module docstring),
+    returned without owner, set-id or group/other write bits. Not a tarfile extraction filter,
+    which tarfile may apply to a member more than once and which older Pythons lack: the members
+    are handed to extractall checked, with no filter of its own ("fully_trusted")."""
 
     def __init__(self, dest: Path, source: str | None, limit: int) -> None:
         self.dest = str(dest)
@@ -169,10 +175,6 @@ class _Restore:
         self.leaves: set[str] = set()  # members that are no directory: nothing may be below them
         self.parents: set[str] = set()  # directories members are below, listed or not
         self.files: set[str] = set()  # regular files restored: what a hard link may name
-        # each member's result by the member's identity: tarfile may apply the filter to the same
-        # member again (newer Pythons do, for directories' attributes at the end and for a hard
-        # link's target), which is no second member
-        self.accepted: dict[int, tuple[tarfile.TarInfo, tarfile.TarInfo]] = {}
 
     @staticmethod
     def _normal(name: str, member: tarfile.TarInfo, what: str = "member") -> str:
@@ -185,10 +187,12 @@ class _Restore:
             raise RestoreRefused(f"the archive holds a member without a usable name ({_shown(member.name)})")
         return "/".join(parts)
 
-    def __call__(self, member: tarfile.TarInfo, _dest_path: str) -> tarfile.TarInfo:
-        again = self.accepted.get(id(member))
-        if again is not None and again[0] is member:
-            return again[1]
+    def members(self, tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
+        """The archive's members, each checked just before it is extracted."""
+        for member in tar:
+            yield self.check(member)
+
+    def check(self, member: tarfile.TarInfo) -> tarfile.TarInfo:
         name = self._normal(member.name, member)
         if name in self.seen:
             raise RestoreRefused(f"the member {_shown(name)} is in the archive twice")
@@ -199,7 +203,8 @@ class _Restore:
                 raise RestoreRefused(f"the member {_shown(name)} is below {_shown(prefix)}, which is no directory")
         if not member.isdir() and name in self.parents:
             raise RestoreRefused(f"the member {_shown(name)} is no directory, yet members are below it")
-        changes: dict[str, Any] = {"name": name, "uid": None, "gid": None, "uname": None, "gname": None}
+        # owned by the runtime's user, whatever the archive says (a runtime running as root chowns)
+        changes: dict[str, Any] = {"name": name, "uid": os.geteuid(), "gid": os.getegid(), "uname": "", "gname": ""}
         mode = member.mode & 0o755  # no set-id, sticky, group or other write bits
         if member.issym():
             linkname = member.linkname
@@ -221,7 +226,7 @@ class _Restore:
             changes["mode"] = mode | 0o600
         else:
             raise RestoreRefused(f"the member {_shown(name)} is a device or of an unknown type")
-        self.total += _member_size(member.replace(linkname=changes.get("linkname", member.linkname), deep=False))
+        self.total += _member_size(member)  # as the writer counted it
         if self.limit and self.total > self.limit:
             raise DirectoryTooLarge(
                 f"the snapshot holds more than {self.limit} bytes (runtime.process.maxDirectoryBytes)"
@@ -232,9 +237,10 @@ class _Restore:
             self.leaves.add(name)
         if member.isreg():
             self.files.add(name)
-        result = member.replace(**changes, deep=False)
-        self.accepted[id(member)] = (member, result)
-        return result
+        checked = copy.copy(member)  # TarInfo.replace is Python 3.11.4+
+        for attribute, value in changes.items():
+            setattr(checked, attribute, value)
+        return checked
 
 
 class _RestoringTarFile(tarfile.TarFile):
@@ -279,14 +285,14 @@ def restore_archive(archive: Path | None, dest: Path, *, limit: int = 0) -> None
     try:
         with _RestoringTarFile.open(archive, mode="r:gz") as tar:
             tar.errorlevel = 2  # every error stops the restore
-            source = tar.pax_headers.get(SOURCE_HEADER)
-            tar.extractall(dest, filter=_Restore(dest, source, limit))
+            checks = _Restore(dest, tar.pax_headers.get(SOURCE_HEADER), limit)
+            tar.extractall(dest, members=checks.members(tar), **_NO_FILTER)
     except ArchiveError:
         remove_tree(dest)
         raise
     except (tarfile.TarError, EOFError, zlib.error) as exc:
         remove_tree(dest)
-        raise RestoreRefused(f"the archive cannot be read ({type(exc).__name__}: {str(exc)[:200]})") from exc
+        raise RestoreRefused(f"the archive is damaged ({type(exc).__name__}: {str(exc)[:200]})") from exc
     except OSError as exc:
         remove_tree(dest)
         # the OS's reason only: its text would name the runtime's paths
