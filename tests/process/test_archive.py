@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import stat
 import subprocess
 import sys
 import tarfile
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -250,3 +252,49 @@ def test_a_damaged_archive_is_refused_and_leaves_nothing(tmp_path: Path) -> None
     with pytest.raises(archive.RestoreRefused, match="the archive is damaged"):
         archive.restore_archive(snapshot, dest)
     assert not dest.exists()
+
+
+def test_what_the_agent_made_unreadable_is_still_snapshotted_and_restored(tmp_path: Path) -> None:
+    """A file or directory whose owner took away its own read (or list) permission: the runtime,
+    not root, still archives it and restores it with its owner's access back, and removes a
+    directory its owner cannot write. Run as nobody when the tests run as root (root may do all)."""
+    base = Path(tempfile.mkdtemp(prefix="sessionq-unreadable-"))
+    try:
+        shutil.copy(Path(archive.__file__), base / "archive_under_test.py")
+        src = base / "src"
+        (src / "closed").mkdir(parents=True)
+        (src / "closed" / "inside").write_text("in a closed directory")
+        (src / "secret").write_text("unreadable to its owner")
+        script = base / "run.py"
+        script.write_text(
+            "import sys\n"
+            "from pathlib import Path\n"
+            "sys.path.insert(0, sys.argv[1])\n"
+            "import archive_under_test as a\n"
+            "base = Path(sys.argv[1])\n"
+            "a.write_archive(base / 'src', base / 'snap' / '1.tar.gz')\n"
+            "a.restore_archive(base / 'snap' / '1.tar.gz', base / 'dst')\n"
+            "print((base / 'dst' / 'secret').read_text(), '|', (base / 'dst' / 'closed' / 'inside').read_text())\n"
+            "(base / 'dst' / 'closed').chmod(0o500)\n"  # a directory its owner cannot empty
+            "a.remove_tree(base / 'dst')\n"
+            "print((base / 'dst').exists())\n"
+        )
+        command = ["/usr/bin/python3" if os.geteuid() == 0 else sys.executable, str(script), str(base)]
+        if os.geteuid() == 0:
+            if shutil.which("setpriv") is None or not Path("/usr/bin/python3").exists():
+                pytest.skip("running as root without setpriv or /usr/bin/python3 to run as another user")
+            for root, dirs, files in os.walk(base):
+                for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
+                    os.chown(name, 65534, 65534)
+            os.chmod(base, 0o755)
+            command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
+        os.chmod(src / "secret", 0o000)
+        os.chmod(src / "closed", 0o000)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split("\n")[:2] == ["unreadable to its owner | in a closed directory", "False"]
+    finally:
+        for root, dirs, _files in os.walk(base):
+            for name in dirs:
+                os.chmod(os.path.join(root, name), 0o700)
+        shutil.rmtree(base, ignore_errors=True)

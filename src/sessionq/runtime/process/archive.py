@@ -134,6 +134,12 @@ def write_archive(
         total += _member_size(info)
         if limit and total > limit:
             raise DirectoryTooLarge(f"the durable directory holds more than {limit} bytes")
+        # what the agent made unreadable to its owner is still its own: the runtime opens it up to
+        # read it (the archive keeps the mode it had); tarfile reads a file, or lists a directory,
+        # after this filter
+        needed = 0o400 if info.isreg() else 0o500 if info.isdir() else 0
+        if info.mode & needed != needed:
+            os.chmod(source / info.name, (info.mode | needed) & 0o7777)
         return info
 
     try:
