@@ -8,7 +8,7 @@ it writes only below the fresh directory it fills, never through a link (no memb
 link, no name twice, no hard link to anything but a regular file it restored itself, no device),
 with no owner, set-id or group/other write bits taken from the archive, and it stops once the
 members add up to more than the size limit. Long runs of zeros are written as holes, so a sparse
-file is restored sparse.
+file is restored sparse. What the agent made unreadable to its owner is opened up to be archived.
 
 Sizes are apparent sizes, the same three ways (`directory_size`, the archive's writer, the restore):
 a regular file's length once per inode, a symbolic link's target length; a sparse file counts
