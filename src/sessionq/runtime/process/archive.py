@@ -283,12 +283,12 @@ def restore_archive(archive: Path | None, dest: Path, *, limit: int = 0) -> None
     """Make `dest` a fresh directory holding the archive's files (empty without an archive), as
     the module docstring says; `limit`: the most bytes the members may add up to (0: no limit).
     ArchiveError when it cannot: nothing of it stays, and nothing was written outside `dest`."""
-    remove_tree(dest)
-    private_dir(dest.parent)
-    dest.mkdir(mode=DIR_MODE)
-    if archive is None:
-        return
     try:
+        remove_tree(dest)
+        private_dir(dest.parent)
+        dest.mkdir(mode=DIR_MODE)
+        if archive is None:
+            return
         with _RestoringTarFile.open(archive, mode="r:gz") as tar:
             tar.errorlevel = 2  # every error stops the restore
             checks = _Restore(dest, tar.pax_headers.get(SOURCE_HEADER), limit)
