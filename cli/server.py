@@ -26,6 +26,15 @@ def load_settings(config_file: str | None) -> config.Settings:
         raise click.ClickException(f"invalid configuration: {e}") from None
 
 
+def keep_secrets_from_actors(runtime_kind: str) -> None:
+    """In a process that runs the process runtime (whose Actors run as its user), take the
+    configuration's credentials out of its environment once the settings are loaded."""
+    if runtime_kind == "process":
+        from sessionq.app.runtime import withhold_secrets  # here: client commands stay quick to start
+
+        withhold_secrets()
+
+
 def run(settings: config.Settings, main: Coroutine[Any, Any, T]) -> T:
     """Run a long-running command's coroutine on the configured event loop (server.eventLoop).
     The common failures at start (an unreachable database, an address in use, a data directory
@@ -88,6 +97,7 @@ def up(config_file: str | None, data_dir: str, database_url: str | None, runtime
     settings = load_settings(config_file)
     logs.setup("text", settings.logging.level)
     url = database_url or settings.database.url or None
+    keep_secrets_from_actors(process.up_runtime(settings, runtime_kind))
     count = supervisor.up_process_count(settings)  # one unless server.processes says more
     finish(run(settings, process.up(settings, Path(data_dir), url, click.echo, runtime=runtime_kind,
                                     api_processes=count, others=supervisor.beside_up(count, config_file))))
@@ -110,6 +120,7 @@ def serve(config_file: str | None, processes: int | None, api_index: int | None,
     if processes is not None:
         settings = settings.with_overrides(**{"server.processes": processes})
     logs.setup(settings.logging.format, settings.logging.level)
+    keep_secrets_from_actors(settings.runtime.kind)
     count = supervisor.process_count(settings)
     if api_index is None and count > 1:
         finish(run(settings, supervisor.supervise(settings, count, config_file)))
@@ -124,6 +135,7 @@ def worker(config_file: str | None) -> None:
 
     settings = load_settings(config_file)
     logs.setup(settings.logging.format, settings.logging.level)
+    keep_secrets_from_actors(settings.runtime.kind)
     finish(run(settings, process.serve(settings, api=False, workers=True)))
 
 
@@ -156,6 +168,7 @@ def runtime_serve(config_file: str | None, simulator: bool, process_runtime: boo
     settings = load_settings(config_file)
     logs.setup(settings.logging.format, settings.logging.level)
     kind = "process" if process_runtime else "simulator"
+    keep_secrets_from_actors(kind)
     finish(run(settings, process.serve_runtime(settings, address=address, actor_address=actor_address, kind=kind,
                                                extensions=not no_extensions)))
 

@@ -386,6 +386,30 @@ END $$;
 COMMENT ON FUNCTION sessionq.fail_dispatch(uuid, uuid, text, boolean) IS
   'End a dispatch that could not complete: an unfinished task of it is published FAILED and marked abandoned (it can never be continued), the reservation is cleared with the failure recorded for the waiting caller, and, if the Actor may have been resumed (p_issued), an idle boundary is marked.';
 
+-- record_turn_failure: why a turn could not start, shown on the Session until a resume succeeds.
+CREATE OR REPLACE FUNCTION sessionq.record_turn_failure(p_session uuid, p_dispatch uuid, p_reason text, p_message text)
+RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+  UPDATE sessionq.sessions
+     SET failure_reason = p_reason, failure_message = sessionq.clip(p_message, 1000), updated_at = clock_timestamp()
+   WHERE id = p_session AND dispatch_id = p_dispatch AND operation = 'NONE' AND failed_operation_id IS NULL;
+  RETURN FOUND;
+END $$;
+COMMENT ON FUNCTION sessionq.record_turn_failure(uuid, uuid, text, text) IS
+  'Record on the Session why the turn of dispatch p_dispatch could not start (failure_reason p_reason, e.g. RestoreFailed, and the message, clipped): while that dispatch is current and no operation is pending or failed (their failure stays). Clients see it as the Session''s Failure until clear_turn_failure, an admission or a completion. True when recorded.';
+
+-- clear_turn_failure: a resume succeeded; the Session no longer shows why an earlier one failed.
+CREATE OR REPLACE FUNCTION sessionq.clear_turn_failure(p_session uuid, p_reason text)
+RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+  UPDATE sessionq.sessions
+     SET failure_reason = NULL, failure_message = NULL, updated_at = clock_timestamp()
+   WHERE id = p_session AND failure_reason = p_reason AND operation = 'NONE' AND failed_operation_id IS NULL;
+  RETURN FOUND;
+END $$;
+COMMENT ON FUNCTION sessionq.clear_turn_failure(uuid, text) IS
+  'Clear the turn failure p_reason that record_turn_failure recorded (a later resume succeeded); a failure of an operation is never touched. True when cleared.';
+
 -- claim_idle: a quiescence worker takes the oldest eligible idle boundary. A Session with a cancel
 -- whose Actor was not told yet is skipped: finish_cancel marks the idle boundary before the
 -- cancel_task job tells the Actor (A2A CancelTask), and suspending first would stop the process the

@@ -167,6 +167,33 @@ def test_revision_0009_owns_push_configs_and_cuts_webhook_urls_out_of_job_errors
     assert rows[1] == ("execute_operation", "push to keep: unrelated", None)
 
 
+def test_revision_0011_brings_the_turn_failure_to_an_older_database(empty_database_url):
+    """Revision 0011 gives a database at 0010 the procedures that show why a turn could not start
+    on the Session (record_turn_failure, clear_turn_failure) and the column comment naming it."""
+    from alembic import command
+
+    migrate.upgrade(empty_database_url)
+    exists = ("SELECT count(*) FROM pg_proc WHERE proname IN ('record_turn_failure', 'clear_turn_failure')"
+              " AND pronamespace = 'sessionq'::regnamespace")
+    comment = "SELECT col_description('sessionq.sessions'::regclass, (SELECT attnum FROM pg_attribute" \
+              " WHERE attrelid = 'sessionq.sessions'::regclass AND attname = 'failure_reason'))"
+    with psycopg.connect(empty_database_url, autocommit=True) as conn:
+        conn.execute("DROP FUNCTION sessionq.record_turn_failure(uuid, uuid, text, text)")
+        conn.execute("DROP FUNCTION sessionq.clear_turn_failure(uuid, text)")
+        conn.execute("COMMENT ON COLUMN sessionq.sessions.failure_reason IS 'before'")
+        conn.execute("UPDATE sessionq.schema_installed SET revision = '0010_uncertain_quiescence'")
+        assert conn.execute(exists).fetchone() == (0,)
+    command.stamp(migrate.alembic_config(empty_database_url), "0010_uncertain_quiescence")
+    migrate.upgrade(empty_database_url)
+    assert migrate.current(empty_database_url) == migrate.head()
+    with psycopg.connect(empty_database_url) as conn:
+        assert conn.execute(exists).fetchone() == (2,)
+        described = conn.execute(comment).fetchone()
+        assert described is not None and "RestoreFailed" in described[0]
+        cleared = conn.execute("SELECT sessionq.clear_turn_failure(gen_random_uuid(), 'RestoreFailed')").fetchone()
+        assert cleared == (False,)
+
+
 CATALOG = {
     "functions": "SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid), obj_description(p.oid, 'pg_proc')"
                  " FROM pg_proc p WHERE p.pronamespace = 'sessionq'::regnamespace ORDER BY 1",

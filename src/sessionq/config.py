@@ -173,6 +173,9 @@ class Key:
     parse: Callable[[Any, str], Any]
     default: Any
     doc: str
+    # a credential (a password in a URL, tokens, an HMAC key): a server that runs the process runtime
+    # takes it out of its environment at start (sessionq.app.runtime.withhold_secrets)
+    secret: bool = False
 
     @property
     def env(self) -> str:
@@ -194,7 +197,7 @@ class Key:
 
 
 KEYS: tuple[Key, ...] = (
-    Key("database.url", _str, "", "PostgreSQL URL; empty means the embedded server (sessionq up only)."),
+    Key("database.url", _str, "", "PostgreSQL URL; empty means the embedded server (sessionq up only).", secret=True),
     Key(
         "database.directUrl",
         _str,
@@ -203,6 +206,7 @@ KEYS: tuple[Key, ...] = (
         " leadership, procrastinate's listener, migrations); empty means database.url. Set it when"
         " database.url is a pooler in transaction mode (PgBouncer): database.url then carries only"
         " single transactions, without prepared statements.",
+        secret=True,
     ),
     Key("database.poolSize", _int(2, 200), 10, "Connections per process in the sessionq pool."),
     Key(
@@ -368,7 +372,7 @@ KEYS: tuple[Key, ...] = (
     ),
     Key("metrics.enabled", _bool, False, "Serve Prometheus metrics over HTTP."),
     Key("metrics.address", _address, "127.0.0.1:9464", "Metrics listen address."),
-    Key("auth.tokens", _tokens, {}, "Bearer tokens mapped to user names."),
+    Key("auth.tokens", _tokens, {}, "Bearer tokens mapped to user names.", secret=True),
     Key("auth.admins", _users, [], "Users who may list every creator's Sessions (all_creators)."),
     Key(
         "auth.namespaces",
@@ -487,8 +491,9 @@ KEYS: tuple[Key, ...] = (
     Key(
         "runtime.process.maxDirectoryBytes",
         _int(0, 2**62),
-        0,
-        "Process runtime: a durable directory larger than this is not snapshotted (0: no limit).",
+        1 << 30,
+        "Process runtime: a durable directory larger than this (apparent size: a sparse file counts whole) is not "
+        "snapshotted, nor a snapshot larger than this restored (0: no limit).",
     ),
     Key(
         "runtime.process.warmInterpreters",
@@ -503,12 +508,14 @@ KEYS: tuple[Key, ...] = (
         _str,
         "",
         "HMAC key of inventory page tokens; set the same value on every API replica (empty: random per process).",
+        secret=True,
     ),
     Key("global.clusterDomain", _str, "cluster.local", "Cluster DNS domain for generated in-cluster URLs."),
     Key("logging.format", _choice("json", "text"), "json", "Log format: JSON lines or human-readable text."),
     Key("logging.level", _choice("debug", "info", "warning", "error"), "info", "Log level."),
 )
 _BY_PATH = {k.path: k for k in KEYS}
+SECRET_ENV = tuple(k.env for k in KEYS if k.secret)  # the environment variables that carry credentials
 
 
 @dataclass(frozen=True)

@@ -141,6 +141,13 @@ class AttemptFailure(enum.StrEnum):
     INTERNAL_ERROR = "InternalError"  # anything else: only its type is shown; the worker log has the rest
 
 
+class TurnFailure(enum.StrEnum):
+    """sessions.failure_reason with no operation pending: why the Session's last turn could not
+    start (record_turn_failure), until a resume succeeds. Clients see it as Failure.reason."""
+
+    RESTORE_FAILED = "RestoreFailed"  # the Actor's snapshot could not be restored (the runtime's DATA_LOSS)
+
+
 class PushDeliveryState(enum.StrEnum):
     """push_deliveries.state: an A2A push notification waits, was delivered, or was given up."""
 

@@ -6,7 +6,9 @@ durable directory, then behaves as its first argument says.
 - ``leak``: prints its environment's values (its workload token, the Agent's env) to stderr, among
   much other output, and exits with status 4 (a crash message must quote none of them);
 - ``ignore-term``: like sleep, but ignores SIGTERM (the runtime must SIGKILL it);
-- ``grandchild``: like sleep, after starting a ``sleep`` child whose pid it writes to ``grandchild``.
+- ``grandchild``: like sleep, after starting a ``sleep`` child whose pid it writes to ``grandchild``;
+- ``environ``: like sleep, after writing what it can read of its parent's (the runtime's)
+  /proc/PID/environ to ``runtime-environ`` and its own environment to ``own-environ``.
 """
 
 import os
@@ -36,6 +38,14 @@ if mode == "leak":
     sys.exit(4)
 if mode == "ignore-term":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if mode == "environ":
+    try:
+        seen = pathlib.Path(f"/proc/{os.getppid()}/environ").read_bytes()
+    except OSError as exc:
+        seen = f"unreadable: {exc.strerror}".encode()
+    (data / "runtime-environ").write_bytes(seen)
+    own = pathlib.Path("/proc/self/environ").read_bytes() + b"\0" + repr(dict(os.environ)).encode()
+    (data / "own-environ").write_bytes(own)
 if mode == "grandchild":
     child = subprocess.Popen(["sleep", "1000"])
     (data / "grandchild").write_text(str(child.pid))

@@ -41,6 +41,7 @@ REPO = Path(__file__).resolve().parents[2]
 FIRST_AGENT = REPO / "examples" / "agents" / "first_agent.py"
 ECHO_AGENT = Path(__file__).with_name("echo_agent.py")
 SLOW_AGENT = Path(__file__).with_name("slow_agent.py")
+VENV_AGENT = Path(__file__).with_name("venv_agent.py")
 NS = "kagent"
 
 
@@ -71,6 +72,7 @@ async def papi(settings: Any, store: Store, database_url: str, tmp_path: Path) -
                 {"name": "echo", "command": [sys.executable], "args": [str(ECHO_AGENT)]},
                 {"name": "echo-message", "command": [sys.executable], "args": [str(ECHO_AGENT), "message"]},
                 {"name": "slow", "command": [sys.executable, str(SLOW_AGENT)]},
+                {"name": "venv", "command": [sys.executable, str(VENV_AGENT)]},
             ):
                 spec = parse_spec(raw)
                 await store.apply_agent(

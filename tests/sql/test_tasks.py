@@ -165,3 +165,29 @@ async def test_waiting_task_can_be_continued_once(store, sim):
     err = await expect(store.admit_turn(s.id, "alice", None, MSG, tid, 600), "SQ412")
     assert "not waiting for input" in err.message
     await expect(store.admit_turn(s.id, "alice", None, MSG, "no-such-task", 600), "SQ404")
+
+
+async def test_a_turn_failure_shows_on_the_session_only_for_its_dispatch_and_until_cleared(store, sim):
+    """record_turn_failure records why the current dispatch's turn could not start (clipped), never
+    for a stale dispatch; it stays after the dispatch ends, until clear_turn_failure or an admission."""
+    from sessionq.models import TurnFailure
+
+    s = await ready_session(store, sim)
+    adm = await store.admit_turn(s.id, "alice", None, MSG, None, 600)
+    await store.record_turn_failure(s.id, uuid.uuid4(), TurnFailure.RESTORE_FAILED, "stale dispatch")
+    assert (await raw_session(store, s.id)).failure_reason is None
+    await store.record_turn_failure(s.id, adm.dispatch_id, TurnFailure.RESTORE_FAILED, "why " + "x" * 5000)
+    row = await raw_session(store, s.id)
+    assert row.failure_reason == "RestoreFailed" and row.failure_message.startswith("why x") \
+        and len(row.failure_message) <= 1001
+    await store.fail_dispatch(s.id, adm.dispatch_id, "the snapshot could not be restored: why", True)
+    assert (await raw_session(store, s.id)).failure_reason == "RestoreFailed", "the Session still shows it"
+    await store.clear_turn_failure(s.id, TurnFailure.RESTORE_FAILED)
+    assert (await raw_session(store, s.id)).failure_reason is None
+    # the next failed turn shows again; an admitted operation clears it (its own failure takes the columns)
+    adm = await store.admit_turn(s.id, "alice", None, MSG, None, 600)
+    await store.record_turn_failure(s.id, adm.dispatch_id, TurnFailure.RESTORE_FAILED, "again")
+    await store.fail_dispatch(s.id, adm.dispatch_id, "the snapshot could not be restored: again", True)
+    assert (await raw_session(store, s.id)).failure_message == "again"
+    await store.admit_operation(s.id, "alice", None, "SUSPEND")
+    assert (await raw_session(store, s.id)).failure_reason is None, "an admission clears it"

@@ -5,13 +5,16 @@ the process runtime (runtime.kind: process), and `sessionq runtime serve --simul
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
+import os
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sessionq.config import ConfigError, Settings, grpc_message_limit
+from sessionq.config import SECRET_ENV, ConfigError, Settings, grpc_message_limit
 from sessionq.runtime.ateapi.actor_endpoint import ActorEndpoints
 from sessionq.runtime.ateapi.client import SubstrateClient, SubstrateOptions
 from sessionq.runtime.ateapi.server import start_server
@@ -20,6 +23,61 @@ from sessionq.runtime.process import ProcessConfig, ProcessSubstrate
 from sessionq.runtime.simulator import SimulatedSubstrate
 
 log = logging.getLogger(__name__)
+
+PR_SET_DUMPABLE = 4  # prctl(2)
+_withheld: dict[str, str] = {}
+
+
+def withhold_secrets() -> dict[str, str]:
+    """Take the credentials of the configuration (the keys marked secret: database URLs, bearer
+    tokens, the cursor key) out of this process's environment, once its settings are loaded, in a
+    process that runs the process runtime: its Actors run as the same user, and must not read them.
+
+    - they leave `os.environ` (so no child started with the inherited environment gets them);
+    - their entries in the environment the process was started with, which /proc/<pid>/environ
+      shows to every process of the same user, are overwritten in place (Linux);
+    - the process is made non-dumpable (Linux): processes of its user can no longer read its
+      memory, file descriptors or environment through /proc, nor ptrace it.
+
+    Returns the variables taken, which `withheld_environment` gives back to sessionq's own processes
+    (the API processes `up` supervises)."""
+    taken = {name: os.environ[name] for name in SECRET_ENV if name in os.environ}
+    for name in taken:
+        del os.environ[name]  # also unsetenv: C code's getenv no longer finds them either
+    _withheld.update(taken)
+    if sys.platform.startswith("linux"):
+        _wipe_initial_environment(set(taken))
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+            log.warning("could not make the process non-dumpable: %s", os.strerror(ctypes.get_errno()))
+    return taken
+
+
+def withheld_environment() -> dict[str, str]:
+    """The variables `withhold_secrets` took, for a child process of sessionq's own."""
+    return dict(_withheld)
+
+
+def _wipe_initial_environment(names: set[str]) -> None:
+    """Overwrite with NUL bytes the NAME=value entries of `names` in the environment block this
+    process was started with (its address is in /proc/self/stat: env_start, env_end, fields 50
+    and 51). Nothing points into them any more once they left the environment."""
+    if not names:
+        return
+    try:
+        stat = Path("/proc/self/stat").read_text()
+    except OSError:
+        return
+    fields = stat[stat.rfind(")") + 2:].split()
+    start, end = int(fields[47]), int(fields[48])
+    if not 0 < start < end:
+        return
+    block = ctypes.string_at(start, end - start)
+    offset = 0
+    for entry in block.split(b"\0"):
+        if entry.partition(b"=")[0].decode(errors="replace") in names:
+            ctypes.memset(start + offset, 0, len(entry))
+        offset += len(entry) + 1
 
 
 def substrate_options(settings: Settings, **overrides: Any) -> SubstrateOptions:

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sessionq.app.process import FORCE_AFTER, FORCE_BUDGET, listen_error
+from sessionq.app.runtime import withheld_environment
 from sessionq.config import Settings
 from sessionq.db.reachable import check_async
 
@@ -144,6 +145,7 @@ class Supervisor:
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
+        env.update(withheld_environment())  # what a process running the process runtime took from its own
         env.update(self.extra_env)
         env["SESSIONQ_SERVER__ADDRESS"] = self.address  # a concrete port when the configured one is 0
         return env

@@ -57,6 +57,7 @@ from sessionq.models import (
     SharePermission,
     Task,
     TaskPhase,
+    TurnFailure,
 )
 
 _SessionRead = tuple[UUID, str, str | None, str]  # session id, caller, share token hash, kind
@@ -713,6 +714,16 @@ class Store:
 
     async def fail_dispatch(self, session_id: UUID, dispatch_id: UUID, message: str, issued: bool) -> None:
         await self._rows("SELECT sessionq.fail_dispatch(%s, %s, %s, %s)", (session_id, dispatch_id, message, issued))
+
+    async def record_turn_failure(self, session_id: UUID, dispatch_id: UUID, reason: TurnFailure, message: str) -> None:
+        """Show on the Session why the dispatch's turn could not start (sessionq.record_turn_failure)."""
+        await self._rows(
+            "SELECT sessionq.record_turn_failure(%s, %s, %s, %s)", (session_id, dispatch_id, reason.value, message)
+        )
+
+    async def clear_turn_failure(self, session_id: UUID, reason: TurnFailure) -> None:
+        """A resume succeeded: the Session no longer shows that failure (sessionq.clear_turn_failure)."""
+        await self._rows("SELECT sessionq.clear_turn_failure(%s, %s)", (session_id, reason.value))
 
     async def get_task(self, task_id: str) -> Task | None:
         value = await self._value("SELECT sessionq.get_task(%s)", (task_id,))

@@ -8,8 +8,11 @@ delivers the message. The Actor reports through the task store and settles the t
 becomes FAILED and abandoned (never continued), and the waiting caller is told.
 
 What fail_dispatch records is shown to the user (the FAILED task's status, the SendMessage answer):
-always one of the fixed reasons below, never the runtime's message, which names Actors, atespaces
-and internal RPCs; that detail goes to the log, with the Session's id.
+one of the fixed reasons below, never the runtime's message, which names Actors, atespaces and
+internal RPCs; that detail goes to the log, with the Session's id. One exception: a resume the
+runtime answers DATA_LOSS (the Actor's snapshot could not be restored, `RESTORE_FAILED`) fails the
+turn with the runtime's own reason, which a runtime words for the user (it names no path or secret
+of the runtime's), and the Session shows it (Failure reason RestoreFailed) until a resume succeeds.
 """
 
 from __future__ import annotations
@@ -21,16 +24,18 @@ import weakref
 from typing import Literal
 from uuid import UUID
 
+from sessionq import errors
 from sessionq.db.store import Store
 from sessionq.domain import workload
-from sessionq.models import OperationKind, SessionState
-from sessionq.runtime.base import ActorState, Code, InvokeRequest, Substrate, SubstrateError
+from sessionq.models import OperationKind, SessionState, TurnFailure
+from sessionq.runtime.base import RESTORE_FAILED, ActorState, Code, InvokeRequest, Substrate, SubstrateError
 
 log = logging.getLogger(__name__)
 
 # user-facing reasons of a failed dispatch (see the module docstring)
 RUNTIME_FAILED = "the agent failed while running the turn"
 DEADLINE_EXCEEDED = "the turn exceeded its dispatch deadline"
+RESTORE_MESSAGE_LIMIT = 300  # characters of a restore failure's reason kept
 
 _secrets: weakref.WeakKeyDictionary[Store, str] = weakref.WeakKeyDictionary()
 
@@ -45,6 +50,12 @@ async def workload_credential(store: Store, session_id: UUID) -> str:
     if secret is None:
         secret = _secrets[store] = await store.secret("workload")
     return workload.token_for(secret, session_id)
+
+
+def restore_failure(error: SubstrateError) -> str:
+    """What the user is told of a resume the runtime answered DATA_LOSS: its reason, short."""
+    message = error.message if error.message.startswith(RESTORE_FAILED) else f"{RESTORE_FAILED}: {error.message}"
+    return errors.clip(message, RESTORE_MESSAGE_LIMIT)
 
 
 async def dispatch_turn(store: Store, runtime: Substrate, session_id: UUID) -> DispatchOutcome:
@@ -81,7 +92,18 @@ async def dispatch_turn(store: Store, runtime: Substrate, session_id: UUID) -> D
                 )
             if actor.state != ActorState.RUNNING:
                 issued = True
-                actor, _ = await runtime.resume_actor(session.actor_atespace, session.actor_name, actor.uid)
+                try:
+                    actor, _ = await runtime.resume_actor(session.actor_atespace, session.actor_name, actor.uid)
+                except SubstrateError as e:
+                    if e.code != Code.DATA_LOSS:
+                        raise
+                    log.warning("dispatch failed: %s: %s", e.code.name, e.message, extra=extra)
+                    message = restore_failure(e)
+                    await store.record_turn_failure(session_id, dispatch_id, TurnFailure.RESTORE_FAILED, message)
+                    await store.fail_dispatch(session_id, dispatch_id, message, issued)
+                    return "failed"
+                if session.failure_reason == TurnFailure.RESTORE_FAILED:
+                    await store.clear_turn_failure(session_id, TurnFailure.RESTORE_FAILED)
             issued = True
             await runtime.invoke(
                 session.actor_atespace,

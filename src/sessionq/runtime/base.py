@@ -42,6 +42,10 @@ class Code(enum.StrEnum):
     DATA_LOSS = "DATA_LOSS"
 
 
+# how a runtime's DATA_LOSS answer to a resume begins: the snapshot could not be restored, and why
+RESTORE_FAILED = "the snapshot could not be restored"
+
+
 class SubstrateError(Exception):
     """A runtime call failed with a status code. Whether its effect was applied is in general not
     known to the caller: a lost response looks exactly like a failure before the effect
@@ -256,7 +260,9 @@ class Substrate(RuntimeReader, Protocol):
         ...
 
     async def resume_actor(self, atespace: str, name: str, uid: str) -> tuple[Actor, bool]:
-        """Resume onto a worker; returns (actor, resumed) with resumed=False if already running."""
+        """Resume onto a worker; returns (actor, resumed) with resumed=False if already running.
+        DATA_LOSS: the Actor's snapshot could not be restored; the message (`RESTORE_FAILED`: why)
+        names no path or secret of the runtime's, and is shown to the Session's users."""
         ...
 
     async def pause_actor(self, atespace: str, name: str, uid: str) -> Actor: ...

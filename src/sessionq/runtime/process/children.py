@@ -138,8 +138,10 @@ def stderr_tail(path: Path, limit: int = STDERR_TAIL, secrets: Iterable[str] = (
 
 def open_logs(logs: Path, uid: str) -> tuple[BinaryIO, BinaryIO]:
     """The process's stdout (appended) and stderr (this start's only: its tail explains a crash)."""
-    logs.mkdir(parents=True, exist_ok=True)
-    return open(logs / f"{uid}.stdout", "ab"), open(logs / f"{uid}.stderr", "wb")
+    logs.mkdir(parents=True, exist_ok=True, mode=0o700)
+    out = os.open(logs / f"{uid}.stdout", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    err = os.open(logs / f"{uid}.stderr", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    return open(out, "ab"), open(err, "wb")
 
 
 def listen() -> socket.socket:

@@ -28,18 +28,18 @@ import asyncio
 import logging
 import os
 import sys
-import tarfile
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import psycopg
 from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
 from sessionq.runtime.base import (
+    RESTORE_FAILED,
     Actor,
     ActorState,
     ActorTemplate,
@@ -80,6 +80,7 @@ TASKSTORE_ENV = "SESSIONQ_TASKSTORE_ADDRESS"
 ACTOR_ENV = "SESSIONQ_ACTOR"
 # variables of the runtime's own environment an Actor's process inherits (nothing else leaks)
 INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
+DEFAULT_MAX_DIRECTORY_BYTES = 1 << 30
 ARGV_LIMIT = 64
 ARG_LENGTH = 4096
 _WITH_PROCESS = (ActorState.RESUMING, ActorState.RUNNING, ActorState.PAUSED, ActorState.SUSPENDING)
@@ -90,7 +91,9 @@ class ProcessConfig:
     root: Path  # durable directories, snapshots, tags, logs
     slots: int = 8  # process slots (workers)
     stop_grace: float = 5.0  # seconds between SIGTERM and SIGKILL
-    max_directory_bytes: int = 0  # a durable directory above this is not snapshotted; 0: no limit
+    # a durable directory above this (apparent size) is not snapshotted, nor an archive above it
+    # restored; 0: no limit
+    max_directory_bytes: int = DEFAULT_MAX_DIRECTORY_BYTES
     keep_snapshots: int = 2  # completed generations kept per Actor (the newest)
     compress_level: int = 6
     taskstore_address: str | None = None  # "host:port" of the TaskStoreService, given to every process
@@ -192,8 +195,10 @@ class ProcessSubstrate:
     # lifecycle ------------------------------------------------------------------------------
 
     async def open(self) -> None:
+        # the runtime's alone: other users of the machine read no snapshot, tag, log or directory
+        archive.private_dir(self.root)
         for sub in ("actors", "snapshots", "tags", "logs"):
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
+            archive.private_dir(self.root / sub)
         await install_schema(self._conninfo, slots=self.config.slots)
         conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
         cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (SERVER_LOCK_KEY,))
@@ -489,7 +494,14 @@ class ProcessSubstrate:
         template = step.get("template") or {}
         argv = [*template.get("command", []), *template.get("args", [])]
         try:
-            await asyncio.to_thread(archive.restore_archive, snapshot, data)
+            await asyncio.to_thread(archive.restore_archive, snapshot, data, limit=self.config.max_directory_bytes)
+        except archive.ArchiveError as exc:
+            # the Actor's own files could not be brought back: DATA_LOSS, with why in words that name
+            # no path of the runtime's (what the user is shown)
+            message = f"{RESTORE_FAILED}: {exc}"
+            await self._db.call("SELECT sessionq_process.crash(%s, NULL, NULL, %s)", (uid, message))
+            raise SubstrateError(Code.DATA_LOSS, message) from exc
+        try:
             env = self._process_env(atespace, name, dict(template.get("env") or {}), dict(step.get("env") or {}), data)
             if not argv:
                 raise FileNotFoundError("the actor template has no command")
@@ -499,7 +511,7 @@ class ProcessSubstrate:
             child = await self._warm.start(uid, argv, env, data, logs, secrets)
             if child is None:
                 child = await children.start_child(uid, argv, env, data, logs, secrets)
-        except (OSError, tarfile.TarError) as exc:
+        except OSError as exc:
             message = f"the process could not start: {exc}"
             await self._db.call("SELECT sessionq_process.crash(%s, NULL, NULL, %s)", (uid, message))
             raise SubstrateError(Code.FAILED_PRECONDITION, f"actor {atespace}/{name}: {message}") from exc
@@ -563,13 +575,7 @@ class ProcessSubstrate:
             limit = self.config.max_directory_bytes
             size = await asyncio.to_thread(archive.directory_size, data) if data.exists() else 0
             if limit and size > limit:
-                message = (
-                    f"durable directory is {size} bytes, over the limit of {limit} bytes "
-                    f"(runtime.process.maxDirectoryBytes): snapshot generation {generation} refused; "
-                    "the previous snapshot is kept and the next resume starts from it"
-                )
-                await self._db.call("SELECT sessionq_process.crash(%s, NULL, NULL, %s)", (uid, message))
-                raise SubstrateError(Code.FAILED_PRECONDITION, f"actor {atespace}/{name}: {message}")
+                await self._refuse_snapshot(atespace, name, uid, generation, f"durable directory is {size} bytes")
             dest = self._snapshot_path(uid, generation)
             try:
                 if not data.exists():
@@ -579,8 +585,11 @@ class ProcessSubstrate:
                     data,
                     dest,
                     level=self.config.compress_level,
+                    limit=limit,
                     before_rename=self.before_rename,
                 )
+            except archive.DirectoryTooLarge:  # it grew while it was being written
+                await self._refuse_snapshot(atespace, name, uid, generation, f"durable directory is over {limit} bytes")
             except Exception as exc:
                 message = f"snapshot generation {generation} could not be written: {exc}"
                 await self._db.call("SELECT sessionq_process.crash(%s, NULL, NULL, %s)", (uid, message))
@@ -592,6 +601,16 @@ class ProcessSubstrate:
             _unlink(done.get("dropped") or [])
             await asyncio.to_thread(archive.remove_tree, data)
             return await self._load(atespace, name)
+
+    async def _refuse_snapshot(self, atespace: str, name: str, uid: str, generation: int, size: str) -> NoReturn:
+        """A durable directory over the limit: CRASHED with why, FAILED_PRECONDITION raised."""
+        message = (
+            f"{size}, over the limit of {self.config.max_directory_bytes} bytes "
+            f"(runtime.process.maxDirectoryBytes): snapshot generation {generation} refused; "
+            "the previous snapshot is kept and the next resume starts from it"
+        )
+        await self._db.call("SELECT sessionq_process.crash(%s, NULL, NULL, %s)", (uid, message))
+        raise SubstrateError(Code.FAILED_PRECONDITION, f"actor {atespace}/{name}: {message}")
 
     async def pause_actor(self, atespace: str, name: str, uid: str) -> Actor:
         async with self._lock(uid):

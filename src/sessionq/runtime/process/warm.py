@@ -348,7 +348,7 @@ class WarmPool:
 
 
 def _open_log(path: Path) -> BinaryIO:
-    return open(path, "ab")
+    return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600), "ab")
 
 
 async def _close_control(spare: Spare) -> None:
