@@ -65,6 +65,7 @@ from sessionq.runtime.shared import (
     canonical_rules,
     clamp_page_size,
     decode_actor_token,
+    require_name,
     rule_collection,
     split_template,
     worker_boundary,
@@ -140,11 +141,6 @@ def _actor(row: DictRow, snapshots: list[Snapshot]) -> Actor:
 def _worker(row: DictRow) -> Worker:
     holder = f"{row['holder_atespace']}/{row['holder_name']}" if row["holder_name"] is not None else None
     return Worker(name=row["name"], atespace="", ip=row["ip"], actor=holder, state="WORKER_STATE_ACTIVE")
-
-
-def _require_name(kind: str, value: str) -> None:
-    if not isinstance(value, str) or not value or "/" in value or value in (".", "..") or "\x00" in value:
-        raise SubstrateError(Code.INVALID_ARGUMENT, f"invalid {kind} {value!r}")
 
 
 def _check_argv(kind: str, values: list[str]) -> list[str]:
@@ -316,8 +312,8 @@ class ProcessSubstrate:
         args: list[str] | None = None,
         env: dict[str, str] | None = None,
     ) -> ActorTemplate:
-        _require_name("atespace", atespace)
-        _require_name("template name", name)
+        require_name("atespace", atespace)
+        require_name("template name", name)
         cmd = _check_argv("command", list(command or []))
         arguments = _check_argv("args", list(args or []))
         variables = _check_env(dict(env or {}))
@@ -392,8 +388,8 @@ class ProcessSubstrate:
         from_tag: str | None = None,
         env: dict[str, str] | None = None,
     ) -> Actor:
-        _require_name("atespace", atespace)
-        _require_name("actor name", name)
+        require_name("atespace", atespace)
+        require_name("actor name", name)
         t_atespace, t_name = split_template(template)
         variables = _check_env(dict(env or {}))
         uid = str(uuid.uuid4())
@@ -665,7 +661,7 @@ class ProcessSubstrate:
     # tags -------------------------------------------------------------------------------------
 
     async def create_tag(self, atespace: str, name: str, actor: str, uid: str) -> Tag:
-        _require_name("tag name", name)
+        require_name("tag name", name)
         async with self._lock(uid):
             async with self._db.tx() as cur:
                 await cur.execute("SELECT (sessionq_process.lock_actor(%s, %s, %s)).*", (atespace, actor, uid))
