@@ -457,12 +457,13 @@ class SimulatedSubstrate(FaultInjection):
                     raise SubstrateError(
                         Code.FAILED_PRECONDITION, f"actor {atespace}/{name} cannot pause from {state.value}"
                     )
+                # the locked Actor's UID: a caller without a UID precondition (a plain ateapi client) passes None
                 await cur.execute(
                     "UPDATE substrate_sim.actors SET state = %s, version = version + 1,"
                     " updated_at = clock_timestamp() WHERE uid = %s",
-                    (ActorState.PAUSED.value, uid),
+                    (ActorState.PAUSED.value, row["uid"]),
                 )
-                await self._log(cur, "pause_actor", atespace, name, uid)
+                await self._log(cur, "pause_actor", atespace, name, row["uid"])
                 return await self._load_actor(cur, atespace, name)
 
         return await self._call("pause_actor", name, op)
