@@ -300,6 +300,11 @@ class ProcessSubstrate:
             )
         return row
 
+    async def _target(self, atespace: str, name: str, uid: str | None) -> str:
+        """The UID a mutation acts on: the caller's precondition, or (None: a plain ateapi client
+        served by the server frame) the current Actor's. NOT_FOUND when there is no such Actor."""
+        return uid if uid is not None else str((await self._row(atespace, name, None))["uid"])
+
     # templates --------------------------------------------------------------------------------
 
     async def create_actor_template(
@@ -445,6 +450,7 @@ class ProcessSubstrate:
         return await self._load(atespace, name)
 
     async def resume_actor(self, atespace: str, name: str, uid: str) -> tuple[Actor, bool]:
+        uid = await self._target(atespace, name, uid)
         async with self._lock(uid):
             step = await self._db.call(
                 "SELECT sessionq_process.begin_resume(%s, %s, %s, %s)", (atespace, name, uid, self.server_id)
@@ -547,6 +553,7 @@ class ProcessSubstrate:
                 f"snapshot fidelity {fid.value} rejected (suspending {atespace}/{name}): the process runtime "
                 "snapshots the durable directory only (VOLUMES)",
             )
+        uid = await self._target(atespace, name, uid)
         async with self._lock(uid):
             step = await self._db.call(
                 "SELECT sessionq_process.begin_suspend(%s, %s, %s, %s)", (atespace, name, uid, fid.value)
@@ -590,6 +597,7 @@ class ProcessSubstrate:
             return await self._load(atespace, name)
 
     async def pause_actor(self, atespace: str, name: str, uid: str) -> Actor:
+        uid = await self._target(atespace, name, uid)
         async with self._lock(uid):
             step = await self._db.call("SELECT sessionq_process.pause(%s, %s, %s)", (atespace, name, uid))
             if step["action"] == "stop":
@@ -599,6 +607,7 @@ class ProcessSubstrate:
             return await self._load(atespace, name)
 
     async def delete_actor(self, atespace: str, name: str, uid: str, *, any_state: bool = False) -> None:
+        uid = await self._target(atespace, name, uid)
         async with self._lock(uid):
             step = await self._db.call(
                 "SELECT sessionq_process.begin_delete(%s, %s, %s, %s)", (atespace, name, uid, bool(any_state))
@@ -615,6 +624,7 @@ class ProcessSubstrate:
 
     async def create_egress_policy(self, atespace: str, actor: str, uid: str, rules: list[EgressRule]) -> EgressPolicy:
         data = canonical_rules(rules, actor=f"{atespace}/{actor}")
+        uid = await self._target(atespace, actor, uid)
         async with self._db.tx() as cur:
             await cur.execute("SELECT sessionq_process.lock_actor(%s, %s, %s)", (atespace, actor, uid))
             await cur.execute(
@@ -646,6 +656,7 @@ class ProcessSubstrate:
 
     async def update_egress_policy(self, atespace: str, actor: str, uid: str, rules: list[EgressRule]) -> EgressPolicy:
         data = canonical_rules(rules, actor=f"{atespace}/{actor}")
+        uid = await self._target(atespace, actor, uid)
         async with self._db.tx() as cur:
             await cur.execute("SELECT sessionq_process.lock_actor(%s, %s, %s)", (atespace, actor, uid))
             await cur.execute(
@@ -662,6 +673,7 @@ class ProcessSubstrate:
 
     async def create_tag(self, atespace: str, name: str, actor: str, uid: str) -> Tag:
         require_name("tag name", name)
+        uid = await self._target(atespace, actor, uid)
         async with self._lock(uid):
             async with self._db.tx() as cur:
                 await cur.execute("SELECT (sessionq_process.lock_actor(%s, %s, %s)).*", (atespace, actor, uid))
