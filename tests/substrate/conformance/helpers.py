@@ -28,7 +28,3 @@ async def running(rt: Substrate, actor: Actor) -> Actor:
     resumed, changed = await rt.resume_actor(actor.atespace, actor.name, actor.uid)
     assert changed
     return resumed
-
-
-def latest_generation(actor: Actor) -> int:
-    return max((s.generation for s in actor.snapshots), default=0)

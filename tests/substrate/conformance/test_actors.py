@@ -160,6 +160,8 @@ async def test_list_actors_pages_over_one_atespace_or_all(subject: Subject) -> N
     listed = next(a for a in page.items if a.name == "a1")
     assert listed.uid == (await rt.get_actor(NS, "a1")).uid
     assert (await rt.list_actors("conf-empty", 10, "")).items == []
+    await refused(Code.INVALID_ARGUMENT, rt.list_actors(NS, 10, "not a token the runtime made"))
+    await refused(Code.INVALID_ARGUMENT, rt.list_actors(NS, -1, ""))
 
 
 async def test_workers_are_held_while_running_and_run_out(subject: Subject) -> None:
