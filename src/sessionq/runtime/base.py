@@ -107,7 +107,7 @@ class Actor:
     version: int
     created_at: datetime
     updated_at: datetime
-    snapshots: tuple[Snapshot, ...] = ()  # all generations, ascending
+    snapshots: tuple[Snapshot, ...] = ()  # the generations the runtime keeps (the newest among them), ascending
     crash_message: str | None = None  # CRASHED: why (a process runtime: exit status and stderr tail)
     crash_exit_status: int | None = None  # CRASHED: the process's exit status (negative: killed by that signal)
 

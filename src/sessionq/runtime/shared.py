@@ -1,6 +1,6 @@
-"""What the runtime implementations (the simulator and the process runtime) share: keyset page
-tokens and pages of Actors and Workers, page sizes, template references, and the canonical form of
-egress rules as both store them."""
+"""What the runtime implementations (the simulator and the process runtime) share: the name rule,
+keyset page tokens and pages of Actors and Workers, page sizes, template references, and the
+canonical form of egress rules as both store them."""
 
 from __future__ import annotations
 
@@ -16,11 +16,13 @@ __all__ = [
     "DEFAULT_PAGE_SIZE",
     "EGRESS_PROTOCOLS",
     "MAX_PAGE_SIZE",
+    "NAME_MAX_LENGTH",
     "actor_page",
     "canonical_rules",
     "clamp_page_size",
     "decode_actor_token",
     "encode_actor_token",
+    "require_name",
     "rule_collection",
     "split_template",
     "worker_boundary",
@@ -30,6 +32,30 @@ __all__ = [
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
 EGRESS_PROTOCOLS = frozenset({"http", "https", "tls_passthrough"})
+# the longest name: a DNS label's bound, which the wire gives every atespace and resource name
+# (shared/spec/substrate-wire.md, "short-name")
+NAME_MAX_LENGTH = 63
+
+
+# names
+
+
+def require_name(kind: str, value: object) -> None:
+    """The name rule every runtime applies to an atespace and to the name of an Actor, a template or
+    a tag it is asked to create (docs/runtime.md, "Names"): 1 to NAME_MAX_LENGTH characters, no "/",
+    no control character (NUL among them), neither "." nor "..". Raises INVALID_ARGUMENT; the
+    message quotes at most the name's first characters."""
+    if not isinstance(value, str):
+        raise SubstrateError(Code.INVALID_ARGUMENT, f"invalid {kind}: not a string")
+    if not value or len(value) > NAME_MAX_LENGTH:
+        shown = value if len(value) <= NAME_MAX_LENGTH else value[:NAME_MAX_LENGTH] + "..."
+        raise SubstrateError(
+            Code.INVALID_ARGUMENT, f"invalid {kind} {shown!r}: 1 to {NAME_MAX_LENGTH} characters ({len(value)})"
+        )
+    if value in (".", "..") or "/" in value or any(c < " " or c == "\x7f" for c in value):
+        raise SubstrateError(
+            Code.INVALID_ARGUMENT, f"invalid {kind} {value!r}: no '/' or control character, not '.' or '..'"
+        )
 
 
 # page tokens and pages (the runtime's keyset format)

@@ -331,8 +331,15 @@ class SubstrateClient:
     async def suspend_actor(
         self, atespace: str, name: str, uid: str, fidelity: SnapshotFidelity = SnapshotFidelity.VOLUMES
     ) -> Actor:
+        fid = SnapshotFidelity(fidelity)
+        if fid in (SnapshotFidelity.ROOTFS, SnapshotFidelity.UNSPECIFIED):
+            # refused as every runtime refuses it: SuspendActor cannot ask for it (a real Substrate
+            # writes the template's preferred fidelity, VOLUMES, and ignores the fidelity header)
+            raise SubstrateError(
+                Code.INVALID_ARGUMENT, f"snapshot fidelity {fid.value} rejected (suspending {atespace}/{name})"
+            )
         await self._check_uid(atespace, name, uid)
-        headers = {codec.EXPECT_UID: uid, codec.FIDELITY: SnapshotFidelity(fidelity).value}
+        headers = {codec.EXPECT_UID: uid, codec.FIDELITY: fid.value}
         response = await self._rpc(self.stub.SuspendActor, pb.SuspendActorRequest(actor=codec.ref(atespace, name)),
                                    headers=headers)
         return self._actor_of(response, "SuspendActorResponse")

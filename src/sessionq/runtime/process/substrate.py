@@ -65,6 +65,7 @@ from sessionq.runtime.shared import (
     canonical_rules,
     clamp_page_size,
     decode_actor_token,
+    require_name,
     rule_collection,
     split_template,
     worker_boundary,
@@ -143,11 +144,6 @@ def _actor(row: DictRow, snapshots: list[Snapshot]) -> Actor:
 def _worker(row: DictRow) -> Worker:
     holder = f"{row['holder_atespace']}/{row['holder_name']}" if row["holder_name"] is not None else None
     return Worker(name=row["name"], atespace="", ip=row["ip"], actor=holder, state="WORKER_STATE_ACTIVE")
-
-
-def _require_name(kind: str, value: str) -> None:
-    if not isinstance(value, str) or not value or "/" in value or value in (".", "..") or "\x00" in value:
-        raise SubstrateError(Code.INVALID_ARGUMENT, f"invalid {kind} {value!r}")
 
 
 def _check_argv(kind: str, values: list[str]) -> list[str]:
@@ -309,6 +305,11 @@ class ProcessSubstrate:
             )
         return row
 
+    async def _target(self, atespace: str, name: str, uid: str | None) -> str:
+        """The UID a mutation acts on: the caller's precondition, or (None: a plain ateapi client
+        served by the server frame) the current Actor's. NOT_FOUND when there is no such Actor."""
+        return uid if uid is not None else str((await self._row(atespace, name, None))["uid"])
+
     # templates --------------------------------------------------------------------------------
 
     async def create_actor_template(
@@ -321,8 +322,8 @@ class ProcessSubstrate:
         args: list[str] | None = None,
         env: dict[str, str] | None = None,
     ) -> ActorTemplate:
-        _require_name("atespace", atespace)
-        _require_name("template name", name)
+        require_name("atespace", atespace)
+        require_name("template name", name)
         cmd = _check_argv("command", list(command or []))
         arguments = _check_argv("args", list(args or []))
         variables = _check_env(dict(env or {}))
@@ -397,8 +398,8 @@ class ProcessSubstrate:
         from_tag: str | None = None,
         env: dict[str, str] | None = None,
     ) -> Actor:
-        _require_name("atespace", atespace)
-        _require_name("actor name", name)
+        require_name("atespace", atespace)
+        require_name("actor name", name)
         t_atespace, t_name = split_template(template)
         variables = _check_env(dict(env or {}))
         uid = str(uuid.uuid4())
@@ -454,6 +455,7 @@ class ProcessSubstrate:
         return await self._load(atespace, name)
 
     async def resume_actor(self, atespace: str, name: str, uid: str) -> tuple[Actor, bool]:
+        uid = await self._target(atespace, name, uid)
         async with self._lock(uid):
             step = await self._db.call(
                 "SELECT sessionq_process.begin_resume(%s, %s, %s, %s)", (atespace, name, uid, self.server_id)
@@ -563,6 +565,7 @@ class ProcessSubstrate:
                 f"snapshot fidelity {fid.value} rejected (suspending {atespace}/{name}): the process runtime "
                 "snapshots the durable directory only (VOLUMES)",
             )
+        uid = await self._target(atespace, name, uid)
         async with self._lock(uid):
             step = await self._db.call(
                 "SELECT sessionq_process.begin_suspend(%s, %s, %s, %s)", (atespace, name, uid, fid.value)
@@ -613,6 +616,7 @@ class ProcessSubstrate:
         raise SubstrateError(Code.FAILED_PRECONDITION, f"actor {atespace}/{name}: {message}")
 
     async def pause_actor(self, atespace: str, name: str, uid: str) -> Actor:
+        uid = await self._target(atespace, name, uid)
         async with self._lock(uid):
             step = await self._db.call("SELECT sessionq_process.pause(%s, %s, %s)", (atespace, name, uid))
             if step["action"] == "stop":
@@ -622,6 +626,7 @@ class ProcessSubstrate:
             return await self._load(atespace, name)
 
     async def delete_actor(self, atespace: str, name: str, uid: str, *, any_state: bool = False) -> None:
+        uid = await self._target(atespace, name, uid)
         async with self._lock(uid):
             step = await self._db.call(
                 "SELECT sessionq_process.begin_delete(%s, %s, %s, %s)", (atespace, name, uid, bool(any_state))
@@ -638,6 +643,7 @@ class ProcessSubstrate:
 
     async def create_egress_policy(self, atespace: str, actor: str, uid: str, rules: list[EgressRule]) -> EgressPolicy:
         data = canonical_rules(rules, actor=f"{atespace}/{actor}")
+        uid = await self._target(atespace, actor, uid)
         async with self._db.tx() as cur:
             await cur.execute("SELECT sessionq_process.lock_actor(%s, %s, %s)", (atespace, actor, uid))
             await cur.execute(
@@ -669,6 +675,7 @@ class ProcessSubstrate:
 
     async def update_egress_policy(self, atespace: str, actor: str, uid: str, rules: list[EgressRule]) -> EgressPolicy:
         data = canonical_rules(rules, actor=f"{atespace}/{actor}")
+        uid = await self._target(atespace, actor, uid)
         async with self._db.tx() as cur:
             await cur.execute("SELECT sessionq_process.lock_actor(%s, %s, %s)", (atespace, actor, uid))
             await cur.execute(
@@ -684,7 +691,8 @@ class ProcessSubstrate:
     # tags -------------------------------------------------------------------------------------
 
     async def create_tag(self, atespace: str, name: str, actor: str, uid: str) -> Tag:
-        _require_name("tag name", name)
+        require_name("tag name", name)
+        uid = await self._target(atespace, actor, uid)
         async with self._lock(uid):
             async with self._db.tx() as cur:
                 await cur.execute("SELECT (sessionq_process.lock_actor(%s, %s, %s)).*", (atespace, actor, uid))

@@ -68,6 +68,7 @@ from sessionq.runtime.shared import (
     clamp_page_size,
     decode_actor_token,
     encode_actor_token,
+    require_name,
     rule_collection,
     split_template,
     worker_boundary,
@@ -158,11 +159,6 @@ def _policy(row: DictRow) -> EgressPolicy:
 def _worker(row: DictRow) -> Worker:
     holder = f"{row['holder_atespace']}/{row['holder_name']}" if row["holder_name"] is not None else None
     return Worker(name=row["name"], atespace=row["atespace"], ip=row["ip"], actor=holder, state=row["state"])
-
-
-def _require_name(kind: str, value: str) -> None:
-    if not isinstance(value, str) or not value or "/" in value:
-        raise SubstrateError(Code.INVALID_ARGUMENT, f"invalid {kind} {value!r}")
 
 
 _ACTOR_SELECT = (
@@ -337,8 +333,8 @@ class SimulatedSubstrate(FaultInjection):
         del command, args, env
 
         async def op() -> ActorTemplate:
-            _require_name("atespace", atespace)
-            _require_name("template name", name)
+            require_name("atespace", atespace)
+            require_name("template name", name)
             async with self._tx() as cur:
                 await cur.execute(
                     "INSERT INTO substrate_sim.templates (atespace, name, uid, image) VALUES (%s, %s, %s, %s)"
@@ -401,8 +397,8 @@ class SimulatedSubstrate(FaultInjection):
         env: dict[str, str] | None = None,
     ) -> Actor:
         try:
-            _require_name("atespace", atespace)
-            _require_name("actor name", name)
+            require_name("atespace", atespace)
+            require_name("actor name", name)
             split_template(template)
             env_json = Jsonb(dict(env or {}))
         except Exception as exc:
@@ -461,12 +457,13 @@ class SimulatedSubstrate(FaultInjection):
                     raise SubstrateError(
                         Code.FAILED_PRECONDITION, f"actor {atespace}/{name} cannot pause from {state.value}"
                     )
+                # the locked Actor's UID: a caller without a UID precondition (a plain ateapi client) passes None
                 await cur.execute(
                     "UPDATE substrate_sim.actors SET state = %s, version = version + 1,"
                     " updated_at = clock_timestamp() WHERE uid = %s",
-                    (ActorState.PAUSED.value, uid),
+                    (ActorState.PAUSED.value, row["uid"]),
                 )
-                await self._log(cur, "pause_actor", atespace, name, uid)
+                await self._log(cur, "pause_actor", atespace, name, row["uid"])
                 return await self._load_actor(cur, atespace, name)
 
         return await self._call("pause_actor", name, op)
@@ -532,7 +529,7 @@ class SimulatedSubstrate(FaultInjection):
 
     async def create_tag(self, atespace: str, name: str, actor: str, uid: str) -> Tag:
         async def op() -> Tag:
-            _require_name("tag name", name)
+            require_name("tag name", name)
             async with self._tx() as cur:
                 row = await self._lock_actor(cur, atespace, actor, uid)
                 if row["state"] != ActorState.SUSPENDED.value:

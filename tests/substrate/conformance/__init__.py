@@ -1,0 +1,1 @@
+"""The Substrate conformance suite: what every `Substrate` implementation must do (conftest.py)."""

@@ -1,0 +1,148 @@
+"""The Substrate conformance suite's one fixture: `subject`, parametrized over every implementation
+of `sessionq.runtime.base.Substrate`. Every test of this folder runs once against each.
+
+| id | what the test calls |
+| --- | --- |
+| `simulator` | `SimulatedSubstrate` in process |
+| `simulator-wire` | the adapter (`SubstrateClient`) -> `ateapi.Control` served from a simulator, with sessionq's extensions (what `sessionq up --runtime simulator` runs) |
+| `adapter` | the adapter -> a simulator served as a real Substrate (no `x-sessionq-*` headers or trailers; the adapter checks UIDs itself) |
+| `process` | `ProcessSubstrate` in process (real OS processes, archived durable directories) |
+| `process-wire` | the adapter -> `ateapi.Control` served from a process runtime (what `sessionq up` runs) |
+| `process-adapter` | the adapter -> a process runtime served as a real Substrate (its methods get no UID precondition) |
+
+A new runtime adds one `Kind` and one branch in `open_subject` (docs/runtime.md, "A new runtime").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sessionq.runtime.ateapi.actor_endpoint import ActorEndpoints
+from sessionq.runtime.ateapi.client import SubstrateClient, SubstrateOptions
+from sessionq.runtime.ateapi.server import start_server
+from sessionq.runtime.base import Substrate
+from sessionq.runtime.process import ProcessConfig, ProcessSubstrate
+from sessionq.runtime.simulator import SimulatedSubstrate
+
+# how many Actors may hold a worker at once, the same for every implementation (the process
+# runtime's slots, the simulator's worker pool), so that running out of workers is testable
+WORKERS = 3
+
+
+class Kind(enum.StrEnum):
+    SIMULATOR = "simulator"
+    SIMULATOR_WIRE = "simulator-wire"
+    ADAPTER = "adapter"
+    PROCESS = "process"
+    PROCESS_WIRE = "process-wire"
+    PROCESS_ADAPTER = "process-adapter"
+
+
+@dataclass
+class Durable:
+    """The durable directory of a RUNNING Actor as its agent sees it: files by name, with text
+    contents (what suspend snapshots, resume restores and a fork from a tag starts from)."""
+
+    write: Callable[[str, str, str, dict[str, str]], Awaitable[None]]  # (atespace, name, uid, files)
+    read: Callable[[str, str, str], Awaitable[dict[str, str]]]  # (atespace, name, uid) -> files
+
+
+@dataclass
+class Subject:
+    """One implementation under test. `runtime` is what the tests call; the rest says what the
+    implementation offers beyond the Protocol (None / False: the tests that need it skip)."""
+
+    kind: Kind
+    runtime: Substrate
+    durable: Durable | None = None
+    # whether get_actor_template gives back the command, args and env the template was made with
+    # (a runtime that runs them; the simulator's agent runs in process and ignores them)
+    keeps_command: bool = False
+    # what create_actor_template gets besides the image: the process runtime runs this command
+    template_options: dict[str, Any] = field(default_factory=dict)
+
+    async def template(self, atespace: str, name: str) -> str:
+        """Create a template the implementation can run; returns its reference "<atespace>/<name>"."""
+        await self.runtime.create_actor_template(atespace, name, "registry.local/agent:1", **self.template_options)
+        return f"{atespace}/{name}"
+
+
+def _simulator_durable(sim: SimulatedSubstrate) -> Durable:
+    async def write(atespace: str, name: str, uid: str, files: dict[str, str]) -> None:
+        current = await sim.read_durable(atespace, name)
+        await sim.write_durable(atespace, name, uid, {**current, **files})
+
+    async def read(atespace: str, name: str, uid: str) -> dict[str, str]:
+        return {k: v for k, v in (await sim.read_durable(atespace, name)).items() if isinstance(v, str)}
+
+    return Durable(write, read)
+
+
+def _process_durable(rt: ProcessSubstrate) -> Durable:
+    async def write(atespace: str, name: str, uid: str, files: dict[str, str]) -> None:
+        data = rt.data_dir(uid)
+        for file, text in files.items():
+            (data / file).write_text(text)
+
+    async def read(atespace: str, name: str, uid: str) -> dict[str, str]:
+        data = rt.data_dir(uid)
+        return {p.name: p.read_text() for p in data.iterdir() if p.is_file()} if data.exists() else {}
+
+    return Durable(write, read)
+
+
+@contextlib.asynccontextmanager
+async def served(runtime: Substrate, *, extensions: bool) -> AsyncIterator[SubstrateClient]:
+    """`runtime` served as ateapi.Control (and its Actors' A2A endpoints), and the adapter talking
+    to it. `extensions=False`: the server plays a real Substrate and the adapter checks UIDs itself."""
+    server, port, _ = await start_server(runtime, "127.0.0.1:0", extensions=extensions)
+    endpoints = ActorEndpoints(runtime)
+    await endpoints.start("127.0.0.1:0")
+    client = SubstrateClient(SubstrateOptions(
+        address=f"127.0.0.1:{port}", call_timeout=60.0, uid_preflight=not extensions,
+        actor_address_pattern=endpoints.pattern))
+    await client.open()
+    try:
+        yield client
+    finally:
+        await client.close()
+        await endpoints.stop()
+        await server.stop(0)
+
+
+@contextlib.asynccontextmanager
+async def open_subject(kind: Kind, database_url: str, root: Path) -> AsyncIterator[Subject]:
+    """The implementation `kind` on a fresh database (and, for the process runtime, a fresh root)."""
+    if kind in (Kind.SIMULATOR, Kind.SIMULATOR_WIRE, Kind.ADAPTER):
+        async with SimulatedSubstrate(database_url, worker_pool_size=WORKERS) as sim:
+            if kind == Kind.SIMULATOR:
+                yield Subject(kind, sim, _simulator_durable(sim))
+                return
+            async with served(sim, extensions=kind == Kind.SIMULATOR_WIRE) as client:
+                yield Subject(kind, client, _simulator_durable(sim))
+        return
+    if kind in (Kind.PROCESS, Kind.PROCESS_WIRE, Kind.PROCESS_ADAPTER):
+        config = ProcessConfig(root=root, slots=WORKERS, stop_grace=5.0, warm_interpreters=0)
+        # a process that only waits: SIGTERM ends it at once, and it writes nothing of its own
+        options = {"command": ["sleep"], "args": ["3600"]}
+        async with ProcessSubstrate(database_url, config) as rt:
+            if kind == Kind.PROCESS:
+                yield Subject(kind, rt, _process_durable(rt), keeps_command=True, template_options=options)
+                return
+            async with served(rt, extensions=kind == Kind.PROCESS_WIRE) as client:
+                yield Subject(kind, client, _process_durable(rt), keeps_command=True, template_options=options)
+        return
+    raise AssertionError(f"no implementation for {kind}")
+
+
+@pytest.fixture(params=list(Kind), ids=str)
+async def subject(request: pytest.FixtureRequest, database_url: str, tmp_path: Path) -> AsyncIterator[Subject]:
+    async with open_subject(request.param, database_url, tmp_path / "runtime") as s:
+        yield s
