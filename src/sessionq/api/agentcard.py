@@ -272,7 +272,7 @@ def json_problem(body: bytes) -> str | None:
 
 class _SdkClientErrors(logging.Filter):
     """The a2a-sdk logs a client's mistake with a traceback at ERROR (JSON-RPC: an envelope or params
-    that do not parse) or one WARNING line per error (HTTP+JSON: each A2A error, each parse error);
+    that do not parse) and one WARNING line per error it answers (each A2A error, each parse error);
     these become one rate-limited line at most, as on gRPC (api/guard.py). Its other records (a
     server-side failure, INTERNAL) pass unchanged."""
 
@@ -285,7 +285,7 @@ class _SdkClientErrors(logging.Filter):
             error = record.exc_info[1] if record.exc_info else None
             MALFORMED_LOG.warn(Rejection.MALFORMED, "JSON-RPC", f"{record.msg}: {type(error).__name__}: {error}")
             return False
-        if record.name == self.REST and record.levelno == logging.WARNING:
+        if record.name in (self.JSONRPC, self.REST) and record.levelno == logging.WARNING:
             if str(record.msg).startswith("Parse error"):
                 MALFORMED_LOG.warn(Rejection.MALFORMED, "HTTP+JSON", record.getMessage())
             return False  # a client error the answer carries: nothing for the server's log
