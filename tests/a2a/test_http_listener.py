@@ -122,24 +122,25 @@ async def raw_request(port: int, head: bytes, body_chunks: Any, timeout: float =
 
 
 @pytest.mark.parametrize("path", ["jsonrpc", "rest/message:send"])
-async def test_a_chunked_body_past_the_limit_is_refused_at_once(store, sim, path):
+async def test_a_chunked_body_past_the_limit_is_refused_at_once(database_url, store, sim, path):
     limit = 256 * 1024
-    cards = AgentCardServer(store, Authenticator({"alice-token": "alice"}), "127.0.0.1:8083",
-                            max_body_bytes=limit)
-    await cards.start("127.0.0.1:0")
-    try:
-        head = (f"POST /api/a2a/kagent/my-first-agent/{path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                "Authorization: Bearer alice-token\r\nContent-Type: application/json\r\n"
-                "Transfer-Encoding: chunked\r\n\r\n").encode()
-        piece = b" " * 65536
-        chunks = (b"%x\r\n%s\r\n" % (len(piece), piece) for _ in range(100 * 16))  # 100 MiB, never all sent
-        answer, sent, seconds = await raw_request(cards.port, head, chunks)
-        assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
-        assert b"larger than" in answer and len(answer) < 1000
-        assert sent < 16 * 1024 * 1024, sent  # refused without reading the rest (socket buffers aside)
-        assert seconds < 20
-    finally:
-        await cards.stop()
+    await apply_agent(store, sim)
+    async with a2a_env(settings_for_a2a(), database_url, store, sim) as env:
+        cards = AgentCardServer(store, env.api.auth, env.grpc_address, handler=env.api.a2a, max_body_bytes=limit)
+        await cards.start("127.0.0.1:0")
+        try:
+            head = (f"POST /api/a2a/kagent/my-first-agent/{path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                    "Authorization: Bearer alice-token\r\nContent-Type: application/json\r\n"
+                    "Transfer-Encoding: chunked\r\n\r\n").encode()
+            piece = b" " * 65536
+            chunks = (b"%x\r\n%s\r\n" % (len(piece), piece) for _ in range(100 * 16))  # 100 MiB, never all sent
+            answer, sent, seconds = await raw_request(cards.port, head, chunks)
+            assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+            assert b"larger than" in answer and len(answer) < 1000
+            assert sent < 16 * 1024 * 1024, sent  # refused without reading the rest (socket buffers aside)
+            assert seconds < 20
+        finally:
+            await cards.stop()
 
 
 async def test_a_foreign_host_is_refused_and_the_configured_ones_answered(store, sim):
