@@ -17,7 +17,8 @@ what one listener's clients can hold is bounded, and the rest of the process kee
 - the Host header checked against the names the server answers to (server.allowedHosts; a DNS
   rebinding page reaches a loopback server under a foreign name): anything else is 400;
 - request bodies counted as they arrive, chunked ones too: past the limit the answer is 413 at
-  once, without reading the rest, and the connection is closed.
+  once, and the connection ends without reading the rest (what arrives for LINGER seconds after
+  the answer is dropped, so that the client reads the answer rather than a reset).
 
 `raise_fd_limit` lifts the soft RLIMIT_NOFILE to the hard one at start (the soft default of 1024
 is what a few hundred idle connections exhaust).
@@ -49,6 +50,7 @@ log = logging.getLogger("sessionq.http")
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 WILDCARDS = ("", "0.0.0.0", "::")
 FD_RESERVE = 256  # descriptors kept for gRPC, the database pools, files and the runtime's channels
+LINGER = 2.0  # seconds a connection drops the rest of a refused body before it closes
 LOG_INTERVAL = 60.0  # seconds between two lines about refused connections or timed-out requests
 BUSY = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\nconnection: close\r\n"
         b"content-length: 38\r\n\r\ntoo many connections; retry in a while")
@@ -182,6 +184,7 @@ class GuardedH11Protocol(H11Protocol):
     _refused = False
     _timer: asyncio.TimerHandle | None = None
     _timing_head = False
+    _lingering = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if len(self.server_state.connections) >= self.limits.max_connections:
@@ -199,12 +202,29 @@ class GuardedH11Protocol(H11Protocol):
             super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            return  # the rest of a body that was answered without being read: dropped
         super().data_received(data)
         self._watch()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        self._watch()
+        if self.conn.their_state is h11.SEND_BODY and not self.transport.is_closing():
+            self._linger()
+        else:
+            self._watch()
+
+    def _linger(self) -> None:
+        """The app answered before reading the body (413): end the connection without reading the
+        rest. The answer is sent and the writing side shut, then what still arrives is dropped for
+        LINGER seconds before the close, so that a client that sends its whole body before it reads
+        gets the answer rather than a reset."""
+        self._disarm()
+        self._unset_keepalive_if_required()
+        self._lingering = True
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self._timer = self.loop.call_later(LINGER, self.transport.close)
 
     def _watch(self) -> None:
         """Keep the deadline that fits the request's state: the head's (counted from the first byte
@@ -256,11 +276,9 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-async def _answer(send: Send, status: int, body: dict[str, Any], *, close: bool = False) -> None:
+async def _answer(send: Send, status: int, body: dict[str, Any]) -> None:
     data = json.dumps(body).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
-    if close:
-        headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": data})
 
@@ -327,7 +345,8 @@ class BodyLimit:
         self.limit = limit
 
     async def _too_large(self, send: Send) -> None:
-        await _answer(send, 413, {"error": f"the request body is larger than {self.limit} bytes"}, close=True)
+        # the connection then ends without reading the rest (GuardedH11Protocol._linger)
+        await _answer(send, 413, {"error": f"the request body is larger than {self.limit} bytes"})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

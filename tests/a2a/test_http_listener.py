@@ -130,7 +130,7 @@ async def test_a_chunked_body_past_the_limit_is_refused_at_once(database_url, st
         await cards.start("127.0.0.1:0")
         try:
             head = (f"POST /api/a2a/kagent/my-first-agent/{path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                    "Authorization: Bearer alice-token\r\nContent-Type: application/json\r\n"
+                    "Authorization: Bearer alice-token\r\nA2A-Version: 1.0\r\nContent-Type: application/json\r\n"
                     "Transfer-Encoding: chunked\r\n\r\n").encode()
             piece = b" " * 65536
             chunks = (b"%x\r\n%s\r\n" % (len(piece), piece) for _ in range(100 * 16))  # 100 MiB, never all sent

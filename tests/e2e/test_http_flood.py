@@ -1,7 +1,7 @@
 """A slowloris against `sessionq serve`: a few thousand half-sent HTTP requests to server.httpAddress
-while gRPC health and ListSessions answer in normal time, the console answers too, the API
-process's file descriptors stay bounded and the server closes the half-sent requests at
-server.httpHeaderTimeout. A real `sessionq serve` process (its soft and hard RLIMIT_NOFILE set to
+and a few hundred to the metrics port while gRPC health and ListSessions answer in normal time,
+the console answers too, the API process's file descriptors and threads stay bounded and the
+server closes the half-sent requests at server.httpHeaderTimeout (metrics: SCRAPE_TIMEOUT). A real `sessionq serve` process (its soft and hard RLIMIT_NOFILE set to
 1024, a common default, so that an unbounded listener runs out of descriptors), real sockets on
 loopback, a real database."""
 
@@ -26,9 +26,11 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from test_serve_processes import TOKEN, env_for, free_port
 
+from sessionq import metrics
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, sessions_pb2, sessions_pb2_grpc
 
-FLOOD = 3000  # half-sent requests
+FLOOD = 3000  # half-sent requests to server.httpAddress
+METRICS_FLOOD = 400  # and to metrics.address
 FD_LIMIT = 1024  # the API process's RLIMIT_NOFILE (soft and hard)
 HEADER_TIMEOUT = 3.0
 NORMAL = 5.0  # seconds a gRPC call may take on a loaded 2-core machine
@@ -56,6 +58,10 @@ class Serve:
 
     def fds(self) -> int:
         return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
+
+    def threads(self) -> int:
+        status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        return int(next(line.split()[1] for line in status.splitlines() if line.startswith("Threads:")))
 
     def stop(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -123,14 +129,16 @@ def closed_by_server(socks: list[socket.socket]) -> int:
 async def test_a_slowloris_on_the_http_port_leaves_grpc_and_the_console_answering(database_url: str,
                                                                                    tmp_path: Path) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard < FLOOD + 500:
-        pytest.skip(f"this test needs {FLOOD + 500} file descriptors, the hard limit is {hard}")
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, FLOOD + 500), hard))
-    port, http_port, console_port = free_port(), free_port(), free_port()
+    need = FLOOD + METRICS_FLOOD + 500
+    if hard < need:
+        pytest.skip(f"this test needs {need} file descriptors, the hard limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, need), hard))
+    port, http_port, console_port, metrics_port = free_port(), free_port(), free_port(), free_port()
     address = f"127.0.0.1:{port}"
     env = env_for(database_url, port, SESSIONQ_SERVER__HTTP_ADDRESS=f"127.0.0.1:{http_port}",
                   SESSIONQ_SERVER__CONSOLE_ADDRESS=f"127.0.0.1:{console_port}",
-                  SESSIONQ_SERVER__HTTP_HEADER_TIMEOUT=f"{HEADER_TIMEOUT}s", SESSIONQ_LOGGING__LEVEL="warning")
+                  SESSIONQ_SERVER__HTTP_HEADER_TIMEOUT=f"{HEADER_TIMEOUT}s", SESSIONQ_LOGGING__LEVEL="warning",
+                  SESSIONQ_METRICS__ENABLED="true", SESSIONQ_METRICS__ADDRESS=f"127.0.0.1:{metrics_port}")
     serve = Serve(env, tmp_path)
     socks: list[socket.socket] = []
     try:
@@ -141,10 +149,11 @@ async def test_a_slowloris_on_the_http_port_leaves_grpc_and_the_console_answerin
                 break
             assert serve.proc.poll() is None and time.monotonic() < deadline, "\n".join(serve.lines[-40:])
             await asyncio.sleep(0.2)
-        baseline = serve.fds()
+        baseline, threads = serve.fds(), serve.threads()
 
         socks = await asyncio.to_thread(half_sent_requests, http_port, FLOOD)
         assert len(socks) >= FLOOD * 0.9
+        socks += await asyncio.to_thread(half_sent_requests, metrics_port, METRICS_FLOOD)
         await asyncio.sleep(0.5)  # let the server accept what it will
 
         # gRPC (health, ListSessions on a database connection) and the console answer in normal time
@@ -153,11 +162,12 @@ async def test_a_slowloris_on_the_http_port_leaves_grpc_and_the_console_answerin
         async with httpx.AsyncClient(timeout=NORMAL) as http:
             r = await http.get(f"http://127.0.0.1:{console_port}/login")
             assert r.status_code == 200
-        # the flood holds a bounded number of the API process's descriptors
-        assert serve.fds() < baseline + (FD_LIMIT - 256) // 2 + 16, (baseline, serve.fds())
+        # the flood holds a bounded number of the API process's descriptors and threads
+        assert serve.fds() < baseline + (FD_LIMIT - 256) // 2 + metrics.MAX_SCRAPES + 16, (baseline, serve.fds())
+        assert serve.threads() <= threads + metrics.MAX_SCRAPES + 8, (threads, serve.threads())
 
-        # the half-sent requests are closed at the header deadline
-        deadline = time.monotonic() + HEADER_TIMEOUT + 30
+        # the half-sent requests are closed at the deadlines
+        deadline = time.monotonic() + max(HEADER_TIMEOUT, metrics.SCRAPE_TIMEOUT) + 30
         while (closed := closed_by_server(socks)) < len(socks) * 0.95 and time.monotonic() < deadline:
             await asyncio.sleep(0.5)
         assert closed >= len(socks) * 0.95, (closed, len(socks))
