@@ -158,6 +158,24 @@ class _Every:
                     f" ({missed} more since the last such line)" if missed else "")
 
 
+class _ClientMistakes(logging.Filter):
+    """uvicorn logs a WARNING line for every request it cannot parse (or upgrade): a client's mistake
+    each, which an attacker can repeat at will; they become one line a minute."""
+
+    MESSAGES = ("Invalid HTTP request received.", "Unsupported upgrade request.")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines = _Every("refused requests that are not HTTP/1.1 it can parse")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg in self.MESSAGES:
+            self.lines.note("uvicorn")
+            return False
+        return True
+
+
+UVICORN_CLIENT_MISTAKES = _ClientMistakes()
 REFUSED = _Every("refused a connection beyond server.httpMaxConnections")
 TIMEOUTS = _Every("closed a connection whose request did not arrive within server.httpHeaderTimeout")
 HOSTS = _Every("refused a request for a host not in server.allowedHosts")
@@ -406,6 +424,7 @@ class HttpServer:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self, address: str, *, reuse_port: bool = False) -> None:
+        logging.getLogger("uvicorn.error").addFilter(UVICORN_CLIENT_MISTAKES)  # once: addFilter skips a filter it has
         sock = listen(address, reuse_port=reuse_port)
         self.port = int(sock.getsockname()[1])
         config = uvicorn.Config(self.app, http=_protocol_for(self.limits), log_level="warning", lifespan="off",

@@ -172,3 +172,30 @@ async def test_a_foreign_host_is_refused_and_the_configured_ones_answered(store,
                     assert (r.status_code == 400) == (status == 400), (allowed, host, r.status_code)
         finally:
             await cards.stop()
+
+
+async def test_requests_that_are_not_http_get_400_and_one_log_line(store, sim):
+    cards = AgentCardServer(store, Authenticator({"alice-token": "alice"}), "127.0.0.1:8083")
+    await cards.start("127.0.0.1:0")
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    collect = Collect()
+    for name in ("uvicorn.error", "sessionq.http"):
+        logging.getLogger(name).addHandler(collect)
+    try:
+        for garbage in (b"NOT HTTP AT ALL\r\n\r\n", b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nbad header\r\n\r\n",
+                        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 64) * 20:
+            reader, writer = await asyncio.open_connection("127.0.0.1", cards.port)
+            writer.write(garbage)
+            answer = await asyncio.wait_for(reader.read(), 10)
+            writer.close()
+            assert answer.startswith(b"HTTP/1.1 400"), answer[:100]
+        assert len(lines) <= 1, lines  # one line a minute, not one per request
+    finally:
+        for name in ("uvicorn.error", "sessionq.http"):
+            logging.getLogger(name).removeHandler(collect)
+        await cards.stop()
