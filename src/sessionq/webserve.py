@@ -93,6 +93,14 @@ def _host_of(value: str) -> str:
     return host.rstrip(".")
 
 
+def _canonical(host: str) -> str:
+    """One spelling per IP address (``0:0::1`` is ``::1``); names as they are."""
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return host
+
+
 def default_hosts(listen_address: str, *public_urls: str) -> tuple[str, ...]:
     """The names a listener answers to when server.allowedHosts is empty: on a wildcard address
     any (`*`: the names it is reached by are not known); else the loopback names, its own host
@@ -116,16 +124,15 @@ class AllowedHosts:
 
     @classmethod
     def of(cls, names: Iterable[str]) -> AllowedHosts:
-        return cls(tuple(dict.fromkeys(_host_of(n) if n.strip() != "*" else "*" for n in names if n.strip())))
+        return cls(tuple(dict.fromkeys(_canonical(_host_of(n)) if n.strip() != "*" else "*"
+                                       for n in names if n.strip())))
 
     def allows(self, header: str) -> bool:
         if "*" in self.names:
             return True
-        host = _host_of(header)
+        host = _canonical(_host_of(header))
         if not host:
             return False
-        with contextlib.suppress(ValueError):
-            host = str(ipaddress.ip_address(host))  # one spelling per address
         for name in self.names:
             if name.startswith("*."):
                 if host.endswith(name[1:]):
