@@ -255,7 +255,8 @@ KEYS: tuple[Key, ...] = (
         _positive_duration,
         15.0,
         "How long an HTTP listener waits for a request's head (from the connection, or the first byte"
-        " of the next request), and at most between two pieces of its body; then the connection is closed.",
+        " of the next request), and at most between two pieces of its body; then the connection is closed."
+        " The gRPC listener closes a connection that has not completed its HTTP/2 handshake by then.",
     ),
     Key(
         "server.eventLoop",

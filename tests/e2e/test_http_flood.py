@@ -180,3 +180,32 @@ async def test_a_slowloris_on_the_http_port_leaves_grpc_and_the_console_answerin
         for s in socks:
             s.close()
         serve.stop()
+
+
+async def test_grpc_closes_connections_that_never_complete_their_handshake(store, sim) -> None:
+    """The gRPC listener's counterpart of the head deadline: silent or half-sent connections are closed."""
+    from conftest import make_settings
+
+    from sessionq.api.server import ApiServer
+
+    server = ApiServer(make_settings(**{"server.httpHeaderTimeout": 2.0}), store, address="127.0.0.1:0", runtime=sim)
+    await server.start()
+    socks = []
+    try:
+        for i in range(50):
+            s = socket.create_connection(("127.0.0.1", server.port))
+            s.setblocking(False)
+            if i % 2:
+                s.send(b"PRI * HTTP/2.0\r\n")  # half the HTTP/2 preface
+            socks.append(s)
+        deadline = time.monotonic() + 30
+        while (closed := closed_by_server(socks)) < len(socks) and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        assert closed == len(socks)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as ch:  # a real client still gets in
+            r = await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=NORMAL)
+            assert r.status == health_pb2.HealthCheckResponse.SERVING
+    finally:
+        for s in socks:
+            s.close()
+        await server.stop(0)
