@@ -20,6 +20,9 @@ what one listener's clients can hold is bounded, and the rest of the process kee
   once, and the connection ends without reading the rest (what arrives for LINGER seconds after
   the answer is dropped, so that the client reads the answer rather than a reset).
 
+What a client gets wrong is logged as one line a minute at most per kind (logger sessionq.http),
+uvicorn's line per unparsable request included.
+
 `raise_fd_limit` lifts the soft RLIMIT_NOFILE to the hard one at start (the soft default of 1024
 is what a few hundred idle connections exhaust).
 """
@@ -52,10 +55,17 @@ WILDCARDS = ("", "0.0.0.0", "::")
 FD_RESERVE = 256  # descriptors kept for gRPC, the database pools, files and the runtime's channels
 LINGER = 2.0  # seconds a connection drops the rest of a refused body before it closes
 LOG_INTERVAL = 60.0  # seconds between two lines about refused connections or timed-out requests
-BUSY = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain\r\nconnection: close\r\n"
-        b"content-length: 38\r\n\r\ntoo many connections; retry in a while")
-TIMED_OUT = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain\r\nconnection: close\r\n"
-             b"content-length: 35\r\n\r\nthe request did not arrive in time\n")
+
+
+def _raw_answer(status: str, text: str) -> bytes:
+    """A whole HTTP/1.1 answer that closes its connection, written where no request is parsed."""
+    body = text.encode()
+    return (f"HTTP/1.1 {status}\r\ncontent-type: text/plain\r\nconnection: close\r\n"
+            f"content-length: {len(body)}\r\n\r\n").encode() + body
+
+
+BUSY = _raw_answer("503 Service Unavailable", "too many connections; retry in a while\n")
+TIMED_OUT = _raw_answer("408 Request Timeout", "the request did not arrive in time\n")
 
 
 # -- file descriptors -----------------------------------------------------------------------------

@@ -199,3 +199,45 @@ async def test_requests_that_are_not_http_get_400_and_one_log_line(store, sim):
         for name in ("uvicorn.error", "sessionq.http"):
             logging.getLogger(name).removeHandler(collect)
         await cards.stop()
+
+
+async def test_a_head_or_body_that_stops_arriving_is_cut_off_at_the_deadline(store, sim):
+    await apply_agent(store, sim)
+    cards = AgentCardServer(store, Authenticator({"alice-token": "alice"}), "127.0.0.1:8083", header_timeout=1.0)
+    await cards.start("127.0.0.1:0")
+    card = b"GET /api/a2a/kagent/my-first-agent/.well-known/agent-card.json HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+
+    async def ended_after(data: bytes) -> tuple[bytes, float]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", cards.port)
+        started = time.monotonic()
+        writer.write(data)
+        try:
+            return await asyncio.wait_for(reader.read(), 30), time.monotonic() - started
+        finally:
+            writer.close()
+
+    try:
+        answer, seconds = await ended_after(b"")  # connects and says nothing
+        assert answer.startswith(b"HTTP/1.1 408") and seconds < 10
+        answer, seconds = await ended_after(card + b"X-Slow: ")  # half a head
+        assert answer.startswith(b"HTTP/1.1 408") and seconds < 10
+        body_stops = (b"POST /api/a2a/kagent/my-first-agent/jsonrpc HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                      b"Authorization: Bearer alice-token\r\nContent-Length: 100\r\n\r\n{\"jsonrpc\":")
+        answer, seconds = await ended_after(body_stops)
+        assert answer == b"" and seconds < 10  # closed: the app never got a body to answer
+        # a whole request, then a second one on the same connection after a pause shorter than the
+        # keep-alive timeout: both answered
+        reader, writer = await asyncio.open_connection("127.0.0.1", cards.port)
+        try:
+            for _ in range(2):
+                writer.write(card + b"Authorization: Bearer alice-token\r\n\r\n")
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+                assert head.startswith(b"HTTP/1.1 200"), head
+                length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                                  if line.lower().startswith(b"content-length")))
+                await reader.readexactly(length)
+                await asyncio.sleep(0.5)
+        finally:
+            writer.close()
+    finally:
+        await cards.stop()
