@@ -163,6 +163,14 @@ def _atespaces(value: Any, key: str) -> list[str]:
     return [u.strip() for u in (value.split(",") if isinstance(value, str) else value or []) if str(u).strip()]
 
 
+def _hosts(value: Any, key: str) -> list[str]:
+    names = [str(h).strip() for h in (value.split(",") if isinstance(value, str) else value or []) if str(h).strip()]
+    for name in names:
+        if any(c.isspace() or c in "/@?#" for c in name):
+            raise ConfigError(f"{key}: {name[:80]!r} is not a host name (e.g. sessionq.example.com, *.example.com, *)")
+    return names
+
+
 def _snake(name: str) -> str:
     return re.sub(r"(?<!^)([A-Z])", r"_\1", name)
 
@@ -228,6 +236,31 @@ KEYS: tuple[Key, ...] = (
         _optional_address,
         "",
         "HTTP listen address of the web console (empty: off; `sessionq up` serves it on 127.0.0.1:8085).",
+    ),
+    Key(
+        "server.allowedHosts",
+        _hosts,
+        [],
+        "Host names the HTTP listeners (server.httpAddress, server.consoleAddress) answer to, the port"
+        " ignored: names, addresses, *.example.com for its subdomains, * for any; a request naming another"
+        " host in its Host header answers 400 (DNS rebinding). Empty: on a wildcard listen address any"
+        " host, else localhost, 127.0.0.1, ::1, the listen address's host and a2a.publicUrl's host.",
+    ),
+    Key(
+        "server.httpMaxConnections",
+        _int(16, 1_000_000),
+        1000,
+        "Open connections each HTTP listener (server.httpAddress, server.consoleAddress) accepts at once;"
+        " one more is answered 503 and closed. Lowered to half of the file descriptors the process may"
+        " open beyond 256 (its soft RLIMIT_NOFILE is raised to the hard limit at start).",
+    ),
+    Key(
+        "server.httpHeaderTimeout",
+        _positive_duration,
+        15.0,
+        "How long an HTTP listener waits for a request's head (from the connection, or the first byte"
+        " of the next request), and at most between two pieces of its body; then the connection is closed."
+        " The gRPC listener closes a connection that has not completed its HTTP/2 handshake by then.",
     ),
     Key(
         "server.eventLoop",

@@ -163,6 +163,9 @@ class ServerSettings:
     address: str  # server.address
     http_address: str  # server.httpAddress
     console_address: str  # server.consoleAddress
+    allowed_hosts: list[str]  # server.allowedHosts
+    http_max_connections: int  # server.httpMaxConnections
+    http_header_timeout: float  # server.httpHeaderTimeout
     event_loop: Literal["uvloop", "asyncio"]  # server.eventLoop
     processes: int  # server.processes
 
@@ -172,6 +175,9 @@ class ServerSettings:
             address=values["server.address"],
             http_address=values["server.httpAddress"],
             console_address=values["server.consoleAddress"],
+            allowed_hosts=values["server.allowedHosts"],
+            http_max_connections=values["server.httpMaxConnections"],
+            http_header_timeout=values["server.httpHeaderTimeout"],
             event_loop=values["server.eventLoop"],
             processes=values["server.processes"],
         )

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import socket
 import socketserver
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -167,13 +168,53 @@ class Readiness:
         return self.problem is None
 
 
+SCRAPE_TIMEOUT = 10.0  # seconds one read or write of a metrics connection may take
+MAX_SCRAPES = 64  # metrics connections served at once (a thread each); more are closed at once
+
+
 class _QuietHandler(WSGIRequestHandler):
+    timeout = SCRAPE_TIMEOUT  # a client that stops sending or reading is cut off (no slowloris)
+
     def log_message(self, format: str, *args: Any) -> None:
         """No access log (the scrapes and probes would fill it)."""
 
 
 class _ThreadingServer(socketserver.ThreadingMixIn, WSGIServer):
+    """A thread per connection, at most MAX_SCRAPES of them: a flood of connections to the metrics
+    port neither grows the process's threads and descriptors without bound nor waits in a queue."""
+
     daemon_threads = True
+    block_on_close = False
+    request_queue_size = 128  # the listen backlog: connections past the cap are accepted and closed at once
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that timed out or went away is no error of the server's (socketserver would
+        print its traceback to stderr); anything else is logged with its traceback."""
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError):
+            log.debug("metrics connection ended: %s", error)
+        else:
+            log.exception("metrics request failed")
+
+    def server_activate(self) -> None:
+        self._slots = threading.BoundedSemaphore(MAX_SCRAPES)
+        super().server_activate()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
 def _app(registry: CollectorRegistry, readiness: Readiness | None) -> Callable[..., Iterable[bytes]]:

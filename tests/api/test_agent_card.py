@@ -15,7 +15,7 @@ from sessionq.api.common import Authenticator
 async def get(port: int, path: str, token: str | None = None) -> tuple[int, dict]:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     auth = f"Authorization: Bearer {token}\r\n" if token else ""
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{auth}\r\n".encode())
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n{auth}\r\n".encode())
     await writer.drain()
     raw = await reader.read()
     writer.close()

@@ -262,7 +262,7 @@ async def test_agent_card_with_several_authorization_headers_is_401(store, sim):
 
     async def get(headers: str) -> tuple[int, dict[str, Any]]:
         reader, writer = await asyncio.open_connection("127.0.0.1", cards.port)
-        writer.write(f"GET /api/a2a/kagent/my-first-agent/.well-known/agent-card.json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        writer.write(f"GET /api/a2a/kagent/my-first-agent/.well-known/agent-card.json HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
                      f"{headers}\r\n".encode())
         await writer.drain()
         data = await reader.read()

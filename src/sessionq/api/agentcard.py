@@ -19,16 +19,13 @@ grpcio cannot share its port with HTTP/1.1, hence this second port, served in-pr
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import json
 import logging
 import re
-import socket
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import psycopg
-import uvicorn
 from a2a.server.context import ServerCallContext
 from a2a.server.jsonrpc_models import JSONRPCError
 from a2a.server.request_handlers import response_helpers
@@ -38,18 +35,21 @@ from a2a.types import a2a_pb2
 from a2a.utils import errors as sdk
 from a2a.utils.constants import PROTOCOL_VERSION_CURRENT, TransportProtocol
 from google.protobuf import json_format
+from google.protobuf.json_format import Error as JsonFormatError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sessionq import errors
+from sessionq import errors, webserve
 from sessionq.api.a2a import BUDGET, IDENTITY, TENANT, A2AHandler
-from sessionq.api.common import Authenticator, credential_headers
+from sessionq.api.common import Authenticator, check_storable, credential_headers
+from sessionq.api.guard import RateLimitedLog, Rejection
 from sessionq.db.store import Store
 from sessionq.errors import SessionqError
 from sessionq.models import Agent
+from sessionq.webserve import AllowedHosts, BodyLimit, HostCheck, HttpServer, Limits
 
 log = logging.getLogger("sessionq.api")
 
@@ -143,6 +143,13 @@ def to_sdk_error(e: SessionqError) -> sdk.A2AError:
     return sdk.InternalError(message)  # SQ503 / SQ504: transient on the server's side; retry
 
 
+def unstorable(name: str, e: Exception) -> sdk.A2AError:
+    """A value PostgreSQL or JSON cannot represent that the checks let through: still the client's."""
+    log.info("unrepresentable value in %s: %s", name, errors.clip(e, 500))
+    return sdk.InvalidParamsError(errors.clip(f"the request holds a value that cannot be stored: {e}",
+                                              errors.MAX_STATUS_MESSAGE))
+
+
 class SdkErrors(RequestHandler):
     """The handler the SDK's HTTP bindings call: `A2AHandler`, with sessionq's errors as A2A errors
     and database outages as an InternalError that says to retry (never a traceback)."""
@@ -152,18 +159,24 @@ class SdkErrors(RequestHandler):
 
     async def _call(self, name: str, params: Any, context: ServerCallContext) -> Any:
         try:
+            check_storable(params)  # as the gRPC binding does: NUL characters, NaN, ... are the client's
             return await getattr(self.inner, name)(params, context)
         except SessionqError as e:
             raise to_sdk_error(e) from None
+        except (psycopg.DataError, JsonFormatError) as e:
+            raise unstorable(name, e) from None
         except (psycopg.OperationalError, psycopg.InterfaceError):
             raise sdk.InternalError("the database is unavailable; retry the same call") from None
 
     async def _stream(self, name: str, params: Any, context: ServerCallContext) -> AsyncGenerator[Any]:
         try:
+            check_storable(params)
             async for response in getattr(self.inner, name)(params, context):
                 yield getattr(response, response.WhichOneof("payload"))
         except SessionqError as e:
             raise to_sdk_error(e) from None
+        except (psycopg.DataError, JsonFormatError) as e:
+            raise unstorable(name, e) from None
         except (psycopg.OperationalError, psycopg.InterfaceError):
             raise sdk.InternalError("the database is unavailable; subscribe again") from None
 
@@ -244,29 +257,95 @@ class _Gate:
         await self.app(scope, receive, send)
 
 
-class _BodyLimit:
-    """ASGI middleware: refuse a request body larger than the limit (413) before it is read whole."""
+MAX_JSON_DEPTH = 64  # nesting a request body may have (a request needs a handful; Struct values a few more)
+MALFORMED_LOG = RateLimitedLog()
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether a parsed JSON value nests deeper than `limit` (iterative: no recursion on client data)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                return True
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
+def json_problem(body: bytes) -> str | None:
+    """Why a request body is not JSON the bindings take (None when it is): not UTF-8 (JSON on the wire
+    is UTF-8, RFC 8259), not JSON, or nested deeper than MAX_JSON_DEPTH."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return "the request body is not UTF-8 text"
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        return f"the request body nests deeper than {MAX_JSON_DEPTH} levels"
+    except ValueError as e:  # JSONDecodeError, and an integer too long to convert
+        return errors.clip(f"the request body is not valid JSON: {e}", 200)
+    if _depth_exceeds(value, MAX_JSON_DEPTH):
+        return f"the request body nests deeper than {MAX_JSON_DEPTH} levels"
+    return None
+
+
+class _SdkClientErrors(logging.Filter):
+    """The a2a-sdk logs a client's mistake with a traceback at ERROR (JSON-RPC: an envelope or params
+    that do not parse) and one WARNING line per error it answers (each A2A error, each parse error);
+    these become one rate-limited line at most, as on gRPC (api/guard.py). Its other records (a
+    server-side failure, INTERNAL) pass unchanged."""
+
+    JSONRPC = "a2a.server.routes.jsonrpc_dispatcher"
+    REST = "a2a.utils.error_handlers"
+    CLIENT_MESSAGES = ("Failed to validate base JSON-RPC request", "Failed to parse request params")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == self.JSONRPC and record.msg in self.CLIENT_MESSAGES:
+            error = record.exc_info[1] if record.exc_info else None
+            MALFORMED_LOG.warn(Rejection.MALFORMED, "JSON-RPC", f"{record.msg}: {type(error).__name__}: {error}")
+            return False
+        if record.name in (self.JSONRPC, self.REST) and record.levelno == logging.WARNING:
+            if str(record.msg).startswith("Parse error"):
+                MALFORMED_LOG.warn(Rejection.MALFORMED, "HTTP+JSON", record.getMessage())
+            return False  # a client error the answer carries: nothing for the server's log
+        return True
+
+
+SDK_CLIENT_ERRORS = _SdkClientErrors()
+
+
+class _JsonBodies:
+    """ASGI middleware before the bindings: a body that is not JSON they take (see `json_problem`) gets
+    each binding's client error (JSON-RPC -32700, HTTP+JSON 400) with a short message, and one
+    rate-limited log line instead of the SDK's traceback and INTERNAL answer."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
         self.limit = limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            for k, v in scope.get("headers", []):
-                if k == b"content-length" and v.isdigit() and int(v) > self.limit:
-                    await JSONResponse({"error": f"the request body is larger than {self.limit} bytes"},
-                                       status_code=413)(scope, receive, send)
-                    return
-        await self.app(scope, receive, send)
-
-
-class _Server(uvicorn.Server):
-    """uvicorn's server without its signal handlers: the process owns SIGINT and SIGTERM."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
+        m = AGENT_PREFIX.match(scope.get("path", "")) if scope["type"] == "http" else None
+        if m is None or scope.get("method") in ("GET", "HEAD", "DELETE", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        body = await webserve.read_body(receive, self.limit)  # BodyLimit has read and counted it already
+        if body is None:
+            return
+        problem = json_problem(body) if body.strip() else None
+        if problem is not None:
+            MALFORMED_LOG.warn(Rejection.MALFORMED, scope.get("path", ""), problem)
+            response: Response
+            if m.group(3) == "jsonrpc":
+                response = JSONResponse({"jsonrpc": "2.0", "id": None,
+                                         "error": {"code": -32700, "message": problem}})
+            else:
+                response = JSONResponse({"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": problem}},
+                                        status_code=400)
+            await response(scope, receive, send)
+            return
+        await self.app(scope, webserve.replay(body, receive), send)
 
 
 class AgentCardServer:
@@ -282,6 +361,9 @@ class AgentCardServer:
         handler: A2AHandler | None = None,
         base_url: str = "",
         max_body_bytes: int = 8 * 1024 * 1024,
+        allowed_hosts: list[str] | None = None,
+        max_connections: int = 1000,
+        header_timeout: float = 15.0,
     ) -> None:
         self.store = store
         self.auth = auth
@@ -289,9 +371,11 @@ class AgentCardServer:
         self.base_url = base_url
         self.handler = handler
         self.max_body_bytes = max_body_bytes
+        self.allowed_hosts = allowed_hosts or []
+        self.max_connections = max_connections
+        self.header_timeout = header_timeout
         self.port = 0
-        self._server: _Server | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._http: HttpServer | None = None
         if handler is not None and handler.card is None:
             handler.card = self.extended_card
 
@@ -348,7 +432,9 @@ class AgentCardServer:
         text = {404: "not found", 405: "method not allowed"}.get(code, getattr(exc, "detail", "error"))
         return JSONResponse({"error": text}, status_code=code)
 
-    def app(self) -> ASGIApp:
+    def app(self, allowed: AllowedHosts | None = None) -> ASGIApp:
+        """The bindings and cards behind the Gate, the JSON check, the body limit and the Host check
+        (any host when `allowed` is None)."""
         routes: list[Any] = [
             Route("/api/a2a/{namespace}/{agent}/.well-known/agent-card.json", self._card_endpoint, methods=["GET"]),
         ]
@@ -365,42 +451,22 @@ class AgentCardServer:
                 )
             )
         app = Starlette(routes=routes, exception_handlers={404: self._http_error, 405: self._http_error})
-        return _BodyLimit(_Gate(app, self.auth), self.max_body_bytes)
+        # the caller is identified before its body is read
+        guarded: ASGIApp = _Gate(BodyLimit(_JsonBodies(app, self.max_body_bytes), self.max_body_bytes), self.auth)
+        return HostCheck(guarded, allowed, "a2a http") if allowed is not None else guarded
 
     async def start(self, address: str, *, reuse_port: bool = False) -> None:
         """Listen on address; reuse_port: share the port with the other API processes of one
-        `serve` (SO_REUSEPORT, app/supervisor.py)."""
-        host, _, port = address.rpartition(":")
-        host = host.strip("[]") or "127.0.0.1"
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if reuse_port:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            sock.bind((host, int(port)))
-            sock.listen(512)
-        except OSError:
-            sock.close()
-            raise
-        sock.setblocking(False)
-        self.port = int(sock.getsockname()[1])
-        config = uvicorn.Config(self.app(), log_level="warning", lifespan="off", access_log=False,
-                                timeout_graceful_shutdown=2)
-        self._server = _Server(config)
-        self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="a2a http")
-        while not self._server.started and not self._task.done():  # noqa: ASYNC110 - uvicorn offers no event
-            await asyncio.sleep(0.01)
-        if self._task.done():
-            self._task.result()
+        `serve` (SO_REUSEPORT, app/supervisor.py). The Host names answered are `allowed_hosts`, else
+        those of the address (webserve.default_hosts)."""
+        for name in (_SdkClientErrors.JSONRPC, _SdkClientErrors.REST):
+            logging.getLogger(name).addFilter(SDK_CLIENT_ERRORS)  # once: addFilter skips a filter it has
+        names = self.allowed_hosts or webserve.default_hosts(address, self.base_url)
+        limits = Limits("a2a http", webserve.connection_cap(self.max_connections), self.header_timeout)
+        self._http = HttpServer(self.app(AllowedHosts.of(names)), limits)
+        await self._http.start(address, reuse_port=reuse_port)
+        self.port = self._http.port
 
     async def stop(self) -> None:
-        if self._server is None or self._task is None:
-            return
-        self._server.should_exit = True
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(asyncio.shield(self._task), 5)
-        if not self._task.done():
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        if self._http is not None:
+            await self._http.stop()

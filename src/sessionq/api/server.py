@@ -66,7 +66,10 @@ class ApiServer:
         self.server = grpc.aio.server(
             # no interceptors: the checks are applied to each handler once (api/handlers.py)
             # reuse_port: one of several API processes of `serve` on one port (app/supervisor.py)
-            options=[("grpc.so_reuseport", int(reuse_port)), ("grpc.max_receive_message_length", limit)],
+            # a connection that has not completed its HTTP/2 handshake within server.httpHeaderTimeout
+            # is closed (grpcio's default is 120 s: a flood of idle connections held descriptors)
+            options=[("grpc.so_reuseport", int(reuse_port)), ("grpc.max_receive_message_length", limit),
+                     ("grpc.server_handshake_timeout_ms", int(settings.server.http_header_timeout * 1000))],
         )
         # RequestValidation enforces the protos' buf.validate rules before any servicer (and so any
         # database call) runs; it wraps InputGuard's handlers, whose deserializer has turned an

@@ -31,7 +31,7 @@ from typing import IO, Any, Protocol
 import yaml
 from grpc_health.v1 import health_pb2
 
-from sessionq import metrics
+from sessionq import metrics, webserve
 from sessionq.api.agentcard import AgentCardServer
 from sessionq.api.server import ApiServer
 from sessionq.app.runtime import (
@@ -320,6 +320,8 @@ async def run_services(
         return shutdown is not None and shutdown.forced is not None
 
     grace = min(API_GRACE, settings.workers.shutdown_timeout)
+    if api:
+        webserve.raise_fd_limit()  # the listeners' connection caps are sized from it
     # database.url may be a transaction pooler; what needs a session of its own (LISTEN, leadership,
     # procrastinate's listener, the simulator's session settings) connects to database.directUrl
     direct_url = settings.database.direct_url or url
@@ -358,6 +360,9 @@ async def run_services(
                     handler=server.a2a,
                     base_url=settings.a2a.public_url,
                     max_body_bytes=grpc_message_limit(settings.a2a.max_message_bytes),
+                    allowed_hosts=settings.server.allowed_hosts,
+                    max_connections=settings.server.http_max_connections,
+                    header_timeout=settings.server.http_header_timeout,
                 )
                 try:
                     await cards.start(settings.server.http_address, reuse_port=api_index is not None)
