@@ -260,3 +260,13 @@ async def test_the_cancel_job_sends_the_sessions_credential(api: Any, store: Any
             break
         await asyncio.sleep(0.05)
     assert details and all(d["task_id"] == task_id and d["credential"] is True for d in details), details
+
+
+def test_a_credential_with_any_text_is_refused_not_raised() -> None:
+    """A presented credential is compared as bytes: text that is not ASCII is an invalid credential
+    (None), never a TypeError out of the comparison."""
+    sid = UUID("0190f3c6-0000-7000-8000-000000000001")
+    good = workload.token_for("s3cret", sid)
+    assert workload.verify("s3cret", good) == sid
+    assert workload.verify("s3cret", good[:-1] + "\u00e9") is None
+    assert workload.verify("s3cret", f"{workload.PREFIX}{sid}.\u2603") is None

@@ -214,7 +214,7 @@ class Console:
                 return self.page(request, "error.html", http_status=403,
                                  message=f"{user} may only read: actions need an admin (auth.admins)")
             token = form.get("csrf", "")
-            if not isinstance(token, str) or not hmac.compare_digest(token, self.csrf(request, user)):
+            if not isinstance(token, str) or not hmac.compare_digest(token.encode(), self.csrf(request, user).encode()):
                 return self.page(request, "error.html", http_status=403,
                                  message="the form is stale or not from this console: reload the page and try again")
             try:

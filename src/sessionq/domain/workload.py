@@ -31,6 +31,6 @@ def verify(secret: str, token: str) -> UUID | None:
         session_id = UUID(sid)
     except ValueError:
         return None
-    if not hmac.compare_digest(token_for(secret, session_id), token):
+    if not hmac.compare_digest(token_for(secret, session_id).encode(), token.encode()):  # bytes: any text compares
         return None
     return session_id
