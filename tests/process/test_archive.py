@@ -49,6 +49,15 @@ def _archive_of(rt: ProcessSubstrate, uid: str) -> Path:
 
 
 @pytest.mark.timeout(180)
+def test_an_empty_directory_round_trips(tmp_path: Path) -> None:
+    """An Actor that wrote nothing is snapshotted and restored: the archive of an empty directory
+    reads back (a PAX global header followed by no member would not)."""
+    (tmp_path / "empty").mkdir()
+    archive.write_archive(tmp_path / "empty", tmp_path / "snap" / "1.tar.gz")
+    archive.restore_archive(tmp_path / "snap" / "1.tar.gz", tmp_path / "restored")
+    assert (tmp_path / "restored").is_dir() and not any((tmp_path / "restored").iterdir())
+
+
 async def test_a_venv_and_links_survive_suspend_resume_and_fork(runtime: ProcessSubstrate) -> None:
     uid, data = await _running_actor(runtime)
     # what the agent would run in its directory (here from the test: the same files result)

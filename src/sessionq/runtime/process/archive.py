@@ -143,6 +143,7 @@ def write_archive(
         return info
 
     try:
+        entries = sorted(os.listdir(source))
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
         with open(fd, "wb") as raw:
             with tarfile.open(
@@ -150,9 +151,10 @@ def write_archive(
                 mode="w:gz",
                 compresslevel=level,
                 format=tarfile.PAX_FORMAT,
-                pax_headers={SOURCE_HEADER: str(source)},
+                # an empty archive gets no global header: tarfile cannot read one followed by nothing
+                pax_headers={SOURCE_HEADER: str(source)} if entries else None,
             ) as tar:
-                for entry in sorted(os.listdir(source)):
+                for entry in entries:
                     tar.add(source / entry, arcname=entry, recursive=True, filter=count)
             raw.flush()
             os.fsync(raw.fileno())
