@@ -9,14 +9,10 @@ address pattern that reaches them is ``http://HOST:PORT/actors/{atespace}/{name}
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import socket
-from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any, cast
 
-import uvicorn
 from a2a.types import a2a_pb2
 from google.protobuf import json_format
 from starlette.applications import Starlette
@@ -26,6 +22,7 @@ from starlette.routing import Route
 
 from sessionq.runtime.ateapi.invoke import from_cancel_request, from_send_request, jsonrpc_error
 from sessionq.runtime.base import WORKLOAD_TOKEN_HEADER, Code, Substrate, SubstrateError
+from sessionq.webserve import HttpServer, Limits, connection_cap
 
 log = logging.getLogger(__name__)
 
@@ -78,56 +75,30 @@ def build_app(runtime: Substrate) -> Starlette:
     return Starlette(routes=[Route("/actors/{atespace}/{name}", send, methods=["POST"])])
 
 
-class _Server(uvicorn.Server):
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:  # the process owns its signals
-        yield
+# the endpoints' listener: the HTTP frame of sessionq's other listeners (connection cap, deadlines)
+LIMITS = Limits(name="actor endpoints", max_connections=1000, header_timeout=15.0)
 
 
 class ActorEndpoints:
     """The A2A endpoints on `address` (port 0: any; see `port`)."""
 
     def __init__(self, runtime: Substrate) -> None:
-        self.app = build_app(runtime)
-        self.port: int | None = None
         self.host = "127.0.0.1"
-        self._server: _Server | None = None
-        self._task: asyncio.Task[None] | None = None
+        limits = replace(LIMITS, max_connections=connection_cap(LIMITS.max_connections))
+        self._http = HttpServer(build_app(runtime), limits)
+
+    @property
+    def port(self) -> int | None:
+        return self._http.port or None
 
     @property
     def pattern(self) -> str:
         return f"http://{self.host}:{self.port}/actors/{{atespace}}/{{name}}"
 
     async def start(self, address: str) -> None:
-        host, _, port = address.rpartition(":")
+        host, _, _ = address.rpartition(":")
         self.host = host.strip("[]") or "127.0.0.1"
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((self.host, int(port)))
-            sock.listen(512)
-        except OSError:
-            sock.close()
-            raise
-        sock.setblocking(False)
-        self.port = int(sock.getsockname()[1])
-        config = uvicorn.Config(self.app, log_level="warning", lifespan="off", access_log=False,
-                                timeout_graceful_shutdown=2)
-        self._server = _Server(config)
-        self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="actor endpoints")
-        while not self._server.started and not self._task.done():  # noqa: ASYNC110 - uvicorn offers no event
-            await asyncio.sleep(0.01)
-        if self._task.done():
-            self._task.result()
+        await self._http.start(address)
 
     async def stop(self) -> None:
-        if self._server is None or self._task is None:
-            return
-        self._server.should_exit = True
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(asyncio.shield(self._task), 5)
-        if not self._task.done():
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        await self._http.stop()
