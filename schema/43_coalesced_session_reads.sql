@@ -1,5 +1,5 @@
--- Coalesced Session reads: the store's point reads (GetSession and the reads of its kind) that are
--- in flight together share one statement of these functions (db/store.py, issue 23).
+-- Coalesced Session reads: the store's point reads of Sessions that are in flight together share
+-- one statement of these functions (db/kept_reads.py; the kinds of read are in db/store.py).
 --
 -- Applied by migration 0002 (every file of schema/) on a clean database and again by 0005 on a
 -- database made before these functions existed: every statement here is idempotent.

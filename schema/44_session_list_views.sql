@@ -1,6 +1,6 @@
 -- ListSessions' pages as plain columns: the rows of sessionq.session_page (what list_sessions gives),
--- with what GetSession shows of each (get_session_views' columns), so a page is read without JSON
--- (db/store.py, issue 23).
+-- with what the API shows of each (get_session_views' columns, models.py SessionView), so a page is
+-- read without JSON (db/store.py).
 --
 -- Applied by migration 0002 (every file of schema/) on a clean database and again by 0006 on a
 -- database made before this function existed: every statement here is idempotent.
