@@ -324,7 +324,8 @@ class SessionView(NamedTuple):
     the enums' names. `Session.view()` derives it from a Session; GetSession and ListSessions read
     it directly (sessionq.get_session_views, sessionq.list_session_views: one column per field, of
     the field's name), so the reads that serve most requests decode these dozen columns only.
-    A field the answer shows is added here, to `Session.view()`, and to those two functions."""
+    A field the answer shows is added here, to `Session.view()`, to those two functions and to
+    session_to_proto (tests/api/test_session_proto.py checks the functions' columns)."""
 
     id: str
     creator: str

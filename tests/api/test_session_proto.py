@@ -14,6 +14,7 @@ from psycopg import AsyncConnection
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, sessions_pb2, sessions_pb2_grpc
 from sessionq.api.sessions import session_to_proto
 from sessionq.db.store import Store
+from sessionq.models import Session, SessionView
 
 AGENT = common_pb2.ResourceReference(namespace="kagent", name="my-first-agent")
 FAILED = {"task_id": "t-1", "reason": "TIMEOUT", "message": "no answer", "failed_at": "2026-12-01T20:21:39.123456+00:00"}
@@ -95,3 +96,16 @@ async def test_list_sessions_pages_are_the_whole_records_protos(api, store: Stor
             page=common_pb2.PageResponse(next_page_token=next_id_token(whole, limit)))
         assert got.SerializeToString() == expected.SerializeToString()
         assert len(got.sessions) == min(limit, 6) and got.HasField("page")
+
+
+async def test_the_view_functions_answer_exactly_the_fields_of_a_session_view(aconn: AsyncConnection):
+    """SessionView is read by column name: get_session_views and list_session_views answer one column
+    per field of it (and `ord`), no more, so a field added to one place and not the other fails here."""
+    fields = {"ord", *SessionView._fields}
+    for function in ("get_session_views", "list_session_views"):
+        cur = await aconn.execute(
+            "SELECT proargnames[pronargs + 1:] FROM pg_proc WHERE proname = %s"
+            " AND pronamespace = 'sessionq'::regnamespace", (function,))
+        [(columns,)] = await cur.fetchall()
+        assert set(columns) == fields, function
+    assert set(SessionView._fields) <= set(Session.__dataclass_fields__) | {"created_us", "updated_us"}
