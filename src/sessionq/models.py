@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from types import NoneType, UnionType
 from typing import Any, ClassVar, NamedTuple, Self, Union, get_args, get_origin, get_type_hints
 from uuid import UUID
@@ -326,9 +326,13 @@ def _builder(cls: type) -> Callable[[dict[str, Any]], Any]:
 
 
 class SessionView(NamedTuple):
-    """What GetSession shows of a Session, as sessionq.get_session_views answers it (its columns
-    in order): text as the answer carries it, times in microseconds since the epoch, the enums'
-    names. The read path that serves most requests decodes these dozen columns only (issue 23)."""
+    """What the API shows of a Session (api/sessions.py session_to_proto): the fields of a Session
+    that the answer carries, as the wire takes them: text, times in microseconds since the epoch,
+    the enums' names. `Session.view()` derives it from a Session; GetSession and ListSessions read
+    it directly (sessionq.get_session_views, sessionq.list_session_views: one column per field, of
+    the field's name), so the reads that serve most requests decode these dozen columns only.
+    A field the answer shows is added here, to `Session.view()`, to those two functions and to
+    session_to_proto (tests/api/test_session_proto.py checks the functions' columns)."""
 
     id: str
     creator: str
@@ -399,6 +403,24 @@ class Session(Row):
     idle_retry_at: datetime | None = None
     idle_attempts: int | None = None
     idle_unsent: bool | None = None
+
+    def view(self) -> SessionView:
+        """What the API shows of this Session."""
+        return SessionView(
+            str(self.id), self.creator, str(self.revision_id) if self.revision_id else None, self.agent_namespace,
+            self.agent_name, self.state, self.operation, self.name, _micros(self.created_at),
+            _micros(self.updated_at), self.failure_reason, self.failure_message, self.quiescence_failure,
+        )
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _micros(value: datetime) -> int:
+    """Microseconds since the epoch (a naive time taken as UTC)."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return (value - _EPOCH) // timedelta(microseconds=1)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
-"""GetSession builds its answer from the dozen columns sessionq.get_session_views reads
-(session_view_to_proto, issue 23): the same Session message as session_to_proto of the whole
-record, for the row as created and with every optional field the answer shows set or empty (the
-row is changed in the database, then read both ways)."""
+"""GetSession builds its answer from the dozen columns sessionq.get_session_views reads (a
+SessionView, read by column name): the same Session message as session_to_proto of the whole
+record (through Session.view()), for the row as created and with every optional field the answer
+shows set or empty (the row is changed in the database, then read both ways)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from conftest import apply_agent
 from psycopg import AsyncConnection
 
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, sessions_pb2, sessions_pb2_grpc
-from sessionq.api.sessions import session_to_proto, session_view_to_proto
+from sessionq.api.sessions import session_to_proto
 from sessionq.db.store import Store
+from sessionq.models import Session, SessionView
 
 AGENT = common_pb2.ResourceReference(namespace="kagent", name="my-first-agent")
 FAILED = {"task_id": "t-1", "reason": "TIMEOUT", "message": "no answer", "failed_at": "2026-12-01T20:21:39.123456+00:00"}
@@ -48,10 +49,10 @@ async def test_get_session_answer_is_the_whole_records_proto(api, store: Store, 
         got = (await stub.GetSession(sessions_pb2.GetSessionRequest(session_id=created.id), metadata=api.md(),
                                      timeout=5)).session
         assert got == expected, change
-        assert session_view_to_proto(await alone.get_session_view(sid, "alice")) == expected, change
+        assert session_to_proto(await alone.get_session_view(sid, "alice")) == expected, change
     assert got.created_at.seconds == -1 and got.created_at.nanos == 999_999_000
     view = await store.get_session_view(sid, "alice")
-    assert session_view_to_proto(view).last_quiescence_failure.reason == "TIMEOUT"
+    assert session_to_proto(view).last_quiescence_failure.reason == "TIMEOUT"
 
 
 async def test_list_sessions_pages_are_the_whole_records_protos(api, store: Store, sim, aconn: AsyncConnection):
@@ -81,7 +82,7 @@ async def test_list_sessions_pages_are_the_whole_records_protos(api, store: Stor
                     whole = await admin.list_sessions(caller, everyone, namespace, agent, after, limit + 1)
                     views = await admin.list_session_views(caller, everyone, namespace, agent, after, limit + 1)
                     assert [v.id for v in views] == [str(s.id) for s in whole]
-                    assert [session_view_to_proto(v) for v in views] == [session_to_proto(s) for s in whole]
+                    assert [session_to_proto(v) for v in views] == [session_to_proto(s) for s in whole]
                     if len(whole) <= limit:
                         break
                     after = whole[limit - 1].id
@@ -95,3 +96,16 @@ async def test_list_sessions_pages_are_the_whole_records_protos(api, store: Stor
             page=common_pb2.PageResponse(next_page_token=next_id_token(whole, limit)))
         assert got.SerializeToString() == expected.SerializeToString()
         assert len(got.sessions) == min(limit, 6) and got.HasField("page")
+
+
+async def test_the_view_functions_answer_exactly_the_fields_of_a_session_view(aconn: AsyncConnection):
+    """SessionView is read by column name: get_session_views and list_session_views answer one column
+    per field of it (and `ord`), no more, so a field added to one place and not the other fails here."""
+    fields = {"ord", *SessionView._fields}
+    for function in ("get_session_views", "list_session_views"):
+        cur = await aconn.execute(
+            "SELECT proargnames[pronargs + 1:] FROM pg_proc WHERE proname = %s"
+            " AND pronamespace = 'sessionq'::regnamespace", (function,))
+        [(columns,)] = await cur.fetchall()
+        assert set(columns) == fields, function
+    assert set(SessionView._fields) <= set(Session.__dataclass_fields__) | {"created_us", "updated_us"}

@@ -264,7 +264,7 @@ async def test_200_concurrent_get_sessions_answer_each_caller_as_alone(api, stor
     alone = {p: await call(*p) for p in pairs}
     assert sum(1 for o in alone.values() if o[0] == "ok") == 3
     assert {o[0] for o in alone.values()} == {"ok", grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT}
-    before = store.view_reads.batches  # GetSession's coalescer (get_session_views)
+    before = store.reads.batches  # GetSession's coalescer (get_session_views)
     racers = [pairs[i % len(pairs)] for i in range(200)]
     # the sessions table locked from another connection holds the first read's statement in flight,
     # so the others queue behind it and go in batches: each caller still answered as alone
@@ -272,7 +272,7 @@ async def test_200_concurrent_get_sessions_answer_each_caller_as_alone(api, stor
     await lock.execute("LOCK TABLE sessionq.sessions IN ACCESS EXCLUSIVE MODE")
     racing = asyncio.gather(*(call(*p) for p in racers))
     for _ in range(500):
-        if len(store.view_reads.queue) >= 100:
+        if len(store.reads.queue) >= 100:
             break
         await asyncio.sleep(0.01)
     await lock.rollback()
@@ -280,5 +280,5 @@ async def test_200_concurrent_get_sessions_answer_each_caller_as_alone(api, stor
     got = await racing
     for p, outcome in zip(racers, got, strict=True):
         assert outcome == alone[p], p
-    assert store.view_reads.batches > before  # some of them shared a statement
-    assert store.view_reads.largest > 1
+    assert store.reads.batches > before  # some of them shared a statement
+    assert store.reads.largest > 1

@@ -68,11 +68,11 @@ class Floor(Bare):
         self.store, self.user = store, user
 
     async def GetSession(self, request, context):  # type: ignore[no-untyped-def]
-        from sessionq.api.sessions import session_view_to_proto
+        from sessionq.api.sessions import session_to_proto
 
         view = await self.store.get_session_view(uuid.UUID(request.session_id), self.user)  # type: ignore[attr-defined]
         response = sessions_pb2.GetSessionResponse()
-        session_view_to_proto(view, response.session)
+        session_to_proto(view, response.session)
         return response
 
 

@@ -1,4 +1,4 @@
-"""db/kept_reads.py: coalesced point reads on one kept connection, driven by the event loop (issue 23).
+"""db/kept_reads.py: coalesced point reads on one kept connection, driven by the event loop.
 
 A real server and real connections, with a statement pair of the same shape as GetSession's (ord
 first): each read is (a, b, sleep) and its row is a / b, the backend's pid and a pg_sleep that
@@ -6,31 +6,33 @@ holds the statement in flight. What GetSession relies on: every read gets its ow
 statement at a time, one connection kept between statements and given back when idle, an error
 reaching the reads of its batch only, a broken connection failing what was in flight and the next
 read going on a new one, a lost prepared statement prepared again, no prepared statement through a
-pooler, cancelled reads dropping out, and a closing store failing what is left."""
+pooler, cancelled reads dropping out (a statement all of whose reads gave up cancelled on the
+server), reads of several kinds on one connection, rows read by column name, and a closing store
+failing what is left."""
 
 from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, NamedTuple
 
 import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from sessionq.db.kept_reads import KeptReads
-from sessionq.db.raw import RawStatement, text_array
+from sessionq.db.kept_reads import KeptReads, PointRead
+from sessionq.db.raw import Columns, GetValue, RawStatement, Row, record_reader, text_array
 
 Key = tuple[int, int, float]
 
 SINGLE = RawStatement(
     "sessionq_test_kept_one",
-    "SELECT 1, ($1::int / $2::int)::text, pg_backend_pid(), pg_sleep($3::float8)::text",
+    "SELECT 1 AS ord, ($1::int / $2::int)::text, pg_backend_pid(), pg_sleep($3::float8)::text",
 )
 BATCH = RawStatement(
     "sessionq_test_kept_many",
-    "SELECT o, (a / b)::text, pg_backend_pid(), (SELECT pg_sleep(max(s)) FROM unnest($3::float8[]) s)::text"
+    "SELECT o AS ord, (a / b)::text, pg_backend_pid(), (SELECT pg_sleep(max(s)) FROM unnest($3::float8[]) s)::text"
     " FROM unnest($1::int[], $2::int[]) WITH ORDINALITY AS t(a, b, o)",
 )
 
@@ -43,8 +45,39 @@ def _many(keys: list[Key]) -> list[bytes | None]:
     return [text_array([str(k[i]) for k in keys]) for i in range(3)]
 
 
-def _reads(pool: AsyncConnectionPool, **kw: Any) -> KeptReads[Key]:
-    return KeptReads(pool, SINGLE, BATCH, _one, _many, **kw)
+def _rows(columns: Columns) -> Callable[[GetValue, int], Row]:
+    """Each read's answer: its row's values in the statement's order (text, as they came)."""
+    width = range(len(columns))
+    return lambda get, r: tuple(get(r, c) for c in width)
+
+
+DIVIDE = PointRead(SINGLE, BATCH, _one, _many, _rows)
+
+
+class Division(NamedTuple):
+    quotient: int
+    remainder: int | None
+
+
+# a second kind of read on the same keys: its statements name their columns, each in another order
+DIVMOD = PointRead(
+    RawStatement(
+        "sessionq_test_kept_divmod_one",
+        "SELECT ($1::int % $2::int) AS remainder, 1 AS ord, pg_sleep($3::float8)::text AS slept,"
+        " ($1::int / $2::int) AS quotient",
+    ),
+    RawStatement(
+        "sessionq_test_kept_divmod_many",
+        "SELECT a / b AS quotient, o AS ord, a % b AS remainder,"
+        " (SELECT pg_sleep(max(s)) FROM unnest($3::float8[]) s)::text AS slept"
+        " FROM unnest($1::int[], $2::int[]) WITH ORDINALITY AS t(a, b, o)",
+    ),
+    _one, _many, record_reader(Division),
+)
+
+
+def _reads(pool: AsyncConnectionPool, **kw: Any) -> KeptReads:
+    return KeptReads(pool, **kw)
 
 
 @pytest.fixture
@@ -55,7 +88,7 @@ async def pool(database_url: str) -> AsyncIterator[AsyncConnectionPool]:
     await p.close()
 
 
-async def _sent(reads: KeptReads[Key], n: int = 1) -> None:
+async def _sent(reads: KeptReads, n: int = 1) -> None:
     """Until a statement of `n` reads is in flight (the connection taken, nothing queued)."""
     for _ in range(500):
         if reads.inflight is not None and len(reads.inflight) == n and not reads.queue:
@@ -90,7 +123,7 @@ async def test_many_racers_each_get_their_own_row_one_statement_at_a_time(pool: 
 
     async def racer(key: Key) -> int:
         await asyncio.sleep(random.random() * 0.05)
-        return _quotient(await reads.read(key))
+        return _quotient(await reads.read(DIVIDE, key))
 
     got = await asyncio.gather(*(racer(k) for k in keys))
     # PostgreSQL's integer division truncates toward zero
@@ -105,14 +138,14 @@ async def test_one_connection_is_kept_between_statements_and_given_back_when_idl
     requests = pool.get_stats().get("requests_num", 0)
     pids = set()
     for i in range(20):
-        row = await reads.read((i, 1, 0.0))
+        row = await reads.read(DIVIDE, (i, 1, 0.0))
         assert row is not None
         pids.add(row[2])
     assert len(pids) == 1 and reads.conn is not None
     assert pool.get_stats().get("requests_num", 0) - requests == 1  # taken from the pool once
     await asyncio.sleep(0.7)
     assert reads.conn is None  # given back after `keep` without a statement
-    assert _quotient(await reads.read((8, 2, 0.0))) == 4 and reads.conn is not None  # and taken again
+    assert _quotient(await reads.read(DIVIDE, (8, 2, 0.0))) == 4 and reads.conn is not None  # and taken again
     await reads.close()
     assert reads.conn is None
     await asyncio.sleep(0.05)
@@ -122,11 +155,11 @@ async def test_one_connection_is_kept_between_statements_and_given_back_when_idl
 
 async def test_an_error_reaches_the_reads_of_its_batch_only(pool: AsyncConnectionPool, database_url: str) -> None:
     reads = _reads(pool, max_batch=4)
-    leader = reads.read((1, 1, 0.3))  # holds the connection while the batches queue
+    leader = reads.read(DIVIDE, (1, 1, 0.3))  # holds the connection while the batches queue
     await _sent(reads)
-    good1 = [reads.read((i, 1, 0.0)) for i in range(4)]
-    bad = [reads.read((i, 0 if i == 2 else 1, 0.0)) for i in range(4)]
-    good2 = [reads.read((i * 10, 5, 0.0)) for i in range(4)]
+    good1 = [reads.read(DIVIDE, (i, 1, 0.0)) for i in range(4)]
+    bad = [reads.read(DIVIDE, (i, 0 if i == 2 else 1, 0.0)) for i in range(4)]
+    good2 = [reads.read(DIVIDE, (i * 10, 5, 0.0)) for i in range(4)]
     assert _quotient(await leader) == 1
     assert [_quotient(await f) for f in good1] == [0, 1, 2, 3]
     for f in bad:
@@ -141,11 +174,11 @@ async def test_a_broken_connection_fails_what_was_in_flight_and_the_next_read_re
     pool: AsyncConnectionPool, database_url: str
 ) -> None:
     reads = _reads(pool)
-    first = await reads.read((1, 1, 0.0))
+    first = await reads.read(DIVIDE, (1, 1, 0.0))
     assert first is not None
-    in_flight = [reads.read((1, 1, 30.0))]
+    in_flight = [reads.read(DIVIDE, (1, 1, 30.0))]
     await _sent(reads)
-    in_flight += [reads.read((i, 1, 30.0)) for i in range(3)]  # queued: a batch, after the first
+    in_flight += [reads.read(DIVIDE, (i, 1, 30.0)) for i in range(3)]  # queued: a batch, after the first
     [pid] = await _in_flight(database_url, "pg_sleep")
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as admin:
         await admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
@@ -158,7 +191,7 @@ async def test_a_broken_connection_fails_what_was_in_flight_and_the_next_read_re
     for f in in_flight[1:]:
         with pytest.raises(psycopg.OperationalError):
             await f
-    row = await reads.read((9, 3, 0.0))
+    row = await reads.read(DIVIDE, (9, 3, 0.0))
     assert _quotient(row) == 3 and row is not None and row[2] not in (first[2], str(pid).encode())
     await reads.close()
 
@@ -166,13 +199,13 @@ async def test_a_broken_connection_fails_what_was_in_flight_and_the_next_read_re
 async def test_a_statement_the_server_lost_is_prepared_again(pool: AsyncConnectionPool) -> None:
     reads = _reads(pool)
     # both statements prepared: one read alone, then two queued behind it (a batch)
-    got = await asyncio.gather(reads.read((6, 3, 0.05)), reads.read((9, 3, 0.0)), reads.read((3, 3, 0.0)))
+    got = await asyncio.gather(reads.read(DIVIDE, (6, 3, 0.05)), reads.read(DIVIDE, (9, 3, 0.0)), reads.read(DIVIDE, (3, 3, 0.0)))
     assert [_quotient(r) for r in got] == [2, 3, 1] and reads.batches == 1
     conn = reads.conn
     assert conn is not None
     conn.pgconn.exec_(b"DEALLOCATE ALL")  # as a server restart behind a pooler's address would
-    assert _quotient(await reads.read((10, 5, 0.0))) == 2
-    got = await asyncio.gather(reads.read((1, 1, 0.1)), *(reads.read((i, 1, 0.0)) for i in range(5)))
+    assert _quotient(await reads.read(DIVIDE, (10, 5, 0.0))) == 2
+    got = await asyncio.gather(reads.read(DIVIDE, (1, 1, 0.1)), *(reads.read(DIVIDE, (i, 1, 0.0)) for i in range(5)))
     assert [_quotient(r) for r in got] == [1, 0, 1, 2, 3, 4]
     res = conn.pgconn.exec_(b"SELECT name FROM pg_prepared_statements ORDER BY name")
     assert [res.get_value(r, 0) for r in range(res.ntuples)] == [b"sessionq_test_kept_many", b"sessionq_test_kept_one"]
@@ -184,7 +217,7 @@ async def test_through_a_pooler_the_statements_are_sent_unnamed(database_url: st
     kwargs = {"autocommit": True, "prepare_threshold": None}
     async with AsyncConnectionPool(database_url, min_size=1, max_size=2, open=False, kwargs=kwargs) as pool:
         reads = _reads(pool)
-        got = await asyncio.gather(*(reads.read((i, 1, 0.01 if i == 0 else 0.0)) for i in range(10)))
+        got = await asyncio.gather(*(reads.read(DIVIDE, (i, 1, 0.01 if i == 0 else 0.0)) for i in range(10)))
         assert [_quotient(r) for r in got] == list(range(10))
         conn = reads.conn
         assert conn is not None
@@ -197,7 +230,7 @@ async def test_cancelled_reads_drop_out_and_the_others_are_answered(pool: AsyncC
     reads = _reads(pool)
 
     async def read(key: Key) -> int:
-        return _quotient(await reads.read(key))
+        return _quotient(await reads.read(DIVIDE, key))
 
     leader = asyncio.create_task(read((1, 1, 0.3)))
     await _sent(reads)
@@ -218,11 +251,11 @@ async def test_cancelled_reads_drop_out_and_the_others_are_answered(pool: AsyncC
 
 async def test_closing_fails_what_is_queued_or_in_flight(pool: AsyncConnectionPool) -> None:
     reads = _reads(pool)
-    in_flight = reads.read((1, 1, 5.0))
+    in_flight = reads.read(DIVIDE, (1, 1, 5.0))
     await _sent(reads)
-    queued = [reads.read((i, 1, 0.0)) for i in range(3)]
+    queued = [reads.read(DIVIDE, (i, 1, 0.0)) for i in range(3)]
     await reads.close()
-    for f in [in_flight, *queued, reads.read((1, 1, 0.0))]:
+    for f in [in_flight, *queued, reads.read(DIVIDE, (1, 1, 0.0))]:
         with pytest.raises(psycopg.OperationalError, match="closing"):
             await f
     assert reads.conn is None
@@ -234,11 +267,78 @@ async def test_when_the_pool_has_no_connection_every_queued_read_gets_its_error(
     ) as pool:
         taken = await pool.getconn()
         reads = _reads(pool)
-        waiting = [reads.read((i, 1, 0.0)) for i in range(5)]
+        waiting = [reads.read(DIVIDE, (i, 1, 0.0)) for i in range(5)]
         for f in waiting:
             with pytest.raises(PoolTimeout):
                 await f
         assert not reads.busy and not reads.queue
         await pool.putconn(taken)
-        assert _quotient(await reads.read((4, 2, 0.0))) == 2
+        assert _quotient(await reads.read(DIVIDE, (4, 2, 0.0))) == 2
         await reads.close()
+
+
+async def test_two_kinds_share_one_coalescer_and_connection_each_read_by_column_name(pool: AsyncConnectionPool) -> None:
+    """Reads of two kinds race on one KeptReads: each is answered by its own kind's statements
+    (a batch holds one kind), DIVMOD's rows read by column name whatever the column order."""
+    reads = _reads(pool)
+    requests = pool.get_stats().get("requests_num", 0)
+    keys = [(random.randint(-10_000, 10_000), random.choice([1, 2, 3, 7, -5]), 0.0) for _ in range(400)]
+    kinds = [random.choice([DIVIDE, DIVMOD]) for _ in keys]
+
+    async def racer(kind: PointRead[Key, Any], key: Key) -> Any:
+        await asyncio.sleep(random.random() * 0.05)
+        return await reads.get(kind, key)
+
+    got = await asyncio.gather(*(racer(kind, key) for kind, key in zip(kinds, keys, strict=True)))
+    for kind, (a, b, _), answer in zip(kinds, keys, got, strict=True):
+        q = int(a / b)  # PostgreSQL's integer division truncates toward zero, its % takes the dividend's sign
+        if kind is DIVMOD:
+            assert answer == Division(q, a - b * q)
+        else:
+            assert _quotient(answer) == q
+    assert reads.batches > 0 and reads.largest > 1
+    assert pool.get_stats().get("requests_num", 0) - requests == 1  # one connection for both kinds
+    assert not reads.busy and not reads.queue
+    await reads.close()
+
+
+async def test_a_statement_without_a_column_of_the_record_fails_its_reads_only(pool: AsyncConnectionPool) -> None:
+    lacking = PointRead(
+        RawStatement("sessionq_test_kept_lacking", "SELECT 1 AS ord, $1::int / $2::int AS quotient, $3::float8 AS s"),
+        BATCH, _one, _many, record_reader(Division),
+    )
+    reads = _reads(pool)
+    with pytest.raises(psycopg.InterfaceError, match="remainder"):
+        await reads.get(lacking, (1, 1, 0.0))
+    assert await reads.get(DIVMOD, (7, 2, 0.0)) == Division(3, 1)
+    await reads.close()
+
+
+async def test_a_statement_every_read_of_which_gave_up_is_cancelled_on_the_server(
+    pool: AsyncConnectionPool, database_url: str
+) -> None:
+    """A caller cancelled while its read runs alone cancels the statement (a cancel request), so
+    the reads queued behind it go at once, on the same kept connection; a batch one of whose
+    callers gave up runs on for the others."""
+    reads = _reads(pool)
+    first = await reads.read(DIVIDE, (1, 1, 0.0))
+    assert first is not None
+    leader = asyncio.create_task(reads.get(DIVIDE, (1, 1, 0.3)))
+    await _sent(reads)
+    pair = [asyncio.create_task(reads.get(DIVIDE, (i, 1, 0.5))) for i in (2, 3)]
+    await _sent(reads, 2)
+    pair[0].cancel()
+    assert _quotient(await pair[1]) == 3 and await leader is not None
+    assert reads.cancels == 0
+    lone = asyncio.create_task(reads.get(DIVIDE, (4, 1, 60.0)))
+    await _sent(reads)
+    await _in_flight(database_url, "pg_sleep")
+    queued = reads.read(DIVIDE, (8, 2, 0.0))
+    lone.cancel()
+    row = await asyncio.wait_for(queued, 20)  # not the 60 s of the statement given up
+    assert _quotient(row) == 4 and row is not None and row[2] == first[2]  # on the same connection
+    assert lone.cancelled() and reads.cancels == 1
+    # the cancel request reached only the statement it was meant for: the next one, held in flight
+    # a while, is answered
+    assert _quotient(await reads.read(DIVIDE, (9, 3, 0.3))) == 3
+    await reads.close()

@@ -1,6 +1,7 @@
-"""Coalesced GetSession reads (issue 23, db/store.py _PointReads): reads that arrive while another
-is in flight are answered by one `sessionq.get_sessions` statement, each caller getting exactly what
-its own `get_session` would give (its row, or NOT_FOUND). A real server, real connections; the
+"""Coalesced Session reads (Store.get_session and get_session_view, one db/kept_reads.py coalescer):
+reads that arrive while another is in flight are answered by one `sessionq.get_sessions` (or
+`get_session_views`) statement, each caller getting exactly what its own `get_session` would give
+(its row, or NOT_FOUND). A real server, real connections; the
 table is locked from another connection to hold a read or a batch in flight."""
 
 from __future__ import annotations
@@ -90,24 +91,24 @@ async def test_200_concurrent_mixed_reads_each_get_what_a_single_read_gives(stor
     alone = Store(store.pool, coalesce_reads=False)
     expected = {r: await _outcome(alone, r) for r in reads}
     assert {o[0] for o in expected.values()} == {"ok", "error"}  # both outcomes are covered
-    assert store.point_reads is not None
-    await _race(store.point_reads, _outcome, store, reads, expected)
-    assert store.point_reads.largest <= store.point_reads.max_batch
+    assert store.reads is not None
+    await _race(store.reads, _outcome, store, reads, expected)
+    assert store.reads.largest <= store.reads.max_batch
     # a batch never exceeds the maximum: 200 racers queued behind one read become full batches
-    store.point_reads.max_batch = 16
-    store.point_reads.largest = 0
-    before = store.point_reads.batches
+    store.reads.max_batch = 16
+    store.reads.largest = 0
+    before = store.reads.batches
     plain = [r for r in reads if r[2] is None]  # a batch whose share hashes are all NULL
     racers = [random.choice(plain) for _ in range(200)]
     got = await asyncio.gather(*(_outcome(store, r) for r in racers))
     assert all(outcome == expected[read] for read, outcome in zip(racers, got, strict=True))
-    assert store.point_reads.largest == 16 and store.point_reads.batches - before >= 199 // 16
-    store.point_reads.max_batch = 64
-    before = store.point_reads.batches
+    assert store.reads.largest == 16 and store.reads.batches - before >= 199 // 16
+    store.reads.max_batch = 64
+    before = store.reads.batches
     # a lone read still takes the single path, and answers the same
-    assert not store.point_reads.busy
+    assert not store.reads.busy
     assert await _outcome(store, reads[0]) == expected[reads[0]]
-    assert store.point_reads.batches == before
+    assert store.reads.batches == before
 
 
 async def test_a_cancelled_caller_fails_no_one_else(store: Store, sim: Any, database_url: str) -> None:
@@ -120,7 +121,7 @@ async def test_a_cancelled_caller_fails_no_one_else(store: Store, sim: Any, data
         await _blocked(database_url, "get_session")
         queued = [asyncio.create_task(_outcome(store, r)) for r in reads]
         await asyncio.sleep(0.05)
-        assert store.point_reads is not None and len(store.point_reads.queue) == len(reads)
+        assert store.reads is not None and len(store.reads.queue) == len(reads)
         # one caller is cancelled while queued, the leader while its statement runs
         queued[1].cancel()
         leader.cancel()
@@ -135,7 +136,7 @@ async def test_a_cancelled_caller_fails_no_one_else(store: Store, sim: Any, data
     for i, read in enumerate(reads):
         if i not in (1, 2):
             assert got[i + 1] == expected[read], read
-    assert not store.point_reads.busy and not store.point_reads.queue
+    assert not store.reads.busy and not store.reads.queue
     assert await _outcome(store, reads[0]) == expected[reads[0]]
 
 
@@ -167,7 +168,7 @@ async def test_the_database_dropping_mid_batch_fails_every_waiter_as_a_single_re
     assert all(isinstance(g, psycopg.OperationalError) for g in got), got
     with pytest.raises(psycopg.OperationalError):
         await leader
-    assert store.point_reads is not None and not store.point_reads.busy and not store.point_reads.queue
+    assert store.reads is not None and not store.reads.busy and not store.reads.queue
     # the store reads again once the database is back
     session = await store.get_session(*reads[0])
     assert session.id == reads[0][0]
@@ -196,9 +197,9 @@ async def test_concurrent_view_reads_each_get_what_a_whole_read_gives(store: Sto
         assert (view.id, view.creator, view.state, view.operation, view.name) == (
             str(session.id), session.creator, session.state, session.operation, session.name)
         assert view.created_us == (session.created_at - EPOCH) // timedelta(microseconds=1)
-    assert store.view_reads is not None
-    await _race(store.view_reads, _view_outcome, store, reads, expected)
-    assert not store.view_reads.busy and not store.view_reads.queue
+    assert store.reads is not None
+    await _race(store.reads, _view_outcome, store, reads, expected)
+    assert not store.reads.busy and not store.reads.queue
 
 
 async def test_the_database_dropping_mid_view_batch_fails_every_waiter(
@@ -222,6 +223,6 @@ async def test_the_database_dropping_mid_view_batch_fails_every_waiter(
         await lock.close()
     got = await asyncio.gather(*queued, return_exceptions=True)
     assert all(isinstance(g, psycopg.OperationalError) for g in got), got
-    assert store.view_reads is not None and not store.view_reads.busy and not store.view_reads.queue
+    assert store.reads is not None and not store.reads.busy and not store.reads.queue
     view = await store.get_session_view(*reads[0])
     assert view.id == str(reads[0][0])

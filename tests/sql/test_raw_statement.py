@@ -1,4 +1,4 @@
-"""db/raw.py: GetSession's statement executed through libpq directly (issue 23). Real connections:
+"""db/raw.py: GetSession's statement executed through libpq directly. Real connections:
 prepared once per connection (unnamed through a pooler), a statement the server lost prepared
 again, parameters in text form that round-trip any text, and database errors as psycopg's."""
 

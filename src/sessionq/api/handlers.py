@@ -1,15 +1,15 @@
 """The API server's method handlers: one table, each handler wrapped once when the server is built.
 
 The checks every request passes before its servicer (InputGuard: malformed bodies, unimplemented
-methods; RequestValidation: the protos' buf.validate rules) were server interceptors. grpcio's aio
-server runs its interceptor chain for every call (a coroutine per interceptor, before the handler
-is found), and every method registered with `add_registered_method_handlers` (what the generated
-`add_*Servicer_to_server` functions do) keeps one request future of its own that the server's main
-loop passes to `asyncio.wait` at every call: with sessionq's ~50 methods that loop was about a
-fifth of a GetSession's Python time (issue 23). `HandlerTable` takes the generated functions'
-handlers instead of the server, applies the same wrappers once per method, and is given to the
-server as one generic handler: one request future, no interceptors, one dict lookup per call.
-"""
+methods; RequestValidation: the protos' buf.validate rules) are wrappers of each method's handler,
+not server interceptors: grpcio's aio server runs its interceptor chain for every call (a coroutine
+per interceptor, before the handler is found), and every method registered with
+`add_registered_method_handlers` (what the generated `add_*Servicer_to_server` functions do) keeps
+one request future of its own that the server's main loop passes to `asyncio.wait` at every call,
+a cost that grows with the number of methods (docs/performance.md measures both). `HandlerTable`
+takes the generated functions' handlers instead of the server, applies the same wrappers once per
+method, and is given to the server as one generic handler: one request future, no interceptors,
+one dict lookup per call."""
 
 from __future__ import annotations
 

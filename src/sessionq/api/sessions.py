@@ -10,11 +10,10 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import grpc
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from sessionq import errors
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, runtime_pb2, sessions_pb2, sessions_pb2_grpc
@@ -58,49 +57,14 @@ PERMISSIONS = {
 
 _STATES = {state: runtime_pb2.RuntimeState.Value(f"RUNTIME_STATE_{state}") for state in SessionState}
 _OPERATIONS = {op: runtime_pb2.RuntimeOperation.Value(f"RUNTIME_OPERATION_{op}") for op in OperationKind}
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _set_time(target: Timestamp, value: datetime | None) -> None:
-    """A timestamp field set in place from an aware datetime (what Timestamp.FromDatetime gives, with
-    integer arithmetic instead of a time tuple: this runs twice for every Session of every page)."""
-    if value is None:
-        return
-    if value.tzinfo is None:  # as FromDatetime reads a naive datetime
-        value = value.replace(tzinfo=UTC)
-    delta = value - _EPOCH
-    target.seconds = delta.days * 86400 + delta.seconds
-    target.nanos = delta.microseconds * 1000
-
-
-def session_to_proto(s: Session) -> sessions_pb2.Session:
-    sid = str(s.id)
-    msg = sessions_pb2.Session(
-        id=sid,
-        creator=s.creator,
-        prepared_revision=str(s.revision_id) if s.revision_id else "",
-        a2a_authority=f"{s.agent_namespace}/{s.agent_name}",
-        state=_STATES[s.state],
-        operation=_OPERATIONS[s.operation],
-        name=s.name,
-        context_id=sid,
-        agent=common_pb2.ResourceReference(namespace=s.agent_namespace, name=s.agent_name),
-    )
-    _set_time(msg.created_at, s.created_at)
-    _set_time(msg.updated_at, s.updated_at)
-    if s.failure_message:
-        msg.failure.CopyFrom(sessions_pb2.Failure(reason=s.failure_reason or "", message=s.failure_message))
-    if s.quiescence_failure:  # the quiescence failure record (30_tasks.sql, record_quiescence_failure)
-        msg.last_quiescence_failure.CopyFrom(_quiescence_failure(s.quiescence_failure))
-    # volume_source (17) stays unset: a Session is only ever seeded from a snapshot that a configured
-    # volume admission accepted, and sessionq has none (CreateSession refuses every volume_source)
-    return msg
-
-
-def session_view_to_proto(v: SessionView, msg: sessions_pb2.Session | None = None) -> sessions_pb2.Session:
-    """session_to_proto(store.get_session(...)) from the dozen columns GetSession reads
-    (sessionq.get_session_views): their equality is tested (tests/api/test_session_proto.py).
-    Fills `msg` in place when given (the response's own field: no copy of the message)."""
+def session_to_proto(s: Session | SessionView, msg: sessions_pb2.Session | None = None) -> sessions_pb2.Session:
+    """The Session message of a Session, or of what GetSession and ListSessions read of one (a
+    SessionView: Session.view() of the same row; their equality is tested in
+    tests/api/test_session_proto.py). Fills `msg` in place when given (the response's own field:
+    no copy of the message)."""
+    v = s.view() if isinstance(s, Session) else s
     if msg is None:
         msg = sessions_pb2.Session()
     sid = v.id
@@ -123,8 +87,10 @@ def session_view_to_proto(v: SessionView, msg: sessions_pb2.Session | None = Non
     if v.failure_message:
         msg.failure.reason = v.failure_reason or ""
         msg.failure.message = v.failure_message
-    if v.quiescence_failure:
+    if v.quiescence_failure:  # the quiescence failure record (30_tasks.sql, record_quiescence_failure)
         msg.last_quiescence_failure.CopyFrom(_quiescence_failure(v.quiescence_failure))
+    # volume_source (17) stays unset: a Session is only ever seeded from a snapshot that a configured
+    # volume admission accepted, and sessionq has none (CreateSession refuses every volume_source)
     return msg
 
 
@@ -241,7 +207,7 @@ class SessionService(sessions_pb2_grpc.SessionServiceServicer):
         sid = parse_uuid(request.session_id, "session_id")
         view = await self.store.get_session_view(sid, who.user, who.share_hash)
         response = sessions_pb2.GetSessionResponse()
-        session_view_to_proto(view, response.session)
+        session_to_proto(view, response.session)
         return response
 
     @rpc
@@ -262,7 +228,7 @@ class SessionService(sessions_pb2_grpc.SessionServiceServicer):
         response = sessions_pb2.ListSessionsResponse()
         page = response.sessions
         for view in rows[:limit]:
-            session_view_to_proto(view, page.add())
+            session_to_proto(view, page.add())
         response.page.SetInParent()  # present even when empty, as kagent answers
         response.page.next_page_token = next_id_token(rows, limit)
         return response

@@ -1,15 +1,18 @@
-"""Coalesced point reads on one kept connection, driven by the event loop's callbacks (issue 23).
+"""Coalesced point reads on one kept connection, driven by the event loop's callbacks.
 
-GetSession reads one Session per call, and most requests an API serves are GetSessions. Each such
-read is one row of a statement whose first column is `ord`, the 1-based position of the read in
-its batch (sessionq.get_session_views). `KeptReads` answers them this way:
+Most requests an API serves are GetSessions, each one point read of a Session; the workers read
+whole Sessions the same way (Store.get_session). A kind of point read (`PointRead`) is a pair of
+statements whose rows carry an `ord` column, the 1-based position of the read in its batch: one for
+a read alone and one for a batch. One `KeptReads` serves every kind of a store:
 
-- A read that finds the connection idle is sent at once, alone (the `single` statement); reads
-  that arrive while a statement is in flight queue, and when it ends the queue (up to `max_batch`)
-  goes as one `batch` statement. So one statement is in flight at a time and none waits for a timer.
+- A read that finds the connection idle is sent at once, alone (its kind's `single` statement);
+  reads that arrive while a statement is in flight queue, and when it ends the queue's first read
+  and the queued reads of its kind (up to `max_batch`) go as one `batch` statement. So one
+  statement is in flight at a time and none waits for a timer.
 - The statements run through libpq directly (`RawStatement`: text parameters and results, prepared
   once per connection, unnamed through a transaction pooler), on a connection taken from the pool
-  for the first read and given back `keep` seconds after the last.
+  for the first read and given back `keep` seconds after the last. Rows are read by column name
+  (the plan `RawStatement.plan` makes once per statement).
 - While the connection is kept, the event loop watches its socket with one reader callback, which
   takes a statement's result, answers its reads' futures and sends the next batch. A read costs a
   future, nothing else: no task, no coroutine per statement, no reader registered and removed per
@@ -20,46 +23,63 @@ Failures: a statement's error (psycopg's exception of its SQLSTATE) reaches ever
 and only those; a statement the server no longer knows (SQLSTATE 26000) is prepared again and sent
 once more; a connection that breaks fails the reads in flight with OperationalError and goes back
 to the pool (which discards it), and the reads queued behind them go on a new connection. A read
-whose caller gave up (its future cancelled) only drops out of its batch's answer. Reads of a
-closing store fail with OperationalError.
+whose caller gave up (its future cancelled) drops out of its batch's answer; when every read of the
+statement in flight has given up (`get` cancelled), the statement is cancelled on the server (a
+libpq cancel request) so that the reads queued behind it do not wait for its end; the next
+statement goes once the cancel request is through, so that it can only reach the statement it was
+meant for. Reads of a closing store fail with OperationalError.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import pq
 
-from sessionq.db.raw import RawStatement, Row
+from sessionq.db.raw import Columns, GetValue, RawStatement
 
 K = TypeVar("K")
+V = TypeVar("V")
 
-_Waiter = tuple[Any, "asyncio.Future[Row | None]"]
+
+@dataclass(frozen=True, eq=False)
+class PointRead(Generic[K, V]):
+    """A kind of point read keyed by K and answered with a V: its two statements (both answer an
+    `ord` column, 1 for `single`), their parameters, and `record`, which makes from the result's
+    column names the function that reads a row's answer."""
+
+    single: RawStatement
+    batch: RawStatement
+    single_params: Callable[[K], list[bytes | None]]
+    batch_params: Callable[[list[K]], list[bytes | None]]
+    record: Callable[[Columns], Callable[[GetValue, int], V]]
+
+    def plan(self, columns: Columns) -> tuple[int, Callable[[GetValue, int], V]]:
+        """The position of the `ord` column and the reader of a row's answer."""
+        if "ord" not in columns:
+            raise psycopg.InterfaceError("a point read's statement must answer an ord column")
+        return columns["ord"], self.record(columns)
 
 
-class KeptReads(Generic[K]):
-    """Point reads keyed by K, each answered with its row (ord first, values as text bytes) or None
-    when the statement gave no row for it. `single(key)` and `batch(keys)` make the parameters of
-    the two statements; both statements answer rows whose first column is ord (1 for `single`)."""
+class _Waiter:
+    __slots__ = ("fut", "key", "kind")
 
-    def __init__(
-        self,
-        pool: Any,
-        single: RawStatement,
-        batch: RawStatement,
-        single_params: Callable[[K], list[bytes | None]],
-        batch_params: Callable[[list[K]], list[bytes | None]],
-        *,
-        keep: float = 0.5,
-        max_batch: int = 64,
-    ) -> None:
+    def __init__(self, kind: PointRead[Any, Any], key: Any, fut: asyncio.Future[Any]) -> None:
+        self.kind, self.key, self.fut = kind, key, fut
+
+
+class KeptReads:
+    """Point reads of any kind (`PointRead`), each answered with its row's record, or None when the
+    statement gave no row for it."""
+
+    def __init__(self, pool: Any, *, keep: float = 0.5, max_batch: int = 64) -> None:
         self.pool = pool
-        self.single, self.batch = single, batch
-        self.single_params, self.batch_params = single_params, batch_params
         self.keep = keep
         self.max_batch = max_batch
         self.conn: psycopg.AsyncConnection[Any] | None = None
@@ -67,7 +87,9 @@ class KeptReads(Generic[K]):
         self.inflight: list[_Waiter] | None = None  # the reads of the statement in flight
         self.batches = 0  # batch statements sent, and the largest batch (tests, profiling)
         self.largest = 0
+        self.cancels = 0  # statements cancelled because every read of theirs gave up (tests)
         self._fd = -1
+        self._kind: PointRead[Any, Any] | None = None
         self._statement: RawStatement | None = None
         self._params: list[bytes | None] = []
         self._preparing = False  # the statement in flight is the PREPARE of self._statement
@@ -75,6 +97,7 @@ class KeptReads(Generic[K]):
         self._retried = False
         self._writing = False
         self._connecting: asyncio.Task[None] | None = None
+        self._cancelling: asyncio.Task[None] | None = None  # the cancel request of the statement in flight
         self._timer: asyncio.TimerHandle | None = None
         self._last_used = 0.0
         self._returning: set[asyncio.Task[None]] = set()
@@ -82,45 +105,66 @@ class KeptReads(Generic[K]):
 
     @property
     def busy(self) -> bool:
-        """Whether a statement is in flight or a connection is being taken for one."""
-        return self.inflight is not None or self._connecting is not None
+        """Whether a statement is in flight, being cancelled, or a connection is being taken for one."""
+        return self.inflight is not None or self._connecting is not None or self._cancelling is not None
 
-    def read(self, key: K) -> asyncio.Future[Row | None]:
-        """The future of `key`'s row (None: no row). Await it; cancelling it drops the read."""
+    def read(self, kind: PointRead[K, V], key: K) -> asyncio.Future[V | None]:
+        """The future of `key`'s answer (None: no row). Await it; cancelling it drops the read."""
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Row | None] = loop.create_future()
+        fut: asyncio.Future[V | None] = loop.create_future()
         if self._closed:
             fut.set_exception(psycopg.OperationalError("the store is closing"))
             return fut
-        self.queue.append((key, fut))
-        if self.inflight is None and self._connecting is None:
+        self.queue.append(_Waiter(kind, key, fut))
+        if not self.busy:
             self._next()
         return fut
+
+    async def get(self, kind: PointRead[K, V], key: K) -> V | None:
+        """`read`'s answer; a caller cancelled here also cancels its statement on the server when
+        no other read waits for that statement."""
+        fut = self.read(kind, key)
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            self._gave_up()
+            raise
 
     # -- sending ----------------------------------------------------------------------------------
 
     def _next(self) -> None:
-        """Send the queue's next batch (called with nothing in flight)."""
-        while self.queue:
-            batch = [w for w in self.queue[: self.max_batch] if not w[1].done()]
-            del self.queue[: self.max_batch]
-            if batch:
-                break
-        else:
+        """Send the queue's next batch (called with nothing in flight): the first live read and the
+        queued reads of its kind, up to max_batch; the others keep their places."""
+        batch: list[_Waiter] = []
+        rest: list[_Waiter] = []
+        kind = None
+        for w in self.queue:
+            if w.fut.done():
+                continue
+            if kind is None:
+                kind = w.kind
+            if w.kind is kind and len(batch) < self.max_batch:
+                batch.append(w)
+            else:
+                rest.append(w)
+        if kind is None:
+            self.queue.clear()
             self._idle_from_now()
             return
         if self.conn is None:
-            self.queue[:0] = batch  # they go first once the connection is there
+            self.queue = batch + rest  # they go first once the connection is there
             self._connecting = asyncio.get_running_loop().create_task(self._connect())
             return
+        self.queue = rest
         self.inflight = batch
         self._retried = False
+        self._kind = kind
         if len(batch) == 1:
-            self._statement, self._params = self.single, self.single_params(batch[0][0])
+            self._statement, self._params = kind.single, kind.single_params(batch[0].key)
         else:
             self.batches += 1
             self.largest = max(self.largest, len(batch))
-            self._statement, self._params = self.batch, self.batch_params([k for k, _ in batch])
+            self._statement, self._params = kind.batch, kind.batch_params([w.key for w in batch])
         self._send()
 
     def _send(self) -> None:
@@ -184,8 +228,8 @@ class KeptReads(Generic[K]):
         self._done(conn, result)
 
     def _done(self, conn: psycopg.AsyncConnection[Any], result: Any) -> None:
-        statement, batch = self._statement, self.inflight
-        assert statement is not None and batch is not None
+        statement, kind, batch = self._statement, self._kind, self.inflight
+        assert statement is not None and kind is not None and batch is not None
         if result.status == pq.ExecStatus.FATAL_ERROR:
             error = pg_errors.error_from_result(result, encoding=conn.info.encoding)
             if isinstance(error, pg_errors.InvalidSqlStatementName) and not self._retried:
@@ -200,25 +244,54 @@ class KeptReads(Generic[K]):
                 self._answer(batch, psycopg.InterfaceError(f"PREPARE ended with {pq.ExecStatus(result.status).name}"))
             else:
                 statement.mark_prepared(conn)
-                self._send()
-                return
+                if not all(w.fut.done() for w in batch):
+                    self._send()
+                    return
         elif result.status != pq.ExecStatus.TUPLES_OK:
             self._answer(batch, psycopg.InterfaceError(f"unexpected result status {pq.ExecStatus(result.status).name}"))
         else:
-            get = result.get_value
-            width = range(result.nfields)
-            rows = {int(get(r, 0)): tuple(get(r, c) for c in width) for r in range(result.ntuples)}
-            for i, (_, fut) in enumerate(batch, start=1):
-                if not fut.done():
-                    fut.set_result(rows.get(i))
+            try:
+                ordinal, record = statement.plan(result, kind.plan)
+                get = result.get_value
+                rows = {int(get(r, ordinal)): r for r in range(result.ntuples)}
+                for i, w in enumerate(batch, start=1):
+                    if not w.fut.done():
+                        r = rows.get(i)
+                        w.fut.set_result(None if r is None else record(get, r))
+            except (psycopg.Error, ValueError, TypeError) as e:  # a result the kind cannot read
+                self._answer(batch, e if isinstance(e, psycopg.Error) else psycopg.InterfaceError(str(e)))
         self.inflight = None
-        self._next()
+        if self._cancelling is None:
+            self._next()
 
     @staticmethod
     def _answer(batch: list[_Waiter], error: Exception) -> None:
-        for _, fut in batch:
-            if not fut.done():
-                fut.set_exception(error)
+        for w in batch:
+            if not w.fut.done():
+                w.fut.set_exception(error)
+
+    # -- giving a statement up --------------------------------------------------------------------
+
+    def _gave_up(self) -> None:
+        """A caller gave up: when no read of the statement in flight is waited for any longer, ask
+        the server to cancel it (the reads queued behind it would otherwise wait for its end)."""
+        batch, conn = self.inflight, self.conn
+        if batch is None or conn is None or self._cancelling is not None or not all(w.fut.done() for w in batch):
+            return
+        self.cancels += 1
+        self._cancelling = asyncio.get_running_loop().create_task(self._cancel(conn))
+
+    async def _cancel(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        # psycopg's cancel request (libpq's non-blocking one); a failed request only means the
+        # statement runs to its end. The next statement goes after it, never before: a cancel
+        # request reaches whatever statement the server runs when it arrives.
+        try:
+            with contextlib.suppress(psycopg.Error):
+                await conn.cancel_safe(timeout=5.0)
+        finally:
+            self._cancelling = None
+            if not self._closed and self.inflight is None and self._connecting is None:
+                self._next()
 
     # -- the connection ---------------------------------------------------------------------------
 
@@ -292,9 +365,10 @@ class KeptReads(Generic[K]):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._connecting is not None:
-            self._connecting.cancel()
-            await asyncio.gather(self._connecting, return_exceptions=True)
+        for task in (self._connecting, self._cancelling):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         closing = psycopg.OperationalError("the store is closing")
         waiting, self.queue = [*(self.inflight or []), *self.queue], []
         self.inflight = None

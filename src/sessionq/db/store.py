@@ -11,14 +11,12 @@ import contextlib
 import hashlib
 import json
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from operator import itemgetter
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from uuid import UUID
 
-import psycopg
 from psycopg.rows import dict_row, tuple_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
@@ -26,9 +24,9 @@ from psycopg_pool import AsyncConnectionPool
 from sessionq import errors
 from sessionq.db import notify
 from sessionq.db.connection import DatabaseHealth, Listener, make_pool
-from sessionq.db.kept_reads import KeptReads
+from sessionq.db.kept_reads import KeptReads, PointRead
 from sessionq.db.notify import Channel
-from sessionq.db.raw import RawStatement, text_array, text_param
+from sessionq.db.raw import Columns, GetValue, RawStatement, record_reader, text_array, text_param
 from sessionq.models import (
     Admission,
     AdmissionOutcome,
@@ -61,129 +59,49 @@ from sessionq.models import (
 )
 
 _SessionRead = tuple[UUID, str, str | None, str]  # session id, caller, share token hash, kind
-_READ_ARRAYS = "%s::uuid[], %s::text[], %s::text[], %s::text[]"
-_GET_SESSIONS = f"SELECT ord, session FROM sessionq.get_sessions({_READ_ARRAYS})"
-# GetSession's reads, executed through libpq directly (db/raw.py): a batch, and a read alone
-_VIEWS = RawStatement(
-    "sessionq_get_session_views",
-    "SELECT * FROM sessionq.get_session_views($1::uuid[], $2::text[], $3::text[], $4::text[])")
-_VIEW = RawStatement(
-    "sessionq_get_session_view",
-    "SELECT * FROM sessionq.get_session_views(ARRAY[$1::uuid], ARRAY[$2::text], ARRAY[$3::text], ARRAY[$4::text])")
+_R = TypeVar("_R")
+
+
+def _read_params(key: _SessionRead) -> list[bytes | None]:
+    sid, caller, share, of = key
+    return [str(sid).encode(), text_param(caller), text_param(share), of.encode()]
+
+
+def _batch_params(keys: list[_SessionRead]) -> list[bytes | None]:
+    """A batch of reads as four text arrays: element i of each is read i's."""
+    ids, callers, shares, kinds = zip(*keys, strict=True)
+    return [text_array([str(i) for i in ids]), text_array(list(callers)), text_array(list(shares)),
+            text_array(list(kinds))]
+
+
+def _whole_session(columns: Columns) -> Callable[[GetValue, int], Session]:
+    """A row's `session` column (the whole row as jsonb) as its Session."""
+    at = columns["session"]
+    return lambda get, r: Session.from_json(json.loads(get(r, at)))  # type: ignore[arg-type]
+
+
+_VIEW_RECORD = record_reader(SessionView)
+_ARRAYS = "$1::uuid[], $2::text[], $3::text[], $4::text[]"
+# The point reads of a Session (one coalescer, db/kept_reads.py): the whole row (get_session, or
+# get_sessions for a batch: Store.get_session), and what GetSession shows of it (get_session_views:
+# Store.get_session_view). Both filter each read by its own caller's access.
+_WHOLE_READ = PointRead(
+    RawStatement("sessionq_get_session",
+                 "SELECT 1 AS ord, sessionq.get_session($1::uuid, $2::text, $3::text, $4::text) AS session"),
+    RawStatement("sessionq_get_sessions", f"SELECT ord, session FROM sessionq.get_sessions({_ARRAYS})"),
+    _read_params, _batch_params, _whole_session)
+_VIEW_READ = PointRead(
+    RawStatement("sessionq_get_session_view",
+                 "SELECT * FROM sessionq.get_session_views(ARRAY[$1::uuid], ARRAY[$2::text], ARRAY[$3::text],"
+                 " ARRAY[$4::text])"),
+    RawStatement("sessionq_get_session_views", f"SELECT * FROM sessionq.get_session_views({_ARRAYS})"),
+    _read_params, _batch_params, _VIEW_RECORD)
 
 # ListSessions' page (sessionq.list_session_views: get_session_views' columns, the page's position first)
 _LIST_VIEWS = RawStatement(
     "sessionq_list_session_views",
     "SELECT * FROM sessionq.list_session_views($1::text, $2::boolean, $3::text, $4::text, $5::uuid, $6::integer,"
     " $7::text)")
-
-
-def _view_batch_params(keys: list[_SessionRead]) -> list[bytes | None]:
-    """get_session_views' parameters for a batch of reads: four text arrays."""
-    ids, callers, shares, kinds = zip(*keys, strict=True)
-    return [text_array([str(i) for i in ids]), text_array(list(callers)), text_array(list(shares)),
-            text_array(list(kinds))]
-
-
-def _view(row: tuple[Any, ...]) -> SessionView:
-    """A row of get_session_views in text form (ord first) as the SessionView it shows."""
-    _, sid, creator, revision, namespace, agent, state, operation, name, created, updated, reason, message, qf = row
-    return SessionView(
-        sid.decode(), creator.decode(), revision.decode() if revision is not None else None, namespace.decode(),
-        agent.decode(), state.decode(), operation.decode(), name.decode(), int(created), int(updated),
-        reason.decode() if reason is not None else None, message.decode() if message is not None else None,
-        json.loads(qf) if qf is not None else None,
-    )
-
-
-class _PointReads:
-    """Coalesced point reads of Sessions (issue 23). A read that finds no other read in flight runs
-    alone, as a single statement (no timer, no added latency). Reads that arrive while one is in
-    flight queue; when it ends, one drain task answers the queue, up to `max_batch` at a time, with
-    one statement for the batch (each row filtered by its own caller's access). So at most one
-    statement is in flight at a time. A waiter's cancellation only drops it from the batch; an
-    error of the batch's statement reaches every waiter of that batch. For the whole rows
-    (`get_session` / `get_sessions`, Store.get_session); GetSession's views are coalesced the same
-    way on a kept connection, driven by the event loop (db/kept_reads.py)."""
-
-    def __init__(
-        self,
-        single: Callable[[_SessionRead], Awaitable[list[tuple[Any, ...]]]],
-        batch: Callable[[list[_SessionRead]], Awaitable[list[tuple[Any, ...]]]],
-        value: Callable[[tuple[Any, ...]], Any] = itemgetter(1),
-        max_batch: int = 64,
-    ) -> None:
-        """batch: the rows of a batch of reads, (ord, ...) for each read its caller may see (ord
-        from 1); single: the row of a read alone, or none (or it raises SQ404 itself); value: what
-        a read gets of its row."""
-        self.single = single
-        self.batch = batch
-        self.value = value
-        self.max_batch = max_batch
-        self.busy = False
-        self.queue: list[tuple[_SessionRead, asyncio.Future[Any]]] = []
-        self.drain: asyncio.Task[None] | None = None
-        self.batches = 0  # batch statements run for queued reads, and the largest batch (tests, profiling)
-        self.largest = 0
-
-    async def read(self, key: _SessionRead) -> Any:
-        if self.busy:
-            fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            self.queue.append((key, fut))
-            return await fut
-        self.busy = True
-        try:
-            rows = await self.single(key)
-            if not rows:
-                raise errors.not_found(f"{key[3]} {key[0]} not found")
-            return self.value(rows[0])
-        finally:
-            self._release()
-
-    def _release(self) -> None:
-        if self.queue:
-            self.drain = asyncio.get_running_loop().create_task(self._drain())
-        else:
-            self.busy = False
-
-    async def _drain(self) -> None:
-        try:
-            while self.queue:
-                batch = [(k, f) for k, f in self.queue[: self.max_batch] if not f.done()]
-                del self.queue[: self.max_batch]
-                if batch:
-                    await self._run(batch)
-        finally:
-            self.busy = False
-            self.drain = None
-            # a waiter queued after the loop's last check (none can: the loop ran to an empty queue
-            # with no await in between), or the drain was cancelled at close: fail what is left
-            for _, f in self.queue:
-                if not f.done():
-                    f.set_exception(psycopg.OperationalError("the store is closing"))
-            self.queue.clear()
-
-    async def _run(self, batch: list[tuple[_SessionRead, asyncio.Future[Any]]]) -> None:
-        self.batches += 1
-        self.largest = max(self.largest, len(batch))
-        try:
-            rows = await self.batch([k for k, _ in batch])
-        except BaseException as e:
-            for _, f in batch:
-                if not f.done():
-                    f.set_exception(e if isinstance(e, Exception) else psycopg.OperationalError(str(e) or "cancelled"))
-            if not isinstance(e, Exception):
-                raise
-            return
-        found = {int(row[0]): self.value(row) for row in rows}
-        for i, ((sid, _, _, of), f) in enumerate(batch, start=1):
-            if f.done():
-                continue
-            value = found.get(i)
-            if value is None:
-                f.set_exception(errors.not_found(f"{of} {sid} not found"))
-            else:
-                f.set_result(value)
 
 
 class Store:
@@ -193,12 +111,8 @@ class Store:
         self.pool = pool
         self.listener = listener
         self.health: DatabaseHealth = getattr(pool, "health", None) or DatabaseHealth()
-        self.point_reads: _PointReads | None = None
-        self.view_reads: KeptReads[_SessionRead] | None = None
-        if coalesce_reads:
-            self.point_reads = _PointReads(self._whole_row, self._whole_rows)
-            # GetSession's reads: coalesced on a connection kept between statements (db/kept_reads.py)
-            self.view_reads = KeptReads(pool, _VIEW, _VIEWS, self._view_params, _view_batch_params)
+        # the point reads of Sessions, coalesced on a connection kept between statements
+        self.reads: KeptReads | None = KeptReads(pool) if coalesce_reads else None
 
     @classmethod
     async def open(
@@ -235,8 +149,8 @@ class Store:
         (0: do not wait, as a forced stop does)."""
         if self.listener:
             await self.listener.stop()
-        if self.view_reads is not None:
-            await self.view_reads.close()
+        if self.reads is not None:
+            await self.reads.close()
         await self.pool.close(timeout=timeout)
 
     # -- plumbing ---------------------------------------------------------------------------
@@ -519,52 +433,42 @@ class Store:
         self, session_id: UUID, caller: str, share_hash: str | None = None, of: RowKind = RowKind.SESSION
     ) -> Session:
         """A Session (`of` SANDBOX: a Sandbox) the caller may see; NOT_FOUND otherwise. Concurrent
-        reads are coalesced (_PointReads) unless the store was opened without coalesce_reads."""
-        if self.point_reads is not None:
-            return Session.from_json(await self.point_reads.read((session_id, caller, share_hash, str(of))))
-        return Session.from_json(await self._value(
-            "SELECT sessionq.get_session(%s, %s, %s, %s)", (session_id, caller, share_hash, of)))
+        reads are coalesced (db/kept_reads.py) unless the store was opened without coalesce_reads."""
+        if self.reads is None:
+            return Session.from_json(await self._value(
+                "SELECT sessionq.get_session(%s, %s, %s, %s)", (session_id, caller, share_hash, of)))
+        with errors.database_errors():
+            session = await self.reads.get(_WHOLE_READ, (session_id, caller, share_hash, str(of)))
+        if session is None:  # a batch answers no row where get_session raises SQ404
+            raise errors.not_found(f"{of} {session_id} not found")
+        return session
 
     async def get_session_view(
         self, session_id: UUID, caller: str, share_hash: str | None = None, of: RowKind = RowKind.SESSION
     ) -> SessionView:
         """What GetSession shows of a Session the caller may see (sessionq.get_session_views: the
-        same rule as get_session); NOT_FOUND otherwise. Concurrent reads are coalesced."""
+        same rule as get_session); NOT_FOUND otherwise. Concurrent reads are coalesced as
+        get_session's are, on the same connection."""
         key = (session_id, caller, share_hash, str(of))
-        if self.view_reads is not None:
-            with errors.database_errors():
-                row = await self.view_reads.read(key)
-        else:
-            rows = await self._view_row(key)
-            row = rows[0] if rows else None
-        if row is None:
+        with errors.database_errors():
+            if self.reads is not None:
+                view = await self.reads.get(_VIEW_READ, key)
+            else:
+                views = await self._records(_VIEW_READ.single, _read_params(key), _VIEW_RECORD)
+                view = views[0] if views else None
+        if view is None:
             raise errors.not_found(f"{of} {session_id} not found")
-        return _view(row)
+        return view
 
-    # the statements of the coalesced reads (_PointReads): a read alone, and a batch
-
-    async def _whole_row(self, key: _SessionRead) -> list[tuple[Any, ...]]:
-        return await self._fetch("SELECT 1, sessionq.get_session(%s, %s, %s, %s)", key, tuple_row)
-
-    async def _whole_rows(self, keys: list[_SessionRead]) -> list[tuple[Any, ...]]:
-        ids, callers, shares, kinds = (list(c) for c in zip(*keys, strict=True))
-        return await self._fetch(_GET_SESSIONS, (ids, callers, shares, kinds), tuple_row)
-
-    @staticmethod
-    def _view_params(key: _SessionRead) -> list[bytes | None]:
-        sid, caller, share, of = key
-        return [str(sid).encode(), text_param(caller), text_param(share), of.encode()]
-
-    async def _view_row(self, key: _SessionRead) -> list[tuple[Any, ...]]:
-        return await self._raw(_VIEW, self._view_params(key))
-
-    async def _raw(self, statement: RawStatement, params: list[bytes | None]) -> list[tuple[Any, ...]]:
-        """A RawStatement on a pooled connection, its errors mapped as _fetch maps them."""
+    async def _records(
+        self, statement: RawStatement, params: list[bytes | None],
+        record: Callable[[Columns], Callable[[GetValue, int], _R]],
+    ) -> list[_R]:
+        """A RawStatement's rows as records on a pooled connection, its errors mapped as _fetch maps them."""
         with errors.database_errors():
             conn = await self.pool.getconn()
             try:
-                rows: list[tuple[Any, ...]] = await statement.run(conn, params)
-                return rows
+                return await statement.records(conn, params, record)
             finally:
                 await self.pool.putconn(conn)
 
@@ -618,7 +522,7 @@ class Store:
         the same rows, no JSON), read through libpq directly as GetSession's reads are."""
         params = [text_param(caller), b"t" if all_creators else b"f", text_param(namespace), text_param(agent),
                   str(after).encode() if after is not None else None, str(limit).encode(), str(of).encode()]
-        return [_view(row) for row in await self._raw(_LIST_VIEWS, params)]
+        return await self._records(_LIST_VIEWS, params, _VIEW_RECORD)
 
     async def rename_session(self, session_id: UUID, caller: str, share_hash: str | None, name: str) -> Session:
         value = await self._value(
