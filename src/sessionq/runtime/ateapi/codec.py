@@ -230,7 +230,7 @@ def container(
     image: str, command: list[str] | None = None, args: list[str] | None = None, env: dict[str, str] | None = None
 ) -> pb.Container:
     """The template's one container: its image, and what it runs (argv is command then args) with
-    which environment (issue 18: the Agent spec's command, args and env)."""
+    which environment (the Agent spec's command, args and env)."""
     return pb.Container(
         name=CONTAINER_NAME,
         image=image,
