@@ -1,0 +1,107 @@
+"""Checkpoints and forks (schema/40_checkpoints.sql)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from uuid import UUID
+
+from sessionq.db import notify
+from sessionq.db.notify import Channel
+from sessionq.db.stores.base import StoreBase
+from sessionq.models import (
+    Admission,
+    Checkpoint,
+    CheckpointClaim,
+    CheckpointClaimStatus,
+    CheckpointState,
+)
+
+
+class CheckpointStore(StoreBase):
+
+    async def admit_checkpoint(self, session_id: UUID, caller: str, request_id: str, expected_head: str) -> Checkpoint:
+        value = await self._value(
+            "SELECT sessionq.admit_checkpoint(%s, %s, %s, %s)", (session_id, caller, request_id, expected_head)
+        )
+        return Checkpoint.from_json(value)
+
+    async def claim_checkpoint(self, checkpoint_id: UUID, executor: UUID, lifetime: float) -> CheckpointClaim:
+        row = await self._one(
+            "SELECT * FROM sessionq.claim_checkpoint(%s, %s, %s)", (checkpoint_id, executor, lifetime)
+        )
+        c = row["checkpoint"]
+        return CheckpointClaim(
+            CheckpointClaimStatus(row["status"]),
+            row["previous_executor"],
+            row["expires_at"],
+            Checkpoint.from_json(c) if c else None,
+        )
+
+    async def release_checkpoint(self, checkpoint_id: UUID, executor: UUID) -> None:
+        await self._rows("SELECT sessionq.release_checkpoint(%s, %s)", (checkpoint_id, executor))
+
+    async def finish_checkpoint(
+        self, checkpoint_id: UUID, executor: UUID, failure: str | None, tag_snapshot_uri: str | None = None
+    ) -> Checkpoint | None:
+        """tag_snapshot_uri: the URI of the tag's own snapshot copy (None: the recorded snapshot_uri)."""
+        value = await self._value(
+            "SELECT sessionq.finish_checkpoint(%s, %s, %s, %s)", (checkpoint_id, executor, failure, tag_snapshot_uri)
+        )
+        return Checkpoint.from_json(value) if value else None
+
+    async def get_checkpoint(self, checkpoint_id: UUID, caller: str) -> Checkpoint:
+        return Checkpoint.from_json(
+            await self._value("SELECT sessionq.get_checkpoint(%s, %s)", (checkpoint_id, caller))
+        )
+
+    async def checkpoint_by_id(self, checkpoint_id: UUID) -> Checkpoint | None:
+        rows = await self._rows("SELECT to_jsonb(c) AS c FROM sessionq.checkpoints c WHERE id = %s", (checkpoint_id,))
+        return Checkpoint.from_json(rows[0]["c"]) if rows else None
+
+    async def list_checkpoints(self, session_id: UUID, caller: str, after: UUID | None, limit: int) -> list[Checkpoint]:
+        rows = await self._rows(
+            "SELECT c FROM sessionq.list_checkpoints(%s, %s, %s, %s) c", (session_id, caller, after, limit)
+        )
+        return [Checkpoint.from_json(r["c"]) for r in rows]
+
+    async def rename_checkpoint(self, checkpoint_id: UUID, caller: str, name: str) -> Checkpoint:
+        return Checkpoint.from_json(
+            await self._value("SELECT sessionq.rename_checkpoint(%s, %s, %s)", (checkpoint_id, caller, name))
+        )
+
+    async def admit_checkpoint_delete(self, checkpoint_id: UUID, caller: str) -> Checkpoint:
+        return Checkpoint.from_json(
+            await self._value("SELECT sessionq.admit_checkpoint_delete(%s, %s)", (checkpoint_id, caller))
+        )
+
+    async def admit_fork(self, checkpoint_id: UUID, caller: str, request_id: str) -> Admission:
+        return await self._admit("SELECT * FROM sessionq.admit_fork(%s, %s, %s)", (checkpoint_id, caller, request_id))
+
+    async def wait_for_checkpoint(
+        self, checkpoint_id: UUID, states: set[CheckpointState], timeout: float
+    ) -> Checkpoint | None:
+        """Wait until the checkpoint is in one of `states` or gone (None); returns the last read
+        (still in another state on timeout). Woken by NOTIFY sessionq_checkpoint."""
+        woke = asyncio.Event()
+        key = str(checkpoint_id)
+
+        def on_notify(payload: str | None) -> None:
+            if payload is None or notify.key_of(Channel.CHECKPOINT, payload) == key:
+                woke.set()
+
+        unsubscribe = self.listener.subscribe(Channel.CHECKPOINT, on_notify) if self.listener else None
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                woke.clear()
+                c = await self.checkpoint_by_id(checkpoint_id)
+                remaining = deadline - time.monotonic()
+                if c is None or c.state in states or remaining <= 0:
+                    return c
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woke.wait(), timeout=min(remaining, 1.0 if self.listener else 0.05))
+        finally:
+            if unsubscribe:
+                unsubscribe()

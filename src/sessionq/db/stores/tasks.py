@@ -1,0 +1,219 @@
+"""Turns and the task store, and automatic quiescence (schema/30_tasks.sql)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any, Literal
+from uuid import UUID
+
+from psycopg.types.json import Jsonb
+
+from sessionq.db.notify import Channel
+from sessionq.db.stores.base import StoreBase, payload_hash
+from sessionq.models import (
+    QuiescenceFailureReason,
+    Session,
+    Task,
+    TaskPhase,
+    TurnFailure,
+)
+
+
+class TaskStore(StoreBase):
+    async def admit_turn(
+        self,
+        session_id: UUID,
+        caller: str,
+        share_hash: str | None,
+        message: dict[str, Any],
+        task_id: str | None,
+        ttl: float,
+    ) -> Session:
+        value = await self._value(
+            "SELECT sessionq.admit_turn(%s, %s, %s, %s, %s, %s)",
+            (session_id, caller, share_hash, Jsonb(message), task_id, ttl),
+        )
+        return Session.from_json(value)
+
+    async def task_create(self, session_id: UUID, task_id: str, task: dict[str, Any], dispatch_id: UUID | None) -> int:
+        return int(
+            await self._value(
+                "SELECT sessionq.task_create(%s, %s, %s, %s, %s)",
+                (session_id, task_id, Jsonb(task), dispatch_id, payload_hash(task, None, dispatch_id)),
+            )
+        )
+
+    async def task_update(
+        self,
+        session_id: UUID,
+        task_id: str,
+        task: dict[str, Any],
+        expected_version: int,
+        event: dict[str, Any] | None,
+        dispatch_id: UUID | None,
+    ) -> int:
+        return int(
+            await self._value(
+                "SELECT sessionq.task_update(%s, %s, %s, %s, %s, %s, %s)",
+                (
+                    session_id,
+                    task_id,
+                    Jsonb(task),
+                    expected_version,
+                    Jsonb(event) if event is not None else None,
+                    dispatch_id,
+                    payload_hash(task, event, dispatch_id),
+                ),
+            )
+        )
+
+    async def task_settle(self, session_id: UUID, task_id: str, version: int) -> None:
+        await self._rows("SELECT sessionq.task_settle(%s, %s, %s)", (session_id, task_id, version))
+
+    async def fail_dispatch(self, session_id: UUID, dispatch_id: UUID, message: str, issued: bool) -> None:
+        await self._rows("SELECT sessionq.fail_dispatch(%s, %s, %s, %s)", (session_id, dispatch_id, message, issued))
+
+    async def record_turn_failure(self, session_id: UUID, dispatch_id: UUID, reason: TurnFailure, message: str) -> None:
+        """Show on the Session why the dispatch's turn could not start (sessionq.record_turn_failure)."""
+        await self._rows(
+            "SELECT sessionq.record_turn_failure(%s, %s, %s, %s)", (session_id, dispatch_id, reason.value, message)
+        )
+
+    async def clear_turn_failure(self, session_id: UUID, reason: TurnFailure) -> None:
+        """A resume succeeded: the Session no longer shows that failure (sessionq.clear_turn_failure)."""
+        await self._rows("SELECT sessionq.clear_turn_failure(%s, %s)", (session_id, reason.value))
+
+    async def get_task(self, task_id: str) -> Task | None:
+        value = await self._value("SELECT sessionq.get_task(%s)", (task_id,))
+        return Task.from_json(value) if value else None
+
+    async def task_of_dispatch(self, session_id: UUID, dispatch_id: UUID) -> Task | None:
+        rows = await self._rows(
+            "SELECT to_jsonb(t) AS t FROM sessionq.tasks t WHERE session_id = %s AND dispatch_id = %s",
+            (session_id, dispatch_id),
+        )
+        return Task.from_json(rows[0]["t"]) if rows else None
+
+    async def list_tasks(self, session_id: UUID, state: str | None, after_seq: int | None, limit: int) -> list[Task]:
+        rows = await self._rows(
+            "SELECT to_jsonb(t) AS t FROM sessionq.tasks t WHERE session_id = %s"
+            " AND (%s::text IS NULL OR state = %s) AND (%s::int IS NULL OR seq < %s)"
+            " ORDER BY seq DESC LIMIT %s",
+            (session_id, state, state, after_seq, after_seq, limit),
+        )
+        return [Task.from_json(r["t"]) for r in rows]
+
+    async def count_tasks(self, session_id: UUID, state: str | None) -> int:
+        return int(
+            await self._value(
+                "SELECT count(*) FROM sessionq.tasks WHERE session_id = %s AND (%s::text IS NULL OR state = %s)",
+                (session_id, state, state),
+            )
+        )
+
+    async def wait_for_turn(
+        self, session_id: UUID, dispatch_id: UUID, timeout: float
+    ) -> tuple[Literal["task", "failed", "pending"], Any]:
+        """Wait until the turn of a dispatch ends: ("task", Task) once its task is published in a
+        final or waiting state, ("failed", message) if the dispatch failed, ("pending", None) on
+        timeout. Woken by NOTIFY sessionq_task."""
+        woke = asyncio.Event()
+
+        def on_notify(_payload: str | None) -> None:
+            woke.set()
+
+        unsubscribe = (
+            self.listener.subscribe_key(Channel.TASK, str(session_id), on_notify) if self.listener else None
+        )
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                woke.clear()
+                task = await self.task_of_dispatch(session_id, dispatch_id)
+                if task is not None and task.phase in (TaskPhase.SETTLED, TaskPhase.ABANDONED):
+                    return ("task", task)
+                session = await self.session_by_id(session_id)
+                if session is None:
+                    return ("failed", "the session no longer exists")
+                failure = session.dispatch_failure or {}
+                if failure.get("dispatch_id") == str(dispatch_id):
+                    return ("failed", failure.get("message"))
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return ("pending", None)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woke.wait(), timeout=min(remaining, 1.0 if self.listener else 0.05))
+        finally:
+            if unsubscribe:
+                unsubscribe()
+
+
+    async def claim_idle(self, executor: UUID) -> Session | None:
+        value = await self._value("SELECT sessionq.claim_idle(%s)", (executor,))
+        return Session.from_json(value) if value else None
+
+    async def idle_work_blocked(self) -> bool:
+        return bool(await self._value("SELECT sessionq.idle_work_blocked()"))
+
+    async def finish_idle(
+        self, session_id: UUID, boundary: UUID, executor: UUID, snapshot: dict[str, Any] | None
+    ) -> Session:
+        value = await self._value(
+            "SELECT sessionq.finish_idle(%s, %s, %s, %s)", (session_id, boundary, executor, Jsonb(snapshot or {}))
+        )
+        return Session.from_json(value)
+
+    async def record_quiescence_failure(
+        self, session_id: UUID, boundary: UUID, executor: UUID, reason: QuiescenceFailureReason, message: str
+    ) -> Session:
+        """The idle claim holder's suspend failed for good: record why (the claim stays)."""
+        value = await self._value(
+            "SELECT sessionq.record_quiescence_failure(%s, %s, %s, %s, %s)",
+            (session_id, boundary, executor, reason, message),
+        )
+        return Session.from_json(value)
+
+    async def idle_attempt_failed(
+        self,
+        session_id: UUID,
+        boundary: UUID,
+        executor: UUID,
+        reason: QuiescenceFailureReason,
+        message: str,
+        *,
+        not_sent: bool,
+        retry_after: float,
+    ) -> Session:
+        """The idle claim holder's attempt ended without an outcome: record why and make the claim
+        uncertain (it stays; a quiescence worker takes it over after `retry_after` seconds)."""
+        value = await self._value(
+            "SELECT sessionq.idle_attempt_failed(%s, %s, %s, %s, %s, %s, %s)",
+            (session_id, boundary, executor, reason, message, not_sent, retry_after),
+        )
+        return Session.from_json(value)
+
+    async def take_over_uncertain_idle(self, executor: UUID, lease: float) -> Session | None:
+        value = await self._value("SELECT sessionq.take_over_uncertain_idle(%s, %s)", (executor, lease))
+        return Session.from_json(value) if value else None
+
+    async def mark_lapsed_idle_claims(self, lease: float) -> int:
+        return int(await self._value("SELECT sessionq.mark_lapsed_idle_claims(%s)", (lease,)))
+
+    async def idle_work_state(self) -> tuple[bool, float | None]:
+        """(unclaimed idle work is blocked, seconds until an uncertain claim is due or None)."""
+        value = await self._value("SELECT to_jsonb(w) FROM sessionq.idle_work_state() w")
+        retry_in = value["retry_in"]
+        return bool(value["blocked"]), None if retry_in is None else float(retry_in)
+
+    async def take_over_idle_claim(self, session_id: UUID, executor: UUID, lease: float) -> Session | None:
+        value = await self._value(
+            "SELECT sessionq.take_over_idle_claim(%s, %s, %s)", (session_id, executor, lease)
+        )
+        return Session.from_json(value) if value else None
+
+    async def record_snapshot_completed(self, session_id: UUID, generation: int, uri: str) -> bool:
+        return bool(
+            await self._value("SELECT sessionq.record_snapshot_completed(%s, %s, %s)", (session_id, generation, uri))
+        )
