@@ -13,7 +13,7 @@ from typing import Any
 from procrastinate import App, RetryStrategy
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
-from sessionq.jobs import a2a, agents, bridge, checkpoints, dispatch, history, operations, periodic, reaper
+from sessionq.jobs import a2a, agents, bridge, checkpoints, dispatch, operations, periodic, purge, reaper
 
 from sessionq.db.connection import FailFastPool, connect_kwargs, conninfo, pooler_kwargs
 
@@ -94,5 +94,5 @@ def build_app(
     )(a2a.deliver_push)
     periodic.register(app, expiry=expiry)
     reaper.register(app)
-    history.register(app)
+    purge.register(app)
     return app
