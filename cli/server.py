@@ -30,7 +30,7 @@ def keep_secrets_from_actors(runtime_kind: str) -> None:
     """In a process that runs the process runtime (whose Actors run as its user), take the
     configuration's credentials out of its environment once the settings are loaded."""
     if runtime_kind == "process":
-        from sessionq.app.runtime import withhold_secrets  # here: client commands stay quick to start
+        from sessionq.app.runtimes import withhold_secrets  # here: client commands stay quick to start
 
         withhold_secrets()
 

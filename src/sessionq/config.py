@@ -182,7 +182,7 @@ class Key:
     default: Any
     doc: str
     # a credential (a password in a URL, tokens, an HMAC key): a server that runs the process runtime
-    # takes it out of its environment at start (sessionq.app.runtime.withhold_secrets)
+    # takes it out of its environment at start (sessionq.app.runtimes.withhold_secrets)
     secret: bool = False
 
     @property

@@ -34,7 +34,7 @@ from grpc_health.v1 import health_pb2
 from sessionq import metrics, webserve
 from sessionq.api.agentcard import AgentCardServer
 from sessionq.api.server import ApiServer
-from sessionq.app.runtime import (
+from sessionq.app.runtimes import (
     ServedProcess,
     ServedSimulator,
     open_runtime,

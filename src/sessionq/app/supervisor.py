@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sessionq.app.process import FORCE_AFTER, FORCE_BUDGET, listen_error
-from sessionq.app.runtime import withheld_environment
+from sessionq.app.runtimes import withheld_environment
 from sessionq.config import Settings
 from sessionq.db.reachable import check_async
 
