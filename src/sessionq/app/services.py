@@ -1,0 +1,358 @@
+"""The API and the workers on one database (`run_services`), as `sessionq serve` (the API) and
+`sessionq worker` (the workers) run them and `sessionq up` composes them; the readiness watches;
+`sessionq runtime serve` (a stand-in runtime served as ateapi.Control). Stopping: app/shutdown.py."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from grpc_health.v1 import health_pb2
+
+from sessionq import metrics, webserve
+from sessionq.api.agentcard import AgentCardServer
+from sessionq.api.server import ApiServer
+from sessionq.app.runtimes import (
+    ServedProcess,
+    ServedSimulator,
+    open_runtime,
+    start_served_process,
+    start_served_simulator,
+    substrate_options,
+)
+from sessionq.app.shutdown import API_GRACE, EXIT_FORCED, Shutdown
+from sessionq.app.startup import StartupError, listen_error, why_failed
+from sessionq.app.worker import run_worker
+from sessionq.config import ConfigError, Settings, grpc_message_limit
+from sessionq.console.server import ConsoleServer
+from sessionq.db import migrate
+from sessionq.db.reachable import check_async
+from sessionq.db.store import Store
+from sessionq.jobs.drain import DrainRequest
+from sessionq.runtime.simulator import install_schema
+
+log = logging.getLogger("sessionq")
+
+
+RUNTIME_HEALTH_SERVICE = "sessionq.runtime"
+RUNTIME_HEALTH_INTERVAL = 5.0
+RUNTIME_HEALTH_TIMEOUT = 2.0
+
+
+async def _set_health(server: ApiServer, service: str, status: int) -> None:
+    result = server.health.set(service, status)
+    if hasattr(result, "__await__"):
+        await result
+
+
+async def watch_runtime(server: ApiServer, runtime: Any, stop: asyncio.Event,
+                        interval: float = RUNTIME_HEALTH_INTERVAL) -> None:
+    """The readiness of the runtime, as the health service ``sessionq.runtime`` of the API (the
+    Kubernetes readiness probe asks for it; liveness asks for "" and never depends on the
+    runtime): SERVING while it answers, NOT_SERVING (with one log line per change) while not. The
+    in-process simulator always answers."""
+    check = getattr(runtime, "check_health", None)
+    last: str | None = "unknown"
+    while not stop.is_set():
+        problem = await check() if check is not None else None
+        if problem != last:
+            status = health_pb2.HealthCheckResponse.SERVING if problem is None else (
+                health_pb2.HealthCheckResponse.NOT_SERVING)
+            await _set_health(server, RUNTIME_HEALTH_SERVICE, status)
+            if problem is not None:
+                log.warning("not ready: the runtime does not answer (%s); retrying", problem)
+            elif last != "unknown":
+                log.info("ready: the runtime answers again")
+            last = problem
+        if check is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval)
+
+
+READY_RECHECK = 1.0  # seconds between checks while not ready
+
+
+async def watch_readiness(readiness: metrics.Readiness, store: Store, runtime: Any, stop: asyncio.Event,
+                          interval: float = RUNTIME_HEALTH_INTERVAL) -> None:
+    """The process's readiness, as its metrics server's ``/ready`` (the worker's readiness probe):
+    ready while the database answers a query and the runtime its health check; checked every
+    `interval` seconds while ready, every READY_RECHECK while not, with one log line per change."""
+    check = getattr(runtime, "check_health", None)
+    last: str | None = "starting"
+    while not stop.is_set():
+        problem: str | None = None
+        try:
+            async with asyncio.timeout(RUNTIME_HEALTH_TIMEOUT):
+                async with store.pool.connection() as conn:
+                    await conn.execute("SELECT 1")
+        except Exception as e:  # any failure to answer is "not ready"
+            problem = f"the database does not answer ({type(e).__name__})"
+        if problem is None and check is not None:
+            runtime_problem = await check()
+            if runtime_problem is not None:
+                problem = f"the runtime does not answer ({runtime_problem})"
+        readiness.set(problem)
+        if problem != last:
+            if problem is not None:
+                log.warning("not ready: %s; retrying", problem)
+            elif last != "starting":
+                log.info("ready again")
+            last = problem
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval if problem is None else READY_RECHECK)
+    readiness.set("stopping")  # draining: take no new traffic
+
+
+async def prepare_database(url: str) -> None:
+    await asyncio.to_thread(migrate.upgrade, url)
+    await install_schema(url)
+
+
+async def run_services(
+    settings: Settings,
+    url: str,
+    *,
+    api: bool,
+    workers: bool,
+    stop: asyncio.Event,
+    on_ready: Callable[[int | None], Awaitable[None] | None] | None = None,
+    shutdown: Shutdown | None = None,
+    exit_on_drain: bool = True,
+    on_worker_drained: Callable[[DrainRequest], None] | None = None,
+    console_local_user: str | None = None,
+    api_index: int | None = None,
+) -> None:
+    """Run the API and/or the workers on one database until `stop` is set, then stop cleanly:
+    the API stops admitting (in-flight calls get up to API_GRACE seconds, at most
+    workers.shutdownTimeout) while the workers drain. When `shutdown` forces the stop (this task
+    is cancelled), the workers are cancelled, the API stops at once and the connections close
+    without waiting. api_index: this is API process `api_index` of a supervised `serve`
+    (app/supervisor.py): its ports are shared (SO_REUSEPORT), its metrics port is the configured
+    one + api_index, and only process 0 serves the web console."""
+
+    def forced() -> bool:
+        return shutdown is not None and shutdown.forced is not None
+
+    grace = min(API_GRACE, settings.workers.shutdown_timeout)
+    if api:
+        webserve.raise_fd_limit()  # the listeners' connection caps are sized from it
+    # database.url may be a transaction pooler; what needs a session of its own (LISTEN, leadership,
+    # procrastinate's listener, the simulator's session settings) connects to database.directUrl
+    direct_url = settings.database.direct_url or url
+    store = await Store.open(url, pool_size=settings.database.pool_size, listen=api, direct_url=direct_url,
+                             coalesce_reads=settings.database.coalesce_reads)
+    gauges = None
+    server = None
+    console: ConsoleServer | None = None
+    worker_task: asyncio.Task[str] | None = None
+    runtime_watch: asyncio.Task[None] | None = None
+    readiness = metrics.Readiness() if settings.metrics.enabled else None
+    ready_watch: asyncio.Task[None] | None = None
+    clean = False
+    try:
+        if settings.metrics.enabled:
+            metrics_address = settings.metrics.address
+            host, _, port = metrics_address.rpartition(":")
+            if api_index and int(port):  # port 0 (any free port) stays 0
+                metrics_address = f"{host}:{int(port) + api_index}"
+            try:
+                metrics.serve(metrics_address, readiness=readiness)
+            except OSError as e:
+                raise listen_error("metrics", "metrics.address", metrics_address, e) from None
+            gauges = asyncio.create_task(metrics.refresh_gauges(store, stop))
+        async with open_runtime(settings, direct_url) as runtime:
+            if api:
+                try:
+                    server = ApiServer(settings, store, runtime=runtime, reuse_port=api_index is not None)
+                except (OSError, RuntimeError) as e:
+                    raise listen_error("the gRPC API", "server.address", settings.server.address, e) from None
+                await server.start()
+                cards = AgentCardServer(
+                    store,
+                    server.auth,
+                    settings.a2a.public_grpc_address or settings.server.address,
+                    handler=server.a2a,
+                    base_url=settings.a2a.public_url,
+                    max_body_bytes=grpc_message_limit(settings.a2a.max_message_bytes),
+                    allowed_hosts=settings.server.allowed_hosts,
+                    max_connections=settings.server.http_max_connections,
+                    header_timeout=settings.server.http_header_timeout,
+                )
+                try:
+                    await cards.start(settings.server.http_address, reuse_port=api_index is not None)
+                except OSError as e:
+                    raise listen_error("agent cards", "server.httpAddress", settings.server.http_address, e) from None
+                if settings.server.console_address and not api_index:
+                    console = ConsoleServer(settings, store.pool, local_user=console_local_user)
+                    try:
+                        await console.start(settings.server.console_address)
+                    except OSError as e:
+                        if console_local_user is None:
+                            raise listen_error("the web console", "server.consoleAddress",
+                                               settings.server.console_address, e) from None
+                        log.warning("the web console is off: cannot listen on %s (%s); set server.consoleAddress",
+                                    settings.server.console_address, why_failed(e))
+                        console = None
+                if hasattr(runtime, "taskstore_address") and not settings.runtime.simulator.task_store_address:
+                    host = settings.server.address.rpartition(":")[0]
+                    runtime.taskstore_address = f"{host}:{server.port}"  # simulated Actors report here
+            if server is not None:
+                runtime_watch = asyncio.create_task(watch_runtime(server, runtime, stop), name="runtime health")
+            if readiness is not None:
+                ready_watch = asyncio.create_task(watch_readiness(readiness, store, runtime, stop), name="readiness")
+            if workers:
+                worker_task = asyncio.create_task(run_worker(settings, url, store, runtime, stop=stop,
+                                                             direct_url=direct_url, exit_on_drain=exit_on_drain,
+                                                             on_drained=on_worker_drained))
+            if on_ready is not None:
+                r = on_ready(server.port if server else None)
+                if r is not None:
+                    await r
+            if worker_task is not None:
+                waiter = asyncio.create_task(stop.wait())
+                await asyncio.wait({worker_task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                if worker_task.done() and not stop.is_set():
+                    # run_worker restarts procrastinate itself: only a drain ends it (`up` keeps running)
+                    if worker_task.result() != "drained":
+                        raise RuntimeError("the worker pool stopped unexpectedly")
+                    await stop.wait()
+            else:
+                await stop.wait()
+            if console is not None:
+                await console.stop()
+            if server is not None:
+                await cards.stop()
+                await _set_health(server, RUNTIME_HEALTH_SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)
+                await server.stop(grace=grace)
+            if worker_task is not None:
+                stop.set()
+                # not `await worker_task`: cancelling this task would then wait for the worker's drain
+                await asyncio.wait({worker_task})
+                worker_task.result()
+            clean = True
+    finally:
+        for watch in (runtime_watch, ready_watch):
+            if watch is not None:
+                watch.cancel()
+        if worker_task is not None and not worker_task.done():
+            worker_task.cancel()  # a forced stop (or a failure): do not wait for its drain
+        if server is not None and not clean:  # forced, or a failure half-way through the start
+            with contextlib.suppress(Exception):
+                await server.stop(grace=0)
+        if console is not None and not clean:
+            with contextlib.suppress(Exception):
+                await console.stop()
+        if gauges is not None:
+            gauges.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await gauges
+        await store.close(timeout=0 if forced() else 5.0)
+
+
+async def serve(
+    settings: Settings, *, api: bool, workers: bool, api_index: int | None = None, ready_file: str | None = None
+) -> int:
+    """`sessionq serve` (api) and `sessionq worker` (workers) until SIGINT/SIGTERM. Returns the
+    exit status. api_index: one API process of a supervised `serve` (app/supervisor.py); it stops
+    gracefully by itself when its supervisor disappears."""
+    url = settings.database.url
+    if not url:
+        raise SystemExit("database.url is required (set it in the config file or SESSIONQ_DATABASE__URL)")
+    if api and not settings.auth.tokens:
+        log.warning("no auth.tokens configured: every call will be UNAUTHENTICATED")
+    if settings.runtime.kind == "substrate":
+        try:
+            substrate_options(settings)  # the files and values must be usable: one line, not a traceback
+        except ConfigError as e:
+            raise StartupError(f"invalid configuration: {e}") from None
+    await check_async(url)  # DatabaseUnreachable: one line, not a traceback
+    if settings.database.direct_url:
+        await check_async(settings.database.direct_url)
+    shutdown = Shutdown(settings.workers.shutdown_timeout)
+    shutdown.install()
+    orphan_watch = None
+    if api_index is not None:
+        # one API process of a supervised serve: the supervisor passes SIGINT/SIGTERM on (as SIGTERM);
+        # a Ctrl-C in a terminal reaches the whole process group and would count twice here
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        orphan_watch = asyncio.create_task(_stop_when_orphaned(shutdown))
+    try:
+        def ready(_port: int | None) -> None:
+            if ready_file:  # the supervisor's sign that this process served (app/supervisor.py)
+                Path(ready_file).write_text(f"{os.getpid()}\n")
+
+        await run_services(settings, url, api=api, workers=workers, stop=shutdown.stop, shutdown=shutdown,
+                           api_index=api_index, on_ready=ready)
+    except asyncio.CancelledError:
+        if shutdown.forced is None:
+            raise
+        return EXIT_FORCED
+    finally:
+        if orphan_watch is not None:
+            orphan_watch.cancel()
+        shutdown.hand_over()
+    return 0
+
+
+async def _stop_when_orphaned(shutdown: Shutdown, interval: float = 1.0) -> None:
+    """An API process of a supervised `serve` stops gracefully when its supervisor is gone."""
+    parent = os.getppid()
+    while not shutdown.stop.is_set():
+        await asyncio.sleep(interval)
+        if os.getppid() != parent:
+            log.warning("the supervising `sessionq serve` (pid %d) is gone: stopping", parent)
+            shutdown.begin()
+            return
+
+
+async def serve_runtime(settings: Settings, *, address: str | None = None, actor_address: str | None = None,
+                        kind: str = "simulator", extensions: bool = True) -> int:
+    """`sessionq runtime serve --simulator`: the simulator as an ateapi.Control server (its state
+    in database.url's PostgreSQL, shared with every replica and with fault injection) until
+    SIGINT/SIGTERM; `extensions=False` (`--no-extensions`): it behaves like a real Substrate
+    (runtime/ateapi/server.py). With kind "process" (`--process`) the process runtime instead: one
+    server per database, whose Actors are its child processes (all stopped when it stops). Returns
+    the exit status."""
+    # the simulator sets session state (asynchronous commit) on its connections: never a pooler
+    url = settings.direct_url
+    if not url:
+        raise SystemExit("database.url is required (set it in the config file or SESSIONQ_DATABASE__URL)")
+    await check_async(url)
+    await install_schema(url)
+    shutdown = Shutdown(settings.workers.shutdown_timeout)
+    shutdown.install()
+    try:
+        served: ServedSimulator | ServedProcess
+        try:
+            if kind == "process":
+                served = await start_served_process(settings, url, address=address, actor_address=actor_address)
+            else:
+                served = await start_served_simulator(settings, url, address=address, actor_address=actor_address,
+                                                      extensions=extensions)
+        except OSError as e:
+            raise listen_error(f"the {kind} runtime", "runtime.simulator.serveAddress",
+                               address or settings.runtime.simulator.serve_address, e) from None
+        log.info("%s runtime serving ateapi.Control on port %d; Actors' A2A endpoints at %s%s",
+                 kind, served.port, served.endpoints.pattern,
+                 "" if extensions else " (no extensions: like a real Substrate)")
+        try:
+            await shutdown.stop.wait()
+        finally:
+            await served.stop()
+    except asyncio.CancelledError:
+        if shutdown.forced is None:
+            raise
+        return EXIT_FORCED
+    finally:
+        shutdown.hand_over()
+    return 0
