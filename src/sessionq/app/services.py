@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,22 @@ async def prepare_database(url: str) -> None:
     await install_schema(url)
 
 
+@dataclass
+class _Running:
+    """What run_services started: what its graceful stop stops and its clean-up undoes."""
+
+    store: Store
+    readiness: metrics.Readiness | None
+    gauges: asyncio.Task[None] | None = None
+    server: ApiServer | None = None
+    cards: AgentCardServer | None = None
+    console: ConsoleServer | None = None
+    worker_task: asyncio.Task[str] | None = None
+    runtime_watch: asyncio.Task[None] | None = None
+    ready_watch: asyncio.Task[None] | None = None
+    clean: bool = False  # stopped gracefully: nothing left to cut short
+
+
 async def run_services(
     settings: Settings,
     url: str,
@@ -136,10 +153,6 @@ async def run_services(
     without waiting. api_index: this is API process `api_index` of a supervised `serve`
     (app/supervisor.py): its ports are shared (SO_REUSEPORT), its metrics port is the configured
     one + api_index, and only process 0 serves the web console."""
-
-    def forced() -> bool:
-        return shutdown is not None and shutdown.forced is not None
-
     grace = min(API_GRACE, settings.workers.shutdown_timeout)
     if api:
         webserve.raise_fd_limit()  # the listeners' connection caps are sized from it
@@ -148,113 +161,153 @@ async def run_services(
     direct_url = settings.database.direct_url or url
     store = await Store.open(url, pool_size=settings.database.pool_size, listen=api, direct_url=direct_url,
                              coalesce_reads=settings.database.coalesce_reads)
-    gauges = None
-    server = None
-    console: ConsoleServer | None = None
-    worker_task: asyncio.Task[str] | None = None
-    runtime_watch: asyncio.Task[None] | None = None
-    readiness = metrics.Readiness() if settings.metrics.enabled else None
-    ready_watch: asyncio.Task[None] | None = None
-    clean = False
+    running = _Running(store, metrics.Readiness() if settings.metrics.enabled else None)
     try:
         if settings.metrics.enabled:
-            metrics_address = settings.metrics.address
-            host, _, port = metrics_address.rpartition(":")
-            if api_index and int(port):  # port 0 (any free port) stays 0
-                metrics_address = f"{host}:{int(port) + api_index}"
-            try:
-                metrics.serve(metrics_address, readiness=readiness)
-            except OSError as e:
-                raise listen_error("metrics", "metrics.address", metrics_address, e) from None
-            gauges = asyncio.create_task(metrics.refresh_gauges(store, stop))
+            _serve_metrics(settings, running.readiness, api_index)
+            running.gauges = asyncio.create_task(metrics.refresh_gauges(store, stop))
         async with open_runtime(settings, direct_url) as runtime:
             if api:
-                try:
-                    server = ApiServer(settings, store, runtime=runtime, reuse_port=api_index is not None)
-                except (OSError, RuntimeError) as e:
-                    raise listen_error("the gRPC API", "server.address", settings.server.address, e) from None
-                await server.start()
-                cards = AgentCardServer(
-                    store,
-                    server.auth,
-                    settings.a2a.public_grpc_address or settings.server.address,
-                    handler=server.a2a,
-                    base_url=settings.a2a.public_url,
-                    max_body_bytes=grpc_message_limit(settings.a2a.max_message_bytes),
-                    allowed_hosts=settings.server.allowed_hosts,
-                    max_connections=settings.server.http_max_connections,
-                    header_timeout=settings.server.http_header_timeout,
-                )
-                try:
-                    await cards.start(settings.server.http_address, reuse_port=api_index is not None)
-                except OSError as e:
-                    raise listen_error("agent cards", "server.httpAddress", settings.server.http_address, e) from None
-                if settings.server.console_address and not api_index:
-                    console = ConsoleServer(settings, store.pool, local_user=console_local_user)
-                    try:
-                        await console.start(settings.server.console_address)
-                    except OSError as e:
-                        if console_local_user is None:
-                            raise listen_error("the web console", "server.consoleAddress",
-                                               settings.server.console_address, e) from None
-                        log.warning("the web console is off: cannot listen on %s (%s); set server.consoleAddress",
-                                    settings.server.console_address, why_failed(e))
-                        console = None
-                if hasattr(runtime, "taskstore_address") and not settings.runtime.simulator.task_store_address:
-                    host = settings.server.address.rpartition(":")[0]
-                    runtime.taskstore_address = f"{host}:{server.port}"  # simulated Actors report here
-            if server is not None:
-                runtime_watch = asyncio.create_task(watch_runtime(server, runtime, stop), name="runtime health")
-            if readiness is not None:
-                ready_watch = asyncio.create_task(watch_readiness(readiness, store, runtime, stop), name="readiness")
+                await _start_api(running, settings, runtime, api_index, console_local_user)
+            _watch_health(running, runtime, stop)
             if workers:
-                worker_task = asyncio.create_task(run_worker(settings, url, store, runtime, stop=stop,
-                                                             direct_url=direct_url, exit_on_drain=exit_on_drain,
-                                                             on_drained=on_worker_drained))
+                running.worker_task = asyncio.create_task(run_worker(
+                    settings, url, store, runtime, stop=stop, direct_url=direct_url, exit_on_drain=exit_on_drain,
+                    on_drained=on_worker_drained))
             if on_ready is not None:
-                r = on_ready(server.port if server else None)
+                r = on_ready(running.server.port if running.server else None)
                 if r is not None:
                     await r
-            if worker_task is not None:
-                waiter = asyncio.create_task(stop.wait())
-                await asyncio.wait({worker_task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-                waiter.cancel()
-                if worker_task.done() and not stop.is_set():
-                    # run_worker restarts procrastinate itself: only a drain ends it (`up` keeps running)
-                    if worker_task.result() != "drained":
-                        raise RuntimeError("the worker pool stopped unexpectedly")
-                    await stop.wait()
-            else:
-                await stop.wait()
-            if console is not None:
-                await console.stop()
-            if server is not None:
-                await cards.stop()
-                await _set_health(server, RUNTIME_HEALTH_SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)
-                await server.stop(grace=grace)
-            if worker_task is not None:
-                stop.set()
-                # not `await worker_task`: cancelling this task would then wait for the worker's drain
-                await asyncio.wait({worker_task})
-                worker_task.result()
-            clean = True
+            await _wait_for_stop(running.worker_task, stop)
+            await _stop_gracefully(running, stop, grace)
+            running.clean = True
     finally:
-        for watch in (runtime_watch, ready_watch):
-            if watch is not None:
-                watch.cancel()
-        if worker_task is not None and not worker_task.done():
-            worker_task.cancel()  # a forced stop (or a failure): do not wait for its drain
-        if server is not None and not clean:  # forced, or a failure half-way through the start
-            with contextlib.suppress(Exception):
-                await server.stop(grace=0)
-        if console is not None and not clean:
-            with contextlib.suppress(Exception):
-                await console.stop()
-        if gauges is not None:
-            gauges.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await gauges
-        await store.close(timeout=0 if forced() else 5.0)
+        await _clean_up(running, shutdown)
+
+
+def _serve_metrics(settings: Settings, readiness: metrics.Readiness | None, api_index: int | None) -> None:
+    """The metrics server (and `/ready`) on metrics.address; API process N of a supervised
+    `serve` on its port + N."""
+    metrics_address = settings.metrics.address
+    host, _, port = metrics_address.rpartition(":")
+    if api_index and int(port):  # port 0 (any free port) stays 0
+        metrics_address = f"{host}:{int(port) + api_index}"
+    try:
+        metrics.serve(metrics_address, readiness=readiness)
+    except OSError as e:
+        raise listen_error("metrics", "metrics.address", metrics_address, e) from None
+
+
+async def _start_api(running: _Running, settings: Settings, runtime: Any, api_index: int | None,
+                     console_local_user: str | None) -> None:
+    """Start the gRPC API, the HTTP listener (agent cards, A2A over HTTP) and, unless this is
+    another API process than the first, the web console; point simulated Actors at this API."""
+    reuse_port = api_index is not None
+    try:
+        running.server = server = ApiServer(settings, running.store, runtime=runtime, reuse_port=reuse_port)
+    except (OSError, RuntimeError) as e:
+        raise listen_error("the gRPC API", "server.address", settings.server.address, e) from None
+    await server.start()
+    running.cards = cards = AgentCardServer(
+        running.store,
+        server.auth,
+        settings.a2a.public_grpc_address or settings.server.address,
+        handler=server.a2a,
+        base_url=settings.a2a.public_url,
+        max_body_bytes=grpc_message_limit(settings.a2a.max_message_bytes),
+        allowed_hosts=settings.server.allowed_hosts,
+        max_connections=settings.server.http_max_connections,
+        header_timeout=settings.server.http_header_timeout,
+    )
+    try:
+        await cards.start(settings.server.http_address, reuse_port=reuse_port)
+    except OSError as e:
+        raise listen_error("agent cards", "server.httpAddress", settings.server.http_address, e) from None
+    if settings.server.console_address and not api_index:
+        await _start_console(running, settings, console_local_user)
+    if hasattr(runtime, "taskstore_address") and not settings.runtime.simulator.task_store_address:
+        host = settings.server.address.rpartition(":")[0]
+        runtime.taskstore_address = f"{host}:{server.port}"  # simulated Actors report here
+
+
+async def _start_console(running: _Running, settings: Settings, local_user: str | None) -> None:
+    """The web console on server.consoleAddress. Under `up` (a local user) an address in use
+    leaves the console off with a warning; otherwise it is a StartupError."""
+    address = settings.server.console_address
+    running.console = ConsoleServer(settings, running.store.pool, local_user=local_user)
+    try:
+        await running.console.start(address)
+    except OSError as e:
+        if local_user is None:
+            raise listen_error("the web console", "server.consoleAddress", address, e) from None
+        log.warning("the web console is off: cannot listen on %s (%s); set server.consoleAddress",
+                    address, why_failed(e))
+        running.console = None
+
+
+def _watch_health(running: _Running, runtime: Any, stop: asyncio.Event) -> None:
+    """The runtime's health on the API's health service, and the process's readiness."""
+    if running.server is not None:
+        running.runtime_watch = asyncio.create_task(watch_runtime(running.server, runtime, stop),
+                                                    name="runtime health")
+    if running.readiness is not None:
+        running.ready_watch = asyncio.create_task(watch_readiness(running.readiness, running.store, runtime, stop),
+                                                  name="readiness")
+
+
+async def _wait_for_stop(worker_task: asyncio.Task[str] | None, stop: asyncio.Event) -> None:
+    """Wait for `stop`. The worker pool ends early only when drained (`up` keeps running then);
+    any other end of it is an error."""
+    if worker_task is None:
+        await stop.wait()
+        return
+    waiter = asyncio.create_task(stop.wait())
+    await asyncio.wait({worker_task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    waiter.cancel()
+    if worker_task.done() and not stop.is_set():
+        # run_worker restarts procrastinate itself: only a drain ends it (`up` keeps running)
+        if worker_task.result() != "drained":
+            raise RuntimeError("the worker pool stopped unexpectedly")
+        await stop.wait()
+
+
+async def _stop_gracefully(running: _Running, stop: asyncio.Event, grace: float) -> None:
+    """The console stops, the API stops admitting (in-flight calls get `grace` seconds) and says
+    it no longer serves, and the workers drain."""
+    if running.console is not None:
+        await running.console.stop()
+    if running.server is not None:
+        assert running.cards is not None  # started with the server
+        await running.cards.stop()
+        await _set_health(running.server, RUNTIME_HEALTH_SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)
+        await running.server.stop(grace=grace)
+    if running.worker_task is not None:
+        stop.set()
+        # not `await worker_task`: cancelling this task would then wait for the worker's drain
+        await asyncio.wait({running.worker_task})
+        running.worker_task.result()
+
+
+async def _clean_up(running: _Running, shutdown: Shutdown | None) -> None:
+    """After a graceful stop: close the store. After a forced stop or a failure (half-way through
+    the start, say): cut short what still runs, without waiting for the workers' drain."""
+    for watch in (running.runtime_watch, running.ready_watch):
+        if watch is not None:
+            watch.cancel()
+    if running.worker_task is not None and not running.worker_task.done():
+        running.worker_task.cancel()  # a forced stop (or a failure): do not wait for its drain
+    if running.server is not None and not running.clean:  # forced, or a failure half-way through the start
+        with contextlib.suppress(Exception):
+            await running.server.stop(grace=0)
+    if running.console is not None and not running.clean:
+        with contextlib.suppress(Exception):
+            await running.console.stop()
+    if running.gauges is not None:
+        running.gauges.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running.gauges
+    forced = shutdown is not None and shutdown.forced is not None
+    await running.store.close(timeout=0 if forced else 5.0)
 
 
 async def serve(
