@@ -13,6 +13,7 @@ import os
 import shutil
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -146,119 +147,46 @@ async def up(settings: Settings, data_dir: Path, database_url: str | None, echo:
         shutdown.hand_over()
 
 
+@dataclass
+class _Started:
+    """What `up` started, stopped when it ends (before what each uses)."""
+
+    postgres: embedded.EmbeddedPostgres | None = None
+    served: ServedSimulator | ServedProcess | None = None
+    beside: asyncio.Task[int] | None = None  # the other API processes' supervisor
+
+
 async def _up(
     shutdown: Shutdown, settings: Settings, data_dir: Path, database_url: str | None, echo: Callable[[str], None],
     api_processes: int = 1, others: Callable[[Settings, dict[str, str]], OtherApiProcesses] | None = None,
 ) -> int:
-    server: embedded.EmbeddedPostgres | None = None
-    served: ServedSimulator | ServedProcess | None = None
-    beside: asyncio.Task[int] | None = None
+    started = _Started()
     status = 0
     try:
-        psql = None
-        if database_url:
-            url = database_url
-            psql = f'psql "{url}"'
-            await check_async(url)
-        else:
-
-            def start_embedded() -> embedded.EmbeddedPostgres:
-                started = embedded.start(data_dir)
-                shutdown.on_force("the embedded PostgreSQL told to stop", started.stop_now)
-                return started
-
-            try:
-                server = await asyncio.to_thread(start_embedded)
-            except PermissionError as e:
-                raise StartupError(
-                    f"cannot start the embedded PostgreSQL in {data_dir}: permission denied"
-                    f"{f' on {e.filename}' if e.filename else ''}; choose another --data-dir, or make this one"
-                    " writable by you") from None
-            url = server.url
-            psql = server.psql_command()
+        url, psql = await _open_database(started, shutdown, data_dir, database_url)
         user = settings.auth.anonymous_user or getpass.getuser()
-        overrides: dict[str, Any] = {"auth.anonymousUser": user}
-        if not settings.server.console_address:
-            overrides["server.consoleAddress"] = UP_CONSOLE
-        settings = settings.with_overrides(**overrides)
-        host, _, _ = settings.server.address.rpartition(":")
-        if host not in ("127.0.0.1", "localhost", "::1", "[::1]"):
-            raise SystemExit(
-                f"sessionq up serves unauthenticated local calls and listens on loopback only, not {host}"
-            )
+        settings = _local_settings(settings, user)
+        host = settings.server.address.rpartition(":")[0]
         await prepare_database(url)
-        sq = command_name()
-        if settings.runtime.kind == "process" and not settings.runtime.process.root:
-            # the Actors' directories and snapshots live with up's other data
-            settings = settings.with_overrides(**{"runtime.process.root": process_root(data_dir)})
-        if settings.runtime.kind == "process":
-            # as a real Substrate: the process runtime served as ateapi.Control on loopback (ports of
-            # its own), reached through the gRPC adapter; it owns the Actors' processes
-            served = await start_served_process(settings, url, address="127.0.0.1:0", actor_address="127.0.0.1:0")
-            shutdown.on_force("the agents' processes killed", served.runtime.kill_children)
-        elif settings.runtime.kind == "simulator" and settings.runtime.simulator.served:
-            # the embedded default exercises the real client path: the simulator as an ateapi.Control
-            # server on loopback (ports of its own), reached through the gRPC adapter
-            served = await start_served_simulator(settings, url, address="127.0.0.1:0", actor_address="127.0.0.1:0")
-        if served is not None:
-            settings = settings.with_overrides(**{
-                "runtime.kind": "substrate",
-                "runtime.substrate.address": served.address,
-                "runtime.substrate.uidPreflight": False,
-                "runtime.substrate.actorAddressPattern": served.endpoints.pattern,
-            })
+        settings = await _start_runtime(started, shutdown, settings, url, data_dir)
 
         def ready(port: int | None) -> None:
             endpoint = f"{host}:{port}"
-            client = {"server": endpoint, "user": user, "databaseUrl": url, "psql": psql}
-            if served is not None:
-                if not settings.runtime.simulator.task_store_address:
-                    served.report_to(endpoint)  # the Actors report to the task store here
-                client["runtimeAddress"] = served.address
-                client["runtimeKind"] = served.kind
-            for path in (data_dir.resolve() / CLIENT_CONFIG, user_client_config()):
-                with contextlib.suppress(OSError):
-                    write_client_config(path, client)
-            echo(f"sessionq is up (user {user})")
-            echo(f"  gRPC endpoint : {endpoint}  (reflection and health on; calls without a token are {user}'s)")
-            echo(f"  web console   : http://{settings.server.console_address}/  (no login needed here)")
-            echo(f"  psql          : {psql}")
-            if isinstance(served, ServedProcess):
-                echo(f"  runtime       : the process runtime (Actors are local OS processes, NOT isolated),"
-                     f" in {settings.runtime.process.root}; `--runtime simulator` runs the simulator instead")
-            elif served is not None:
-                echo(f"  runtime       : the simulator, served as ateapi.Control at {served.address}")
-            echo(f"  client config : {user_client_config()}")
-            echo("  Next, in another terminal in this directory:")
-            if FIRST_AGENT.exists():
-                echo(f"    {sq} agent apply -f {FIRST_AGENT}")
-                echo(f"    {sq} agent session create --agent my-first-agent")
-            echo(f"    {sq} status")
-            echo("  Ctrl-C stops everything.")
+            served = started.served
+            if served is not None and not settings.runtime.simulator.task_store_address:
+                served.report_to(endpoint)  # the Actors report to the task store here
+            _write_client_configs(data_dir, {"server": endpoint, "user": user, "databaseUrl": url, "psql": psql},
+                                  served)
+            _tell_up(echo, settings, user, endpoint, psql, served)
             if api_processes > 1 and others is not None:
-                start_others(endpoint)
-
-        def start_others(endpoint: str) -> None:
-            nonlocal beside
-            assert others is not None
-            shared = settings.with_overrides(**{"database.url": url, "server.address": endpoint})
-            env = shared.as_env(*UP_SHARED_KEYS)
-            env["SESSIONQ_LOGGING__FORMAT"] = "text"  # as up's own lines
-            supervisor = others(shared, env)
-            shutdown.on_force("the other API processes killed", supervisor.kill)
-            beside = asyncio.get_running_loop().create_task(supervisor.run_beside(shutdown.stop))
-            echo(f"  API processes : {api_processes} on {endpoint} (SO_REUSEPORT; database connections: up to"
-                 f" {api_processes * (settings.database.pool_size + 1)} for the API)")
-
-        def drained(request: DrainRequest) -> None:
-            who = f"drain {request.drain_id} requested by {request.requested_by}" if request.drain_id else "a drain"
-            echo(f"sessionq's worker drained ({who}): no jobs run now; the API, the web console and PostgreSQL"
-                 " keep running. Restart `sessionq up` to run jobs again (Ctrl-C stops everything).")
+                _start_others(started, shutdown, settings.with_overrides(**{"database.url": url,
+                                                                            "server.address": endpoint}),
+                              others, echo, api_processes)
 
         if not shutdown.stop.is_set():  # a Ctrl-C while starting: nothing to run
             await run_services(
                 settings, url, api=True, workers=True, stop=shutdown.stop, on_ready=ready, shutdown=shutdown,
-                exit_on_drain=False, on_worker_drained=drained, console_local_user=user,
+                exit_on_drain=False, on_worker_drained=_tell_drained(echo), console_local_user=user,
                 api_index=0 if api_processes > 1 else None,
             )
     except asyncio.CancelledError:
@@ -266,15 +194,147 @@ async def _up(
             raise
         return EXIT_FORCED
     finally:
-        if beside is not None and shutdown.forced is None:
-            # the other API processes stop (gracefully, since the stop began) before what they use
-            shutdown.stop.set()
-            with contextlib.suppress(Exception):
-                status = await beside
-        if served is not None and shutdown.forced is None:
-            with contextlib.suppress(Exception):
-                await served.stop()
-        if server is not None and shutdown.forced is None:
-            await asyncio.to_thread(server.stop)
+        status = await _stop_started(started, shutdown)
     echo("sessionq stopped")
+    return status
+
+
+async def _open_database(started: _Started, shutdown: Shutdown, data_dir: Path,
+                         database_url: str | None) -> tuple[str, str]:
+    """The database `up` runs on: `database_url` when given (it must answer), else the embedded
+    PostgreSQL in `data_dir`, started. Returns its URL and the psql command that opens it."""
+    if database_url:
+        await check_async(database_url)
+        return database_url, f'psql "{database_url}"'
+
+    def start_embedded() -> embedded.EmbeddedPostgres:
+        postgres = embedded.start(data_dir)
+        shutdown.on_force("the embedded PostgreSQL told to stop", postgres.stop_now)
+        return postgres
+
+    try:
+        started.postgres = postgres = await asyncio.to_thread(start_embedded)
+    except PermissionError as e:
+        raise StartupError(
+            f"cannot start the embedded PostgreSQL in {data_dir}: permission denied"
+            f"{f' on {e.filename}' if e.filename else ''}; choose another --data-dir, or make this one"
+            " writable by you") from None
+    return postgres.url, postgres.psql_command()
+
+
+def _local_settings(settings: Settings, user: str) -> Settings:
+    """`up`'s settings: calls without a token are `user`'s, the web console on UP_CONSOLE unless
+    configured; the API must listen on loopback (it serves unauthenticated local calls)."""
+    overrides: dict[str, Any] = {"auth.anonymousUser": user}
+    if not settings.server.console_address:
+        overrides["server.consoleAddress"] = UP_CONSOLE
+    settings = settings.with_overrides(**overrides)
+    host, _, _ = settings.server.address.rpartition(":")
+    if host not in ("127.0.0.1", "localhost", "::1", "[::1]"):
+        raise SystemExit(
+            f"sessionq up serves unauthenticated local calls and listens on loopback only, not {host}"
+        )
+    return settings
+
+
+async def _start_runtime(started: _Started, shutdown: Shutdown, settings: Settings, url: str,
+                         data_dir: Path) -> Settings:
+    """Serve the process runtime (or the simulator, when served) as a real Substrate: ateapi.Control
+    on loopback (ports of its own), reached through the gRPC adapter. Returns the settings that
+    point the API and the workers at it."""
+    if settings.runtime.kind == "process" and not settings.runtime.process.root:
+        # the Actors' directories and snapshots live with up's other data
+        settings = settings.with_overrides(**{"runtime.process.root": process_root(data_dir)})
+    if settings.runtime.kind == "process":
+        # it owns the Actors' processes
+        process = await start_served_process(settings, url, address="127.0.0.1:0", actor_address="127.0.0.1:0")
+        started.served = process
+        shutdown.on_force("the agents' processes killed", process.runtime.kill_children)
+    elif settings.runtime.kind == "simulator" and settings.runtime.simulator.served:
+        # the embedded default exercises the real client path
+        started.served = await start_served_simulator(settings, url, address="127.0.0.1:0",
+                                                      actor_address="127.0.0.1:0")
+    if started.served is None:
+        return settings
+    return settings.with_overrides(**{
+        "runtime.kind": "substrate",
+        "runtime.substrate.address": started.served.address,
+        "runtime.substrate.uidPreflight": False,
+        "runtime.substrate.actorAddressPattern": started.served.endpoints.pattern,
+    })
+
+
+def _write_client_configs(data_dir: Path, client: dict[str, Any], served: ServedSimulator | ServedProcess | None,
+                          ) -> None:
+    """The client config (where the API, the database and the runtime are), in the data directory
+    and as the user's; a location that cannot be written is skipped."""
+    if served is not None:
+        client["runtimeAddress"] = served.address
+        client["runtimeKind"] = served.kind
+    for path in (data_dir.resolve() / CLIENT_CONFIG, user_client_config()):
+        with contextlib.suppress(OSError):
+            write_client_config(path, client)
+
+
+def _tell_up(echo: Callable[[str], None], settings: Settings, user: str, endpoint: str, psql: str,
+             served: ServedSimulator | ServedProcess | None) -> None:
+    """The lines `up` prints once it serves: where everything is, and the next commands."""
+    sq = command_name()
+    echo(f"sessionq is up (user {user})")
+    echo(f"  gRPC endpoint : {endpoint}  (reflection and health on; calls without a token are {user}'s)")
+    echo(f"  web console   : http://{settings.server.console_address}/  (no login needed here)")
+    echo(f"  psql          : {psql}")
+    if isinstance(served, ServedProcess):
+        echo(f"  runtime       : the process runtime (Actors are local OS processes, NOT isolated),"
+             f" in {settings.runtime.process.root}; `--runtime simulator` runs the simulator instead")
+    elif served is not None:
+        echo(f"  runtime       : the simulator, served as ateapi.Control at {served.address}")
+    echo(f"  client config : {user_client_config()}")
+    echo("  Next, in another terminal in this directory:")
+    if FIRST_AGENT.exists():
+        echo(f"    {sq} agent apply -f {FIRST_AGENT}")
+        echo(f"    {sq} agent session create --agent my-first-agent")
+    echo(f"    {sq} status")
+    echo("  Ctrl-C stops everything.")
+
+
+def _start_others(started: _Started, shutdown: Shutdown, shared: Settings,
+                  others: Callable[[Settings, dict[str, str]], OtherApiProcesses], echo: Callable[[str], None],
+                  api_processes: int) -> None:
+    """Start the supervisor of API processes 1..N-1 with `shared` (up's database and API address)."""
+    env = shared.as_env(*UP_SHARED_KEYS)
+    env["SESSIONQ_LOGGING__FORMAT"] = "text"  # as up's own lines
+    supervisor = others(shared, env)
+    shutdown.on_force("the other API processes killed", supervisor.kill)
+    started.beside = asyncio.get_running_loop().create_task(supervisor.run_beside(shutdown.stop))
+    echo(f"  API processes : {api_processes} on {shared.server.address} (SO_REUSEPORT; database connections:"
+         f" up to {api_processes * (shared.database.pool_size + 1)} for the API)")
+
+
+def _tell_drained(echo: Callable[[str], None]) -> Callable[[DrainRequest], None]:
+    """What `up` says when its worker was drained (the rest keeps running)."""
+
+    def drained(request: DrainRequest) -> None:
+        who = f"drain {request.drain_id} requested by {request.requested_by}" if request.drain_id else "a drain"
+        echo(f"sessionq's worker drained ({who}): no jobs run now; the API, the web console and PostgreSQL"
+             " keep running. Restart `sessionq up` to run jobs again (Ctrl-C stops everything).")
+
+    return drained
+
+
+async def _stop_started(started: _Started, shutdown: Shutdown) -> int:
+    """Stop, after a graceful stop, what `up` started: the other API processes first (their exit
+    status is returned, 0 without them), then the served runtime, then the embedded PostgreSQL.
+    After a forced stop nothing is waited for."""
+    status = 0
+    if started.beside is not None and shutdown.forced is None:
+        # the other API processes stop (gracefully, since the stop began) before what they use
+        shutdown.stop.set()
+        with contextlib.suppress(Exception):
+            status = await started.beside
+    if started.served is not None and shutdown.forced is None:
+        with contextlib.suppress(Exception):
+            await started.served.stop()
+    if started.postgres is not None and shutdown.forced is None:
+        await asyncio.to_thread(started.postgres.stop)
     return status
