@@ -222,7 +222,7 @@ KEYS: tuple[Key, ...] = (
         _bool,
         True,
         "Answer GetSession calls that arrive while another is in flight with one batched query"
-        " (up to 64 per statement); a call with none in flight runs alone as before.",
+        " (up to 64 per statement); a call with none in flight runs alone, at once.",
     ),
     Key("server.address", _address, "127.0.0.1:8083", "gRPC listen address (native gRPC, reflection, health)."),
     Key(
