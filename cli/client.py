@@ -85,7 +85,7 @@ def yaml_problem(e: yaml.YAMLError) -> str:
 
 
 def user_client_config() -> Path:
-    """~/.config/sessionq/client.yaml (XDG_CONFIG_HOME respected); as sessionq.app.process writes it."""
+    """~/.config/sessionq/client.yaml (XDG_CONFIG_HOME respected); as sessionq.app.up writes it."""
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "sessionq" / CLIENT_CONFIG
 

@@ -30,7 +30,7 @@ def keep_secrets_from_actors(runtime_kind: str) -> None:
     """In a process that runs the process runtime (whose Actors run as its user), take the
     configuration's credentials out of its environment once the settings are loaded."""
     if runtime_kind == "process":
-        from sessionq.app.runtime import withhold_secrets  # here: client commands stay quick to start
+        from sessionq.app.runtimes import withhold_secrets  # here: client commands stay quick to start
 
         withhold_secrets()
 
@@ -39,7 +39,7 @@ def run(settings: config.Settings, main: Coroutine[Any, Any, T]) -> T:
     """Run a long-running command's coroutine on the configured event loop (server.eventLoop).
     The common failures at start (an unreachable database, an address in use, a data directory
     that cannot be used or is taken by another `up`) end it with one line, `error: ...`."""
-    from sessionq.app.process import StartupError  # here: client commands stay quick to start
+    from sessionq.app.startup import StartupError  # here: client commands stay quick to start
 
     try:
         return _run(settings, main)
@@ -92,15 +92,16 @@ def finish(code: int) -> None:
 )
 def up(config_file: str | None, data_dir: str, database_url: str | None, runtime_kind: str | None) -> None:
     """Run everything locally: embedded PostgreSQL, migrations, API on 127.0.0.1:8083, workers, process runtime."""
-    from sessionq.app import process, supervisor  # here, not at the top: client commands stay quick to start
+    from sessionq.app import supervisor  # here, not at the top: client commands stay quick to start
+    from sessionq.app import up as up_app
 
     settings = load_settings(config_file)
     logs.setup("text", settings.logging.level)
     url = database_url or settings.database.url or None
-    keep_secrets_from_actors(process.up_runtime(settings, runtime_kind))
+    keep_secrets_from_actors(up_app.up_runtime(settings, runtime_kind))
     count = supervisor.up_process_count(settings)  # one unless server.processes says more
-    finish(run(settings, process.up(settings, Path(data_dir), url, click.echo, runtime=runtime_kind,
-                                    api_processes=count, others=supervisor.beside_up(count, config_file))))
+    finish(run(settings, up_app.up(settings, Path(data_dir), url, click.echo, runtime=runtime_kind,
+                                   api_processes=count, others=supervisor.beside_up(count, config_file))))
 
 
 @click.command()
@@ -114,7 +115,7 @@ def up(config_file: str | None, data_dir: str, database_url: str | None, runtime
               help="Internal: a file to write once serving (for the supervisor).")
 def serve(config_file: str | None, processes: int | None, api_index: int | None, ready_file: str | None) -> None:
     """Run the gRPC API only (for multi-process deployments)."""
-    from sessionq.app import process, supervisor  # here, not at the top: client commands stay quick to start
+    from sessionq.app import services, supervisor  # here, not at the top: client commands stay quick to start
 
     settings = load_settings(config_file)
     if processes is not None:
@@ -124,19 +125,19 @@ def serve(config_file: str | None, processes: int | None, api_index: int | None,
     count = supervisor.process_count(settings)
     if api_index is None and count > 1:
         finish(run(settings, supervisor.supervise(settings, count, config_file)))
-    finish(run(settings, process.serve(settings, api=True, workers=False, api_index=api_index, ready_file=ready_file)))
+    finish(run(settings, services.serve(settings, api=True, workers=False, api_index=api_index, ready_file=ready_file)))
 
 
 @click.command()
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="YAML configuration file.")
 def worker(config_file: str | None) -> None:
     """Run the job workers only; SIGTERM drains them (running jobs finish) before exiting."""
-    from sessionq.app import process  # here, not at the top: client commands stay quick to start
+    from sessionq.app import services  # here, not at the top: client commands stay quick to start
 
     settings = load_settings(config_file)
     logs.setup(settings.logging.format, settings.logging.level)
     keep_secrets_from_actors(settings.runtime.kind)
-    finish(run(settings, process.serve(settings, api=False, workers=True)))
+    finish(run(settings, services.serve(settings, api=False, workers=True)))
 
 
 @click.group()
@@ -159,7 +160,7 @@ def runtime() -> None:
 def runtime_serve(config_file: str | None, simulator: bool, process_runtime: bool, address: str | None,
                   actor_address: str | None, no_extensions: bool) -> None:
     """Serve a runtime as ateapi.Control (reflection, health) with an A2A endpoint per Actor."""
-    from sessionq.app import process  # here, not at the top: client commands stay quick to start
+    from sessionq.app import services  # here, not at the top: client commands stay quick to start
 
     if simulator == process_runtime:
         raise CliError("choose one runtime to serve: --simulator or --process")
@@ -169,8 +170,8 @@ def runtime_serve(config_file: str | None, simulator: bool, process_runtime: boo
     logs.setup(settings.logging.format, settings.logging.level)
     kind = "process" if process_runtime else "simulator"
     keep_secrets_from_actors(kind)
-    finish(run(settings, process.serve_runtime(settings, address=address, actor_address=actor_address, kind=kind,
-                                               extensions=not no_extensions)))
+    finish(run(settings, services.serve_runtime(settings, address=address, actor_address=actor_address, kind=kind,
+                                                extensions=not no_extensions)))
 
 
 @click.command()

@@ -13,7 +13,7 @@ from typing import Any
 from procrastinate import App, RetryStrategy
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
-from sessionq.jobs import a2a, agents, bridge, checkpoints, dispatch, history, operations, periodic, reaper
+from sessionq.jobs import a2a, agents, bridge, checkpoints, dispatch, operations, periodic, purge, quiescence, reaper
 
 from sessionq.db.connection import FailFastPool, connect_kwargs, conninfo, pooler_kwargs
 
@@ -80,7 +80,7 @@ def build_app(
         queue="operations",
         pass_context=True,
         retry=RetryStrategy(max_attempts=5, linear_wait=2),
-    )(checkpoints.retry_quiescence)
+    )(quiescence.retry_quiescence)
     # a failed dispatch is ended (its task abandoned) rather than retried: the user sends again
     app.task(name="dispatch_turn", queue="dispatch", pass_context=True, retry=False)(dispatch.dispatch_turn)
     # A2A: a cancel retries until the Actor was told; a push notification retries with exponential
@@ -94,5 +94,5 @@ def build_app(
     )(a2a.deliver_push)
     periodic.register(app, expiry=expiry)
     reaper.register(app)
-    history.register(app)
+    purge.register(app)
     return app

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Literal
 from uuid import UUID
 
 from procrastinate import JobContext
@@ -10,7 +9,6 @@ from sessionq.jobs.deps import deps
 
 from sessionq.domain.checkpoints import CheckpointOutcomeStatus, run_checkpoint
 from sessionq.domain.checkpoints import refresh_snapshot as refresh
-from sessionq.domain.quiescence import QuiescencePool, retry_claimed
 
 
 async def _run(context: JobContext, checkpoint_id: str) -> CheckpointOutcomeStatus:
@@ -35,10 +33,3 @@ async def refresh_snapshot(context: JobContext, session_id: str, generation: int
     d = deps(context)
     return await refresh(d.store, d.runtime, UUID(session_id), int(generation))
 
-
-async def retry_quiescence(context: JobContext, session_id: str) -> Literal["nothing", "recorded"]:
-    """Operator-requested (sessionq.retry_quiescence): finish a claimed idle boundary whose worker died."""
-    d = deps(context)
-    pool = QuiescencePool(d.store, d.runtime, d.url, workers=1, listen=False,
-                          attempt_timeout=d.settings.sessions.quiescence_attempt_timeout)
-    return await retry_claimed(pool, UUID(session_id))

@@ -32,7 +32,7 @@ import logging
 import os
 import socket
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -131,6 +131,22 @@ async def watch_drains(
         await listener.stop()
 
 
+@dataclass
+class _Run:
+    """One drainable run of a procrastinate worker: what its steps share, and what the clean-up
+    must undo."""
+
+    worker: RunningWorker
+    name: str
+    ops: OperatorStore
+    run_task: asyncio.Task[Any]
+    worker_id: int | None = None
+    watcher: asyncio.Task[DrainRequest | None] | None = None
+    watch_stop: asyncio.Event = field(default_factory=asyncio.Event)
+    outcome: str = "exited"
+    drained: DrainRequest | None = None
+
+
 async def run_drainable_worker(
     app: App,
     *,
@@ -152,90 +168,112 @@ async def run_drainable_worker(
     side task: the caller decides whether to restart it). An exception that ended procrastinate's
     worker is raised."""
     worker = RunningWorker(app, default_name=default_worker_name(), **worker_options)
-    name = worker.name
     pool = make_pool(url, min_size=1, max_size=2, name="sessionq-drain")
     if not await unless_stopped(pool.open(wait=True, timeout=30), stop):
         await pool.close(timeout=0)
         return "stopped"
-    ops = OperatorStore.from_pool(pool)
-    run_task = worker.start()
-    worker_id: int | None = None
-    watch_stop = asyncio.Event()
-    watcher: asyncio.Task[DrainRequest | None] | None = None
-    outcome = "exited"
-    drained: DrainRequest | None = None
+    run = _Run(worker, worker.name, OperatorStore.from_pool(pool), worker.start())
     try:
-        # procrastinate registers the worker first thing; stop() before that is lost
-        worker_id = await worker.registered(stop)
-        if worker_id is None and stop.is_set() and not run_task.done():
-            outcome = "stopped"  # not registered yet (the database is slow or gone): nothing to drain
-            return outcome  # the finally cancels run_task
-        if worker_id is None:
-            run_task.result()  # raises what made it fail at start
-            return outcome
-        try:
-            await ops.register_worker(worker_id, name, socket.gethostname(), os.getpid(),
-                                      worker.queues, worker.concurrency)
-        except psycopg.Error as e:  # the worker still works; it is just not visible by name
-            log.warning("cannot record worker %s in sessionq.worker_info (%s)", name, e)
-        log.info("worker %s started (procrastinate worker %s)", name, worker_id)
-
-        watcher = asyncio.create_task(
-            watch_drains(ops, url, worker_id, name, lambda _r: None, watch_stop, interval=check_interval),
-            name=f"drain-watcher {name}",
-        )
-        request: DrainRequest | None = None
-        waiting: set[asyncio.Future[Any]] = {run_task, watcher}
-        while request is None and not stop.is_set() and not run_task.done():
-            stop_wait = asyncio.create_task(stop.wait())
-            try:
-                await asyncio.wait({*waiting, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                stop_wait.cancel()
-            if watcher in waiting and watcher.done():
-                waiting.discard(watcher)
-                if not watcher.cancelled() and watcher.exception() is None:
-                    request = watcher.result()
-                else:  # keep working until stop, as before drains existed
-                    log.error("the drain watcher of %s failed; only a signal drains it now", name,
-                              exc_info=None if watcher.cancelled() else watcher.exception())
-        if run_task.done():
-            run_task.result()  # raises what stopped it, if anything
-            log.error("procrastinate worker %s stopped by itself (a side task failed)", name)
-            return outcome
-        if request is not None:
-            outcome = "drained"
-            drained = request
-        else:
-            outcome = "stopped"
-            request = DrainRequest(None, None, "signal")
-            with contextlib.suppress(psycopg.Error, errors.SessionqError):
-                await ops.mark_draining(worker_id, None)
-        await _drain(worker, run_task, request, name)
-        return outcome
+        return await _run_until_drained(run, url, stop, check_interval)
     except asyncio.CancelledError:
         # cancelled from outside: still drain gracefully, once
-        if worker_id is not None and not run_task.done():
-            await _drain(worker, run_task, DrainRequest(None, None, "cancelled"), name)
+        if run.worker_id is not None and not run.run_task.done():
+            await _drain(worker, run.run_task, DrainRequest(None, None, "cancelled"), run.name)
         raise
     finally:
-        watch_stop.set()
-        if watcher is not None:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await watcher
-        if not run_task.done():  # only when start-up failed half-way
-            run_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await run_task
-        if worker_id is not None:
-            with contextlib.suppress(psycopg.Error, errors.SessionqError):
-                await ops.unregister_worker(worker_id)
+        await _clean_up(run)
         await pool.close()
-        if outcome == "drained":
-            if on_drained is not None and drained is not None:
-                on_drained(drained)
+        if run.outcome == "drained":
+            if on_drained is not None and run.drained is not None:
+                on_drained(run.drained)
             if exit_on_drain:
                 stop.set()  # the process exits cleanly
+
+
+async def _run_until_drained(run: _Run, url: str, stop: asyncio.Event, check_interval: float) -> str:
+    """Register the worker, wait for a drain request or `stop`, and drain; returns the outcome."""
+    worker_id = await _register(run, stop)
+    if worker_id is None:
+        return run.outcome
+    run.watcher = asyncio.create_task(
+        watch_drains(run.ops, url, worker_id, run.name, lambda _r: None, run.watch_stop, interval=check_interval),
+        name=f"drain-watcher {run.name}",
+    )
+    request = await _wait_for_request(run, stop)
+    if run.run_task.done():
+        run.run_task.result()  # raises what stopped it, if anything
+        log.error("procrastinate worker %s stopped by itself (a side task failed)", run.name)
+        return run.outcome
+    if request is not None:
+        run.outcome = "drained"
+        run.drained = request
+    else:
+        run.outcome = "stopped"
+        request = DrainRequest(None, None, "signal")
+        with contextlib.suppress(psycopg.Error, errors.SessionqError):
+            await run.ops.mark_draining(worker_id, None)
+    await _drain(run.worker, run.run_task, request, run.name)
+    return run.outcome
+
+
+async def _register(run: _Run, stop: asyncio.Event) -> int | None:
+    """Wait for procrastinate to register the worker, then record it in sessionq.worker_info so
+    operators can see and name it. Returns its procrastinate id; None when it never registered
+    (`stop` came first, or it failed at start: what made it fail is raised)."""
+    # procrastinate registers the worker first thing; stop() before that is lost
+    run.worker_id = await run.worker.registered(stop)
+    if run.worker_id is None and stop.is_set() and not run.run_task.done():
+        run.outcome = "stopped"  # not registered yet (the database is slow or gone): nothing to drain
+        return None  # the clean-up cancels run_task
+    if run.worker_id is None:
+        run.run_task.result()  # raises what made it fail at start
+        return None
+    try:
+        await run.ops.register_worker(run.worker_id, run.name, socket.gethostname(), os.getpid(),
+                                      run.worker.queues, run.worker.concurrency)
+    except psycopg.Error as e:  # the worker still works; it is just not visible by name
+        log.warning("cannot record worker %s in sessionq.worker_info (%s)", run.name, e)
+    log.info("worker %s started (procrastinate worker %s)", run.name, run.worker_id)
+    return run.worker_id
+
+
+async def _wait_for_request(run: _Run, stop: asyncio.Event) -> DrainRequest | None:
+    """Wait until a drain request applies (returned), `stop` is set or procrastinate's worker ends
+    (None). A failed drain watcher is logged and the worker keeps working until `stop`."""
+    assert run.watcher is not None
+    watcher = run.watcher
+    request: DrainRequest | None = None
+    waiting: set[asyncio.Future[Any]] = {run.run_task, watcher}
+    while request is None and not stop.is_set() and not run.run_task.done():
+        stop_wait = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait({*waiting, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop_wait.cancel()
+        if watcher in waiting and watcher.done():
+            waiting.discard(watcher)
+            if not watcher.cancelled() and watcher.exception() is None:
+                request = watcher.result()
+            else:  # a signal still drains it
+                log.error("the drain watcher of %s failed; only a signal drains it now", run.name,
+                          exc_info=None if watcher.cancelled() else watcher.exception())
+    return request
+
+
+async def _clean_up(run: _Run) -> None:
+    """Stop the drain watcher, cancel procrastinate's worker if start-up failed half-way, and
+    take the worker out of sessionq.worker_info."""
+    run.watch_stop.set()
+    if run.watcher is not None:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await run.watcher
+    if not run.run_task.done():  # only when start-up failed half-way
+        run.run_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await run.run_task
+    if run.worker_id is not None:
+        with contextlib.suppress(psycopg.Error, errors.SessionqError):
+            await run.ops.unregister_worker(run.worker_id)
 
 
 async def _drain(worker: RunningWorker, run_task: asyncio.Task[Any], request: DrainRequest, name: str) -> None:

@@ -44,7 +44,7 @@ def test_import_contracts_are_kept():
 @pytest.mark.parametrize(
     ("module", "line", "contract"),
     [
-        ("api/common.py", "from sessionq.runtime.simulator import SimulatedSubstrate", "The API never imports"),
+        ("api/rpc.py", "from sessionq.runtime.simulator import SimulatedSubstrate", "The API never imports"),
         ("db/store.py", "from sessionq.domain import operations", "The db layer imports neither"),
         ("runtime/base.py", "import sessionq.db.store", "The runtime imports neither"),
         ("jobs/deps.py", "import sessionq.app.worker", "Nothing imports the composition root"),
@@ -52,7 +52,7 @@ def test_import_contracts_are_kept():
         ("domain/snapshots.py", "import sessionq.domain.quiescence", "No import cycles"),
         ("console/app.py", "from sessionq.runtime.simulator import SimulatedSubstrate", "The web console uses"),
         ("console/app.py", "import sessionq.jobs.bridge", "The web console uses"),
-        ("api/common.py", "import sessionq.console.app", "The API never imports"),
+        ("api/rpc.py", "import sessionq.console.app", "The API never imports"),
     ],
 )
 def test_a_broken_contract_fails(tmp_path, module, line, contract):

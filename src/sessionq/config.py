@@ -182,7 +182,7 @@ class Key:
     default: Any
     doc: str
     # a credential (a password in a URL, tokens, an HMAC key): a server that runs the process runtime
-    # takes it out of its environment at start (sessionq.app.runtime.withhold_secrets)
+    # takes it out of its environment at start (sessionq.app.runtimes.withhold_secrets)
     secret: bool = False
 
     @property
@@ -222,7 +222,7 @@ KEYS: tuple[Key, ...] = (
         _bool,
         True,
         "Answer GetSession calls that arrive while another is in flight with one batched query"
-        " (up to 64 per statement); a call with none in flight runs alone as before.",
+        " (up to 64 per statement); a call with none in flight runs alone, at once.",
     ),
     Key("server.address", _address, "127.0.0.1:8083", "gRPC listen address (native gRPC, reflection, health)."),
     Key(

@@ -13,7 +13,7 @@ what one listener's clients can hold is bounded, and the rest of the process kee
   sends half a head and waits (slowloris) held its connection forever;
 - a deadline between two pieces of a request body (the same value): a body that stops arriving
   ends its connection;
-- uvicorn's keep-alive timeout between requests, as before;
+- uvicorn's own keep-alive timeout between requests;
 - the Host header checked against the names the server answers to (server.allowedHosts; a DNS
   rebinding page reaches a loopback server under a foreign name): anything else is 400;
 - request bodies counted as they arrive, chunked ones too: past the limit the answer is 413 at

@@ -15,7 +15,7 @@ from conftest import apply_agent
 from harness import a2a_env, settings_for_a2a
 
 from sessionq.api.agentcard import AgentCardServer
-from sessionq.api.common import Authenticator
+from sessionq.api.auth import Authenticator
 
 pytestmark = pytest.mark.timeout(180)
 

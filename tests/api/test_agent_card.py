@@ -9,7 +9,7 @@ from a2a.types import a2a_pb2, a2a_pb2_grpc
 from conftest import apply_agent, make_settings
 
 from sessionq.api.agentcard import AgentCardServer
-from sessionq.api.common import Authenticator
+from sessionq.api.auth import Authenticator
 
 
 async def get(port: int, path: str, token: str | None = None) -> tuple[int, dict]:

@@ -78,15 +78,15 @@ class _Context:
 
 
 def test_identify_keeps_identities_only_and_answers_each_metadata_as_before(monkeypatch):
-    from sessionq.api import common
+    from sessionq.api import auth as authentication
     from sessionq.errors import SessionqError
 
-    auth = common.Authenticator({"ta": "alice", "tb": "bob"})
+    auth = authentication.Authenticator({"ta": "alice", "tb": "bob"})
     alice = (("user-agent", "x"), ("authorization", "Bearer ta"))
     shared = (("authorization", "Bearer tb"), ("x-kagent-share-token", "s"))
     for _ in range(3):
-        assert auth.identify(_Context(alice)) == common.Identity("alice")
-        assert auth.identify(_Context(shared)) == common.Identity("bob", common.hash_token("s"))
+        assert auth.identify(_Context(alice)) == authentication.Identity("alice")
+        assert auth.identify(_Context(shared)) == authentication.Identity("bob", authentication.hash_token("s"))
         assert auth.identify(_Context(alice)) is auth.identify(_Context(alice))  # kept
     # refusals are answered every time, never kept
     twice = (("authorization", "Bearer ta"), ("authorization", "Bearer tb"))
@@ -97,7 +97,7 @@ def test_identify_keeps_identities_only_and_answers_each_metadata_as_before(monk
             assert e.value.code == grpc.StatusCode.UNAUTHENTICATED
     assert set(auth._identities) == {alice, shared}
     # bounded: emptied when full
-    monkeypatch.setattr(common, "IDENTITY_CACHE", 4)
+    monkeypatch.setattr(authentication, "IDENTITY_CACHE", 4)
     for i in range(10):
         assert auth.identify(_Context((("authorization", "Bearer ta"), ("traceparent", str(i))))).user == "alice"
     assert len(auth._identities) <= 4

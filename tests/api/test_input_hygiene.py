@@ -37,8 +37,9 @@ from sessionq._pb.kagent.api.v1alpha1 import (
     task_store_pb2_grpc,
 )
 from sessionq.api.agentcard import AgentCardServer
-from sessionq.api.common import Authenticator, rpc
+from sessionq.api.auth import Authenticator
 from sessionq.api.guard import InputGuard, RateLimitedLog, Rejection
+from sessionq.api.rpc import rpc
 from sessionq.domain import workload
 from sessionq.errors import SessionqError
 

@@ -60,7 +60,7 @@ async def test_list_sessions_pages_are_the_whole_records_protos(api, store: Stor
     list_sessions with the same arguments, each row's message session_to_proto of the whole
     record, the answer's bytes those of the message built from the whole records, for every
     filter (own or every creator's, an agent or none), page size and page token."""
-    from sessionq.api.common import next_id_token
+    from sessionq.api.paging import next_id_token
 
     await apply_agent(store, sim)
     stub = sessions_pb2_grpc.SessionServiceStub(api.channel)

@@ -1,4 +1,4 @@
-"""check_storable (api/common.py) walks the set fields of a request instead of converting the whole
+"""check_storable (api/storable.py) walks the set fields of a request instead of converting the whole
 request to JSON (issue 23); it must refuse exactly what the JSON check refused: NUL in any text
 (at any depth, in lists and map keys and values), and the values JSON cannot hold (NaN and
 infinities in a Struct, timestamps and durations out of range).
@@ -29,7 +29,7 @@ from sessionq._pb.kagent.api.v1alpha1 import (
     task_store_pb2,
 )
 from sessionq._pb.sessionq.v1 import inventory_pb2
-from sessionq.api.common import check_storable, check_storable_json
+from sessionq.api.storable import check_storable, check_storable_json
 
 MODULES = (sessions_pb2, agents_pb2, checkpoints_pb2, sandboxes_pb2, task_store_pb2, inventory_pb2, a2a_pb2)
 MAX_DEPTH = 4

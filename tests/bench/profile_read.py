@@ -32,7 +32,7 @@ async def main(a: argparse.Namespace) -> None:
     import uvloop  # noqa: F401 - the same loop as serve (set by the caller)
 
     from sessionq import config
-    from sessionq.api.common import encode_token
+    from sessionq.api.paging import encode_token
     from sessionq.api.server import ApiServer
     from sessionq.db.store import Store
 

@@ -498,7 +498,7 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
         small_pages = ["", *(await _sample(url, USER, 200, tail=60))]
         large_after = await _sample(url, BIG_USER, 200, tail=60)
         large_pages = ["", *large_after]
-        from sessionq.api.common import encode_token
+        from sessionq.api.paging import encode_token
 
         small_tokens = [encode_token(i) if i else "" for i in small_pages]
         large_tokens = [encode_token(i) if i else "" for i in large_pages]

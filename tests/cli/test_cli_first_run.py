@@ -18,7 +18,8 @@ from conftest import apply_agent
 from sessionq.cli.invoke import EXIT_TURN_ENDED_BADLY, EXIT_TURN_STILL_RUNNING
 from sessionq.cli.main import main
 
-from sessionq.app import process
+from sessionq.app import up
+from sessionq.app.startup import StartupError
 
 SESSIONQ = str(Path(sys.executable).with_name("sessionq"))
 UNREACHABLE = "postgresql://nobody@127.0.0.1:1/nowhere?connect_timeout=2"
@@ -91,7 +92,7 @@ def test_an_unreachable_database_at_start_is_one_line(command: list[str], tmp_pa
 
 def test_a_second_up_in_one_directory_is_one_line(tmp_path: Path) -> None:
     data = tmp_path / ".sessionq"
-    holder = process.lock_data_dir(data)  # as a running `up` holds it
+    holder = up.lock_data_dir(data)  # as a running `up` holds it
     try:
         r = run("up", "--data-dir", str(data), cwd=tmp_path, env={"SESSIONQ_SERVER__ADDRESS": "127.0.0.1:0"})
     finally:
@@ -104,8 +105,8 @@ def test_a_second_up_in_one_directory_is_one_line(tmp_path: Path) -> None:
 def test_a_data_directory_that_cannot_be_used_is_one_line(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    with pytest.raises(process.StartupError, match="cannot use the data directory"):
-        process.lock_data_dir(blocker / "data")
+    with pytest.raises(StartupError, match="cannot use the data directory"):
+        up.lock_data_dir(blocker / "data")
 
 
 def test_the_next_commands_are_printed_as_they_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -116,10 +117,10 @@ def test_the_next_commands_are_printed_as_they_run(tmp_path: Path, monkeypatch: 
     exe.chmod(0o755)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
-    assert process.command_name(".venv/bin/sessionq") == ".venv/bin/sessionq"  # make up: not on PATH
+    assert up.command_name(".venv/bin/sessionq") == ".venv/bin/sessionq"  # make up: not on PATH
     monkeypatch.setenv("PATH", f"{venv_bin}:/usr/bin:/bin")
-    assert process.command_name(".venv/bin/sessionq") == "sessionq"  # an activated venv
-    assert process.command_name("python") == "sessionq"
+    assert up.command_name(".venv/bin/sessionq") == "sessionq"  # an activated venv
+    assert up.command_name("python") == "sessionq"
 
 
 @pytest.mark.parametrize(

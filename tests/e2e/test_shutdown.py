@@ -46,7 +46,7 @@ from sessionq.db.store import Store
 from sessionq.runtime.simulator import SimulatedSubstrate, install_schema
 
 SHUTDOWN_TIMEOUT = 3.0  # workers.shutdownTimeout of the processes under test
-STOP_MARGIN = 5.0  # what a stop may take beyond it (process.FORCE_AFTER + process.FORCE_BUDGET, plus slack)
+STOP_MARGIN = 5.0  # what a stop may take beyond it (shutdown.FORCE_AFTER + shutdown.FORCE_BUDGET, plus slack)
 FAST = 2.0  # "within about a second" of the connection loss, with slack for a loaded 2-core machine
 START_TIMEOUT = 90.0
 TOKEN = "shutdown-token"
@@ -498,10 +498,10 @@ async def test_a_second_signal_forces_the_stop_of_up(up_home: Path) -> None:
 
 STUCK = '''
 import asyncio, logging, sys, time
-from sessionq.app import process
+from sessionq.app import shutdown as stopping
 
 async def main() -> int:
-    shutdown = process.Shutdown(float(sys.argv[1]))
+    shutdown = stopping.Shutdown(float(sys.argv[1]))
     shutdown.install()
     shutdown.on_force("the test's action done", lambda: print("ACTION", flush=True))
     print("READY", flush=True)
@@ -515,7 +515,7 @@ async def main() -> int:
             raise
         if sys.argv[2] == "unwind":
             await asyncio.sleep(3600)  # and neither does the forced stop's unwinding
-        return process.EXIT_FORCED
+        return stopping.EXIT_FORCED
     return 0
 
 logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(message)s")
@@ -528,7 +528,7 @@ def test_a_graceful_stop_still_running_after_the_shutdown_timeout_is_forced(tmp_
     """The escalation by time, whatever hangs: the graceful stop (forced after workers.shutdownTimeout
     + FORCE_AFTER), also the forced stop's own unwinding (the process exits FORCE_BUDGET later),
     even an event loop that no longer runs (the same deadline, from a thread)."""
-    from sessionq.app.process import FORCE_AFTER, FORCE_BUDGET
+    from sessionq.app.shutdown import FORCE_AFTER, FORCE_BUDGET
 
     timeout = 1.0
     script = tmp_path / "stuck.py"

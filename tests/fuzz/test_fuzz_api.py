@@ -68,7 +68,7 @@ from sessionq._pb.kagent.api.v1alpha1 import (
     task_store_pb2_grpc,
 )
 from sessionq._pb.sessionq.v1 import inventory_pb2, inventory_pb2_grpc
-from sessionq.api.common import encode_token
+from sessionq.api.paging import encode_token
 from sessionq.domain import workload
 
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")

@@ -29,7 +29,7 @@ from ophelpers import (  # noqa: F401 (fixtures)
     q,
 )
 from procrastinate import App, JobContext, PsycopgConnector, RetryStrategy
-from sessionq.jobs import bridge, history, reaper
+from sessionq.jobs import bridge, purge, reaper
 from sessionq.jobs.bridge import RunningWorker
 
 from sessionq import errors
@@ -176,16 +176,16 @@ async def test_the_purge_deletes_succeeded_jobs_older_than_the_retention_in_batc
     failed = await defer(db, "optest_sleep", {"key": "f", "seconds": 0})
     await make_failed(db, failed)
 
-    assert await history.purge(ops, 3600, batch=2, max_batches=2) == 4  # bounded: two batches of two
+    assert await purge.purge(ops, 3600, batch=2, max_batches=2) == 4  # bounded: two batches of two
     left = {r["id"] for r in await q(db, "SELECT id FROM procrastinate_jobs")}
     assert len(left & set(old)) == 1 and recent in left and failed in left
-    assert await history.purge(ops, 3600, batch=2, max_batches=5) == 1
+    assert await purge.purge(ops, 3600, batch=2, max_batches=5) == 1
     left = {r["id"] for r in await q(db, "SELECT id FROM procrastinate_jobs")}
     assert left == {recent, failed}
     assert not await q(db, "SELECT 1 FROM sessionq.job_attempts WHERE job_id = ANY(%s)", old)
     assert not await q(db, "SELECT 1 FROM sessionq.job_events WHERE job_id = ANY(%s)", old)
     # retention 0 keeps none
-    assert await history.purge(ops, 0) == 1
+    assert await purge.purge(ops, 0) == 1
     assert {r["id"] for r in await q(db, "SELECT id FROM procrastinate_jobs")} == {failed}
     listed = ok(await cli("jobs", "list", "--status", "succeeded"))
     assert "No jobs found." in listed.stderr
@@ -197,8 +197,8 @@ async def test_the_purge_is_a_periodic_task():
     from sessionq.jobs.app import build_app
 
     app = build_app("postgresql://unused/", expiry=False)
-    assert history.TASK in app.tasks and app.tasks[history.TASK].queue == "periodic"
-    assert any(p.task.name == history.TASK for p in app.periodic_registry.periodic_tasks.values())
+    assert purge.TASK in app.tasks and app.tasks[purge.TASK].queue == "periodic"
+    assert any(p.task.name == purge.TASK for p in app.periodic_registry.periodic_tasks.values())
 
 
 async def test_retry_runs_a_job_waiting_out_its_backoff_now(db, cli, ops):

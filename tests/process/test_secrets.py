@@ -78,7 +78,7 @@ def test_withholding_secrets_wipes_the_started_environment_and_closes_the_proces
     read its memory or /proc entries, nor ptrace it)."""
     code = (
         "import ctypes, os, pathlib, subprocess, sys\n"
-        "from sessionq.app.runtime import withheld_environment, withhold_secrets\n"
+        "from sessionq.app.runtimes import withheld_environment, withhold_secrets\n"
         "taken = withhold_secrets()\n"
         "print(sorted(taken) == sorted(withheld_environment()) and len(taken) == 4)\n"
         "print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))\n"  # PR_GET_DUMPABLE

@@ -174,7 +174,7 @@ async def test_readiness_follows_the_runtime(database_url: str) -> None:
     runtime does not answer, SERVING once it does; "" (liveness) is not touched."""
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-    from sessionq.app.process import RUNTIME_HEALTH_SERVICE, watch_runtime
+    from sessionq.app.services import RUNTIME_HEALTH_SERVICE, watch_runtime
 
     servicer = health.aio.HealthServicer()
 

@@ -43,18 +43,12 @@ from a2a.types import a2a_pb2, a2a_pb2_grpc
 from google.protobuf import empty_pb2, json_format
 
 from sessionq import errors, metrics
-from sessionq.api.common import (
-    Authenticator,
-    Identity,
-    abort,
-    check_storable,
-    decode_token,
-    encode_token,
-    has_control,
-    rpc,
-    wait_budget,
-)
+from sessionq.api.auth import Authenticator, Identity
+from sessionq.api.fields import has_control
+from sessionq.api.paging import decode_token, encode_token
+from sessionq.api.rpc import abort, rpc, wait_budget
 from sessionq.api.sessions import await_generation
+from sessionq.api.storable import check_storable
 from sessionq.api.taskstore import STATE_NAMES, task_from_json
 from sessionq.config import MIB
 from sessionq.db.notify import Channel

@@ -44,8 +44,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sessionq import errors, webserve
 from sessionq.api.a2a import BUDGET, IDENTITY, TENANT, A2AHandler
-from sessionq.api.common import Authenticator, check_storable, credential_headers
+from sessionq.api.auth import Authenticator, credential_headers
 from sessionq.api.guard import RateLimitedLog, Rejection
+from sessionq.api.storable import check_storable
 from sessionq.db.store import Store
 from sessionq.errors import SessionqError
 from sessionq.models import Agent

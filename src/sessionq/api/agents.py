@@ -14,7 +14,8 @@ from google.protobuf import json_format, struct_pb2
 
 from sessionq import errors
 from sessionq._pb.kagent.api.v1alpha1 import agents_pb2, agents_pb2_grpc, common_pb2
-from sessionq.api.common import Authenticator, rpc
+from sessionq.api.auth import Authenticator
+from sessionq.api.rpc import rpc
 from sessionq.db.store import Store
 from sessionq.domain.agent_resource import API_VERSION, KIND, resource_of, spec_from_resource
 from sessionq.domain.agents import apply_spec

@@ -12,17 +12,10 @@ import grpc
 
 from sessionq import errors
 from sessionq._pb.kagent.api.v1alpha1 import checkpoints_pb2, checkpoints_pb2_grpc, common_pb2, sessions_pb2
-from sessionq.api.common import (
-    Authenticator,
-    after_id,
-    check_request_id,
-    next_id_token,
-    page_limit,
-    parse_uuid,
-    rpc,
-    ts,
-    wait_budget,
-)
+from sessionq.api.auth import Authenticator
+from sessionq.api.fields import check_request_id, parse_uuid, ts
+from sessionq.api.paging import after_id, next_id_token, page_limit
+from sessionq.api.rpc import rpc, wait_budget
 from sessionq.api.sessions import await_generation, session_to_proto
 from sessionq.db.store import Store
 from sessionq.models import Checkpoint, CheckpointState

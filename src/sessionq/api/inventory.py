@@ -22,7 +22,10 @@ import grpc
 from sessionq import errors
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2
 from sessionq._pb.sessionq.v1 import inventory_pb2, inventory_pb2_grpc
-from sessionq.api.common import Authenticator, Identity, page_limit, rpc, ts
+from sessionq.api.auth import Authenticator, Identity
+from sessionq.api.fields import ts
+from sessionq.api.paging import page_limit
+from sessionq.api.rpc import rpc
 from sessionq.config import Settings
 from sessionq.db.store import Store
 from sessionq.domain.agents import check_namespace

@@ -28,16 +28,10 @@ from sessionq._pb.kagent.api.v1alpha1 import (
     sandboxes_pb2_grpc,
     sessions_pb2,
 )
-from sessionq.api.common import (
-    Authenticator,
-    after_id,
-    check_request_id,
-    next_id_token,
-    page_limit,
-    parse_uuid,
-    rpc,
-    ts,
-)
+from sessionq.api.auth import Authenticator
+from sessionq.api.fields import check_request_id, parse_uuid, ts
+from sessionq.api.paging import after_id, next_id_token, page_limit
+from sessionq.api.rpc import rpc
 from sessionq.api.sessions import await_generation
 from sessionq.db.store import Store
 from sessionq.models import OperationKind, RowKind, Session

@@ -22,8 +22,8 @@ from sessionq._pb.kagent.api.v1alpha1 import (
 from sessionq._pb.sessionq.v1 import inventory_pb2, inventory_pb2_grpc
 from sessionq.api.a2a import A2AHandler, A2AService
 from sessionq.api.agents import AgentService
+from sessionq.api.auth import Authenticator
 from sessionq.api.checkpoints import CheckpointService
-from sessionq.api.common import Authenticator
 from sessionq.api.guard import InputGuard
 from sessionq.api.handlers import HandlerTable
 from sessionq.api.inventory import InventoryService

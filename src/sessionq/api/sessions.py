@@ -17,18 +17,10 @@ import grpc
 
 from sessionq import errors
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, runtime_pb2, sessions_pb2, sessions_pb2_grpc
-from sessionq.api.common import (
-    Authenticator,
-    after_id,
-    check_request_id,
-    hash_token,
-    next_id_token,
-    page_limit,
-    parse_uuid,
-    rpc,
-    ts,
-    wait_budget,
-)
+from sessionq.api.auth import Authenticator, hash_token
+from sessionq.api.fields import check_request_id, parse_uuid, ts
+from sessionq.api.paging import after_id, next_id_token, page_limit
+from sessionq.api.rpc import rpc, wait_budget
 from sessionq.db.store import Store
 from sessionq.domain.volumes import capacity_bytes
 from sessionq.metrics import OPERATIONS

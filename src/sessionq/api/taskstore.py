@@ -17,7 +17,10 @@ from google.protobuf import json_format
 
 from sessionq import errors
 from sessionq._pb.kagent.api.v1alpha1 import task_store_pb2, task_store_pb2_grpc
-from sessionq.api.common import credential_headers, decode_token, encode_token, parse_uuid, rpc
+from sessionq.api.auth import credential_headers
+from sessionq.api.fields import parse_uuid
+from sessionq.api.paging import decode_token, encode_token
+from sessionq.api.rpc import rpc
 from sessionq.db.store import Store
 from sessionq.domain import workload
 from sessionq.models import Task

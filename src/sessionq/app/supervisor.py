@@ -50,8 +50,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sessionq.app.process import FORCE_AFTER, FORCE_BUDGET, listen_error
-from sessionq.app.runtime import withheld_environment
+from sessionq.app.runtimes import withheld_environment
+from sessionq.app.shutdown import FORCE_AFTER, FORCE_BUDGET
+from sessionq.app.startup import listen_error
 from sessionq.config import Settings
 from sessionq.db.reachable import check_async
 

@@ -115,7 +115,7 @@ async def _run_procrastinate(
                     shutdown_graceful_timeout=settings.workers.shutdown_timeout,
                     stalled_worker_timeout=settings.workers.stall_timeout,
                     additional_context={"deps": Deps(settings, store, runtime, executor, direct_url)},
-                    # succeeded jobs are kept as history for jobs.retention (purged by jobs/history.py)
+                    # succeeded jobs are kept as history for jobs.retention (purged by jobs/purge.py)
                     delete_jobs="never" if settings.jobs.retention > 0 else "successful",
                 )
             finally:

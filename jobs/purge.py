@@ -1,4 +1,4 @@
-"""Job history: succeeded jobs are kept for jobs.retention, then purged (a periodic task every
+"""Purge of job history: succeeded jobs are kept for jobs.retention, then purged (a periodic task every
 minute, queue ``periodic``).
 
 Each tick deletes succeeded jobs whose success was recorded more than jobs.retention ago, oldest
