@@ -1,0 +1,18 @@
+"""The core of the two PostgreSQL-backed stand-in runtimes, the simulator (`runtime/simulator/`) and
+the process runtime (`runtime/process/`): what both implement the same way.
+
+- `names.py`: the name rule for atespaces, Actors, templates and tags, and template references;
+- `pages.py`: keyset page tokens, page sizes and the pages of Actors and Workers;
+- `egress.py`: the canonical stored form of an egress allow-set;
+- `rows.py`: the mappers from their rows (templates, actors, snapshots, tags, workers, egress
+  policies) to the records of `runtime/base.py`;
+- `database.py`: the connection pool, the short transaction and the one-statement call, with the
+  mapping of PostgreSQL errors (and the schema's ``fail`` SQLSTATE) to `SubstrateError`;
+- `message.py`: the A2A Message an `InvokeRequest` carries;
+- `core.sql`: the functions both schemas define the same way (``fail``, ``lock_actor``), installed
+  into each runtime's schema by `database.install_core_functions`.
+
+Each runtime keeps its own schema (``substrate_sim``, ``sessionq_process``); the simulator adds fault
+injection and the deterministic agent's turns, the process runtime processes, warm interpreters and
+archives.
+"""
