@@ -58,19 +58,18 @@ from sessionq.runtime.base import (
 )
 from sessionq.runtime.process import archive, children, warm
 from sessionq.runtime.process.children import Child
-from sessionq.runtime.process.database import SERVER_LOCK_KEY, Cursor, ProcessDatabase, install_schema
+from sessionq.runtime.process.database import SERVER_LOCK_KEY, ProcessDatabase, install_schema
 from sessionq.runtime.process.invoke import cancel_actor_turn, invoke_actor
 from sessionq.runtime.stand_in.egress import canonical_rules
 from sessionq.runtime.stand_in.names import require_name, split_template
 from sessionq.runtime.stand_in.pages import (
-    actor_page,
     clamp_page_size,
     decode_actor_token,
     worker_boundary,
     worker_page,
 )
+from sessionq.runtime.stand_in.reads import StandInReads, checked_actor
 from sessionq.runtime.stand_in.rows import (
-    actor_from_row,
     policy_from_row,
     snapshot_from_row,
     tag_from_row,
@@ -113,12 +112,6 @@ class ProcessConfig:
     warm_interpreters: int = 1
 
 
-_ACTOR_SELECT = (
-    "SELECT a.*, w.ip AS worker_ip FROM sessionq_process.actors a"
-    " LEFT JOIN sessionq_process.workers w ON w.name = a.worker"
-)
-
-
 # row mappers: the stand-in core's, with where the process runtime keeps a snapshot (its archive's
 # path) and what its workers are (process slots on this machine, always active)
 
@@ -134,6 +127,11 @@ def _tag(row: DictRow) -> Tag:
 
 def _worker(row: DictRow) -> Worker:
     return worker_from_row(row, atespace="", state="WORKER_STATE_ACTIVE")
+
+
+_READS = StandInReads(
+    schema="sessionq_process", actor_columns="a.*, w.ip AS worker_ip", snapshot_columns="*", to_snapshot=_snapshot
+)
 
 
 def _check_argv(kind: str, values: list[str]) -> list[str]:
@@ -259,26 +257,9 @@ class ProcessSubstrate:
 
     # reads ------------------------------------------------------------------------------------
 
-    @staticmethod
-    async def _snapshots_of(cur: Cursor, uids: list[str]) -> dict[str, list[Snapshot]]:
-        result: dict[str, list[Snapshot]] = {u: [] for u in uids}
-        if uids:
-            await cur.execute(
-                "SELECT * FROM sessionq_process.snapshots WHERE actor_uid = ANY(%s) ORDER BY actor_uid, generation",
-                (uids,),
-            )
-            for row in await cur.fetchall():
-                result[row["actor_uid"]].append(_snapshot(row))
-        return result
-
     async def _load(self, atespace: str, name: str) -> Actor:
         async with self._db.tx() as cur:
-            await cur.execute(_ACTOR_SELECT + " WHERE a.atespace = %s AND a.name = %s", (atespace, name))
-            row = await cur.fetchone()
-            if row is None:
-                raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{name} not found")
-            snaps = await self._snapshots_of(cur, [row["uid"]])
-        return actor_from_row(row, snaps[row["uid"]])
+            return await _READS.actor(cur, atespace, name)
 
     async def _row(self, atespace: str, name: str, uid: str | None) -> DictRow:
         async with self._db.tx() as cur:
@@ -286,14 +267,7 @@ class ProcessSubstrate:
                 "SELECT * FROM sessionq_process.actors WHERE atespace = %s AND name = %s", (atespace, name)
             )
             row = await cur.fetchone()
-        if row is None:
-            raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{name} not found")
-        if uid is not None and row["uid"] != uid:
-            raise SubstrateError(
-                Code.FAILED_PRECONDITION,
-                f"actor uid mismatch for {atespace}/{name}: expected {uid}, found {row['uid']}",
-            )
-        return row
+        return checked_actor(row, atespace, name, uid)
 
     async def _target(self, atespace: str, name: str, uid: str | None) -> str:
         """The UID a mutation acts on: the caller's precondition, or (None: a plain ateapi client
@@ -337,13 +311,7 @@ class ProcessSubstrate:
 
     async def get_actor_template(self, atespace: str, name: str) -> ActorTemplate:
         async with self._db.tx() as cur:
-            await cur.execute(
-                "SELECT * FROM sessionq_process.templates WHERE atespace = %s AND name = %s", (atespace, name)
-            )
-            row = await cur.fetchone()
-        if row is None:
-            raise SubstrateError(Code.NOT_FOUND, f"actor template {atespace}/{name} not found")
-        return template_from_row(row)
+            return await _READS.template(cur, atespace, name)
 
     async def delete_actor_template(self, atespace: str, name: str, uid: str) -> None:
         async with self._db.tx() as cur:
@@ -636,18 +604,7 @@ class ProcessSubstrate:
 
     async def get_egress_policy(self, atespace: str, actor: str) -> EgressPolicy:
         async with self._db.tx() as cur:
-            await cur.execute(
-                "SELECT a.uid, p.actor_uid, p.rules, p.version FROM sessionq_process.actors a"
-                " LEFT JOIN sessionq_process.egress_policies p ON p.actor_uid = a.uid"
-                " WHERE a.atespace = %s AND a.name = %s",
-                (atespace, actor),
-            )
-            row = await cur.fetchone()
-        if row is None:
-            raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{actor} not found")
-        if row["actor_uid"] is None:
-            raise SubstrateError(Code.NOT_FOUND, f"egress policy default of actor {atespace}/{actor} not found")
-        return policy_from_row(row, row["uid"])
+            return await _READS.egress_policy(cur, atespace, actor)
 
     async def update_egress_policy(self, atespace: str, actor: str, uid: str, rules: list[EgressRule]) -> EgressPolicy:
         data = canonical_rules(rules, actor=f"{atespace}/{actor}")
@@ -721,11 +678,7 @@ class ProcessSubstrate:
 
     async def get_tag(self, atespace: str, name: str) -> Tag:
         async with self._db.tx() as cur:
-            await cur.execute("SELECT * FROM sessionq_process.tags WHERE atespace = %s AND name = %s", (atespace, name))
-            row = await cur.fetchone()
-        if row is None:
-            raise SubstrateError(Code.NOT_FOUND, f"tag {atespace}/{name} not found")
-        return _tag(row)
+            return _tag(await _READS.tag_row(cur, atespace, name))
 
     async def delete_tag(self, atespace: str, name: str) -> None:
         async with self._db.tx() as cur:
@@ -744,7 +697,7 @@ class ProcessSubstrate:
         size = clamp_page_size(page_size)
         boundary = decode_actor_token(page_token, global_listing=global_listing) if page_token else None
         async with self._db.tx() as cur:
-            return await actor_page(cur, _ACTOR_SELECT, atespace, boundary, size, self._snapshots_of, actor_from_row)
+            return await _READS.actor_page(cur, atespace, boundary, size)
 
     async def list_workers(self, page_size: int, page_token: str) -> Page[Worker]:
         size = clamp_page_size(page_size)

@@ -68,13 +68,13 @@ from sessionq.runtime.stand_in.egress import canonical_rules
 from sessionq.runtime.stand_in.message import parse_message
 from sessionq.runtime.stand_in.names import require_name, split_template
 from sessionq.runtime.stand_in.pages import (
-    actor_page,
     clamp_page_size,
     decode_actor_token,
     encode_actor_token,
     worker_boundary,
     worker_page,
 )
+from sessionq.runtime.stand_in.reads import StandInReads, checked_actor
 from sessionq.runtime.stand_in.rows import (
     actor_from_row,
     policy_from_row,
@@ -115,10 +115,12 @@ def _worker(row: DictRow) -> Worker:
     return worker_from_row(row, atespace=row["atespace"], state=row["state"])
 
 
-_ACTOR_SELECT = (
-    "SELECT a.atespace, a.name, a.uid, a.template, a.state, a.worker, a.version, a.durable,"
-    " a.created_at, a.updated_at, w.ip AS worker_ip"
-    " FROM substrate_sim.actors a LEFT JOIN substrate_sim.workers w ON w.name = a.worker"
+_READS = StandInReads(
+    schema="substrate_sim",
+    actor_columns="a.atespace, a.name, a.uid, a.template, a.state, a.worker, a.version, a.durable,"
+    " a.created_at, a.updated_at, w.ip AS worker_ip",
+    snapshot_columns="actor_uid, generation, fidelity, status, uri, created_at",
+    to_snapshot=_snapshot,
 )
 
 
@@ -142,7 +144,7 @@ def _timestamp(value: str, tz: tzinfo) -> datetime:
 
 
 def _actor_from_json(data: dict[str, Any], tz: tzinfo) -> Actor:
-    """An Actor of substrate_sim.actor_json (the same fields as a row of _ACTOR_SELECT)."""
+    """An Actor of substrate_sim.actor_json (the same fields as a row of _READS.actor_select)."""
     snapshots = (_snapshot({**snap, "created_at": _timestamp(snap["created_at"], tz)}) for snap in data["snapshots"])
     row = {**data, "created_at": _timestamp(data["created_at"], tz), "updated_at": _timestamp(data["updated_at"], tz)}
     return actor_from_row(row, snapshots)
@@ -234,37 +236,14 @@ class SimulatedSubstrate(FaultInjection):
     @staticmethod
     async def _lock_actor(cur: Cursor, atespace: str, name: str, uid: str | None) -> DictRow:
         """Lock the Actor row; NOT_FOUND if missing, FAILED_PRECONDITION if `uid` differs."""
-        await cur.execute(_ACTOR_SELECT + " WHERE a.atespace = %s AND a.name = %s FOR UPDATE OF a", (atespace, name))
-        row = await cur.fetchone()
-        if row is None:
-            raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{name} not found")
-        if uid is not None and row["uid"] != uid:
-            raise SubstrateError(
-                Code.FAILED_PRECONDITION,
-                f"actor uid mismatch for {atespace}/{name}: expected {uid}, found {row['uid']}",
-            )
-        return row
+        await cur.execute(
+            _READS.actor_select + " WHERE a.atespace = %s AND a.name = %s FOR UPDATE OF a", (atespace, name)
+        )
+        return checked_actor(await cur.fetchone(), atespace, name, uid)
 
     @staticmethod
-    async def _snapshots_of(cur: Cursor, uids: list[str]) -> dict[str, list[Snapshot]]:
-        result: dict[str, list[Snapshot]] = {u: [] for u in uids}
-        if uids:
-            await cur.execute(
-                "SELECT actor_uid, generation, fidelity, status, uri, created_at FROM substrate_sim.snapshots"
-                " WHERE actor_uid = ANY(%s) ORDER BY actor_uid, generation",
-                (uids,),
-            )
-            for row in await cur.fetchall():
-                result[row["actor_uid"]].append(_snapshot(row))
-        return result
-
-    async def _load_actor(self, cur: Cursor, atespace: str, name: str) -> Actor:
-        await cur.execute(_ACTOR_SELECT + " WHERE a.atespace = %s AND a.name = %s", (atespace, name))
-        row = await cur.fetchone()
-        if row is None:
-            raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{name} not found")
-        snaps = await self._snapshots_of(cur, [row["uid"]])
-        return actor_from_row(row, snaps[row["uid"]])
+    async def _load_actor(cur: Cursor, atespace: str, name: str) -> Actor:
+        return await _READS.actor(cur, atespace, name)
 
     @staticmethod
     async def _release_worker(cur: Cursor, row: DictRow) -> None:
@@ -306,14 +285,7 @@ class SimulatedSubstrate(FaultInjection):
     async def get_actor_template(self, atespace: str, name: str) -> ActorTemplate:
         async def op() -> ActorTemplate:
             async with self.tx() as cur:
-                await cur.execute(
-                    "SELECT * FROM substrate_sim.templates WHERE atespace = %s AND name = %s",
-                    (atespace, name),
-                )
-                row = await cur.fetchone()
-            if row is None:
-                raise SubstrateError(Code.NOT_FOUND, f"actor template {atespace}/{name} not found")
-            return template_from_row(row)
+                return await _READS.template(cur, atespace, name)
 
         return await self._call("get_actor_template", name, op)
 
@@ -443,18 +415,7 @@ class SimulatedSubstrate(FaultInjection):
     async def get_egress_policy(self, atespace: str, actor: str) -> EgressPolicy:
         async def op() -> EgressPolicy:
             async with self.tx() as cur:
-                await cur.execute(
-                    "SELECT a.uid, p.* FROM substrate_sim.actors a"
-                    " LEFT JOIN substrate_sim.egress_policies p ON p.actor_uid = a.uid"
-                    " WHERE a.atespace = %s AND a.name = %s",
-                    (atespace, actor),
-                )
-                row = await cur.fetchone()
-            if row is None:
-                raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{actor} not found")
-            if row["actor_uid"] is None:
-                raise SubstrateError(Code.NOT_FOUND, f"egress policy default of actor {atespace}/{actor} not found")
-            return policy_from_row(row)
+                return await _READS.egress_policy(cur, atespace, actor)
 
         return await self._call("get_egress_policy", actor, op)
 
@@ -531,13 +492,7 @@ class SimulatedSubstrate(FaultInjection):
     async def get_tag(self, atespace: str, name: str) -> Tag:
         async def op() -> Tag:
             async with self.tx() as cur:
-                await cur.execute(
-                    "SELECT * FROM substrate_sim.tags WHERE atespace = %s AND name = %s", (atespace, name)
-                )
-                row = await cur.fetchone()
-            if row is None:
-                raise SubstrateError(Code.NOT_FOUND, f"tag {atespace}/{name} not found")
-            return _tag(row)
+                return _tag(await _READS.tag_row(cur, atespace, name))
 
         return await self._call("get_tag", name, op)
 
@@ -591,9 +546,7 @@ class SimulatedSubstrate(FaultInjection):
 
         async def op() -> Page[Actor]:
             async with self.tx() as cur:
-                return await actor_page(
-                    cur, _ACTOR_SELECT, atespace, boundary, size, self._snapshots_of, actor_from_row
-                )
+                return await _READS.actor_page(cur, atespace, boundary, size)
 
         return await self._call("list_actors", None, op, fake_page)
 
@@ -638,13 +591,7 @@ class SimulatedSubstrate(FaultInjection):
                     (atespace, name),
                 )
                 row = await cur.fetchone()
-            if row is None:
-                raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{name} not found")
-            if row["uid"] != uid:
-                raise SubstrateError(
-                    Code.FAILED_PRECONDITION,
-                    f"actor uid mismatch for {atespace}/{name}: expected {uid}, found {row['uid']}",
-                )
+            row = checked_actor(row, atespace, name, uid)
             if row["state"] != ActorState.RUNNING.value:
                 raise SubstrateError(
                     Code.FAILED_PRECONDITION, f"actor {atespace}/{name} is not running ({row['state']})"

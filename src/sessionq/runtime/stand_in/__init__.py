@@ -6,6 +6,8 @@ the process runtime (`runtime/process/`): what both implement the same way.
 - `egress.py`: the canonical stored form of an egress allow-set;
 - `rows.py`: the mappers from their rows (templates, actors, snapshots, tags, workers, egress
   policies) to the records of `runtime/base.py`;
+- `reads.py`: the reads both make the same way on their own schema (an Actor with its snapshots, a
+  page of Actors, a template, a tag, an egress policy, the checks of an Actor row);
 - `database.py`: the connection pool, the short transaction and the one-statement call, with the
   mapping of PostgreSQL errors (and the schema's ``fail`` SQLSTATE) to `SubstrateError`;
 - `message.py`: the A2A Message an `InvokeRequest` carries;
