@@ -764,11 +764,11 @@ class ProcessSubstrate:
         child = self._children.get(uid)
         return child.warm if child is not None else None
 
-    def spare_pids(self) -> list[int]:
+    def warm_pids(self) -> list[int]:
         """The pids of the warm interpreters waiting for an Actor."""
         return self._warm.pids()
 
-    async def spares_ready(self, timeout: float = 60.0) -> None:
+    async def warm_ready(self, timeout: float = 60.0) -> None:
         """Wait until every warm interpreter the runtime keeps is started and has done its imports."""
         await self._warm.wait_ready(timeout)
 
