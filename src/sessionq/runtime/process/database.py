@@ -4,11 +4,7 @@ core's `StandInDatabase`)."""
 
 from __future__ import annotations
 
-import importlib.resources
-
-import psycopg
-
-from sessionq.runtime.stand_in.database import Cursor, StandInDatabase, core_functions_sql
+from sessionq.runtime.stand_in.database import Cursor, StandInDatabase, installing
 
 __all__ = ["SCHEMA", "SERVER_LOCK_KEY", "Cursor", "ProcessDatabase", "install_schema", "worker_name"]
 
@@ -16,10 +12,6 @@ SCHEMA = "sessionq_process"
 _FAIL_SQLSTATE = "PX001"  # sessionq_process.fail: the Code name in DETAIL
 _INSTALL_LOCK_KEY = 0x5071526E74694D65  # pg_advisory_xact_lock: install_schema across processes
 SERVER_LOCK_KEY = 0x5071526E74537276  # pg_try_advisory_lock: one runtime server per database
-
-
-def _schema_sql() -> str:
-    return importlib.resources.files("sessionq.runtime.process").joinpath("schema.sql").read_text("utf-8")
 
 
 def worker_name(index: int) -> str:
@@ -31,17 +23,19 @@ async def install_schema(conninfo: str, *, slots: int) -> None:
     processes run it at once."""
     if slots < 1:
         raise ValueError("the process runtime needs at least one slot")
-    async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
-        async with conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_INSTALL_LOCK_KEY,))
-            await conn.execute(_schema_sql().encode())
-            await conn.execute(core_functions_sql(SCHEMA, _FAIL_SQLSTATE))
-            async with conn.cursor() as cur:
-                await cur.executemany(
-                    "INSERT INTO sessionq_process.workers (name, idx, ip) VALUES (%s, %s, '127.0.0.1')"
-                    " ON CONFLICT DO NOTHING",
-                    [(worker_name(i), i) for i in range(slots)],
-                )
+    async with installing(
+        conninfo,
+        package="sessionq.runtime.process",
+        schema=SCHEMA,
+        fail_sqlstate=_FAIL_SQLSTATE,
+        lock_key=_INSTALL_LOCK_KEY,
+    ) as conn:
+        async with conn.cursor() as cur:
+            await cur.executemany(
+                "INSERT INTO sessionq_process.workers (name, idx, ip) VALUES (%s, %s, '127.0.0.1')"
+                " ON CONFLICT DO NOTHING",
+                [(worker_name(i), i) for i in range(slots)],
+            )
 
 
 class ProcessDatabase(StandInDatabase):

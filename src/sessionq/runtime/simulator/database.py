@@ -5,13 +5,12 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.resources
 import os
 from typing import Any, Self
 
 import psycopg
 
-from sessionq.runtime.stand_in.database import StandInDatabase, core_functions_sql
+from sessionq.runtime.stand_in.database import StandInDatabase, installing
 
 SCHEMA = "substrate_sim"
 POLL_INTERVAL = 0.01  # seconds between polls of the faults table while blocked or waiting
@@ -29,10 +28,6 @@ _FAIL_SQLSTATE = "SX001"  # substrate_sim.fail: the Code name in DETAIL
 
 # --------------------------------------------------------------------------------------------
 # schema installation
-
-
-def _schema_sql() -> str:
-    return importlib.resources.files("sessionq.runtime.simulator").joinpath("schema.sql").read_text("utf-8")
 
 
 def worker_identity(index: int, taken: set[str] | None = None) -> tuple[str, str]:
@@ -65,21 +60,23 @@ async def install_schema(conninfo: str, *, worker_pool_size: int = 256) -> None:
     when several processes run it at once (transaction-level advisory lock)."""
     if worker_pool_size < 0:
         raise ValueError("worker_pool_size must be >= 0")
-    async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
-        async with conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_INSTALL_LOCK_KEY,))
-            await conn.execute(_schema_sql().encode())
-            await conn.execute(core_functions_sql(SCHEMA, _FAIL_SQLSTATE))
-            async with conn.cursor() as cur:
-                await cur.execute("SELECT count(*) FROM substrate_sim.workers")
-                row = await cur.fetchone()
-                existing = int(row[0]) if row else 0
-                if existing < worker_pool_size:
-                    await cur.executemany(
-                        "INSERT INTO substrate_sim.workers (name, idx, atespace, ip, state)"
-                        " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                        [(*r, WORKER_STATE) for r in _worker_rows(worker_pool_size)[existing:]],
-                    )
+    async with installing(
+        conninfo,
+        package="sessionq.runtime.simulator",
+        schema=SCHEMA,
+        fail_sqlstate=_FAIL_SQLSTATE,
+        lock_key=_INSTALL_LOCK_KEY,
+    ) as conn:
+        async with conn.cursor() as cur:
+            await cur.execute("SELECT count(*) FROM substrate_sim.workers")
+            row = await cur.fetchone()
+            existing = int(row[0]) if row else 0
+            if existing < worker_pool_size:
+                await cur.executemany(
+                    "INSERT INTO substrate_sim.workers (name, idx, atespace, ip, state)"
+                    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                    [(*r, WORKER_STATE) for r in _worker_rows(worker_pool_size)[existing:]],
+                )
 
 
 # The simulator's commits do not wait for their WAL flush (asynchronous commit). It stands in for

@@ -8,11 +8,12 @@ the process runtime (`runtime/process/`): what both implement the same way.
   policies) to the records of `runtime/base.py`;
 - `reads.py`: the reads both make the same way on their own schema (an Actor with its snapshots, a
   page of Actors, a template, a tag, an egress policy, the checks of an Actor row);
-- `database.py`: the connection pool, the short transaction and the one-statement call, with the
-  mapping of PostgreSQL errors (and the schema's ``fail`` SQLSTATE) to `SubstrateError`;
+- `database.py`: the install of a runtime's schema (`installing`), the connection pool, the short
+  transaction and the one-statement call, with the mapping of PostgreSQL errors (and the schema's
+  ``fail`` SQLSTATE) to `SubstrateError`;
 - `message.py`: the A2A Message an `InvokeRequest` carries;
 - `core.sql`: the functions both schemas define the same way (``fail``, ``lock_actor``), installed
-  into each runtime's schema by `database.install_core_functions`.
+  into each runtime's schema after its schema.sql by `database.installing`.
 
 Each runtime keeps its own schema (``substrate_sim``, ``sessionq_process``); the simulator adds fault
 injection and the deterministic agent's turns, the process runtime processes, warm interpreters and

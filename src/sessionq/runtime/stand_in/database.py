@@ -19,7 +19,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from sessionq.runtime.base import Code, SubstrateError
 
-__all__ = ["Cursor", "StandInDatabase", "core_functions_sql"]
+__all__ = ["Cursor", "StandInDatabase", "core_functions_sql", "installing"]
 
 Cursor = psycopg.AsyncCursor[DictRow]
 Configure = Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]]
@@ -31,6 +31,23 @@ def core_functions_sql(schema: str, fail_sqlstate: str) -> sql.Composed:
     exist (``lock_actor`` returns an actors row)."""
     text = importlib.resources.files("sessionq.runtime.stand_in").joinpath("core.sql").read_text("utf-8")
     return sql.SQL(text).format(schema=sql.Identifier(schema), fail_sqlstate=sql.Literal(fail_sqlstate))
+
+
+@contextlib.asynccontextmanager
+async def installing(
+    conninfo: str, *, package: str, schema: str, fail_sqlstate: str, lock_key: int
+) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    """One install of a runtime's schema, in one transaction under a transaction-level advisory lock
+    (`lock_key`, so that several processes may install at once): the schema.sql of `package`, then
+    core.sql's functions; the caller adds its own rows (workers, slots) on the yielded connection
+    before the transaction commits. Idempotent as the files are."""
+    schema_sql = importlib.resources.files(package).joinpath("schema.sql").read_text("utf-8")
+    async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key,))
+            await conn.execute(schema_sql.encode())
+            await conn.execute(core_functions_sql(schema, fail_sqlstate))
+            yield conn
 
 
 class StandInDatabase:
