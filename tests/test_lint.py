@@ -53,6 +53,9 @@ def test_import_contracts_are_kept():
         ("console/app.py", "from sessionq.runtime.simulator import SimulatedSubstrate", "The web console uses"),
         ("console/app.py", "import sessionq.jobs.bridge", "The web console uses"),
         ("api/rpc.py", "import sessionq.console.app", "The API never imports"),
+        ("runtime/process/invoke.py", "from sessionq.runtime.simulator import turns", "The two stand-in runtimes"),
+        ("runtime/simulator/turns.py", "import sessionq.runtime.process.archive", "The two stand-in runtimes"),
+        ("runtime/stand_in/rows.py", "import sessionq.runtime.simulator.faults", "The stand-in core knows neither"),
     ],
 )
 def test_a_broken_contract_fails(tmp_path, module, line, contract):

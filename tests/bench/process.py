@@ -11,8 +11,8 @@ Measured:
 - turns of my-first-agent (examples/agents/first_agent.py, a2a-sdk + sessionq.agentkit) through
   the real API and worker in this process: each turn finds the Actor suspended, so it is resume +
   turn (SendMessage latency) and then the suspend the quiescence does (until SUSPENDED): p50/p99,
-  with one warm interpreter (the default; each turn once a spare is ready, and back to back) and,
-  as the same run's baseline, with none (every agent process started cold);
+  with one warm interpreter (the default; each turn once a warm interpreter is ready, and back to
+  back) and, as the same run's baseline, with none (every agent process started cold);
 - turns/s with A Actors taking turns at once (one turn per Actor in flight);
 - memory: processes held by suspended Actors (none), the RSS of a running agent process.
 """
@@ -126,9 +126,9 @@ async def _archive_part(url: str, root: Path, sizes_mb: list[int], runs: int) ->
 async def _turns_part(url: str, root: Path, turns: int, actors: int, warm: int = 1) -> dict[str, Any]:
     """Turns of my-first-agent; `warm` warm interpreters (0: every agent process starts cold). With
     warm interpreters, the sequential turns are measured twice: each after the runtime has a ready
-    spare (a turn that comes later than a spare's start, as between a person's messages) and back
-    to back (the next turn at once: the replacement spare may still be importing). Without, only
-    the sequential turns (the cold baseline)."""
+    warm interpreter (a turn that comes later than a warm interpreter's start, as between a
+    person's messages) and back to back (the next turn at once: the replacement warm interpreter
+    may still be importing). Without, only the sequential turns (the cold baseline)."""
     import grpc
     from a2a.types import a2a_pb2, a2a_pb2_grpc
 
@@ -197,7 +197,7 @@ async def _turns_part(url: str, root: Path, turns: int, actors: int, warm: int =
         rss_kb = None
         for i in range(turns):
             if warm:
-                await rt.spares_ready(120)
+                await rt.warm_ready(120)
             a, f = await turn(sid, f"What is {i}+{i}?")
             answered.append(a)
             full.append(f)
@@ -227,8 +227,8 @@ async def _turns_part(url: str, root: Path, turns: int, actors: int, warm: int =
         for r_ in range(rounds):
             await asyncio.gather(*(turn(s, f"What is {r_}*7?") for s in sids))
         elapsed = time.perf_counter() - t0
-        spares = set(rt.spare_pids())
-        idle_processes = len([p for p in processes_with(str(root)) if p not in spares])
+        interpreters = set(rt.warm_pids())
+        idle_processes = len([p for p in processes_with(str(root)) if p not in interpreters])
         return {
             "turn_answered": summary_ms(answered),
             "turn_full": summary_ms(full),

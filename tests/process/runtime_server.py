@@ -24,8 +24,8 @@ async def main(url: str, root: str, count: int) -> None:
         await rt.resume_actor("kagent", f"a{i}", actor.uid)
         pids[actor.uid] = rt.pid_of(actor.uid)
     print(json.dumps(pids), flush=True)
-    await rt.spares_ready(120)
-    print(json.dumps(rt.spare_pids()), flush=True)  # the warm interpreters (one was taken by an Actor)
+    await rt.warm_ready(120)
+    print(json.dumps(rt.warm_pids()), flush=True)  # the warm interpreters (one was taken by an Actor)
     await asyncio.Event().wait()
 
 

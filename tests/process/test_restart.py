@@ -28,17 +28,17 @@ def _start_server(
     assert proc.stdout is not None
     line = proc.stdout.readline()
     assert line, "the runtime server did not start"
-    spares = proc.stdout.readline()
-    assert spares, "the runtime server started no warm interpreter"
-    return proc, {uid: int(pid) for uid, pid in json.loads(line).items()}, [int(p) for p in json.loads(spares)]
+    interpreters = proc.stdout.readline()
+    assert interpreters, "the runtime server started no warm interpreter"
+    return proc, {uid: int(pid) for uid, pid in json.loads(line).items()}, [int(p) for p in json.loads(interpreters)]
 
 
 async def test_a_runtime_killed_with_sigkill_leaves_no_process_and_the_next_one_reconciles(
     database_url: str, tmp_path: Path
 ) -> None:
     root = tmp_path / "runtime"
-    server, pids, spares = _start_server(database_url, root, 3)
-    assert spares and all(alive(p) for p in spares)
+    server, pids, interpreters = _start_server(database_url, root, 3)
+    assert interpreters and all(alive(p) for p in interpreters)
     marker = str(root)  # every Actor process has its durable directory (under root) in its environment
     for pid in pids.values():
         await wait_for(lambda pid=pid: (root / "actors").exists() and alive(pid), what="the actors to run")
@@ -52,14 +52,14 @@ async def test_a_runtime_killed_with_sigkill_leaves_no_process_and_the_next_one_
     server.wait(timeout=10)
     # the kernel kills each direct child with its parent (PR_SET_PDEATHSIG)
     await wait_for(lambda: not any(alive(p) for p in pids.values()), what="the actors to die with their runtime")
-    await wait_for(lambda: not any(alive(p) for p in spares), what="its warm interpreters to die with it")
+    await wait_for(lambda: not any(alive(p) for p in interpreters), what="its warm interpreters to die with it")
 
     rt = ProcessSubstrate(database_url, ProcessConfig(root=root, slots=3))
     await rt.open()  # reconciles: kills what is left of each recorded group
     try:
         await wait_for(lambda: not any(alive(p) for p in grandchildren), what="the groups' survivors to be killed")
-        await rt.spares_ready(120)  # the new runtime's warm interpreter (its command line names the root too)
-        left = [p for p in processes_with(marker) if p not in rt.spare_pids()]
+        await rt.warm_ready(120)  # the new runtime's warm interpreter (its command line names the root too)
+        left = [p for p in processes_with(marker) if p not in rt.warm_pids()]
         assert left == [], "no process of the old runtime (Actor or warm interpreter) is left"
         for uid in pids:
             actors = (await rt.list_actors(ATESPACE, 0, "")).items

@@ -1,8 +1,8 @@
 """Warm interpreters (runtime.process.warmInterpreters): an Actor handed to a pre-started
 interpreter sees what an Actor whose process was exec'd for it sees, crashes the same way, pauses,
-resumes and snapshots the same way; other commands start cold; a dead spare is replaced; no spare
+resumes and snapshots the same way; other commands start cold; a dead interpreter is replaced; no interpreter
 outlives its runtime. Real processes: each check runs the same command on a runtime with no
-spare (cold) and on one with a spare (warm) and compares what the process wrote about itself."""
+interpreter (cold) and on one with an interpreter (warm) and compares what the process wrote about itself."""
 
 from __future__ import annotations
 
@@ -26,11 +26,11 @@ PROBE = str(Path(__file__).with_name("probe_process.py"))
 FIXTURE = str(Path(__file__).with_name("fixture_process.py"))
 
 
-async def _open(url: str, root: Path, spares: int) -> ProcessSubstrate:
-    rt = ProcessSubstrate(url, ProcessConfig(root=root, slots=4, stop_grace=2.0, warm_interpreters=spares))
+async def _open(url: str, root: Path, interpreters: int) -> ProcessSubstrate:
+    rt = ProcessSubstrate(url, ProcessConfig(root=root, slots=4, stop_grace=2.0, warm_interpreters=interpreters))
     await rt.open()
-    if spares:
-        await rt.spares_ready(120)
+    if interpreters:
+        await rt.warm_ready(120)
     return rt
 
 
@@ -84,10 +84,10 @@ async def _probe(rt: ProcessSubstrate, name: str, template: str, env: dict[str, 
 
 
 @pytest.mark.clause("WARM-1")
-async def test_an_actor_from_a_spare_sees_exactly_what_a_cold_one_sees(database_url: str, tmp_path: Path) -> None:
+async def test_an_actor_from_a_warm_interpreter_sees_exactly_what_a_cold_one_sees(database_url: str, tmp_path: Path) -> None:
     seen: dict[str, dict[str, Any]] = {}
-    for kind, spares in (("cold", 0), ("warm", 1)):
-        rt = await _open(database_url, tmp_path / kind, spares)
+    for kind, interpreters in (("cold", 0), ("warm", 1)):
+        rt = await _open(database_url, tmp_path / kind, interpreters)
         try:
             await _template(rt, f"script-{kind}", [sys.executable, PROBE, "plant"], env={"FROM_AGENT": "a"})
             raw, uid = await _probe(rt, f"script-{kind}", f"script-{kind}", {"FROM_ACTOR": "b"})
@@ -108,8 +108,8 @@ async def test_an_actor_from_a_spare_sees_exactly_what_a_cold_one_sees(database_
             # `-m module`: a fork of the first Actor (its directory holds probe_mod.py)
             await rt.suspend_actor(ATESPACE, f"script-{kind}", uid)
             await rt.create_tag(ATESPACE, f"planted-{kind}", f"script-{kind}", uid)
-            if spares:
-                await rt.spares_ready(120)
+            if interpreters:
+                await rt.warm_ready(120)
             await _template(rt, f"module-{kind}", [sys.executable, "-m", "probe_mod", "sleep", "x y"])
             fork = await rt.create_actor(ATESPACE, f"module-{kind}", f"{ATESPACE}/module-{kind}", from_tag=f"planted-{kind}")
             await rt.resume_actor(ATESPACE, f"module-{kind}", fork.uid)
@@ -127,15 +127,15 @@ async def test_an_actor_from_a_spare_sees_exactly_what_a_cold_one_sees(database_
     assert seen["script-warm"]["path"][0] == str(Path(PROBE).parent)
     assert seen["module-warm"]["argv"] == ["<DATA>/probe_mod.py", "sleep", "x y"]
     assert seen["module-warm"]["path"][0] == "<DATA>" and seen["module-warm"]["spec"] == "probe_mod"
-    assert seen["script-warm"]["fds"] == [0, 1, 2, 3, "A2A"], "no descriptor of the spare is left open"
+    assert seen["script-warm"]["fds"] == [0, 1, 2, 3, "A2A"], "no descriptor of the interpreter is left open"
     assert seen["script-warm"]["stdin"] == "/dev/null"
 
 
 @pytest.mark.clause("WARM-1")
-async def test_a_crash_from_a_spare_reads_like_a_cold_one(database_url: str, tmp_path: Path) -> None:
+async def test_a_crash_from_a_warm_interpreter_reads_like_a_cold_one(database_url: str, tmp_path: Path) -> None:
     messages: dict[str, list[tuple[int | None, str]]] = {}
-    for kind, spares in (("cold", 0), ("warm", 1)):
-        rt = await _open(database_url, tmp_path / kind, spares)
+    for kind, interpreters in (("cold", 0), ("warm", 1)):
+        rt = await _open(database_url, tmp_path / kind, interpreters)
         got = messages.setdefault(kind, [])
         try:
             cases = [("raise", [PROBE, "raise"]), ("exit", [PROBE, "exit", "3"]), ("missing", ["no-such-script.py"])]
@@ -143,8 +143,8 @@ async def test_a_crash_from_a_spare_reads_like_a_cold_one(database_url: str, tmp
                 name = f"{case}-{kind}"
                 await _template(rt, name, [sys.executable, *args])
                 actor = await rt.create_actor(ATESPACE, name, f"{ATESPACE}/{name}")
-                if spares:
-                    await rt.spares_ready(120)
+                if interpreters:
+                    await rt.warm_ready(120)
                 await rt.resume_actor(ATESPACE, name, actor.uid)
                 assert rt.started_warm(actor.uid) in (kind == "warm", None)  # None: already ended
                 crashed = await _crashed(rt, name)
@@ -200,7 +200,7 @@ async def test_a_warm_actor_pauses_resumes_snapshots_and_dies_like_a_cold_one(da
         await wait_for(lambda: proc_state(pid) != "T", what="the process to continue")
         suspended = await rt.suspend_actor(ATESPACE, "a", actor.uid)
         assert suspended.state == ActorState.SUSPENDED and suspended.snapshots and not alive(pid)
-        await rt.spares_ready(120)
+        await rt.warm_ready(120)
         await rt.resume_actor(ATESPACE, "a", actor.uid)
         assert rt.started_warm(actor.uid) is True and rt.pid_of(actor.uid) != pid
         data = await _ready(rt, actor.uid)
@@ -215,11 +215,11 @@ async def test_a_warm_actor_pauses_resumes_snapshots_and_dies_like_a_cold_one(da
 
 
 @pytest.mark.clause("WARM-2")
-async def test_commands_a_spare_does_not_run_start_cold(database_url: str, tmp_path: Path) -> None:
+async def test_commands_a_warm_interpreter_does_not_run_start_cold(database_url: str, tmp_path: Path) -> None:
     rt = await _open(database_url, tmp_path / "rt", 1)
     try:
-        spare = rt.spare_pids()
-        assert len(spare) == 1
+        interpreter = rt.warm_pids()
+        assert len(interpreter) == 1
         cases = {
             "not-python": ["sleep", "1000"],
             "options": [sys.executable, "-u", FIXTURE, "sleep"],
@@ -233,37 +233,37 @@ async def test_commands_a_spare_does_not_run_start_cold(database_url: str, tmp_p
             await rt.resume_actor(ATESPACE, name, actor.uid)
             assert rt.started_warm(actor.uid) is False, name
             assert (await rt.get_actor(ATESPACE, name)).state == ActorState.RUNNING
-        assert rt.spare_pids() == spare, "the spare still waits"
+        assert rt.warm_pids() == interpreter, "the interpreter still waits"
     finally:
         await rt.close()
-    # warmInterpreters 0: no spare, every Actor cold
+    # warmInterpreters 0: no interpreter, every Actor cold
     rt = await _open(database_url, tmp_path / "off", 0)
     try:
         await _template(rt, "python", [sys.executable, FIXTURE, "sleep"])
         actor = await rt.create_actor(ATESPACE, "off", f"{ATESPACE}/python")
         await rt.resume_actor(ATESPACE, "off", actor.uid)
-        assert rt.started_warm(actor.uid) is False and rt.spare_pids() == []
+        assert rt.started_warm(actor.uid) is False and rt.warm_pids() == []
         assert processes_with(str(tmp_path / "off")) == [rt.pid_of(actor.uid)]
     finally:
         await rt.close()
 
 
 @pytest.mark.clause("WARM-3")
-async def test_a_dead_spare_is_replaced_and_the_actor_still_starts(database_url: str, tmp_path: Path) -> None:
+async def test_a_dead_warm_interpreter_is_replaced_and_the_actor_still_starts(database_url: str, tmp_path: Path) -> None:
     rt = await _open(database_url, tmp_path / "rt", 1)
     try:
         await _template(rt, "t", [sys.executable, FIXTURE, "sleep"])
-        (first,) = rt.spare_pids()
+        (first,) = rt.warm_pids()
         os.kill(first, signal.SIGKILL)
-        await wait_for(lambda: rt.spare_pids() not in ([], [first]), timeout=30, what="a replacement spare")
-        await rt.spares_ready(120)
+        await wait_for(lambda: rt.warm_pids() not in ([], [first]), timeout=30, what="a replacement interpreter")
+        await rt.warm_ready(120)
         actor = await rt.create_actor(ATESPACE, "a", f"{ATESPACE}/t")
         await rt.resume_actor(ATESPACE, "a", actor.uid)
         assert rt.started_warm(actor.uid) is True
         await _ready(rt, actor.uid)
-        # a spare killed just before it is handed an Actor: the Actor starts anyway (cold)
-        await rt.spares_ready(120)
-        (second,) = rt.spare_pids()
+        # an interpreter killed just before it is handed an Actor: the Actor starts anyway (cold)
+        await rt.warm_ready(120)
+        (second,) = rt.warm_pids()
         other = await rt.create_actor(ATESPACE, "b", f"{ATESPACE}/t")
         os.kill(second, signal.SIGKILL)
         await rt.resume_actor(ATESPACE, "b", other.uid)
@@ -275,13 +275,13 @@ async def test_a_dead_spare_is_replaced_and_the_actor_still_starts(database_url:
 
 
 @pytest.mark.clause("WARM-3")
-async def test_no_spare_outlives_the_runtime(database_url: str, tmp_path: Path) -> None:
+async def test_no_warm_interpreter_outlives_the_runtime(database_url: str, tmp_path: Path) -> None:
     rt = await _open(database_url, tmp_path / "rt", 2)
-    spares = rt.spare_pids()
-    assert len(spares) == 2 and all(os.getpgid(p) == p for p in spares), "each spare leads its own group"
-    assert sorted(processes_with(str(tmp_path / "rt"))) == sorted(spares), "the process table shows them"
+    interpreters = rt.warm_pids()
+    assert len(interpreters) == 2 and all(os.getpgid(p) == p for p in interpreters), "each interpreter leads its own group"
+    assert sorted(processes_with(str(tmp_path / "rt"))) == sorted(interpreters), "the process table shows them"
     await rt.close()
-    assert not any(alive(p) for p in spares)
+    assert not any(alive(p) for p in interpreters)
     assert processes_with(str(tmp_path / "rt")) == []
 
 

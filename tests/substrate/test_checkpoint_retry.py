@@ -70,7 +70,7 @@ async def test_a_tag_not_provably_ours_is_deleted_and_made_again(sim: Any) -> No
     # a tag of this Actor's name taken under another template (a same-name Actor of another revision)
     await sim._local.create_tag(NS, "t3", "a", uid)
     template = await sim.get_actor_template(NS, "rev-2")
-    async with sim._local._tx() as cur:
+    async with sim._local.tx() as cur:
         await cur.execute("UPDATE substrate_sim.tags SET template_uid = %s WHERE name = 't3'", (template.uid,))
     assert isinstance(await _tag(sim, NS, "t3", "a", uid, generation), Tag)
     assert (await sim._local.get_tag(NS, "t3")).template_uid != template.uid

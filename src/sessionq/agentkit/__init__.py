@@ -4,7 +4,7 @@
     agentkit.run(MyAgentExecutor())        # instead of building a server and running uvicorn
 
 See `server.py` (the Actor's A2A endpoint, settling turns) and `taskstore.py` (the SDK's task store
-backed by kagent's TaskStoreService); `spare.py` is the process runtime's warm interpreter (an
+backed by kagent's TaskStoreService); `warm.py` is the process runtime's warm interpreter (an
 interpreter with this package imported, waiting to become an Actor's process).
 
 Start-up: an Actor's process starts at every turn on a suspended Actor, so its imports are most of

@@ -2,10 +2,12 @@
 
 - `substrate.py`: `ProcessSubstrate` (Actors, templates, tags, slots, egress policies, listings);
 - `children.py`: starting, stopping and finding the Actors' processes;
-- `warm.py`: warm interpreters (sessionq.agentkit.spare) handed the Actors whose command they can run;
+- `warm.py`: warm interpreters (sessionq.agentkit.warm) handed the Actors whose command they can run;
 - `archive.py`: durable directories and their compressed snapshots;
 - `invoke.py`: a turn delivered to the Actor's private A2A endpoint;
-- `database.py` and `schema.sql`: its own connection pool and schema, ``sessionq_process``.
+- `database.py` and `schema.sql`: its schema ``sessionq_process`` and process slots; the connection
+  pool, the row mappers, page tokens, the name rule and the functions ``fail`` and ``lock_actor``
+  are the stand-in core's (`runtime/stand_in/`), shared with the simulator.
 
 It isolates nothing: egress policies are stored and returned, never enforced.
 """

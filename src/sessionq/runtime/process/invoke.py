@@ -19,7 +19,7 @@ from a2a.utils.constants import TransportProtocol
 
 from sessionq.runtime.ateapi.invoke import call_context
 from sessionq.runtime.base import INVOKE_DISPATCH_KEY, INVOKE_SESSION_KEY, Code, InvokeRequest, SubstrateError
-from sessionq.runtime.simulator.turns import parse_message
+from sessionq.runtime.stand_in.message import parse_message
 
 __all__ = ["cancel_actor_turn", "invoke_actor"]
 

@@ -118,31 +118,7 @@ COMMENT ON TABLE sessionq_process.egress_policies IS
 
 -- ------------------------------------------------------------------------------------------------
 
-CREATE OR REPLACE FUNCTION sessionq_process.fail(p_code text, p_message text)
-RETURNS void LANGUAGE plpgsql AS $$
-BEGIN
-  RAISE EXCEPTION USING ERRCODE = 'PX001', MESSAGE = p_message, DETAIL = p_code;
-END $$;
-COMMENT ON FUNCTION sessionq_process.fail(text, text) IS
-    'Raise a runtime error: SQLSTATE PX001, the message, the runtime Code name (e.g. NOT_FOUND) in DETAIL.';
-
-CREATE OR REPLACE FUNCTION sessionq_process.lock_actor(p_atespace text, p_name text, p_uid text)
-RETURNS sessionq_process.actors LANGUAGE plpgsql AS $$
-DECLARE
-  v_row sessionq_process.actors;
-BEGIN
-  SELECT * INTO v_row FROM sessionq_process.actors WHERE atespace = p_atespace AND name = p_name FOR UPDATE;
-  IF NOT FOUND THEN
-    PERFORM sessionq_process.fail('NOT_FOUND', format('actor %s/%s not found', p_atespace, p_name));
-  END IF;
-  IF p_uid IS NOT NULL AND v_row.uid <> p_uid THEN
-    PERFORM sessionq_process.fail('FAILED_PRECONDITION',
-      format('actor uid mismatch for %s/%s: expected %s, found %s', p_atespace, p_name, p_uid, v_row.uid));
-  END IF;
-  RETURN v_row;
-END $$;
-COMMENT ON FUNCTION sessionq_process.lock_actor(text, text, text) IS
-    'Lock (FOR UPDATE) and return the Actor row; NOT_FOUND if missing, FAILED_PRECONDITION if p_uid is given and differs.';
+-- fail and lock_actor: runtime/stand_in/core.sql, installed into this schema after this file.
 
 CREATE OR REPLACE FUNCTION sessionq_process.release_worker(p_uid text)
 RETURNS void LANGUAGE sql AS $$

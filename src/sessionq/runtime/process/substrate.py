@@ -58,18 +58,23 @@ from sessionq.runtime.base import (
 )
 from sessionq.runtime.process import archive, children, warm
 from sessionq.runtime.process.children import Child
-from sessionq.runtime.process.database import SERVER_LOCK_KEY, Cursor, ProcessDatabase, install_schema
+from sessionq.runtime.process.database import SERVER_LOCK_KEY, ProcessDatabase, install_schema
 from sessionq.runtime.process.invoke import cancel_actor_turn, invoke_actor
-from sessionq.runtime.shared import (
-    actor_page,
-    canonical_rules,
+from sessionq.runtime.stand_in.egress import canonical_rules
+from sessionq.runtime.stand_in.names import require_name, split_template
+from sessionq.runtime.stand_in.pages import (
     clamp_page_size,
     decode_actor_token,
-    require_name,
-    rule_collection,
-    split_template,
     worker_boundary,
     worker_page,
+)
+from sessionq.runtime.stand_in.reads import StandInReads, checked_actor
+from sessionq.runtime.stand_in.rows import (
+    policy_from_row,
+    snapshot_from_row,
+    tag_from_row,
+    template_from_row,
+    worker_from_row,
 )
 
 log = logging.getLogger(__name__)
@@ -107,43 +112,26 @@ class ProcessConfig:
     warm_interpreters: int = 1
 
 
-_ACTOR_SELECT = (
-    "SELECT a.*, w.ip AS worker_ip FROM sessionq_process.actors a"
-    " LEFT JOIN sessionq_process.workers w ON w.name = a.worker"
-)
+# row mappers: the stand-in core's, with where the process runtime keeps a snapshot (its archive's
+# path) and what its workers are (process slots on this machine, always active)
 
 
 def _snapshot(row: DictRow) -> Snapshot:
-    return Snapshot(
-        generation=row["generation"],
-        fidelity=SnapshotFidelity(row["fidelity"]),
-        status=SnapshotStatus(row["status"]),
-        uri=f"file://{row['path']}" if row["path"] else "",
-        created_at=row["created_at"],
-    )
+    return snapshot_from_row(row, f"file://{row['path']}" if row["path"] else "")
 
 
-def _actor(row: DictRow, snapshots: list[Snapshot]) -> Actor:
-    return Actor(
-        atespace=row["atespace"],
-        name=row["name"],
-        uid=row["uid"],
-        template=row["template"],
-        state=ActorState(row["state"]),
-        worker=row["worker"],
-        worker_ip=row["worker_ip"],
-        version=row["version"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        snapshots=tuple(snapshots),
-        crash_message=row["crash_message"],
-        crash_exit_status=row["crash_exit_status"],
-    )
+def _tag(row: DictRow) -> Tag:
+    # the snapshot's identity; the tag keeps its own copy (path)
+    return tag_from_row(row, f"file://{row['snapshot_path']}")
 
 
 def _worker(row: DictRow) -> Worker:
-    holder = f"{row['holder_atespace']}/{row['holder_name']}" if row["holder_name"] is not None else None
-    return Worker(name=row["name"], atespace="", ip=row["ip"], actor=holder, state="WORKER_STATE_ACTIVE")
+    return worker_from_row(row, atespace="", state="WORKER_STATE_ACTIVE")
+
+
+_READS = StandInReads(
+    schema="sessionq_process", actor_columns="a.*, w.ip AS worker_ip", snapshot_columns="*", to_snapshot=_snapshot
+)
 
 
 def _check_argv(kind: str, values: list[str]) -> list[str]:
@@ -269,26 +257,9 @@ class ProcessSubstrate:
 
     # reads ------------------------------------------------------------------------------------
 
-    @staticmethod
-    async def _snapshots_of(cur: Cursor, uids: list[str]) -> dict[str, list[Snapshot]]:
-        result: dict[str, list[Snapshot]] = {u: [] for u in uids}
-        if uids:
-            await cur.execute(
-                "SELECT * FROM sessionq_process.snapshots WHERE actor_uid = ANY(%s) ORDER BY actor_uid, generation",
-                (uids,),
-            )
-            for row in await cur.fetchall():
-                result[row["actor_uid"]].append(_snapshot(row))
-        return result
-
     async def _load(self, atespace: str, name: str) -> Actor:
         async with self._db.tx() as cur:
-            await cur.execute(_ACTOR_SELECT + " WHERE a.atespace = %s AND a.name = %s", (atespace, name))
-            row = await cur.fetchone()
-            if row is None:
-                raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{name} not found")
-            snaps = await self._snapshots_of(cur, [row["uid"]])
-        return _actor(row, snaps[row["uid"]])
+            return await _READS.actor(cur, atespace, name)
 
     async def _row(self, atespace: str, name: str, uid: str | None) -> DictRow:
         async with self._db.tx() as cur:
@@ -296,14 +267,7 @@ class ProcessSubstrate:
                 "SELECT * FROM sessionq_process.actors WHERE atespace = %s AND name = %s", (atespace, name)
             )
             row = await cur.fetchone()
-        if row is None:
-            raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{name} not found")
-        if uid is not None and row["uid"] != uid:
-            raise SubstrateError(
-                Code.FAILED_PRECONDITION,
-                f"actor uid mismatch for {atespace}/{name}: expected {uid}, found {row['uid']}",
-            )
-        return row
+        return checked_actor(row, atespace, name, uid)
 
     async def _target(self, atespace: str, name: str, uid: str | None) -> str:
         """The UID a mutation acts on: the caller's precondition, or (None: a plain ateapi client
@@ -343,31 +307,11 @@ class ProcessSubstrate:
             row = await cur.fetchone()
         if row is None:
             raise SubstrateError(Code.ALREADY_EXISTS, f"actor template {atespace}/{name} already exists")
-        return self._template(row)
-
-    @staticmethod
-    def _template(row: DictRow) -> ActorTemplate:
-        return ActorTemplate(
-            atespace=row["atespace"],
-            name=row["name"],
-            uid=row["uid"],
-            image=row["image"],
-            version=row["version"],
-            created_at=row["created_at"],
-            command=tuple(row["command"]),
-            args=tuple(row["args"]),
-            env=dict(row["env"]),
-        )
+        return template_from_row(row)
 
     async def get_actor_template(self, atespace: str, name: str) -> ActorTemplate:
         async with self._db.tx() as cur:
-            await cur.execute(
-                "SELECT * FROM sessionq_process.templates WHERE atespace = %s AND name = %s", (atespace, name)
-            )
-            row = await cur.fetchone()
-        if row is None:
-            raise SubstrateError(Code.NOT_FOUND, f"actor template {atespace}/{name} not found")
-        return self._template(row)
+            return await _READS.template(cur, atespace, name)
 
     async def delete_actor_template(self, atespace: str, name: str, uid: str) -> None:
         async with self._db.tx() as cur:
@@ -656,22 +600,11 @@ class ProcessSubstrate:
             raise SubstrateError(
                 Code.ALREADY_EXISTS, f"egress policy default of actor {atespace}/{actor} already exists"
             )
-        return EgressPolicy(actor_uid=uid, rules=rule_collection(row["rules"]), version=row["version"])
+        return policy_from_row(row, uid)
 
     async def get_egress_policy(self, atespace: str, actor: str) -> EgressPolicy:
         async with self._db.tx() as cur:
-            await cur.execute(
-                "SELECT a.uid, p.actor_uid, p.rules, p.version FROM sessionq_process.actors a"
-                " LEFT JOIN sessionq_process.egress_policies p ON p.actor_uid = a.uid"
-                " WHERE a.atespace = %s AND a.name = %s",
-                (atespace, actor),
-            )
-            row = await cur.fetchone()
-        if row is None:
-            raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{actor} not found")
-        if row["actor_uid"] is None:
-            raise SubstrateError(Code.NOT_FOUND, f"egress policy default of actor {atespace}/{actor} not found")
-        return EgressPolicy(actor_uid=row["uid"], rules=rule_collection(row["rules"]), version=row["version"])
+            return await _READS.egress_policy(cur, atespace, actor)
 
     async def update_egress_policy(self, atespace: str, actor: str, uid: str, rules: list[EgressRule]) -> EgressPolicy:
         data = canonical_rules(rules, actor=f"{atespace}/{actor}")
@@ -686,7 +619,7 @@ class ProcessSubstrate:
             row = await cur.fetchone()
         if row is None:
             raise SubstrateError(Code.NOT_FOUND, f"egress policy default of actor {atespace}/{actor} not found")
-        return EgressPolicy(actor_uid=uid, rules=rule_collection(row["rules"]), version=row["version"])
+        return policy_from_row(row, uid)
 
     # tags -------------------------------------------------------------------------------------
 
@@ -741,27 +674,11 @@ class ProcessSubstrate:
                     raise SubstrateError(Code.ALREADY_EXISTS, f"tag {atespace}/{name} already exists") from None
                 tag = await cur.fetchone()
                 assert tag is not None
-        return self._tag(tag)
-
-    @staticmethod
-    def _tag(row: DictRow) -> Tag:
-        return Tag(
-            atespace=row["atespace"],
-            name=row["name"],
-            actor_name=row["actor_name"],
-            actor_uid=row["actor_uid"],
-            snapshot_generation=row["snapshot_generation"],
-            snapshot_uri=f"file://{row['snapshot_path']}",  # the snapshot's identity; the tag keeps a copy
-            created_at=row["created_at"],
-        )
+        return _tag(tag)
 
     async def get_tag(self, atespace: str, name: str) -> Tag:
         async with self._db.tx() as cur:
-            await cur.execute("SELECT * FROM sessionq_process.tags WHERE atespace = %s AND name = %s", (atespace, name))
-            row = await cur.fetchone()
-        if row is None:
-            raise SubstrateError(Code.NOT_FOUND, f"tag {atespace}/{name} not found")
-        return self._tag(row)
+            return _tag(await _READS.tag_row(cur, atespace, name))
 
     async def delete_tag(self, atespace: str, name: str) -> None:
         async with self._db.tx() as cur:
@@ -780,7 +697,7 @@ class ProcessSubstrate:
         size = clamp_page_size(page_size)
         boundary = decode_actor_token(page_token, global_listing=global_listing) if page_token else None
         async with self._db.tx() as cur:
-            return await actor_page(cur, _ACTOR_SELECT, atespace, boundary, size, self._snapshots_of, _actor)
+            return await _READS.actor_page(cur, atespace, boundary, size)
 
     async def list_workers(self, page_size: int, page_token: str) -> Page[Worker]:
         size = clamp_page_size(page_size)
@@ -847,11 +764,11 @@ class ProcessSubstrate:
         child = self._children.get(uid)
         return child.warm if child is not None else None
 
-    def spare_pids(self) -> list[int]:
+    def warm_pids(self) -> list[int]:
         """The pids of the warm interpreters waiting for an Actor."""
         return self._warm.pids()
 
-    async def spares_ready(self, timeout: float = 60.0) -> None:
+    async def warm_ready(self, timeout: float = 60.0) -> None:
         """Wait until every warm interpreter the runtime keeps is started and has done its imports."""
         await self._warm.wait_ready(timeout)
 

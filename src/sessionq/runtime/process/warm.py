@@ -1,25 +1,25 @@
 """Warm interpreters: the process runtime keeps `size` Python processes started ahead of need
-(sessionq.agentkit.spare), each having imported the agent kit and a2a-sdk's server, and hands
+(sessionq.agentkit.warm), each having imported the agent kit and a2a-sdk's server, and hands
 one to the next Actor whose command runs a script or a module with that same interpreter. The
 Actor's start then skips the interpreter's start and the SDK's imports (most of a turn on a
 suspended Actor), and the process is the Actor's from then on (its pid, group, exit status, stderr).
 
-What the Actor sees is what a process exec'd for it sees (spare.py says how): its environment
+What the Actor sees is what a process exec'd for it sees (agentkit/warm.py says how): its environment
 exactly, its working directory, argv, sys.path, the listening socket at the descriptor its
 environment names, stdout and stderr on its log files, stdin /dev/null, its own process group, a
-SIGKILL when the runtime dies (setpriv --pdeathsig). The differences: the modules the spare
+SIGKILL when the runtime dies (setpriv --pdeathsig). The differences: the modules the interpreter
 imported are already in `sys.modules` (imported under the runtime's base environment, see
 `STARTUP_PREFIXES`), its command line (`ps`, /proc/PID/cmdline) and /proc/PID/environ are the
-spare's, and its process started before the Actor's resume.
+interpreter's, and its process started before the Actor's resume.
 
 A command is run warm only when (`plan`):
-- its program resolves (with the Actor's PATH) to the spare's interpreter: the same file in the
+- its program resolves (with the Actor's PATH) to the interpreter's interpreter: the same file in the
   same directory (so the same virtual environment), e.g. ``python3`` in the runtime's venv;
 - its arguments are ``script [args]`` (a file that is not a directory, zip archive or .pyc) or ``-m
   module [args]``: no interpreter options;
-- the variables that shape an interpreter's start or were read while the spare imported
-  (`STARTUP_PREFIXES`, `STARTUP_NAMES`) are the same in the Actor's environment as in the spare's.
-Any other command, or no spare left, starts cold as before.
+- the variables that shape an interpreter's start or were read while the interpreter imported
+  (`STARTUP_PREFIXES`, `STARTUP_NAMES`) are the same in the Actor's environment as in the interpreter's.
+Any other command, or no interpreter left, starts cold as before.
 """
 
 from __future__ import annotations
@@ -44,12 +44,12 @@ log = logging.getLogger(__name__)
 
 __all__ = ["STARTUP_NAMES", "STARTUP_PREFIXES", "Plan", "WarmPool", "plan"]
 
-SPARE_CODE = "__import__('sessionq.agentkit.spare').agentkit.spare.main()"  # binds no name in __main__
-# variables an interpreter reads as it starts, or modules read as the spare imported them
+WARM_CODE = "__import__('sessionq.agentkit.warm').agentkit.warm.main()"  # binds no name in __main__
+# variables an interpreter reads as it starts, or modules read as the interpreter imported them
 STARTUP_PREFIXES = ("PYTHON", "LC_", "GRPC_", "PYDANTIC")
 STARTUP_NAMES = ("LANG", "LANGUAGE", "TZ", "HOME", "TMPDIR", "SSL_CERT_FILE", "SSL_CERT_DIR")
-ACCEPT_TIMEOUT = 60.0  # seconds an assignment waits for the spare (its imports, if not yet done)
-MAX_FAILURES = 3  # spares in a row that die before they are ready: no more are started
+ACCEPT_TIMEOUT = 60.0  # seconds an assignment waits for the interpreter (its imports, if not yet done)
+MAX_FAILURES = 3  # warm interpreters in a row that die before they are ready: no more are started
 HEADER_SIZE = 8
 
 
@@ -59,7 +59,7 @@ def _startup_env(env: Mapping[str, str]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Plan:
-    """How a spare runs a command: ``program -m target args`` or ``program target args``."""
+    """How an interpreter runs a command: ``program -m target args`` or ``program target args``."""
 
     program: str
     mode: str  # "script" | "module"
@@ -74,10 +74,10 @@ def same_interpreter(program: str, interpreter: str) -> bool:
 
 
 def plan(program: str, argv: list[str], env: Mapping[str, str], cwd: Path, interpreter: str,
-         spare_env: Mapping[str, str]) -> Plan | None:
-    """How a spare of `interpreter` started with `spare_env` would run `argv` (its first item
+         warm_env: Mapping[str, str]) -> Plan | None:
+    """How a warm interpreter of `interpreter` started with `warm_env` would run `argv` (its first item
     resolved to `program`) in `cwd` with `env`; None when it must start cold (module docstring)."""
-    if not same_interpreter(program, interpreter) or _startup_env(env) != _startup_env(spare_env):
+    if not same_interpreter(program, interpreter) or _startup_env(env) != _startup_env(warm_env):
         return None
     rest = argv[1:]
     if len(rest) >= 2 and rest[0] == "-m" and rest[1] and not rest[1].startswith("-"):
@@ -91,7 +91,7 @@ def plan(program: str, argv: list[str], env: Mapping[str, str], cwd: Path, inter
 
 
 @dataclass
-class Spare:
+class WarmInterpreter:
     process: asyncio.subprocess.Process
     control: socket.socket  # the runtime's end of the socket pair (non-blocking)
     ready: bool = False
@@ -110,7 +110,8 @@ class Spare:
 
 @dataclass
 class WarmPool:
-    """`size` spares of `interpreter` with environment `env`, started in the background (`fill`)
+    """`size` warm interpreters of `interpreter` with environment `env`, started in the background
+    (`fill`)
     and replaced after each use or death. Their stdout and stderr, before they are handed an Actor,
     go to `logs`/spares.log; `marker` (the runtime's root) is on their command line."""
 
@@ -120,7 +121,7 @@ class WarmPool:
     cwd: Path
     logs: Path
     marker: str
-    spares: list[Spare] = field(default_factory=list)
+    waiting: list[WarmInterpreter] = field(default_factory=list)
     starting: int = 0
     failures: int = 0
     closed: bool = False
@@ -130,9 +131,9 @@ class WarmPool:
     # pool --------------------------------------------------------------------------------------
 
     def fill(self) -> None:
-        """Start spares in the background until there are `size` (none once closed, or after
-        MAX_FAILURES spares in a row died before they were ready)."""
-        while not self.closed and self.failures < MAX_FAILURES and len(self.spares) + self.starting < self.size:
+        """Start warm interpreters in the background until there are `size` (none once closed, or after
+        MAX_FAILURES warm interpreters in a row died before they were ready)."""
+        while not self.closed and self.failures < MAX_FAILURES and len(self.waiting) + self.starting < self.size:
             self.starting += 1
             self._spawn_task(self._start_one())
 
@@ -143,7 +144,7 @@ class WarmPool:
 
     async def _start_one(self) -> None:
         try:
-            spare = await self._spawn()
+            interpreter = await self._spawn()
         except Exception:
             self.failures += 1
             log.exception("process runtime: a warm interpreter could not be started")
@@ -151,20 +152,20 @@ class WarmPool:
         finally:
             self.starting -= 1
         if self.closed:
-            await _kill(spare)
+            await _kill(interpreter)
             return
-        self.spares.append(spare)
+        self.waiting.append(interpreter)
         loop = asyncio.get_running_loop()
-        spare.reader = loop.create_task(self._await_ready(spare))
-        spare.waiter = loop.create_task(self._await_exit(spare))
+        interpreter.reader = loop.create_task(self._await_ready(interpreter))
+        interpreter.waiter = loop.create_task(self._await_exit(interpreter))
         self._signal()
 
-    async def _spawn(self) -> Spare:
+    async def _spawn(self) -> WarmInterpreter:
         self.cwd.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            argv = [self.interpreter, "-c", SPARE_CODE, str(theirs.fileno()), self.marker]
+            argv = [self.interpreter, "-c", WARM_CODE, str(theirs.fileno()), self.marker]
             if children.SETPRIV is not None:
                 argv = [children.SETPRIV, "--pdeathsig", "KILL", "--", *argv]
             with _open_log(self.logs / "spares.log") as out:
@@ -184,29 +185,29 @@ class WarmPool:
         finally:
             theirs.close()
         ours.setblocking(False)
-        return Spare(process=process, control=ours)
+        return WarmInterpreter(process=process, control=ours)
 
-    async def _await_ready(self, spare: Spare) -> None:
+    async def _await_ready(self, interpreter: WarmInterpreter) -> None:
         with contextlib.suppress(OSError):
-            data = await asyncio.get_running_loop().sock_recv(spare.control, 1)
+            data = await asyncio.get_running_loop().sock_recv(interpreter.control, 1)
             if data == b"R":
-                spare.ready = True
+                interpreter.ready = True
                 self.failures = 0
                 self._signal()
 
-    async def _await_exit(self, spare: Spare) -> None:
-        returncode = await spare.process.wait()
-        if spare.taken:
+    async def _await_exit(self, interpreter: WarmInterpreter) -> None:
+        returncode = await interpreter.process.wait()
+        if interpreter.taken:
             return  # an Actor's process now: the runtime's watcher handles its end
-        if spare in self.spares:
-            self.spares.remove(spare)
-        await _close_control(spare)
+        if interpreter in self.waiting:
+            self.waiting.remove(interpreter)
+        await _close_control(interpreter)
         if not self.closed:
-            if not spare.ready:
+            if not interpreter.ready:
                 self.failures += 1
             log.warning(
                 "process runtime: a warm interpreter (pid %d) ended before it was used: %s; see %s",
-                spare.pid, children.describe_exit(returncode), self.logs / "spares.log",
+                interpreter.pid, children.describe_exit(returncode), self.logs / "spares.log",
             )
             if self.failures >= MAX_FAILURES:
                 log.error("process runtime: %d warm interpreters in a row died before they were ready: "
@@ -218,27 +219,27 @@ class WarmPool:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    def take(self) -> Spare | None:
-        """A live spare (a ready one first), no longer the pool's; a replacement starts."""
-        live = [s for s in self.spares if s.alive]
+    def take(self) -> WarmInterpreter | None:
+        """A live interpreter (a ready one first), no longer the pool's; a replacement starts."""
+        live = [s for s in self.waiting if s.alive]
         if not live:
             return None
-        spare = next((s for s in live if s.ready), live[0])
-        self.spares.remove(spare)
-        spare.taken = True
+        interpreter = next((s for s in live if s.ready), live[0])
+        self.waiting.remove(interpreter)
+        interpreter.taken = True
         self.fill()
-        return spare
+        return interpreter
 
     def pids(self) -> list[int]:
-        return [s.pid for s in self.spares if s.alive]
+        return [s.pid for s in self.waiting if s.alive]
 
     async def wait_ready(self, timeout: float) -> None:
-        """Until every spare the pool wants is started and ready (tests, benchmarks)."""
+        """Until every interpreter the pool wants is started and ready (tests, benchmarks)."""
         async def ready() -> None:
             while True:
                 if self.closed or self.failures >= MAX_FAILURES:
                     return
-                live = [s for s in self.spares if s.alive]
+                live = [s for s in self.waiting if s.alive]
                 if len(live) >= self.size and all(s.ready for s in live):
                     return
                 await self._changed.wait()
@@ -248,16 +249,16 @@ class WarmPool:
     async def close(self) -> None:
         self.closed = True
         # not cancelled: a start cancelled mid-way could leave a process nobody tracks; a start
-        # that finishes after the close kills its spare (`_start_one`)
+        # that finishes after the close kills its interpreter (`_start_one`)
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        spares, self.spares = self.spares, []
-        await asyncio.gather(*(_kill(s) for s in spares), return_exceptions=True)
+        waiting, self.waiting = self.waiting, []
+        await asyncio.gather(*(_kill(s) for s in waiting), return_exceptions=True)
 
     def kill_all(self) -> None:
-        """SIGKILL every spare's group at once (any thread)."""
+        """SIGKILL every interpreter's group at once (any thread)."""
         self.closed = True
-        for spare in list(self.spares):
-            children.kill_group(spare.pid)
+        for interpreter in list(self.waiting):
+            children.kill_group(interpreter.pid)
 
     # assignment --------------------------------------------------------------------------------
 
@@ -270,9 +271,9 @@ class WarmPool:
         logs: Path,
         secrets: tuple[str, ...] = (),
     ) -> Child | None:
-        """`children.start_child` by a spare: the Actor's process, or None when the command is not
-        one a spare runs (`plan`), no spare is left, or the spare failed to take it (it is killed);
-        the caller then starts the command cold."""
+        """`children.start_child` by a warm interpreter: the Actor's process, or None when the command
+        is not one a warm interpreter runs (`plan`), none is left, or the one taken failed to take the
+        Actor (it is killed); the caller then starts the command cold."""
         if self.closed or self.size <= 0:
             return None
         try:
@@ -282,22 +283,29 @@ class WarmPool:
         how = plan(program, argv, env, cwd, self.interpreter, self.env)
         if how is None:
             return None
-        spare = self.take()
-        if spare is None:
+        interpreter = self.take()
+        if interpreter is None:
             return None
         try:
-            return await self._hand_over(spare, how, uid, env, cwd, logs, secrets)
+            return await self._hand_over(interpreter, how, uid, env, cwd, logs, secrets)
         except BaseException:
-            children.kill_group(spare.pid)  # cancelled mid-way: the spare is nobody's
+            children.kill_group(interpreter.pid)  # cancelled mid-way: the interpreter is nobody's
             raise
 
     async def _hand_over(
-        self, spare: Spare, how: Plan, uid: str, env: dict[str, str], cwd: Path, logs: Path, secrets: tuple[str, ...]
+        self,
+        interpreter: WarmInterpreter,
+        how: Plan,
+        uid: str,
+        env: dict[str, str],
+        cwd: Path,
+        logs: Path,
+        secrets: tuple[str, ...],
     ) -> Child | None:
-        if spare.reader is not None:
-            spare.reader.cancel()
+        if interpreter.reader is not None:
+            interpreter.reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await spare.reader
+                await interpreter.reader
         with children.prepared(uid, env, logs) as endpoint:
             task = {
                 "env": endpoint.env,
@@ -309,30 +317,30 @@ class WarmPool:
                 "a2a_fd": endpoint.sock.fileno(),
             }
             fds = [endpoint.sock.fileno(), endpoint.stdout.fileno(), endpoint.stderr.fileno()]
-            problem = await self._assign(spare, task, fds)
+            problem = await self._assign(interpreter, task, fds)
             port = endpoint.port
         if problem is not None:
             log.warning("process runtime: a warm interpreter (pid %d) did not take actor %s (%s): starting it cold",
-                        spare.pid, uid, problem)
-            await _kill(spare)
+                        interpreter.pid, uid, problem)
+            await _kill(interpreter)
             return None
-        return Child(uid=uid, process=spare.process, pid=spare.pid, port=port, stderr=logs / f"{uid}.stderr",
-                     secrets=secrets, warm=True)
+        return Child(uid=uid, process=interpreter.process, pid=interpreter.pid, port=port,
+                     stderr=logs / f"{uid}.stderr", secrets=secrets, warm=True)
 
-    async def _assign(self, spare: Spare, task: dict[str, object], fds: list[int]) -> str | None:
-        """Send the assignment; None once the spare accepted it, else why not."""
+    async def _assign(self, interpreter: WarmInterpreter, task: dict[str, object], fds: list[int]) -> str | None:
+        """Send the assignment; None once the interpreter accepted it, else why not."""
         loop = asyncio.get_running_loop()
         body = json.dumps(task).encode()
         try:
             # the header carries the descriptors; 8 bytes always fit an empty socket buffer
-            socket.send_fds(spare.control, [len(body).to_bytes(HEADER_SIZE, "big")], fds)
-            await loop.sock_sendall(spare.control, body)
+            socket.send_fds(interpreter.control, [len(body).to_bytes(HEADER_SIZE, "big")], fds)
+            await loop.sock_sendall(interpreter.control, body)
 
             async def answer() -> bytes:
                 while True:
-                    data = await loop.sock_recv(spare.control, 4096)
+                    data = await loop.sock_recv(interpreter.control, 4096)
                     if not data:
-                        return b"E(the spare ended)"
+                        return b"E(the interpreter ended)"
                     data = data.lstrip(b"R")
                     if data:
                         return data
@@ -341,7 +349,7 @@ class WarmPool:
         except (OSError, TimeoutError) as exc:
             return f"{type(exc).__name__}: {exc}"
         finally:
-            spare.control.close()
+            interpreter.control.close()
         if reply.startswith(b"A"):
             return None
         return reply[1:].decode(errors="replace")[:500] or "refused"
@@ -351,18 +359,18 @@ def _open_log(path: Path) -> BinaryIO:
     return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600), "ab")
 
 
-async def _close_control(spare: Spare) -> None:
-    """Stop reading the spare's socket (before closing it: the loop must not watch a reused fd)."""
-    if spare.reader is not None and not spare.reader.done():
-        spare.reader.cancel()
+async def _close_control(interpreter: WarmInterpreter) -> None:
+    """Stop reading the interpreter's socket (before closing it: the loop must not watch a reused fd)."""
+    if interpreter.reader is not None and not interpreter.reader.done():
+        interpreter.reader.cancel()
         with contextlib.suppress(asyncio.CancelledError):
-            await spare.reader
-    spare.control.close()
+            await interpreter.reader
+    interpreter.control.close()
 
 
-async def _kill(spare: Spare) -> None:
-    children.kill_group(spare.pid, signal.SIGKILL)
+async def _kill(interpreter: WarmInterpreter) -> None:
+    children.kill_group(interpreter.pid, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError):
-        spare.process.kill()
-    await _close_control(spare)
-    await spare.process.wait()
+        interpreter.process.kill()
+    await _close_control(interpreter)
+    await interpreter.process.wait()

@@ -6,16 +6,18 @@
 - `turns.py`: one turn of the agent as an Actor plays it: the deterministic agent
   (`runtime/deterministic_agent.py`) answers, and the turn is reported through the Actor's
   TaskStoreService client (`runtime/taskstore_client.py`);
-- `database.py` and `schema.sql`: its own connection pool and schema, ``substrate_sim``.
+- `database.py` and `schema.sql`: its schema ``substrate_sim`` and worker pool; the connection pool,
+  the row mappers, page tokens, the name rule and the functions ``fail`` and ``lock_actor`` are the
+  stand-in core's (`runtime/stand_in/`), shared with the process runtime.
 
 It owns its connection to its own schema (it stands in for an external system), and never uses
 sessionq's stores.
 """
 
-from sessionq.runtime.shared import decode_actor_token, encode_actor_token
 from sessionq.runtime.simulator.database import install_schema, worker_identity
 from sessionq.runtime.simulator.faults import FAULT_KINDS, LIST_METHODS, PROTOCOL_METHODS
 from sessionq.runtime.simulator.substrate import WORKLOAD_TOKEN_ENV, SimulatedSubstrate
+from sessionq.runtime.stand_in.pages import decode_actor_token, encode_actor_token
 
 __all__ = [
     "FAULT_KINDS",

@@ -1,28 +1,16 @@
-"""The simulator's own database: its connection pool, its schema (schema.sql, ``substrate_sim``) and
-the statements every call runs. The simulator stands in for an external runtime, so it keeps its
-state outside the control plane's transactions, on its own connections."""
+"""The simulator's own database: its schema (schema.sql and the stand-in core's functions,
+``substrate_sim``), its worker pool rows, and its connection pool (the stand-in core's
+`StandInDatabase`, committing asynchronously)."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import importlib.resources
 import os
-from collections.abc import AsyncIterator
-from datetime import tzinfo
-from typing import Any, Self, TypeVar
+from typing import Any, Self
 
 import psycopg
-from psycopg import errors as pg_errors
-from psycopg.rows import DictRow, dict_row
-from psycopg_pool import AsyncConnectionPool
 
-from sessionq.runtime.base import (
-    Code,
-    SubstrateError,
-)
-
-T = TypeVar("T")
+from sessionq.runtime.stand_in.database import StandInDatabase, installing
 
 SCHEMA = "substrate_sim"
 POLL_INTERVAL = 0.01  # seconds between polls of the faults table while blocked or waiting
@@ -35,16 +23,11 @@ _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the alphabet of Kubernetes' 
 # pg_advisory_xact_lock key serialising install_schema across processes ("SubstrSm").
 _INSTALL_LOCK_KEY = 0x5375627374725353
 
-_Cursor = psycopg.AsyncCursor[DictRow]
 _FAIL_SQLSTATE = "SX001"  # substrate_sim.fail: the Code name in DETAIL
 
 
 # --------------------------------------------------------------------------------------------
 # schema installation
-
-
-def _schema_sql() -> str:
-    return importlib.resources.files("sessionq.runtime.simulator").joinpath("schema.sql").read_text("utf-8")
 
 
 def worker_identity(index: int, taken: set[str] | None = None) -> tuple[str, str]:
@@ -77,20 +60,23 @@ async def install_schema(conninfo: str, *, worker_pool_size: int = 256) -> None:
     when several processes run it at once (transaction-level advisory lock)."""
     if worker_pool_size < 0:
         raise ValueError("worker_pool_size must be >= 0")
-    async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
-        async with conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_INSTALL_LOCK_KEY,))
-            await conn.execute(_schema_sql().encode())
-            async with conn.cursor() as cur:
-                await cur.execute("SELECT count(*) FROM substrate_sim.workers")
-                row = await cur.fetchone()
-                existing = int(row[0]) if row else 0
-                if existing < worker_pool_size:
-                    await cur.executemany(
-                        "INSERT INTO substrate_sim.workers (name, idx, atespace, ip, state)"
-                        " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                        [(*r, WORKER_STATE) for r in _worker_rows(worker_pool_size)[existing:]],
-                    )
+    async with installing(
+        conninfo,
+        package="sessionq.runtime.simulator",
+        schema=SCHEMA,
+        fail_sqlstate=_FAIL_SQLSTATE,
+        lock_key=_INSTALL_LOCK_KEY,
+    ) as conn:
+        async with conn.cursor() as cur:
+            await cur.execute("SELECT count(*) FROM substrate_sim.workers")
+            row = await cur.fetchone()
+            existing = int(row[0]) if row else 0
+            if existing < worker_pool_size:
+                await cur.executemany(
+                    "INSERT INTO substrate_sim.workers (name, idx, atespace, ip, state)"
+                    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                    [(*r, WORKER_STATE) for r in _worker_rows(worker_pool_size)[existing:]],
+                )
 
 
 # The simulator's commits do not wait for their WAL flush (asynchronous commit). It stands in for
@@ -119,11 +105,11 @@ async def _commit_asynchronously(conn: psycopg.AsyncConnection[Any]) -> None:
     await conn.execute("SET synchronous_commit = off")
 
 
-class SimulatorDatabase:
-    """The connection pool of one simulator instance, and its two ways to run SQL: `_tx` (one
-    short transaction) and `_execute` (one autocommit statement). `worker_pool_size` bounds the
-    workers this instance allocates and lists (the pool rows are created by `install_schema`;
-    `open` adds missing ones)."""
+class SimulatorDatabase(StandInDatabase):
+    """The connection pool of one simulator instance (the stand-in core's `StandInDatabase` on
+    ``substrate_sim``, committing asynchronously). `worker_pool_size` bounds the workers this
+    instance allocates and lists (the pool rows are created by `install_schema`; `open` adds missing
+    ones)."""
 
     def __init__(
         self,
@@ -135,40 +121,29 @@ class SimulatorDatabase:
     ) -> None:
         if worker_pool_size < 0:
             raise ValueError("worker_pool_size must be >= 0")
-        self._conninfo = conninfo
+        super().__init__(
+            conninfo,
+            schema=SCHEMA,
+            label="simulated runtime",
+            fail_sqlstate=_FAIL_SQLSTATE,
+            pool_size=pool_size,
+            configure=_commit_asynchronously,
+        )
         self.worker_pool_size = worker_pool_size
         # "host:port" of the TaskStoreService the simulated agents report to; may be set later
         self.taskstore_address = taskstore_address
-        self._pool: AsyncConnectionPool | None = None
-        self._pool_size = pool_size
 
     # lifecycle ------------------------------------------------------------------------------
 
     async def open(self) -> None:
         if self._pool is not None:
             return
-        pool = AsyncConnectionPool(
-            self._conninfo,
-            min_size=1,
-            max_size=self._pool_size,
-            open=False,
-            name="substrate_sim",
-            kwargs={"autocommit": True, "application_name": "substrate_sim"},
-            configure=_commit_asynchronously,
-        )
-        await pool.open(wait=True, timeout=30.0)
-        self._pool = pool
+        await super().open()
         try:
             await self._ensure_installed()
         except BaseException:
-            self._pool = None
-            await pool.close()
+            await self.close()
             raise
-
-    async def close(self) -> None:
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            await pool.close()
 
     async def __aenter__(self) -> Self:
         await self.open()
@@ -180,7 +155,7 @@ class SimulatorDatabase:
     async def _ensure_installed(self) -> None:
         """Install the schema when it is missing, lacks its functions or indexes (a database
         installed before they existed) or holds fewer workers than this instance's pool."""
-        async with self._tx() as cur:
+        async with self.tx() as cur:
             await cur.execute(
                 "SELECT to_regclass('substrate_sim.workers') IS NOT NULL AS present,"
                 " to_regprocedure('substrate_sim.release_worker(text,text)') IS NOT NULL"
@@ -196,40 +171,3 @@ class SimulatorDatabase:
                 count = int(row["n"]) if row else 0
         if not present or not current or count < self.worker_pool_size:
             await install_schema(self._conninfo, worker_pool_size=self.worker_pool_size)
-
-    @contextlib.asynccontextmanager
-    async def _tx(self) -> AsyncIterator[_Cursor]:
-        """One short transaction on a pooled connection."""
-        if self._pool is None:
-            raise RuntimeError(f"{type(self).__name__} is not open")
-        try:
-            async with self._pool.connection() as conn, conn.transaction():
-                async with conn.cursor(row_factory=dict_row) as cur:
-                    yield cur
-        except pg_errors.TransactionRollback as exc:
-            raise SubstrateError(Code.ABORTED, f"simulated runtime transaction aborted: {exc}") from exc
-        except psycopg.OperationalError as exc:
-            raise SubstrateError(Code.UNAVAILABLE, f"simulated runtime store unavailable: {exc}") from exc
-
-    async def _execute(self, sql: str, params: Any) -> tuple[Any, tzinfo]:
-        """One statement on an autocommit pooled connection (its own transaction, one round trip):
-        the first column of its first row (None without rows) and the session time zone. Errors map
-        as in `_tx`; substrate_sim.fail's SX001 becomes SubstrateError(Code(detail), message)."""
-        if self._pool is None:
-            raise RuntimeError(f"{type(self).__name__} is not open")
-        try:
-            async with self._pool.connection() as conn:
-                cur = await conn.execute(sql, params)
-                row = await cur.fetchone()
-                tz = conn.info.timezone
-        except pg_errors.TransactionRollback as exc:
-            raise SubstrateError(Code.ABORTED, f"simulated runtime transaction aborted: {exc}") from exc
-        except psycopg.OperationalError as exc:
-            raise SubstrateError(Code.UNAVAILABLE, f"simulated runtime store unavailable: {exc}") from exc
-        except psycopg.Error as exc:
-            if exc.sqlstate == _FAIL_SQLSTATE:
-                raise SubstrateError(
-                    Code(exc.diag.message_detail or Code.INTERNAL), exc.diag.message_primary or ""
-                ) from None
-            raise
-        return (row[0] if row is not None else None), tz

@@ -73,21 +73,21 @@ class FaultInjection(SimulatorDatabase):
         unnamed faults match."""
         if target is not None and "\x00" in target:
             target = None
-        result, _ = await self._execute("SELECT substrate_sim.take_faults(%s, %s)", (method, target))
+        result, _ = await self.execute("SELECT substrate_sim.take_faults(%s, %s)", (method, target))
         return _faults_from_json(result)
 
     async def _block_on(self, fault_id: int) -> None:
         """Wait until the block fault is released. Each step is one autocommit statement, so a
         blocked call never sits idle in a transaction (what the control plane must never do during
         runtime I/O stays observable in pg_stat_activity)."""
-        await self._execute(
+        await self.execute(
             "UPDATE substrate_sim.faults SET blocked = blocked + 1, blocked_total = blocked_total + 1"
             " WHERE id = %s RETURNING id",
             (fault_id,),
         )
         try:
             while True:
-                released, _ = await self._execute(
+                released, _ = await self.execute(
                     "SELECT coalesce((SELECT released FROM substrate_sim.faults WHERE id = %s), true)", (fault_id,)
                 )
                 if released:
@@ -95,7 +95,7 @@ class FaultInjection(SimulatorDatabase):
                 await asyncio.sleep(POLL_INTERVAL)
         finally:
             with contextlib.suppress(Exception):
-                await self._execute(
+                await self.execute(
                     "UPDATE substrate_sim.faults SET blocked = greatest(blocked - 1, 0) WHERE id = %s RETURNING id",
                     (fault_id,),
                 )
@@ -151,12 +151,12 @@ class FaultInjection(SimulatorDatabase):
         nothing else happened), they are honoured as by `_call`, the effect being the function
         called on its own."""
         gated = _GATED.format(call=call)
-        result, tz = await self._execute(gated, {**params, "fault_method": method, "fault_target": target})
+        result, tz = await self.execute(gated, {**params, "fault_method": method, "fault_target": target})
         if "faults" not in result:
             return parse(result, tz)
 
         async def effect() -> T:
-            again, tz = await self._execute("SELECT " + call, params)
+            again, tz = await self.execute("SELECT " + call, params)
             return parse(again, tz)
 
         return await self._under_faults(method, target, _faults_from_json(result["faults"]), effect)
@@ -193,7 +193,7 @@ class FaultInjection(SimulatorDatabase):
             raise ValueError("times must be >= 1 or None")
         if delay < 0:
             raise ValueError("delay must be >= 0")
-        async with self._tx() as cur:
+        async with self.tx() as cur:
             await cur.execute(
                 "INSERT INTO substrate_sim.faults (method, kind, actor, code, delay, remaining)"
                 " VALUES (%s, %s, %s, %s, %s, %s) RETURNING id",
@@ -205,19 +205,19 @@ class FaultInjection(SimulatorDatabase):
 
     async def release(self, fault_id: int) -> None:
         """Let every call blocked (now or later) on this block fault proceed."""
-        async with self._tx() as cur:
+        async with self.tx() as cur:
             await cur.execute("UPDATE substrate_sim.faults SET released = true WHERE id = %s", (fault_id,))
 
     async def clear_faults(self) -> None:
         """Remove every fault; calls blocked on one proceed."""
-        async with self._tx() as cur:
+        async with self.tx() as cur:
             await cur.execute("DELETE FROM substrate_sim.faults")
 
     async def wait_blocked(self, fault_id: int, timeout: float = 5.0, *, count: int = 1) -> None:
         """Return once at least `count` calls are blocked on the fault; TimeoutError otherwise."""
         deadline = time.monotonic() + timeout
         while True:
-            async with self._tx() as cur:
+            async with self.tx() as cur:
                 await cur.execute("SELECT blocked FROM substrate_sim.faults WHERE id = %s", (fault_id,))
                 row = await cur.fetchone()
             if row is None:
@@ -230,7 +230,7 @@ class FaultInjection(SimulatorDatabase):
 
     async def fault_hits(self, fault_id: int) -> int:
         """How many calls consumed the fault so far."""
-        async with self._tx() as cur:
+        async with self.tx() as cur:
             await cur.execute("SELECT hits FROM substrate_sim.faults WHERE id = %s", (fault_id,))
             row = await cur.fetchone()
         if row is None:

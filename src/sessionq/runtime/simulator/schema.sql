@@ -161,15 +161,7 @@ COMMENT ON TABLE substrate_sim.calls IS
 -- substrate_sim.fail. Argument validation (names, template, fidelity, egress rules) and uid
 -- generation stay in Python. State strings are the values of sessionq.substrate.base's enums.
 
--- fail: raise a runtime error; p_code names a sessionq.substrate.base.Code (e.g. 'NOT_FOUND').
-CREATE OR REPLACE FUNCTION substrate_sim.fail(p_code text, p_message text)
-RETURNS void LANGUAGE plpgsql AS $$
-BEGIN
-  RAISE EXCEPTION USING ERRCODE = 'SX001', MESSAGE = p_message, DETAIL = p_code;
-END $$;
-COMMENT ON FUNCTION substrate_sim.fail(text, text) IS
-    'Raise a simulated runtime error: SQLSTATE SX001, the message, and the Code name (e.g. NOT_FOUND) in DETAIL; '
-    'SimulatedSubstrate turns it into SubstrateError(Code(detail), message).';
+-- fail and lock_actor: runtime/stand_in/core.sql, installed into this schema after this file.
 
 -- take_faults: consume the faults of one call (the oldest matching wait fault and the oldest matching
 -- outcome fault); used by every call of SimulatedSubstrate.
@@ -226,25 +218,6 @@ $$;
 COMMENT ON FUNCTION substrate_sim.actor_json(text, text) IS
     'The Actor as jsonb: its columns but env and durable, worker_ip from its worker, and snapshots (generation, '
     'fidelity, status, uri, created_at) ascending by generation; NULL when there is no such Actor.';
-
--- lock_actor: lock an Actor row for a mutation.
-CREATE OR REPLACE FUNCTION substrate_sim.lock_actor(p_atespace text, p_name text, p_uid text)
-RETURNS substrate_sim.actors LANGUAGE plpgsql AS $$
-DECLARE
-  v_row substrate_sim.actors;
-BEGIN
-  SELECT * INTO v_row FROM substrate_sim.actors WHERE atespace = p_atespace AND name = p_name FOR UPDATE;
-  IF NOT FOUND THEN
-    PERFORM substrate_sim.fail('NOT_FOUND', format('actor %s/%s not found', p_atespace, p_name));
-  END IF;
-  IF p_uid IS NOT NULL AND v_row.uid <> p_uid THEN
-    PERFORM substrate_sim.fail('FAILED_PRECONDITION',
-      format('actor uid mismatch for %s/%s: expected %s, found %s', p_atespace, p_name, p_uid, v_row.uid));
-  END IF;
-  RETURN v_row;
-END $$;
-COMMENT ON FUNCTION substrate_sim.lock_actor(text, text, text) IS
-    'Lock (FOR UPDATE) and return the Actor row; NOT_FOUND if missing, FAILED_PRECONDITION if p_uid is given and differs.';
 
 -- release_worker: free the worker an Actor holds (no-op when it holds none).
 CREATE OR REPLACE FUNCTION substrate_sim.release_worker(p_worker text, p_uid text)

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterable
 from datetime import datetime, tzinfo
 from typing import Any, TypeVar
 
@@ -62,23 +61,28 @@ from sessionq.runtime.base import (
     Worker,
 )
 from sessionq.runtime.deterministic_agent import run_turn
-from sessionq.runtime.shared import (
-    actor_page,
-    canonical_rules,
+from sessionq.runtime.simulator.faults import FaultInjection
+from sessionq.runtime.simulator.turns import play_turn
+from sessionq.runtime.stand_in.database import Cursor
+from sessionq.runtime.stand_in.egress import canonical_rules
+from sessionq.runtime.stand_in.message import parse_message
+from sessionq.runtime.stand_in.names import require_name, split_template
+from sessionq.runtime.stand_in.pages import (
     clamp_page_size,
     decode_actor_token,
     encode_actor_token,
-    require_name,
-    rule_collection,
-    split_template,
     worker_boundary,
     worker_page,
 )
-from sessionq.runtime.simulator.database import (
-    _Cursor,
+from sessionq.runtime.stand_in.reads import StandInReads, checked_actor
+from sessionq.runtime.stand_in.rows import (
+    actor_from_row,
+    policy_from_row,
+    snapshot_from_row,
+    tag_from_row,
+    template_from_row,
+    worker_from_row,
 )
-from sessionq.runtime.simulator.faults import FaultInjection
-from sessionq.runtime.simulator.turns import parse_message, play_turn
 from sessionq.runtime.taskstore_client import TaskStoreClient, TaskStoreError
 
 __all__ = ["WORKLOAD_TOKEN_ENV", "SimulatedSubstrate", "decode_actor_token", "encode_actor_token"]
@@ -94,77 +98,29 @@ _TASKSTORE_CODES = frozenset({
     Code.DEADLINE_EXCEEDED, Code.ABORTED, Code.INTERNAL, Code.RESOURCE_EXHAUSTED,
 })
 _WORKER_HOLDING_STATES = (ActorState.RUNNING, ActorState.PAUSED)
-# --------------------------------------------------------------------------------------------
-# page tokens (the runtime's keyset format)
 
 
-# --------------------------------------------------------------------------------------------
-# row conversion helpers
+# row mappers: the stand-in core's, with where the simulator keeps a snapshot (its uri column)
 
 
 def _snapshot(row: DictRow) -> Snapshot:
-    return Snapshot(
-        generation=row["generation"],
-        fidelity=SnapshotFidelity(row["fidelity"]),
-        status=SnapshotStatus(row["status"]),
-        uri=row["uri"],
-        created_at=row["created_at"],
-    )
-
-
-def _actor(row: DictRow, snapshots: Iterable[Snapshot] = ()) -> Actor:
-    return Actor(
-        atespace=row["atespace"],
-        name=row["name"],
-        uid=row["uid"],
-        template=row["template"],
-        state=ActorState(row["state"]),
-        worker=row["worker"],
-        worker_ip=row["worker_ip"],
-        version=row["version"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-        snapshots=tuple(snapshots),
-    )
-
-
-def _template(row: DictRow) -> ActorTemplate:
-    return ActorTemplate(
-        atespace=row["atespace"],
-        name=row["name"],
-        uid=row["uid"],
-        image=row["image"],
-        version=row["version"],
-        created_at=row["created_at"],
-    )
+    return snapshot_from_row(row, row["uri"])
 
 
 def _tag(row: DictRow) -> Tag:
-    return Tag(
-        atespace=row["atespace"],
-        name=row["name"],
-        actor_name=row["actor_name"],
-        actor_uid=row["actor_uid"],
-        snapshot_generation=row["snapshot_generation"],
-        snapshot_uri=row["uri"],
-        created_at=row["created_at"],
-        template_uid=row.get("template_uid") or "",
-    )
-
-
-def _policy(row: DictRow) -> EgressPolicy:
-    return EgressPolicy(actor_uid=row["actor_uid"], rules=rule_collection(row["rules"]), version=row["version"])
+    return tag_from_row(row, row["uri"])
 
 
 def _worker(row: DictRow) -> Worker:
-    holder = f"{row['holder_atespace']}/{row['holder_name']}" if row["holder_name"] is not None else None
-    return Worker(name=row["name"], atespace=row["atespace"], ip=row["ip"], actor=holder, state=row["state"])
+    return worker_from_row(row, atespace=row["atespace"], state=row["state"])
 
 
-_ACTOR_SELECT = (
-    "SELECT a.atespace, a.name, a.uid, a.template, a.state, a.worker, a.version, a.durable,"
-    " a.created_at, a.updated_at, w.ip AS worker_ip"
-    " FROM substrate_sim.actors a LEFT JOIN substrate_sim.workers w ON w.name = a.worker"
+_READS = StandInReads(
+    schema="substrate_sim",
+    actor_columns="a.atespace, a.name, a.uid, a.template, a.state, a.worker, a.version, a.durable,"
+    " a.created_at, a.updated_at, w.ip AS worker_ip",
+    snapshot_columns="actor_uid, generation, fidelity, status, uri, created_at",
+    to_snapshot=_snapshot,
 )
 
 
@@ -188,10 +144,10 @@ def _timestamp(value: str, tz: tzinfo) -> datetime:
 
 
 def _actor_from_json(data: dict[str, Any], tz: tzinfo) -> Actor:
-    """An Actor of substrate_sim.actor_json (the same fields as a row of _ACTOR_SELECT)."""
+    """An Actor of substrate_sim.actor_json (the same fields as a row of _READS.actor_select)."""
     snapshots = (_snapshot({**snap, "created_at": _timestamp(snap["created_at"], tz)}) for snap in data["snapshots"])
     row = {**data, "created_at": _timestamp(data["created_at"], tz), "updated_at": _timestamp(data["updated_at"], tz)}
-    return _actor(row, snapshots)
+    return actor_from_row(row, snapshots)
 
 
 def _actor_result(result: dict[str, Any], tz: tzinfo) -> Actor:
@@ -224,7 +180,7 @@ class SimulatedSubstrate(FaultInjection):
     # options, call log ---------------------------------------------------------------------
 
     async def set_option(self, key: str, value: Any) -> None:
-        async with self._tx() as cur:
+        async with self.tx() as cur:
             await cur.execute(
                 "INSERT INTO substrate_sim.options (key, value) VALUES (%s, %s)"
                 " ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = clock_timestamp()",
@@ -233,14 +189,14 @@ class SimulatedSubstrate(FaultInjection):
 
     async def get_option(self, key: str) -> Any:
         """The option's value, None when unset."""
-        async with self._tx() as cur:
+        async with self.tx() as cur:
             await cur.execute("SELECT value FROM substrate_sim.options WHERE key = %s", (key,))
             row = await cur.fetchone()
         return None if row is None else row["value"]
 
     async def mutation_count(self, *, actor: str | None = None, method: str | None = None) -> int:
         """Mutations that took effect, optionally for one resource name and/or one method."""
-        async with self._tx() as cur:
+        async with self.tx() as cur:
             await cur.execute(
                 "SELECT count(*) AS n FROM substrate_sim.calls"
                 " WHERE (%(actor)s::text IS NULL OR name = %(actor)s)"
@@ -252,7 +208,7 @@ class SimulatedSubstrate(FaultInjection):
 
     async def calls(self, actor: str | None = None) -> list[dict[str, Any]]:
         """The mutation log in order: dicts with id, method, atespace, name, uid, detail, pid, at."""
-        async with self._tx() as cur:
+        async with self.tx() as cur:
             await cur.execute(
                 "SELECT id, method, atespace, name, uid, detail, pid, at FROM substrate_sim.calls"
                 " WHERE (%(actor)s::text IS NULL OR name = %(actor)s) ORDER BY id",
@@ -262,7 +218,7 @@ class SimulatedSubstrate(FaultInjection):
 
     @staticmethod
     async def _log(
-        cur: _Cursor,
+        cur: Cursor,
         method: str,
         atespace: str | None,
         name: str | None,
@@ -278,42 +234,19 @@ class SimulatedSubstrate(FaultInjection):
     # shared actor helpers ------------------------------------------------------------------
 
     @staticmethod
-    async def _lock_actor(cur: _Cursor, atespace: str, name: str, uid: str | None) -> DictRow:
+    async def _lock_actor(cur: Cursor, atespace: str, name: str, uid: str | None) -> DictRow:
         """Lock the Actor row; NOT_FOUND if missing, FAILED_PRECONDITION if `uid` differs."""
-        await cur.execute(_ACTOR_SELECT + " WHERE a.atespace = %s AND a.name = %s FOR UPDATE OF a", (atespace, name))
-        row = await cur.fetchone()
-        if row is None:
-            raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{name} not found")
-        if uid is not None and row["uid"] != uid:
-            raise SubstrateError(
-                Code.FAILED_PRECONDITION,
-                f"actor uid mismatch for {atespace}/{name}: expected {uid}, found {row['uid']}",
-            )
-        return row
+        await cur.execute(
+            _READS.actor_select + " WHERE a.atespace = %s AND a.name = %s FOR UPDATE OF a", (atespace, name)
+        )
+        return checked_actor(await cur.fetchone(), atespace, name, uid)
 
     @staticmethod
-    async def _snapshots_of(cur: _Cursor, uids: list[str]) -> dict[str, list[Snapshot]]:
-        result: dict[str, list[Snapshot]] = {u: [] for u in uids}
-        if uids:
-            await cur.execute(
-                "SELECT actor_uid, generation, fidelity, status, uri, created_at FROM substrate_sim.snapshots"
-                " WHERE actor_uid = ANY(%s) ORDER BY actor_uid, generation",
-                (uids,),
-            )
-            for row in await cur.fetchall():
-                result[row["actor_uid"]].append(_snapshot(row))
-        return result
-
-    async def _load_actor(self, cur: _Cursor, atespace: str, name: str) -> Actor:
-        await cur.execute(_ACTOR_SELECT + " WHERE a.atespace = %s AND a.name = %s", (atespace, name))
-        row = await cur.fetchone()
-        if row is None:
-            raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{name} not found")
-        snaps = await self._snapshots_of(cur, [row["uid"]])
-        return _actor(row, snaps[row["uid"]])
+    async def _load_actor(cur: Cursor, atespace: str, name: str) -> Actor:
+        return await _READS.actor(cur, atespace, name)
 
     @staticmethod
-    async def _release_worker(cur: _Cursor, row: DictRow) -> None:
+    async def _release_worker(cur: Cursor, row: DictRow) -> None:
         if row["worker"] is not None:
             await cur.execute("SELECT substrate_sim.release_worker(%s, %s)", (row["worker"], row["uid"]))
 
@@ -335,7 +268,7 @@ class SimulatedSubstrate(FaultInjection):
         async def op() -> ActorTemplate:
             require_name("atespace", atespace)
             require_name("template name", name)
-            async with self._tx() as cur:
+            async with self.tx() as cur:
                 await cur.execute(
                     "INSERT INTO substrate_sim.templates (atespace, name, uid, image) VALUES (%s, %s, %s, %s)"
                     " ON CONFLICT (atespace, name) DO NOTHING RETURNING *",
@@ -345,27 +278,20 @@ class SimulatedSubstrate(FaultInjection):
                 if row is None:
                     raise SubstrateError(Code.ALREADY_EXISTS, f"actor template {atespace}/{name} already exists")
                 await self._log(cur, "create_actor_template", atespace, name, row["uid"], {"image": image})
-                return _template(row)
+                return template_from_row(row)
 
         return await self._call("create_actor_template", name, op)
 
     async def get_actor_template(self, atespace: str, name: str) -> ActorTemplate:
         async def op() -> ActorTemplate:
-            async with self._tx() as cur:
-                await cur.execute(
-                    "SELECT * FROM substrate_sim.templates WHERE atespace = %s AND name = %s",
-                    (atespace, name),
-                )
-                row = await cur.fetchone()
-            if row is None:
-                raise SubstrateError(Code.NOT_FOUND, f"actor template {atespace}/{name} not found")
-            return _template(row)
+            async with self.tx() as cur:
+                return await _READS.template(cur, atespace, name)
 
         return await self._call("get_actor_template", name, op)
 
     async def delete_actor_template(self, atespace: str, name: str, uid: str) -> None:
         async def op() -> None:
-            async with self._tx() as cur:
+            async with self.tx() as cur:
                 await cur.execute(
                     "SELECT uid FROM substrate_sim.templates WHERE atespace = %s AND name = %s FOR UPDATE",
                     (atespace, name),
@@ -448,7 +374,7 @@ class SimulatedSubstrate(FaultInjection):
 
     async def pause_actor(self, atespace: str, name: str, uid: str) -> Actor:
         async def op() -> Actor:
-            async with self._tx() as cur:
+            async with self.tx() as cur:
                 row = await self._lock_actor(cur, atespace, name, uid)
                 state = ActorState(row["state"])
                 if state == ActorState.PAUSED:
@@ -481,36 +407,22 @@ class SimulatedSubstrate(FaultInjection):
             await self._rejected("create_egress_policy", actor, exc)
 
         def parse(result: dict[str, Any], tz: tzinfo) -> EgressPolicy:
-            policy = result["policy"]
-            return EgressPolicy(
-                actor_uid=policy["actor_uid"], rules=rule_collection(policy["rules"]), version=int(policy["version"])
-            )
+            return policy_from_row(result["policy"])
 
         params = {"atespace": atespace, "actor": actor, "uid": uid, "rules": Jsonb(data), "pid": os.getpid()}
         return await self._call_fn("create_egress_policy", actor, _FN_CREATE_EGRESS_POLICY, params, parse)
 
     async def get_egress_policy(self, atespace: str, actor: str) -> EgressPolicy:
         async def op() -> EgressPolicy:
-            async with self._tx() as cur:
-                await cur.execute(
-                    "SELECT a.uid, p.* FROM substrate_sim.actors a"
-                    " LEFT JOIN substrate_sim.egress_policies p ON p.actor_uid = a.uid"
-                    " WHERE a.atespace = %s AND a.name = %s",
-                    (atespace, actor),
-                )
-                row = await cur.fetchone()
-            if row is None:
-                raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{actor} not found")
-            if row["actor_uid"] is None:
-                raise SubstrateError(Code.NOT_FOUND, f"egress policy default of actor {atespace}/{actor} not found")
-            return _policy(row)
+            async with self.tx() as cur:
+                return await _READS.egress_policy(cur, atespace, actor)
 
         return await self._call("get_egress_policy", actor, op)
 
     async def update_egress_policy(self, atespace: str, actor: str, uid: str, rules: list[EgressRule]) -> EgressPolicy:
         async def op() -> EgressPolicy:
             data = canonical_rules(rules, actor=f"{atespace}/{actor}")
-            async with self._tx() as cur:
+            async with self.tx() as cur:
                 await self._lock_actor(cur, atespace, actor, uid)
                 await cur.execute(
                     "UPDATE substrate_sim.egress_policies SET rules = %s, version = version + 1,"
@@ -521,7 +433,7 @@ class SimulatedSubstrate(FaultInjection):
                 if row is None:
                     raise SubstrateError(Code.NOT_FOUND, f"egress policy default of actor {atespace}/{actor} not found")
                 await self._log(cur, "update_egress_policy", atespace, actor, uid, {"rules": data})
-                return _policy(row)
+                return policy_from_row(row)
 
         return await self._call("update_egress_policy", actor, op)
 
@@ -530,7 +442,7 @@ class SimulatedSubstrate(FaultInjection):
     async def create_tag(self, atespace: str, name: str, actor: str, uid: str) -> Tag:
         async def op() -> Tag:
             require_name("tag name", name)
-            async with self._tx() as cur:
+            async with self.tx() as cur:
                 row = await self._lock_actor(cur, atespace, actor, uid)
                 if row["state"] != ActorState.SUSPENDED.value:
                     raise SubstrateError(
@@ -579,20 +491,14 @@ class SimulatedSubstrate(FaultInjection):
 
     async def get_tag(self, atespace: str, name: str) -> Tag:
         async def op() -> Tag:
-            async with self._tx() as cur:
-                await cur.execute(
-                    "SELECT * FROM substrate_sim.tags WHERE atespace = %s AND name = %s", (atespace, name)
-                )
-                row = await cur.fetchone()
-            if row is None:
-                raise SubstrateError(Code.NOT_FOUND, f"tag {atespace}/{name} not found")
-            return _tag(row)
+            async with self.tx() as cur:
+                return _tag(await _READS.tag_row(cur, atespace, name))
 
         return await self._call("get_tag", name, op)
 
     async def delete_tag(self, atespace: str, name: str) -> None:
         async def op() -> None:
-            async with self._tx() as cur:
+            async with self.tx() as cur:
                 # Lock the tagged actor (if it still exists) before the tag, the order create_tag and
                 # delete_actor use, so a concurrent delete_actor cannot leave the snapshot orphaned.
                 await cur.execute(
@@ -639,8 +545,8 @@ class SimulatedSubstrate(FaultInjection):
             return Page(items=[], next_page_token=encode_actor_token(key[0], name))
 
         async def op() -> Page[Actor]:
-            async with self._tx() as cur:
-                return await actor_page(cur, _ACTOR_SELECT, atespace, boundary, size, self._snapshots_of, _actor)
+            async with self.tx() as cur:
+                return await _READS.actor_page(cur, atespace, boundary, size)
 
         return await self._call("list_actors", None, op, fake_page)
 
@@ -654,7 +560,7 @@ class SimulatedSubstrate(FaultInjection):
             return Page(items=[], next_page_token=encode_actor_token(None, boundary + "\x01" if boundary else ""))
 
         async def op() -> Page[Worker]:
-            async with self._tx() as cur:
+            async with self.tx() as cur:
                 return await worker_page(
                     cur,
                     "SELECT * FROM substrate_sim.workers WHERE idx < %s AND name > %s ORDER BY name LIMIT %s",
@@ -679,19 +585,13 @@ class SimulatedSubstrate(FaultInjection):
         codes the runtime does not use)."""
 
         async def op() -> None:
-            async with self._tx() as cur:
+            async with self.tx() as cur:
                 await cur.execute(
                     "SELECT uid, state, env, durable FROM substrate_sim.actors WHERE atespace = %s AND name = %s",
                     (atespace, name),
                 )
                 row = await cur.fetchone()
-            if row is None:
-                raise SubstrateError(Code.NOT_FOUND, f"actor {atespace}/{name} not found")
-            if row["uid"] != uid:
-                raise SubstrateError(
-                    Code.FAILED_PRECONDITION,
-                    f"actor uid mismatch for {atespace}/{name}: expected {uid}, found {row['uid']}",
-                )
+            row = checked_actor(row, atespace, name, uid)
             if row["state"] != ActorState.RUNNING.value:
                 raise SubstrateError(
                     Code.FAILED_PRECONDITION, f"actor {atespace}/{name} is not running ({row['state']})"
@@ -740,7 +640,7 @@ class SimulatedSubstrate(FaultInjection):
 
     async def read_durable(self, atespace: str, name: str) -> dict[str, Any]:
         """The Actor's durable directory /data (a JSON object), in any state."""
-        async with self._tx() as cur:
+        async with self.tx() as cur:
             await cur.execute(
                 "SELECT durable FROM substrate_sim.actors WHERE atespace = %s AND name = %s", (atespace, name)
             )
@@ -758,7 +658,7 @@ class SimulatedSubstrate(FaultInjection):
         that is not running is not an error."""
 
         async def op() -> None:
-            async with self._tx() as cur:
+            async with self.tx() as cur:
                 await self._lock_actor(cur, atespace, name, uid)
                 await cur.execute(
                     "INSERT INTO substrate_sim.turn_cancels (actor_uid, task_id) VALUES (%s, %s)"
@@ -776,7 +676,7 @@ class SimulatedSubstrate(FaultInjection):
 
     async def turn_canceled(self, uid: str, task_id: str) -> bool:
         """Whether the Actor was told to stop its turn of `task_id` (what the simulated agent checks)."""
-        async with self._tx() as cur:
+        async with self.tx() as cur:
             await cur.execute(
                 "SELECT 1 FROM substrate_sim.turn_cancels WHERE actor_uid = %s AND task_id = %s", (uid, task_id)
             )
@@ -785,7 +685,7 @@ class SimulatedSubstrate(FaultInjection):
     async def write_durable(self, atespace: str, name: str, uid: str, data: dict[str, Any]) -> None:
         """Replace the durable directory of a RUNNING Actor (what the agent inside does); not a
         counted mutation."""
-        async with self._tx() as cur:
+        async with self.tx() as cur:
             row = await self._lock_actor(cur, atespace, name, uid)
             if row["state"] != ActorState.RUNNING.value:
                 raise SubstrateError(
@@ -796,7 +696,7 @@ class SimulatedSubstrate(FaultInjection):
 
     async def read_env(self, atespace: str, name: str) -> dict[str, str]:
         """The env the Actor was created with."""
-        async with self._tx() as cur:
+        async with self.tx() as cur:
             await cur.execute(
                 "SELECT env FROM substrate_sim.actors WHERE atespace = %s AND name = %s", (atespace, name)
             )
@@ -807,7 +707,7 @@ class SimulatedSubstrate(FaultInjection):
 
     async def complete_snapshots(self, atespace: str, name: str) -> int:
         """Mark the Actor's IN_PROGRESS snapshots COMPLETED; returns how many changed."""
-        async with self._tx() as cur:
+        async with self.tx() as cur:
             row = await self._lock_actor(cur, atespace, name, None)
             await cur.execute(
                 "UPDATE substrate_sim.snapshots SET status = %s, completed_at = clock_timestamp()"
@@ -819,7 +719,7 @@ class SimulatedSubstrate(FaultInjection):
     async def crash_actor(self, atespace: str, name: str) -> Actor:
         """Simulate a crash: the Actor becomes CRASHED and loses its worker (a counted mutation,
         logged with method "crash")."""
-        async with self._tx() as cur:
+        async with self.tx() as cur:
             row = await self._lock_actor(cur, atespace, name, None)
             await self._release_worker(cur, row)
             await cur.execute(

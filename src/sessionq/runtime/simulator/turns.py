@@ -10,10 +10,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from a2a.types import a2a_pb2
-from google.protobuf import json_format
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from sessionq.runtime.base import Code, InvokeRequest, SubstrateError
+from sessionq.runtime.base import InvokeRequest
 from sessionq.runtime.deterministic_agent import TurnResult
 from sessionq.runtime.taskstore_client import TaskStoreClient
 
@@ -104,13 +103,3 @@ def _status_event(task: a2a_pb2.Task) -> a2a_pb2.StreamResponse:
     return a2a_pb2.StreamResponse(
         status_update=a2a_pb2.TaskStatusUpdateEvent(task_id=task.id, context_id=task.context_id, status=task.status)
     )
-
-
-def parse_message(data: Any) -> a2a_pb2.Message:
-    """The A2A Message of an InvokeRequest (protobuf JSON, camelCase; unknown fields ignored)."""
-    if not isinstance(data, dict):
-        raise SubstrateError(Code.INVALID_ARGUMENT, "invoke: message must be a protobuf JSON object")
-    try:
-        return json_format.ParseDict(data, a2a_pb2.Message(), ignore_unknown_fields=True)
-    except json_format.ParseError as exc:
-        raise SubstrateError(Code.INVALID_ARGUMENT, f"invoke: invalid message: {exc}") from exc

@@ -5,14 +5,14 @@ The runtime starts it as ``python -c "<import this module and call main>" FD ROO
 process group (setpriv --pdeathsig KILL, like an Actor's process), with the runtime's base
 environment, stdin from /dev/null. FD is its end of a unix socket pair. The protocol:
 
-- the spare writes ``R`` once its imports are done;
+- the warm interpreter writes ``R`` once its imports are done;
 - the runtime sends one assignment: 8 bytes (big-endian length) then that many bytes of JSON
   (``env``, ``cwd``, ``program``, ``mode`` "script" or "module", ``target``, ``args``, ``a2a_fd``),
   with three descriptors attached (SCM_RIGHTS): the Actor's listening socket, its stdout and its
   stderr log files;
-- the spare makes itself what the interpreter would have been had it been exec'd for the Actor:
-  stdout and stderr on the log files, the durable directory as working directory, `os.environ`
-  replaced by exactly the Actor's environment, the listening socket at the descriptor number the
+- the warm interpreter makes itself what the interpreter would have been had it been exec'd for
+  the Actor: stdout and stderr on the log files, the durable directory as working directory,
+  `os.environ` replaced by exactly the Actor's environment, the listening socket at the descriptor number the
   environment names (SESSIONQ_A2A_FD, inheritable), no other descriptor of its own; then it writes
   ``A`` and closes the socket pair (``E`` and a reason instead when it cannot, and exits);
 - it sets `sys.argv`, `sys.orig_argv`, `sys.executable` and `sys.path[0]` as ``PROGRAM script.py
@@ -150,7 +150,7 @@ def main() -> None:
     control.sendall(READY)
     got = _receive(control)
     if got is None:
-        return  # the runtime let this spare go
+        return  # the runtime let this warm interpreter go
     task, fds = got
     try:
         if len(fds) != 3:
