@@ -4,6 +4,7 @@ a transaction rollback and other errors into what the runtime reports."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import psycopg
@@ -82,3 +83,63 @@ async def test_a_rollback_is_aborted_and_other_errors_pass(
     assert caught.value.code == Code.ABORTED
     with pytest.raises(psycopg.errors.DivisionByZero):
         await db.call("SELECT 1 / 0")
+
+
+async def _two_writers(db: StandInDatabase, schema: str, *, repeatable_read: bool) -> list[BaseException | None]:
+    """Two transactions of the runtime's pool on real connections writing the rows 1 and 2 of a
+    scratch table, in an order that makes PostgreSQL refuse one of them: with `repeatable_read`, the
+    first reads row 1, the second changes and commits it, then the first changes it (40001, a
+    serialization failure); otherwise each changes one row, then the other's (40P01, a deadlock).
+    Returns what each raised (None: it committed)."""
+    table = f"{schema}.conflict_probe"
+    async with db.tx() as cur:
+        await cur.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, v int NOT NULL)")
+        await cur.execute(f"INSERT INTO {table} VALUES (1, 0), (2, 0)")
+    first_holds, second_holds = asyncio.Event(), asyncio.Event()
+
+    async def first() -> None:
+        async with db.tx() as cur:
+            if repeatable_read:
+                await cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                await cur.execute(f"SELECT v FROM {table} WHERE id = 1")  # takes the snapshot
+                first_holds.set()
+                await second_holds.wait()  # the second committed its change of row 1
+                await cur.execute(f"UPDATE {table} SET v = 1 WHERE id = 1")
+            else:
+                await cur.execute(f"UPDATE {table} SET v = 1 WHERE id = 1")
+                first_holds.set()
+                await second_holds.wait()
+                await cur.execute(f"UPDATE {table} SET v = 1 WHERE id = 2")
+
+    async def second() -> None:
+        await first_holds.wait()
+        if repeatable_read:
+            async with db.tx() as cur:
+                await cur.execute(f"UPDATE {table} SET v = 2 WHERE id = 1")
+            second_holds.set()
+            return
+        async with db.tx() as cur:
+            await cur.execute(f"UPDATE {table} SET v = 2 WHERE id = 2")
+            # the first now waits on row 2 (PostgreSQL checks for a deadlock after deadlock_timeout)
+            second_holds.set()
+            await cur.execute(f"UPDATE {table} SET v = 2 WHERE id = 1")
+
+    outcomes = await asyncio.wait_for(asyncio.gather(first(), second(), return_exceptions=True), 60)
+    return [o if isinstance(o, BaseException) else None for o in outcomes]
+
+
+@pytest.mark.parametrize("conflict", ["serialization failure", "deadlock"])
+async def test_a_serialization_failure_or_deadlock_is_aborted(
+    runtime_db: tuple[str, StandInDatabase], conflict: str
+) -> None:
+    """SQLSTATE 40001 and 40P01 (psycopg files both under OperationalError, not TransactionRollback)
+    are a retryable conflict: ABORTED, never UNAVAILABLE."""
+    schema, db = runtime_db
+    outcomes = await _two_writers(db, schema, repeatable_read=conflict == "serialization failure")
+    failed = [o for o in outcomes if o is not None]
+    assert len(failed) == 1, f"exactly one transaction loses: {outcomes!r}"
+    error = failed[0]
+    assert isinstance(error, SubstrateError), repr(error)
+    assert error.code == Code.ABORTED, f"{error.code.value}: {error.message}"
+    sqlstate = "40001" if conflict == "serialization failure" else "40P01"
+    assert isinstance(error.__cause__, psycopg.Error) and error.__cause__.sqlstate == sqlstate

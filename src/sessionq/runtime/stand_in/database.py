@@ -22,6 +22,12 @@ from sessionq.runtime.base import Code, SubstrateError
 __all__ = ["Cursor", "StandInDatabase", "core_functions_sql", "installing"]
 
 Cursor = psycopg.AsyncCursor[DictRow]
+
+# the rollbacks of a conflict with another transaction, which a retry may not meet: SQLSTATE 40000,
+# 40001 (serialization failure) and 40P01 (deadlock). psycopg files each under OperationalError as
+# its own class (not a subclass of TransactionRollback), so they are named one by one, ahead of the
+# lost connection that OperationalError otherwise means.
+_CONFLICTS = (pg_errors.TransactionRollback, pg_errors.SerializationFailure, pg_errors.DeadlockDetected)
 Configure = Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]]
 
 
@@ -100,10 +106,10 @@ class StandInDatabase:
         return self._pool
 
     def _raise(self, exc: psycopg.Error) -> NoReturn:
-        """A PostgreSQL error as the runtime reports it: TransactionRollback (SQLSTATE 40000) ABORTED,
-        any other OperationalError (a lost connection; psycopg files 40001 and 40P01 here too)
-        UNAVAILABLE, the schema's fail its Code; anything else as it is."""
-        if isinstance(exc, pg_errors.TransactionRollback):
+        """A PostgreSQL error as the runtime reports it: a transaction rolled back by a conflict
+        (`_CONFLICTS`) ABORTED, any other OperationalError (a lost connection) UNAVAILABLE, the
+        schema's fail its Code; anything else as it is."""
+        if isinstance(exc, _CONFLICTS):
             raise SubstrateError(Code.ABORTED, f"{self._label} transaction aborted: {exc}") from exc
         if isinstance(exc, psycopg.OperationalError):
             raise SubstrateError(Code.UNAVAILABLE, f"{self._label} store unavailable: {exc}") from exc
