@@ -655,20 +655,21 @@ class SimulatedSubstrate(FaultInjection):
         """Tell the Actor to stop its turn of `task_id`: recorded in substrate_sim.turn_cancels, which
         the simulated turn checks while it works (it then stops without further task writes), and
         logged as a call (with whether a credential came, never its value). Idempotent; an Actor
-        that is not running is not an error."""
+        that is not running is not an error. Without a UID (a plain client of the served
+        simulator) it acts on the current Actor."""
 
         async def op() -> None:
             async with self.tx() as cur:
-                await self._lock_actor(cur, atespace, name, uid)
+                row = await self._lock_actor(cur, atespace, name, uid)
                 await cur.execute(
                     "INSERT INTO substrate_sim.turn_cancels (actor_uid, task_id) VALUES (%s, %s)"
                     " ON CONFLICT DO NOTHING",
-                    (uid, task_id),
+                    (row["uid"], task_id),
                 )
                 await cur.execute(
                     "INSERT INTO substrate_sim.calls (method, atespace, name, uid, detail, pid)"
                     " VALUES ('cancel_turn', %s, %s, %s, %s, pg_backend_pid())",
-                    (atespace, name, uid,
+                    (atespace, name, row["uid"],
                      Jsonb({"session_id": session_id, "task_id": task_id, "credential": credential is not None})),
                 )
 
