@@ -15,8 +15,12 @@ A new runtime adds one `Kind` and one branch in `open_subject` (docs/runtime.md,
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import enum
+import os
+import signal
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +71,8 @@ class Subject:
     keeps_command: bool = False
     # what create_actor_template gets besides the image: the process runtime runs this command
     template_options: dict[str, Any] = field(default_factory=dict)
+    # ends the process of a RUNNING Actor once a turn's call has reached it (atespace, name, uid)
+    end_process: Callable[[str, str, str], Awaitable[None]] | None = None
 
     async def template(self, atespace: str, name: str) -> str:
         """Create a template the implementation can run; returns its reference "<atespace>/<name>"."""
@@ -96,6 +102,28 @@ def _process_durable(rt: ProcessSubstrate) -> Durable:
         return {p.name: p.read_text() for p in data.iterdir() if p.is_file()} if data.exists() else {}
 
     return Durable(write, read)
+
+
+def _accepted_connections(port: int) -> int:
+    """The established TCP connections to 127.0.0.1:`port` on this machine (/proc/net/tcp): a call
+    the kernel has queued for a listener that has not accepted it yet counts."""
+    local = f"0100007F:{port:04X}"
+    with open("/proc/net/tcp") as f:
+        return sum(1 for line in f.readlines()[1:] if line.split()[1] == local and line.split()[3] == "01")
+
+
+def _process_end(rt: ProcessSubstrate) -> Callable[[str, str, str], Awaitable[None]]:
+    async def end(atespace: str, name: str, uid: str) -> None:
+        port = int((await rt.endpoint(atespace, name, uid)).rsplit(":", 1)[1])
+        deadline = time.monotonic() + 30
+        while _accepted_connections(port) == 0:  # the template's `sleep` never accepts: the call waits
+            assert time.monotonic() < deadline, "the turn's call never reached the Actor"
+            await asyncio.sleep(0.02)
+        pid = rt.pid_of(uid)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+
+    return end
 
 
 @contextlib.asynccontextmanager
@@ -134,10 +162,12 @@ async def open_subject(kind: Kind, database_url: str, root: Path) -> AsyncIterat
         options = {"command": ["sleep"], "args": ["3600"]}
         async with ProcessSubstrate(database_url, config) as rt:
             if kind == Kind.PROCESS:
-                yield Subject(kind, rt, _process_durable(rt), keeps_command=True, template_options=options)
+                yield Subject(kind, rt, _process_durable(rt), keeps_command=True, template_options=options,
+                              end_process=_process_end(rt))
                 return
             async with served(rt, extensions=kind == Kind.PROCESS_WIRE) as client:
-                yield Subject(kind, client, _process_durable(rt), keeps_command=True, template_options=options)
+                yield Subject(kind, client, _process_durable(rt), keeps_command=True, template_options=options,
+                              end_process=_process_end(rt))
         return
     raise AssertionError(f"no implementation for {kind}")
 

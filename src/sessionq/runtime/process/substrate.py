@@ -713,18 +713,25 @@ class ProcessSubstrate:
 
     # the Actor's private A2A endpoint -------------------------------------------------------
 
-    async def endpoint(self, atespace: str, name: str, uid: str) -> str:
-        """The URL of a RUNNING Actor's private A2A endpoint (FAILED_PRECONDITION otherwise)."""
+    async def _running(self, atespace: str, name: str, uid: str | None) -> tuple[str, str]:
+        """(the UID, the URL of the private A2A endpoint) of a RUNNING Actor: the caller's UID, or
+        (None: a plain client of the served runtime) the current Actor's. FAILED_PRECONDITION when
+        it is not running."""
         row = await self._row(atespace, name, uid)
         if row["state"] != ActorState.RUNNING.value or row["port"] is None:
             raise SubstrateError(Code.FAILED_PRECONDITION, f"actor {atespace}/{name} is not running ({row['state']})")
-        return f"http://127.0.0.1:{row['port']}"
+        return str(row["uid"]), f"http://127.0.0.1:{row['port']}"
+
+    async def endpoint(self, atespace: str, name: str, uid: str) -> str:
+        """The URL of a RUNNING Actor's private A2A endpoint (FAILED_PRECONDITION otherwise)."""
+        return (await self._running(atespace, name, uid))[1]
 
     async def invoke(self, atespace: str, name: str, uid: str, request: InvokeRequest) -> None:
         """Send the message to the Actor's A2A endpoint and wait for its answer; the Actor reports
         and settles the task through the task store itself. A process that ends during the turn
-        fails the call (UNAVAILABLE, with the exit status)."""
-        url = await self.endpoint(atespace, name, uid)
+        fails the call (UNAVAILABLE, with the exit status), with or without the caller's UID."""
+        # the Actor's UID finds its process, whose recorded exit ends the call
+        uid, url = await self._running(atespace, name, uid)
         child = self._children.get(uid)
         # the call ends once the crash is recorded, so whoever reads the Actor next sees it CRASHED
         exited = child.exit_recorded if child is not None else None
