@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from sessionq.runtime.base import Code, EgressRule
+from sessionq.runtime.base import Code, EgressRule, InvokeRequest
 
 from .conftest import Subject
 from .helpers import NS, OTHER_UID, refused, running
@@ -114,3 +114,46 @@ async def test_the_longest_name_is_accepted(subject: Subject) -> None:
     tag = await rt.create_tag(LONGEST, LONGEST, LONGEST, made.uid)
     assert tag.name == LONGEST
     assert (await rt.get_actor(LONGEST, LONGEST)).uid == made.uid
+
+
+async def test_a_lookup_of_an_invalid_name_is_invalid_argument(subject: Subject) -> None:
+    """Every method that names an Actor, a template or a tag refuses a name the rule refuses with
+    INVALID_ARGUMENT and a short message, as a real Substrate refuses a name that is no DNS label
+    (never INTERNAL: PostgreSQL text cannot hold a NUL), and touches nothing."""
+    rt = subject.runtime
+    template = await subject.template(NS, "t")
+    made = await rt.create_actor(NS, "a", template)
+    await rt.create_egress_policy(NS, "a", made.uid, [])
+    await running(rt, made)
+    await rt.suspend_actor(NS, "a", made.uid)
+    before = await rt.get_actor(NS, "a")
+    request = InvokeRequest("session", "dispatch", {"parts": [{"text": "hello"}]})
+    for bad in BAD_NAMES:
+        for atespace, name in ((NS, bad), (bad, "a")):
+            for what, call in (
+                ("get_actor", rt.get_actor(atespace, name)),
+                ("resume_actor", rt.resume_actor(atespace, name, made.uid)),
+                ("suspend_actor", rt.suspend_actor(atespace, name, made.uid)),
+                ("pause_actor", rt.pause_actor(atespace, name, made.uid)),
+                ("delete_actor", rt.delete_actor(atespace, name, made.uid, any_state=True)),
+                ("get_actor_template", rt.get_actor_template(atespace, name)),
+                ("delete_actor_template", rt.delete_actor_template(atespace, name, made.uid)),
+                ("create_actor from a template", rt.create_actor(NS, "b", f"{atespace}/{name}")),
+                ("create_egress_policy", rt.create_egress_policy(atespace, name, made.uid, [])),
+                ("get_egress_policy", rt.get_egress_policy(atespace, name)),
+                ("update_egress_policy", rt.update_egress_policy(atespace, name, made.uid, [])),
+                ("create_tag of an actor", rt.create_tag(atespace, "tag", name, made.uid)),
+                ("get_tag", rt.get_tag(atespace, name)),
+                ("delete_tag", rt.delete_tag(atespace, name)),
+                ("invoke", rt.invoke(atespace, name, made.uid, request)),
+                ("cancel_turn", rt.cancel_turn(atespace, name, made.uid, "session", "task")),
+                # (an empty tag name is no tag on the wire: the create would go ahead)
+                *([("create_actor from a tag", rt.create_actor(atespace, "b", template, from_tag=name))] if name else []),
+            ):
+                error = await refused(Code.INVALID_ARGUMENT, call)
+                assert len(error.message) < 300, f"{what} {bad[:10]!r}: the message does not echo a huge name"
+        if bad:  # an empty atespace lists every atespace
+            await refused(Code.INVALID_ARGUMENT, rt.list_actors(bad, 10, ""))
+    after = await rt.get_actor(NS, "a")
+    assert (after.uid, after.state, after.version) == (made.uid, before.state, before.version)
+    assert [(a.atespace, a.name) for a in (await rt.list_actors(None, 100, "")).items] == [(NS, "a")]

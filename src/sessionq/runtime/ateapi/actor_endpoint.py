@@ -4,7 +4,9 @@ ended, and ``CancelTask`` (the runtime's `cancel_turn`: the turn stops without f
 writes). The runtime's `invoke` plays the turn; the Actor's UID the caller expects comes with the
 message, the Session's workload credential with the call (header ``x-sessionq-workload-token``,
 see invoke.py), which the simulated Actor uses in preference to one of its environment. The
-address pattern that reaches them is ``http://HOST:PORT/actors/{atespace}/{name}``.
+address pattern that reaches them is ``http://HOST:PORT/actors/{atespace}/{name}`` (the adapter
+percent-encodes both; the name is the rest of the decoded path, so a name with a "/" or a control
+character reaches the runtime, which refuses it).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any, cast
 from a2a.types import a2a_pb2
 from google.protobuf import json_format
 from starlette.applications import Starlette
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -72,7 +75,26 @@ def build_app(runtime: Substrate) -> Starlette:
                             status=a2a_pb2.TaskStatus(state=a2a_pb2.TASK_STATE_CANCELED))
         return JSONResponse({"jsonrpc": "2.0", "id": request_id, "result": json_format.MessageToDict(task)})
 
-    return Starlette(routes=[Route("/actors/{atespace}/{name}", send, methods=["POST"])])
+    # the name takes the rest of the (decoded) path: a "/" or a control character the caller
+    # percent-encoded in a name reaches the runtime, which refuses it (INVALID_ARGUMENT), rather
+    # than missing the route
+    return Starlette(routes=[Route(f"/actors/{{atespace}}/{{name:{_REST}}}", send, methods=["POST"])])
+
+
+class _RestConvertor(Convertor[str]):
+    """The rest of a path, any characters (Starlette's `path` stops at a newline)."""
+
+    regex = "(?s:.*)"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+_REST = "sessionq_rest"
+register_url_convertor(_REST, _RestConvertor())
 
 
 # the endpoints' listener: the HTTP frame of sessionq's other listeners (connection cap, deadlines)

@@ -22,6 +22,7 @@ simulator's endpoint sends) maps to that code; any other error is INTERNAL with 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 from a2a.client import ClientCallContext, minimal_agent_card
@@ -105,6 +106,12 @@ def from_send_request(
     )
 
 
+def _path_segment(value: str) -> str:
+    """`value` as one URL path segment: every reserved character percent-encoded, "." as well (a
+    client normalizes "." and ".." segments away)."""
+    return quote(value, safe="").replace(".", "%2E")
+
+
 def _code_of(text: str) -> Code:
     head = text.split(":", 1)[0].strip()
     return Code.__members__.get(head, Code.INTERNAL)
@@ -136,9 +143,16 @@ class A2AInvoker:
             self._http = None
 
     def address(self, atespace: str, name: str, uid: str, actor: Actor | None) -> str:
+        """The Actor's URL. The atespace and name go into it percent-encoded, dots too, so that a
+        name the runtime refuses ("a/b", "..", one with a NUL) reaches it as it is, and is refused
+        there (INVALID_ARGUMENT) rather than missing the endpoint's path; an empty one cannot be
+        addressed (INVALID_ARGUMENT here, as the server frame answers an empty name)."""
+        if not atespace or not name:
+            raise SubstrateError(Code.INVALID_ARGUMENT, "actor: atespace and name are required")
         worker_ip = actor.worker_ip or "" if actor is not None else ""
         worker = actor.worker or "" if actor is not None else ""
-        return self.pattern.format(worker_ip=worker_ip, worker=worker, atespace=atespace, name=name, uid=uid)
+        return self.pattern.format(worker_ip=worker_ip, worker=worker, atespace=_path_segment(atespace),
+                                   name=_path_segment(name), uid=uid)
 
     def needs_actor(self) -> bool:
         """Whether the address depends on where the Actor runs (then the caller reads it first)."""

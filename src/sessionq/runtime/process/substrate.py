@@ -61,7 +61,7 @@ from sessionq.runtime.process.children import Child
 from sessionq.runtime.process.database import SERVER_LOCK_KEY, ProcessDatabase, install_schema
 from sessionq.runtime.process.invoke import cancel_actor_turn, invoke_actor
 from sessionq.runtime.stand_in.egress import canonical_rules
-from sessionq.runtime.stand_in.names import require_name, split_template
+from sessionq.runtime.stand_in.names import require_name, require_ref, split_template
 from sessionq.runtime.stand_in.pages import (
     clamp_page_size,
     decode_actor_token,
@@ -258,10 +258,12 @@ class ProcessSubstrate:
     # reads ------------------------------------------------------------------------------------
 
     async def _load(self, atespace: str, name: str) -> Actor:
+        require_ref("actor", atespace, name)
         async with self._db.tx() as cur:
             return await _READS.actor(cur, atespace, name)
 
     async def _row(self, atespace: str, name: str, uid: str | None) -> DictRow:
+        require_ref("actor", atespace, name)
         async with self._db.tx() as cur:
             await cur.execute(
                 "SELECT * FROM sessionq_process.actors WHERE atespace = %s AND name = %s", (atespace, name)
@@ -271,7 +273,9 @@ class ProcessSubstrate:
 
     async def _target(self, atespace: str, name: str, uid: str | None) -> str:
         """The UID a mutation acts on: the caller's precondition, or (None: a plain ateapi client
-        served by the server frame) the current Actor's. NOT_FOUND when there is no such Actor."""
+        served by the server frame) the current Actor's. NOT_FOUND when there is no such Actor,
+        INVALID_ARGUMENT for a name the rule refuses."""
+        require_ref("actor", atespace, name)
         return uid if uid is not None else str((await self._row(atespace, name, None))["uid"])
 
     # templates --------------------------------------------------------------------------------
@@ -310,10 +314,12 @@ class ProcessSubstrate:
         return template_from_row(row)
 
     async def get_actor_template(self, atespace: str, name: str) -> ActorTemplate:
+        require_ref("template", atespace, name)
         async with self._db.tx() as cur:
             return await _READS.template(cur, atespace, name)
 
     async def delete_actor_template(self, atespace: str, name: str, uid: str) -> None:
+        require_ref("template", atespace, name)
         async with self._db.tx() as cur:
             await cur.execute(
                 "DELETE FROM sessionq_process.templates WHERE atespace = %s AND name = %s AND uid = %s RETURNING uid",
@@ -345,6 +351,8 @@ class ProcessSubstrate:
         require_name("atespace", atespace)
         require_name("actor name", name)
         t_atespace, t_name = split_template(template)
+        if from_tag is not None:
+            require_name("tag name", from_tag)
         variables = _check_env(dict(env or {}))
         uid = str(uuid.uuid4())
         seeded: Path | None = None
@@ -603,6 +611,7 @@ class ProcessSubstrate:
         return policy_from_row(row, uid)
 
     async def get_egress_policy(self, atespace: str, actor: str) -> EgressPolicy:
+        require_ref("actor", atespace, actor)
         async with self._db.tx() as cur:
             return await _READS.egress_policy(cur, atespace, actor)
 
@@ -677,10 +686,12 @@ class ProcessSubstrate:
         return _tag(tag)
 
     async def get_tag(self, atespace: str, name: str) -> Tag:
+        require_ref("tag", atespace, name)
         async with self._db.tx() as cur:
             return _tag(await _READS.tag_row(cur, atespace, name))
 
     async def delete_tag(self, atespace: str, name: str) -> None:
+        require_ref("tag", atespace, name)
         async with self._db.tx() as cur:
             await cur.execute(
                 "DELETE FROM sessionq_process.tags WHERE atespace = %s AND name = %s RETURNING path", (atespace, name)
@@ -694,6 +705,8 @@ class ProcessSubstrate:
 
     async def list_actors(self, atespace: str | None, page_size: int, page_token: str) -> Page[Actor]:
         global_listing = atespace is None
+        if atespace is not None:
+            require_name("atespace", atespace)
         size = clamp_page_size(page_size)
         boundary = decode_actor_token(page_token, global_listing=global_listing) if page_token else None
         async with self._db.tx() as cur:

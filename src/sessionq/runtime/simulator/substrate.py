@@ -66,7 +66,7 @@ from sessionq.runtime.simulator.turns import play_turn
 from sessionq.runtime.stand_in.database import Cursor
 from sessionq.runtime.stand_in.egress import canonical_rules
 from sessionq.runtime.stand_in.message import parse_message
-from sessionq.runtime.stand_in.names import require_name, split_template
+from sessionq.runtime.stand_in.names import require_name, require_ref, split_template
 from sessionq.runtime.stand_in.pages import (
     clamp_page_size,
     decode_actor_token,
@@ -245,6 +245,13 @@ class SimulatedSubstrate(FaultInjection):
     async def _load_actor(cur: Cursor, atespace: str, name: str) -> Actor:
         return await _READS.actor(cur, atespace, name)
 
+    async def _require_actor_ref(self, method: str, atespace: str, name: str) -> None:
+        """The name rule for a hot call's Actor; a refusal still takes the call's faults first."""
+        try:
+            require_ref("actor", atespace, name)
+        except SubstrateError as exc:
+            await self._rejected(method, name, exc)
+
     @staticmethod
     async def _release_worker(cur: Cursor, row: DictRow) -> None:
         if row["worker"] is not None:
@@ -284,6 +291,7 @@ class SimulatedSubstrate(FaultInjection):
 
     async def get_actor_template(self, atespace: str, name: str) -> ActorTemplate:
         async def op() -> ActorTemplate:
+            require_ref("template", atespace, name)
             async with self.tx() as cur:
                 return await _READS.template(cur, atespace, name)
 
@@ -291,6 +299,7 @@ class SimulatedSubstrate(FaultInjection):
 
     async def delete_actor_template(self, atespace: str, name: str, uid: str) -> None:
         async def op() -> None:
+            require_ref("template", atespace, name)
             async with self.tx() as cur:
                 await cur.execute(
                     "SELECT uid FROM substrate_sim.templates WHERE atespace = %s AND name = %s FOR UPDATE",
@@ -326,6 +335,8 @@ class SimulatedSubstrate(FaultInjection):
             require_name("atespace", atespace)
             require_name("actor name", name)
             split_template(template)
+            if from_tag is not None:
+                require_name("tag name", from_tag)
             env_json = Jsonb(dict(env or {}))
         except Exception as exc:
             await self._rejected("create_actor", name, exc)
@@ -341,6 +352,7 @@ class SimulatedSubstrate(FaultInjection):
         return await self._call_fn("create_actor", name, _FN_CREATE_ACTOR, params, _actor_result)
 
     async def get_actor(self, atespace: str, name: str) -> Actor:
+        await self._require_actor_ref("get_actor", atespace, name)
         params = {"atespace": atespace, "name": name}
         return await self._call_fn("get_actor", name, _FN_GET_ACTOR, params, _actor_result)
 
@@ -348,6 +360,7 @@ class SimulatedSubstrate(FaultInjection):
         def parse(result: dict[str, Any], tz: tzinfo) -> tuple[Actor, bool]:
             return _actor_from_json(result["actor"], tz), bool(result["changed"])
 
+        await self._require_actor_ref("resume_actor", atespace, name)
         params = {
             "atespace": atespace,
             "name": name,
@@ -361,6 +374,7 @@ class SimulatedSubstrate(FaultInjection):
         self, atespace: str, name: str, uid: str, fidelity: SnapshotFidelity = SnapshotFidelity.VOLUMES
     ) -> Actor:
         try:
+            require_ref("actor", atespace, name)
             fid = SnapshotFidelity(fidelity)
             if fid in (SnapshotFidelity.ROOTFS, SnapshotFidelity.UNSPECIFIED):
                 raise SubstrateError(
@@ -374,6 +388,7 @@ class SimulatedSubstrate(FaultInjection):
 
     async def pause_actor(self, atespace: str, name: str, uid: str) -> Actor:
         async def op() -> Actor:
+            require_ref("actor", atespace, name)
             async with self.tx() as cur:
                 row = await self._lock_actor(cur, atespace, name, uid)
                 state = ActorState(row["state"])
@@ -395,6 +410,7 @@ class SimulatedSubstrate(FaultInjection):
         return await self._call("pause_actor", name, op)
 
     async def delete_actor(self, atespace: str, name: str, uid: str, *, any_state: bool = False) -> None:
+        await self._require_actor_ref("delete_actor", atespace, name)
         params = {"atespace": atespace, "name": name, "uid": uid, "any_state": bool(any_state), "pid": os.getpid()}
         await self._call_fn("delete_actor", name, _FN_DELETE_ACTOR, params, lambda result, tz: None)
 
@@ -402,6 +418,7 @@ class SimulatedSubstrate(FaultInjection):
 
     async def create_egress_policy(self, atespace: str, actor: str, uid: str, rules: list[EgressRule]) -> EgressPolicy:
         try:
+            require_ref("actor", atespace, actor)
             data = canonical_rules(rules, actor=f"{atespace}/{actor}")
         except Exception as exc:
             await self._rejected("create_egress_policy", actor, exc)
@@ -414,6 +431,7 @@ class SimulatedSubstrate(FaultInjection):
 
     async def get_egress_policy(self, atespace: str, actor: str) -> EgressPolicy:
         async def op() -> EgressPolicy:
+            require_ref("actor", atespace, actor)
             async with self.tx() as cur:
                 return await _READS.egress_policy(cur, atespace, actor)
 
@@ -421,6 +439,7 @@ class SimulatedSubstrate(FaultInjection):
 
     async def update_egress_policy(self, atespace: str, actor: str, uid: str, rules: list[EgressRule]) -> EgressPolicy:
         async def op() -> EgressPolicy:
+            require_ref("actor", atespace, actor)
             data = canonical_rules(rules, actor=f"{atespace}/{actor}")
             async with self.tx() as cur:
                 await self._lock_actor(cur, atespace, actor, uid)
@@ -442,6 +461,7 @@ class SimulatedSubstrate(FaultInjection):
     async def create_tag(self, atespace: str, name: str, actor: str, uid: str) -> Tag:
         async def op() -> Tag:
             require_name("tag name", name)
+            require_ref("actor", atespace, actor)
             async with self.tx() as cur:
                 row = await self._lock_actor(cur, atespace, actor, uid)
                 if row["state"] != ActorState.SUSPENDED.value:
@@ -491,6 +511,7 @@ class SimulatedSubstrate(FaultInjection):
 
     async def get_tag(self, atespace: str, name: str) -> Tag:
         async def op() -> Tag:
+            require_ref("tag", atespace, name)
             async with self.tx() as cur:
                 return _tag(await _READS.tag_row(cur, atespace, name))
 
@@ -498,6 +519,7 @@ class SimulatedSubstrate(FaultInjection):
 
     async def delete_tag(self, atespace: str, name: str) -> None:
         async def op() -> None:
+            require_ref("tag", atespace, name)
             async with self.tx() as cur:
                 # Lock the tagged actor (if it still exists) before the tag, the order create_tag and
                 # delete_actor use, so a concurrent delete_actor cannot leave the snapshot orphaned.
@@ -545,6 +567,8 @@ class SimulatedSubstrate(FaultInjection):
             return Page(items=[], next_page_token=encode_actor_token(key[0], name))
 
         async def op() -> Page[Actor]:
+            if atespace is not None:
+                require_name("atespace", atespace)
             async with self.tx() as cur:
                 return await _READS.actor_page(cur, atespace, boundary, size)
 
@@ -585,6 +609,7 @@ class SimulatedSubstrate(FaultInjection):
         codes the runtime does not use)."""
 
         async def op() -> None:
+            require_ref("actor", atespace, name)
             async with self.tx() as cur:
                 await cur.execute(
                     "SELECT uid, state, env, durable FROM substrate_sim.actors WHERE atespace = %s AND name = %s",
@@ -659,6 +684,7 @@ class SimulatedSubstrate(FaultInjection):
         simulator) it acts on the current Actor."""
 
         async def op() -> None:
+            require_ref("actor", atespace, name)
             async with self.tx() as cur:
                 row = await self._lock_actor(cur, atespace, name, uid)
                 await cur.execute(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sessionq.runtime.base import Code, SubstrateError
 
-__all__ = ["NAME_MAX_LENGTH", "require_name", "split_template"]
+__all__ = ["NAME_MAX_LENGTH", "require_name", "require_ref", "split_template"]
 
 # the longest name: a DNS label's bound, which the wire gives every atespace and resource name
 # (shared/spec/substrate-wire.md, "short-name")
@@ -29,9 +29,21 @@ def require_name(kind: str, value: object) -> None:
         )
 
 
+def require_ref(kind: str, atespace: object, name: object) -> None:
+    """The name rule applied to what a call looks up (an Actor, a template, a tag: `kind`) by its
+    atespace and name: a name the rule refuses names nothing that could exist, and is refused with
+    INVALID_ARGUMENT as a real Substrate refuses a name that is no DNS label, before any query
+    (PostgreSQL text cannot hold a NUL)."""
+    require_name("atespace", atespace)
+    require_name(f"{kind} name", name)
+
+
 def split_template(template: str) -> tuple[str, str]:
-    """A template reference "<atespace>/<name>" as (atespace, name); INVALID_ARGUMENT otherwise."""
+    """A template reference "<atespace>/<name>" as (atespace, name), each under the name rule;
+    INVALID_ARGUMENT otherwise."""
     atespace, sep, name = template.partition("/")
     if not sep or not atespace or not name or "/" in name:
-        raise SubstrateError(Code.INVALID_ARGUMENT, f"template must be '<atespace>/<name>', got {template!r}")
+        shown = template if len(template) <= 2 * NAME_MAX_LENGTH else template[: 2 * NAME_MAX_LENGTH] + "..."
+        raise SubstrateError(Code.INVALID_ARGUMENT, f"template must be '<atespace>/<name>', got {shown!r}")
+    require_ref("template", atespace, name)
     return atespace, name
