@@ -40,9 +40,9 @@ test-embedded: install-test
 test-pg15: install-test
 	SESSIONQ_TEST_DATABASE_URL=$(PG15_URL) $(PY) -m pytest $(PYTEST_ARGS)
 
-## make test-pooler: the API tests with their transactions through a real PgBouncer in transaction mode
+## make test-pooler: the API tests (marked pooler) with their transactions through a real PgBouncer in transaction mode
 test-pooler: install-test
-	SESSIONQ_TEST_POOLER=pgbouncer $(PY) -m pytest tests/api $(PYTEST_ARGS)
+	SESSIONQ_TEST_POOLER=pgbouncer $(PY) -m pytest -m pooler $(PYTEST_ARGS)
 
 ## make lint: ruff, mypy, the architecture's import contracts (ARCHITECTURE.md) and the procrastinate bridge rule
 lint: install-test

@@ -42,3 +42,14 @@ def test_every_schema_file_is_in_the_transitions_table() -> None:
 def test_every_file_the_map_names_exists() -> None:
     gone = [p for p in sorted(set(PATH.findall(MAP))) if not any((base / p).exists() for base in BASES)]
     assert not gone, f"ARCHITECTURE.md names files that do not exist: {gone}"
+
+
+def test_every_test_folder_of_the_domain_table_exists() -> None:
+    table = MAP[MAP.index("## One domain, one home"):MAP.index("## One request, end to end")]
+    folders = set(re.findall(r"`(tests/[a-z0-9_]+)/`", table))
+    assert len(folders) >= 10, "the domain table names the test folders"
+    missing = [f for f in sorted(folders) if not (ROOT / f).is_dir()]
+    assert not missing, f"ARCHITECTURE.md names test folders that do not exist: {missing}"
+    unnamed = [d.name for d in sorted((ROOT / "tests").iterdir())
+               if d.is_dir() and not d.name.startswith((".", "_")) and f"tests/{d.name}" not in folders]
+    assert not unnamed, f"test folders ARCHITECTURE.md does not name: {unnamed}"

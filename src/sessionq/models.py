@@ -2,7 +2,7 @@
 
 Built from the JSON the procedures return (`Row.from_json` converts uuid, timestamp and enum
 columns by their annotation). Every `StrEnum` here holds exactly the strings that the SQL allows:
-a CHECK constraint of its column, or the statuses its procedures return (tests/sql/test_enums.py
+a CHECK constraint of its column, or the statuses its procedures return (tests/db/test_enums.py
 compares them with the database, so that a drift fails). A StrEnum member is a `str`: it compares
 equal to its value, formats as its value and goes to PostgreSQL and JSON as its value.
 """
@@ -332,7 +332,7 @@ class SessionView(NamedTuple):
     it directly (sessionq.get_session_views, sessionq.list_session_views: one column per field, of
     the field's name), so the reads that serve most requests decode these dozen columns only.
     A field the answer shows is added here, to `Session.view()`, to those two functions and to
-    session_to_proto (tests/api/test_session_proto.py checks the functions' columns)."""
+    session_to_proto (tests/sessions/test_session_proto.py checks the functions' columns)."""
 
     id: str
     creator: str

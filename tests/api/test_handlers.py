@@ -14,6 +14,8 @@ from sessionq.api.handlers import HandlerTable
 from sessionq.api.server import SERVICE_NAMES, ApiServer
 from sessionq.config import defaults
 
+pytestmark = pytest.mark.pooler  # also run through PgBouncer (make test-pooler)
+
 
 def _descriptor_methods() -> set[str]:
     from google.protobuf import descriptor_pool

@@ -43,6 +43,8 @@ from sessionq.api.rpc import rpc
 from sessionq.domain import workload
 from sessionq.errors import SessionqError
 
+pytestmark = pytest.mark.pooler  # also run through PgBouncer (make test-pooler)
+
 SC = grpc.StatusCode
 AGENT = common_pb2.ResourceReference(namespace="kagent", name="my-first-agent")
 MB = "n" * (1024 * 1024)

@@ -23,6 +23,8 @@ from sessionq import config
 from sessionq.api.server import ApiServer
 from sessionq.domain import turns
 
+pytestmark = pytest.mark.pooler  # also run through PgBouncer (make test-pooler)
+
 TENANT = "kagent/my-first-agent"
 SMALL_LIMIT = 4096
 

@@ -23,7 +23,7 @@ from sessionq.db.connection import Listener, make_pool
 from sessionq.db.leader import leadership
 from sessionq.db.store import Store
 
-pytestmark = pytest.mark.skipif(pgbouncer.available() is not None, reason=str(pgbouncer.available()))
+pytestmark = [pytest.mark.pooler, pytest.mark.skipif(pgbouncer.available() is not None, reason=str(pgbouncer.available()))]
 
 
 @pytest.fixture

@@ -4,6 +4,8 @@ from conftest import apply_agent
 
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, runtime_pb2, sessions_pb2, sessions_pb2_grpc
 
+pytestmark = pytest.mark.pooler  # also run through PgBouncer (make test-pooler)
+
 
 async def test_create_suspend_resume_delete_over_grpc(api, store, sim):
     await apply_agent(store, sim)

@@ -31,6 +31,8 @@ from sessionq._pb.kagent.api.v1alpha1 import (
 from sessionq._pb.sessionq.v1 import inventory_pb2
 from sessionq.api.storable import check_storable, check_storable_json
 
+pytestmark = pytest.mark.pooler  # also run through PgBouncer (make test-pooler)
+
 MODULES = (sessions_pb2, agents_pb2, checkpoints_pb2, sandboxes_pb2, task_store_pb2, inventory_pb2, a2a_pb2)
 MAX_DEPTH = 4
 

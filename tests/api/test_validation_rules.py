@@ -32,6 +32,8 @@ from sessionq._pb.kagent.api.v1alpha1 import (
 )
 from sessionq.api.validation import field_path
 
+pytestmark = pytest.mark.pooler  # also run through PgBouncer (make test-pooler)
+
 U = "0190b2c4-8f5e-7a10-9b2d-3c4d5e6f7a8b"
 REF = common_pb2.ResourceReference(namespace="kagent", name="my-first-agent")
 EMPTY_REF = {("string.min_len", "{0}.namespace"), ("string.pattern", "{0}.namespace"),

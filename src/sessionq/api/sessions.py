@@ -54,7 +54,7 @@ _OPERATIONS = {op: runtime_pb2.RuntimeOperation.Value(f"RUNTIME_OPERATION_{op}")
 def session_to_proto(s: Session | SessionView, msg: sessions_pb2.Session | None = None) -> sessions_pb2.Session:
     """The Session message of a Session, or of what GetSession and ListSessions read of one (a
     SessionView: Session.view() of the same row; their equality is tested in
-    tests/api/test_session_proto.py). Fills `msg` in place when given (the response's own field:
+    tests/sessions/test_session_proto.py). Fills `msg` in place when given (the response's own field:
     no copy of the message)."""
     v = s.view() if isinstance(s, Session) else s
     if msg is None:

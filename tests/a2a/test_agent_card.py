@@ -11,6 +11,8 @@ from conftest import apply_agent, make_settings
 from sessionq.api.agentcard import AgentCardServer
 from sessionq.api.auth import Authenticator
 
+pytestmark = pytest.mark.pooler  # also run through PgBouncer (make test-pooler)
+
 
 async def get(port: int, path: str, token: str | None = None) -> tuple[int, dict]:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)

@@ -9,6 +9,8 @@ from conftest import apply_agent
 
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, runtime_pb2, sessions_pb2, sessions_pb2_grpc
 
+pytestmark = pytest.mark.pooler  # also run through PgBouncer (make test-pooler)
+
 TENANT = "kagent/my-first-agent"
 
 

@@ -8,6 +8,8 @@ from conftest import apply_agent
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, sessions_pb2, sessions_pb2_grpc
 from sessionq.runtime.base import Code
 
+pytestmark = pytest.mark.pooler  # also run through PgBouncer (make test-pooler)
+
 AGENT = common_pb2.ResourceReference(namespace="kagent", name="my-first-agent")
 
 

@@ -13,6 +13,8 @@ from conftest import apply_agent
 
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, sessions_pb2, sessions_pb2_grpc
 
+pytestmark = pytest.mark.pooler  # also run through PgBouncer (make test-pooler)
+
 AGENT = common_pb2.ResourceReference(namespace="kagent", name="my-first-agent")
 TOKEN = "adm1ss10n-t0ken-never-stored"
 

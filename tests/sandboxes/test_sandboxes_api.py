@@ -19,6 +19,8 @@ from sessionq._pb.kagent.api.v1alpha1 import (
     sessions_pb2_grpc,
 )
 
+pytestmark = pytest.mark.pooler  # also run through PgBouncer (make test-pooler)
+
 TEMPLATE = common_pb2.ResourceReference(namespace="kagent", name="my-first-agent")
 R = runtime_pb2
 

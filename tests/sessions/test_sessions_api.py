@@ -13,6 +13,8 @@ from sessionq._pb.kagent.api.v1alpha1 import common_pb2, runtime_pb2, sessions_p
 from sessionq.api.server import ApiServer
 from sessionq.errors import SessionqError
 
+pytestmark = pytest.mark.pooler  # also run through PgBouncer (make test-pooler)
+
 AGENT = common_pb2.ResourceReference(namespace="kagent", name="my-first-agent")
 
 

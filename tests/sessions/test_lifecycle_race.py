@@ -21,6 +21,8 @@ from conftest import apply_agent, running_worker
 
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, runtime_pb2, sessions_pb2, sessions_pb2_grpc
 
+pytestmark = pytest.mark.pooler  # also run through PgBouncer (make test-pooler)
+
 AGENT = common_pb2.ResourceReference(namespace="kagent", name="my-first-agent")
 RACERS = 20
 ROUNDS = 8

@@ -21,6 +21,8 @@ from sessionq._pb.kagent.api.v1alpha1 import (
     sessions_pb2_grpc,
 )
 
+pytestmark = pytest.mark.pooler  # also run through PgBouncer (make test-pooler)
+
 
 def cps(api):
     return checkpoints_pb2_grpc.CheckpointServiceStub(api.channel)

@@ -26,6 +26,8 @@ from sessionq._pb.kagent.api.v1alpha1 import agents_pb2, agents_pb2_grpc, common
 from sessionq.domain.agents import REDACTED, check_template, parse_spec
 from sessionq.errors import SessionqError
 
+pytestmark = pytest.mark.pooler  # also run through PgBouncer (make test-pooler)
+
 SECRET = "Bearer sk-alice-0123456789"
 MCP_SECRET = "mcp-key-9876543210"
 URL = "https://api.openai.example.com/v1"

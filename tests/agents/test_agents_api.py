@@ -11,6 +11,8 @@ from lifecycle import count
 
 from sessionq._pb.kagent.api.v1alpha1 import agents_pb2, agents_pb2_grpc, common_pb2
 
+pytestmark = pytest.mark.pooler  # also run through PgBouncer (make test-pooler)
+
 
 @pytest.fixture
 def stub(api):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import uuid
 
+import pytest
 from conftest import apply_agent
 from psycopg import AsyncConnection
 
@@ -15,6 +16,8 @@ from sessionq._pb.kagent.api.v1alpha1 import common_pb2, sessions_pb2, sessions_
 from sessionq.api.sessions import session_to_proto
 from sessionq.db.store import Store
 from sessionq.models import Session, SessionView
+
+pytestmark = pytest.mark.pooler  # also run through PgBouncer (make test-pooler)
 
 AGENT = common_pb2.ResourceReference(namespace="kagent", name="my-first-agent")
 FAILED = {"task_id": "t-1", "reason": "TIMEOUT", "message": "no answer", "failed_at": "2026-12-01T20:21:39.123456+00:00"}
