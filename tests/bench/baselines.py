@@ -1,5 +1,6 @@
-"""Baselines measured in the same run on the same server: pgbench TPC-B, and raw procrastinate
-(job-start latency of a no-op job; no-op job throughput).
+"""Baselines measured in the same run on the same server: pgbench TPC-B, raw procrastinate
+(job-start latency of a no-op job; no-op job throughput) and PgQueuer 1.6 (the same two figures
+for the fastest Python PostgreSQL queue: batch dequeue, asyncpg).
 
 The raw procrastinate worker runs in its own process (`python -m tests.bench.raw_worker`), as
 sessionq's workers do. Timings come from procrastinate's own event rows (``procrastinate_events``:
@@ -146,4 +147,79 @@ async def _event_gaps(url: str, ids: list[int], first: str, second: str) -> list
         return [float(r[0]) for r in await cur.fetchall()]
 
 
-__all__ = ["percentile", "pgbench", "raw_job_start_latency", "raw_throughput", "start_raw_worker"]
+# -- PgQueuer ----------------------------------------------------------------------------------------
+# Its own tables in the same database (`pgqueuer`, `pgqueuer_log`), its worker in its own process
+# (tests/bench/pgqueuer_worker.py). Timings from its log table, database clock: a job's `queued` row
+# is written by the enqueue statement and its `picked` row by the dequeue statement that claims it.
+
+PGQ_ENTRYPOINT = "bench_noop"
+
+
+async def _pgqueuer_queries(conn: psycopg.AsyncConnection[Any]) -> Any:
+    from pgqueuer import Queries
+
+    queries = Queries.from_psycopg_connection(conn)
+    if not await queries.schema_is_installed():
+        await queries.install()
+    return queries
+
+
+async def start_pgqueuer_worker(procs: Procs, url: str, *, batch: int = 10, name: str = "pgqueuer-worker") -> None:
+    """Install PgQueuer's schema if needed, start its worker process, and wait until it has run one
+    job (so its LISTEN and first dequeue are behind it)."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        queries = await _pgqueuer_queries(conn)
+        procs.start(name, bench_module_command("pgqueuer_worker", url, "--batch", str(batch)), _env())
+        ids = await queries.enqueue(PGQ_ENTRYPOINT, None)
+    await _wait_pgqueuer_done(url, [int(i) for i in ids], timeout=60, procs=procs)
+
+
+async def pgqueuer_throughput(url: str, *, jobs: int) -> dict[str, Any]:
+    """Enqueue `jobs` no-op jobs in one statement, with the worker running; throughput = jobs / (the
+    last job's terminal log row - the enqueue's commit)."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        queries = await _pgqueuer_queries(conn)
+        ids = [int(i) for i in await queries.enqueue([PGQ_ENTRYPOINT] * jobs, [None] * jobs, [0] * jobs)]
+        committed = (await (await conn.execute("SELECT clock_timestamp()")).fetchone())[0]  # type: ignore[index]
+    await _wait_pgqueuer_done(url, ids, timeout=max(120.0, jobs / 20))
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        row = await (await conn.execute(
+            "SELECT max(created) FROM pgqueuer_log WHERE job_id = ANY(%s) AND status = 'successful'", (ids,))).fetchone()
+    assert row is not None and row[0] is not None
+    elapsed = (row[0] - committed).total_seconds()
+    return {"jobs": jobs, "seconds": round(elapsed, 3), "jobs_per_s": round(jobs / elapsed, 1) if elapsed > 0 else None}
+
+
+async def pgqueuer_job_start_latency(url: str, *, rate: float, seconds: float) -> dict[str, Any]:
+    """Enqueue one no-op job every 1/rate seconds for `seconds` (open loop) from this process; the
+    latency of each job is its `picked` log row minus its `queued` log row."""
+    ids: list[int] = []
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        queries = await _pgqueuer_queries(conn)
+        t0 = time.monotonic()
+        for i in range(int(rate * seconds)):
+            delay = t0 + i / rate - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            ids.extend(int(j) for j in await queries.enqueue(PGQ_ENTRYPOINT, None))
+    await _wait_pgqueuer_done(url, ids, timeout=60)
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT extract(epoch FROM p.created - q.created) FROM pgqueuer_log q JOIN pgqueuer_log p"
+            " ON p.job_id = q.job_id AND q.status = 'queued' AND p.status = 'picked' WHERE q.job_id = ANY(%s)",
+            (ids,))
+        lat = [float(r[0]) for r in await cur.fetchall()]
+    out = summary_ms(lat)
+    out.update({"rate_per_s": rate, "seconds": seconds, "jobs": len(ids)})
+    return out
+
+
+async def _wait_pgqueuer_done(url: str, ids: list[int], timeout: float, procs: Procs | None = None) -> None:
+    async def done() -> bool:
+        return await _count(url, "SELECT count(*) FROM pgqueuer WHERE id = ANY(%s)", (ids,)) == 0
+
+    await wait_for(done, timeout, f"{len(ids)} PgQueuer jobs", 0.01, procs)
+
+
+__all__ = ["percentile", "pgbench", "pgqueuer_job_start_latency", "pgqueuer_throughput", "raw_job_start_latency",
+           "raw_throughput", "start_pgqueuer_worker", "start_raw_worker"]

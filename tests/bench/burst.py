@@ -107,7 +107,7 @@ def run_actors(conn: psycopg.Connection[Any], prefix: str, pool_size: int) -> in
 
 
 async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | None = None) -> dict[str, Any]:
-    sizes = {"sessions": 500 if quick else 5000, "raw_concurrency": 8, "census_sessions": 100 if quick else 200,
+    sizes = {"sessions": 500 if quick else 5000, "raw_concurrency": 8, "pgqueuer_batch": 10, "census_sessions": 100 if quick else 200,
              "quiescence_workers": QUIESCENCE_WORKERS, "worker_processes": 1, **(sizes or {})}
     qw, wp = int(sizes["quiescence_workers"]), int(sizes["worker_processes"])
     n = int(sizes["sessions"])
@@ -126,6 +126,11 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
         procs.stop_all()
         say(f"raw procrastinate: {n} no-op jobs at concurrency {sizes['raw_concurrency']}: "
             f"{raw['jobs_per_s']} jobs/s ({raw['seconds']} s)")
+        # baseline: PgQueuer no-op throughput, dequeue batch 10
+        await baselines.start_pgqueuer_worker(procs, url, batch=int(sizes["pgqueuer_batch"]))
+        pgq = await baselines.pgqueuer_throughput(url, jobs=n)
+        procs.stop_all()
+        say(f"PgQueuer: {n} no-op jobs at batch {sizes['pgqueuer_batch']}: {pgq['jobs_per_s']} jobs/s ({pgq['seconds']} s)")
 
         def prepare(prefix: str, count: int) -> dict[str, int]:
             with psycopg.connect(url, autocommit=True) as conn:
@@ -151,6 +156,7 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
     srv.drop(url)
     result["sessions_per_s"] = round(n / result["drain_seconds"], 1) if result["drain_seconds"] else None
     r = ratio(result["sessions_per_s"], raw["jobs_per_s"])
+    r_pgq = ratio(result["sessions_per_s"], pgq["jobs_per_s"])
     anatomy = census.per(int(sizes["census_sessions"]))
     say(table(f"burst: {n} settles in one transaction -> all suspended ({wp} x sessionq worker, "
               f"{qw} quiescence workers each)",
@@ -158,23 +164,29 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
               [("sessionq quiescence", n, result["drain_seconds"], result["sessions_per_s"],
                 result["first_suspend_ms"]),
                (f"raw procrastinate no-op jobs (concurrency {sizes['raw_concurrency']})", n, raw["seconds"],
-                raw["jobs_per_s"], None)]))
+                raw["jobs_per_s"], None),
+               (f"PgQueuer no-op jobs (batch {sizes['pgqueuer_batch']})", n, pgq["seconds"], pgq["jobs_per_s"], None)]))
     met = r is not None and r >= 2.0
+    met_pgq = r_pgq is not None and r_pgq >= 0.5
     say(f"ratio line: burst = {result['sessions_per_s']} sessions/s = {r} x raw procrastinate no-op throughput "
         f"({raw['jobs_per_s']} jobs/s); target >= 2x: {'met' if met else 'NOT met'}")
+    say(f"ratio line: burst = {r_pgq} x PgQueuer no-op throughput ({pgq['jobs_per_s']} jobs/s); "
+        f"target >= 0.5x: {'met' if met_pgq else 'NOT met'}")
     say(f"machine CPU busy {cpu.result.get('machine_busy_pct')}% during the drain (other tenants included); "
         f"CPU ms per Session {cpu.per_unit_ms(n)}; with every CPU to itself at most {cpu.ceiling_per_s(n)} sessions/s")
     say(*census_lines(anatomy, "quiesced Session in a burst"))
     return {
         "processes": f"{wp} x sessionq worker (quiescenceWorkers {qw}); raw procrastinate worker "
-                     "in its own process; settles by this process in one transaction",
+                     "and PgQueuer worker each in its own process; settles by this process in one transaction",
         "settings": settings,
         "sizes": sizes,
         "setup": prep,
         "burst": result,
         "raw_procrastinate_throughput": raw,
+        "pgqueuer_throughput": pgq,
         "ratio": r,
-        "target": {"ratio_to_raw_procrastinate": 2.0, "met": met},
+        "ratio_to_pgqueuer": r_pgq,
+        "target": {"ratio_to_raw_procrastinate": 2.0, "met": met, "ratio_to_pgqueuer": 0.5, "met_pgqueuer": met_pgq},
         "census": anatomy,
         "cpu": cpu.result,
         "cpu_ms_per_session": cpu.per_unit_ms(n),

@@ -275,6 +275,10 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
         await baselines.start_raw_worker(procs, url, concurrency=RAW_CONCURRENCY, poll=5.0)
         raw = await baselines.raw_job_start_latency(url, rate=rate, seconds=float(sizes["raw_seconds"]))
         procs.stop_all()
+        # baseline: PgQueuer enqueue -> pick at the same rate (dequeue batch 10)
+        await baselines.start_pgqueuer_worker(procs, url, batch=10)
+        pgq = await baselines.pgqueuer_job_start_latency(url, rate=rate, seconds=float(sizes["raw_seconds"]))
+        procs.stop_all()
 
         store = await Store.open(url, pool_size=12, listen=False, name="bench-turns")
         sim = SimulatedSubstrate(url, worker_pool_size=SIM_WORKERS)
@@ -311,27 +315,36 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
               [("settle -> SuspendActor (quiescence, other process)", res["n"], res["p50_ms"], res["p90_ms"],
                 res["p99_ms"], res["max_ms"]),
                ("raw procrastinate defer -> job start", raw["n"], raw["p50_ms"], raw["p90_ms"], raw["p99_ms"],
-                raw["max_ms"])]))
+                raw["max_ms"]),
+               ("PgQueuer enqueue -> pick (batch 10)", pgq["n"], pgq["p50_ms"], pgq["p90_ms"], pgq["p99_ms"],
+                pgq["max_ms"])]))
     by_window = windows(series)
     say("p99 ms per 10 s window: " + ", ".join(f"{w['p99_ms']}" for w in by_window))
     r50, r99 = ratio(res["p50_ms"], raw["p50_ms"]), ratio(res["p99_ms"], raw["p99_ms"])
     met = (res["p50_ms"] or 1e9) <= 10 and (res["p99_ms"] or 1e9) <= 25
     say(f"ratio line: wake p50 = {r50} x raw procrastinate job-start p50, p99 = {r99} x raw p99; "
         f"target p50 <= 10 ms, p99 <= 25 ms: {'met' if met else 'NOT met'}")
+    q50, q99 = ratio(res["p50_ms"], pgq["p50_ms"]), ratio(res["p99_ms"], pgq["p99_ms"])
+    met_pgq = q99 is not None and q99 <= 1.2
+    say(f"ratio line: wake p50 = {q50} x PgQueuer enqueue -> pick p50, p99 = {q99} x PgQueuer p99; "
+        f"target p99 <= 1.2x: {'met' if met_pgq else 'NOT met'}")
     say(f"machine CPU busy {cpu.result.get('machine_busy_pct')}% while playing {rate:.0f} turns/s "
         f"(CPU ms per turn: {cpu.per_unit_ms(len(played['task_ids']))}; this process plays the turns)")
     say(*census_lines(anatomy, "settle, quiescence side (the settle itself adds 1)"))
     return {
         "processes": "quiescence: tests.bench.quiesce_proc (QuiescencePool, 4 workers) in its own process; "
                      "turns played and settled through the store by this process; raw procrastinate worker "
-                     f"(concurrency {RAW_CONCURRENCY}) in its own process",
+                     f"(concurrency {RAW_CONCURRENCY}) and PgQueuer worker (batch 10) each in its own process",
         "sizes": sizes,
         "wake": res,
         "wake_by_10s_window": by_window,
         "raw_procrastinate_job_start": raw,
+        "pgqueuer_job_start": pgq,
         "ratio_p50": r50,
         "ratio_p99": r99,
-        "target": {"p50_ms": 10, "p99_ms": 25, "met": met},
+        "ratio_p50_to_pgqueuer": q50,
+        "ratio_p99_to_pgqueuer": q99,
+        "target": {"p50_ms": 10, "p99_ms": 25, "met": met, "p99_ratio_to_pgqueuer": 1.2, "met_pgqueuer": met_pgq},
         "census": anatomy,
         "cpu": cpu.result,
         "cpu_ms_per_turn": cpu.per_unit_ms(len(played["task_ids"])),

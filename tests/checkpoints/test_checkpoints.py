@@ -8,9 +8,9 @@ import grpc
 import pytest
 from a2a.types import a2a_pb2
 from conftest import apply_agent
+from conversation import answer, new_session, send
 from google.rpc import error_details_pb2, status_pb2
 from lifecycle import count
-from test_a2a import answer, new_session, send
 
 from sessionq._pb.kagent.api.v1alpha1 import (
     checkpoints_pb2,
