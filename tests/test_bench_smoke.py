@@ -48,3 +48,25 @@ def test_bench_quick_create_writes_well_formed_results(tmp_path: Path, pg_admin_
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
         left = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'sq_bench%'").fetchall()
     assert not left, left
+
+
+async def test_pgqueuer_baseline_measures_its_own_jobs(tmp_path: Path, database_url: str) -> None:
+    """The PgQueuer baseline of `burst` and `wake` (its worker in its own process, its schema in the
+    scenario's database) runs its jobs and reports throughput and enqueue -> pick latency from its
+    own log rows: every job enqueued is counted, none left queued."""
+    import psycopg
+
+    from tests.bench import baselines
+    from tests.bench.common import processes
+
+    async with processes(tmp_path) as procs:
+        await baselines.start_pgqueuer_worker(procs, database_url, batch=10)
+        thr = await baselines.pgqueuer_throughput(database_url, jobs=200)
+        lat = await baselines.pgqueuer_job_start_latency(database_url, rate=40, seconds=0.5)
+    assert thr["jobs"] == 200 and thr["seconds"] > 0 and thr["jobs_per_s"] > 0, thr
+    assert lat["jobs"] == 20 and lat["n"] == 20, lat
+    assert 0 <= lat["p50_ms"] <= lat["p99_ms"] <= lat["max_ms"], lat
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM pgqueuer").fetchone() == (0,)
+        done = conn.execute("SELECT count(DISTINCT job_id) FROM pgqueuer_log WHERE status = 'successful'").fetchone()
+    assert done == (221,), done  # the start-up job, 200 and 20
