@@ -546,6 +546,19 @@ KEYS: tuple[Key, ...] = (
     Key("global.clusterDomain", _str, "cluster.local", "Cluster DNS domain for generated in-cluster URLs."),
     Key("logging.format", _choice("json", "text"), "json", "Log format: JSON lines or human-readable text."),
     Key("logging.level", _choice("debug", "info", "warning", "error"), "info", "Log level."),
+    Key(
+        "events.retention",
+        _duration,
+        604800.0,
+        "How long lifecycle events are kept (docs/events.md); a periodic job purges older ones in batches."
+        " 0s keeps none past the next purge.",
+    ),
+    Key(
+        "events.expiringSoonLead",
+        _duration,
+        3600.0,
+        "How long before a Session's idle TTL ends its expiring_soon event is recorded (0s: none).",
+    ),
 )
 _BY_PATH = {k.path: k for k in KEYS}
 SECRET_ENV = tuple(k.env for k in KEYS if k.secret)  # the environment variables that carry credentials

@@ -383,6 +383,21 @@ class LoggingSettings:
         )
 
 
+@dataclass(frozen=True)
+class EventsSettings:
+    """events.*"""
+
+    retention: float  # events.retention
+    expiring_soon_lead: float  # events.expiringSoonLead
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> EventsSettings:
+        return cls(
+            retention=values["events.retention"],
+            expiring_soon_lead=values["events.expiringSoonLead"],
+        )
+
+
 class Sections:
     """The sections of sessionq.config.Settings, as typed attributes."""
 
@@ -400,6 +415,7 @@ class Sections:
     inventory: InventorySettings
     global_: GlobalSettings
     logging: LoggingSettings
+    events: EventsSettings
 
     def _set_sections(self, values: Mapping[str, Any]) -> None:
         """Set every section from the values by key path (Settings is frozen)."""
@@ -417,3 +433,4 @@ class Sections:
         object.__setattr__(self, "inventory", InventorySettings.from_values(values))
         object.__setattr__(self, "global_", GlobalSettings.from_values(values))
         object.__setattr__(self, "logging", LoggingSettings.from_values(values))
+        object.__setattr__(self, "events", EventsSettings.from_values(values))
