@@ -66,10 +66,12 @@ CREATE OR REPLACE FUNCTION sessionq.record_event(
 ) RETURNS void LANGUAGE sql AS $$
   INSERT INTO sessionq.lifecycle_events (session_id, kind, owner, agent_namespace, agent_name, operation_id, task_id, payload)
   VALUES (p_session.id, p_kind, p_session.creator, p_session.agent_namespace, p_session.agent_name, p_operation,
-          p_task, jsonb_strip_nulls(coalesce(p_payload, '{}')))
+          p_task, jsonb_strip_nulls(coalesce(p_payload, '{}')));
+  -- wakes the readers that follow (delivered at commit; identical payloads of one transaction fold)
+  SELECT sessionq.notify('sessionq_event', jsonb_build_object('session', p_session.id));
 $$;
 COMMENT ON FUNCTION sessionq.record_event(sessionq.sessions, text, jsonb, uuid, text) IS
-  'Insert one lifecycle event of Session p_session (its owner and Agent copied from the row): kind p_kind, the payload without null members, the operation and the turn it belongs to.';
+  'Insert one lifecycle event of Session p_session (its owner and Agent copied from the row): kind p_kind, the payload without null members, the operation and the turn it belongs to; NOTIFY sessionq_event {"session"} wakes the readers that follow.';
 
 -- event_snapshot: the snapshot reference an event carries.
 CREATE OR REPLACE FUNCTION sessionq.event_snapshot(p_session sessionq.sessions) RETURNS jsonb

@@ -18,6 +18,7 @@ from grpc_health.v1 import health_pb2
 
 from sessionq import metrics, webserve
 from sessionq.api.agentcard import AgentCardServer
+from sessionq.api.events import event_routes
 from sessionq.api.server import ApiServer
 from sessionq.app.runtimes import (
     ServedProcess,
@@ -218,6 +219,7 @@ async def _start_api(running: _Running, settings: Settings, runtime: Any, api_in
         allowed_hosts=settings.server.allowed_hosts,
         max_connections=settings.server.http_max_connections,
         header_timeout=settings.server.http_header_timeout,
+        routes=event_routes(server.events, server.auth),
     )
     try:
         await cards.start(settings.server.http_address, reuse_port=reuse_port)

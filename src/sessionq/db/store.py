@@ -57,10 +57,10 @@ class Store(
         if listen:
             listener = Listener(
                 direct_url or url,
-                [Channel.SESSION, Channel.TASK, Channel.CHECKPOINT],
+                [Channel.SESSION, Channel.TASK, Channel.CHECKPOINT, Channel.EVENT],
                 # a notification reaches only the waiters of its Session (thousands of open A2A
                 # streams must not each decode every task notification)
-                keyed=(Channel.SESSION, Channel.TASK),
+                keyed=(Channel.SESSION, Channel.TASK, Channel.EVENT),
                 health=pool.health,
             )
             await listener.start()
