@@ -9,7 +9,7 @@ import time
 
 import click
 from google.protobuf import json_format
-from sessionq.cli.client import fmt_time, get_client, output_option, plain_table, printable
+from sessionq.cli.client import echo_list, fmt_time, get_client, output_option, plain_table, print_json, printable
 
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2
 from sessionq._pb.sessionq.v1 import events_pb2, events_pb2_grpc
@@ -71,3 +71,68 @@ def events(ctx: click.Context, session_id: str, types: tuple[str, ...], after: s
         return
     if not shown and output != "json":
         click.echo("No events.", err=True)
+
+
+def webhooks_table(hooks: list[events_pb2.Webhook]) -> str:
+    return plain_table(
+        ["ID", "URL", "EVENTS", "AGENT", "ENABLED", "FAILURES"],
+        [[w.id, printable(w.url), ",".join(events_pb2.EventKind.Name(k).removeprefix("EVENT_KIND_").lower()
+                                             for k in w.event_types) or "<all>",
+          f"{w.agent_namespace}/{w.agent_name}" if w.agent_name else "<any>",
+          "yes" if w.enabled else "no (disabled)", w.consecutive_failures] for w in hooks],
+    )
+
+
+@click.group()
+def webhooks() -> None:
+    """Webhook subscriptions: lifecycle events POSTed to a URL, signed (Standard Webhooks)."""
+
+
+@webhooks.command("create")
+@click.option("--url", required=True, help="The receiver: an http or https URL.")
+@click.option("--event", "types", multiple=True, type=click.Choice(TYPES),
+              help="Only these event types (repeatable; default: all).")
+@click.option("--agent", default="", metavar="NAMESPACE/NAME", help="Only the Sessions of this Agent.")
+@click.option("--global", "is_global", is_flag=True, help="Every Session's events (administrators only).")
+@output_option
+@click.pass_context
+def create(ctx: click.Context, url: str, types: tuple[str, ...], agent: str, is_global: bool, output: str) -> None:
+    """Create a subscription; its signing secret (whsec_...) is shown this once."""
+    namespace, _, name = agent.partition("/")
+    if agent and not (namespace and name):
+        raise click.BadParameter("NAMESPACE/NAME", param_hint="--agent")
+    client = get_client(ctx)
+    stub = client.stub(events_pb2_grpc.WebhookServiceStub)
+    request = events_pb2.CreateWebhookRequest(
+        url=url, event_types=[events_pb2.EventKind.Value(f"EVENT_KIND_{t.upper()}") for t in types],
+        agent_namespace=namespace if agent else "", agent_name=name if agent else "", **{"global": is_global},
+    )
+    response = client.call(stub.CreateWebhook, request)
+    if output == "json":
+        print_json(response)
+        return
+    click.echo(webhooks_table([response.webhook]))
+    click.echo(f"Signing secret (shown once; store it now): {response.secret}")
+
+
+@webhooks.command("list")
+@output_option
+@click.pass_context
+def list_(ctx: click.Context, output: str) -> None:
+    """List your subscriptions (administrators: everyone's); secrets are never shown."""
+    client = get_client(ctx)
+    stub = client.stub(events_pb2_grpc.WebhookServiceStub)
+    result = client.call_all_pages(stub.ListWebhooks, events_pb2.ListWebhooksRequest(),
+                                   events_pb2.ListWebhooksResponse(), "webhooks")
+    echo_list(result, "webhooks", output, webhooks_table, empty="No webhooks.")
+
+
+@webhooks.command("delete")
+@click.argument("webhook_id")
+@click.pass_context
+def delete(ctx: click.Context, webhook_id: str) -> None:
+    """Delete a subscription (its pending deliveries go with it)."""
+    client = get_client(ctx)
+    stub = client.stub(events_pb2_grpc.WebhookServiceStub)
+    client.call(stub.DeleteWebhook, events_pb2.DeleteWebhookRequest(id=webhook_id))
+    click.echo(f"Deleted webhook {webhook_id}.")

@@ -1,17 +1,21 @@
-"""Lifecycle events' periodic work (a periodic task every minute, queue ``periodic``): record
-expiring_soon for Sessions whose idle TTL ends within events.expiringSoonLead, and purge events
-older than events.retention in batches (at most MAX_BATCHES of BATCH a tick, so one tick never
-holds locks or runs for long; the next tick goes on). Both are idempotent: two ticks at once
-announce a Session once (its row is locked while announced) and delete each event once."""
+"""Lifecycle events' jobs: deliver_webhooks (queue ``push``, one job per subscription and Session
+at a time: queueing lock webhook:<subscription>:<session>) and the periodic work (a periodic task
+every minute, queue ``periodic``): record expiring_soon for Sessions whose idle TTL ends within
+events.expiringSoonLead, and purge events older than events.retention in batches (at most
+MAX_BATCHES of BATCH a tick, so one tick never holds locks or runs for long; the next tick goes
+on). Both are idempotent: two ticks at once announce a Session once (its row is locked while
+announced) and delete each event once."""
 
 from __future__ import annotations
 
 import logging
+from uuid import UUID
 
-from procrastinate import App, JobContext
+from procrastinate import App, JobContext, RetryStrategy
 from sessionq.jobs.deps import deps
 
 from sessionq.db.store import Store
+from sessionq.domain import push, webhooks
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +43,28 @@ async def tick(store: Store, idle_ttl: float, lead: float, retention: float, *, 
     return announced, purged
 
 
+async def deliver_webhooks(context: JobContext, subscription_id: str, session_id: str) -> int:
+    """POST the subscription's pending deliveries of the Session in order, each within
+    webhooks.timeout; a failed attempt raises, and procrastinate retries with exponential backoff."""
+    d = deps(context)
+    cfg = d.settings.webhooks
+    return await webhooks.deliver(
+        d.store,
+        UUID(subscription_id),
+        UUID(session_id),
+        policy=push.TargetPolicy(allow_private=cfg.allow_private_targets, allow_loopback=cfg.allow_loopback),
+        timeout=cfg.timeout,
+        max_attempts=cfg.max_attempts,
+        disable_after=cfg.disable_after_failures,
+    )
+
+
 def register(app: App) -> None:
+    # a failed attempt waits 1, 3, 5, ... s (the job's attempts, across its deliveries); each delivery
+    # is given up after webhooks.maxAttempts, so the job ends once its stream is empty
+    app.task(name="deliver_webhooks", queue="push", pass_context=True,
+             retry=RetryStrategy(max_attempts=100_000, wait=1, linear_wait=2))(deliver_webhooks)
+
     @app.periodic(cron="* * * * *", periodic_id=PERIODIC_ID)
     @app.task(name=TASK, queue="periodic", pass_context=True, queueing_lock=PERIODIC_ID)
     async def lifecycle_events_tick(context: JobContext, timestamp: int) -> dict[str, int]:

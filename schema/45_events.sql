@@ -52,19 +52,106 @@ COMMENT ON COLUMN sessionq.lifecycle_events.task_id IS 'The turn the event follo
 COMMENT ON COLUMN sessionq.lifecycle_events.payload IS 'A small JSON object of ids, reasons and snapshot references (docs/events.md); never a secret or a message body.';
 COMMENT ON COLUMN sessionq.lifecycle_events.created_at IS 'Database time of the transition.';
 
+-- Webhooks: subscriptions (each its owner's, or global: an operator's, for every Session) and the
+-- deliveries of each event to each subscription that matches it, written with the event. A
+-- deliver_webhooks job per subscription and Session delivers them in event order (domain/webhooks.py).
+CREATE TABLE IF NOT EXISTS sessionq.webhook_subscriptions (
+  id                   uuid PRIMARY KEY DEFAULT sessionq.uuid_v7(),
+  owner                text NOT NULL,
+  is_global            boolean NOT NULL DEFAULT false,
+  url                  text NOT NULL CHECK (length(url) BETWEEN 1 AND 2048),
+  event_types          text[] NOT NULL DEFAULT '{}' CHECK (cardinality(event_types) <= 13),
+  agent_namespace      text CHECK (length(agent_namespace) <= 253),
+  agent_name           text CHECK (length(agent_name) <= 253),
+  secret               text NOT NULL,
+  enabled              boolean NOT NULL DEFAULT true,
+  consecutive_failures integer NOT NULL DEFAULT 0,
+  last_failure         text,
+  disabled_at          timestamptz,
+  created_at           timestamptz NOT NULL DEFAULT clock_timestamp(),
+  updated_at           timestamptz NOT NULL DEFAULT clock_timestamp(),
+  CONSTRAINT webhook_agent_filter_whole CHECK ((agent_namespace IS NULL) = (agent_name IS NULL))
+);
+CREATE INDEX IF NOT EXISTS webhook_subscriptions_enabled_idx ON sessionq.webhook_subscriptions (owner) WHERE enabled;
+COMMENT ON TABLE sessionq.webhook_subscriptions IS
+  'Webhook subscriptions: where the lifecycle events of the owner''s Sessions (is_global: of every Session; operators only) are POSTed, signed as Standard Webhooks say with the secret (shown once at creation, never read back by the API). Disabled after webhooks.disableAfterFailures failed attempts in a row.';
+COMMENT ON COLUMN sessionq.webhook_subscriptions.owner IS 'Who created it: it receives the events of this user''s Sessions.';
+COMMENT ON COLUMN sessionq.webhook_subscriptions.is_global IS 'Created by an administrator for every Session''s events.';
+COMMENT ON COLUMN sessionq.webhook_subscriptions.url IS 'The http(s) receiver; checked against the push target rules when created and before every delivery.';
+COMMENT ON COLUMN sessionq.webhook_subscriptions.event_types IS 'The event kinds delivered (empty: all).';
+COMMENT ON COLUMN sessionq.webhook_subscriptions.agent_namespace IS 'Only events of Sessions of this Agent (namespace; NULL: any Agent).';
+COMMENT ON COLUMN sessionq.webhook_subscriptions.agent_name IS 'Only events of Sessions of this Agent (name; NULL: any Agent).';
+COMMENT ON COLUMN sessionq.webhook_subscriptions.secret IS 'The signing secret (whsec_<base64>). Write-only: no procedure or view returns it but the delivery claim.';
+COMMENT ON COLUMN sessionq.webhook_subscriptions.enabled IS 'False once disabled after a run of failures: no new deliveries, the pending ones failed.';
+COMMENT ON COLUMN sessionq.webhook_subscriptions.consecutive_failures IS 'Failed delivery attempts since the last success.';
+COMMENT ON COLUMN sessionq.webhook_subscriptions.last_failure IS 'The error of the last failed attempt (an HTTP status or a connection error).';
+COMMENT ON COLUMN sessionq.webhook_subscriptions.disabled_at IS 'When it was disabled after a run of failures.';
+COMMENT ON COLUMN sessionq.webhook_subscriptions.created_at IS 'Database time of its creation.';
+COMMENT ON COLUMN sessionq.webhook_subscriptions.updated_at IS 'Database time of the last change (an attempt''s outcome included).';
+
+CREATE TABLE IF NOT EXISTS sessionq.webhook_deliveries (
+  id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  subscription_id uuid NOT NULL REFERENCES sessionq.webhook_subscriptions (id) ON DELETE CASCADE,
+  event_seq       bigint NOT NULL,
+  event_xid       xid8 NOT NULL,
+  session_id      uuid NOT NULL,
+  state           text NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'delivered', 'failed')),
+  attempts        integer NOT NULL DEFAULT 0,
+  last_status     integer,
+  last_error      text,
+  claimed_by      uuid,
+  claimed_until   timestamptz,
+  created_at      timestamptz NOT NULL DEFAULT clock_timestamp(),
+  finished_at     timestamptz,
+  CONSTRAINT webhook_deliveries_once UNIQUE (subscription_id, event_seq)
+);
+CREATE INDEX IF NOT EXISTS webhook_deliveries_event_idx ON sessionq.webhook_deliveries (event_seq);
+CREATE INDEX IF NOT EXISTS webhook_deliveries_pending_idx
+  ON sessionq.webhook_deliveries (subscription_id, session_id, event_xid, event_seq) WHERE state = 'pending';
+COMMENT ON TABLE sessionq.webhook_deliveries IS
+  'One delivery of one event to one subscription, written in the event''s transaction; delivered in event order per subscription and Session by the deliver_webhooks job (retried with backoff; given up after webhooks.maxAttempts attempts). Operators read them in sessionq.webhook_delivery_log.';
+COMMENT ON COLUMN sessionq.webhook_deliveries.event_seq IS 'The event (lifecycle_events.seq).';
+COMMENT ON COLUMN sessionq.webhook_deliveries.event_xid IS 'The event''s transaction: with event_seq its position, the delivery order.';
+COMMENT ON COLUMN sessionq.webhook_deliveries.session_id IS 'The event''s Session: the deliveries of one subscription and Session go out in order.';
+COMMENT ON COLUMN sessionq.webhook_deliveries.state IS 'pending, delivered (a 2xx answer) or failed (given up, or its subscription disabled).';
+COMMENT ON COLUMN sessionq.webhook_deliveries.attempts IS 'Attempts made.';
+COMMENT ON COLUMN sessionq.webhook_deliveries.last_status IS 'The HTTP status of the last attempt, when one came.';
+COMMENT ON COLUMN sessionq.webhook_deliveries.last_error IS 'What failed in the last attempt.';
+COMMENT ON COLUMN sessionq.webhook_deliveries.claimed_by IS 'The job attempt delivering it now (with claimed_until, a lease).';
+COMMENT ON COLUMN sessionq.webhook_deliveries.claimed_until IS 'When the claim lapses: another job may take the stream over.';
+COMMENT ON COLUMN sessionq.webhook_deliveries.created_at IS 'Database time of the event.';
+COMMENT ON COLUMN sessionq.webhook_deliveries.finished_at IS 'When it was delivered or given up.';
+
 -- record_event: the one insert of an event (the triggers and announce_expiring call it).
 CREATE OR REPLACE FUNCTION sessionq.record_event(
   p_session sessionq.sessions, p_kind text, p_payload jsonb DEFAULT '{}', p_operation uuid DEFAULT NULL,
   p_task text DEFAULT NULL
-) RETURNS void LANGUAGE sql AS $$
+) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+  v_seq bigint;
+  v_sub uuid;
+BEGIN
   INSERT INTO sessionq.lifecycle_events (session_id, kind, owner, agent_namespace, agent_name, operation_id, task_id, payload)
   VALUES (p_session.id, p_kind, p_session.creator, p_session.agent_namespace, p_session.agent_name, p_operation,
-          p_task, jsonb_strip_nulls(coalesce(p_payload, '{}')));
+          p_task, jsonb_strip_nulls(coalesce(p_payload, '{}')))
+  RETURNING seq INTO v_seq;
   -- wakes the readers that follow (delivered at commit; identical payloads of one transaction fold)
-  SELECT sessionq.notify('sessionq_event', jsonb_build_object('session', p_session.id));
-$$;
+  PERFORM sessionq.notify('sessionq_event', jsonb_build_object('session', p_session.id));
+  FOR v_sub IN
+    INSERT INTO sessionq.webhook_deliveries (subscription_id, event_seq, event_xid, session_id)
+    SELECT w.id, v_seq, pg_current_xact_id(), p_session.id FROM sessionq.webhook_subscriptions w
+     WHERE w.enabled AND (w.is_global OR w.owner = p_session.creator)
+       AND (cardinality(w.event_types) = 0 OR p_kind = ANY (w.event_types))
+       AND (w.agent_namespace IS NULL
+            OR w.agent_namespace = p_session.agent_namespace AND w.agent_name = p_session.agent_name)
+    RETURNING subscription_id
+  LOOP
+    PERFORM sessionq.defer('deliver_webhooks', v_sub::text || ':' || p_session.id::text,
+                           jsonb_build_object('subscription_id', v_sub, 'session_id', p_session.id));
+  END LOOP;
+END $$;
 COMMENT ON FUNCTION sessionq.record_event(sessionq.sessions, text, jsonb, uuid, text) IS
-  'Insert one lifecycle event of Session p_session (its owner and Agent copied from the row): kind p_kind, the payload without null members, the operation and the turn it belongs to; NOTIFY sessionq_event {"session"} wakes the readers that follow.';
+  'Insert one lifecycle event of Session p_session (its owner and Agent copied from the row): kind p_kind, the payload without null members, the operation and the turn it belongs to; NOTIFY sessionq_event {"session"} wakes the readers that follow; a delivery for each enabled webhook subscription that matches (the owner''s or a global one, its event types, its Agent), each with its deliver_webhooks job (lock webhook:<subscription>:<session>).';
 
 -- event_snapshot: the snapshot reference an event carries.
 CREATE OR REPLACE FUNCTION sessionq.event_snapshot(p_session sessionq.sessions) RETURNS jsonb
@@ -270,9 +357,162 @@ RETURNS integer LANGUAGE sql AS $$
   ), gone AS (
     DELETE FROM sessionq.lifecycle_events e USING doomed d
      WHERE e.seq = d.seq AND e.created_at < clock_timestamp() - make_interval(secs => p_retention)
-    RETURNING 1
+    RETURNING e.seq
+  ), finished AS (
+    -- the finished deliveries of those events go with them (pending ones fail at their claim)
+    DELETE FROM sessionq.webhook_deliveries w USING gone g WHERE w.event_seq = g.seq AND w.state <> 'pending'
   )
   SELECT count(*)::integer FROM gone
 $$;
 COMMENT ON FUNCTION sessionq.purge_lifecycle_events(double precision, integer) IS
-  'Delete events older than p_retention seconds among the p_limit oldest (by seq, which follows time closely), so one call is one short batch; returns how many went. The periodic purge_lifecycle_events task repeats it.';
+  'Delete events older than p_retention seconds among the p_limit oldest (by seq, which follows time closely), with their finished webhook deliveries, so one call is one short batch; returns how many events went. The periodic lifecycle_events_tick task repeats it.';
+
+-- create_webhook: a subscription of its owner (a global one: administrators only, checked by the API).
+CREATE OR REPLACE FUNCTION sessionq.create_webhook(
+  p_owner text, p_global boolean, p_url text, p_event_types text[], p_agent_namespace text, p_agent_name text,
+  p_secret text, p_max_per_owner integer DEFAULT 100
+) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.webhook_subscriptions;
+  v_unknown text;
+BEGIN
+  SELECT t INTO v_unknown FROM unnest(coalesce(p_event_types, '{}')) t
+   WHERE t NOT IN ('created', 'ready', 'suspended', 'resumed', 'paused', 'checkpointed', 'forked',
+                   'quiescence_failed', 'expiring_soon', 'expired', 'deleting', 'deleted', 'runtime_lost') LIMIT 1;
+  IF FOUND THEN
+    PERFORM sessionq.fail('SQ400', format('unknown event type %s', sessionq.clip(v_unknown)));
+  END IF;
+  IF (p_agent_namespace IS NULL) <> (p_agent_name IS NULL) THEN
+    PERFORM sessionq.fail('SQ400', 'an Agent filter names both the namespace and the name');
+  END IF;
+  PERFORM pg_advisory_xact_lock(hashtextextended('sessionq.webhooks:' || p_owner, 0));
+  IF (SELECT count(*) FROM sessionq.webhook_subscriptions w WHERE w.owner = p_owner) >= p_max_per_owner THEN
+    PERFORM sessionq.fail('SQ412', format('%s already has %s webhook subscriptions; delete one first', sessionq.clip(p_owner), p_max_per_owner));
+  END IF;
+  INSERT INTO sessionq.webhook_subscriptions (owner, is_global, url, event_types, agent_namespace, agent_name, secret)
+  VALUES (p_owner, p_global, p_url, ARRAY(SELECT DISTINCT unnest(coalesce(p_event_types, '{}')) ORDER BY 1),
+          p_agent_namespace, p_agent_name, p_secret)
+  RETURNING * INTO v;
+  RETURN to_jsonb(v) - 'secret';
+END $$;
+COMMENT ON FUNCTION sessionq.create_webhook(text, boolean, text, text[], text, text, text, integer) IS
+  'Create a webhook subscription of p_owner (p_global: every Session''s events; the API lets administrators only) for the event types p_event_types (empty: all; unknown types INVALID_ARGUMENT) of the Sessions of one Agent (both names, or neither), signed with p_secret; FAILED_PRECONDITION when the owner has p_max_per_owner already. Returns the subscription without its secret.';
+
+CREATE OR REPLACE FUNCTION sessionq.list_webhooks(p_caller text, p_admin boolean, p_after uuid, p_limit integer)
+RETURNS SETOF jsonb LANGUAGE sql STABLE AS $$
+  SELECT to_jsonb(w) - 'secret' FROM sessionq.webhook_subscriptions w
+   WHERE (p_admin OR w.owner = p_caller) AND (p_after IS NULL OR w.id > p_after)
+   ORDER BY w.id LIMIT p_limit
+$$;
+COMMENT ON FUNCTION sessionq.list_webhooks(text, boolean, uuid, integer) IS
+  'One page of the caller''s webhook subscriptions (administrators: everyone''s) after p_after, by id, without their secrets.';
+
+CREATE OR REPLACE FUNCTION sessionq.delete_webhook(p_id uuid, p_caller text, p_admin boolean) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  DELETE FROM sessionq.webhook_subscriptions w WHERE w.id = p_id AND (p_admin OR w.owner = p_caller);
+  IF NOT FOUND THEN
+    PERFORM sessionq.fail('SQ404', format('webhook %s not found', p_id));
+  END IF;
+END $$;
+COMMENT ON FUNCTION sessionq.delete_webhook(uuid, text, boolean) IS
+  'Delete a webhook subscription of the caller (administrators: anyone''s) with its deliveries; NOT_FOUND when there is none the caller may delete.';
+
+-- claim_webhook_delivery: the next delivery of one subscription and Session, under a lease.
+CREATE OR REPLACE FUNCTION sessionq.claim_webhook_delivery(
+  p_subscription uuid, p_session uuid, p_executor uuid, p_lease double precision
+) RETURNS TABLE (status text, delivery jsonb) LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.webhook_deliveries;
+  v_event sessionq.lifecycle_events;
+  v_sub sessionq.webhook_subscriptions;
+BEGIN
+  LOOP
+    SELECT * INTO v FROM sessionq.webhook_deliveries d
+     WHERE d.subscription_id = p_subscription AND d.session_id = p_session AND d.state = 'pending'
+     ORDER BY d.event_xid, d.event_seq LIMIT 1 FOR UPDATE;
+    IF NOT FOUND THEN
+      RETURN QUERY SELECT 'none'::text, NULL::jsonb;
+      RETURN;
+    END IF;
+    IF v.claimed_by IS DISTINCT FROM p_executor AND v.claimed_until > clock_timestamp() THEN
+      RETURN QUERY SELECT 'busy'::text, NULL::jsonb;  -- another job delivers this stream now
+      RETURN;
+    END IF;
+    SELECT * INTO v_event FROM sessionq.lifecycle_events e WHERE e.seq = v.event_seq;
+    EXIT WHEN FOUND;
+    -- purged before it could be delivered (events.retention): nothing left to send
+    UPDATE sessionq.webhook_deliveries SET state = 'failed', last_error = 'the event was purged before delivery',
+           finished_at = clock_timestamp(), claimed_by = NULL, claimed_until = NULL WHERE id = v.id;
+  END LOOP;
+  SELECT * INTO v_sub FROM sessionq.webhook_subscriptions w WHERE w.id = p_subscription;
+  UPDATE sessionq.webhook_deliveries SET claimed_by = p_executor,
+         claimed_until = clock_timestamp() + make_interval(secs => p_lease) WHERE id = v.id;
+  RETURN QUERY SELECT 'claimed'::text, jsonb_build_object(
+    'id', v.id, 'attempts', v.attempts, 'url', v_sub.url, 'secret', v_sub.secret,
+    'event', to_jsonb(v_event) || jsonb_build_object('xid', (v_event.xid::text)::bigint));
+END $$;
+COMMENT ON FUNCTION sessionq.claim_webhook_delivery(uuid, uuid, uuid, double precision) IS
+  'Claim the oldest pending delivery of subscription p_subscription for Session p_session for p_lease seconds: claimed (with the url, the signing secret and the event), busy (another executor''s lease holds it: the deliveries go out in order, one at a time) or none. A delivery whose event was purged is failed and the next taken. For the deliver_webhooks job only.';
+
+-- record_webhook_attempt: the outcome of one delivery attempt.
+CREATE OR REPLACE FUNCTION sessionq.record_webhook_attempt(
+  p_delivery bigint, p_executor uuid, p_ok boolean, p_status integer, p_error text, p_give_up boolean,
+  p_disable_after integer
+) RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.webhook_deliveries;
+  v_failures integer;
+BEGIN
+  UPDATE sessionq.webhook_deliveries d
+     SET attempts = d.attempts + 1, last_status = p_status, last_error = sessionq.clip(p_error, 500),
+         state = CASE WHEN p_ok THEN 'delivered' WHEN p_give_up THEN 'failed' ELSE 'pending' END,
+         finished_at = CASE WHEN p_ok OR p_give_up THEN clock_timestamp() END,
+         claimed_by = NULL, claimed_until = NULL
+   WHERE d.id = p_delivery AND d.claimed_by = p_executor AND d.state = 'pending'
+  RETURNING * INTO v;
+  IF NOT FOUND THEN
+    PERFORM sessionq.fail('SQ409', format('executor %s no longer holds webhook delivery %s', p_executor, p_delivery));
+  END IF;
+  UPDATE sessionq.webhook_subscriptions w
+     SET consecutive_failures = CASE WHEN p_ok THEN 0 ELSE w.consecutive_failures + 1 END,
+         last_failure = CASE WHEN p_ok THEN w.last_failure ELSE sessionq.clip(p_error, 500) END,
+         updated_at = clock_timestamp()
+   WHERE w.id = v.subscription_id
+  RETURNING consecutive_failures INTO v_failures;
+  IF NOT p_ok AND p_disable_after > 0 AND v_failures >= p_disable_after THEN
+    UPDATE sessionq.webhook_subscriptions SET enabled = false, disabled_at = clock_timestamp()
+     WHERE id = v.subscription_id AND enabled;
+    UPDATE sessionq.webhook_deliveries SET state = 'failed', finished_at = clock_timestamp(),
+           last_error = coalesce(last_error || '; ', '') || 'the subscription was disabled'
+     WHERE subscription_id = v.subscription_id AND state = 'pending';
+    RETURN false;
+  END IF;
+  RETURN true;
+END $$;
+COMMENT ON FUNCTION sessionq.record_webhook_attempt(bigint, uuid, boolean, integer, text, boolean, integer) IS
+  'Record an attempt at a delivery by the executor that claimed it: delivered (p_ok), given up (p_give_up: failed) or still pending (retried), the claim released; the subscription''s run of failures is reset by a success and grows with a failure, and at p_disable_after (0: never) the subscription is disabled and its pending deliveries failed. False when it was disabled. ABORTED for an executor that no longer holds the claim.';
+
+CREATE OR REPLACE VIEW sessionq.webhook_delivery_log AS
+SELECT d.id, d.subscription_id, w.owner, w.is_global, w.enabled AS subscription_enabled, d.session_id,
+       e.kind AS event_type, (d.event_xid::text || '-' || d.event_seq) AS event_id, d.state, d.attempts,
+       d.last_status, d.last_error, d.created_at, d.finished_at
+  FROM sessionq.webhook_deliveries d
+  JOIN sessionq.webhook_subscriptions w ON w.id = d.subscription_id
+  LEFT JOIN sessionq.lifecycle_events e ON e.seq = d.event_seq;
+COMMENT ON VIEW sessionq.webhook_delivery_log IS
+  'Webhook deliveries for operators: which subscription (its owner, whether global and still enabled), which event of which Session, the state, attempts and the last status or error. The URL and the secret are not shown (the URL may carry its owner''s secret path).';
+COMMENT ON COLUMN sessionq.webhook_delivery_log.id IS 'The delivery.';
+COMMENT ON COLUMN sessionq.webhook_delivery_log.subscription_id IS 'The subscription.';
+COMMENT ON COLUMN sessionq.webhook_delivery_log.owner IS 'The subscription''s owner.';
+COMMENT ON COLUMN sessionq.webhook_delivery_log.is_global IS 'Whether the subscription is global (every Session).';
+COMMENT ON COLUMN sessionq.webhook_delivery_log.subscription_enabled IS 'False once the subscription was disabled after a run of failures.';
+COMMENT ON COLUMN sessionq.webhook_delivery_log.session_id IS 'The event''s Session.';
+COMMENT ON COLUMN sessionq.webhook_delivery_log.event_type IS 'The event''s kind (NULL once the event was purged).';
+COMMENT ON COLUMN sessionq.webhook_delivery_log.event_id IS 'The event''s id (<xid>-<seq>).';
+COMMENT ON COLUMN sessionq.webhook_delivery_log.state IS 'pending, delivered or failed.';
+COMMENT ON COLUMN sessionq.webhook_delivery_log.attempts IS 'Attempts made.';
+COMMENT ON COLUMN sessionq.webhook_delivery_log.last_status IS 'The HTTP status of the last attempt.';
+COMMENT ON COLUMN sessionq.webhook_delivery_log.last_error IS 'What failed in the last attempt.';
+COMMENT ON COLUMN sessionq.webhook_delivery_log.created_at IS 'When the event happened.';
+COMMENT ON COLUMN sessionq.webhook_delivery_log.finished_at IS 'When it was delivered or given up.';

@@ -559,6 +559,33 @@ KEYS: tuple[Key, ...] = (
         3600.0,
         "How long before a Session's idle TTL ends its expiring_soon event is recorded (0s: none).",
     ),
+    Key(
+        "webhooks.allowPrivateTargets",
+        _bool,
+        False,
+        "Whether webhooks may go to loopback, private-range and link-local addresses (refused by default, as A2A"
+        " push: a subscription naming one answers INVALID_ARGUMENT, and a delivery that resolves to one fails).",
+    ),
+    Key(
+        "webhooks.allowLoopback",
+        _bool,
+        False,
+        "Whether webhooks may go to loopback addresses (127.0.0.0/8, ::1) even when private targets are refused;"
+        " `sessionq up` turns it on (a local development setup).",
+    ),
+    Key("webhooks.timeout", _positive_duration, 10.0, "The deadline of one webhook delivery attempt, all of it."),
+    Key(
+        "webhooks.maxAttempts",
+        _int(1, 1000),
+        8,
+        "Attempts at one webhook delivery (retried with a growing wait: 1, 3, 5, ... s) before it is given up.",
+    ),
+    Key(
+        "webhooks.disableAfterFailures",
+        _int(0, 1_000_000),
+        50,
+        "Failed delivery attempts in a row after which a subscription is disabled (0: never).",
+    ),
 )
 _BY_PATH = {k.path: k for k in KEYS}
 SECRET_ENV = tuple(k.env for k in KEYS if k.secret)  # the environment variables that carry credentials

@@ -398,6 +398,27 @@ class EventsSettings:
         )
 
 
+@dataclass(frozen=True)
+class WebhooksSettings:
+    """webhooks.*"""
+
+    allow_private_targets: bool  # webhooks.allowPrivateTargets
+    allow_loopback: bool  # webhooks.allowLoopback
+    timeout: float  # webhooks.timeout
+    max_attempts: int  # webhooks.maxAttempts
+    disable_after_failures: int  # webhooks.disableAfterFailures
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> WebhooksSettings:
+        return cls(
+            allow_private_targets=values["webhooks.allowPrivateTargets"],
+            allow_loopback=values["webhooks.allowLoopback"],
+            timeout=values["webhooks.timeout"],
+            max_attempts=values["webhooks.maxAttempts"],
+            disable_after_failures=values["webhooks.disableAfterFailures"],
+        )
+
+
 class Sections:
     """The sections of sessionq.config.Settings, as typed attributes."""
 
@@ -416,6 +437,7 @@ class Sections:
     global_: GlobalSettings
     logging: LoggingSettings
     events: EventsSettings
+    webhooks: WebhooksSettings
 
     def _set_sections(self, values: Mapping[str, Any]) -> None:
         """Set every section from the values by key path (Settings is frozen)."""
@@ -434,3 +456,4 @@ class Sections:
         object.__setattr__(self, "global_", GlobalSettings.from_values(values))
         object.__setattr__(self, "logging", LoggingSettings.from_values(values))
         object.__setattr__(self, "events", EventsSettings.from_values(values))
+        object.__setattr__(self, "webhooks", WebhooksSettings.from_values(values))

@@ -590,3 +590,38 @@ class LifecycleEvent(Row):
     @property
     def id(self) -> str:
         return f"{self.xid}-{self.seq}"
+
+
+class WebhookDeliveryState(enum.StrEnum):
+    """webhook_deliveries.state."""
+
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+
+
+class WebhookClaimStatus(enum.StrEnum):
+    """claim_webhook_delivery's status."""
+
+    CLAIMED = "claimed"
+    BUSY = "busy"
+    NONE = "none"
+
+
+@dataclass(frozen=True)
+class WebhookSubscription(Row):
+    """A webhook subscription as its owner reads it: never its secret."""
+
+    id: UUID
+    owner: str
+    is_global: bool
+    url: str
+    event_types: list[str]
+    agent_namespace: str | None
+    agent_name: str | None
+    enabled: bool
+    consecutive_failures: int
+    last_failure: str | None
+    disabled_at: datetime | None
+    created_at: datetime
+    updated_at: datetime

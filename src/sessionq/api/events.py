@@ -18,7 +18,6 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import Any
 from uuid import UUID
 
 import grpc
@@ -37,6 +36,7 @@ from sessionq.api.rpc import rpc
 from sessionq.db.notify import Channel
 from sessionq.db.store import Store
 from sessionq.db.stores.events import Position
+from sessionq.domain.webhooks import event_json
 from sessionq.errors import SessionqError
 from sessionq.models import EventKind, LifecycleEvent
 
@@ -127,21 +127,6 @@ class EventFeed:
                 unsubscribe()
 
 
-def event_dict(e: LifecycleEvent) -> dict[str, Any]:
-    """An event as JSON (the SSE data, the CLI's -o json, webhook bodies)."""
-    return {
-        "id": e.id,
-        "type": e.kind.value,
-        "session_id": str(e.session_id),
-        "owner": e.owner,
-        "agent": {"namespace": e.agent_namespace, "name": e.agent_name},
-        "operation_id": str(e.operation_id) if e.operation_id else None,
-        "task_id": e.task_id,
-        "payload": e.payload,
-        "created_at": e.created_at.isoformat(),
-    }
-
-
 def event_to_proto(e: LifecycleEvent) -> events_pb2.Event:
     payload = struct_pb2.Struct()
     payload.update(e.payload)
@@ -195,7 +180,7 @@ class EventService(events_pb2_grpc.EventServiceServicer):
 
 
 def sse_message(e: LifecycleEvent) -> bytes:
-    return f"id: {e.id}\nevent: {e.kind.value}\ndata: {json.dumps(event_dict(e), separators=(',', ':'))}\n\n".encode()
+    return f"id: {e.id}\nevent: {e.kind.value}\ndata: {json.dumps(event_json(e), separators=(',', ':'))}\n\n".encode()
 
 
 def event_routes(feed: EventFeed, auth: Authenticator, keepalive: float = KEEPALIVE) -> list[Route]:
@@ -230,4 +215,4 @@ def event_routes(feed: EventFeed, auth: Authenticator, keepalive: float = KEEPAL
     ]
 
 
-__all__ = ["EventFeed", "EventService", "event_dict", "event_routes", "event_to_proto", "parse_kinds"]
+__all__ = ["EventFeed", "EventService", "event_routes", "event_to_proto", "parse_kinds"]

@@ -32,8 +32,10 @@ from sessionq.api.sandboxes import SandboxService
 from sessionq.api.sessions import SessionService
 from sessionq.api.taskstore import TaskStoreService
 from sessionq.api.validation import RequestValidation
+from sessionq.api.webhooks import WebhookService
 from sessionq.config import Settings, grpc_message_limit
 from sessionq.db.store import Store
+from sessionq.domain.push import TargetPolicy
 from sessionq.runtime.base import RuntimeReader
 
 SERVICE_NAMES = [
@@ -45,6 +47,7 @@ SERVICE_NAMES = [
     checkpoints_pb2.DESCRIPTOR.services_by_name["CheckpointService"].full_name,
     a2a_pb2.DESCRIPTOR.services_by_name["A2AService"].full_name,
     events_pb2.DESCRIPTOR.services_by_name["EventService"].full_name,
+    events_pb2.DESCRIPTOR.services_by_name["WebhookService"].full_name,
 ]
 
 
@@ -104,6 +107,11 @@ class ApiServer:
         # lifecycle events: the paged list here, the SSE streams on the HTTP listener (event_routes)
         self.events = EventFeed(store, settings.auth.admins, settings.a2a.stream.fallback_poll)
         events_pb2_grpc.add_EventServiceServicer_to_server(EventService(self.events, auth), table)
+        webhook_targets = TargetPolicy(allow_private=settings.webhooks.allow_private_targets,
+                                       allow_loopback=settings.webhooks.allow_loopback)
+        events_pb2_grpc.add_WebhookServiceServicer_to_server(
+            WebhookService(store, auth, settings.auth.admins, webhook_targets), table
+        )
         # one A2A behaviour behind gRPC here and the HTTP bindings (api/agentcard.py)
         self.a2a = A2AHandler(
             store,

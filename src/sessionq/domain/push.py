@@ -114,8 +114,13 @@ class TargetPolicy:
 
     allow_private: bool = False
     resolve: Resolver = field(default=resolve_host)
+    # loopback only (webhooks under `sessionq up`), while other private ranges stay refused
+    allow_loopback: bool = False
 
     def refuses(self, ip: IPAddress) -> bool:
+        if self.allow_loopback and (ip.is_loopback or (isinstance(ip, ipaddress.IPv6Address)
+                                                       and ip.ipv4_mapped is not None and ip.ipv4_mapped.is_loopback)):
+            return False
         return not self.allow_private and refused(ip)
 
 
@@ -279,6 +284,7 @@ async def _open(http: httpx.AsyncClient, target: Target, d: dict[str, Any]) -> h
     """POST `d` to the first of the target's (checked) addresses that accepts a connection; the
     answer once its status and headers came (its body not read yet), or what failed."""
     headers = {"Content-Type": "application/json", "Host": target.url.netloc.decode("ascii")}
+    headers.update(d.get("headers") or {})  # a webhook's signature headers
     if d.get("token"):
         headers[TOKEN_HEADER] = d["token"]
     if d.get("auth_scheme"):
@@ -288,8 +294,10 @@ async def _open(http: httpx.AsyncClient, target: Target, d: dict[str, Any]) -> h
         extensions["sni_hostname"] = target.url.raw_host.decode("ascii")  # and the certificate is checked for it
     error = "no address to connect to"
     for ip in target.addresses:
+        # a webhook sends the exact bytes it signed (`body`); a push notification its payload as JSON
+        body = {"content": d["body"]} if "body" in d else {"json": d["payload"]}
         request = http.build_request(
-            "POST", target.url.copy_with(host=str(ip)), json=d["payload"], headers=headers, extensions=extensions
+            "POST", target.url.copy_with(host=str(ip)), headers=headers, extensions=extensions, **body
         )
         try:
             return await http.send(request, stream=True)

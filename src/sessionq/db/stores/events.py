@@ -7,11 +7,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 from uuid import UUID
 
 from sessionq import errors
 from sessionq.db.stores.base import StoreBase
-from sessionq.models import EventKind, LifecycleEvent
+from sessionq.models import EventKind, LifecycleEvent, WebhookClaimStatus, WebhookSubscription
 
 _POSITION = re.compile(r"^([0-9]{1,20})-([0-9]{1,19})$")
 _COLUMNS = ("seq, (xid::text)::bigint AS xid, session_id, kind, owner, agent_namespace, agent_name,"
@@ -72,3 +73,39 @@ class EventStore(StoreBase):
     async def purge_lifecycle_events(self, retention: float, limit: int = 1000) -> int:
         """Delete events older than `retention` seconds among the `limit` oldest; how many went."""
         return int(await self._value("SELECT sessionq.purge_lifecycle_events(%s, %s)", (retention, limit)))
+
+    async def create_webhook(
+        self, owner: str, is_global: bool, url: str, event_types: Sequence[EventKind], agent: tuple[str, str] | None,
+        secret: str,
+    ) -> WebhookSubscription:
+        value = await self._value(
+            "SELECT sessionq.create_webhook(%s, %s, %s, %s, %s, %s, %s)",
+            (owner, is_global, url, [k.value for k in event_types], agent[0] if agent else None,
+             agent[1] if agent else None, secret),
+        )
+        return WebhookSubscription.from_json(value)
+
+    async def list_webhooks(
+        self, caller: str, admin: bool, after: UUID | None, limit: int
+    ) -> list[WebhookSubscription]:
+        rows = await self._rows("SELECT w FROM sessionq.list_webhooks(%s, %s, %s, %s) w", (caller, admin, after, limit))
+        return [WebhookSubscription.from_json(r["w"]) for r in rows]
+
+    async def delete_webhook(self, webhook_id: UUID, caller: str, admin: bool) -> None:
+        await self._rows("SELECT sessionq.delete_webhook(%s, %s, %s)", (webhook_id, caller, admin))
+
+    async def claim_webhook_delivery(
+        self, subscription_id: UUID, session_id: UUID, executor: UUID, lease: float
+    ) -> tuple[WebhookClaimStatus, dict[str, Any] | None]:
+        row = await self._one("SELECT * FROM sessionq.claim_webhook_delivery(%s, %s, %s, %s)",
+                              (subscription_id, session_id, executor, lease))
+        return WebhookClaimStatus(row["status"]), row["delivery"]
+
+    async def record_webhook_attempt(
+        self, delivery_id: int, executor: UUID, ok: bool, status: int | None, error: str | None, give_up: bool,
+        disable_after: int,
+    ) -> bool:
+        """False when the attempt disabled the subscription (a run of `disable_after` failures)."""
+        return bool(await self._value(
+            "SELECT sessionq.record_webhook_attempt(%s, %s, %s, %s, %s, %s, %s)",
+            (delivery_id, executor, ok, status, error, give_up, disable_after)))

@@ -28,7 +28,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2 as kagent_dot_api_dot_v1alpha1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18sessionq/v1/events.proto\x12\x0bsessionq.v1\x1a\x1b\x62uf/validate/validate.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a kagent/api/v1alpha1/common.proto\"\x98\x02\n\x05\x45vent\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12$\n\x04kind\x18\x03 \x01(\x0e\x32\x16.sessionq.v1.EventKind\x12\x0c\n\x04type\x18\x04 \x01(\t\x12\r\n\x05owner\x18\x05 \x01(\t\x12\x17\n\x0f\x61gent_namespace\x18\x06 \x01(\t\x12\x12\n\nagent_name\x18\x07 \x01(\t\x12\x14\n\x0coperation_id\x18\x08 \x01(\t\x12\x0f\n\x07task_id\x18\t \x01(\t\x12(\n\x07payload\x18\n \x01(\x0b\x32\x17.google.protobuf.Struct\x12.\n\ncreated_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x9a\x01\n\x11ListEventsRequest\x12\x1b\n\nsession_id\x18\x01 \x01(\tB\x07\xbaH\x04r\x02\x18@\x12\x38\n\x05kinds\x18\x02 \x03(\x0e\x32\x16.sessionq.v1.EventKindB\x11\xbaH\x0e\x92\x01\x0b\x10\r\"\x07\x82\x01\x04\x10\x01 \x00\x12.\n\x04page\x18\x03 \x01(\x0b\x32 .kagent.api.v1alpha1.PageRequest\"y\n\x12ListEventsResponse\x12\"\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x12.sessionq.v1.Event\x12/\n\x04page\x18\x02 \x01(\x0b\x32!.kagent.api.v1alpha1.PageResponse\x12\x0e\n\x06\x63ursor\x18\x03 \x01(\t*\xf8\x02\n\tEventKind\x12\x1a\n\x16\x45VENT_KIND_UNSPECIFIED\x10\x00\x12\x16\n\x12\x45VENT_KIND_CREATED\x10\x01\x12\x14\n\x10\x45VENT_KIND_READY\x10\x02\x12\x18\n\x14\x45VENT_KIND_SUSPENDED\x10\x03\x12\x16\n\x12\x45VENT_KIND_RESUMED\x10\x04\x12\x15\n\x11\x45VENT_KIND_PAUSED\x10\x05\x12\x1b\n\x17\x45VENT_KIND_CHECKPOINTED\x10\x06\x12\x15\n\x11\x45VENT_KIND_FORKED\x10\x07\x12 \n\x1c\x45VENT_KIND_QUIESCENCE_FAILED\x10\x08\x12\x1c\n\x18\x45VENT_KIND_EXPIRING_SOON\x10\t\x12\x16\n\x12\x45VENT_KIND_EXPIRED\x10\n\x12\x17\n\x13\x45VENT_KIND_DELETING\x10\x0b\x12\x16\n\x12\x45VENT_KIND_DELETED\x10\x0c\x12\x1b\n\x17\x45VENT_KIND_RUNTIME_LOST\x10\r2]\n\x0c\x45ventService\x12M\n\nListEvents\x12\x1e.sessionq.v1.ListEventsRequest\x1a\x1f.sessionq.v1.ListEventsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18sessionq/v1/events.proto\x12\x0bsessionq.v1\x1a\x1b\x62uf/validate/validate.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a kagent/api/v1alpha1/common.proto\"\x98\x02\n\x05\x45vent\x12\n\n\x02id\x18\x01 \x01(\t\x12\x12\n\nsession_id\x18\x02 \x01(\t\x12$\n\x04kind\x18\x03 \x01(\x0e\x32\x16.sessionq.v1.EventKind\x12\x0c\n\x04type\x18\x04 \x01(\t\x12\r\n\x05owner\x18\x05 \x01(\t\x12\x17\n\x0f\x61gent_namespace\x18\x06 \x01(\t\x12\x12\n\nagent_name\x18\x07 \x01(\t\x12\x14\n\x0coperation_id\x18\x08 \x01(\t\x12\x0f\n\x07task_id\x18\t \x01(\t\x12(\n\x07payload\x18\n \x01(\x0b\x32\x17.google.protobuf.Struct\x12.\n\ncreated_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x9a\x01\n\x11ListEventsRequest\x12\x1b\n\nsession_id\x18\x01 \x01(\tB\x07\xbaH\x04r\x02\x18@\x12\x38\n\x05kinds\x18\x02 \x03(\x0e\x32\x16.sessionq.v1.EventKindB\x11\xbaH\x0e\x92\x01\x0b\x10\r\"\x07\x82\x01\x04\x10\x01 \x00\x12.\n\x04page\x18\x03 \x01(\x0b\x32 .kagent.api.v1alpha1.PageRequest\"y\n\x12ListEventsResponse\x12\"\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x12.sessionq.v1.Event\x12/\n\x04page\x18\x02 \x01(\x0b\x32!.kagent.api.v1alpha1.PageResponse\x12\x0e\n\x06\x63ursor\x18\x03 \x01(\t\"\xc1\x02\n\x07Webhook\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05owner\x18\x02 \x01(\t\x12\x0e\n\x06global\x18\x03 \x01(\x08\x12\x0b\n\x03url\x18\x04 \x01(\t\x12+\n\x0b\x65vent_types\x18\x05 \x03(\x0e\x32\x16.sessionq.v1.EventKind\x12\x17\n\x0f\x61gent_namespace\x18\x06 \x01(\t\x12\x12\n\nagent_name\x18\x07 \x01(\t\x12\x0f\n\x07\x65nabled\x18\x08 \x01(\x08\x12\x1c\n\x14\x63onsecutive_failures\x18\t \x01(\x05\x12\x14\n\x0clast_failure\x18\n \x01(\t\x12.\n\ncreated_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x64isabled_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xc0\x01\n\x14\x43reateWebhookRequest\x12\x17\n\x03url\x18\x01 \x01(\tB\n\xbaH\x07r\x05\x10\x01\x18\x80\x10\x12>\n\x0b\x65vent_types\x18\x02 \x03(\x0e\x32\x16.sessionq.v1.EventKindB\x11\xbaH\x0e\x92\x01\x0b\x10\r\"\x07\x82\x01\x04\x10\x01 \x00\x12!\n\x0f\x61gent_namespace\x18\x03 \x01(\tB\x08\xbaH\x05r\x03\x18\xfd\x01\x12\x1c\n\nagent_name\x18\x04 \x01(\tB\x08\xbaH\x05r\x03\x18\xfd\x01\x12\x0e\n\x06global\x18\x05 \x01(\x08\"N\n\x15\x43reateWebhookResponse\x12%\n\x07webhook\x18\x01 \x01(\x0b\x32\x14.sessionq.v1.Webhook\x12\x0e\n\x06secret\x18\x02 \x01(\t\"E\n\x13ListWebhooksRequest\x12.\n\x04page\x18\x01 \x01(\x0b\x32 .kagent.api.v1alpha1.PageRequest\"o\n\x14ListWebhooksResponse\x12&\n\x08webhooks\x18\x01 \x03(\x0b\x32\x14.sessionq.v1.Webhook\x12/\n\x04page\x18\x02 \x01(\x0b\x32!.kagent.api.v1alpha1.PageResponse\"+\n\x14\x44\x65leteWebhookRequest\x12\x13\n\x02id\x18\x01 \x01(\tB\x07\xbaH\x04r\x02\x18@\"\x17\n\x15\x44\x65leteWebhookResponse*\xf8\x02\n\tEventKind\x12\x1a\n\x16\x45VENT_KIND_UNSPECIFIED\x10\x00\x12\x16\n\x12\x45VENT_KIND_CREATED\x10\x01\x12\x14\n\x10\x45VENT_KIND_READY\x10\x02\x12\x18\n\x14\x45VENT_KIND_SUSPENDED\x10\x03\x12\x16\n\x12\x45VENT_KIND_RESUMED\x10\x04\x12\x15\n\x11\x45VENT_KIND_PAUSED\x10\x05\x12\x1b\n\x17\x45VENT_KIND_CHECKPOINTED\x10\x06\x12\x15\n\x11\x45VENT_KIND_FORKED\x10\x07\x12 \n\x1c\x45VENT_KIND_QUIESCENCE_FAILED\x10\x08\x12\x1c\n\x18\x45VENT_KIND_EXPIRING_SOON\x10\t\x12\x16\n\x12\x45VENT_KIND_EXPIRED\x10\n\x12\x17\n\x13\x45VENT_KIND_DELETING\x10\x0b\x12\x16\n\x12\x45VENT_KIND_DELETED\x10\x0c\x12\x1b\n\x17\x45VENT_KIND_RUNTIME_LOST\x10\r2]\n\x0c\x45ventService\x12M\n\nListEvents\x12\x1e.sessionq.v1.ListEventsRequest\x1a\x1f.sessionq.v1.ListEventsResponse2\x95\x02\n\x0eWebhookService\x12V\n\rCreateWebhook\x12!.sessionq.v1.CreateWebhookRequest\x1a\".sessionq.v1.CreateWebhookResponse\x12S\n\x0cListWebhooks\x12 .sessionq.v1.ListWebhooksRequest\x1a!.sessionq.v1.ListWebhooksResponse\x12V\n\rDeleteWebhook\x12!.sessionq.v1.DeleteWebhookRequest\x1a\".sessionq.v1.DeleteWebhookResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,14 +39,40 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTEVENTSREQUEST'].fields_by_name['session_id']._serialized_options = b'\272H\004r\002\030@'
   _globals['_LISTEVENTSREQUEST'].fields_by_name['kinds']._loaded_options = None
   _globals['_LISTEVENTSREQUEST'].fields_by_name['kinds']._serialized_options = b'\272H\016\222\001\013\020\r\"\007\202\001\004\020\001 \000'
-  _globals['_EVENTKIND']._serialized_start=731
-  _globals['_EVENTKIND']._serialized_end=1107
+  _globals['_CREATEWEBHOOKREQUEST'].fields_by_name['url']._loaded_options = None
+  _globals['_CREATEWEBHOOKREQUEST'].fields_by_name['url']._serialized_options = b'\272H\007r\005\020\001\030\200\020'
+  _globals['_CREATEWEBHOOKREQUEST'].fields_by_name['event_types']._loaded_options = None
+  _globals['_CREATEWEBHOOKREQUEST'].fields_by_name['event_types']._serialized_options = b'\272H\016\222\001\013\020\r\"\007\202\001\004\020\001 \000'
+  _globals['_CREATEWEBHOOKREQUEST'].fields_by_name['agent_namespace']._loaded_options = None
+  _globals['_CREATEWEBHOOKREQUEST'].fields_by_name['agent_namespace']._serialized_options = b'\272H\005r\003\030\375\001'
+  _globals['_CREATEWEBHOOKREQUEST'].fields_by_name['agent_name']._loaded_options = None
+  _globals['_CREATEWEBHOOKREQUEST'].fields_by_name['agent_name']._serialized_options = b'\272H\005r\003\030\375\001'
+  _globals['_DELETEWEBHOOKREQUEST'].fields_by_name['id']._loaded_options = None
+  _globals['_DELETEWEBHOOKREQUEST'].fields_by_name['id']._serialized_options = b'\272H\004r\002\030@'
+  _globals['_EVENTKIND']._serialized_start=1584
+  _globals['_EVENTKIND']._serialized_end=1960
   _globals['_EVENT']._serialized_start=168
   _globals['_EVENT']._serialized_end=448
   _globals['_LISTEVENTSREQUEST']._serialized_start=451
   _globals['_LISTEVENTSREQUEST']._serialized_end=605
   _globals['_LISTEVENTSRESPONSE']._serialized_start=607
   _globals['_LISTEVENTSRESPONSE']._serialized_end=728
-  _globals['_EVENTSERVICE']._serialized_start=1109
-  _globals['_EVENTSERVICE']._serialized_end=1202
+  _globals['_WEBHOOK']._serialized_start=731
+  _globals['_WEBHOOK']._serialized_end=1052
+  _globals['_CREATEWEBHOOKREQUEST']._serialized_start=1055
+  _globals['_CREATEWEBHOOKREQUEST']._serialized_end=1247
+  _globals['_CREATEWEBHOOKRESPONSE']._serialized_start=1249
+  _globals['_CREATEWEBHOOKRESPONSE']._serialized_end=1327
+  _globals['_LISTWEBHOOKSREQUEST']._serialized_start=1329
+  _globals['_LISTWEBHOOKSREQUEST']._serialized_end=1398
+  _globals['_LISTWEBHOOKSRESPONSE']._serialized_start=1400
+  _globals['_LISTWEBHOOKSRESPONSE']._serialized_end=1511
+  _globals['_DELETEWEBHOOKREQUEST']._serialized_start=1513
+  _globals['_DELETEWEBHOOKREQUEST']._serialized_end=1556
+  _globals['_DELETEWEBHOOKRESPONSE']._serialized_start=1558
+  _globals['_DELETEWEBHOOKRESPONSE']._serialized_end=1581
+  _globals['_EVENTSERVICE']._serialized_start=1962
+  _globals['_EVENTSERVICE']._serialized_end=2055
+  _globals['_WEBHOOKSERVICE']._serialized_start=2058
+  _globals['_WEBHOOKSERVICE']._serialized_end=2335
 # @@protoc_insertion_point(module_scope)

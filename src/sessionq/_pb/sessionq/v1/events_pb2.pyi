@@ -89,3 +89,75 @@ class ListEventsResponse(_message.Message):
     page: _common_pb2.PageResponse
     cursor: str
     def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., page: _Optional[_Union[_common_pb2.PageResponse, _Mapping]] = ..., cursor: _Optional[str] = ...) -> None: ...
+
+class Webhook(_message.Message):
+    __slots__ = ("id", "owner", "url", "event_types", "agent_namespace", "agent_name", "enabled", "consecutive_failures", "last_failure", "created_at", "disabled_at")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_FIELD_NUMBER: _ClassVar[int]
+    URL_FIELD_NUMBER: _ClassVar[int]
+    EVENT_TYPES_FIELD_NUMBER: _ClassVar[int]
+    AGENT_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    CONSECUTIVE_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    LAST_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    DISABLED_AT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    owner: str
+    url: str
+    event_types: _containers.RepeatedScalarFieldContainer[EventKind]
+    agent_namespace: str
+    agent_name: str
+    enabled: bool
+    consecutive_failures: int
+    last_failure: str
+    created_at: _timestamp_pb2.Timestamp
+    disabled_at: _timestamp_pb2.Timestamp
+    def __init__(self, id: _Optional[str] = ..., owner: _Optional[str] = ..., url: _Optional[str] = ..., event_types: _Optional[_Iterable[_Union[EventKind, str]]] = ..., agent_namespace: _Optional[str] = ..., agent_name: _Optional[str] = ..., enabled: _Optional[bool] = ..., consecutive_failures: _Optional[int] = ..., last_failure: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., disabled_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., **kwargs) -> None: ...
+
+class CreateWebhookRequest(_message.Message):
+    __slots__ = ("url", "event_types", "agent_namespace", "agent_name")
+    URL_FIELD_NUMBER: _ClassVar[int]
+    EVENT_TYPES_FIELD_NUMBER: _ClassVar[int]
+    AGENT_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    AGENT_NAME_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    event_types: _containers.RepeatedScalarFieldContainer[EventKind]
+    agent_namespace: str
+    agent_name: str
+    def __init__(self, url: _Optional[str] = ..., event_types: _Optional[_Iterable[_Union[EventKind, str]]] = ..., agent_namespace: _Optional[str] = ..., agent_name: _Optional[str] = ..., **kwargs) -> None: ...
+
+class CreateWebhookResponse(_message.Message):
+    __slots__ = ("webhook", "secret")
+    WEBHOOK_FIELD_NUMBER: _ClassVar[int]
+    SECRET_FIELD_NUMBER: _ClassVar[int]
+    webhook: Webhook
+    secret: str
+    def __init__(self, webhook: _Optional[_Union[Webhook, _Mapping]] = ..., secret: _Optional[str] = ...) -> None: ...
+
+class ListWebhooksRequest(_message.Message):
+    __slots__ = ("page",)
+    PAGE_FIELD_NUMBER: _ClassVar[int]
+    page: _common_pb2.PageRequest
+    def __init__(self, page: _Optional[_Union[_common_pb2.PageRequest, _Mapping]] = ...) -> None: ...
+
+class ListWebhooksResponse(_message.Message):
+    __slots__ = ("webhooks", "page")
+    WEBHOOKS_FIELD_NUMBER: _ClassVar[int]
+    PAGE_FIELD_NUMBER: _ClassVar[int]
+    webhooks: _containers.RepeatedCompositeFieldContainer[Webhook]
+    page: _common_pb2.PageResponse
+    def __init__(self, webhooks: _Optional[_Iterable[_Union[Webhook, _Mapping]]] = ..., page: _Optional[_Union[_common_pb2.PageResponse, _Mapping]] = ...) -> None: ...
+
+class DeleteWebhookRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class DeleteWebhookResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -99,3 +99,167 @@ class EventService:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class WebhookServiceStub:
+    """Subscriptions of webhooks: signed POSTs of lifecycle events (Standard Webhooks).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.CreateWebhook = channel.unary_unary(
+                '/sessionq.v1.WebhookService/CreateWebhook',
+                request_serializer=sessionq_dot_v1_dot_events__pb2.CreateWebhookRequest.SerializeToString,
+                response_deserializer=sessionq_dot_v1_dot_events__pb2.CreateWebhookResponse.FromString,
+                _registered_method=True)
+        self.ListWebhooks = channel.unary_unary(
+                '/sessionq.v1.WebhookService/ListWebhooks',
+                request_serializer=sessionq_dot_v1_dot_events__pb2.ListWebhooksRequest.SerializeToString,
+                response_deserializer=sessionq_dot_v1_dot_events__pb2.ListWebhooksResponse.FromString,
+                _registered_method=True)
+        self.DeleteWebhook = channel.unary_unary(
+                '/sessionq.v1.WebhookService/DeleteWebhook',
+                request_serializer=sessionq_dot_v1_dot_events__pb2.DeleteWebhookRequest.SerializeToString,
+                response_deserializer=sessionq_dot_v1_dot_events__pb2.DeleteWebhookResponse.FromString,
+                _registered_method=True)
+
+
+class WebhookServiceServicer:
+    """Subscriptions of webhooks: signed POSTs of lifecycle events (Standard Webhooks).
+    """
+
+    def CreateWebhook(self, request, context):
+        """Creates a subscription; its signing secret is in this answer only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListWebhooks(self, request, context):
+        """Lists the caller's subscriptions (administrators: everyone's), never their secrets.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteWebhook(self, request, context):
+        """Deletes a subscription of the caller's (administrators: anyone's).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_WebhookServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'CreateWebhook': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateWebhook,
+                    request_deserializer=sessionq_dot_v1_dot_events__pb2.CreateWebhookRequest.FromString,
+                    response_serializer=sessionq_dot_v1_dot_events__pb2.CreateWebhookResponse.SerializeToString,
+            ),
+            'ListWebhooks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWebhooks,
+                    request_deserializer=sessionq_dot_v1_dot_events__pb2.ListWebhooksRequest.FromString,
+                    response_serializer=sessionq_dot_v1_dot_events__pb2.ListWebhooksResponse.SerializeToString,
+            ),
+            'DeleteWebhook': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteWebhook,
+                    request_deserializer=sessionq_dot_v1_dot_events__pb2.DeleteWebhookRequest.FromString,
+                    response_serializer=sessionq_dot_v1_dot_events__pb2.DeleteWebhookResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'sessionq.v1.WebhookService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('sessionq.v1.WebhookService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class WebhookService:
+    """Subscriptions of webhooks: signed POSTs of lifecycle events (Standard Webhooks).
+    """
+
+    @staticmethod
+    def CreateWebhook(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessionq.v1.WebhookService/CreateWebhook',
+            sessionq_dot_v1_dot_events__pb2.CreateWebhookRequest.SerializeToString,
+            sessionq_dot_v1_dot_events__pb2.CreateWebhookResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWebhooks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessionq.v1.WebhookService/ListWebhooks',
+            sessionq_dot_v1_dot_events__pb2.ListWebhooksRequest.SerializeToString,
+            sessionq_dot_v1_dot_events__pb2.ListWebhooksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteWebhook(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessionq.v1.WebhookService/DeleteWebhook',
+            sessionq_dot_v1_dot_events__pb2.DeleteWebhookRequest.SerializeToString,
+            sessionq_dot_v1_dot_events__pb2.DeleteWebhookResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
