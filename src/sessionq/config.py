@@ -586,6 +586,16 @@ KEYS: tuple[Key, ...] = (
         50,
         "Failed delivery attempts in a row after which a subscription is disabled (0: never).",
     ),
+    Key(
+        "telemetry.otlp.endpoint",
+        _str,
+        "",
+        "OTLP endpoint (host:port or http://host:port) the process's OpenTelemetry metrics are exported to (empty: no"
+        " OpenTelemetry export; the Prometheus endpoint of metrics.enabled is independent of it).",
+    ),
+    Key("telemetry.otlp.protocol", _choice("grpc"), "grpc", "OTLP protocol (gRPC)."),
+    Key("telemetry.otlp.interval", _positive_duration, 60.0, "How often metrics are exported over OTLP."),
+    Key("telemetry.otlp.insecure", _bool, True, "Export over plaintext gRPC (false: TLS with the system's roots)."),
 )
 _BY_PATH = {k.path: k for k in KEYS}
 SECRET_ENV = tuple(k.env for k in KEYS if k.secret)  # the environment variables that carry credentials

@@ -138,6 +138,25 @@ class RuntimeProcessSettings:
 
 
 @dataclass(frozen=True)
+class TelemetryOtlpSettings:
+    """telemetry.otlp.*"""
+
+    endpoint: str  # telemetry.otlp.endpoint
+    protocol: Literal["grpc"]  # telemetry.otlp.protocol
+    interval: float  # telemetry.otlp.interval
+    insecure: bool  # telemetry.otlp.insecure
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> TelemetryOtlpSettings:
+        return cls(
+            endpoint=values["telemetry.otlp.endpoint"],
+            protocol=values["telemetry.otlp.protocol"],
+            interval=values["telemetry.otlp.interval"],
+            insecure=values["telemetry.otlp.insecure"],
+        )
+
+
+@dataclass(frozen=True)
 class DatabaseSettings:
     """database.*"""
 
@@ -419,6 +438,19 @@ class WebhooksSettings:
         )
 
 
+@dataclass(frozen=True)
+class TelemetrySettings:
+    """telemetry.*"""
+
+    otlp: TelemetryOtlpSettings  # telemetry.otlp.*
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> TelemetrySettings:
+        return cls(
+            otlp=TelemetryOtlpSettings.from_values(values),
+        )
+
+
 class Sections:
     """The sections of sessionq.config.Settings, as typed attributes."""
 
@@ -438,6 +470,7 @@ class Sections:
     logging: LoggingSettings
     events: EventsSettings
     webhooks: WebhooksSettings
+    telemetry: TelemetrySettings
 
     def _set_sections(self, values: Mapping[str, Any]) -> None:
         """Set every section from the values by key path (Settings is frozen)."""
@@ -457,3 +490,4 @@ class Sections:
         object.__setattr__(self, "logging", LoggingSettings.from_values(values))
         object.__setattr__(self, "events", EventsSettings.from_values(values))
         object.__setattr__(self, "webhooks", WebhooksSettings.from_values(values))
+        object.__setattr__(self, "telemetry", TelemetrySettings.from_values(values))

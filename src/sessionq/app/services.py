@@ -16,7 +16,7 @@ from typing import Any
 
 from grpc_health.v1 import health_pb2
 
-from sessionq import metrics, webserve
+from sessionq import metrics, telemetry, webserve
 from sessionq.api.agentcard import AgentCardServer
 from sessionq.api.events import event_routes
 from sessionq.api.server import ApiServer
@@ -130,6 +130,7 @@ class _Running:
     worker_task: asyncio.Task[str] | None = None
     runtime_watch: asyncio.Task[None] | None = None
     ready_watch: asyncio.Task[None] | None = None
+    telemetry: telemetry.Telemetry | None = None
     clean: bool = False  # stopped gracefully: nothing left to cut short
 
 
@@ -167,6 +168,9 @@ async def run_services(
         if settings.metrics.enabled:
             _serve_metrics(settings, running.readiness, api_index)
             running.gauges = asyncio.create_task(metrics.refresh_gauges(store, stop))
+        otlp = settings.telemetry.otlp
+        running.telemetry = telemetry.start(otlp.endpoint, service="sessionq-api" if api else "sessionq-worker",
+                                            interval=otlp.interval, insecure=otlp.insecure)
         async with open_runtime(settings, direct_url) as runtime:
             if api:
                 await _start_api(running, settings, runtime, api_index, console_local_user)
@@ -309,6 +313,8 @@ async def _clean_up(running: _Running, shutdown: Shutdown | None) -> None:
         with contextlib.suppress(asyncio.CancelledError):
             await running.gauges
     forced = shutdown is not None and shutdown.forced is not None
+    if running.telemetry is not None and not forced:
+        await asyncio.to_thread(running.telemetry.shutdown)  # the last export
     await running.store.close(timeout=0 if forced else 5.0)
 
 
