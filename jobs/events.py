@@ -1,5 +1,5 @@
-"""Lifecycle events' jobs: deliver_webhooks (queue ``push``, one job per subscription and Session
-at a time: queueing lock webhook:<subscription>:<session>) and the periodic work (a periodic task
+"""Lifecycle events' jobs: deliver_webhooks (queue ``push``, one waiting job per subscription:
+queueing lock webhook:<subscription>) and the periodic work (a periodic task
 every minute, queue ``periodic``): record expiring_soon for Sessions whose idle TTL ends within
 events.expiringSoonLead, and purge events older than events.retention in batches (at most
 MAX_BATCHES of BATCH a tick, so one tick never holds locks or runs for long; the next tick goes
@@ -43,15 +43,14 @@ async def tick(store: Store, idle_ttl: float, lead: float, retention: float, *, 
     return announced, purged
 
 
-async def deliver_webhooks(context: JobContext, subscription_id: str, session_id: str) -> int:
-    """POST the subscription's pending deliveries of the Session in order, each within
-    webhooks.timeout; a failed attempt raises, and procrastinate retries with exponential backoff."""
+async def deliver_webhooks(context: JobContext, subscription_id: str) -> int:
+    """POST the subscription's pending deliveries, in order per Session, each within
+    webhooks.timeout; a failed attempt raises at the end, and procrastinate retries with backoff."""
     d = deps(context)
     cfg = d.settings.webhooks
-    return await webhooks.deliver(
+    return await webhooks.deliver_subscription(
         d.store,
         UUID(subscription_id),
-        UUID(session_id),
         policy=push.TargetPolicy(allow_private=cfg.allow_private_targets, allow_loopback=cfg.allow_loopback),
         timeout=cfg.timeout,
         max_attempts=cfg.max_attempts,

@@ -53,8 +53,8 @@ COMMENT ON COLUMN sessionq.lifecycle_events.payload IS 'A small JSON object of i
 COMMENT ON COLUMN sessionq.lifecycle_events.created_at IS 'Database time of the transition.';
 
 -- Webhooks: subscriptions (each its owner's, or global: an operator's, for every Session) and the
--- deliveries of each event to each subscription that matches it, written with the event. A
--- deliver_webhooks job per subscription and Session delivers them in event order (domain/webhooks.py).
+-- deliveries of each event to each subscription that matches it, written with the event. The
+-- subscription's deliver_webhooks job delivers them, in event order per Session (domain/webhooks.py).
 CREATE TABLE IF NOT EXISTS sessionq.webhook_subscriptions (
   id                   uuid PRIMARY KEY DEFAULT sessionq.uuid_v7(),
   owner                text NOT NULL,
@@ -87,11 +87,13 @@ COMMENT ON COLUMN sessionq.webhook_subscriptions.consecutive_failures IS 'Failed
 COMMENT ON COLUMN sessionq.webhook_subscriptions.last_failure IS 'The error of the last failed attempt (an HTTP status or a connection error).';
 COMMENT ON COLUMN sessionq.webhook_subscriptions.disabled_at IS 'When it was disabled after a run of failures.';
 COMMENT ON COLUMN sessionq.webhook_subscriptions.created_at IS 'Database time of its creation.';
-COMMENT ON COLUMN sessionq.webhook_subscriptions.updated_at IS 'Database time of the last change (an attempt''s outcome included).';
+COMMENT ON COLUMN sessionq.webhook_subscriptions.updated_at IS 'Database time of the last change (a failed attempt, or the success that ended a run of failures, included).';
 
 CREATE TABLE IF NOT EXISTS sessionq.webhook_deliveries (
   id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-  subscription_id uuid NOT NULL REFERENCES sessionq.webhook_subscriptions (id) ON DELETE CASCADE,
+  -- no foreign key: every transition would take a share lock on its subscription's row (one row
+  -- for every Session's transitions); delete_webhook deletes the deliveries with the subscription
+  subscription_id uuid NOT NULL,
   event_seq       bigint NOT NULL,
   event_xid       xid8 NOT NULL,
   session_id      uuid NOT NULL,
@@ -146,8 +148,11 @@ BEGIN
             OR w.agent_namespace = p_session.agent_namespace AND w.agent_name = p_session.agent_name)
     RETURNING subscription_id
   LOOP
-    PERFORM sessionq.defer('deliver_webhooks', v_sub::text || ':' || p_session.id::text,
-                           jsonb_build_object('subscription_id', v_sub, 'session_id', p_session.id));
+    -- one waiting job per subscription: under load it takes every event that came while it waited
+    -- (and the events of concurrent transitions do not queue behind each other's defer)
+    IF NOT sessionq.job_waiting(sessionq.job_lock('deliver_webhooks', v_sub::text)) THEN
+      PERFORM sessionq.defer('deliver_webhooks', v_sub::text, jsonb_build_object('subscription_id', v_sub));
+    END IF;
   END LOOP;
 END $$;
 COMMENT ON FUNCTION sessionq.record_event(sessionq.sessions, text, jsonb, uuid, text) IS
@@ -414,9 +419,19 @@ BEGIN
   IF NOT FOUND THEN
     PERFORM sessionq.fail('SQ404', format('webhook %s not found', p_id));
   END IF;
+  DELETE FROM sessionq.webhook_deliveries d WHERE d.subscription_id = p_id;
 END $$;
 COMMENT ON FUNCTION sessionq.delete_webhook(uuid, text, boolean) IS
-  'Delete a webhook subscription of the caller (administrators: anyone''s) with its deliveries; NOT_FOUND when there is none the caller may delete.';
+  'Delete a webhook subscription of the caller (administrators: anyone''s) and its deliveries; NOT_FOUND when there is none the caller may delete.';
+
+-- webhook_streams: the Sessions a subscription has pending deliveries for.
+CREATE OR REPLACE FUNCTION sessionq.webhook_streams(p_subscription uuid, p_limit integer)
+RETURNS SETOF uuid LANGUAGE sql STABLE AS $$
+  SELECT DISTINCT d.session_id FROM sessionq.webhook_deliveries d
+   WHERE d.subscription_id = p_subscription AND d.state = 'pending' LIMIT p_limit
+$$;
+COMMENT ON FUNCTION sessionq.webhook_streams(uuid, integer) IS
+  'Up to p_limit Sessions with pending deliveries of subscription p_subscription: the streams its deliver_webhooks job delivers, each in order.';
 
 -- claim_webhook_delivery: the next delivery of one subscription and Session, under a lease.
 CREATE OR REPLACE FUNCTION sessionq.claim_webhook_delivery(
@@ -427,6 +442,8 @@ DECLARE
   v_event sessionq.lifecycle_events;
   v_sub sessionq.webhook_subscriptions;
 BEGIN
+  -- a claim lost in a crash only lets another job retry sooner: no need to wait for the WAL flush
+  PERFORM set_config('synchronous_commit', 'off', true);
   LOOP
     SELECT * INTO v FROM sessionq.webhook_deliveries d
      WHERE d.subscription_id = p_subscription AND d.session_id = p_session AND d.state = 'pending'
@@ -453,7 +470,7 @@ BEGIN
     'event', to_jsonb(v_event) || jsonb_build_object('xid', (v_event.xid::text)::bigint));
 END $$;
 COMMENT ON FUNCTION sessionq.claim_webhook_delivery(uuid, uuid, uuid, double precision) IS
-  'Claim the oldest pending delivery of subscription p_subscription for Session p_session for p_lease seconds: claimed (with the url, the signing secret and the event), busy (another executor''s lease holds it: the deliveries go out in order, one at a time) or none. A delivery whose event was purged is failed and the next taken. For the deliver_webhooks job only.';
+  'Claim the oldest pending delivery of subscription p_subscription for Session p_session for p_lease seconds: claimed (with the url, the signing secret and the event), busy (another executor''s lease holds it: the deliveries go out in order, one at a time) or none. A delivery whose event was purged is failed and the next taken. Its commit does not wait for the WAL flush (synchronous_commit off). For the deliver_webhooks job only.';
 
 -- record_webhook_attempt: the outcome of one delivery attempt.
 CREATE OR REPLACE FUNCTION sessionq.record_webhook_attempt(
@@ -464,6 +481,9 @@ DECLARE
   v sessionq.webhook_deliveries;
   v_failures integer;
 BEGIN
+  -- an outcome lost in a crash means the delivery is sent again (at least once: receivers deduplicate
+  -- by webhook-id), so its commit does not wait for the WAL flush
+  PERFORM set_config('synchronous_commit', 'off', true);
   UPDATE sessionq.webhook_deliveries d
      SET attempts = d.attempts + 1, last_status = p_status, last_error = sessionq.clip(p_error, 500),
          state = CASE WHEN p_ok THEN 'delivered' WHEN p_give_up THEN 'failed' ELSE 'pending' END,
@@ -474,13 +494,17 @@ BEGIN
   IF NOT FOUND THEN
     PERFORM sessionq.fail('SQ409', format('executor %s no longer holds webhook delivery %s', p_executor, p_delivery));
   END IF;
+  IF p_ok THEN  -- the row is written only when a run of failures ends (not once per delivery)
+    UPDATE sessionq.webhook_subscriptions w SET consecutive_failures = 0, updated_at = clock_timestamp()
+     WHERE w.id = v.subscription_id AND w.consecutive_failures <> 0;
+    RETURN true;
+  END IF;
   UPDATE sessionq.webhook_subscriptions w
-     SET consecutive_failures = CASE WHEN p_ok THEN 0 ELSE w.consecutive_failures + 1 END,
-         last_failure = CASE WHEN p_ok THEN w.last_failure ELSE sessionq.clip(p_error, 500) END,
+     SET consecutive_failures = w.consecutive_failures + 1, last_failure = sessionq.clip(p_error, 500),
          updated_at = clock_timestamp()
    WHERE w.id = v.subscription_id
   RETURNING consecutive_failures INTO v_failures;
-  IF NOT p_ok AND p_disable_after > 0 AND v_failures >= p_disable_after THEN
+  IF p_disable_after > 0 AND v_failures >= p_disable_after THEN
     UPDATE sessionq.webhook_subscriptions SET enabled = false, disabled_at = clock_timestamp()
      WHERE id = v.subscription_id AND enabled;
     UPDATE sessionq.webhook_deliveries SET state = 'failed', finished_at = clock_timestamp(),
@@ -491,7 +515,7 @@ BEGIN
   RETURN true;
 END $$;
 COMMENT ON FUNCTION sessionq.record_webhook_attempt(bigint, uuid, boolean, integer, text, boolean, integer) IS
-  'Record an attempt at a delivery by the executor that claimed it: delivered (p_ok), given up (p_give_up: failed) or still pending (retried), the claim released; the subscription''s run of failures is reset by a success and grows with a failure, and at p_disable_after (0: never) the subscription is disabled and its pending deliveries failed. False when it was disabled. ABORTED for an executor that no longer holds the claim.';
+  'Record an attempt at a delivery by the executor that claimed it: delivered (p_ok), given up (p_give_up: failed) or still pending (retried), the claim released; the subscription''s run of failures is reset by a success and grows with a failure, and at p_disable_after (0: never) the subscription is disabled and its pending deliveries failed. False when it was disabled. ABORTED for an executor that no longer holds the claim. Its commit does not wait for the WAL flush (synchronous_commit off): an outcome lost in a crash is a delivery sent again, which receivers deduplicate by webhook-id.';
 
 CREATE OR REPLACE VIEW sessionq.webhook_delivery_log AS
 SELECT d.id, d.subscription_id, w.owner, w.is_global, w.enabled AS subscription_enabled, d.session_id,

@@ -94,6 +94,11 @@ class EventStore(StoreBase):
     async def delete_webhook(self, webhook_id: UUID, caller: str, admin: bool) -> None:
         await self._rows("SELECT sessionq.delete_webhook(%s, %s, %s)", (webhook_id, caller, admin))
 
+    async def webhook_streams(self, subscription_id: UUID, limit: int) -> list[UUID]:
+        """Sessions with pending deliveries of the subscription."""
+        rows = await self._rows("SELECT s FROM sessionq.webhook_streams(%s, %s) s", (subscription_id, limit))
+        return [r["s"] for r in rows]
+
     async def claim_webhook_delivery(
         self, subscription_id: UUID, session_id: UUID, executor: UUID, lease: float
     ) -> tuple[WebhookClaimStatus, dict[str, Any] | None]:
