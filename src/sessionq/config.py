@@ -127,6 +127,16 @@ def _positive_duration(value: Any, key: str) -> float:
     return d
 
 
+def _ratio(value: Any, key: str) -> float:
+    try:
+        ratio = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{key}: {str(value)[:80]!r} is not a number between 0 and 1") from None
+    if not 0 <= ratio <= 1:
+        raise ConfigError(f"{key}: {ratio} is not between 0 and 1")
+    return ratio
+
+
 def _tokens(value: Any, key: str) -> dict[str, str]:
     if isinstance(value, str):  # env form: "token1=alice,token2=bob"
         out: dict[str, str] = {}
@@ -596,6 +606,13 @@ KEYS: tuple[Key, ...] = (
     Key("telemetry.otlp.protocol", _choice("grpc"), "grpc", "OTLP protocol (gRPC)."),
     Key("telemetry.otlp.interval", _positive_duration, 60.0, "How often metrics are exported over OTLP."),
     Key("telemetry.otlp.insecure", _bool, True, "Export over plaintext gRPC (false: TLS with the system's roots)."),
+    Key(
+        "telemetry.tracing.sampleRatio",
+        _ratio,
+        0.0,
+        "Share of the API's calls traced (0..1; a call whose W3C traceparent says sampled is traced whatever"
+        " it is), exported over OTLP to telemetry.otlp.endpoint. 0 (the default): no tracing at all.",
+    ),
 )
 _BY_PATH = {k.path: k for k in KEYS}
 SECRET_ENV = tuple(k.env for k in KEYS if k.secret)  # the environment variables that carry credentials

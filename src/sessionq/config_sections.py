@@ -157,6 +157,19 @@ class TelemetryOtlpSettings:
 
 
 @dataclass(frozen=True)
+class TelemetryTracingSettings:
+    """telemetry.tracing.*"""
+
+    sample_ratio: float  # telemetry.tracing.sampleRatio
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> TelemetryTracingSettings:
+        return cls(
+            sample_ratio=values["telemetry.tracing.sampleRatio"],
+        )
+
+
+@dataclass(frozen=True)
 class DatabaseSettings:
     """database.*"""
 
@@ -443,11 +456,13 @@ class TelemetrySettings:
     """telemetry.*"""
 
     otlp: TelemetryOtlpSettings  # telemetry.otlp.*
+    tracing: TelemetryTracingSettings  # telemetry.tracing.*
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> TelemetrySettings:
         return cls(
             otlp=TelemetryOtlpSettings.from_values(values),
+            tracing=TelemetryTracingSettings.from_values(values),
         )
 
 

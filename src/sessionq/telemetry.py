@@ -1,5 +1,6 @@
-"""OpenTelemetry metrics of a sessionq process (OBS-1, OBS-2): one MeterProvider, exported over
-OTLP (gRPC) when `telemetry.otlp.endpoint` is set.
+"""OpenTelemetry of a sessionq process: metrics (OBS-1, OBS-2) through one MeterProvider, exported
+over OTLP (gRPC) when `telemetry.otlp.endpoint` is set; traces of the API's calls when
+`telemetry.tracing.sampleRatio` is above 0 (`start_tracing`).
 
 The families of `sessionq.metrics` stay prometheus-client's (the Prometheus endpoint of
 `metrics.enabled` serves them as it always has, names unchanged). The MeterProvider's reader
@@ -11,20 +12,28 @@ attributes `kagent.gc.stage`, `error.type` <-> labels `kagent_gc_stage`, `error_
 become monotonic cumulative sums, gauges gauges, histograms explicit-bucket histograms. Any
 instrument made on the MeterProvider itself (`meter()`) is exported with them.
 
+Traces: every gRPC call the API answers is a server span (`server_span`, from the `rpc` wrapper),
+its parent the W3C trace context of the call's metadata (`traceparent`, `tracestate`), sampled
+parent-based with the configured ratio; log lines written inside carry its trace and span ids
+(`logs.py`). Off (ratio 0, the default) the wrapper checks one flag and does nothing else.
+
 Off (no endpoint): no provider, no thread, nothing exported.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from opentelemetry import metrics as otel_metrics
+from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
@@ -41,7 +50,11 @@ from opentelemetry.sdk.metrics.export import (
     Sum,
 )
 from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from prometheus_client import REGISTRY, CollectorRegistry
 
 log = logging.getLogger(__name__)
@@ -171,3 +184,58 @@ def start(endpoint: str, *, service: str, interval: float = 60.0, insecure: bool
     otel_metrics.set_meter_provider(provider)
     log.info("OpenTelemetry metrics exported over OTLP to %s every %gs", endpoint, interval)
     return Telemetry(provider)
+
+
+# -- traces -------------------------------------------------------------------------------------------
+
+_tracer: trace.Tracer | None = None  # set while tracing is on: the rpc wrapper does nothing else otherwise
+_propagator = TraceContextTextMapPropagator()
+
+
+def tracing() -> bool:
+    return _tracer is not None
+
+
+def start_tracing(endpoint: str, *, service: str, ratio: float, insecure: bool = True,
+                  exporter: SpanExporter | None = None) -> TracerProvider | None:
+    """A TracerProvider sampling `ratio` of the traces that do not come sampled already (parent
+    based), exporting to the OTLP gRPC `endpoint`; None (tracing off) when the ratio is 0 or there
+    is nowhere to export."""
+    global _tracer
+    if ratio <= 0 or (not endpoint and exporter is None):
+        return None
+    resource = Resource.create({"service.name": service, "service.instance.id": f"{os.uname().nodename}:{os.getpid()}"})
+    provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(ratio)), resource=resource)
+    provider.add_span_processor(BatchSpanProcessor(exporter or OTLPSpanExporter(endpoint=endpoint, insecure=insecure)))
+    _tracer = provider.get_tracer("sessionq")
+    log.info("OpenTelemetry traces sampled at %g and exported over OTLP to %s", ratio, endpoint)
+    return provider
+
+
+def stop_tracing(provider: TracerProvider | None) -> None:
+    global _tracer
+    _tracer = None
+    if provider is not None:
+        provider.shutdown()
+
+
+@contextlib.contextmanager
+def server_span(name: str, metadata: Iterable[tuple[str, Any]] | None) -> Iterator[None]:
+    """A server span for a call, child of the W3C trace context its metadata carries."""
+    if _tracer is None:
+        yield
+        return
+    carrier = {k.lower(): v for k, v in (metadata or ()) if isinstance(v, str)}
+    with _tracer.start_as_current_span(name, context=_propagator.extract(carrier), kind=trace.SpanKind.SERVER,
+                                       attributes={"rpc.system": "grpc", "rpc.method": name}):
+        yield
+
+
+def current_ids() -> tuple[str, str] | None:
+    """(trace id, span id) of the active span, in hex, when there is one (for log lines)."""
+    if _tracer is None:
+        return None
+    ctx = trace.get_current_span().get_span_context()
+    if not ctx.is_valid:
+        return None
+    return f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}"

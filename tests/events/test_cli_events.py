@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 
 from click.testing import CliRunner
 from lifecycle import ready_session
@@ -41,3 +42,19 @@ async def test_events_bad_input_is_one_line(api, store, sim):
         result = await cli(api, "events", *args)
         assert result.exit_code != 0 and "Traceback" not in result.output, result.output
         assert len(result.output.strip().splitlines()) <= 4
+
+
+async def test_events_follow_prints_new_events_as_they_happen(api, store, sim):
+    await ready_session(store, sim, "before")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "sessionq.cli.main", "--server", api.address, "--token", "alice-token", "events",
+        "--follow", "-o", "json", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+    try:
+        later = await ready_session(store, sim, "after")
+        assert proc.stdout is not None
+        lines = [json.loads(await asyncio.wait_for(proc.stdout.readline(), 30)) for _ in range(4)]
+        assert [e["type"] for e in lines] == ["created", "ready", "created", "ready"]
+        assert lines[-1]["sessionId"] == str(later.id)
+    finally:
+        proc.terminate()
+        await asyncio.wait_for(proc.wait(), 10)

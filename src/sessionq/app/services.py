@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from grpc_health.v1 import health_pb2
+from opentelemetry.sdk.trace import TracerProvider
 
 from sessionq import metrics, telemetry, webserve
 from sessionq.api.agentcard import AgentCardServer
@@ -131,6 +132,7 @@ class _Running:
     runtime_watch: asyncio.Task[None] | None = None
     ready_watch: asyncio.Task[None] | None = None
     telemetry: telemetry.Telemetry | None = None
+    tracer: TracerProvider | None = None
     clean: bool = False  # stopped gracefully: nothing left to cut short
 
 
@@ -171,6 +173,8 @@ async def run_services(
         otlp = settings.telemetry.otlp
         running.telemetry = telemetry.start(otlp.endpoint, service="sessionq-api" if api else "sessionq-worker",
                                             interval=otlp.interval, insecure=otlp.insecure)
+        running.tracer = telemetry.start_tracing(otlp.endpoint, service="sessionq-api" if api else "sessionq-worker",
+                                                 ratio=settings.telemetry.tracing.sample_ratio, insecure=otlp.insecure)
         async with open_runtime(settings, direct_url) as runtime:
             if api:
                 await _start_api(running, settings, runtime, api_index, console_local_user)
@@ -315,6 +319,8 @@ async def _clean_up(running: _Running, shutdown: Shutdown | None) -> None:
     forced = shutdown is not None and shutdown.forced is not None
     if running.telemetry is not None and not forced:
         await asyncio.to_thread(running.telemetry.shutdown)  # the last export
+    if running.tracer is not None:
+        await asyncio.to_thread(telemetry.stop_tracing, running.tracer)
     await running.store.close(timeout=0 if forced else 5.0)
 
 
