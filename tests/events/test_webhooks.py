@@ -279,3 +279,11 @@ async def test_the_cli_creates_lists_and_deletes(api, receiver):
     gone = await cli("webhooks", "delete", body["webhook"]["id"])
     assert gone.exit_code == 0 and "Deleted" in gone.output
     assert "No webhooks." in (await cli("webhooks", "list")).output
+
+
+def test_sessionq_up_allows_loopback_webhooks_and_serve_does_not():
+    from sessionq.app.up import _local_settings
+
+    assert config.defaults().webhooks.allow_loopback is False
+    assert config.defaults().webhooks.allow_private_targets is False
+    assert _local_settings(config.defaults(), "me").webhooks.allow_loopback is True
