@@ -7,6 +7,7 @@ from sessionq.cli.actors import actors
 from sessionq.cli.agent import agent
 from sessionq.cli.checkpoint import checkpoint
 from sessionq.cli.client import DEFAULT_SERVER, DEFAULT_TIMEOUT
+from sessionq.cli.events import events, webhooks
 from sessionq.cli.invoke import invoke
 from sessionq.cli.operator import jobs, queues, quiescence, requeue, status, workers
 from sessionq.cli.sandbox import sandbox
@@ -47,6 +48,8 @@ main.add_command(session)
 main.add_command(actors)
 main.add_command(checkpoint)
 main.add_command(sandbox)
+main.add_command(events)
+main.add_command(webhooks)
 # the kagent spelling: `sessionq agent session create ...` is the same group as `sessionq session ...`
 agent.add_command(session)
 agent.add_command(invoke)

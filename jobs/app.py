@@ -13,7 +13,19 @@ from typing import Any
 from procrastinate import App, RetryStrategy
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
-from sessionq.jobs import a2a, agents, bridge, checkpoints, dispatch, operations, periodic, purge, quiescence, reaper
+from sessionq.jobs import (
+    a2a,
+    agents,
+    bridge,
+    checkpoints,
+    dispatch,
+    events,
+    operations,
+    periodic,
+    purge,
+    quiescence,
+    reaper,
+)
 
 from sessionq.db.connection import FailFastPool, connect_kwargs, conninfo, pooler_kwargs
 
@@ -95,4 +107,5 @@ def build_app(
     periodic.register(app, expiry=expiry)
     reaper.register(app)
     purge.register(app)
+    events.register(app)
     return app

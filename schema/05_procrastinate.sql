@@ -111,6 +111,17 @@ END $$;
 COMMENT ON FUNCTION sessionq.run_waiting_job(text, timestamptz) IS
   'Move the waiting (todo) job of a queueing lock forward to p_at (NULL: due now, and idle workers are woken); a job due sooner is left alone. Returns the job moved, or NULL. Called by defer_job when a job already waits, and by completions and released claims, so that a job waiting for a claim to lapse never outlives the claim''s reason.';
 
+-- job_waiting: whether a job waits (todo) under a queueing lock, read without taking any lock (a
+-- defer that conflicts with another transaction's uncommitted job waits for that transaction).
+CREATE OR REPLACE FUNCTION sessionq.job_waiting(p_queueing_lock text) RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = sessionq, public
+AS $$
+  SELECT EXISTS (SELECT 1 FROM procrastinate_jobs j WHERE j.queueing_lock = p_queueing_lock AND j.status = 'todo')
+$$;
+COMMENT ON FUNCTION sessionq.job_waiting(text) IS
+  'Whether a committed job waits (todo) under queueing lock p_queueing_lock: callers that defer the same work from many concurrent transactions skip the defer then, instead of queueing behind each other''s uncommitted insert.';
+
 CREATE OR REPLACE FUNCTION sessionq.defer_job(
   p_queue text,
   p_task text,

@@ -194,6 +194,29 @@ def test_revision_0011_brings_the_turn_failure_to_an_older_database(empty_databa
         assert cleared == (False,)
 
 
+
+def test_revision_0015_brings_lifecycle_events_to_an_older_database(empty_database_url):
+    """Revision 0015 gives a database at 0011 the lifecycle events: the table, the triggers that
+    derive an event from each transition, and its procedures."""
+    from alembic import command
+
+    migrate.upgrade(empty_database_url)
+    with psycopg.connect(empty_database_url, autocommit=True) as conn:
+        conn.execute("DROP TABLE sessionq.lifecycle_events CASCADE")
+        conn.execute("DROP TRIGGER sessions_events_insert ON sessionq.sessions")
+        conn.execute("DROP TRIGGER sessions_events_update ON sessionq.sessions")
+        conn.execute("DROP TRIGGER sessions_events_delete ON sessionq.sessions")
+        conn.execute("DROP TRIGGER checkpoints_events ON sessionq.checkpoints")
+        conn.execute("UPDATE sessionq.schema_installed SET revision = '0011_turn_failure'")
+    command.stamp(migrate.alembic_config(empty_database_url), "0011_turn_failure")
+    migrate.upgrade(empty_database_url)
+    assert migrate.current(empty_database_url) == migrate.head()
+    with psycopg.connect(empty_database_url) as conn:
+        triggers = conn.execute("SELECT count(*) FROM pg_trigger WHERE tgname IN ('sessions_events_insert',"
+                                " 'sessions_events_update', 'sessions_events_delete', 'checkpoints_events')").fetchone()
+        assert triggers == (4,)
+        assert conn.execute("SELECT sessionq.purge_lifecycle_events(0, 10)").fetchone() == (0,)
+
 CATALOG = {
     "functions": "SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid), obj_description(p.oid, 'pg_proc')"
                  " FROM pg_proc p WHERE p.pronamespace = 'sessionq'::regnamespace ORDER BY 1",

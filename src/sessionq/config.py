@@ -127,6 +127,16 @@ def _positive_duration(value: Any, key: str) -> float:
     return d
 
 
+def _ratio(value: Any, key: str) -> float:
+    try:
+        ratio = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{key}: {str(value)[:80]!r} is not a number between 0 and 1") from None
+    if not 0 <= ratio <= 1:
+        raise ConfigError(f"{key}: {ratio} is not between 0 and 1")
+    return ratio
+
+
 def _tokens(value: Any, key: str) -> dict[str, str]:
     if isinstance(value, str):  # env form: "token1=alice,token2=bob"
         out: dict[str, str] = {}
@@ -546,6 +556,63 @@ KEYS: tuple[Key, ...] = (
     Key("global.clusterDomain", _str, "cluster.local", "Cluster DNS domain for generated in-cluster URLs."),
     Key("logging.format", _choice("json", "text"), "json", "Log format: JSON lines or human-readable text."),
     Key("logging.level", _choice("debug", "info", "warning", "error"), "info", "Log level."),
+    Key(
+        "events.retention",
+        _duration,
+        604800.0,
+        "How long lifecycle events are kept (docs/events.md); a periodic job purges older ones in batches."
+        " 0s keeps none past the next purge.",
+    ),
+    Key(
+        "events.expiringSoonLead",
+        _duration,
+        3600.0,
+        "How long before a Session's idle TTL ends its expiring_soon event is recorded (0s: none).",
+    ),
+    Key(
+        "webhooks.allowPrivateTargets",
+        _bool,
+        False,
+        "Whether webhooks may go to loopback, private-range and link-local addresses (refused by default, as A2A"
+        " push: a subscription naming one answers INVALID_ARGUMENT, and a delivery that resolves to one fails).",
+    ),
+    Key(
+        "webhooks.allowLoopback",
+        _bool,
+        False,
+        "Whether webhooks may go to loopback addresses (127.0.0.0/8, ::1) even when private targets are refused;"
+        " `sessionq up` turns it on (a local development setup).",
+    ),
+    Key("webhooks.timeout", _positive_duration, 10.0, "The deadline of one webhook delivery attempt, all of it."),
+    Key(
+        "webhooks.maxAttempts",
+        _int(1, 1000),
+        8,
+        "Attempts at one webhook delivery (retried with a growing wait: 1, 3, 5, ... s) before it is given up.",
+    ),
+    Key(
+        "webhooks.disableAfterFailures",
+        _int(0, 1_000_000),
+        50,
+        "Failed delivery attempts in a row after which a subscription is disabled (0: never).",
+    ),
+    Key(
+        "telemetry.otlp.endpoint",
+        _str,
+        "",
+        "OTLP endpoint (host:port or http://host:port) the process's OpenTelemetry metrics are exported to (empty: no"
+        " OpenTelemetry export; the Prometheus endpoint of metrics.enabled is independent of it).",
+    ),
+    Key("telemetry.otlp.protocol", _choice("grpc"), "grpc", "OTLP protocol (gRPC)."),
+    Key("telemetry.otlp.interval", _positive_duration, 60.0, "How often metrics are exported over OTLP."),
+    Key("telemetry.otlp.insecure", _bool, True, "Export over plaintext gRPC (false: TLS with the system's roots)."),
+    Key(
+        "telemetry.tracing.sampleRatio",
+        _ratio,
+        0.0,
+        "Share of the API's calls traced (0..1; a call whose W3C traceparent says sampled is traced whatever"
+        " it is), exported over OTLP to telemetry.otlp.endpoint. 0 (the default): no tracing at all.",
+    ),
 )
 _BY_PATH = {k.path: k for k in KEYS}
 SECRET_ENV = tuple(k.env for k in KEYS if k.secret)  # the environment variables that carry credentials

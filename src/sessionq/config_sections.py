@@ -138,6 +138,38 @@ class RuntimeProcessSettings:
 
 
 @dataclass(frozen=True)
+class TelemetryOtlpSettings:
+    """telemetry.otlp.*"""
+
+    endpoint: str  # telemetry.otlp.endpoint
+    protocol: Literal["grpc"]  # telemetry.otlp.protocol
+    interval: float  # telemetry.otlp.interval
+    insecure: bool  # telemetry.otlp.insecure
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> TelemetryOtlpSettings:
+        return cls(
+            endpoint=values["telemetry.otlp.endpoint"],
+            protocol=values["telemetry.otlp.protocol"],
+            interval=values["telemetry.otlp.interval"],
+            insecure=values["telemetry.otlp.insecure"],
+        )
+
+
+@dataclass(frozen=True)
+class TelemetryTracingSettings:
+    """telemetry.tracing.*"""
+
+    sample_ratio: float  # telemetry.tracing.sampleRatio
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> TelemetryTracingSettings:
+        return cls(
+            sample_ratio=values["telemetry.tracing.sampleRatio"],
+        )
+
+
+@dataclass(frozen=True)
 class DatabaseSettings:
     """database.*"""
 
@@ -383,6 +415,57 @@ class LoggingSettings:
         )
 
 
+@dataclass(frozen=True)
+class EventsSettings:
+    """events.*"""
+
+    retention: float  # events.retention
+    expiring_soon_lead: float  # events.expiringSoonLead
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> EventsSettings:
+        return cls(
+            retention=values["events.retention"],
+            expiring_soon_lead=values["events.expiringSoonLead"],
+        )
+
+
+@dataclass(frozen=True)
+class WebhooksSettings:
+    """webhooks.*"""
+
+    allow_private_targets: bool  # webhooks.allowPrivateTargets
+    allow_loopback: bool  # webhooks.allowLoopback
+    timeout: float  # webhooks.timeout
+    max_attempts: int  # webhooks.maxAttempts
+    disable_after_failures: int  # webhooks.disableAfterFailures
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> WebhooksSettings:
+        return cls(
+            allow_private_targets=values["webhooks.allowPrivateTargets"],
+            allow_loopback=values["webhooks.allowLoopback"],
+            timeout=values["webhooks.timeout"],
+            max_attempts=values["webhooks.maxAttempts"],
+            disable_after_failures=values["webhooks.disableAfterFailures"],
+        )
+
+
+@dataclass(frozen=True)
+class TelemetrySettings:
+    """telemetry.*"""
+
+    otlp: TelemetryOtlpSettings  # telemetry.otlp.*
+    tracing: TelemetryTracingSettings  # telemetry.tracing.*
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> TelemetrySettings:
+        return cls(
+            otlp=TelemetryOtlpSettings.from_values(values),
+            tracing=TelemetryTracingSettings.from_values(values),
+        )
+
+
 class Sections:
     """The sections of sessionq.config.Settings, as typed attributes."""
 
@@ -400,6 +483,9 @@ class Sections:
     inventory: InventorySettings
     global_: GlobalSettings
     logging: LoggingSettings
+    events: EventsSettings
+    webhooks: WebhooksSettings
+    telemetry: TelemetrySettings
 
     def _set_sections(self, values: Mapping[str, Any]) -> None:
         """Set every section from the values by key path (Settings is frozen)."""
@@ -417,3 +503,6 @@ class Sections:
         object.__setattr__(self, "inventory", InventorySettings.from_values(values))
         object.__setattr__(self, "global_", GlobalSettings.from_values(values))
         object.__setattr__(self, "logging", LoggingSettings.from_values(values))
+        object.__setattr__(self, "events", EventsSettings.from_values(values))
+        object.__setattr__(self, "webhooks", WebhooksSettings.from_values(values))
+        object.__setattr__(self, "telemetry", TelemetrySettings.from_values(values))

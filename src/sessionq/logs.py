@@ -1,5 +1,5 @@
 """Logging: JSON lines (serve, worker) or human-readable text (up). Lifecycle lines carry
-session_id, operation_id and job_id as fields."""
+session_id, operation_id and job_id as fields, and trace_id, span_id while a span is active."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import json
 import logging
 import sys
 import time
+
+from sessionq import telemetry
 
 FIELDS = (
     "session_id",
@@ -19,6 +21,8 @@ FIELDS = (
     "actor_template_atespace",
     "actor_template_name",
     "error",
+    "trace_id",
+    "span_id",
 )
 
 
@@ -32,6 +36,9 @@ class JobContextFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if getattr(record, "job_id", None) is None:
             record.job_id = JOB_ID.get()
+        ids = telemetry.current_ids()  # the active span's, when tracing is on
+        if ids is not None:
+            record.trace_id, record.span_id = ids
         return True
 
 

@@ -550,3 +550,78 @@ class CheckpointClaim:
     previous_executor: UUID | None
     expires_at: datetime | None
     checkpoint: Checkpoint | None
+
+
+class EventKind(enum.StrEnum):
+    """lifecycle_events.kind: the transition a lifecycle event records (schema/45_events.sql)."""
+
+    CREATED = "created"
+    READY = "ready"
+    SUSPENDED = "suspended"
+    RESUMED = "resumed"
+    PAUSED = "paused"
+    CHECKPOINTED = "checkpointed"
+    FORKED = "forked"
+    QUIESCENCE_FAILED = "quiescence_failed"
+    EXPIRING_SOON = "expiring_soon"
+    EXPIRED = "expired"
+    DELETING = "deleting"
+    DELETED = "deleted"
+    RUNTIME_LOST = "runtime_lost"
+
+
+@dataclass(frozen=True)
+class LifecycleEvent(Row):
+    """One lifecycle event of a Session (sessionq.lifecycle_events). Its position (xid, seq) orders
+    it for every reader; `id` is the position as text, the SSE id and the page token."""
+
+    seq: int
+    xid: int
+    session_id: UUID
+    kind: EventKind
+    owner: str
+    agent_namespace: str
+    agent_name: str
+    operation_id: UUID | None
+    task_id: str | None
+    payload: dict[str, Any]
+    created_at: datetime
+
+    @property
+    def id(self) -> str:
+        return f"{self.xid}-{self.seq}"
+
+
+class WebhookDeliveryState(enum.StrEnum):
+    """webhook_deliveries.state."""
+
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+
+
+class WebhookClaimStatus(enum.StrEnum):
+    """claim_webhook_delivery's status."""
+
+    CLAIMED = "claimed"
+    BUSY = "busy"
+    NONE = "none"
+
+
+@dataclass(frozen=True)
+class WebhookSubscription(Row):
+    """A webhook subscription as its owner reads it: never its secret."""
+
+    id: UUID
+    owner: str
+    is_global: bool
+    url: str
+    event_types: list[str]
+    agent_namespace: str | None
+    agent_name: str | None
+    enabled: bool
+    consecutive_failures: int
+    last_failure: str | None
+    disabled_at: datetime | None
+    created_at: datetime
+    updated_at: datetime

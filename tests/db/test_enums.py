@@ -30,6 +30,8 @@ COLUMNS: dict[tuple[str, str], type[StrEnum]] = {
     ("job_attempts", "outcome"): models.JobAttemptOutcome,
     ("push_deliveries", "state"): models.PushDeliveryState,
     ("task_cancels", "outcome"): models.CancelOutcome,
+    ("lifecycle_events", "kind"): models.EventKind,
+    ("webhook_deliveries", "state"): models.WebhookDeliveryState,
 }
 
 # enum -> the procedures whose first result column (status / outcome) it holds
@@ -39,6 +41,7 @@ PROCEDURES: dict[type[StrEnum], tuple[str, ...]] = {
     models.CheckpointClaimStatus: ("claim_checkpoint",),
     models.ObservationStatus: ("observe",),
     models.ExpiryOutcome: ("expire_session",),
+    models.WebhookClaimStatus: ("claim_webhook_delivery",),
 }
 
 IN_LIST = re.compile(r"^CHECK \(\((\w+) = ANY \(ARRAY\[(.*)\]\)\)\)$")

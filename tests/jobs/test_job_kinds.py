@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from sessionq.jobs import periodic, purge, reaper
+from sessionq.jobs import events, periodic, purge, reaper
 from sessionq.jobs.app import build_app
 
-PERIODIC = {"expire_idle_sessions", "collect_runtime_revisions", reaper.TASK, purge.TASK}
+PERIODIC = {"expire_idle_sessions", "collect_runtime_revisions", reaper.TASK, purge.TASK, events.TASK}
 
 
 def kinds(url: str) -> dict[str, tuple[str, str]]:

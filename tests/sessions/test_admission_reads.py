@@ -84,5 +84,8 @@ async def test_new_fork_reads_no_other_session(store: Store, sim: Any, database_
         cur = await conn.execute("SELECT outcome, session FROM sessionq.admit_fork(%s, 'alice', 'fork-1')", (cp.id,))
         again = await cur.fetchone()
         assert again is not None and again[0] == "joined" and UUID(again[1]["id"]) == UUID(row[1]["id"])
-        assert await index_tuples_read(conn) <= 3  # conflict check, lookup, one read by primary key
+        # conflict check, lookup, one read by primary key; the counts, pending until the backend
+        # reports them, may still hold the admission's read of the source Session by primary key
+        # (its forked event, schema/45_events.sql)
+        assert await index_tuples_read(conn) <= 4
         await conn.commit()

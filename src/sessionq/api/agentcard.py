@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import psycopg
@@ -39,7 +39,7 @@ from google.protobuf.json_format import Error as JsonFormatError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sessionq import errors, webserve
@@ -365,9 +365,11 @@ class AgentCardServer:
         allowed_hosts: list[str] | None = None,
         max_connections: int = 1000,
         header_timeout: float = 15.0,
+        routes: Sequence[BaseRoute] = (),
     ) -> None:
         self.store = store
         self.auth = auth
+        self.extra_routes = list(routes)  # other self-contained routes on this listener (the event streams)
         self.grpc_address = grpc_url.removeprefix("grpc://")
         self.base_url = base_url
         self.handler = handler
@@ -438,6 +440,7 @@ class AgentCardServer:
         (any host when `allowed` is None)."""
         routes: list[Any] = [
             Route("/api/a2a/{namespace}/{agent}/.well-known/agent-card.json", self._card_endpoint, methods=["GET"]),
+            *self.extra_routes,
         ]
         if self.handler is not None:
             sdk_handler = SdkErrors(self.handler)

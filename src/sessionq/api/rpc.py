@@ -16,7 +16,7 @@ from google.protobuf import json_format
 from google.rpc import error_details_pb2, status_pb2
 from psycopg_pool import PoolTimeout
 
-from sessionq import errors, metrics
+from sessionq import errors, metrics, telemetry
 from sessionq.api.storable import check_storable
 from sessionq.errors import SessionqError
 
@@ -47,6 +47,12 @@ def rpc(method: F) -> F:
 
     @functools.wraps(method)
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if telemetry.tracing():  # one check when tracing is off
+            with telemetry.server_span(f"{type(self).__name__}/{method.__name__}", context.invocation_metadata()):
+                return await run(self, request, context)
+        return await run(self, request, context)
+
+    async def run(self: Any, request: Any, context: grpc.aio.ServicerContext) -> Any:
         name = f"{type(self).__name__}/{method.__name__}"
         started = time.monotonic()
         code = grpc.StatusCode.OK

@@ -19,11 +19,12 @@ from sessionq._pb.kagent.api.v1alpha1 import (
     task_store_pb2,
     task_store_pb2_grpc,
 )
-from sessionq._pb.sessionq.v1 import inventory_pb2, inventory_pb2_grpc
+from sessionq._pb.sessionq.v1 import events_pb2, events_pb2_grpc, inventory_pb2, inventory_pb2_grpc
 from sessionq.api.a2a import A2AHandler, A2AService
 from sessionq.api.agents import AgentService
 from sessionq.api.auth import Authenticator
 from sessionq.api.checkpoints import CheckpointService
+from sessionq.api.events import EventFeed, EventService
 from sessionq.api.guard import InputGuard
 from sessionq.api.handlers import HandlerTable
 from sessionq.api.inventory import InventoryService
@@ -31,8 +32,10 @@ from sessionq.api.sandboxes import SandboxService
 from sessionq.api.sessions import SessionService
 from sessionq.api.taskstore import TaskStoreService
 from sessionq.api.validation import RequestValidation
+from sessionq.api.webhooks import WebhookService
 from sessionq.config import Settings, grpc_message_limit
 from sessionq.db.store import Store
+from sessionq.domain.push import TargetPolicy
 from sessionq.runtime.base import RuntimeReader
 
 SERVICE_NAMES = [
@@ -43,6 +46,8 @@ SERVICE_NAMES = [
     task_store_pb2.DESCRIPTOR.services_by_name["TaskStoreService"].full_name,
     checkpoints_pb2.DESCRIPTOR.services_by_name["CheckpointService"].full_name,
     a2a_pb2.DESCRIPTOR.services_by_name["A2AService"].full_name,
+    events_pb2.DESCRIPTOR.services_by_name["EventService"].full_name,
+    events_pb2.DESCRIPTOR.services_by_name["WebhookService"].full_name,
 ]
 
 
@@ -99,6 +104,14 @@ class ApiServer:
         )
         task_store_pb2_grpc.add_TaskStoreServiceServicer_to_server(TaskStoreService(store), table)
         checkpoints_pb2_grpc.add_CheckpointServiceServicer_to_server(CheckpointService(store, auth), table)
+        # lifecycle events: the paged list here, the SSE streams on the HTTP listener (event_routes)
+        self.events = EventFeed(store, settings.auth.admins, settings.a2a.stream.fallback_poll)
+        events_pb2_grpc.add_EventServiceServicer_to_server(EventService(self.events, auth), table)
+        webhook_targets = TargetPolicy(allow_private=settings.webhooks.allow_private_targets,
+                                       allow_loopback=settings.webhooks.allow_loopback)
+        events_pb2_grpc.add_WebhookServiceServicer_to_server(
+            WebhookService(store, auth, settings.auth.admins, webhook_targets), table
+        )
         # one A2A behaviour behind gRPC here and the HTTP bindings (api/agentcard.py)
         self.a2a = A2AHandler(
             store,

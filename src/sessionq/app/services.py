@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from grpc_health.v1 import health_pb2
+from opentelemetry.sdk.trace import TracerProvider
 
-from sessionq import metrics, webserve
+from sessionq import metrics, telemetry, webserve
 from sessionq.api.agentcard import AgentCardServer
+from sessionq.api.events import event_routes
 from sessionq.api.server import ApiServer
 from sessionq.app.runtimes import (
     ServedProcess,
@@ -129,6 +131,8 @@ class _Running:
     worker_task: asyncio.Task[str] | None = None
     runtime_watch: asyncio.Task[None] | None = None
     ready_watch: asyncio.Task[None] | None = None
+    telemetry: telemetry.Telemetry | None = None
+    tracer: TracerProvider | None = None
     clean: bool = False  # stopped gracefully: nothing left to cut short
 
 
@@ -166,6 +170,11 @@ async def run_services(
         if settings.metrics.enabled:
             _serve_metrics(settings, running.readiness, api_index)
             running.gauges = asyncio.create_task(metrics.refresh_gauges(store, stop))
+        otlp = settings.telemetry.otlp
+        running.telemetry = telemetry.start(otlp.endpoint, service="sessionq-api" if api else "sessionq-worker",
+                                            interval=otlp.interval, insecure=otlp.insecure)
+        running.tracer = telemetry.start_tracing(otlp.endpoint, service="sessionq-api" if api else "sessionq-worker",
+                                                 ratio=settings.telemetry.tracing.sample_ratio, insecure=otlp.insecure)
         async with open_runtime(settings, direct_url) as runtime:
             if api:
                 await _start_api(running, settings, runtime, api_index, console_local_user)
@@ -218,6 +227,7 @@ async def _start_api(running: _Running, settings: Settings, runtime: Any, api_in
         allowed_hosts=settings.server.allowed_hosts,
         max_connections=settings.server.http_max_connections,
         header_timeout=settings.server.http_header_timeout,
+        routes=event_routes(server.events, server.auth),
     )
     try:
         await cards.start(settings.server.http_address, reuse_port=reuse_port)
@@ -307,6 +317,10 @@ async def _clean_up(running: _Running, shutdown: Shutdown | None) -> None:
         with contextlib.suppress(asyncio.CancelledError):
             await running.gauges
     forced = shutdown is not None and shutdown.forced is not None
+    if running.telemetry is not None and not forced:
+        await asyncio.to_thread(running.telemetry.shutdown)  # the last export
+    if running.tracer is not None:
+        await asyncio.to_thread(telemetry.stop_tracing, running.tracer)
     await running.store.close(timeout=0 if forced else 5.0)
 
 

@@ -223,9 +223,10 @@ async def _open_database(started: _Started, shutdown: Shutdown, data_dir: Path,
 
 
 def _local_settings(settings: Settings, user: str) -> Settings:
-    """`up`'s settings: calls without a token are `user`'s, the web console on UP_CONSOLE unless
-    configured; the API must listen on loopback (it serves unauthenticated local calls)."""
-    overrides: dict[str, Any] = {"auth.anonymousUser": user}
+    """`up`'s settings: calls without a token are `user`'s, webhooks may go to loopback, the web
+    console on UP_CONSOLE unless configured; the API must listen on loopback (it serves unauthenticated local calls)."""
+    # a local development setup: webhooks may go to a receiver on this machine
+    overrides: dict[str, Any] = {"auth.anonymousUser": user, "webhooks.allowLoopback": True}
     if not settings.server.console_address:
         overrides["server.consoleAddress"] = UP_CONSOLE
     settings = settings.with_overrides(**overrides)

@@ -281,6 +281,15 @@ class Console:
             raise Refused(f"session {sid} not found", 404)
         return self.page(request, "session.html", d=detail)
 
+    async def events(self, request: Request) -> Response:
+        raw = request.query_params.get("session", "").strip()
+        try:
+            sid = UUID(raw) if raw else None
+        except ValueError:
+            raise Refused("session: a session ID (a UUID)") from None
+        rows = await self.ops.recent_events(sid, viewer=self.viewer(request))
+        return self.page(request, "events.html", rows=rows, session=raw)
+
     async def jobs(self, request: Request) -> Response:
         params = request.query_params
         queue = params.get("queue") or None
@@ -389,6 +398,7 @@ def build_app(settings: Settings, pool: AsyncConnectionPool, *, local_user: str 
         Route("/", c.view(c.overview)),
         Route("/sessions", c.view(c.sessions)),
         Route("/sessions/{session_id}", c.view(c.session)),
+        Route("/events", c.view(c.events)),
         Route("/jobs", c.view(c.jobs, admins_only=True)),
         Route("/jobs/{job_id:int}", c.view(c.job, admins_only=True)),
         Route("/workers", c.view(c.workers, admins_only=True)),

@@ -17,6 +17,8 @@ changed, so that a waiter subscribes to the one thing it waits for (`Listener.su
   ``{"session"}``.
 - ``sessionq_checkpoint``, key ``checkpoint``: a checkpoint row changed (40_checkpoints.sql).
   Payload ``{"checkpoint"}``.
+- ``sessionq_event``, key ``session``: a lifecycle event of the Session was recorded (45_events.sql,
+  record_event). Payload ``{"session"}``.
 - ``sessionq_drain``, key ``worker``: a drain was requested (sessionq.request_drain,
   80_operator_views.sql). Payload ``{"worker"}``: a worker name or ``*`` (every worker).
 
@@ -38,6 +40,7 @@ class Channel(StrEnum):
     IDLE = "sessionq_idle"
     CHECKPOINT = "sessionq_checkpoint"
     DRAIN = "sessionq_drain"
+    EVENT = "sessionq_event"
 
 
 # the field of a channel's payload that names what changed; other channels (tests) use "key"
@@ -47,6 +50,7 @@ KEY_FIELDS: dict[str, str] = {
     Channel.IDLE: "session",
     Channel.CHECKPOINT: "checkpoint",
     Channel.DRAIN: "worker",
+    Channel.EVENT: "session",
 }
 ALL_WORKERS = "*"  # the worker of a drain request that applies to every worker
 

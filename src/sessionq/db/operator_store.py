@@ -237,6 +237,19 @@ class OperatorStore:
             {"id": sid, "text": text.strip(), "pattern": pattern, "state": state, "limit": limit, "viewer": viewer},
         )
 
+    async def recent_events(self, session_id: UUID | None = None, limit: int = 100, *,
+                            viewer: str | None = None) -> list[Row]:
+        """The newest lifecycle events (docs/events.md), of one Session or of all; with `viewer` (a
+        user who is not an admin) only those of the Sessions they own."""
+        return await self._rows(
+            "SELECT (xid::text || '-' || seq) AS id, session_id, kind, owner, agent_namespace, agent_name,"
+            " operation_id, task_id, payload, created_at FROM sessionq.lifecycle_events"
+            " WHERE (%(session)s::uuid IS NULL OR session_id = %(session)s)"
+            "   AND (%(viewer)s::text IS NULL OR owner = %(viewer)s)"
+            " ORDER BY xid DESC, seq DESC LIMIT %(limit)s",
+            {"session": session_id, "viewer": viewer, "limit": limit},
+        )
+
     async def session_detail(self, session_id: UUID, *, viewer: str | None = None) -> dict[str, Any] | None:
         """One Session as an operator sees it: its overview row (state, operation, claims, delete
         blockers...), its pending operation, claims, latest turns, checkpoints, forks and jobs.

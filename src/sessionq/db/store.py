@@ -16,6 +16,7 @@ from sessionq.db.notify import Channel
 from sessionq.db.stores.a2a import A2AStore
 from sessionq.db.stores.agents import AgentStore
 from sessionq.db.stores.checkpoints import CheckpointStore
+from sessionq.db.stores.events import EventStore
 from sessionq.db.stores.expiry import ExpiryStore
 from sessionq.db.stores.gauges import GaugeStore
 from sessionq.db.stores.gc import GcStore
@@ -23,7 +24,9 @@ from sessionq.db.stores.sessions import SessionStore
 from sessionq.db.stores.tasks import TaskStore
 
 
-class Store(AgentStore, SessionStore, TaskStore, A2AStore, CheckpointStore, ExpiryStore, GcStore, GaugeStore):
+class Store(
+    AgentStore, SessionStore, TaskStore, A2AStore, CheckpointStore, ExpiryStore, GcStore, GaugeStore, EventStore
+):
     def __init__(
         self, pool: AsyncConnectionPool, listener: Listener | None = None, *, coalesce_reads: bool = True
     ) -> None:
@@ -54,10 +57,10 @@ class Store(AgentStore, SessionStore, TaskStore, A2AStore, CheckpointStore, Expi
         if listen:
             listener = Listener(
                 direct_url or url,
-                [Channel.SESSION, Channel.TASK, Channel.CHECKPOINT],
+                [Channel.SESSION, Channel.TASK, Channel.CHECKPOINT, Channel.EVENT],
                 # a notification reaches only the waiters of its Session (thousands of open A2A
                 # streams must not each decode every task notification)
-                keyed=(Channel.SESSION, Channel.TASK),
+                keyed=(Channel.SESSION, Channel.TASK, Channel.EVENT),
                 health=pool.health,
             )
             await listener.start()

@@ -1,0 +1,116 @@
+"""Lifecycle events of Sessions (schema/45_events.sql): the pages readers take after a position,
+the expiring_soon announcements and the retention purge. The events themselves are written by the
+schema's triggers, in the transaction of each transition."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from sessionq import errors
+from sessionq.db.stores.base import StoreBase
+from sessionq.models import EventKind, LifecycleEvent, WebhookClaimStatus, WebhookSubscription
+
+_POSITION = re.compile(r"^([0-9]{1,20})-([0-9]{1,19})$")
+_COLUMNS = ("seq, (xid::text)::bigint AS xid, session_id, kind, owner, agent_namespace, agent_name,"
+            " operation_id, task_id, payload, created_at")
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a reader stands in the events: after the event (xid, seq)."""
+
+    xid: int
+    seq: int
+
+    @classmethod
+    def parse(cls, text: str) -> Position:
+        """A position from an event id (`<xid>-<seq>`, the SSE id and page token); INVALID_ARGUMENT
+        when it is not one."""
+        m = _POSITION.match(text.strip())
+        if m is None or int(m.group(2)) > 2**63 - 1 or int(m.group(1)) > 2**63 - 1:
+            raise errors.invalid(f"{errors.clip(text)!r} is not an event id")
+        return cls(int(m.group(1)), int(m.group(2)))
+
+    def __str__(self) -> str:
+        return f"{self.xid}-{self.seq}"
+
+
+class EventStore(StoreBase):
+
+    async def event_page(
+        self,
+        caller: str,
+        share_hash: str | None,
+        admin: bool,
+        *,
+        session_id: UUID | None = None,
+        kinds: Sequence[EventKind] | None = None,
+        after: Position | None = None,
+        limit: int = 100,
+    ) -> list[LifecycleEvent]:
+        """Up to `limit` events the caller may see, after `after`, in position order: only those of
+        transactions older than every running one, so a later page never holds an earlier event."""
+        rows = await self._rows(
+            f"SELECT {_COLUMNS} FROM sessionq.event_page(%s, %s, %s, %s, %s, %s::text::xid8, %s, %s)",
+            (caller, share_hash, admin, session_id, list(kinds) if kinds else None,
+             None if after is None else str(after.xid), None if after is None else after.seq, limit),
+        )
+        return [LifecycleEvent.from_json(r) for r in rows]
+
+    async def event_position_known(self, position: Position) -> bool:
+        """Whether the position is that of a kept event or of one already purged."""
+        return bool(await self._value(
+            "SELECT sessionq.event_position_known(%s::text::xid8, %s)", (str(position.xid), position.seq)))
+
+    async def announce_expiring(self, ttl: float, lead: float, limit: int = 1000) -> int:
+        """Record expiring_soon for Sessions whose idle TTL ends within `lead` seconds."""
+        return int(await self._value("SELECT sessionq.announce_expiring(%s, %s, %s)", (ttl, lead, limit)))
+
+    async def purge_lifecycle_events(self, retention: float, limit: int = 1000) -> int:
+        """Delete events older than `retention` seconds among the `limit` oldest; how many went."""
+        return int(await self._value("SELECT sessionq.purge_lifecycle_events(%s, %s)", (retention, limit)))
+
+    async def create_webhook(
+        self, owner: str, is_global: bool, url: str, event_types: Sequence[EventKind], agent: tuple[str, str] | None,
+        secret: str,
+    ) -> WebhookSubscription:
+        value = await self._value(
+            "SELECT sessionq.create_webhook(%s, %s, %s, %s, %s, %s, %s)",
+            (owner, is_global, url, [k.value for k in event_types], agent[0] if agent else None,
+             agent[1] if agent else None, secret),
+        )
+        return WebhookSubscription.from_json(value)
+
+    async def list_webhooks(
+        self, caller: str, admin: bool, after: UUID | None, limit: int
+    ) -> list[WebhookSubscription]:
+        rows = await self._rows("SELECT w FROM sessionq.list_webhooks(%s, %s, %s, %s) w", (caller, admin, after, limit))
+        return [WebhookSubscription.from_json(r["w"]) for r in rows]
+
+    async def delete_webhook(self, webhook_id: UUID, caller: str, admin: bool) -> None:
+        await self._rows("SELECT sessionq.delete_webhook(%s, %s, %s)", (webhook_id, caller, admin))
+
+    async def webhook_streams(self, subscription_id: UUID, limit: int) -> list[UUID]:
+        """Sessions with pending deliveries of the subscription."""
+        rows = await self._rows("SELECT s FROM sessionq.webhook_streams(%s, %s) s", (subscription_id, limit))
+        return [r["s"] for r in rows]
+
+    async def claim_webhook_delivery(
+        self, subscription_id: UUID, session_id: UUID, executor: UUID, lease: float
+    ) -> tuple[WebhookClaimStatus, dict[str, Any] | None]:
+        row = await self._one("SELECT * FROM sessionq.claim_webhook_delivery(%s, %s, %s, %s)",
+                              (subscription_id, session_id, executor, lease))
+        return WebhookClaimStatus(row["status"]), row["delivery"]
+
+    async def record_webhook_attempt(
+        self, delivery_id: int, executor: UUID, ok: bool, status: int | None, error: str | None, give_up: bool,
+        disable_after: int,
+    ) -> bool:
+        """False when the attempt disabled the subscription (a run of `disable_after` failures)."""
+        return bool(await self._value(
+            "SELECT sessionq.record_webhook_attempt(%s, %s, %s, %s, %s, %s, %s)",
+            (delivery_id, executor, ok, status, error, give_up, disable_after)))

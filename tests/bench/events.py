@@ -1,0 +1,153 @@
+"""Scenario `events`: what lifecycle events and one webhook subscription cost CreateSession.
+
+The `create` set-up (`sessionq serve` + one `sessionq worker`, simulated runtime at zero latency),
+CreateSession at 64 clients, closed loop, alternating in the same run on the same server:
+
+- on: the schema as shipped (an event per transition, written by the triggers of
+  schema/45_events.sql) and one webhook subscription of the benchmark's user for every event,
+  delivered by the worker to a receiver in this process (loopback allowed);
+- off (baseline): the same database with the event triggers dropped and no subscription.
+
+Reported: creations/s and p99 of both, their ratio (target >= 0.9), and the webhook delivery
+latency from the transition's commit (the event's created_at, taken in its transaction) to the
+receiver's reading of the POST: p50/p99 over the events delivered while the run lasted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from tests.bench.common import (
+    USER,
+    Server,
+    free_port,
+    processes,
+    query_value,
+    ratio,
+    say,
+    setup_agent,
+    start_api,
+    start_workers,
+    table,
+)
+from tests.bench.create import SETTINGS, WORKER_PROCESSES, drive
+
+OFF = ("sessions_events_insert ON sessionq.sessions", "sessions_events_update ON sessionq.sessions",
+       "sessions_events_delete ON sessionq.sessions", "checkpoints_events ON sessionq.checkpoints")
+
+
+class Receiver:
+    """A webhook receiver: 204 for every POST, the time it read each event's body."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[float, bytes]] = []
+        self.port = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.decode("latin-1").split("\r\n"):
+                name, _, value = line.partition(":")
+                if name.strip().lower() == "content-length":
+                    length = int(value)
+            body = await reader.readexactly(length)
+            self.received.append((time.time(), body))
+            writer.write(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
+
+
+async def one(srv: Server, log_dir: Path, on: bool, sizes: dict[str, Any], tag: str) -> dict[str, Any]:
+    import json
+
+    receiver = Receiver()
+    server = await asyncio.start_server(receiver.handle, "127.0.0.1", 0)
+    receiver.port = server.sockets[0].getsockname()[1]
+    settings = {**SETTINGS, "webhooks.allowLoopback": True}
+    url = srv.fresh_database(f"events_{tag}")
+    await setup_agent(url, worker_pool_size=int(settings["runtime.simulator.workers"]))
+    if on and sizes.get("webhook", True):
+        await query_value(url, "SELECT sessionq.create_webhook(%s, false, %s, '{}', NULL, NULL, %s)",
+                          (USER, f"http://127.0.0.1:{receiver.port}/hook", "whsec_" + "QUFB" * 8))
+    if not on:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            for trigger in OFF:
+                await conn.execute(f"DROP TRIGGER {trigger}")
+    port = free_port()
+    try:
+        async with server, processes(log_dir / f"events-{tag}") as procs:
+            await asyncio.gather(start_api(procs, url, port, settings),
+                                 start_workers(procs, url, port, settings, WORKER_PROCESSES))
+            r = await drive(f"127.0.0.1:{port}", int(sizes["clients"]), float(sizes["seconds"]),
+                            float(sizes["warmup"]), tag)
+            if on:  # let the deliveries of the last creations arrive
+                await asyncio.sleep(float(sizes["drain"]))
+            procs.check()
+        r["events_on"] = on
+        r["events"] = int(await query_value(url, "SELECT count(*) FROM sessionq.lifecycle_events"))
+        if on:
+            latencies = []
+            for at, body in receiver.received:
+                created = datetime.fromisoformat(json.loads(body)["data"]["created_at"]).timestamp()
+                latencies.append((at - created) * 1000)
+            r["webhooks_delivered"] = len(receiver.received)
+            r["webhooks_pending"] = int(await query_value(
+                url, "SELECT count(*) FROM sessionq.webhook_deliveries WHERE state = 'pending'"))
+            r["webhook_latency_ms"] = {"p50": percentile(latencies, 0.5), "p99": percentile(latencies, 0.99),
+                                       "max": percentile(latencies, 1.0)}
+    finally:
+        srv.drop(url)
+    return r
+
+
+async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | None = None) -> dict[str, Any]:
+    sizes = {"seconds": 5.0 if quick else 15.0, "warmup": 1.0 if quick else 3.0, "clients": 64,
+             "rounds": 1 if quick else 2, "drain": 3.0 if quick else 10.0, **(sizes or {})}
+    say("", "== events: CreateSession with lifecycle events and one webhook subscription vs none ==")
+    runs: list[dict[str, Any]] = []
+    for i in range(int(sizes["rounds"])):
+        for on, tag in ((False, f"off{i}"), (True, f"on{i}")):
+            runs.append(await one(srv, log_dir, on, sizes, tag))
+    on_runs = [r for r in runs if r["events_on"]]
+    off_runs = [r for r in runs if not r["events_on"]]
+
+    def mean(rows: list[dict[str, Any]], key: str) -> float | None:
+        values = [r[key] for r in rows if r.get(key) is not None]
+        return round(sum(values) / len(values), 1) if values else None
+
+    rows = [("on (+1 webhook)" if r["events_on"] else "off (baseline)", r["creations_per_s"], r["p50_ms"], r["p99_ms"],
+             sum(r["errors"].values()), r["events"], r.get("webhooks_delivered", "-"),
+             (r.get("webhook_latency_ms") or {}).get("p50", "-"), (r.get("webhook_latency_ms") or {}).get("p99", "-"))
+            for r in runs]
+    say(table(f"CreateSession at {sizes['clients']} clients, events on vs off (alternating runs)",
+              ["events", "creations/s", "p50 ms", "p99 ms", "errors", "events", "webhooks", "hook p50 ms",
+               "hook p99 ms"], rows))
+    throughput = ratio(mean(on_runs, "creations_per_s"), mean(off_runs, "creations_per_s"))
+    p99 = ratio(mean(on_runs, "p99_ms"), mean(off_runs, "p99_ms"))
+    say(f"ratio line: events + 1 webhook on / off: throughput {throughput} (target >= 0.9), p99 {p99}")
+    return {
+        "processes": f"1 x sessionq serve + {WORKER_PROCESSES} x sessionq worker + the gRPC client and the webhook "
+                     "receiver (this process)",
+        "settings": SETTINGS,
+        "sizes": sizes,
+        "runs": runs,
+        "ratio_throughput_on_to_off": throughput,
+        "ratio_p99_on_to_off": p99,
+    }

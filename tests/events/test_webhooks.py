@@ -1,0 +1,289 @@
+"""Webhooks of lifecycle events: subscriptions through the API and the CLI, deliveries in order per
+Session signed as Standard Webhooks say (verified with the `standardwebhooks` package, as a
+receiver would), retried after failures, never redirected, never to a private target unless
+configured, disabled after a run of failures; operators see the deliveries."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import pytest
+import standardwebhooks
+from click.testing import CliRunner
+from conftest import make_settings
+from lifecycle import count, ready_session
+from sessionq.cli.main import main
+
+from sessionq import config
+from sessionq._pb.sessionq.v1 import events_pb2, events_pb2_grpc
+from sessionq.domain import push, webhooks
+from sessionq.domain.operations import OperationExecutor
+from sessionq.models import EventKind, OperationKind
+
+LOOPBACK = push.TargetPolicy(allow_loopback=True)
+
+
+@pytest.fixture
+def settings() -> config.Settings:
+    return make_settings(**{"webhooks.allowLoopback": True})
+
+
+@dataclass
+class Receiver:
+    """A local HTTP receiver: answers each request with the next status of `script` (then 204)."""
+
+    script: list[int] = field(default_factory=list)
+    requests: list[tuple[int, dict[str, str], bytes]] = field(default_factory=list)  # (answered status, headers, body)
+    port: int = 0
+    location: str = ""
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")
+            headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
+            body = await reader.readexactly(int(headers.get("content-length", "0")))
+            status = self.script.pop(0) if self.script else 204
+            self.requests.append((status, headers, body))
+            extra = f"Location: {self.location}\r\n" if status in (301, 302, 307, 308) else ""
+            writer.write(f"HTTP/1.1 {status} X\r\n{extra}Content-Length: 0\r\nConnection: close\r\n\r\n".encode())
+            await writer.drain()
+        finally:
+            writer.close()
+
+    def delivered(self) -> list[dict[str, Any]]:
+        return [json.loads(body) for status, _, body in self.requests if 200 <= status < 300]
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    r = Receiver()
+    server = await asyncio.start_server(r.handle, "127.0.0.1", 0)
+    r.port = server.sockets[0].getsockname()[1]
+    async with server:
+        yield r
+
+
+async def drain(store: Any, subscription: uuid.UUID, session: uuid.UUID, **options: Any) -> int:
+    """Run the deliver_webhooks job's work as procrastinate would, retrying at once after a failure."""
+    delivered = 0
+    for _ in range(50):
+        try:
+            return delivered + await webhooks.deliver(store, subscription, session, policy=LOOPBACK, timeout=5,
+                                                      **options)
+        except webhooks.WebhookFailed:
+            continue
+    raise AssertionError("the deliveries never finished")
+
+
+async def operate(store: Any, sim: Any, session_id: uuid.UUID, kind: OperationKind) -> None:
+    await store.admit_operation(session_id, "alice", None, kind)
+    assert (await OperationExecutor(store, sim, 30).run(session_id)).status == "completed"
+
+
+async def test_a_receiver_that_fails_twice_gets_each_event_once_in_order_signed(store, sim, receiver):
+    secret = webhooks.new_secret()
+    hook = await store.create_webhook("alice", False, receiver.url, [], None, secret)
+    s = await ready_session(store, sim)
+    await operate(store, sim, s.id, OperationKind.SUSPEND)
+    await operate(store, sim, s.id, OperationKind.RESUME)
+    receiver.script = [500, 503]
+    assert await drain(store, hook.id, s.id) == 4
+    got = receiver.delivered()
+    assert [m["type"] for m in got] == ["created", "ready", "suspended", "resumed"]
+    assert len(receiver.requests) == 6
+    verifier = standardwebhooks.Webhook(secret)
+    ids = []
+    for status, headers, body in receiver.requests:
+        assert verifier.verify(body, headers)["data"]["session_id"] == str(s.id)
+        ids.append((status, headers["webhook-id"]))
+    # the failed attempts were the first event's, with the same id as its delivery
+    assert ids[0][1] == ids[1][1] == ids[2][1] and [st for st, _ in ids[:3]] == [500, 503, 204]
+    assert len({i for _, i in ids}) == 4
+    with pytest.raises(standardwebhooks.WebhookVerificationError):
+        standardwebhooks.Webhook(webhooks.new_secret()).verify(receiver.requests[-1][2], receiver.requests[-1][1])
+    # operators see each delivery, its attempts and its outcome
+    async with store.pool.connection() as conn:
+        rows = await (await conn.execute(
+            "SELECT event_type, state, attempts, last_status FROM sessionq.webhook_delivery_log"
+            " WHERE subscription_id = %s ORDER BY id", (hook.id,))).fetchall()
+    assert [tuple(r.values()) for r in rows] == [("created", "delivered", 3, 204), ("ready", "delivered", 1, 204),
+                                                 ("suspended", "delivered", 1, 204), ("resumed", "delivered", 1, 204)]
+    assert await drain(store, hook.id, s.id) == 0  # nothing twice
+
+
+async def test_a_redirect_is_not_followed(store, sim, receiver):
+    receiver.script = [302]
+    receiver.location = f"http://127.0.0.1:{receiver.port}/elsewhere"
+    hook = await store.create_webhook("alice", False, receiver.url, [EventKind.CREATED], None, webhooks.new_secret())
+    s = await ready_session(store, sim)
+    assert await drain(store, hook.id, s.id, max_attempts=1) == 0
+    assert len(receiver.requests) == 1  # the Location was never asked for
+    async with store.pool.connection() as conn:
+        row = await (await conn.execute("SELECT state, last_status FROM sessionq.webhook_delivery_log"
+                                        " WHERE subscription_id = %s", (hook.id,))).fetchone()
+    assert row == {"state": "failed", "last_status": 302}
+
+
+async def test_a_private_target_is_refused_at_delivery_unless_configured(store, sim, receiver):
+    hook = await store.create_webhook("alice", False, receiver.url, [EventKind.CREATED], None, webhooks.new_secret())
+    s = await ready_session(store, sim)
+    with pytest.raises(webhooks.WebhookFailed):
+        await webhooks.deliver(store, hook.id, s.id, policy=push.TargetPolicy(), timeout=5)
+    assert receiver.requests == []
+    assert await drain(store, hook.id, s.id) == 1  # loopback allowed (`sessionq up`)
+    for url in ("http://10.1.2.3/hook", "http://192.168.0.1/", "http://169.254.169.254/latest", "http://[::1]:9/"):
+        with pytest.raises(Exception) as e:
+            await webhooks.check_url(url, push.TargetPolicy(allow_loopback=url.startswith("http://[::1]") is False))
+        assert getattr(e.value, "code", None) is not None and e.value.code.name == "INVALID_ARGUMENT"
+    await webhooks.check_url("http://[::1]:9/", LOOPBACK)
+
+
+async def test_a_run_of_failures_disables_the_subscription(store, sim, receiver):
+    receiver.script = [500] * 100
+    hook = await store.create_webhook("alice", False, receiver.url, [], None, webhooks.new_secret())
+    s = await ready_session(store, sim)
+    assert await drain(store, hook.id, s.id, disable_after=3, max_attempts=10) == 0
+    assert len(receiver.requests) == 3
+    (listed,) = await store.list_webhooks("alice", False, None, 10)
+    assert not listed.enabled and listed.consecutive_failures == 3 and listed.last_failure == "HTTP 500"
+    assert await count(store, "SELECT count(*) FROM sessionq.webhook_deliveries WHERE state = 'pending'") == 0
+    await operate(store, sim, s.id, OperationKind.SUSPEND)  # a disabled subscription gets nothing new
+    assert await count(store, "SELECT count(*) FROM sessionq.webhook_deliveries WHERE subscription_id = %s",
+                       hook.id) == 2
+
+
+async def test_filters_by_owner_agent_and_type_and_deliveries_roll_back_with_their_transition(store, sim,
+                                                                                           database_url):
+    import psycopg
+
+    mine = await store.create_webhook("alice", False, "http://127.0.0.1:9/a", [EventKind.READY], None,
+                                      webhooks.new_secret())
+    other_agent = await store.create_webhook("alice", False, "http://127.0.0.1:9/b", [], ("kagent", "other"),
+                                             webhooks.new_secret())
+    everything = await store.create_webhook("root", True, "http://127.0.0.1:9/c", [], None, webhooks.new_secret())
+    bob = await store.create_webhook("bob", False, "http://127.0.0.1:9/d", [], None, webhooks.new_secret())
+    s = await ready_session(store, sim)
+
+    async def deliveries(hook: Any) -> int:
+        return await count(store, "SELECT count(*) FROM sessionq.webhook_deliveries WHERE subscription_id = %s",
+                           hook.id)
+
+    assert (await deliveries(mine), await deliveries(other_agent), await deliveries(everything),
+            await deliveries(bob)) == (1, 0, 2, 0)
+    with psycopg.connect(database_url) as conn:
+        conn.execute("SELECT * FROM sessionq.admit_operation(%s, 'alice', NULL, 'DELETE', 'user_requested', 'session')",
+                     (s.id,))
+        conn.rollback()
+    assert await deliveries(everything) == 2
+
+
+def stub(api: Any) -> events_pb2_grpc.WebhookServiceStub:
+    return events_pb2_grpc.WebhookServiceStub(api.channel)
+
+
+async def test_the_api_shows_the_secret_once_and_refuses_bad_input(api, store, sim, receiver):
+    s = stub(api)
+    created = await s.CreateWebhook(events_pb2.CreateWebhookRequest(
+        url=receiver.url, event_types=[events_pb2.EVENT_KIND_CREATED, events_pb2.EVENT_KIND_READY],
+        agent_namespace="kagent", agent_name="my-first-agent"), metadata=api.md(), timeout=10)
+    assert created.secret.startswith("whsec_") and created.webhook.enabled
+    assert list(created.webhook.event_types) == [events_pb2.EVENT_KIND_CREATED, events_pb2.EVENT_KIND_READY]
+    listed = await s.ListWebhooks(events_pb2.ListWebhooksRequest(), metadata=api.md(), timeout=10)
+    assert [w.id for w in listed.webhooks] == [created.webhook.id]
+    assert created.secret.removeprefix("whsec_") not in str(listed)
+    assert list((await s.ListWebhooks(events_pb2.ListWebhooksRequest(), metadata=api.md("bob"), timeout=10)).webhooks) == []
+    bad = [
+        (events_pb2.CreateWebhookRequest(url="ftp://127.0.0.1/x"), grpc.StatusCode.INVALID_ARGUMENT),
+        (events_pb2.CreateWebhookRequest(url="javascript:alert(1)"), grpc.StatusCode.INVALID_ARGUMENT),
+        (events_pb2.CreateWebhookRequest(url="not a url"), grpc.StatusCode.INVALID_ARGUMENT),
+        (events_pb2.CreateWebhookRequest(url="http://127.0.0.1/" + "x" * 3000), grpc.StatusCode.INVALID_ARGUMENT),
+        (events_pb2.CreateWebhookRequest(url="http://10.0.0.1/x"), grpc.StatusCode.INVALID_ARGUMENT),
+        (events_pb2.CreateWebhookRequest(url=receiver.url, event_types=[99]), grpc.StatusCode.INVALID_ARGUMENT),
+        (events_pb2.CreateWebhookRequest(url=receiver.url, event_types=[1] * 14), grpc.StatusCode.INVALID_ARGUMENT),
+        (events_pb2.CreateWebhookRequest(url=receiver.url, agent_namespace="kagent"), grpc.StatusCode.INVALID_ARGUMENT),
+        (events_pb2.CreateWebhookRequest(url=receiver.url, agent_namespace="k" * 300, agent_name="a"),
+         grpc.StatusCode.INVALID_ARGUMENT),
+        (events_pb2.CreateWebhookRequest(url=receiver.url, **{"global": True}), grpc.StatusCode.PERMISSION_DENIED),
+    ]
+    for request, code in bad:
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await s.CreateWebhook(request, metadata=api.md(), timeout=10)
+        assert e.value.code() == code, (request, e.value.details())
+        assert len(e.value.details()) < 300
+    assert await count(store, "SELECT count(*) FROM sessionq.webhook_subscriptions") == 1  # nothing written
+    glob = await s.CreateWebhook(events_pb2.CreateWebhookRequest(url=receiver.url, **{"global": True}),
+                                 metadata=api.md("admin"), timeout=10)
+    assert getattr(glob.webhook, "global")
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await s.DeleteWebhook(events_pb2.DeleteWebhookRequest(id=glob.webhook.id), metadata=api.md(), timeout=10)
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+    await s.DeleteWebhook(events_pb2.DeleteWebhookRequest(id=created.webhook.id), metadata=api.md(), timeout=10)
+    with pytest.raises(grpc.aio.AioRpcError) as e:
+        await s.DeleteWebhook(events_pb2.DeleteWebhookRequest(id="nope"), metadata=api.md(), timeout=10)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_the_worker_delivers_a_created_session(api, store, sim, receiver):
+    """End to end: a subscription through the API, a Session through the API; the worker's
+    deliver_webhooks job POSTs its events, verified as a receiver would."""
+    from sessionq._pb.kagent.api.v1alpha1 import common_pb2, sessions_pb2, sessions_pb2_grpc
+
+    created = await stub(api).CreateWebhook(events_pb2.CreateWebhookRequest(url=receiver.url), metadata=api.md(),
+                                            timeout=10)
+    await ready_session(store, sim, "warm")  # the Agent, prepared
+    session = (await sessions_pb2_grpc.SessionServiceStub(api.channel).CreateSession(
+        sessions_pb2.CreateSessionRequest(request_id="r1", agent=common_pb2.ResourceReference(
+            namespace="kagent", name="my-first-agent")), metadata=api.md(), timeout=20)).session
+    verifier = standardwebhooks.Webhook(created.secret)
+    for _ in range(200):
+        mine = [m for m in receiver.delivered() if m["data"]["session_id"] == session.id]
+        if len(mine) == 2:
+            break
+        await asyncio.sleep(0.05)
+    assert [m["type"] for m in mine] == ["created", "ready"]
+    for _, headers, body in receiver.requests:
+        verifier.verify(body, headers)
+
+
+async def test_the_cli_creates_lists_and_deletes(api, receiver):
+    async def cli(*args: str) -> Any:
+        return await asyncio.to_thread(CliRunner().invoke, main,
+                                       ["--server", api.address, "--token", "alice-token", *args])
+
+    made = await cli("webhooks", "create", "--url", receiver.url, "--event", "created", "--event", "deleted",
+                     "-o", "json")
+    assert made.exit_code == 0, made.output
+    body = json.loads(made.output)
+    assert body["secret"].startswith("whsec_") and body["webhook"]["eventTypes"] == ["EVENT_KIND_CREATED",
+                                                                                        "EVENT_KIND_DELETED"]
+    listed = await cli("webhooks", "list", "-o", "json")
+    assert json.loads(listed.output)["webhooks"][0]["id"] == body["webhook"]["id"]
+    assert body["secret"] not in listed.output
+    table = await cli("webhooks", "list")
+    assert "created,deleted" in table.output and body["secret"] not in table.output
+    bad = await cli("webhooks", "create", "--url", "ftp://x/")
+    assert bad.exit_code != 0 and "http" in bad.output and "Traceback" not in bad.output
+    bad = await cli("webhooks", "create", "--url", receiver.url, "--event", "bogus")
+    assert bad.exit_code != 0
+    gone = await cli("webhooks", "delete", body["webhook"]["id"])
+    assert gone.exit_code == 0 and "Deleted" in gone.output
+    assert "No webhooks." in (await cli("webhooks", "list")).output
+
+
+def test_sessionq_up_allows_loopback_webhooks_and_serve_does_not():
+    from sessionq.app.up import _local_settings
+
+    assert config.defaults().webhooks.allow_loopback is False
+    assert config.defaults().webhooks.allow_private_targets is False
+    assert _local_settings(config.defaults(), "me").webhooks.allow_loopback is True
