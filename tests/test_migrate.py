@@ -195,8 +195,8 @@ def test_revision_0011_brings_the_turn_failure_to_an_older_database(empty_databa
 
 
 
-def test_revision_0015_brings_lifecycle_events_to_an_older_database(empty_database_url):
-    """Revision 0015 gives a database at 0011 the lifecycle events: the table, the triggers that
+def test_revision_0012_brings_lifecycle_events_to_an_older_database(empty_database_url):
+    """Revision 0012 gives a database at 0011 the lifecycle events: the table, the triggers that
     derive an event from each transition, and its procedures."""
     from alembic import command
 
@@ -216,6 +216,7 @@ def test_revision_0015_brings_lifecycle_events_to_an_older_database(empty_databa
                                 " 'sessions_events_update', 'sessions_events_delete', 'checkpoints_events')").fetchone()
         assert triggers == (4,)
         assert conn.execute("SELECT sessionq.purge_lifecycle_events(0, 10)").fetchone() == (0,)
+
 
 CATALOG = {
     "functions": "SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid), obj_description(p.oid, 'pg_proc')"

@@ -1,4 +1,4 @@
--- Upgrade 0015_lifecycle_events: lifecycle events of Sessions and their webhooks (schema/45_events.sql
+-- Upgrade 0012_lifecycle_events: lifecycle events of Sessions and their webhooks (schema/45_events.sql
 -- at this revision, and the deliver_webhooks job of schema/06_jobs.sql).
 --
 -- Applied by its revision only, to a database whose schema was installed before it; a database
