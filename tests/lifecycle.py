@@ -2,29 +2,39 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 from uuid import UUID
 
 from conftest import apply_agent
 
 from sessionq.db.store import Store
-from sessionq.domain.operations import OperationExecutor
+from sessionq.domain.operations import OperationExecutor, OutcomeStatus
 from sessionq.models import Session
 
 AGENT = "my-first-agent"
 
 
 async def ready_session(store: Store, sim: Any, request_id: str = "req-1", user: str = "alice") -> Session:
-    """An Agent (if missing) and a READY Session created through the executor."""
+    """An Agent (if missing) and a READY Session created through the executor. When a worker runs
+    beside the test (the `api` fixture's), the worker's job may take the creation first: the
+    executor then finds it busy or done, and the Session is read back once it is READY."""
     try:
         await store.get_agent("kagent", AGENT)
     except Exception:
         await apply_agent(store, sim)
     adm = await store.admit_create(user, request_id, "kagent", AGENT, "")
     out = await OperationExecutor(store, sim, 120).run(adm.session.id)
-    assert out.status == "completed", out
-    assert out.session is not None
-    return out.session
+    if out.status == OutcomeStatus.COMPLETED:
+        assert out.session is not None
+        return out.session
+    assert out.status in (OutcomeStatus.BUSY, OutcomeStatus.DONE), out
+    for _ in range(300):
+        s = await store.session_by_id(adm.session.id)
+        if s is not None and s.state == "READY" and s.operation == "NONE":
+            return s
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"session {adm.session.id} never became READY: {s}")
 
 
 async def count(store: Store, sql: str, *params: Any) -> int:
