@@ -13,7 +13,19 @@ from typing import Any
 from procrastinate import App, RetryStrategy
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
-from sessionq.jobs import a2a, agents, bridge, checkpoints, dispatch, operations, periodic, purge, quiescence, reaper
+from sessionq.jobs import (
+    a2a,
+    agents,
+    bridge,
+    bulk,
+    checkpoints,
+    dispatch,
+    operations,
+    periodic,
+    purge,
+    quiescence,
+    reaper,
+)
 
 from sessionq.db.connection import FailFastPool, connect_kwargs, conninfo, pooler_kwargs
 
@@ -92,6 +104,8 @@ def build_app(
         pass_context=True,
         retry=RetryStrategy(max_attempts=100, exponential_wait=1),
     )(a2a.deliver_push)
+    # a bulk action: its pages admit ordinary operations; a failed page is retried from the last done
+    app.task(name="run_bulk_action", queue="operations", pass_context=True, retry=OPERATION_RETRY)(bulk.run_bulk_action)
     periodic.register(app, expiry=expiry)
     reaper.register(app)
     purge.register(app)

@@ -332,10 +332,12 @@ BEGIN
       v_id := sessionq.uuid_v7();
       INSERT INTO sessionq.sessions AS s (id, creator, request_kind, request_id, request_fingerprint, agent_namespace, agent_name,
                                           revision_id, name, state, operation, operation_id, actor_atespace, actor_name,
-                                          actor_template, source_checkpoint_id)
+                                          actor_template, source_checkpoint_id, labels)
       SELECT v_id, p_caller, 'fork', p_request_id, c.id::text, c.agent_namespace, c.agent_name, c.revision_id, c.name,
              'CREATING', 'CREATE', sessionq.uuid_v7(), r.template_atespace, 'session-' || v_id,
-             r.template_atespace || '/' || r.template_name, c.id
+             r.template_atespace || '/' || r.template_name, c.id,
+             -- a fork copies its source Session's labels (22_fleet.sql; none once an idle expiry removed it)
+             coalesce((SELECT src.labels FROM sessionq.sessions src WHERE src.id = c.session_id), '{}'::jsonb)
         FROM sessionq.revisions r WHERE r.id = c.revision_id
       ON CONFLICT ON CONSTRAINT sessions_request_unique DO NOTHING
       RETURNING * INTO v;
@@ -380,4 +382,4 @@ BEGIN
   END LOOP;
 END $$;
 COMMENT ON FUNCTION sessionq.admit_fork(uuid, text, text) IS
-  'ForkSession admission: a new Session (request kind fork, idempotent by caller and request id) from a READY checkpoint of the caller, running the checkpoint''s revision and named after it; the history through the checkpoint is copied with new task ids, the fork''s own context id and the original timestamps (its idle clock starts at its creation). The creation job creates the Actor from tag checkpoint-<id>.';
+  'ForkSession admission: a new Session (request kind fork, idempotent by caller and request id) from a READY checkpoint of the caller, running the checkpoint''s revision and named after it; the history through the checkpoint is copied with new task ids, the fork''s own context id and the original timestamps (its idle clock starts at its creation), and the source Session''s labels. The creation job creates the Actor from tag checkpoint-<id>.';

@@ -19,11 +19,12 @@ from sessionq._pb.kagent.api.v1alpha1 import (
     task_store_pb2,
     task_store_pb2_grpc,
 )
-from sessionq._pb.sessionq.v1 import inventory_pb2, inventory_pb2_grpc
+from sessionq._pb.sessionq.v1 import fleet_pb2, fleet_pb2_grpc, inventory_pb2, inventory_pb2_grpc
 from sessionq.api.a2a import A2AHandler, A2AService
 from sessionq.api.agents import AgentService
 from sessionq.api.auth import Authenticator
 from sessionq.api.checkpoints import CheckpointService
+from sessionq.api.fleet import FleetService
 from sessionq.api.guard import InputGuard
 from sessionq.api.handlers import HandlerTable
 from sessionq.api.inventory import InventoryService
@@ -43,6 +44,7 @@ SERVICE_NAMES = [
     task_store_pb2.DESCRIPTOR.services_by_name["TaskStoreService"].full_name,
     checkpoints_pb2.DESCRIPTOR.services_by_name["CheckpointService"].full_name,
     a2a_pb2.DESCRIPTOR.services_by_name["A2AService"].full_name,
+    fleet_pb2.DESCRIPTOR.services_by_name["FleetService"].full_name,
 ]
 
 
@@ -99,6 +101,11 @@ class ApiServer:
         )
         task_store_pb2_grpc.add_TaskStoreServiceServicer_to_server(TaskStoreService(store), table)
         checkpoints_pb2_grpc.add_CheckpointServiceServicer_to_server(CheckpointService(store, auth), table)
+        fleet_pb2_grpc.add_FleetServiceServicer_to_server(
+            FleetService(store, auth, settings.auth.admins, settings.sessions.max_idle_ttl,
+                         settings.sessions.allow_no_idle_ttl),
+            table,
+        )
         # one A2A behaviour behind gRPC here and the HTTP bindings (api/agentcard.py)
         self.a2a = A2AHandler(
             store,

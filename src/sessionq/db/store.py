@@ -17,13 +17,16 @@ from sessionq.db.stores.a2a import A2AStore
 from sessionq.db.stores.agents import AgentStore
 from sessionq.db.stores.checkpoints import CheckpointStore
 from sessionq.db.stores.expiry import ExpiryStore
+from sessionq.db.stores.fleet import FleetStore
 from sessionq.db.stores.gauges import GaugeStore
 from sessionq.db.stores.gc import GcStore
 from sessionq.db.stores.sessions import SessionStore
 from sessionq.db.stores.tasks import TaskStore
 
 
-class Store(AgentStore, SessionStore, TaskStore, A2AStore, CheckpointStore, ExpiryStore, GcStore, GaugeStore):
+class Store(
+    AgentStore, SessionStore, TaskStore, A2AStore, CheckpointStore, ExpiryStore, GcStore, GaugeStore, FleetStore
+):
     def __init__(
         self, pool: AsyncConnectionPool, listener: Listener | None = None, *, coalesce_reads: bool = True
     ) -> None:
