@@ -1,14 +1,14 @@
--- Upgrade 0016_fleet: labels, an idle TTL per Session, search and count, bulk actions.
+-- Upgrade 0016_fleet: labels, an idle TTL per Session, search and count, bulk actions, usage.
 --
 -- Applied by its revision only, to a database whose schema was installed before it; a database
 -- installed from schema/ at or after it has all of this already. Frozen: a later change to these
 -- statements is a later upgrade, and the canonical text lives in schema/. Every statement is
 -- idempotent.
 --
--- schema/22_fleet.sql whole (its columns, indexes, tables and procedures); from 50_expiry.sql the
--- idle clock index limited to Sessions without their own TTL, idle_deadline and its index,
--- idle_candidates, own_ttl_candidates and expire_session; from 40_checkpoints.sql admit_fork (a fork
--- copies its source's labels); from 06_jobs.sql the run_bulk_action job kind.
+-- schema/22_fleet.sql and schema/45_usage.sql whole (columns, indexes, tables, triggers, procedures); from
+-- 50_expiry.sql the idle clock index limited to Sessions without their own TTL, idle_deadline and
+-- its index, idle_candidates, own_ttl_candidates and expire_session; from 40_checkpoints.sql
+-- admit_fork (a fork copies its source's labels); from 06_jobs.sql the run_bulk_action job kind.
 
 -- 22_fleet.sql
 ALTER TABLE sessionq.sessions ADD COLUMN IF NOT EXISTS labels jsonb NOT NULL DEFAULT '{}'::jsonb;
@@ -618,3 +618,135 @@ COMMENT ON FUNCTION sessionq.admit_fork(uuid, text, text) IS
 INSERT INTO sessionq.job_kinds (task_name, queue_name, lock_prefix, description) VALUES
   ('run_bulk_action',   'operations', 'bulk',       'admit the operations of a bulk action page by page (subject: the bulk action id)')
 ON CONFLICT (task_name) DO NOTHING;
+
+-- 45_usage.sql
+CREATE TABLE IF NOT EXISTS sessionq.session_usage (
+  session_id         uuid PRIMARY KEY REFERENCES sessionq.sessions (id) ON DELETE CASCADE,
+  turns              bigint NOT NULL DEFAULT 0,
+  running_seconds    double precision NOT NULL DEFAULT 0,
+  running_since      timestamptz,
+  snapshots          bigint NOT NULL DEFAULT 0,
+  checkpoints_held   integer NOT NULL DEFAULT 0,
+  resumes            bigint NOT NULL DEFAULT 0,
+  resume_seconds     double precision NOT NULL DEFAULT 0,
+  resume_seconds_max double precision NOT NULL DEFAULT 0
+);
+COMMENT ON TABLE sessionq.session_usage IS
+  'What a Session used, kept as the work happens (never computed by a scan): turns (a task row created by a turn), Actor resumes and their latency (record_resume, by the resuming worker), the Actor''s running time from a resume to the next recorded suspension, snapshots taken (a new snapshot generation recorded on the Session) and checkpoints held. One row per Session that used anything, removed with it; snapshot sizes are not known (the runtime reports none).';
+COMMENT ON COLUMN sessionq.session_usage.turns IS 'Turns: tasks the Actor created for a turn (a fork''s copied history not included).';
+COMMENT ON COLUMN sessionq.session_usage.running_seconds IS 'Seconds the Actor ran: from each resume to the suspension recorded after it (a running interval is added when it ends).';
+COMMENT ON COLUMN sessionq.session_usage.running_since IS 'When the running interval now open began (the resume); NULL while suspended.';
+COMMENT ON COLUMN sessionq.session_usage.snapshots IS 'Snapshots taken: new snapshot generations recorded on the Session (quiescence or Suspend).';
+COMMENT ON COLUMN sessionq.session_usage.checkpoints_held IS 'Checkpoints of the Session that exist and have not failed.';
+COMMENT ON COLUMN sessionq.session_usage.resumes IS 'Actor resumes sessionq issued (a turn''s dispatch, or ResumeSession).';
+COMMENT ON COLUMN sessionq.session_usage.resume_seconds IS 'Total latency of those resumes, as the resuming worker measured the runtime call.';
+COMMENT ON COLUMN sessionq.session_usage.resume_seconds_max IS 'The slowest of those resumes.';
+
+CREATE OR REPLACE FUNCTION sessionq.record_resume(p_session uuid, p_seconds double precision) RETURNS void
+LANGUAGE sql AS $$
+  INSERT INTO sessionq.session_usage AS u (session_id, resumes, resume_seconds, resume_seconds_max, running_since)
+  SELECT s.id, 1, greatest(p_seconds, 0), greatest(p_seconds, 0), clock_timestamp()
+    FROM sessionq.sessions s WHERE s.id = p_session
+  ON CONFLICT (session_id) DO UPDATE
+    SET resumes = u.resumes + 1, resume_seconds = u.resume_seconds + excluded.resume_seconds,
+        resume_seconds_max = greatest(u.resume_seconds_max, excluded.resume_seconds_max),
+        running_since = coalesce(u.running_since, excluded.running_since)
+$$;
+COMMENT ON FUNCTION sessionq.record_resume(uuid, double precision) IS
+  'Usage: the Actor of a Session was resumed by a call that took p_seconds; its running interval begins now (unless one is open). A Session gone meanwhile records nothing.';
+
+CREATE OR REPLACE FUNCTION sessionq.usage_on_session_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  -- a new snapshot generation recorded: a snapshot taken, and the Actor suspended (its running
+  -- interval ends); a deletion ends it too
+  UPDATE sessionq.session_usage u
+     SET snapshots = u.snapshots + CASE WHEN NEW.snapshot_generation IS DISTINCT FROM OLD.snapshot_generation
+                                         AND NEW.snapshot_generation IS NOT NULL THEN 1 ELSE 0 END,
+         running_seconds = u.running_seconds
+                           + coalesce(extract(epoch FROM clock_timestamp() - u.running_since)::double precision, 0),
+         running_since = NULL
+   WHERE u.session_id = NEW.id;
+  IF NOT FOUND AND NEW.snapshot_generation IS DISTINCT FROM OLD.snapshot_generation AND NEW.snapshot_generation IS NOT NULL THEN
+    INSERT INTO sessionq.session_usage (session_id, snapshots) VALUES (NEW.id, 1)
+    ON CONFLICT (session_id) DO UPDATE SET snapshots = sessionq.session_usage.snapshots + 1;
+  END IF;
+  RETURN NULL;
+END $$;
+COMMENT ON FUNCTION sessionq.usage_on_session_change() IS
+  'Trigger (usage): a Session''s new snapshot generation counts a snapshot and ends the Actor''s running interval; its deletion (DELETING, DELETED) ends the interval too.';
+DROP TRIGGER IF EXISTS sessions_usage ON sessionq.sessions;
+CREATE TRIGGER sessions_usage AFTER UPDATE OF snapshot_generation, state ON sessionq.sessions
+  FOR EACH ROW
+  WHEN (NEW.snapshot_generation IS DISTINCT FROM OLD.snapshot_generation
+        OR NEW.state IS DISTINCT FROM OLD.state AND NEW.state IN ('DELETING', 'DELETED'))
+  EXECUTE FUNCTION sessionq.usage_on_session_change();
+
+CREATE OR REPLACE FUNCTION sessionq.usage_on_turn() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO sessionq.session_usage AS u (session_id, turns) VALUES (NEW.session_id, 1)
+  ON CONFLICT (session_id) DO UPDATE SET turns = u.turns + 1;
+  RETURN NULL;
+END $$;
+COMMENT ON FUNCTION sessionq.usage_on_turn() IS
+  'Trigger (usage): a task created by a turn (not a fork''s copied history, inserted settled) counts a turn.';
+DROP TRIGGER IF EXISTS tasks_usage ON sessionq.tasks;
+CREATE TRIGGER tasks_usage AFTER INSERT ON sessionq.tasks
+  FOR EACH ROW WHEN (NEW.phase IS DISTINCT FROM 'settled')
+  EXECUTE FUNCTION sessionq.usage_on_turn();
+
+CREATE OR REPLACE FUNCTION sessionq.usage_on_checkpoint() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF TG_OP = 'INSERT' THEN
+    INSERT INTO sessionq.session_usage AS u (session_id, checkpoints_held)
+    SELECT s.id, 1 FROM sessionq.sessions s WHERE s.id = NEW.session_id
+    ON CONFLICT (session_id) DO UPDATE SET checkpoints_held = u.checkpoints_held + 1;
+  ELSIF TG_OP = 'DELETE' AND OLD.state <> 'FAILED' OR TG_OP = 'UPDATE' THEN
+    UPDATE sessionq.session_usage u SET checkpoints_held = greatest(u.checkpoints_held - 1, 0)
+     WHERE u.session_id = OLD.session_id;
+  END IF;
+  RETURN NULL;
+END $$;
+COMMENT ON FUNCTION sessionq.usage_on_checkpoint() IS
+  'Trigger (usage): a checkpoint created counts as held by its Session until it is deleted or fails.';
+DROP TRIGGER IF EXISTS checkpoints_usage_insert ON sessionq.checkpoints;
+CREATE TRIGGER checkpoints_usage_insert AFTER INSERT ON sessionq.checkpoints
+  FOR EACH ROW EXECUTE FUNCTION sessionq.usage_on_checkpoint();
+DROP TRIGGER IF EXISTS checkpoints_usage_delete ON sessionq.checkpoints;
+CREATE TRIGGER checkpoints_usage_delete AFTER DELETE ON sessionq.checkpoints
+  FOR EACH ROW EXECUTE FUNCTION sessionq.usage_on_checkpoint();
+DROP TRIGGER IF EXISTS checkpoints_usage_failed ON sessionq.checkpoints;
+CREATE TRIGGER checkpoints_usage_failed AFTER UPDATE OF state ON sessionq.checkpoints
+  FOR EACH ROW WHEN (NEW.state = 'FAILED' AND OLD.state <> 'FAILED')
+  EXECUTE FUNCTION sessionq.usage_on_checkpoint();
+
+CREATE OR REPLACE FUNCTION sessionq.get_session_usage(p_session uuid, p_caller text, p_share_hash text)
+RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  u sessionq.session_usage;
+BEGIN
+  PERFORM sessionq.get_session(p_session, p_caller, p_share_hash);  -- NOT_FOUND as GetSession
+  SELECT * INTO u FROM sessionq.session_usage x WHERE x.session_id = p_session;
+  RETURN jsonb_build_object(
+    'turns', coalesce(u.turns, 0),
+    'running_seconds', coalesce(u.running_seconds, 0)
+                       + coalesce(extract(epoch FROM clock_timestamp() - u.running_since)::double precision, 0),
+    'running', u.running_since IS NOT NULL,
+    'snapshots', coalesce(u.snapshots, 0), 'checkpoints_held', coalesce(u.checkpoints_held, 0),
+    'resumes', coalesce(u.resumes, 0), 'resume_seconds', coalesce(u.resume_seconds, 0),
+    'resume_seconds_max', coalesce(u.resume_seconds_max, 0));
+END $$;
+COMMENT ON FUNCTION sessionq.get_session_usage(uuid, text, text) IS
+  'A Session''s usage for a caller who may read it (NOT_FOUND otherwise): turns, Actor running seconds (an open interval counted up to now), snapshots, checkpoints held, resumes and their total and slowest latency; zeros before any work.';
+
+CREATE OR REPLACE FUNCTION sessionq.agent_usage()
+RETURNS TABLE (agent_namespace text, agent_name text, turns numeric, running_seconds double precision,
+               snapshots numeric, checkpoints_held bigint, resumes numeric, resume_seconds double precision)
+LANGUAGE sql STABLE AS $$
+  SELECT s.agent_namespace, s.agent_name, sum(u.turns), sum(u.running_seconds), sum(u.snapshots),
+         sum(u.checkpoints_held), sum(u.resumes), sum(u.resume_seconds)
+    FROM sessionq.session_usage u JOIN sessionq.sessions s ON s.id = u.session_id
+   WHERE s.state <> 'DELETED'
+   GROUP BY s.agent_namespace, s.agent_name
+$$;
+COMMENT ON FUNCTION sessionq.agent_usage() IS
+  'Usage summed per Agent over its live Sessions (the metrics'' sessionq_agent_usage_* gauges, refreshed with the other gauges; one row a Session that used anything is read).';

@@ -2,7 +2,7 @@
 expire_session's row lock and rules."""
 
 import pytest
-from lifecycle import ready_session, raw_session
+from lifecycle import raw_session, ready_session
 
 from sessionq.domain.expiry import sweep
 from sessionq.domain.operations import OperationExecutor

@@ -76,15 +76,15 @@ def brute_force(rows: list[dict[str, Any]], caller: str, all_creators: bool, f: 
         clock = max(r["created_at"], r["last_event_at"] or r["created_at"])
         if (
             r["state"] == "DELETED"
-            or not all_creators and r["creator"] != caller
-            or "creator" in f and r["creator"] != f["creator"]
-            or "namespace" in f and (r["namespace"], r["agent"]) != (f["namespace"], f["agent"])
-            or f.get("states") and r["state"] not in f["states"]
-            or f.get("actor_states") and actor_state(r) not in f["actor_states"]
-            or "created_after" in f and r["created_at"] < f["created_after"]
-            or "created_before" in f and r["created_at"] >= f["created_before"]
-            or "active_after" in f and clock < f["active_after"]
-            or "active_before" in f and clock >= f["active_before"]
+            or (not all_creators and r["creator"] != caller)
+            or ("creator" in f and r["creator"] != f["creator"])
+            or ("namespace" in f and (r["namespace"], r["agent"]) != (f["namespace"], f["agent"]))
+            or (f.get("states") and r["state"] not in f["states"])
+            or (f.get("actor_states") and actor_state(r) not in f["actor_states"])
+            or ("created_after" in f and r["created_at"] < f["created_after"])
+            or ("created_before" in f and r["created_at"] >= f["created_before"])
+            or ("active_after" in f and clock < f["active_after"])
+            or ("active_before" in f and clock >= f["active_before"])
             or not matches(r["labels"], selector)
         ):
             continue

@@ -87,7 +87,7 @@ def idle_ttl_of(d: Duration | None, max_ttl: float, allow_never: bool) -> float 
 def fleet_session(s: Session, actor_state: str | None) -> fleet_pb2.FleetSession:
     msg = fleet_pb2.FleetSession(session=session_to_proto(s), labels=s.labels or {})
     if s.idle_ttl is not None:
-        msg.idle_ttl.FromNanoseconds(int(round(s.idle_ttl * 1e9)))
+        msg.idle_ttl.FromNanoseconds(round(s.idle_ttl * 1e9))
     if actor_state:
         msg.actor_state = _ACTOR_TO_PROTO[ActorState(actor_state)]
     clock = max(s.created_at, s.last_event_at) if s.last_event_at else s.created_at
@@ -271,3 +271,15 @@ class FleetService(fleet_pb2_grpc.FleetServiceServicer):
         ]
         token = encode_token(str(rows[limit - 1].session_id)) if len(rows) > limit else ""
         return fleet_pb2.ListBulkActionItemsResponse(items=items, page=common_pb2.PageResponse(next_page_token=token))
+
+    @rpc
+    async def GetSessionUsage(
+        self, request: fleet_pb2.GetSessionUsageRequest, context: grpc.aio.ServicerContext
+    ) -> fleet_pb2.GetSessionUsageResponse:
+        who = self.auth.identify(context)
+        u = await self.store.get_session_usage(parse_uuid(request.session_id, "session_id"), who.user, who.share_hash)
+        return fleet_pb2.GetSessionUsageResponse(usage=fleet_pb2.SessionUsage(
+            turns=u["turns"], running_seconds=u["running_seconds"], running=u["running"], snapshots=u["snapshots"],
+            checkpoints_held=u["checkpoints_held"], resumes=u["resumes"], resume_seconds_total=u["resume_seconds"],
+            resume_seconds_max=u["resume_seconds_max"],
+        ))

@@ -22,10 +22,12 @@ from sessionq.db.stores.gauges import GaugeStore
 from sessionq.db.stores.gc import GcStore
 from sessionq.db.stores.sessions import SessionStore
 from sessionq.db.stores.tasks import TaskStore
+from sessionq.db.stores.usage import UsageStore
 
 
 class Store(
-    AgentStore, SessionStore, TaskStore, A2AStore, CheckpointStore, ExpiryStore, GcStore, GaugeStore, FleetStore
+    AgentStore, SessionStore, TaskStore, A2AStore, CheckpointStore, ExpiryStore, GcStore, GaugeStore, FleetStore,
+    UsageStore,
 ):
     def __init__(
         self, pool: AsyncConnectionPool, listener: Listener | None = None, *, coalesce_reads: bool = True

@@ -139,7 +139,7 @@ def matches(labels: dict[str, str], requirements: list[Requirement]) -> bool:
     Python (the tests' brute force and the console's preview)."""
     for r in requirements:
         present = r.key in labels
-        if r.op == SelectorOp.EXISTS and not present or r.op == SelectorOp.NOT_EXISTS and present:
+        if (r.op == SelectorOp.EXISTS and not present) or (r.op == SelectorOp.NOT_EXISTS and present):
             return False
         if r.op == SelectorOp.IN and not (present and labels[r.key] in r.values):
             return False

@@ -281,3 +281,35 @@ class ListBulkActionItemsResponse(_message.Message):
     items: _containers.RepeatedCompositeFieldContainer[BulkActionItem]
     page: _common_pb2.PageResponse
     def __init__(self, items: _Optional[_Iterable[_Union[BulkActionItem, _Mapping]]] = ..., page: _Optional[_Union[_common_pb2.PageResponse, _Mapping]] = ...) -> None: ...
+
+class SessionUsage(_message.Message):
+    __slots__ = ("turns", "running_seconds", "running", "snapshots", "checkpoints_held", "resumes", "resume_seconds_total", "resume_seconds_max")
+    TURNS_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOTS_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINTS_HELD_FIELD_NUMBER: _ClassVar[int]
+    RESUMES_FIELD_NUMBER: _ClassVar[int]
+    RESUME_SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    RESUME_SECONDS_MAX_FIELD_NUMBER: _ClassVar[int]
+    turns: int
+    running_seconds: float
+    running: bool
+    snapshots: int
+    checkpoints_held: int
+    resumes: int
+    resume_seconds_total: float
+    resume_seconds_max: float
+    def __init__(self, turns: _Optional[int] = ..., running_seconds: _Optional[float] = ..., running: _Optional[bool] = ..., snapshots: _Optional[int] = ..., checkpoints_held: _Optional[int] = ..., resumes: _Optional[int] = ..., resume_seconds_total: _Optional[float] = ..., resume_seconds_max: _Optional[float] = ...) -> None: ...
+
+class GetSessionUsageRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class GetSessionUsageResponse(_message.Message):
+    __slots__ = ("usage",)
+    USAGE_FIELD_NUMBER: _ClassVar[int]
+    usage: SessionUsage
+    def __init__(self, usage: _Optional[_Union[SessionUsage, _Mapping]] = ...) -> None: ...

@@ -80,6 +80,11 @@ class FleetServiceStub:
                 request_serializer=sessionq_dot_v1_dot_fleet__pb2.ListBulkActionItemsRequest.SerializeToString,
                 response_deserializer=sessionq_dot_v1_dot_fleet__pb2.ListBulkActionItemsResponse.FromString,
                 _registered_method=True)
+        self.GetSessionUsage = channel.unary_unary(
+                '/sessionq.v1.FleetService/GetSessionUsage',
+                request_serializer=sessionq_dot_v1_dot_fleet__pb2.GetSessionUsageRequest.SerializeToString,
+                response_deserializer=sessionq_dot_v1_dot_fleet__pb2.GetSessionUsageResponse.FromString,
+                _registered_method=True)
 
 
 class FleetServiceServicer:
@@ -150,6 +155,13 @@ class FleetServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetSessionUsage(self, request, context):
+        """What a Session used (whoever may read it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FleetServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -197,6 +209,11 @@ def add_FleetServiceServicer_to_server(servicer, server):
                     servicer.ListBulkActionItems,
                     request_deserializer=sessionq_dot_v1_dot_fleet__pb2.ListBulkActionItemsRequest.FromString,
                     response_serializer=sessionq_dot_v1_dot_fleet__pb2.ListBulkActionItemsResponse.SerializeToString,
+            ),
+            'GetSessionUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSessionUsage,
+                    request_deserializer=sessionq_dot_v1_dot_fleet__pb2.GetSessionUsageRequest.FromString,
+                    response_serializer=sessionq_dot_v1_dot_fleet__pb2.GetSessionUsageResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -443,6 +460,33 @@ class FleetService:
             '/sessionq.v1.FleetService/ListBulkActionItems',
             sessionq_dot_v1_dot_fleet__pb2.ListBulkActionItemsRequest.SerializeToString,
             sessionq_dot_v1_dot_fleet__pb2.ListBulkActionItemsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSessionUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessionq.v1.FleetService/GetSessionUsage',
+            sessionq_dot_v1_dot_fleet__pb2.GetSessionUsageRequest.SerializeToString,
+            sessionq_dot_v1_dot_fleet__pb2.GetSessionUsageResponse.FromString,
             options,
             channel_credentials,
             insecure,
