@@ -9,6 +9,7 @@ import time
 
 import pytest
 from conftest import apply_agent
+from fleet_agent import prepared_agent
 from lifecycle import count, turn_by_store
 
 from sessionq.domain.operations import OperationExecutor
@@ -16,8 +17,8 @@ from sessionq.errors import SessionqError
 from sessionq.models import BulkActionKind, BulkActionState, OperationKind, SessionState
 
 
-async def fleet_of(store, sim, n: int, labels: dict[str, str]) -> list:
-    await apply_agent(store, sim)
+async def fleet_of(store, sim, n: int, labels: dict[str, str], worker_runs: bool = False) -> list:
+    await (prepared_agent(store) if worker_runs else apply_agent(store, sim))
     ex = OperationExecutor(store, sim, 120)
     gate = asyncio.Semaphore(16)
 
@@ -159,7 +160,7 @@ async def test_bulk_delete_of_2000_racing_turns_and_explicit_calls(store, sim):
 async def test_the_worker_runs_a_bulk_action_and_its_operations(store, sim, worker):
     """The run_bulk_action job pages through the action; the admitted operations run as their own
     execute_operation jobs."""
-    sessions = await fleet_of(store, sim, 60, {"tier": "a"})
+    sessions = await fleet_of(store, sim, 60, {"tier": "a"}, worker_runs=True)
     flt = {"selector": [{"key": "tier", "op": "in", "values": ["a"]}]}
     action = await store.start_bulk_action("alice", "suspend-all", False, BulkActionKind.SUSPEND, flt, None)
     deadline = time.monotonic() + 60

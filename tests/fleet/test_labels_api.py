@@ -2,7 +2,8 @@
 
 import grpc
 import pytest
-from conftest import apply_agent, make_settings
+from conftest import make_settings
+from fleet_agent import prepared_agent
 from lifecycle import count, ready_checkpoint
 
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, runtime_pb2, sessions_pb2, sessions_pb2_grpc
@@ -37,7 +38,7 @@ async def create(api, request_id="r1", labels=None, ttl=None, user="alice"):
 
 @pytest.mark.clause("FLEET-1")
 async def test_create_with_labels_and_ttl_then_change_them(api, store, sim):
-    await apply_agent(store, sim)
+    await prepared_agent(store)
     s = await create(api, labels={"team": "billing", "example.com/tier": "gold"}, ttl=3600)
     assert s.session.state == runtime_pb2.RUNTIME_STATE_READY
     assert dict(s.labels) == {"team": "billing", "example.com/tier": "gold"}
@@ -62,7 +63,7 @@ async def test_create_with_labels_and_ttl_then_change_them(api, store, sim):
 
 @pytest.mark.clause("FLEET-1")
 async def test_label_rules_and_bad_input_write_nothing(api, store, sim):
-    await apply_agent(store, sim)
+    await prepared_agent(store)
     bad_labels = [
         {f"k{i}": "v" for i in range(33)},  # too many
         {"k": "v" * 64},  # value too long
@@ -88,7 +89,7 @@ async def test_label_rules_and_bad_input_write_nothing(api, store, sim):
 
 @pytest.mark.clause("FLEET-1")
 async def test_who_may_change_labels(api, store, sim):
-    await apply_agent(store, sim)
+    await prepared_agent(store)
     s = await create(api, labels={"team": "a"})
     kagent = sessions_pb2_grpc.SessionServiceStub(api.channel)
     tokens = {}

@@ -6,7 +6,7 @@ import time
 
 import pytest
 from a2a.types import a2a_pb2, a2a_pb2_grpc
-from conftest import apply_agent
+from fleet_agent import prepared_agent
 from lifecycle import count
 
 from sessionq import metrics
@@ -35,7 +35,7 @@ async def quiesced(store, sid, timeout=30.0):
 
 @pytest.mark.clause("FLEET-5")
 async def test_usage_matches_the_runtimes_call_log(api, store, sim):
-    await apply_agent(store, sim)
+    await prepared_agent(store)
     fleet = fleet_pb2_grpc.FleetServiceStub(api.channel)
     created = await fleet.CreateSession(fleet_pb2.CreateSessionRequest(
         session=sessions_pb2.CreateSessionRequest(request_id="u1", agent=AGENT)), metadata=api.md(), timeout=10)
