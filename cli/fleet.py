@@ -79,7 +79,7 @@ def labels_of(pairs: tuple[str, ...] | list[str]) -> tuple[dict[str, str], list[
 
 
 def _duration(seconds: float, msg: Any) -> None:
-    msg.FromNanoseconds(int(round(seconds * 1e9)))
+    msg.FromNanoseconds(round(seconds * 1e9))
 
 
 def _ts(when: datetime) -> Timestamp:
@@ -317,7 +317,8 @@ def bulk_options(f: Any) -> Any:
         click.option("--namespace", default="", help="The Agent's namespace (default kagent)."),
         click.option("--all-creators", is_flag=True, help="Every creator's Sessions (administrators only)."),
         click.option("--dry-run", is_flag=True, help="Show the count and the first page; do nothing."),
-        click.option("--wait/--no-wait", default=True, show_default=True, help="Wait until every matching Session was acted on (admitted or reported)."),
+        click.option("--wait/--no-wait", default=True, show_default=True,
+                     help="Wait until every matching Session was acted on (admitted or reported)."),
         click.option("--request-id", default=None, help="Idempotency key (default: a fresh UUID)."),
     ]):
         f = option(f)
