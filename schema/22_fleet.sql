@@ -93,9 +93,6 @@ LANGUAGE plpgsql AS $$
 DECLARE
   v_labels jsonb := sessionq.check_labels(p_labels);
   v_fingerprint text := p_namespace || '/' || p_agent || '|' || coalesce(p_name, '');
-  v_outcome text;
-  v_generation uuid;
-  v_session jsonb;
 BEGIN
   IF p_idle_ttl IS NOT NULL AND (p_idle_ttl < 0 OR p_idle_ttl = 'infinity') THEN
     PERFORM sessionq.fail('SQ400', 'idle_ttl must be a finite duration, 0 or more');
@@ -105,18 +102,12 @@ BEGIN
   IF v_labels <> '{}'::jsonb OR p_idle_ttl IS NOT NULL THEN
     v_fingerprint := v_fingerprint || '|' || v_labels::text || '|' || coalesce(p_idle_ttl::text, '');
   END IF;
-  SELECT a.outcome, a.generation, a.session INTO v_outcome, v_generation, v_session
-    FROM sessionq.admit_creation(p_caller, 'create', p_request_id, p_namespace, p_agent, p_name, v_fingerprint) a;
-  IF v_outcome = 'admitted' AND (v_labels <> '{}'::jsonb OR p_idle_ttl IS NOT NULL) THEN
-    -- the same transaction as the insert: nobody ever sees the Session without them
-    UPDATE sessionq.sessions s SET labels = v_labels, idle_ttl = p_idle_ttl
-     WHERE s.id = (v_session ->> 'id')::uuid
-    RETURNING to_jsonb(s) INTO v_session;
-  END IF;
-  RETURN QUERY SELECT v_outcome, v_generation, v_session;
+  -- written by the insert itself: nobody ever sees the Session without them
+  RETURN QUERY SELECT * FROM sessionq.admit_creation(p_caller, 'create', p_request_id, p_namespace, p_agent, p_name,
+                                                     v_fingerprint, NULL, v_labels, p_idle_ttl);
 END $$;
 COMMENT ON FUNCTION sessionq.admit_create_labeled(text, text, text, text, text, jsonb, double precision) IS
-  'admit_create with labels (check_labels) and an own idle TTL in seconds (NULL: sessions.idleTtl; 0: never; the API checks the operator''s bounds), written in the admission''s transaction. The request''s fingerprint includes them when given, so a retry with other labels or TTL is ALREADY_EXISTS; without them it is admit_create''s. outcome: admitted, joined or existing.';
+  'admit_create with labels (check_labels) and an own idle TTL in seconds (NULL: sessions.idleTtl; 0: never; the API checks the operator''s bounds), written by the admission''s insert (admit_creation). The request''s fingerprint includes them when given, so a retry with other labels or TTL is ALREADY_EXISTS; without them it is admit_create''s. outcome: admitted, joined or existing.';
 
 -- changes ------------------------------------------------------------------------------------------
 

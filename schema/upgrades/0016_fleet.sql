@@ -6,6 +6,7 @@
 -- idempotent.
 --
 -- schema/22_fleet.sql and schema/45_usage.sql whole (columns, indexes, tables, triggers, procedures); from
+-- 20_sessions.sql admit_creation (labels and own idle TTL written by its insert); from
 -- 50_expiry.sql the idle clock index limited to Sessions without their own TTL, idle_deadline and
 -- its index, idle_candidates, own_ttl_candidates and expire_session; from 40_checkpoints.sql
 -- admit_fork (a fork copies its source's labels); from 06_jobs.sql the run_bulk_action job kind.
@@ -93,9 +94,6 @@ LANGUAGE plpgsql AS $$
 DECLARE
   v_labels jsonb := sessionq.check_labels(p_labels);
   v_fingerprint text := p_namespace || '/' || p_agent || '|' || coalesce(p_name, '');
-  v_outcome text;
-  v_generation uuid;
-  v_session jsonb;
 BEGIN
   IF p_idle_ttl IS NOT NULL AND (p_idle_ttl < 0 OR p_idle_ttl = 'infinity') THEN
     PERFORM sessionq.fail('SQ400', 'idle_ttl must be a finite duration, 0 or more');
@@ -105,18 +103,12 @@ BEGIN
   IF v_labels <> '{}'::jsonb OR p_idle_ttl IS NOT NULL THEN
     v_fingerprint := v_fingerprint || '|' || v_labels::text || '|' || coalesce(p_idle_ttl::text, '');
   END IF;
-  SELECT a.outcome, a.generation, a.session INTO v_outcome, v_generation, v_session
-    FROM sessionq.admit_creation(p_caller, 'create', p_request_id, p_namespace, p_agent, p_name, v_fingerprint) a;
-  IF v_outcome = 'admitted' AND (v_labels <> '{}'::jsonb OR p_idle_ttl IS NOT NULL) THEN
-    -- the same transaction as the insert: nobody ever sees the Session without them
-    UPDATE sessionq.sessions s SET labels = v_labels, idle_ttl = p_idle_ttl
-     WHERE s.id = (v_session ->> 'id')::uuid
-    RETURNING to_jsonb(s) INTO v_session;
-  END IF;
-  RETURN QUERY SELECT v_outcome, v_generation, v_session;
+  -- written by the insert itself: nobody ever sees the Session without them
+  RETURN QUERY SELECT * FROM sessionq.admit_creation(p_caller, 'create', p_request_id, p_namespace, p_agent, p_name,
+                                                     v_fingerprint, NULL, v_labels, p_idle_ttl);
 END $$;
 COMMENT ON FUNCTION sessionq.admit_create_labeled(text, text, text, text, text, jsonb, double precision) IS
-  'admit_create with labels (check_labels) and an own idle TTL in seconds (NULL: sessions.idleTtl; 0: never; the API checks the operator''s bounds), written in the admission''s transaction. The request''s fingerprint includes them when given, so a retry with other labels or TTL is ALREADY_EXISTS; without them it is admit_create''s. outcome: admitted, joined or existing.';
+  'admit_create with labels (check_labels) and an own idle TTL in seconds (NULL: sessions.idleTtl; 0: never; the API checks the operator''s bounds), written by the admission''s insert (admit_creation). The request''s fingerprint includes them when given, so a retry with other labels or TTL is ALREADY_EXISTS; without them it is admit_create''s. outcome: admitted, joined or existing.';
 
 -- changes ------------------------------------------------------------------------------------------
 
@@ -442,6 +434,73 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION sessionq.list_bulk_action_items(uuid, text, uuid, integer) IS
   'The Sessions a bulk action of the caller reported (refused by their admission), in Session id order after p_after.';
+
+-- 20_sessions.sql: admit_creation takes the labels and the own idle TTL (its insert writes them)
+DROP FUNCTION IF EXISTS sessionq.admit_creation(text, text, text, text, text, text, text, double precision);
+CREATE OR REPLACE FUNCTION sessionq.admit_creation(
+  p_caller text, p_request_kind text, p_request_id text, p_namespace text, p_agent text, p_name text,
+  p_fingerprint text, p_ttl double precision DEFAULT NULL, p_labels jsonb DEFAULT '{}', p_idle_ttl double precision DEFAULT NULL
+) RETURNS TABLE (outcome text, generation uuid, session jsonb)
+LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+  v_agent sessionq.agents;
+  v_rev sessionq.revisions;
+  v_id uuid;
+  v_noun text := CASE p_request_kind WHEN 'sandbox' THEN 'sandbox' ELSE 'session' END;
+BEGIN
+  IF p_request_id IS NULL OR length(p_request_id) NOT BETWEEN 1 AND 128 THEN
+    PERFORM sessionq.fail('SQ400', 'request_id must be 1 to 128 characters');
+  END IF;
+  SELECT * INTO v_agent FROM sessionq.agents a WHERE a.namespace = p_namespace AND a.name = p_agent;
+  IF v_agent.latest_successful_revision_id IS NOT NULL THEN
+    SELECT * INTO v_rev FROM sessionq.revisions r WHERE r.id = v_agent.latest_successful_revision_id;
+  END IF;
+  LOOP
+    -- A new request id inserts at once: the unique constraint is the arbiter, so the common path
+    -- never searches the caller's other Sessions (a lookup first would, under a plan made while
+    -- the table was small, scan every Session of the caller).
+    IF v_rev.id IS NOT NULL THEN
+      v_id := sessionq.uuid_v7();
+      INSERT INTO sessionq.sessions AS s (id, creator, request_kind, request_id, request_fingerprint,
+                                          agent_namespace, agent_name, revision_id, name, state, operation,
+                                          operation_id, actor_atespace, actor_name, actor_template, expires_at,
+                                          labels, idle_ttl)
+      VALUES (v_id, p_caller, p_request_kind, p_request_id, p_fingerprint, p_namespace, p_agent, v_rev.id,
+              coalesce(p_name, ''), 'CREATING', 'CREATE', sessionq.uuid_v7(), v_rev.template_atespace,
+              v_noun || '-' || v_id, v_rev.template_atespace || '/' || v_rev.template_name,
+              CASE WHEN p_ttl IS NOT NULL THEN clock_timestamp() + make_interval(secs => p_ttl) END,
+              coalesce(p_labels, '{}'), p_idle_ttl)
+      ON CONFLICT ON CONSTRAINT sessions_request_unique DO NOTHING
+      RETURNING * INTO v;
+      IF FOUND THEN
+        PERFORM sessionq.queue_operation(v.id);
+        RETURN QUERY SELECT 'admitted'::text, v.operation_id, to_jsonb(v);
+        RETURN;
+      END IF;
+    END IF;
+    -- A retry (or a concurrent twin that won the insert) is answered from the existing row,
+    -- even when its Agent has since gone.
+    SELECT * INTO v FROM sessionq.sessions s
+     WHERE s.creator = p_caller AND s.request_kind = p_request_kind AND s.request_id = p_request_id FOR UPDATE;
+    IF FOUND THEN
+      RETURN QUERY SELECT * FROM sessionq.creation_retry(v, p_fingerprint);
+      RETURN;
+    END IF;
+    IF v_agent.name IS NULL THEN
+      PERFORM sessionq.fail('SQ404', format('agent %s/%s not found', sessionq.clip(p_namespace), sessionq.clip(p_agent)));
+    END IF;
+    IF v_rev.id IS NULL THEN
+      PERFORM sessionq.fail('SQ412', format(
+        'agent %s/%s has no successfully prepared revision; %ss cannot be created until one is ready',
+        sessionq.clip(p_namespace), sessionq.clip(p_agent), v_noun));
+    END IF;
+    -- the conflicting row went away (an expiry removed it) before it could be locked: insert again
+  END LOOP;
+END $$;
+COMMENT ON FUNCTION sessionq.admit_creation(text, text, text, text, text, text, text, double precision, jsonb, double precision) IS
+  'Internal to admit_create, admit_create_labeled and admit_sandbox: insert a row of request kind p_request_kind (create: a Session, sandbox: a Sandbox expiring p_ttl seconds from now; with labels p_labels and an own idle TTL p_idle_ttl, 22_fleet.sql, checked by the caller) pinning the Agent''s latest successful revision, with a deterministic Actor name <kind>-<id>, and queue its job. A retry (same caller, kind and request id) joins the pending creation or returns the existing row (creation_retry, by p_fingerprint). outcome: admitted, joined or existing.';
+
 
 -- 50_expiry.sql
 DROP INDEX IF EXISTS sessionq.sessions_idle_clock_idx;
