@@ -233,8 +233,11 @@ CREATE OR REPLACE FUNCTION sessionq.search_sessions(
   p_caller text, p_all_creators boolean, p_filter jsonb, p_after uuid, p_limit integer
 ) RETURNS SETOF jsonb LANGUAGE plpgsql STABLE AS $$
 BEGIN
+  -- the page's ids first, then the rows of those ids: the rows are turned into JSON for the page
+  -- only (in one query, every match would be, before the sort picks the page)
   RETURN QUERY EXECUTE format(
-    'SELECT to_jsonb(t) FROM sessionq.sessions t WHERE %s AND t.id > %L::uuid ORDER BY t.id LIMIT %s',
+    'SELECT to_jsonb(s) FROM (SELECT t.id FROM sessionq.sessions t WHERE %s AND t.id > %L::uuid ORDER BY t.id LIMIT %s) p'
+    ' JOIN sessionq.sessions s ON s.id = p.id ORDER BY s.id',
     sessionq.session_filter_sql(p_caller, p_all_creators, p_filter),
     coalesce(p_after, '00000000-0000-0000-0000-000000000000'::uuid), greatest(p_limit, 0));
 END $$;
