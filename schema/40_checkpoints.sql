@@ -332,12 +332,10 @@ BEGIN
       v_id := sessionq.uuid_v7();
       INSERT INTO sessionq.sessions AS s (id, creator, request_kind, request_id, request_fingerprint, agent_namespace, agent_name,
                                           revision_id, name, state, operation, operation_id, actor_atespace, actor_name,
-                                          actor_template, source_checkpoint_id, labels)
+                                          actor_template, source_checkpoint_id)
       SELECT v_id, p_caller, 'fork', p_request_id, c.id::text, c.agent_namespace, c.agent_name, c.revision_id, c.name,
              'CREATING', 'CREATE', sessionq.uuid_v7(), r.template_atespace, 'session-' || v_id,
-             r.template_atespace || '/' || r.template_name, c.id,
-             -- a fork copies its source Session's labels (22_fleet.sql; none once an idle expiry removed it)
-             coalesce((SELECT src.labels FROM sessionq.sessions src WHERE src.id = c.session_id), '{}'::jsonb)
+             r.template_atespace || '/' || r.template_name, c.id
         FROM sessionq.revisions r WHERE r.id = c.revision_id
       ON CONFLICT ON CONSTRAINT sessions_request_unique DO NOTHING
       RETURNING * INTO v;
@@ -358,7 +356,13 @@ BEGIN
             FROM sessionq.events e
            WHERE e.session_id = c.session_id AND e.task_id = t.id AND e.seq <= c.history_sequence;
         END LOOP;
-        UPDATE sessionq.sessions SET last_event_seq = c.history_sequence WHERE id = v.id RETURNING * INTO v;
+        -- and its source Session's labels, if any (22_fleet.sql; none once an idle expiry removed
+        -- it): without labels the column keeps its stored value, so the update stays HOT
+        UPDATE sessionq.sessions f
+           SET last_event_seq = c.history_sequence,
+               labels = CASE WHEN src.labels <> '{}'::jsonb THEN src.labels ELSE f.labels END
+          FROM (SELECT 1) one LEFT JOIN sessionq.sessions src ON src.id = c.session_id
+         WHERE f.id = v.id RETURNING f.* INTO v;
         PERFORM sessionq.queue_operation(v.id);
         RETURN QUERY SELECT 'admitted'::text, v.operation_id, to_jsonb(v);
         RETURN;

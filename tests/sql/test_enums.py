@@ -30,6 +30,8 @@ COLUMNS: dict[tuple[str, str], type[StrEnum]] = {
     ("job_attempts", "outcome"): models.JobAttemptOutcome,
     ("push_deliveries", "state"): models.PushDeliveryState,
     ("task_cancels", "outcome"): models.CancelOutcome,
+    ("bulk_actions", "kind"): models.BulkActionKind,
+    ("bulk_actions", "state"): models.BulkActionState,
 }
 
 # enum -> the procedures whose first result column (status / outcome) it holds
