@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 from google.protobuf.duration_pb2 import Duration
+from sessionq.cli import fleet
 from sessionq.cli.client import (
     DURATION,
     CliError,
@@ -20,6 +21,7 @@ from sessionq.cli.client import (
     printable,
     strip_prefix,
 )
+from sessionq.cli.fleet import TTL, build_filter, create_labeled, filter_options, has_filter, search
 
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, runtime_pb2, sessions_pb2, sessions_pb2_grpc
 
@@ -94,16 +96,23 @@ def session() -> None:
 @click.option("--request-id", default=None,
               help="Idempotency key (1-128 characters; default: a fresh UUID). "
                    "Repeating it returns the same Session.")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
+              help="A label (repeatable). Labels are not secrets: every reader of the Session sees them.")
+@click.option("--ttl", type=TTL, default=None,
+              help="The Session's own idle TTL, e.g. 3d (0s: never, where the server allows it).")
 @output_option
 @click.pass_context
 def create(ctx: click.Context, agent_name: str, namespace: str, name: str, request_id: str | None,
-           output: str) -> None:
+           labels: tuple[str, ...], ttl: float | None, output: str) -> None:
     """Create a Session with an Agent (retried with the same request id while the server is busy)."""
     request = sessions_pb2.CreateSessionRequest(
         request_id=request_id or str(uuid.uuid4()),
         name=name,
         agent=common_pb2.ResourceReference(namespace=namespace, name=agent_name),
     )
+    if labels or ttl is not None:  # sessionq's FleetService: kagent's request has no labels
+        create_labeled(ctx, request, labels, ttl, output)
+        return
     _show_session(get_client(ctx).call_creating(_stub(ctx).CreateSession, request), output)
 
 
@@ -122,10 +131,15 @@ def get(ctx: click.Context, session_id: str, output: str) -> None:
 @click.option("--agent", "agent_name", default="", help="Only this Agent's Sessions.")
 @click.option("--namespace", default="", help="The Agent's namespace (default kagent when --agent is given).")
 @click.option("--all-creators", is_flag=True, help="Every creator's Sessions (administrators only).")
+@filter_options
 @output_option
 @click.pass_context
-def list_(ctx: click.Context, agent_name: str, namespace: str, all_creators: bool, output: str) -> None:
-    """List your Sessions (every page)."""
+def list_(ctx: click.Context, agent_name: str, namespace: str, all_creators: bool, output: str,
+          **filters: Any) -> None:
+    """List your Sessions (every page), or those a filter matches (--selector and the others)."""
+    if has_filter(**filters):
+        search(ctx, build_filter(agent_name, namespace, all_creators, **filters), output)
+        return
     client = get_client(ctx)
     stub = _stub(ctx)
     request = sessions_pb2.ListSessionsRequest(all_creators=all_creators,
@@ -236,3 +250,9 @@ def share_revoke(ctx: click.Context, share_id: str, output: str) -> None:
         print_json(response)
     else:
         click.echo(f"share {share_id} revoked")
+
+
+# -- the fleet (cli/fleet.py): labels, idle TTL, count, bulk actions, usage ------------------------
+
+for _command in (fleet.count, fleet.label, fleet.ttl, fleet.usage, fleet.bulk):
+    session.add_command(_command)

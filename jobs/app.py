@@ -17,6 +17,7 @@ from sessionq.jobs import (
     a2a,
     agents,
     bridge,
+    bulk,
     checkpoints,
     dispatch,
     events,
@@ -104,6 +105,8 @@ def build_app(
         pass_context=True,
         retry=RetryStrategy(max_attempts=100, exponential_wait=1),
     )(a2a.deliver_push)
+    # a bulk action: its pages admit ordinary operations; a failed page is retried from the last done
+    app.task(name="run_bulk_action", queue="operations", pass_context=True, retry=OPERATION_RETRY)(bulk.run_bulk_action)
     periodic.register(app, expiry=expiry)
     reaper.register(app)
     purge.register(app)

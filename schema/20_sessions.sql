@@ -299,7 +299,7 @@ COMMENT ON FUNCTION sessionq.creation_retry(sessionq.sessions, text) IS
 -- admit_creation: admit a new row (a Session, or a Sandbox: 25_sandboxes.sql), or answer a retry.
 CREATE OR REPLACE FUNCTION sessionq.admit_creation(
   p_caller text, p_request_kind text, p_request_id text, p_namespace text, p_agent text, p_name text,
-  p_fingerprint text, p_ttl double precision DEFAULT NULL
+  p_fingerprint text, p_ttl double precision DEFAULT NULL, p_labels jsonb DEFAULT '{}', p_idle_ttl double precision DEFAULT NULL
 ) RETURNS TABLE (outcome text, generation uuid, session jsonb)
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -324,11 +324,13 @@ BEGIN
       v_id := sessionq.uuid_v7();
       INSERT INTO sessionq.sessions AS s (id, creator, request_kind, request_id, request_fingerprint,
                                           agent_namespace, agent_name, revision_id, name, state, operation,
-                                          operation_id, actor_atespace, actor_name, actor_template, expires_at)
+                                          operation_id, actor_atespace, actor_name, actor_template, expires_at,
+                                          labels, idle_ttl)
       VALUES (v_id, p_caller, p_request_kind, p_request_id, p_fingerprint, p_namespace, p_agent, v_rev.id,
               coalesce(p_name, ''), 'CREATING', 'CREATE', sessionq.uuid_v7(), v_rev.template_atespace,
               v_noun || '-' || v_id, v_rev.template_atespace || '/' || v_rev.template_name,
-              CASE WHEN p_ttl IS NOT NULL THEN clock_timestamp() + make_interval(secs => p_ttl) END)
+              CASE WHEN p_ttl IS NOT NULL THEN clock_timestamp() + make_interval(secs => p_ttl) END,
+              coalesce(p_labels, '{}'), p_idle_ttl)
       ON CONFLICT ON CONSTRAINT sessions_request_unique DO NOTHING
       RETURNING * INTO v;
       IF FOUND THEN
@@ -356,8 +358,8 @@ BEGIN
     -- the conflicting row went away (an expiry removed it) before it could be locked: insert again
   END LOOP;
 END $$;
-COMMENT ON FUNCTION sessionq.admit_creation(text, text, text, text, text, text, text, double precision) IS
-  'Internal to admit_create and admit_sandbox: insert a row of request kind p_request_kind (create: a Session, sandbox: a Sandbox expiring p_ttl seconds from now) pinning the Agent''s latest successful revision, with a deterministic Actor name <kind>-<id>, and queue its job. A retry (same caller, kind and request id) joins the pending creation or returns the existing row (creation_retry, by p_fingerprint). outcome: admitted, joined or existing.';
+COMMENT ON FUNCTION sessionq.admit_creation(text, text, text, text, text, text, text, double precision, jsonb, double precision) IS
+  'Internal to admit_create, admit_create_labeled and admit_sandbox: insert a row of request kind p_request_kind (create: a Session, sandbox: a Sandbox expiring p_ttl seconds from now; with labels p_labels and an own idle TTL p_idle_ttl, 22_fleet.sql, checked by the caller) pinning the Agent''s latest successful revision, with a deterministic Actor name <kind>-<id>, and queue its job. A retry (same caller, kind and request id) joins the pending creation or returns the existing row (creation_retry, by p_fingerprint). outcome: admitted, joined or existing.';
 
 -- admit_create: admit the creation of a Session, or answer a retry of one.
 CREATE OR REPLACE FUNCTION sessionq.admit_create(

@@ -356,7 +356,13 @@ BEGIN
             FROM sessionq.events e
            WHERE e.session_id = c.session_id AND e.task_id = t.id AND e.seq <= c.history_sequence;
         END LOOP;
-        UPDATE sessionq.sessions SET last_event_seq = c.history_sequence WHERE id = v.id RETURNING * INTO v;
+        -- and its source Session's labels, if any (22_fleet.sql; none once an idle expiry removed
+        -- it): without labels the column keeps its stored value, so the update stays HOT
+        UPDATE sessionq.sessions f
+           SET last_event_seq = c.history_sequence,
+               labels = CASE WHEN src.labels <> '{}'::jsonb THEN src.labels ELSE f.labels END
+          FROM (SELECT 1) one LEFT JOIN sessionq.sessions src ON src.id = c.session_id
+         WHERE f.id = v.id RETURNING f.* INTO v;
         PERFORM sessionq.queue_operation(v.id);
         RETURN QUERY SELECT 'admitted'::text, v.operation_id, to_jsonb(v);
         RETURN;
@@ -380,4 +386,4 @@ BEGIN
   END LOOP;
 END $$;
 COMMENT ON FUNCTION sessionq.admit_fork(uuid, text, text) IS
-  'ForkSession admission: a new Session (request kind fork, idempotent by caller and request id) from a READY checkpoint of the caller, running the checkpoint''s revision and named after it; the history through the checkpoint is copied with new task ids, the fork''s own context id and the original timestamps (its idle clock starts at its creation). The creation job creates the Actor from tag checkpoint-<id>.';
+  'ForkSession admission: a new Session (request kind fork, idempotent by caller and request id) from a READY checkpoint of the caller, running the checkpoint''s revision and named after it; the history through the checkpoint is copied with new task ids, the fork''s own context id and the original timestamps (its idle clock starts at its creation), and the source Session''s labels. The creation job creates the Actor from tag checkpoint-<id>.';

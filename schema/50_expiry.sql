@@ -6,8 +6,19 @@
 -- clock, and for each calls expire_session, which rechecks everything under the Session row
 -- lock that task admission uses and admits an ordinary DELETE with reason idle_timeout.
 
+-- Sessions on sessions.idleTtl by their idle clock, Sessions with their own TTL (sessions.idle_ttl,
+-- 22_fleet.sql; 0: never) by their own deadline
 CREATE INDEX sessions_idle_clock_idx ON sessionq.sessions ((greatest(created_at, last_event_at)), id)
-  WHERE state IN ('READY', 'SUSPENDED');
+  WHERE state IN ('READY', 'SUSPENDED') AND idle_ttl IS NULL;
+CREATE OR REPLACE FUNCTION sessionq.idle_deadline(p_created timestamptz, p_last_event timestamptz, p_ttl double precision)
+RETURNS timestamptz LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  -- a whole number of microseconds added: the same instant in every time zone (so immutable)
+  SELECT greatest(p_created, p_last_event) + make_interval(secs => p_ttl)
+$$;
+COMMENT ON FUNCTION sessionq.idle_deadline(timestamptz, timestamptz, double precision) IS
+  'When a Session with its own idle TTL p_ttl seconds expires: its idle clock (the later of creation and newest event) plus p_ttl. Indexed (sessions_own_ttl_idx).';
+CREATE INDEX sessions_own_ttl_idx ON sessionq.sessions (sessionq.idle_deadline(created_at, last_event_at, idle_ttl), id)
+  WHERE state IN ('READY', 'SUSPENDED') AND idle_ttl > 0;
 CREATE INDEX sessions_idle_deleting_idx ON sessionq.sessions (id)
   WHERE state = 'DELETING' AND deletion_reason = 'idle_timeout';
 
@@ -35,14 +46,32 @@ BEGIN
   RETURN QUERY
   SELECT s.id, greatest(s.created_at, s.last_event_at)
     FROM sessionq.sessions s
-   WHERE s.state IN ('READY', 'SUSPENDED') AND s.kind = 'session'
+   WHERE s.state IN ('READY', 'SUSPENDED') AND s.kind = 'session' AND s.idle_ttl IS NULL
      AND greatest(s.created_at, s.last_event_at) < v_cutoff
      AND (p_after_clock IS NULL OR (greatest(s.created_at, s.last_event_at), s.id) > (p_after_clock, p_after_id))
    ORDER BY greatest(s.created_at, s.last_event_at), s.id
    LIMIT p_limit;
 END $$;
 COMMENT ON FUNCTION sessionq.idle_candidates(double precision, timestamptz, uuid, integer) IS
-  'One page of the idle sweep: READY or SUSPENDED Sessions whose idle clock (later of creation and newest event) is older than p_ttl seconds, in clock order after the given key. Candidates only: expire_session rechecks under the row lock.';
+  'One page of the idle sweep: READY or SUSPENDED Sessions on sessions.idleTtl (no TTL of their own) whose idle clock (later of creation and newest event) is older than p_ttl seconds, in clock order after the given key. Candidates only: expire_session rechecks under the row lock.';
+
+CREATE OR REPLACE FUNCTION sessionq.own_ttl_candidates(p_after_deadline timestamptz, p_after_id uuid, p_limit integer)
+RETURNS TABLE (id uuid, deadline timestamptz) LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  v_now timestamptz := clock_timestamp();  -- a constant bound, as in idle_candidates
+BEGIN
+  RETURN QUERY
+  SELECT s.id, sessionq.idle_deadline(s.created_at, s.last_event_at, s.idle_ttl)
+    FROM sessionq.sessions s
+   WHERE s.state IN ('READY', 'SUSPENDED') AND s.idle_ttl > 0 AND s.kind = 'session'
+     AND sessionq.idle_deadline(s.created_at, s.last_event_at, s.idle_ttl) < v_now
+     AND (p_after_deadline IS NULL
+          OR (sessionq.idle_deadline(s.created_at, s.last_event_at, s.idle_ttl), s.id) > (p_after_deadline, p_after_id))
+   ORDER BY sessionq.idle_deadline(s.created_at, s.last_event_at, s.idle_ttl), s.id
+   LIMIT p_limit;
+END $$;
+COMMENT ON FUNCTION sessionq.own_ttl_candidates(timestamptz, uuid, integer) IS
+  'One page of the idle sweep''s Sessions with their own idle TTL (sessions.idle_ttl > 0, whatever sessions.idleTtl is): READY or SUSPENDED ones past their deadline (idle_deadline), in deadline order after the given key (sessions_own_ttl_idx). Candidates only: expire_session rechecks under the row lock.';
 
 CREATE OR REPLACE FUNCTION sessionq.idle_deletions_to_resume(
   p_after uuid, p_limit integer, p_kinds text[] DEFAULT ARRAY['session', 'sandbox']
@@ -87,7 +116,8 @@ BEGIN
     RETURN;
   END IF;
   IF v.kind = 'sandbox' AND (v.expires_at IS NULL OR v.expires_at > clock_timestamp())
-     OR v.kind = 'session' AND v_since >= clock_timestamp() - make_interval(secs => p_ttl) THEN
+     OR v.kind = 'session' AND coalesce(v.idle_ttl, p_ttl) = 0
+     OR v.kind = 'session' AND v_since >= clock_timestamp() - make_interval(secs => coalesce(v.idle_ttl, p_ttl)) THEN
     -- a turn came in after the scan (a sandbox: it has not expired yet; activity never extends it)
     RETURN QUERY SELECT 'active'::text, NULL::uuid, NULL::double precision;
     RETURN;
@@ -96,7 +126,7 @@ BEGIN
   RETURN QUERY SELECT 'admitted'::text, v.operation_id, extract(epoch FROM clock_timestamp() - v_since)::double precision;
 END $$;
 COMMENT ON FUNCTION sessionq.expire_session(uuid, double precision) IS
-  'Idle expiration under the Session row lock shared with task admission: recheck the idle clock against p_ttl seconds (a Sandbox: its expires_at, whatever p_ttl; idle_seconds is then the time since it expired; a pending operation of a Sandbox blocks only while an attempt runs, sandbox_expiry_overrides) and the active work (pending operation, dispatch reservation, running or unsettled turn, claimed quiescence, checkpoint being created); then admit an ordinary DELETE with durable reason idle_timeout (DELETING). An already admitted idle deletion is resumed. outcome: admitted, resumed, busy, active, gone.';
+  'Idle expiration under the Session row lock shared with task admission: recheck the idle clock against the Session''s own idle TTL (sessions.idle_ttl; 0: never), else p_ttl seconds (a Sandbox: its expires_at, whatever p_ttl; idle_seconds is then the time since it expired; a pending operation of a Sandbox blocks only while an attempt runs, sandbox_expiry_overrides) and the active work (pending operation, dispatch reservation, running or unsettled turn, claimed quiescence, checkpoint being created); then admit an ordinary DELETE with durable reason idle_timeout (DELETING). An already admitted idle deletion is resumed. outcome: admitted, resumed, busy, active, gone.';
 
 CREATE OR REPLACE FUNCTION sessionq.note_leader(p_role text, p_holder text) RETURNS void
 LANGUAGE sql AS $$

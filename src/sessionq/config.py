@@ -293,6 +293,19 @@ KEYS: tuple[Key, ...] = (
         "Idle expiration TTL of Sessions (protobuf duration); 0s disables it (Sandboxes still expire at"
         " their expires_at).",
     ),
+    Key(
+        "sessions.maxIdleTtl",
+        _duration,
+        0.0,
+        "The longest idle TTL a Session may be given of its own (FleetService, `sessionq session create --ttl`);"
+        " 0s: no maximum. sessions.idleTtl stays the default of every Session without one.",
+    ),
+    Key(
+        "sessions.allowNoIdleTtl",
+        _bool,
+        False,
+        "Whether a Session may be given the idle TTL 0s of its own: it never expires idle.",
+    ),
     Key("sessions.quiescenceRecoveryInterval", _positive_duration, 60.0, "Quiescence recovery scan interval."),
     Key("sessions.claimLifetime", _positive_duration, 120.0, "Maximum lifetime of an execution claim (at most 120s)."),
     Key("sessions.quiescenceWorkers", _int(1, 64), 4, "Quiescence workers per worker process."),

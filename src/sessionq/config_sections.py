@@ -220,6 +220,8 @@ class SessionsSettings:
     """sessions.*"""
 
     idle_ttl: float  # sessions.idleTtl
+    max_idle_ttl: float  # sessions.maxIdleTtl
+    allow_no_idle_ttl: bool  # sessions.allowNoIdleTtl
     quiescence_recovery_interval: float  # sessions.quiescenceRecoveryInterval
     claim_lifetime: float  # sessions.claimLifetime
     quiescence_workers: int  # sessions.quiescenceWorkers
@@ -231,6 +233,8 @@ class SessionsSettings:
     def from_values(cls, values: Mapping[str, Any]) -> SessionsSettings:
         return cls(
             idle_ttl=values["sessions.idleTtl"],
+            max_idle_ttl=values["sessions.maxIdleTtl"],
+            allow_no_idle_ttl=values["sessions.allowNoIdleTtl"],
             quiescence_recovery_interval=values["sessions.quiescenceRecoveryInterval"],
             claim_lifetime=values["sessions.claimLifetime"],
             quiescence_workers=values["sessions.quiescenceWorkers"],

@@ -77,6 +77,22 @@ QUEUE_PAUSED = Gauge("sessionq_queue_paused", "1 while a queue is paused (`sessi
 STALLED_JOBS = Gauge("sessionq_stalled_jobs", "Running jobs whose worker stopped heartbeating")
 WORKERS = Gauge("sessionq_workers", "Registered worker processes by state (running, draining, stalled)", ["state"])
 SESSIONS = Gauge("sessionq_sessions", "Sessions by state (DELETED tombstones included)", ["state"])
+# usage summed per Agent over its live Sessions (schema/45_usage.sql, sessionq.agent_usage): one
+# series an Agent, never one a Session
+AGENT_USAGE = {
+    "turns": Gauge("sessionq_agent_turns", "Turns of the Agent's live Sessions", ["agent"]),
+    "running_seconds": Gauge(
+        "sessionq_agent_running_seconds", "Seconds the Actors of the Agent's live Sessions ran", ["agent"]
+    ),
+    "snapshots": Gauge("sessionq_agent_snapshots", "Snapshots taken of the Agent's live Sessions", ["agent"]),
+    "checkpoints_held": Gauge(
+        "sessionq_agent_checkpoints_held", "Checkpoints held by the Agent's live Sessions", ["agent"]
+    ),
+    "resumes": Gauge("sessionq_agent_resumes", "Actor resumes of the Agent's live Sessions", ["agent"]),
+    "resume_seconds": Gauge(
+        "sessionq_agent_resume_seconds", "Total latency of the Actor resumes of the Agent's live Sessions", ["agent"]
+    ),
+}
 # counted by the worker that ends each attempt (jobs/bridge.py)
 JOB_ATTEMPTS = Counter(
     "sessionq_job_attempts",
@@ -130,6 +146,9 @@ def set_overview(stats: dict[str, Any], seen_queues: set[str]) -> set[str]:
         WORKERS.labels(state=state).set(stats["workers"].get(state, 0))
     for state in SESSION_STATES:
         SESSIONS.labels(state=state).set(stats["sessions"].get(state, 0))
+    for agent, row in stats.get("agent_usage", {}).items():
+        for figure, gauge in AGENT_USAGE.items():
+            gauge.labels(agent=agent).set(float(row[figure] or 0))
     return queues
 
 

@@ -403,6 +403,10 @@ class Session(Row):
     idle_retry_at: datetime | None = None
     idle_attempts: int | None = None
     idle_unsent: bool | None = None
+    # the fleet (schema/22_fleet.sql): labels, and the Session's own idle TTL in seconds (None:
+    # sessions.idleTtl; 0: never)
+    labels: dict[str, str] | None = None
+    idle_ttl: float | None = None
 
     def view(self) -> SessionView:
         """What the API shows of this Session."""
@@ -625,3 +629,59 @@ class WebhookSubscription(Row):
     disabled_at: datetime | None
     created_at: datetime
     updated_at: datetime
+
+
+class ActorState(enum.StrEnum):
+    """sessionq.actor_state: a Session's Actor as its row knows it (22_fleet.sql). PAUSED is
+    accepted in a filter but never answered (sessionq quiesces by suspending)."""
+
+    RUNNING = "running"
+    PAUSED = "paused"
+    SUSPENDED = "suspended"
+
+
+class BulkActionKind(enum.StrEnum):
+    """bulk_actions.kind."""
+
+    SUSPEND = "SUSPEND"
+    RESUME = "RESUME"
+    DELETE = "DELETE"
+    SET_IDLE_TTL = "SET_IDLE_TTL"
+
+
+class BulkActionState(enum.StrEnum):
+    """bulk_actions.state."""
+
+    RUNNING = "RUNNING"
+    DONE = "DONE"
+
+
+@dataclass(frozen=True)
+class BulkAction(Row):
+    """A bulk action by filter (sessionq.bulk_actions)."""
+
+    id: UUID
+    caller: str
+    request_id: str
+    kind: BulkActionKind
+    filter: dict[str, Any]
+    all_creators: bool
+    idle_ttl: float | None
+    state: BulkActionState
+    matched: int
+    processed: int
+    admitted: int
+    unchanged: int
+    refused: int
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class BulkActionItem(Row):
+    """A Session a bulk action reported rather than forced (sessionq.bulk_action_items)."""
+
+    session_id: UUID
+    code: str
+    message: str

@@ -32,6 +32,8 @@ COLUMNS: dict[tuple[str, str], type[StrEnum]] = {
     ("task_cancels", "outcome"): models.CancelOutcome,
     ("lifecycle_events", "kind"): models.EventKind,
     ("webhook_deliveries", "state"): models.WebhookDeliveryState,
+    ("bulk_actions", "kind"): models.BulkActionKind,
+    ("bulk_actions", "state"): models.BulkActionState,
 }
 
 # enum -> the procedures whose first result column (status / outcome) it holds

@@ -51,8 +51,10 @@ def test_idle_ttl_configuration():
     from sessionq.jobs.app import build_app
 
     assert "expire_idle_sessions" not in build_app("postgresql://h/db", expiry=False).tasks  # 0s: no worker at all
-    # no per-agent override and no maximum of the idle TTL (shares.maxTtl bounds share lifetimes, not idleness)
-    assert not any("ttl" in k.path.lower() for k in config.KEYS if k.path not in ("sessions.idleTtl", "shares.maxTtl", "sandboxes.defaultTtl"))
+    # no per-agent override (shares.maxTtl bounds share lifetimes, not idleness; a Session's own idle
+    # TTL is bounded by sessions.maxIdleTtl and sessions.allowNoIdleTtl: FLEET-3)
+    assert not any("ttl" in k.path.lower() for k in config.KEYS if k.path not in (
+        "sessions.idleTtl", "shares.maxTtl", "sandboxes.defaultTtl", "sessions.maxIdleTtl", "sessions.allowNoIdleTtl"))
 
 
 @pytest.mark.clause("IDLE-1")

@@ -85,7 +85,7 @@ async def test_new_fork_reads_no_other_session(store: Store, sim: Any, database_
         again = await cur.fetchone()
         assert again is not None and again[0] == "joined" and UUID(again[1]["id"]) == UUID(row[1]["id"])
         # conflict check, lookup, one read by primary key; the counts, pending until the backend
-        # reports them, may still hold the admission's read of the source Session by primary key
-        # (its forked event, schema/45_events.sql)
+        # reports them, may still hold the admission's reads of the source Session by primary key
+        # (its forked event, schema/45_events.sql; its labels, which a fork copies: FLEET-1)
         assert await index_tuples_read(conn) <= 4
         await conn.commit()

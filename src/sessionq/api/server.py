@@ -19,12 +19,20 @@ from sessionq._pb.kagent.api.v1alpha1 import (
     task_store_pb2,
     task_store_pb2_grpc,
 )
-from sessionq._pb.sessionq.v1 import events_pb2, events_pb2_grpc, inventory_pb2, inventory_pb2_grpc
+from sessionq._pb.sessionq.v1 import (
+    events_pb2,
+    events_pb2_grpc,
+    fleet_pb2,
+    fleet_pb2_grpc,
+    inventory_pb2,
+    inventory_pb2_grpc,
+)
 from sessionq.api.a2a import A2AHandler, A2AService
 from sessionq.api.agents import AgentService
 from sessionq.api.auth import Authenticator
 from sessionq.api.checkpoints import CheckpointService
 from sessionq.api.events import EventFeed, EventService
+from sessionq.api.fleet import FleetService
 from sessionq.api.guard import InputGuard
 from sessionq.api.handlers import HandlerTable
 from sessionq.api.inventory import InventoryService
@@ -48,6 +56,7 @@ SERVICE_NAMES = [
     a2a_pb2.DESCRIPTOR.services_by_name["A2AService"].full_name,
     events_pb2.DESCRIPTOR.services_by_name["EventService"].full_name,
     events_pb2.DESCRIPTOR.services_by_name["WebhookService"].full_name,
+    fleet_pb2.DESCRIPTOR.services_by_name["FleetService"].full_name,
 ]
 
 
@@ -111,6 +120,11 @@ class ApiServer:
                                        allow_loopback=settings.webhooks.allow_loopback)
         events_pb2_grpc.add_WebhookServiceServicer_to_server(
             WebhookService(store, auth, settings.auth.admins, webhook_targets), table
+        )
+        fleet_pb2_grpc.add_FleetServiceServicer_to_server(
+            FleetService(store, auth, settings.auth.admins, settings.sessions.max_idle_ttl,
+                         settings.sessions.allow_no_idle_ttl),
+            table,
         )
         # one A2A behaviour behind gRPC here and the HTTP bindings (api/agentcard.py)
         self.a2a = A2AHandler(

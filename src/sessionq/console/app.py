@@ -32,7 +32,7 @@ from decimal import Decimal
 from importlib import resources
 from typing import Any
 from urllib.parse import urlencode
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import jinja2
 from psycopg_pool import AsyncConnectionPool
@@ -44,6 +44,8 @@ from starlette.routing import Route
 from sessionq import errors
 from sessionq.config import Settings
 from sessionq.db.operator_store import JOB_STATUSES, SESSION_STATES, OperatorStore
+from sessionq.domain.labels import parse_selector
+from sessionq.models import BulkActionKind
 
 COOKIE = "sessionq_console"
 MAX_FIELD = 200  # characters of any form field or search term accepted
@@ -264,12 +266,22 @@ class Console:
     async def sessions(self, request: Request) -> Response:
         text = request.query_params.get("q", "")
         state = request.query_params.get("state") or None
-        if len(text) > MAX_FIELD:
+        selector = request.query_params.get("selector", "")
+        if len(text) > MAX_FIELD or len(selector) > MAX_FIELD:
             raise Refused(f"the search is too long (at most {MAX_FIELD} characters)")
         if state is not None and state not in SESSION_STATES:
             raise Refused(f"state: one of {', '.join(SESSION_STATES)}")
-        rows = await self.ops.find_sessions(text, state, viewer=self.viewer(request))
-        return self.page(request, "sessions.html", rows=rows, q=text, state=state or "")
+        viewer = self.viewer(request)
+        if selector.strip():  # the fleet's search (22_fleet.sql): labels, with the count of all matches
+            flt = fleet_filter(selector, state)
+            rows = await self.ops.fleet_sessions(flt, viewer)
+            matched = await self.ops.fleet_count(flt, viewer)
+            return self.page(request, "sessions.html", rows=rows, q=text, state=state or "", selector=selector,
+                             matched=matched, request_id=str(uuid4()),
+                             kinds=[k.value for k in BulkActionKind if k != BulkActionKind.SET_IDLE_TTL])
+        rows = await self.ops.find_sessions(text, state, viewer=viewer)
+        return self.page(request, "sessions.html", rows=rows, q=text, state=state or "", selector="", matched=None,
+                         request_id="", kinds=[])
 
     async def session(self, request: Request) -> Response:
         try:
@@ -279,7 +291,20 @@ class Console:
         detail = await self.ops.session_detail(sid, viewer=self.viewer(request))
         if detail is None:
             raise Refused(f"session {sid} not found", 404)
-        return self.page(request, "session.html", d=detail)
+        return self.page(request, "session.html", d=detail, fleet=await self.ops.session_fleet(sid))
+
+    async def bulk_actions(self, request: Request) -> Response:
+        return self.page(request, "bulk.html", rows=await self.ops.bulk_actions(self.viewer(request)))
+
+    async def bulk_action(self, request: Request) -> Response:
+        try:
+            bulk_id = UUID(request.path_params["bulk_id"])
+        except ValueError:
+            raise Refused("not a bulk action ID (a UUID)", 404) from None
+        found = await self.ops.bulk_action(bulk_id, self.viewer(request))
+        if found is None:
+            raise Refused(f"bulk action {bulk_id} not found", 404)
+        return self.page(request, "bulk_action.html", a=found[0], items=found[1])
 
     async def events(self, request: Request) -> Response:
         raw = request.query_params.get("session", "").strip()
@@ -378,10 +403,35 @@ class Console:
         return "/queues", f"queue {name} " + ("paused: no worker fetches from it" if row["changed"]
                                               else "was already paused")
 
+    async def start_bulk(self, request: Request, form: Any, user: str) -> tuple[str, str]:
+        """A bulk action over every creator's Sessions the selector matches (an admin's)."""
+        kind = field(form, "kind", required=True)
+        if kind not in {k.value for k in BulkActionKind} - {BulkActionKind.SET_IDLE_TTL}:
+            raise Refused("kind: SUSPEND, RESUME or DELETE")
+        selector = field(form, "selector", required=True)
+        state = field(form, "state") or None
+        if state is not None and state not in SESSION_STATES:
+            raise Refused(f"state: one of {', '.join(SESSION_STATES)}")
+        action = await self.ops.start_bulk_action(user, field(form, "request_id", required=True), kind,
+                                                  fleet_filter(selector, state))
+        return f"/bulk/{action['id']}", f"bulk {kind.lower()} started over {action['matched']} session(s)"
+
     async def resume(self, request: Request, form: Any, user: str) -> tuple[str, str]:
         name = request.path_params["queue"]
         row = await self.ops.resume_queue(name, user)
         return "/queues", f"queue {name} " + ("resumed" if row["changed"] else "was not paused")
+
+
+def fleet_filter(selector: str, state: str | None) -> dict[str, Any]:
+    """A fleet filter (sessionq.session_filter_sql) from the console's selector and state."""
+    try:
+        requirements = parse_selector(selector)
+    except errors.SessionqError as e:
+        raise Refused(e.message) from None
+    flt: dict[str, Any] = {"selector": [r.to_json() for r in requirements]}
+    if state:
+        flt["states"] = [state]
+    return flt
 
 
 def safe_next(target: str) -> str:
@@ -397,8 +447,11 @@ def build_app(settings: Settings, pool: AsyncConnectionPool, *, local_user: str 
         Route("/logout", c.logout, methods=["POST"]),
         Route("/", c.view(c.overview)),
         Route("/sessions", c.view(c.sessions)),
+        Route("/sessions/bulk", c.action(c.start_bulk, lambda r: "/bulk"), methods=["POST"]),
         Route("/sessions/{session_id}", c.view(c.session)),
         Route("/events", c.view(c.events)),
+        Route("/bulk", c.view(c.bulk_actions)),
+        Route("/bulk/{bulk_id}", c.view(c.bulk_action)),
         Route("/jobs", c.view(c.jobs, admins_only=True)),
         Route("/jobs/{job_id:int}", c.view(c.job, admins_only=True)),
         Route("/workers", c.view(c.workers, admins_only=True)),

@@ -380,6 +380,58 @@ class OperatorStore:
             " FROM sessionq.leaders ORDER BY role"
         )
 
+    # -- the fleet (schema/22_fleet.sql, 45_usage.sql): what the console shows and starts ------------
+
+    async def fleet_sessions(self, filter_: dict[str, Any], viewer: str | None, limit: int = 50) -> list[Row]:
+        """The Sessions a fleet filter matches, in id order (sessionq.search_sessions): everyone's for
+        an admin (`viewer` None), else the viewer's own, each with its labels and Actor state."""
+        return await self._rows(
+            "SELECT (p ->> 'id')::uuid AS session_id, p ->> 'name' AS name, p ->> 'creator' AS creator,"
+            " p ->> 'agent_namespace' AS agent_namespace, p ->> 'agent_name' AS agent_name, p ->> 'state' AS state,"
+            " p -> 'labels' AS labels,"
+            " sessionq.actor_state(jsonb_populate_record(NULL::sessionq.sessions, p)) AS actor_state,"
+            " (p ->> 'created_at')::timestamptz AS created_at"
+            " FROM sessionq.search_sessions(%s, %s, %s, NULL, %s) p",
+            (viewer or "", viewer is None, Jsonb(filter_), limit))
+
+    async def fleet_count(self, filter_: dict[str, Any], viewer: str | None) -> int:
+        row = await self._one("SELECT sessionq.count_sessions(%s, %s, %s) AS n",
+                              (viewer or "", viewer is None, Jsonb(filter_)))
+        return int(row["n"]) if row else 0
+
+    async def session_fleet(self, session_id: UUID) -> Row | None:
+        """A Session's labels, own idle TTL, Actor state and usage (the caller checked it may see it)."""
+        return await self._one(
+            "SELECT s.labels, s.idle_ttl, sessionq.actor_state(s) AS actor_state, u.turns, u.running_seconds,"
+            " u.running_since, u.snapshots, u.checkpoints_held, u.resumes, u.resume_seconds, u.resume_seconds_max"
+            " FROM sessionq.sessions s LEFT JOIN sessionq.session_usage u ON u.session_id = s.id WHERE s.id = %s",
+            (session_id,))
+
+    async def bulk_actions(self, viewer: str | None, limit: int = 50) -> list[Row]:
+        """Recent bulk actions, newest first: every caller's for an admin (`viewer` None), else the viewer's."""
+        return await self._rows(
+            "SELECT * FROM sessionq.bulk_actions WHERE %(viewer)s::text IS NULL OR caller = %(viewer)s"
+            " ORDER BY id DESC LIMIT %(limit)s", {"viewer": viewer, "limit": limit})
+
+    async def bulk_action(self, bulk_id: UUID, viewer: str | None) -> tuple[Row, list[Row]] | None:
+        """One bulk action and the Sessions it reported (first 500), if the viewer may see it."""
+        action = await self._one(
+            "SELECT * FROM sessionq.bulk_actions WHERE id = %s AND (%s::text IS NULL OR caller = %s)",
+            (bulk_id, viewer, viewer))
+        if action is None:
+            return None
+        items = await self._rows(
+            "SELECT session_id, code, message FROM sessionq.bulk_action_items WHERE bulk_id = %s"
+            " ORDER BY session_id LIMIT 500", (bulk_id,))
+        return action, items
+
+    async def start_bulk_action(self, by: str, request_id: str, kind: str, filter_: dict[str, Any]) -> Row:
+        """An admin's bulk action over every creator's matching Sessions (sessionq.start_bulk_action)."""
+        row = await self._one("SELECT sessionq.start_bulk_action(%s, %s, true, %s, %s, NULL) AS a",
+                              (by, request_id, kind, Jsonb(filter_)))
+        assert row is not None
+        return dict(row["a"])
+
 
 VIEWS = ("session_overview", "claims", "pending_operations", "quiescence_backlog", "checkpoints_overview",
          "queue_depth", "stalled_jobs", "workers", "job_overview", "agent_overview", "recent_failures", "queues")

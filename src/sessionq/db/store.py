@@ -18,14 +18,17 @@ from sessionq.db.stores.agents import AgentStore
 from sessionq.db.stores.checkpoints import CheckpointStore
 from sessionq.db.stores.events import EventStore
 from sessionq.db.stores.expiry import ExpiryStore
+from sessionq.db.stores.fleet import FleetStore
 from sessionq.db.stores.gauges import GaugeStore
 from sessionq.db.stores.gc import GcStore
 from sessionq.db.stores.sessions import SessionStore
 from sessionq.db.stores.tasks import TaskStore
+from sessionq.db.stores.usage import UsageStore
 
 
 class Store(
-    AgentStore, SessionStore, TaskStore, A2AStore, CheckpointStore, ExpiryStore, GcStore, GaugeStore, EventStore
+    AgentStore, SessionStore, TaskStore, A2AStore, CheckpointStore, ExpiryStore, GcStore, GaugeStore, EventStore,
+    FleetStore, UsageStore,
 ):
     def __init__(
         self, pool: AsyncConnectionPool, listener: Listener | None = None, *, coalesce_reads: bool = True

@@ -92,6 +92,8 @@ async def sweep(
         pages: list[tuple[RowKind, Callable[[tuple[Any, UUID] | None], Awaitable[list[tuple[UUID, Any]]]]]] = []
         if ttl > 0:
             pages.append((RowKind.SESSION, lambda key: store.idle_candidates(ttl, key, page)))
+            # Sessions with their own idle TTL (22_fleet.sql), by their own deadline
+            pages.append((RowKind.SESSION, lambda key: store.own_ttl_candidates(key, page)))
         if sandboxes:
             pages.append((RowKind.SANDBOX, lambda key: store.sandbox_expiry_candidates(key, page)))
         for kind, next_page in pages:

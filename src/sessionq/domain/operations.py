@@ -397,7 +397,9 @@ class OperationExecutor:
         actor = await self._get_actor(session)
         if actor is None:
             raise RuntimeConflict(f"actor {session.actor_name} does not exist")
+        started = time.monotonic()
         await self.runtime.resume_actor(session.actor_atespace, session.actor_name, actor.uid)
+        await self.store.record_resume(session.id, time.monotonic() - started)  # usage (45_usage.sql)
         return {}
 
     async def _delete(self, session: Session) -> dict[str, Any]:

@@ -93,7 +93,9 @@ async def dispatch_turn(store: Store, runtime: Substrate, session_id: UUID) -> D
             if actor.state != ActorState.RUNNING:
                 issued = True
                 try:
+                    started = time.monotonic()
                     actor, _ = await runtime.resume_actor(session.actor_atespace, session.actor_name, actor.uid)
+                    await store.record_resume(session_id, time.monotonic() - started)  # usage (45_usage.sql)
                 except SubstrateError as e:
                     if e.code != Code.DATA_LOSS:
                         raise

@@ -30,6 +30,14 @@ class ExpiryStore(StoreBase):
         )
         return [(r["id"], r["idle_since"]) for r in rows]
 
+    async def own_ttl_candidates(self, after: tuple[Any, UUID] | None, limit: int) -> list[tuple[UUID, Any]]:
+        """One page of Sessions past their own idle TTL (id, deadline) in deadline order after `after`."""
+        rows = await self._rows(
+            "SELECT id, deadline FROM sessionq.own_ttl_candidates(%s, %s, %s)",
+            (after[0] if after else None, after[1] if after else None, limit),
+        )
+        return [(r["id"], r["deadline"]) for r in rows]
+
     async def sandbox_expiry_candidates(
         self, after: tuple[Any, UUID] | None, limit: int
     ) -> list[tuple[UUID, Any]]:

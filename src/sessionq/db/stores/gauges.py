@@ -12,7 +12,7 @@ class GaugeStore(StoreBase):
     async def gauge_stats(self) -> dict[str, Any]:
         """The counts behind the overview gauges (sessionq.metrics.set_overview): jobs per (queue,
         status) without the succeeded history, paused queues, stalled jobs, workers per state,
-        Sessions per state."""
+        Sessions per state, usage per Agent."""
         jobs = await self._rows("SELECT queue_name, status, jobs FROM sessionq.queue_depth")
         paused = await self._rows("SELECT queue_name FROM sessionq.paused_queues")
         stalled = await self._rows("SELECT count(*) AS n FROM sessionq.find_stalled_jobs()")
@@ -20,7 +20,9 @@ class GaugeStore(StoreBase):
         sessions = await self._rows(
             "SELECT state, count(*) AS n FROM sessionq.sessions WHERE kind = 'session' GROUP BY state"  # not Sandboxes
         )
+        usage = await self._rows("SELECT * FROM sessionq.agent_usage()")  # 45_usage.sql
         return {
+            "agent_usage": {f"{r['agent_namespace']}/{r['agent_name']}": r for r in usage},
             "jobs": {(r["queue_name"], r["status"]): int(r["jobs"]) for r in jobs},
             "paused": [r["queue_name"] for r in paused],
             "stalled": int(stalled[0]["n"]) if stalled else 0,

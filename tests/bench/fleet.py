@@ -1,0 +1,233 @@
+"""Scenario `fleet`: labels, search and count, and bulk actions over a large table (docs/fleet.md).
+
+Set-up (bulk SQL, not timed): 1,000,000 clones (quick 100,000) of a real READY Session, every one
+labelled (`team=common`, `n=<i mod 50>`), one in 1,000 `team=rare` instead; VACUUM ANALYZE.
+
+Measured:
+- search: a page of 50 (`sessionq.search_sessions`, limit 51) and the count (`sessionq.count_sessions`)
+  of the selective selector `team=rare`, for an administrator (every creator) and for the creator,
+  50 runs each: median / p99, and EXPLAIN (ANALYZE, BUFFERS) of the page. Target: page <= 10 ms
+  (the idle sweep's page budget), count too.
+- creation with labels vs without: admissions (`sessionq.admit_create` vs
+  `sessionq.admit_create_labeled` with three labels) on that table, 16 concurrent clients in this
+  process, closed loop, alternating rounds: admissions/s. Target >= 0.95x. (The rest of a
+  CreateSession, the job and the Actor, is the same with or without labels.)
+- bulk suspend: 10,000 more clones (quick 1,000) with their Actors RUNNING in the simulator; one
+  `sessionq worker`; `sessionq.start_bulk_action(SUSPEND)` over their label, until every one is
+  SUSPENDED: Sessions/s. Baseline in the same run: the `burst` scenario's quiescence of as many
+  Sessions (tests.bench.burst: one transaction settles N turns, until all are suspended).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from tests.bench import bulk, burst
+from tests.bench.common import (
+    AGENT,
+    NAMESPACE,
+    USER,
+    Server,
+    free_port,
+    processes,
+    ratio,
+    say,
+    setup_agent,
+    start_workers,
+    summary_ms,
+    table,
+    wait_for,
+)
+
+RARE = {"selector": [{"key": "team", "op": "in", "values": ["rare"]}]}
+LABELS = {"team": "billing", "tier": "gold", "env": "prod"}
+
+
+def label_clones(conn: psycopg.Connection[Any], prefix: str, rare_every: int) -> int:
+    """Label the `<prefix>-*` clones: team=rare on one in `rare_every`, team=common and n=<i mod 50>
+    on the others (one UPDATE; the clones are fresh, so it is one pass)."""
+    with conn.transaction():
+        bulk._try_replica(conn)
+        cur = conn.execute(
+            "UPDATE sessionq.sessions SET labels = CASE WHEN split_part(request_id, '-', 2)::int %% %(every)s = 0"
+            " THEN '{\"team\": \"rare\"}'::jsonb"
+            " ELSE jsonb_build_object('team', 'common', 'n', (split_part(request_id, '-', 2)::int %% 50)::text) END"
+            " WHERE request_id LIKE %(like)s", {"every": rare_every, "like": prefix + "-%"})
+        conn.execute("SET LOCAL session_replication_role = origin")
+        return cur.rowcount
+
+
+def timed(conn: psycopg.Connection[Any], sql: str, params: Any, runs: int) -> dict[str, Any]:
+    seconds = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        conn.execute(sql, params).fetchall()
+        seconds.append(time.perf_counter() - t0)
+    return summary_ms(seconds)
+
+
+def measure_search(url: str, runs: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    with psycopg.connect(url, autocommit=True) as conn:
+        for who, caller, everyone in (("admin", "someone", True), ("creator", USER, False)):
+            page = timed(conn, "SELECT * FROM sessionq.search_sessions(%s, %s, %s, NULL, 51)",
+                         (caller, everyone, Jsonb(RARE)), runs)
+            # the server's part alone: the same page built (its rows as JSON) but not sent and decoded
+            server = timed(conn, "SELECT count(*) FROM sessionq.search_sessions(%s, %s, %s, NULL, 51) p"
+                                 " WHERE p IS NOT NULL", (caller, everyone, Jsonb(RARE)), runs)
+            count = timed(conn, "SELECT sessionq.count_sessions(%s, %s, %s)", (caller, everyone, Jsonb(RARE)), runs)
+            where = conn.execute("SELECT sessionq.session_filter_sql(%s, %s, %s)",
+                                 (caller, everyone, Jsonb(RARE))).fetchone()[0]  # type: ignore[index]
+            plan = [r[0] for r in conn.execute(
+                f"EXPLAIN (ANALYZE, BUFFERS) SELECT t.id FROM sessionq.sessions t WHERE {where}"
+                " ORDER BY t.id LIMIT 51").fetchall()]
+            matched = conn.execute("SELECT sessionq.count_sessions(%s, %s, %s)",
+                                   (caller, everyone, Jsonb(RARE))).fetchone()[0]  # type: ignore[index]
+            out[who] = {"page_ms": page, "page_server_ms": server, "count_ms": count, "matched": matched,
+                        "explain": plan}
+    return out
+
+
+async def admissions(url: str, labeled: bool, seconds: float, clients: int) -> float:
+    from sessionq.db.store import Store
+
+    store = await Store.open(url, pool_size=clients, listen=False, name="bench-fleet")
+    done = 0
+    stop = time.monotonic() + seconds
+    try:
+        async def client() -> None:
+            nonlocal done
+            while time.monotonic() < stop:
+                rid = str(uuid.uuid4())
+                if labeled:
+                    await store.admit_create_labeled(USER, rid, NAMESPACE, AGENT, "", LABELS, None)
+                else:
+                    await store.admit_create(USER, rid, NAMESPACE, AGENT, "")
+                done += 1
+
+        t0 = time.monotonic()
+        await asyncio.gather(*(client() for _ in range(clients)))
+        return done / (time.monotonic() - t0)
+    finally:
+        await store.close()
+
+
+async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | None = None) -> dict[str, Any]:
+    sizes = {"sessions": 100_000 if quick else 1_000_000, "rare_every": 1000, "runs": 50,
+             "create_seconds": 2.0 if quick else 4.0, "create_rounds": 3, "create_clients": 16,
+             "bulk": 1000 if quick else 10_000, **(sizes or {})}
+    n, nb = int(sizes["sessions"]), int(sizes["bulk"])
+    pool = 2 * nb + 64
+    say("", f"== fleet: {n} labelled Sessions; bulk suspend of {nb} ==")
+    url = srv.fresh_database("fleet")
+    await setup_agent(url, worker_pool_size=pool)
+    tpl = await bulk.template_session(url, sim_workers=pool)
+
+    def prepare() -> dict[str, int]:
+        with psycopg.connect(url, autocommit=True) as conn:
+            made = bulk.clone_sessions(conn, tpl, n, "fleet")
+            labelled = label_clones(conn, "fleet", int(sizes["rare_every"]))
+            conn.execute("VACUUM ANALYZE sessionq.sessions")
+        return {"sessions": made, "labelled": labelled}
+
+    t0 = time.monotonic()
+    prep = await asyncio.to_thread(prepare)
+    say(f"set-up: {prep['sessions']} clones labelled in {time.monotonic() - t0:.0f} s")
+    search = await asyncio.to_thread(measure_search, url, int(sizes["runs"]))
+    rows = [(f"{who}: page of 50 (fetched and decoded)", s["matched"], s["page_ms"]["p50_ms"], s["page_ms"]["p99_ms"])
+            for who, s in search.items()]
+    rows += [(f"{who}: page of 50 (built by the server)", s["matched"], s["page_server_ms"]["p50_ms"],
+              s["page_server_ms"]["p99_ms"]) for who, s in search.items()]
+    rows += [(f"{who}: count", s["matched"], s["count_ms"]["p50_ms"], s["count_ms"]["p99_ms"]) for who, s in search.items()]
+    say(table(f"search team=rare over {n} Sessions ({int(sizes['runs'])} runs each)",
+              ["what", "matches", "p50 ms", "p99 ms"], rows))
+    page_p50 = max(s["page_server_ms"]["p50_ms"] for s in search.values())
+    count_p50 = max(s["count_ms"]["p50_ms"] for s in search.values())
+    search_met = page_p50 <= 10 and count_p50 <= 10
+    say(f"ratio line: fleet search page (server) p50 {page_p50} ms, count p50 {count_p50} ms over {n} Sessions; "
+        f"target <= 10 ms: {'met' if search_met else 'NOT met'}")
+
+    # creation with labels vs without, alternating rounds on the large table
+    plain_rates, labeled_rates = [], []
+    for _ in range(int(sizes["create_rounds"])):
+        for labeled, into in ((False, plain_rates), (True, labeled_rates)):
+            into.append(round(await admissions(url, labeled, float(sizes["create_seconds"]),
+                                               int(sizes["create_clients"])), 1))
+    plain, labeled = sum(plain_rates) / len(plain_rates), sum(labeled_rates) / len(labeled_rates)
+    create_ratio = ratio(labeled, plain)
+    say(table(f"admissions/s at {sizes['create_clients']} clients (rounds alternate)", ["what", "rounds", "mean"],
+              [("admit_create", plain_rates, round(plain, 1)),
+               ("admit_create_labeled (3 labels)", labeled_rates, round(labeled, 1))]))
+    create_met = create_ratio is not None and create_ratio >= 0.95
+    say(f"ratio line: creation with labels = {create_ratio} x without; target >= 0.95x: "
+        f"{'met' if create_met else 'NOT met'}")
+    with psycopg.connect(url, autocommit=True) as conn:  # the admissions' jobs: nobody runs them here
+        conn.execute("DELETE FROM procrastinate_jobs WHERE status = 'todo'")
+
+    port = free_port()
+    settings = {"runtime.simulator.workers": pool, "workers.pollInterval": 1.0}
+    async with processes(log_dir / "fleet") as procs:
+        def stage(prefix: str, labels: bool) -> int:
+            with psycopg.connect(url, autocommit=True) as conn:
+                made = bulk.clone_sessions(conn, tpl, nb, prefix)
+                bulk.clone_actors(conn, tpl, prefix)
+                burst.run_actors(conn, prefix, pool)
+                if labels:
+                    conn.execute("UPDATE sessionq.sessions SET labels = '{\"wave\": \"bulk\"}' WHERE request_id LIKE %s",
+                                 (prefix + "-%",))
+                else:
+                    burst.stage_turns(conn, prefix)
+                conn.execute("VACUUM ANALYZE sessionq.sessions")
+            return made
+
+        await asyncio.to_thread(stage, "wave", True)
+        await asyncio.to_thread(stage, "quiet", False)
+        await start_workers(procs, url, port, settings, 1)
+        await asyncio.sleep(1.0)
+        # baseline: the burst scenario's quiescence of as many Sessions
+        b = await burst.settle_all(url, "quiet", nb, timeout=max(120.0, nb / 5), procs=procs)
+        burst_rate = round(nb / b["drain_seconds"], 1) if b["drain_seconds"] else None
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            t0 = time.monotonic()
+            await conn.execute("SELECT sessionq.start_bulk_action('bench-admin', 'bench-bulk', true, 'SUSPEND', %s, NULL)",
+                               (Jsonb({"selector": [{"key": "wave", "op": "in", "values": ["bulk"]}]}),))
+
+            async def all_suspended() -> bool:
+                c = await conn.execute("SELECT count(*) FROM sessionq.sessions WHERE request_id LIKE 'wave-%%'"
+                                       " AND state <> 'SUSPENDED'")
+                return (await c.fetchone())[0] == 0  # type: ignore[index]
+
+            await wait_for(all_suspended, max(300.0, nb / 5), f"{nb} bulk suspensions", 0.2, procs)
+            bulk_seconds = time.monotonic() - t0
+            action = await (await conn.execute(
+                "SELECT processed, admitted, refused, extract(epoch FROM finished_at - created_at)"
+                " FROM sessionq.bulk_actions WHERE request_id = 'bench-bulk'")).fetchone()
+    srv.drop(url)
+    bulk_rate = round(nb / bulk_seconds, 1)
+    bulk_ratio = ratio(bulk_rate, burst_rate)
+    say(table(f"bulk suspend of {nb} Sessions (1 x sessionq worker) vs the burst's quiescence of as many",
+              ["what", "n", "seconds", "per s"],
+              [("bulk suspend (admitted, executed, SUSPENDED)", nb, round(bulk_seconds, 2), bulk_rate),
+               ("burst quiescence (settle -> suspended)", nb, b["drain_seconds"], burst_rate)]))
+    say(f"ratio line: bulk suspend = {bulk_rate} sessions/s = {bulk_ratio} x the burst's {burst_rate} sessions/s "
+        f"(admission pages took {round(float(action[3] or 0), 2)} s; refused {action[2]})")
+    return {
+        "sizes": sizes,
+        "setup": prep,
+        "search": search,
+        "search_target": {"page_and_count_p50_ms": 10, "met": search_met},
+        "create": {"plain_per_s": plain_rates, "labeled_per_s": labeled_rates, "ratio": create_ratio,
+                   "target": {"ratio": 0.95, "met": create_met}},
+        "bulk_suspend": {"sessions": nb, "seconds": round(bulk_seconds, 3), "per_s": bulk_rate,
+                         "processed": action[0], "admitted": action[1], "refused": action[2],
+                         "admission_seconds": float(action[3] or 0)},
+        "burst_baseline": {**b, "per_s": burst_rate},
+        "ratio_bulk_to_burst": bulk_ratio,
+    }

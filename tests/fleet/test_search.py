@@ -1,0 +1,209 @@
+"""Search and count (sessionq.search_sessions, sessionq.count_sessions) against a brute-force filter
+over a few thousand generated Sessions, and the index a selective label filter reads."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from psycopg.types.json import Jsonb
+
+from sessionq.domain.labels import matches, parse_selector
+
+CREATORS = ["alice", "bob", "carol"]
+AGENTS = [("kagent", "a1"), ("kagent", "a2"), ("other", "a1")]
+STATES = ["READY", "SUSPENDED", "DELETED", "CREATING", "DELETING"]
+VOCABULARY = {"team": ["billing", "search", "infra"], "tier": ["a", "b", "c"], "env": ["prod", "dev"],
+              "example.com/legacy": [""]}
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+OPERATION = {"READY": "NONE", "SUSPENDED": "NONE", "DELETED": "NONE", "CREATING": "CREATE", "DELETING": "DELETE"}
+
+
+def populate(conn: psycopg.Connection[Any], n: int, seed: int = 7) -> list[dict[str, Any]]:
+    """n Sessions of three creators, three Agents, every state, labels from a small vocabulary,
+    creation and activity over ten days; the rows as the brute force sees them."""
+    rnd = random.Random(seed)
+    rev = conn.execute(
+        "INSERT INTO sessionq.revisions (agent_namespace, agent_name, number, spec, spec_hash, image,"
+        " template_atespace, template_name) VALUES ('kagent', 'a1', 1, '{}', 'h', 'img', 'ns', 'tpl') RETURNING id"
+    ).fetchone()[0]
+    rows = []
+    for i in range(n):
+        state = rnd.choice(STATES)
+        ns, agent = rnd.choice(AGENTS)
+        labels = {k: rnd.choice(v) for k, v in VOCABULARY.items() if rnd.random() < 0.5}
+        created = NOW - timedelta(seconds=rnd.randrange(10 * 86400))
+        last = created + timedelta(seconds=rnd.randrange(86400)) if rnd.random() < 0.6 else None
+        running = state == "READY" and rnd.random() < 0.3
+        sid = uuid.UUID(int=(int(created.timestamp() * 1000) << 80) | (0x7 << 76) | (2 << 62) | i)
+        rows.append({"id": sid, "creator": rnd.choice(CREATORS), "namespace": ns, "agent": agent, "state": state,
+                     "labels": labels, "created_at": created, "last_event_at": last, "running": running})
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO sessionq.sessions (id, creator, request_kind, request_id, request_fingerprint, agent_namespace,"
+            " agent_name, revision_id, state, operation, operation_id, actor_atespace, actor_name, actor_template,"
+            " labels, created_at, last_event_at, idle_boundary_id, idle_boundary_at, deletion_reason)"
+            " VALUES (%s, %s, 'create', %s, 'f', %s, %s, %s, %s, %s, %s, 'ns', %s, 'ns/tpl', %s, %s, %s, %s, %s, %s)",
+            [(r["id"], r["creator"], f"req-{i}", r["namespace"], r["agent"], None if r["state"] == "DELETED" else rev,
+              r["state"], OPERATION[r["state"]], uuid.uuid4() if OPERATION[r["state"]] != "NONE" else None,
+              f"session-{r['id']}", Jsonb(r["labels"]), r["created_at"], r["last_event_at"],
+              uuid.uuid4() if r["running"] else None, NOW if r["running"] else None,
+              "user_requested" if r["state"] in ("DELETED", "DELETING") else None)
+             for i, r in enumerate(rows)],
+        )
+    conn.execute("ANALYZE sessionq.sessions")
+    return rows
+
+
+def actor_state(r: dict[str, Any]) -> str | None:
+    if r["state"] == "SUSPENDED":
+        return "suspended"
+    if r["state"] != "READY":
+        return None
+    return "running" if r["running"] else "suspended"
+
+
+def brute_force(rows: list[dict[str, Any]], caller: str, all_creators: bool, f: dict[str, Any]) -> list[uuid.UUID]:
+    selector = parse_selector(f.get("selector_text", ""))
+    out = []
+    for r in rows:
+        clock = max(r["created_at"], r["last_event_at"] or r["created_at"])
+        if (
+            r["state"] == "DELETED"
+            or (not all_creators and r["creator"] != caller)
+            or ("creator" in f and r["creator"] != f["creator"])
+            or ("namespace" in f and (r["namespace"], r["agent"]) != (f["namespace"], f["agent"]))
+            or (f.get("states") and r["state"] not in f["states"])
+            or (f.get("actor_states") and actor_state(r) not in f["actor_states"])
+            or ("created_after" in f and r["created_at"] < f["created_after"])
+            or ("created_before" in f and r["created_at"] >= f["created_before"])
+            or ("active_after" in f and clock < f["active_after"])
+            or ("active_before" in f and clock >= f["active_before"])
+            or not matches(r["labels"], selector)
+        ):
+            continue
+        out.append(r["id"])
+    return sorted(out)
+
+
+def requirement() -> st.SearchStrategy[str]:
+    key = st.sampled_from([*VOCABULARY, "missing"])
+    value = st.sampled_from(["billing", "search", "infra", "a", "b", "c", "prod", "dev", "", "zzz"])
+    return st.one_of(
+        st.builds(lambda k, v: f"{k}={v}", key, value),
+        st.builds(lambda k, v: f"{k}!={v}", key, value),
+        st.builds(lambda k, vs: f"{k} in ({','.join(vs)})", key, st.lists(value, min_size=1, max_size=3)),
+        st.builds(lambda k, vs: f"{k} notin ({','.join(vs)})", key, st.lists(value, min_size=1, max_size=3)),
+        key,
+        key.map(lambda k: f"!{k}"),
+    )
+
+
+def when() -> st.SearchStrategy[datetime]:
+    return st.integers(0, 11 * 86400).map(lambda s: NOW - timedelta(seconds=s))
+
+
+FILTERS = st.fixed_dictionaries({}, optional={
+    "selector_text": st.lists(requirement(), max_size=3).map(",".join),
+    "agent_ref": st.sampled_from(AGENTS),
+    "states": st.lists(st.sampled_from(STATES), min_size=1, max_size=3, unique=True),
+    "actor_states": st.lists(st.sampled_from(["running", "suspended", "paused"]), min_size=1, max_size=2, unique=True),
+    "creator": st.sampled_from(CREATORS),
+    "created_after": when(), "created_before": when(), "active_after": when(), "active_before": when(),
+})
+
+
+def as_sql_filter(f: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in f.items():
+        if k == "selector_text":
+            out["selector"] = [r.to_json() for r in parse_selector(v)]
+        elif k == "agent_ref":
+            continue
+        elif isinstance(v, datetime):
+            out[k] = v.isoformat()
+        else:
+            out[k] = v
+    return out
+
+
+@pytest.fixture(scope="module")
+def population(pg_admin_url, template_database):
+    """One database of 3,000 generated Sessions for the module (the tests only read it)."""
+    name = f"sq_fleet_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
+    from conftest import _with_database
+
+    url = _with_database(pg_admin_url, name)
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = populate(conn, 3000)
+    yield url, rows
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.mark.clause("FLEET-2")
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(f=FILTERS, who=st.sampled_from([("alice", False), ("bob", False), ("admin", True)]))
+def test_search_and_count_agree_with_a_brute_force_filter(population, f, who):
+    url, rows = population
+    if "agent_ref" in f:
+        f["namespace"], f["agent"] = f["agent_ref"]
+    caller, all_creators = who
+    sql_filter = as_sql_filter(f)
+    if "namespace" in f:
+        sql_filter["namespace"], sql_filter["agent"] = f["namespace"], f["agent"]
+    expected = brute_force(rows, caller, all_creators, f)
+    with psycopg.connect(url) as conn:
+        found: list[uuid.UUID] = []
+        after = None
+        while True:  # page through with ListSessions' cursor rule: after the last id, limit + 1
+            page = [uuid.UUID(r[0]["id"]) for r in conn.execute(
+                "SELECT p FROM sessionq.search_sessions(%s, %s, %s, %s, %s) p",
+                (caller, all_creators, Jsonb(sql_filter), after, 101)).fetchall()]
+            found += page[:100]
+            if len(page) <= 100:
+                break
+            after = page[99]
+        counted = conn.execute("SELECT sessionq.count_sessions(%s, %s, %s)",
+                               (caller, all_creators, Jsonb(sql_filter))).fetchone()[0]
+    assert found == expected
+    assert counted == len(expected)
+
+
+@pytest.mark.clause("FLEET-2")
+def test_a_selective_label_filter_reads_the_index(database_url):
+    """A label that 20 of 30,000 Sessions carry: the page and the count read sessions_labels_idx
+    (a bitmap of the few matches), never the whole table."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        rev = conn.execute(
+            "INSERT INTO sessionq.revisions (agent_namespace, agent_name, number, spec, spec_hash, image,"
+            " template_atespace, template_name) VALUES ('kagent', 'a1', 1, '{}', 'h', 'img', 'ns', 'tpl') RETURNING id"
+        ).fetchone()[0]
+        conn.execute(
+            "INSERT INTO sessionq.sessions (creator, request_kind, request_id, request_fingerprint, agent_namespace,"
+            " agent_name, revision_id, state, operation, actor_atespace, actor_name, actor_template, labels)"
+            " SELECT CASE WHEN g %% 2 = 0 THEN 'alice' ELSE 'bob' END, 'create', 'r' || g, 'f', 'kagent', 'a1', %s,"
+            " 'READY', 'NONE', 'ns', 'session-' || g, 'ns/tpl',"
+            " CASE WHEN g %% 1500 = 0 THEN '{\"team\": \"rare\"}'::jsonb ELSE jsonb_build_object('team', 'common', 'n', (g %% 50)::text) END"
+            " FROM generate_series(1, 30000) g", (rev,))
+        conn.execute("ANALYZE sessionq.sessions")
+        for all_creators in (True, False):
+            sql = conn.execute("SELECT sessionq.session_filter_sql('alice', %s, %s)",
+                               (all_creators, Jsonb({"selector": [r.to_json() for r in parse_selector("team=rare")]}))
+                               ).fetchone()[0]
+            for query in (f"SELECT t.id FROM sessionq.sessions t WHERE {sql} ORDER BY t.id LIMIT 51",
+                          f"SELECT count(*) FROM sessionq.sessions t WHERE {sql}"):
+                plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + query).fetchall())
+                assert "sessions_labels_idx" in plan, plan
+                assert "Seq Scan" not in plan, plan
+        n = conn.execute("SELECT sessionq.count_sessions('x', true, %s)",
+                         (Jsonb({"selector": [{"key": "team", "op": "in", "values": ["rare"]}]}),)).fetchone()[0]
+        assert n == 20
