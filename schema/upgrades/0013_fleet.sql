@@ -1,4 +1,4 @@
--- Upgrade 0016_fleet: labels, an idle TTL per Session, search and count, bulk actions, usage.
+-- Upgrade 0013_fleet: labels, an idle TTL per Session, search and count, bulk actions, usage.
 --
 -- Applied by its revision only, to a database whose schema was installed before it; a database
 -- installed from schema/ at or after it has all of this already. Frozen: a later change to these
