@@ -28,7 +28,7 @@ import ipaddress
 import logging
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -145,8 +145,15 @@ class ActorNetwork:
     """The listeners of one sandboxed Actor (module docstring). `rules` returns its egress policy's
     current rules; `taskstore` is the runtime's TaskStoreService ("host:port", None: none)."""
 
-    def __init__(self, netns: NetNamespace, rules: Callable[[], Sequence[EgressRule]], taskstore: str | None) -> None:
+    def __init__(
+        self,
+        netns: NetNamespace,
+        rules: Callable[[], Sequence[EgressRule]],
+        taskstore: str | None,
+        hosts: Mapping[str, str] | None = None,
+    ) -> None:
         self.netns = netns
+        self.hosts = hosts if hosts is not None else {}  # names dialled at a fixed address (tests)
         self.rules = rules
         self.taskstore = taskstore
         self.port = 0  # the A2A endpoint's port on the host
@@ -188,6 +195,9 @@ class ActorNetwork:
                 self._tasks.discard(task)
 
         return run
+
+    def _address(self, host: str) -> str:
+        return self.hosts.get(_name(host), host)
 
     # forwarders ------------------------------------------------------------------------------
 
@@ -246,7 +256,7 @@ class ActorNetwork:
         context = ssl.create_default_context() if decision.tls else None
         try:
             upstream = await asyncio.wait_for(
-                asyncio.open_connection(url.hostname, port, ssl=context,
+                asyncio.open_connection(self._address(url.hostname), port, ssl=context,
                                         server_hostname=url.hostname if context else None),
                 CONNECT_TIMEOUT,
             )
@@ -284,7 +294,7 @@ class ActorNetwork:
             await _refuse(writer, "403 Forbidden", decision.reason)
             return
         try:
-            upstream = await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT)
+            upstream = await asyncio.wait_for(asyncio.open_connection(self._address(host), port), CONNECT_TIMEOUT)
         except (OSError, TimeoutError) as exc:
             await _refuse(writer, "502 Bad Gateway", f"{host}:{port} could not be reached ({type(exc).__name__})")
             return

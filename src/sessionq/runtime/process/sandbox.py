@@ -45,6 +45,7 @@ from typing import TypeVar
 
 __all__ = [
     "A2A_PORT",
+    "APPLICATION_NAME",
     "DATA",
     "PROXY_PORT",
     "TASKSTORE_PORT",
@@ -59,6 +60,7 @@ __all__ = [
     "unavailable",
 ]
 
+APPLICATION_NAME = "sessionq process runtime, isolation"  # its server's connection, then the level
 DATA = "/data"  # where the Actor's durable directory is mounted
 A2A_PORT = 8080  # the Actor's private A2A endpoint, on the loopback of its network namespace
 TASKSTORE_PORT = 8083  # the task store's forwarder, on that loopback

@@ -180,6 +180,8 @@ class ProcessSubstrate:
         self._read_only: list[str] = []
         self._networks: dict[str, ActorNetwork] = {}
         self._policies: dict[str, tuple[EgressRule, ...]] = {}
+        # tests: DNS names the egress proxy dials at a fixed address instead of resolving them
+        self.egress_hosts: dict[str, str] = {}
         self._lock_conn: psycopg.AsyncConnection[Any] | None = None
         self._children: dict[str, Child] = {}
         self._actor_locks: dict[str, asyncio.Lock] = {}
@@ -214,7 +216,10 @@ class ProcessSubstrate:
                 [self.root, *self.config.private_paths], self.config.sandbox_paths
             )
         await install_schema(self._conninfo, slots=self.config.slots)
-        conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+        # the lock's connection names the isolation level: `sessionq status` and the console read it
+        conn = await psycopg.AsyncConnection.connect(
+            self._conninfo, autocommit=True, application_name=f"{sandbox.APPLICATION_NAME} {self.isolation.value}"
+        )
         cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (SERVER_LOCK_KEY,))
         row = await cur.fetchone()
         if not (row and row[0]):
@@ -553,7 +558,9 @@ class ProcessSubstrate:
                 errno.ENOENT, "not visible inside the sandbox (runtime.process.sandboxPaths)", argv[0]
             )
         await self._load_policy(uid)
-        network = ActorNetwork(NetNamespace.create(), lambda: self._policies.get(uid, ()), self.taskstore_address)
+        network = ActorNetwork(
+            NetNamespace.create(), lambda: self._policies.get(uid, ()), self.taskstore_address, self.egress_hosts
+        )
         try:
             await network.start()
             user = sandbox.actor_uid(uid)
