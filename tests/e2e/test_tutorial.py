@@ -32,6 +32,8 @@ from typing import Any
 
 import pytest
 
+from sessionq.runtime.process.sandbox import default_isolation
+
 REPO = Path(__file__).resolve().parents[2]
 AGENT_SPEC = REPO / "examples" / "my-first-agent.yaml"
 BUF_VERSION = "@bufbuild/buf@1"
@@ -356,8 +358,9 @@ def test_the_tutorial_verbatim(buf: str, shell: Shell, servers: list[Up]) -> Non
     up.wait_ready()
     assert up.user, up.output
     root = (shell.cwd / ".sessionq" / "process-runtime").resolve()
-    assert f"runtime       : the process runtime (Actors are local OS processes, NOT isolated), in {root}" \
-        in up.output, up.output
+    level = default_isolation().value  # gvisor where runsc runs, else namespaces
+    assert f"runtime       : the process runtime, isolation {level} (each Actor in its own sandbox, egress " \
+        f"enforced), in {root}" in up.output, up.output
     assert up.ready_after is not None and up.ready_after < START_TIMEOUT, up.ready_after
     local_config = shell.cwd / ".sessionq" / "client.yaml"
     user_config = shell.cwd / "config" / "sessionq" / "client.yaml"

@@ -14,6 +14,7 @@ import grpc
 import pytest
 
 from sessionq._pb.kagent.api.v1alpha1 import checkpoints_pb2, checkpoints_pb2_grpc, sessions_pb2, sessions_pb2_grpc
+from sessionq.runtime.process.sandbox import Isolation
 from tests.process.test_archive import _crafted, _tar
 from tests.process.test_first_agent import ProcessApi, actor_of, answer, new_session, papi, send, suspended
 
@@ -21,6 +22,9 @@ __all__ = ["papi"]  # the fixture, shared with test_first_agent.py
 
 
 def _data_dir(api: ProcessApi, uid: str) -> Path:
+    """The durable directory as the Actor sees it: /data in a sandbox, else its path."""
+    if api.runtime.isolation != Isolation.NONE:
+        return Path("/data")
     return api.runtime.data_dir(uid)
 
 
