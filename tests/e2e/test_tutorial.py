@@ -347,6 +347,7 @@ class BufCurl:
 @pytest.mark.clause("TUT-3")
 @pytest.mark.clause("TUT-4")
 @pytest.mark.clause("TUT-5")
+@pytest.mark.timeout(420)  # every turn on a suspended Actor starts its sandbox and interpreter cold
 def test_the_tutorial_verbatim(buf: str, shell: Shell, servers: list[Up]) -> None:
     curl = BufCurl(shell, buf)
 
