@@ -368,7 +368,8 @@ class Sandbox:
             "ociVersion": "1.0.0",
             "process": {
                 "user": {"uid": self.uid, "gid": self.uid},
-                "args": argv,
+                # an init of the agent kit's first: it reaps what is orphaned inside (agentkit/init.py)
+                "args": [sys.executable, "-m", "sessionq.agentkit.init", *argv],
                 "env": [f"{k}={v}" for k, v in env.items()],
                 "cwd": DATA,
                 "capabilities": {k: no_caps for k in ("bounding", "effective", "inheritable", "permitted", "ambient")},
