@@ -1,4 +1,5 @@
-"""The first process of an Actor's gVisor sandbox (``python -m sessionq.agentkit.init COMMAND...``):
+"""The first process of an Actor's gVisor sandbox (``python -I -S .../agentkit/init.py COMMAND...``, a
+script: it imports only the standard library, and nothing of the agent kit's package):
 it runs the Actor's command as its child, passes on the signals the runtime sends (SIGTERM, SIGINT,
 SIGHUP), reaps every process orphaned inside the sandbox (a command a bash call left behind would
 otherwise stay a zombie of the Actor's own process, counting against its process limit), and exits

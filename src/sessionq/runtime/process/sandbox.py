@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+import sessionq
+
 __all__ = [
     "A2A_PORT",
     "APPLICATION_NAME",
@@ -71,6 +73,8 @@ MAX_PROCESSES = 512  # processes (threads included) an Actor's user may have: a 
 MERGED_USR = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 SYSTEM_READ_ONLY = ("/usr", "/etc/ssl", "/etc/ca-certificates", "/etc/alternatives", "/etc/localtime")
 
+# the first process of a gVisor sandbox, run as a script (the agent kit's sources are always shown)
+INIT = str(Path(sessionq.__file__).resolve().parent / "agentkit" / "init.py")
 RUNSC = shutil.which("runsc")
 BWRAP = shutil.which("bwrap")
 NSENTER = shutil.which("nsenter")
@@ -255,7 +259,6 @@ def read_only_paths(private: Iterable[Path], extra: Iterable[str] = ()) -> list[
     interpreter's prefixes, the agent kit's sources, the existing entries of sys.path, and `extra`;
     never a path inside one of `private` (the runtime's root, its configuration) nor one above it,
     which would show it."""
-    import sessionq
 
     hidden = [os.path.realpath(p) for p in private]
     candidates = [
@@ -368,8 +371,9 @@ class Sandbox:
             "ociVersion": "1.0.0",
             "process": {
                 "user": {"uid": self.uid, "gid": self.uid},
-                # an init of the agent kit's first: it reaps what is orphaned inside (agentkit/init.py)
-                "args": [sys.executable, "-m", "sessionq.agentkit.init", *argv],
+                # the agent kit's init first, run as a script (no package import, nothing in the
+                # environment): it reaps what is orphaned inside (agentkit/init.py)
+                "args": [sys.executable, "-I", "-S", INIT, *argv],
                 "env": [f"{k}={v}" for k, v in env.items()],
                 "cwd": DATA,
                 "capabilities": {k: no_caps for k in ("bounding", "effective", "inheritable", "permitted", "ambient")},
