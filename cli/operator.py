@@ -536,7 +536,7 @@ def leader_text(leader: Row | None) -> str:
 
 ISOLATION_TEXT = {
     "gvisor": "isolation gvisor: each Actor in its own gVisor sandbox, egress policies enforced",
-    "namespaces": "isolation namespaces: each Actor in its own sandbox (bubblewrap namespaces), egress policies enforced",
+    "namespaces": "isolation namespaces: each Actor in its own sandbox (bubblewrap), egress policies enforced",
     "none": "isolation none: local OS processes, NOT isolated: egress policies are stored, not enforced",
 }
 

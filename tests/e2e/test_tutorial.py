@@ -480,6 +480,11 @@ def test_the_tutorial_verbatim(buf: str, shell: Shell, servers: list[Up]) -> Non
     known = shell.sq("agent", "invoke", "--session", session_id, "--task",
                      "What number did I ask you to remember?").stdout
     assert "7" in known, known
+    # a command in the agent's sandbox: its file survives the suspend between the two turns
+    ran = shell.sq("agent", "invoke", "--session", session_id, "--task", "run: uname -s > kernel.txt; cat kernel.txt")
+    assert "Linux" in ran.stdout, ran.stdout
+    again = shell.sq("agent", "invoke", "--session", session_id, "--task", "run: cat kernel.txt; pwd").stdout
+    assert "Linux" in again and "/workspace" in again, again
     states = session_states(shell)
     assert states.get(session_id) == "READY" and states.get(fork_id) == "READY", states
 
