@@ -191,6 +191,10 @@ class ActorNetwork:
                 await handler(reader, writer)
             except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
                 await _close(writer)
+            except asyncio.CancelledError:
+                # the network closed (`close`): the connection ends with it; not re-raised, so the
+                # stream's own callback finds a finished task, not a cancelled one
+                writer.close()
             finally:
                 self._tasks.discard(task)
 
