@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from sessionq.db.operator_store import PROCESS_RUNTIME_APPLICATION
-from sessionq.runtime.base import ActorState, EgressRule
+from sessionq.runtime.base import ActorState, Code, EgressRule, SubstrateError
 from sessionq.runtime.process import ProcessSubstrate
 from sessionq.runtime.process.sandbox import APPLICATION_NAME, Isolation, actor_uid, unavailable
 from tests.process.conftest import ATESPACE, LEVELS, TESTS, config, wait_for
@@ -188,6 +188,9 @@ async def test_isolation_none_allows_what_the_runtimes_user_can(database_url: st
 
 @pytest.mark.clause("EGR-1")
 @pytest.mark.clause("EGR-2")
+@pytest.mark.clause("EGR-3")
+@pytest.mark.clause("EGR-4")
+@pytest.mark.clause("EGR-5")
 @pytest.mark.clause("RT-9")
 @pytest.mark.parametrize("level", SANDBOXED)
 async def test_the_allowed_origin_gets_the_request_with_the_credential_header_and_an_update_applies(
@@ -213,6 +216,19 @@ async def test_the_allowed_origin_gets_the_request_with_the_credential_header_an
             EgressRule("http", ORIGIN_NAME, 8080, {"Authorization": SECRET})])
         again = await _fetch(runtime, uid, f"http://{ORIGIN_NAME}:8080/hello")
         assert again["reached"], again
+        # EGR-4, EGR-5: the allowed origin by its address, or by a short name, is refused by the proxy
+        literal = await _fetch(runtime, uid, f"http://{address}:8080/hello")
+        assert not literal["reached"] and "DNS names only" in literal["error"], literal
+        short = await _fetch(runtime, uid, "http://origin:8080/hello")
+        assert not short["reached"] and "403" in short["error"], short
+        # EGR-3: two protocols on one host and port never reach the proxy: the update is refused
+        with pytest.raises(SubstrateError) as refused:
+            await runtime.update_egress_policy(ATESPACE, "escaper", uid, [
+                EgressRule("http", ORIGIN_NAME, 8080), EgressRule("tls_passthrough", ORIGIN_NAME, 8080)])
+        assert refused.value.code == Code.INVALID_ARGUMENT
+        still = await _fetch(runtime, uid, f"http://{ORIGIN_NAME}:8080/hello")
+        assert still["reached"], "the refused update changed nothing"
+        assert json.loads(record.read_text().splitlines()[-1])["Authorization"] == SECRET
         assert (await runtime.get_actor(ATESPACE, "escaper")).state == ActorState.RUNNING
     finally:
         await runtime.close()
@@ -247,8 +263,6 @@ async def test_a_command_the_sandbox_does_not_show_fails_clearly(
     try:
         await runtime.create_actor_template(ATESPACE, "t", "x", command=[str(hidden)])
         actor = await runtime.create_actor(ATESPACE, "a", f"{ATESPACE}/t")
-        from sessionq.runtime.base import Code, SubstrateError
-
         with pytest.raises(SubstrateError) as e:
             await runtime.resume_actor(ATESPACE, "a", actor.uid)
         assert e.value.code == Code.FAILED_PRECONDITION and "not visible inside the sandbox" in e.value.message
