@@ -71,7 +71,8 @@ if targets.get("allowed_url"):
     attempt("fetch_allowed", lambda: fetch(targets["allowed_url"]))
 attempt("environment", lambda: dict(os.environ))
 attempt("uid", lambda: os.getuid())
-(data / "escape.json").write_text(json.dumps(report))
+(data / "escape.tmp").write_text(json.dumps(report))
+(data / "escape.tmp").rename(data / "escape.json")  # whole when the test sees it
 (data / "ready").write_text(str(os.getpid()))
 # then fetch what the test asks for, one URL at a time (`fetch` in, `fetch.out` back)
 request, answer = data / "fetch", data / "fetch.out"
