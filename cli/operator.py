@@ -534,6 +534,20 @@ def leader_text(leader: Row | None) -> str:
     return f"{leader['holder']} (leader for {age(leader['held_for'])}{ran})"
 
 
+ISOLATION_TEXT = {
+    "gvisor": "isolation gvisor: each Actor in its own gVisor sandbox, egress policies enforced",
+    "namespaces": "isolation namespaces: each Actor in its own sandbox (bubblewrap), egress policies enforced",
+    "none": "isolation none: local OS processes, NOT isolated: egress policies are stored, not enforced",
+}
+
+
+def isolation_text(level: str | None) -> str:
+    """What the process runtime's isolation level means (None: no runtime server is running)."""
+    if level is None:
+        return "no runtime server running"
+    return ISOLATION_TEXT.get(level, f"isolation {level}")
+
+
 def status_text(s: Row) -> str:
     out: list[str] = []
     label = 20
@@ -592,7 +606,7 @@ def status_text(s: Row) -> str:
     if s.get("process_runtime") is not None:
         pr = s["process_runtime"]
         out.append(f"{'PROCESS RUNTIME':<{label}}{pr['actors']} actors, {pr['with_process']} with a process;"
-                   " local OS processes, NOT isolated: egress policies are stored, not enforced")
+                   f" {isolation_text(pr.get('isolation'))}")
     out.append(f"{'EXPIRY LEADER':<{label}}{leader_text(s['expiry_leader'])}")
     for leader in s["leaders"]:
         if leader["role"] != "expiry":

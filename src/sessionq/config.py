@@ -558,6 +558,20 @@ KEYS: tuple[Key, ...] = (
         "Process runtime: Python interpreters kept started with the agent kit imported, each handed to the next "
         "Actor whose command runs a script or -m module with the runtime's interpreter (0: every Actor starts cold).",
     ),
+    Key(
+        "runtime.process.isolation",
+        _choice("auto", "gvisor", "namespaces", "none"),
+        "auto",
+        "Process runtime: each Actor's sandbox: gvisor (runsc), namespaces (bubblewrap) or none (plain processes, "
+        "not isolated, egress not enforced); auto: gvisor where runsc runs, else namespaces. Sandboxes need root.",
+    ),
+    Key(
+        "runtime.process.sandboxPaths",
+        _str,
+        "",
+        "Process runtime: extra read-only paths (separated by ':') a sandbox shows at the same path, besides "
+        "/usr, the runtime's Python and the agent kit (never the runtime's root or configuration).",
+    ),
     Key("inventory.watchedAtespaces", _atespaces, [], "Atespaces the inventory lists (empty: all)."),
     Key(
         "inventory.cursorSecret",

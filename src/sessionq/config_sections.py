@@ -125,6 +125,8 @@ class RuntimeProcessSettings:
     stop_grace: float  # runtime.process.stopGrace
     max_directory_bytes: int  # runtime.process.maxDirectoryBytes
     warm_interpreters: int  # runtime.process.warmInterpreters
+    isolation: Literal["auto", "gvisor", "namespaces", "none"]  # runtime.process.isolation
+    sandbox_paths: str  # runtime.process.sandboxPaths
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> RuntimeProcessSettings:
@@ -134,6 +136,8 @@ class RuntimeProcessSettings:
             stop_grace=values["runtime.process.stopGrace"],
             max_directory_bytes=values["runtime.process.maxDirectoryBytes"],
             warm_interpreters=values["runtime.process.warmInterpreters"],
+            isolation=values["runtime.process.isolation"],
+            sandbox_paths=values["runtime.process.sandboxPaths"],
         )
 
 

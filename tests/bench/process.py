@@ -87,7 +87,8 @@ async def _archive_part(url: str, root: Path, sizes_mb: list[int], runs: int) ->
     from sessionq.runtime.process import ProcessConfig, ProcessSubstrate
 
     rows = []
-    rt = ProcessSubstrate(url, ProcessConfig(root=root, slots=4, stop_grace=2.0, warm_interpreters=0))  # runs `sleep`
+    rt = ProcessSubstrate(url, ProcessConfig(root=root, slots=4, stop_grace=2.0, warm_interpreters=0,  # runs `sleep`
+                                             isolation="none"))
     await rt.open()
     try:
         await rt.create_actor_template(NS, "sleeper", "local/sleep:1", command=["sleep"], args=["100000"])
@@ -123,7 +124,8 @@ async def _archive_part(url: str, root: Path, sizes_mb: list[int], runs: int) ->
     return rows
 
 
-async def _turns_part(url: str, root: Path, turns: int, actors: int, warm: int = 1) -> dict[str, Any]:
+async def _turns_part(url: str, root: Path, turns: int, actors: int, warm: int = 1,
+                      isolation: str = "none") -> dict[str, Any]:
     """Turns of my-first-agent; `warm` warm interpreters (0: every agent process starts cold). With
     warm interpreters, the sequential turns are measured twice: each after the runtime has a ready
     warm interpreter (a turn that comes later than a warm interpreter's start, as between a
@@ -150,7 +152,8 @@ async def _turns_part(url: str, root: Path, turns: int, actors: int, warm: int =
     })
     md = [("authorization", "Bearer bench-token")]
     store = await Store.open(url, pool_size=10)
-    rt = ProcessSubstrate(url, ProcessConfig(root=root, slots=max(actors, 2), stop_grace=3.0, warm_interpreters=warm))
+    rt = ProcessSubstrate(url, ProcessConfig(root=root, slots=max(actors, 2), stop_grace=3.0, warm_interpreters=warm,
+                                             isolation=isolation, sandbox_paths=(str(FIRST_AGENT.parent),)))
     await rt.open()
     stop = asyncio.Event()
     worker = asyncio.create_task(run_worker(settings, url, store, rt, stop=stop, name="bench-worker"))
@@ -248,6 +251,56 @@ async def _turns_part(url: str, root: Path, turns: int, actors: int, warm: int =
         await store.close()
 
 
+READY_PROGRAM = "open('ready', 'w').write('1'); import time; time.sleep(3600)"
+
+
+async def _sandbox_starts(url: str, root: Path, runs: int) -> dict[str, Any]:
+    """Sandbox start: resume_actor of a suspended Actor whose program (python -c, no imports) writes
+    `ready` in its working directory (its durable directory) -> the file is there, at each level this
+    machine has; and a bash call of the agent kit vs the same command run directly."""
+    from sessionq.agentkit import tools
+    from sessionq.runtime.process import ProcessConfig, ProcessSubstrate
+    from sessionq.runtime.process.sandbox import Isolation, unavailable
+
+    starts: dict[str, Any] = {}
+    for level in Isolation:
+        if unavailable(level) is not None:
+            starts[level.value] = None
+            continue
+        rt = ProcessSubstrate(url, ProcessConfig(root=root / level.value, slots=2, stop_grace=1.0,
+                                                 warm_interpreters=0, isolation=level))
+        await rt.open()
+        try:
+            name = f"start-{level.value}"
+            await rt.create_actor_template(NS, name, "x", command=[sys.executable, "-c", READY_PROGRAM])
+            uid = (await rt.create_actor(NS, name, f"{NS}/{name}")).uid
+            times = []
+            for _ in range(runs):
+                t0 = time.perf_counter()
+                await rt.resume_actor(NS, name, uid)
+                ready = rt.data_dir(uid) / "ready"
+                while not ready.exists():
+                    await asyncio.sleep(0.002)
+                times.append(time.perf_counter() - t0)
+                await rt.suspend_actor(NS, name, uid)
+                await rt.delete_actor(NS, name, uid)
+                uid = (await rt.create_actor(NS, name, f"{NS}/{name}")).uid
+            starts[level.value] = summary_ms(times)
+        finally:
+            await rt.close()
+    os.environ.setdefault("SESSIONQ_DATA_DIR", str(root / "bash"))
+    (root / "bash").mkdir(parents=True, exist_ok=True)
+    tool, direct = [], []
+    for _ in range(runs * 4):
+        t0 = time.perf_counter()
+        await tools.bash("true")
+        tool.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        await asyncio.to_thread(subprocess.run, ["bash", "-c", "true"], check=True)
+        direct.append(time.perf_counter() - t0)
+    return {"sandbox_start": starts, "bash_tool": summary_ms(tool), "bash_direct": summary_ms(direct)}
+
+
 async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | None = None) -> dict[str, Any]:
     sizes = {
         "megabytes": [1, 20] if quick else [1, 100],
@@ -255,6 +308,7 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
         "turns": 5 if quick else 20,
         "actors": 4 if quick else 50,
         "interpreter_runs": 10 if quick else 30,
+        "start_runs": 5 if quick else 20,
         **(sizes or {}),
     }
     root = Path(tempfile.mkdtemp(prefix="sessionq-bench-process-"))
@@ -267,6 +321,14 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
                                            int(sizes["archive_runs"]))
         cold = await _turns_part(srv.fresh_database("process_c"), root / "c", int(sizes["turns"]), 0, warm=0)
         turns = await _turns_part(srv.fresh_database("process_t"), root / "t", int(sizes["turns"]), int(sizes["actors"]))
+        from sessionq.runtime.process.sandbox import Isolation, unavailable
+
+        sandboxed = {
+            level.value: await _turns_part(srv.fresh_database(f"process_{level.value[0]}"), root / level.value,
+                                           int(sizes["turns"]), 0, warm=0, isolation=level.value)
+            for level in (Isolation.GVISOR, Isolation.NAMESPACES) if unavailable(level) is None
+        }
+        starts = await _sandbox_starts(srv.fresh_database("process_s"), root / "s", int(sizes["start_runs"]))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     interp_ms = _p50(interp)
@@ -291,6 +353,19 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
                 budget / 3, ratio(cold["turn_full"]["p50_ms"], budget / 3)],
                ["python -c pass", interp_ms, None, None, None],
                ["python -c 'import sessionq.agentkit'", imports_ms, None, None, None]]),
+        table("isolation: a turn on a suspended Actor (resume + turn + suspend, ms) vs none (warm, the default)",
+              ["level", "p50", "p99", "none p50", "ratio", "target"],
+              [[level, r["turn_full"]["p50_ms"], r["turn_full"]["p99_ms"], turns["turn_full"]["p50_ms"],
+                ratio(r["turn_full"]["p50_ms"], turns["turn_full"]["p50_ms"]), target]
+               for level, r, target in [(k, v, "<= 1.5x" if k == "gvisor" else "<= 1.2x")
+                                        for k, v in sandboxed.items()]]
+              + [["none, cold", cold["turn_full"]["p50_ms"], cold["turn_full"]["p99_ms"], turns["turn_full"]["p50_ms"],
+                  ratio(cold["turn_full"]["p50_ms"], turns["turn_full"]["p50_ms"]), ""]]),
+        table("isolation: sandbox start (resume -> a python -c program ready, ms)",
+              ["level", "p50", "p99"],
+              [[k, v["p50_ms"] if v else None, v["p99_ms"] if v else None] for k, v in starts["sandbox_start"].items()]),
+        f"bash tool call ('true'): p50 {starts['bash_tool']['p50_ms']} ms vs bash -c true directly "
+        f"{starts['bash_direct']['p50_ms']} ms",
         f"concurrent: {turns['concurrent']['actors']} Actors, {turns['concurrent']['turns_per_s']} turns/s; "
         f"running agent RSS {turns['running_agent_rss_kb']} kB; processes of suspended Actors: "
         f"{turns['processes_held_by_suspended_actors']}",
@@ -301,7 +376,16 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
         "archives": archive_rows,
         "turns": turns,
         "cold_turns": cold,
+        "isolation_turns": sandboxed,
+        "sandbox": starts,
         "targets": {
+            **{f"{k}_turn_ratio_to_none": ratio(v["turn_full"]["p50_ms"], turns["turn_full"]["p50_ms"])
+               for k, v in sandboxed.items()},
+            "gvisor_within_1_5x": (ratio(sandboxed["gvisor"]["turn_full"]["p50_ms"], turns["turn_full"]["p50_ms"])
+                                   or 99) <= 1.5 if "gvisor" in sandboxed else None,
+            "namespaces_within_1_2x": (ratio(sandboxed["namespaces"]["turn_full"]["p50_ms"],
+                                             turns["turn_full"]["p50_ms"]) or 99) <= 1.2
+            if "namespaces" in sandboxed else None,
             "turn_full_p50_ms": turns["turn_full"]["p50_ms"],
             "turn_budget_ms": round(budget, 1),
             "turn_within_budget": (turns["turn_full"]["p50_ms"] or 0) <= budget,

@@ -32,6 +32,8 @@ from typing import Any
 
 import pytest
 
+from sessionq.runtime.process.sandbox import default_isolation
+
 REPO = Path(__file__).resolve().parents[2]
 AGENT_SPEC = REPO / "examples" / "my-first-agent.yaml"
 BUF_VERSION = "@bufbuild/buf@1"
@@ -345,6 +347,7 @@ class BufCurl:
 @pytest.mark.clause("TUT-3")
 @pytest.mark.clause("TUT-4")
 @pytest.mark.clause("TUT-5")
+@pytest.mark.timeout(420)  # every turn on a suspended Actor starts its sandbox and interpreter cold
 def test_the_tutorial_verbatim(buf: str, shell: Shell, servers: list[Up]) -> None:
     curl = BufCurl(shell, buf)
 
@@ -356,8 +359,9 @@ def test_the_tutorial_verbatim(buf: str, shell: Shell, servers: list[Up]) -> Non
     up.wait_ready()
     assert up.user, up.output
     root = (shell.cwd / ".sessionq" / "process-runtime").resolve()
-    assert f"runtime       : the process runtime (Actors are local OS processes, NOT isolated), in {root}" \
-        in up.output, up.output
+    level = default_isolation().value  # gvisor where runsc runs, else namespaces
+    assert f"runtime       : the process runtime, isolation {level} (each Actor in its own sandbox, egress " \
+        f"enforced), in {root}" in up.output, up.output
     assert up.ready_after is not None and up.ready_after < START_TIMEOUT, up.ready_after
     local_config = shell.cwd / ".sessionq" / "client.yaml"
     user_config = shell.cwd / "config" / "sessionq" / "client.yaml"
@@ -476,6 +480,11 @@ def test_the_tutorial_verbatim(buf: str, shell: Shell, servers: list[Up]) -> Non
     known = shell.sq("agent", "invoke", "--session", session_id, "--task",
                      "What number did I ask you to remember?").stdout
     assert "7" in known, known
+    # a command in the agent's sandbox: its file survives the suspend between the two turns
+    ran = shell.sq("agent", "invoke", "--session", session_id, "--task", "run: uname -s > kernel.txt; cat kernel.txt")
+    assert "Linux" in ran.stdout, ran.stdout
+    again = shell.sq("agent", "invoke", "--session", session_id, "--task", "run: cat kernel.txt; pwd").stdout
+    assert "Linux" in again and "/workspace" in again, again
     states = session_states(shell)
     assert states.get(session_id) == "READY" and states.get(fork_id) == "READY", states
 

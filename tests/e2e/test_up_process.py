@@ -1,7 +1,7 @@
 """`sessionq up` with the process runtime (its default, issue 18): the tutorial's Agent
 (examples/my-first-agent.yaml, no command: the runtime's default agent, sessionq.agentkit.first_agent)
 and one that names its command (examples/agents/first_agent.py) answer through the CLI from real
-processes whose memory is a file; `status` says the runtime isolates nothing, and Ctrl-C leaves no
+processes whose memory is a file; `status` names the isolation level, and Ctrl-C leaves no
 agent process behind."""
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from test_tutorial import REPO, Shell, Up, servers, shell  # noqa: F401 (fixtures)
 from test_tutorial import processes_with as agent_processes
+
+from sessionq.runtime.process.sandbox import default_isolation
 
 FIRST_AGENT = REPO / "examples" / "agents" / "first_agent.py"
 
@@ -34,11 +36,15 @@ def actor_processes(root: Path) -> list[int]:
 
 @pytest.mark.timeout(300)
 def test_up_runs_real_agent_processes(shell: Shell, servers: list[Up]) -> None:  # noqa: F811
+    # the Agent below runs a script of this repository: a sandbox shows it when configured to
+    shell.env["SESSIONQ_RUNTIME__PROCESS__SANDBOX_PATHS"] = str(FIRST_AGENT.parent)
     up = Up(shell)  # the process runtime: up's default
     servers.append(up)
     up.wait_ready()
     root = shell.cwd / ".sessionq" / "process-runtime"
-    assert f"the process runtime (Actors are local OS processes, NOT isolated), in {root.resolve()}" in up.output
+    level = default_isolation().value  # up's default: gvisor where runsc runs, else namespaces
+    assert f"the process runtime, isolation {level} (each Actor in its own sandbox, egress enforced), in " \
+        f"{root.resolve()}" in up.output
 
     applied = shell.sq("agent", "apply", "-f", "examples/my-first-agent.yaml")  # the tutorial's, as is
     assert "applied" in applied.stdout and "READY" in applied.stdout, applied.stdout
@@ -62,7 +68,7 @@ def test_up_runs_real_agent_processes(shell: Shell, servers: list[Up]) -> None: 
                         "What number did I ask you to remember?").stdout
     assert "7" in recalled, recalled
     status = shell.sq("status").stdout
-    assert "PROCESS RUNTIME" in status and "NOT isolated" in status, status
+    assert "PROCESS RUNTIME" in status and f"isolation {level}" in status, status
     assert re.search(r"^RUNTIME\s+process \(served\) at 127\.0\.0\.1:\d+: ", status, re.M), status
     assert up.ctrl_c() == 0
     assert agent_processes(str(root)) == [], "no agent process outlives sessionq up"

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from sessionq.runtime.process import ProcessConfig, ProcessSubstrate
+from sessionq.runtime.process.sandbox import Isolation, actor_uid, unavailable
 
 FIXTURE = str(Path(__file__).with_name("fixture_process.py"))
 ATESPACE = "kagent"
@@ -27,11 +28,34 @@ def process_root(tmp_path: Path) -> Path:
     return tmp_path / "runtime"
 
 
+TESTS = str(Path(__file__).resolve().parent.parent)  # the test programs a sandbox must show
+
+
+def level(value: Isolation) -> object:
+    """A parameter of an isolation level, skipped with the reason when this machine lacks it."""
+    reason = unavailable(value)
+    return pytest.param(value, id=value.value, marks=[pytest.mark.skipif(reason is not None, reason=reason or "")])
+
+
+LEVELS = [level(v) for v in Isolation]
+
+
+@pytest.fixture(params=LEVELS)
+def isolation(request: pytest.FixtureRequest) -> Isolation:
+    """Each isolation level this machine has (the others are skipped, saying why)."""
+    return request.param  # type: ignore[no-any-return]
+
+
+def config(root: Path, isolation: Isolation = Isolation.NONE, **kwargs: object) -> ProcessConfig:
+    """A ProcessConfig for tests: the given level, the test programs visible inside a sandbox."""
+    return ProcessConfig(root=root, isolation=isolation, sandbox_paths=(TESTS,), **kwargs)  # type: ignore[arg-type]
+
+
 @pytest.fixture
-async def runtime(database_url: str, process_root: Path) -> AsyncIterator[ProcessSubstrate]:
-    """A runtime with no warm interpreter: every process exec'd for its Actor (test_warm.py runs the
-    same checks on a warm one)."""
-    rt = ProcessSubstrate(database_url, ProcessConfig(root=process_root, slots=4, stop_grace=2.0, warm_interpreters=0))
+async def runtime(database_url: str, process_root: Path, isolation: Isolation) -> AsyncIterator[ProcessSubstrate]:
+    """A runtime with no warm interpreter at each isolation level: every process exec'd for its Actor
+    (test_warm.py runs the same checks on a warm one)."""
+    rt = ProcessSubstrate(database_url, config(process_root, isolation, slots=4, stop_grace=2.0, warm_interpreters=0))
     await rt.open()
     yield rt
     await rt.close()
@@ -67,6 +91,23 @@ def processes_with(marker: str) -> list[int]:
     return found
 
 
+def sandbox_processes(rt: ProcessSubstrate, uid: str) -> list[int]:
+    """Live host processes of an Actor's sandbox: its user's, and those whose command line or
+    environment names the runtime's root (bwrap, runsc and gVisor's own processes)."""
+    user = actor_uid(uid)
+    found = set(processes_with(str(rt.root)))
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                status = Path(f"/proc/{entry}/status").read_text()
+            except OSError:
+                continue
+            uids = next((line.split()[1:] for line in status.splitlines() if line.startswith("Uid:")), [])
+            if str(user) in uids and alive(int(entry)):
+                found.add(int(entry))
+    return sorted(found)
+
+
 async def wait_for(predicate, timeout: float = 15.0, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -77,13 +118,19 @@ async def wait_for(predicate, timeout: float = 15.0, what: str = "condition") ->
 
 
 async def wait_ready(rt: ProcessSubstrate, uid: str) -> Path:
-    """Wait until the Actor's current process has written `ready`; returns its durable directory."""
+    """Wait until the Actor's current process has written `ready`; returns its durable directory.
+    Without a sandbox `ready` holds the process's pid; in one (its own pid namespace) the file is
+    the current start's when changed after the process started (the runtime gave every file of the
+    directory to the Actor's user just before)."""
     data = rt.data_dir(uid)
     pid = rt.pid_of(uid)
     assert pid is not None
+    since = rt.started_at(uid) or 0.0
 
     def ready() -> bool:
         try:
+            if rt.isolation != Isolation.NONE:
+                return (data / "ready").stat().st_ctime >= since and (data / "ready").read_text() != ""
             return (data / "ready").read_text() == str(pid)
         except OSError:
             return False

@@ -1,6 +1,7 @@
 """A process runtime in a process of its own, for the restart tests: it starts `count` Actors
 running the fixture process (grandchild mode), prints their pids as one JSON line and its warm
-interpreters' pids as another, then serves until it is killed."""
+interpreters' pids as another, then serves until it is killed. A fourth argument names the isolation
+level (default none; the test programs' directory is shown to a sandbox)."""
 
 import asyncio
 import json
@@ -10,10 +11,12 @@ from pathlib import Path
 from sessionq.runtime.process import ProcessConfig, ProcessSubstrate
 
 FIXTURE = str(Path(__file__).with_name("fixture_process.py"))
+TESTS = str(Path(__file__).resolve().parent.parent)  # shown to a sandbox
 
 
-async def main(url: str, root: str, count: int) -> None:
-    rt = ProcessSubstrate(url, ProcessConfig(root=Path(root), slots=count))
+async def main(url: str, root: str, count: int, isolation: str) -> None:
+    rt = ProcessSubstrate(url, ProcessConfig(root=Path(root), slots=count, isolation=isolation,
+                                             sandbox_paths=(TESTS,)))
     await rt.open()
     await rt.create_actor_template(
         "kagent", "t", "local/fixture:1", command=[sys.executable], args=[FIXTURE, "grandchild"]
@@ -30,4 +33,4 @@ async def main(url: str, root: str, count: int) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else "none"))

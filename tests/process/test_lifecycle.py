@@ -13,7 +13,8 @@ import pytest
 
 from sessionq.runtime.base import ActorState, Code, SnapshotFidelity, SnapshotStatus, SubstrateError
 from sessionq.runtime.process import ProcessConfig, ProcessSubstrate, children
-from tests.process.conftest import ATESPACE, alive, argv, proc_state, wait_for, wait_ready
+from sessionq.runtime.process.sandbox import Isolation
+from tests.process.conftest import ATESPACE, alive, argv, proc_state, sandbox_processes, wait_for, wait_ready
 
 
 async def _actor(rt: ProcessSubstrate, name: str = "a1", mode: str = "sleep", template: str = "t1") -> str:
@@ -34,10 +35,12 @@ async def test_resume_starts_a_process_in_its_own_group_with_its_durable_directo
     data = await wait_ready(runtime, uid)
     pid = runtime.pid_of(uid)
     assert pid is not None and os.getpgid(pid) == pid, "each Actor's process leads its own process group"
-    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")  # noqa: ASYNC240
-    assert f"SESSIONQ_DATA_DIR={data}".encode() in environ
-    assert b"GREETING=hello" in environ
-    assert not any(e.startswith(b"SESSIONQ_DATABASE_URL=") for e in environ), "the runtime's own env does not leak"
+    if runtime.isolation == Isolation.NONE:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")  # noqa: ASYNC240
+        assert f"SESSIONQ_DATA_DIR={data}".encode() in environ
+        assert b"GREETING=hello" in environ
+        assert not any(e.startswith(b"SESSIONQ_DATABASE_URL=") for e in environ), "the runtime's own env does not leak"
+    # (in a sandbox the environment is checked from inside: tests/sandboxes/test_escape.py)
     assert (data / "env-actor").read_text() == f"{ATESPACE}/a1"
     # resuming a running Actor changes nothing
     again, resumed = await runtime.resume_actor(ATESPACE, "a1", uid)
@@ -187,13 +190,19 @@ async def test_delete_any_state_kills_the_group_and_removes_everything(runtime: 
     data = await wait_ready(runtime, uid)
     pid = runtime.pid_of(uid)
     grandchild = int((data / "grandchild").read_text())
-    assert pid is not None and alive(grandchild)
+    sandboxed = runtime.isolation != Isolation.NONE  # then the grandchild's pid is its namespace's
+    assert pid is not None and (sandboxed or alive(grandchild))
+    if sandboxed:
+        assert sandbox_processes(runtime, uid)
     with pytest.raises(SubstrateError) as e:
         await runtime.delete_actor(ATESPACE, "a1", uid)
     assert e.value.code == Code.FAILED_PRECONDITION
     await runtime.delete_actor(ATESPACE, "a1", uid, any_state=True)
     assert not alive(pid)
-    await wait_for(lambda: not alive(grandchild), what="the grandchild to die with its group")
+    if sandboxed:
+        await wait_for(lambda: not sandbox_processes(runtime, uid), what="the sandbox's processes to die")
+    else:
+        await wait_for(lambda: not alive(grandchild), what="the grandchild to die with its group")
     assert not (runtime.root / "actors" / uid).exists()
     with pytest.raises(SubstrateError) as e:
         await runtime.get_actor(ATESPACE, "a1")

@@ -11,19 +11,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from sessionq.runtime.base import ActorState
 from sessionq.runtime.process import ProcessConfig, ProcessSubstrate
-from tests.process.conftest import ATESPACE, alive, processes_with, wait_for
+from sessionq.runtime.process.sandbox import Isolation
+from tests.process.conftest import ATESPACE, LEVELS, alive, config, processes_with, wait_for
 
 SERVER = str(Path(__file__).with_name("runtime_server.py"))
 
 
 def _start_server(
-    database_url: str, root: Path, count: int
+    database_url: str, root: Path, count: int, isolation: Isolation = Isolation.NONE
 ) -> tuple[subprocess.Popen[str], dict[str, int], list[int]]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
     proc = subprocess.Popen(
-        [sys.executable, SERVER, database_url, str(root), str(count)], stdout=subprocess.PIPE, text=True, env=env
+        [sys.executable, SERVER, database_url, str(root), str(count), isolation.value],
+        stdout=subprocess.PIPE, text=True, env=env,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -54,7 +58,7 @@ async def test_a_runtime_killed_with_sigkill_leaves_no_process_and_the_next_one_
     await wait_for(lambda: not any(alive(p) for p in pids.values()), what="the actors to die with their runtime")
     await wait_for(lambda: not any(alive(p) for p in interpreters), what="its warm interpreters to die with it")
 
-    rt = ProcessSubstrate(database_url, ProcessConfig(root=root, slots=3))
+    rt = ProcessSubstrate(database_url, ProcessConfig(root=root, slots=3, isolation=Isolation.NONE))
     await rt.open()  # reconciles: kills what is left of each recorded group
     try:
         await wait_for(lambda: not any(alive(p) for p in grandchildren), what="the groups' survivors to be killed")
@@ -74,6 +78,31 @@ async def test_a_runtime_killed_with_sigkill_leaves_no_process_and_the_next_one_
     finally:
         await rt.close()
     assert processes_with(marker) == [], "closing the runtime stops its children"
+
+
+@pytest.mark.parametrize("isolation", [p for p in LEVELS if p.values[0] != Isolation.NONE])  # type: ignore[attr-defined]
+async def test_a_runtime_killed_with_sigkill_leaves_no_sandbox(
+    isolation: Isolation, database_url: str, tmp_path: Path
+) -> None:
+    root = tmp_path / "runtime"
+    server, pids, _ = _start_server(database_url, root, 2, isolation)
+    for uid in pids:
+        await wait_for((root / "actors" / uid / "data" / "grandchild").exists, what="the grandchild")
+    marker = str(root)  # on the command line of bwrap and of every gVisor process
+    assert processes_with(marker)
+    server.send_signal(signal.SIGKILL)
+    server.wait(timeout=10)
+    await wait_for(lambda: processes_with(marker) == [], what="every sandbox to die with its runtime")
+    rt = ProcessSubstrate(database_url, config(root, isolation, slots=2))
+    await rt.open()
+    try:
+        actors = (await rt.list_actors(ATESPACE, 0, "")).items
+        assert {a.state for a in actors} == {ActorState.CRASHED}
+        actor, resumed = await rt.resume_actor(ATESPACE, actors[0].name, actors[0].uid)
+        assert resumed and actor.state == ActorState.RUNNING
+    finally:
+        await rt.close()
+    assert processes_with(marker) == []
 
 
 async def test_only_one_runtime_server_per_database(database_url: str, tmp_path: Path) -> None:

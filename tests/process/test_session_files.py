@@ -12,8 +12,10 @@ from uuid import UUID
 
 import grpc
 import pytest
+from a2a.types import a2a_pb2
 
 from sessionq._pb.kagent.api.v1alpha1 import checkpoints_pb2, checkpoints_pb2_grpc, sessions_pb2, sessions_pb2_grpc
+from sessionq.runtime.process.sandbox import Isolation
 from tests.process.test_archive import _crafted, _tar
 from tests.process.test_first_agent import ProcessApi, actor_of, answer, new_session, papi, send, suspended
 
@@ -21,6 +23,9 @@ __all__ = ["papi"]  # the fixture, shared with test_first_agent.py
 
 
 def _data_dir(api: ProcessApi, uid: str) -> Path:
+    """The durable directory as the Actor sees it: /data in a sandbox, else its path."""
+    if api.runtime.isolation != Isolation.NONE:
+        return Path("/data")
     return api.runtime.data_dir(uid)
 
 
@@ -94,3 +99,26 @@ async def test_a_snapshot_that_cannot_be_restored_fails_the_turn_and_the_session
     assert not session.HasField("failure"), session.failure
     row = await papi.store.session_by_id(UUID(sid))
     assert row is not None and row.failure_reason is None
+
+
+@pytest.mark.clause("RT-5")
+@pytest.mark.timeout(240)
+async def test_my_first_agent_runs_a_command_whose_files_survive_a_suspend_and_are_in_a_fork(papi: ProcessApi) -> None:
+    """The tutorial's `run:` turns: a command's output file in the workspace after a suspend, and in
+    a checkpoint's fork; the process it left running is not (RT-8)."""
+    sid = await new_session(papi, "run-1")
+    wrote = await send(papi, "run: echo 'made by a command' > note.txt; sleep 600 & cat note.txt", sid, timeout=120)
+    assert answer(wrote) == "made by a command\n", answer(wrote)
+    await suspended(papi, sid)
+    again = await send(papi, "run: cat note.txt", sid, timeout=120)
+    assert answer(again) == "made by a command\n", answer(again)
+    await suspended(papi, sid)
+    checkpoint = await _checkpoint(papi, sid, again.id)
+    fork = (await checkpoints_pb2_grpc.CheckpointServiceStub(papi.channel).ForkSession(
+        checkpoints_pb2.ForkSessionRequest(checkpoint_id=checkpoint, request_id="f-run"),
+        metadata=papi.md(), timeout=30)).session
+    forked = await send(papi, "run: cat note.txt; pwd", fork.id, timeout=120)
+    workspace = _data_dir(papi, (await actor_of(papi, fork.id)).uid) / "workspace"
+    assert answer(forked) == f"made by a command\n{workspace}\n", answer(forked)
+    refused = await send(papi, "run:", fork.id, timeout=120)
+    assert refused.status.state == a2a_pb2.TASK_STATE_FAILED and "cannot run that" in answer(refused), refused

@@ -34,7 +34,7 @@ def ok(result: Result) -> Result:
     return result
 
 
-async def test_status_names_the_process_runtime_and_its_missing_isolation(
+async def test_status_names_the_process_runtime_and_its_isolation_level(
     database_url: str, tmp_path: Path, runtime: ProcessSubstrate
 ) -> None:
     cli = Cli(database_url, tmp_path)
@@ -45,6 +45,11 @@ async def test_status_names_the_process_runtime_and_its_missing_isolation(
     await runtime.create_actor(ATESPACE, "b", f"{ATESPACE}/t")
     text = ok(await cli("status")).stdout
     line = next(line for line in text.splitlines() if line.startswith("PROCESS RUNTIME"))
-    assert "2 actors, 1 with a process" in line and "NOT isolated" in line and "not enforced" in line
+    level = runtime.isolation.value
+    assert "2 actors, 1 with a process" in line and f"isolation {level}" in line
+    if level == "none":
+        assert "NOT isolated" in line and "not enforced" in line
+    else:
+        assert "sandbox" in line and "egress policies enforced" in line
     data = json.loads(ok(await cli("status", "-o", "json")).stdout)
-    assert data["process_runtime"] == {"actors": 2, "with_process": 1}
+    assert data["process_runtime"] == {"actors": 2, "with_process": 1, "isolation": level}

@@ -19,6 +19,7 @@ import pytest
 from sessionq import config
 from sessionq.runtime.base import ActorState
 from sessionq.runtime.process import ProcessConfig, ProcessSubstrate
+from sessionq.runtime.process.sandbox import Isolation
 from sessionq.runtime.process.substrate import INHERITED_ENV
 from tests.process.conftest import ATESPACE, alive, proc_state, processes_with, wait_for
 
@@ -27,7 +28,9 @@ FIXTURE = str(Path(__file__).with_name("fixture_process.py"))
 
 
 async def _open(url: str, root: Path, interpreters: int) -> ProcessSubstrate:
-    rt = ProcessSubstrate(url, ProcessConfig(root=root, slots=4, stop_grace=2.0, warm_interpreters=interpreters))
+    # warm interpreters serve isolation none only (docs/runtime.md, "Warm interpreters and sandboxes")
+    rt = ProcessSubstrate(url, ProcessConfig(root=root, slots=4, stop_grace=2.0, warm_interpreters=interpreters,
+                                             isolation=Isolation.NONE))
     await rt.open()
     if interpreters:
         await rt.warm_ready(120)

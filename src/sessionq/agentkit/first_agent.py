@@ -7,6 +7,11 @@ Its memory is a file, memory.json, in its durable directory (the working directo
 it): sessionq snapshots that directory when it suspends the agent between turns, restores it on
 the next turn, and a checkpoint's fork starts from the checkpoint's copy of it.
 
+A message ``run: COMMAND`` runs COMMAND with the agent kit's `bash` tool (sessionq.agentkit.tools)
+in its workspace, ``<durable directory>/workspace`` (``/data/workspace`` in a sandbox), and answers
+with its output: the files a command writes there survive the suspend between turns and are in a
+checkpoint's fork; a process it leaves running does not (the call's process group ends with it).
+
 The one sessionq-specific line is ``run(FirstAgent())`` (sessionq.agentkit.run, in `main`), where a plain a2a-sdk
 agent would build its server and run uvicorn.
 """
@@ -24,10 +29,12 @@ from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types import a2a_pb2
 
+from sessionq.agentkit import tools
 from sessionq.agentkit.server import data_dir, run, start_turn
 from sessionq.runtime.deterministic_agent import run_turn  # the simulated agent's logic (pure, no I/O)
 
 MEMORY = "memory.json"
+RUN = "run:"  # a message that runs a command
 
 
 def load_memory(directory: Path) -> dict[str, Any]:
@@ -56,6 +63,9 @@ class FirstAgent(AgentExecutor):
         """One turn: the task WORKING (a new task is created so, in one write), the memory saved,
         then the answer as the task's artifact (when COMPLETED) and its final status message."""
         text = context.get_user_input()
+        if text.strip().lower().startswith(RUN):
+            await self.run_command(context, event_queue, text.strip()[len(RUN):].strip())
+            return
         continuation = context.current_task is not None
         turn = run_turn(load_memory(self.directory), text, continuation=continuation)
         updater = await start_turn(context, event_queue)
@@ -73,6 +83,20 @@ class FirstAgent(AgentExecutor):
             await updater.requires_auth(answer)
         else:
             await updater.failed(answer)
+
+    async def run_command(self, context: RequestContext, event_queue: EventQueue, command: str) -> None:
+        """One turn that runs `command` with the bash tool: its output (and a non-zero exit status) is
+        the answer; a command the tool refuses fails the task, saying why."""
+        updater = await start_turn(context, event_queue)
+        try:
+            result = await tools.bash(command)
+        except ValueError as exc:
+            await updater.failed(updater.new_agent_message([a2a_pb2.Part(text=f"cannot run that: {exc}")]))
+            return
+        answer = result.output if result.exit_code in (0, None) else f"{result.output}[exit status {result.exit_code}]"
+        answer = answer or "(no output)"
+        await updater.add_artifact([a2a_pb2.Part(text=answer)], name="answer")
+        await updater.complete(updater.new_agent_message([a2a_pb2.Part(text=answer)]))
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         await TaskUpdater(event_queue, context.task_id or "", context.context_id or "").cancel()

@@ -128,6 +128,8 @@ def process_runtime(settings: Settings, url: str) -> ProcessSubstrate:
             stop_grace=p.stop_grace,
             max_directory_bytes=p.max_directory_bytes,
             warm_interpreters=p.warm_interpreters,
+            isolation=p.isolation,
+            sandbox_paths=tuple(x for x in p.sandbox_paths.split(":") if x),
             taskstore_address=settings.runtime.simulator.task_store_address or settings.server.address,
         ),
     )

@@ -286,7 +286,10 @@ def _tell_up(echo: Callable[[str], None], settings: Settings, user: str, endpoin
     echo(f"  web console   : http://{settings.server.console_address}/  (no login needed here)")
     echo(f"  psql          : {psql}")
     if isinstance(served, ServedProcess):
-        echo(f"  runtime       : the process runtime (Actors are local OS processes, NOT isolated),"
+        level = served.runtime.isolation.value
+        what = ("Actors are local OS processes, NOT isolated" if level == "none"
+                else "each Actor in its own sandbox, egress enforced")
+        echo(f"  runtime       : the process runtime, isolation {level} ({what}),"
              f" in {settings.runtime.process.root}; `--runtime simulator` runs the simulator instead")
     elif served is not None:
         echo(f"  runtime       : the simulator, served as ateapi.Control at {served.address}")

@@ -24,6 +24,10 @@ from sessionq import errors
 from sessionq.db.connection import conninfo
 from sessionq.models import JobStatus
 
+# how the process runtime's server names its connection (sessionq.runtime.process.sandbox.APPLICATION_NAME,
+# which db may not import; tests/sandboxes checks both agree), followed by its isolation level
+PROCESS_RUNTIME_APPLICATION = "sessionq process runtime, isolation"
+
 Row = dict[str, Any]
 JOB_STATUSES = tuple(s.value for s in JobStatus)
 SESSION_STATES = ("CREATING", "READY", "SUSPENDED", "FAILED", "DELETING", "DELETED")
@@ -355,6 +359,14 @@ class OperatorStore:
                 " FROM sessionq_process.actors"
             )
             process_runtime = counts[0] if counts else None
+            # the running runtime server's isolation level (runtime/process/sandbox.py names its connection)
+            level = await self._rows(
+                "SELECT substr(application_name, length(%s) + 2) AS isolation FROM pg_stat_activity"
+                " WHERE application_name LIKE %s || ' %%' LIMIT 1",
+                (PROCESS_RUNTIME_APPLICATION, PROCESS_RUNTIME_APPLICATION),
+            )
+            if process_runtime is not None:
+                process_runtime = {**process_runtime, "isolation": level[0]["isolation"] if level else None}
         return {
             "process_runtime": process_runtime,
             "paused_queues": paused,

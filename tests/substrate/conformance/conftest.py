@@ -6,9 +6,10 @@ of `sessionq.runtime.base.Substrate`. Every test of this folder runs once agains
 | `simulator` | `SimulatedSubstrate` in process |
 | `simulator-wire` | the adapter (`SubstrateClient`) -> `ateapi.Control` served from a simulator, with sessionq's extensions (what `sessionq up --runtime simulator` runs) |
 | `adapter` | the adapter -> a simulator served as a real Substrate (no `x-sessionq-*` headers or trailers; the adapter checks UIDs itself) |
-| `process` | `ProcessSubstrate` in process (real OS processes, archived durable directories) |
-| `process-wire` | the adapter -> `ateapi.Control` served from a process runtime (what `sessionq up` runs) |
-| `process-adapter` | the adapter -> a process runtime served as a real Substrate (its methods get no UID precondition) |
+| `process` | `ProcessSubstrate` in process (real OS processes, archived durable directories), at the default isolation (gvisor where runsc runs, else namespaces) |
+| `process-namespaces` | the same at isolation `namespaces` (skipped, saying why, where this machine lacks it) |
+| `process-wire` | the adapter -> `ateapi.Control` served from a process runtime (what `sessionq up` runs), isolation `none` (the wire does not depend on the level) |
+| `process-adapter` | the adapter -> a process runtime served as a real Substrate (its methods get no UID precondition), isolation `none` |
 
 A new runtime adds one `Kind` and one branch in `open_subject` (docs/runtime.md, "A new runtime").
 """
@@ -33,6 +34,7 @@ from sessionq.runtime.ateapi.client import SubstrateClient, SubstrateOptions
 from sessionq.runtime.ateapi.server import start_server
 from sessionq.runtime.base import Substrate
 from sessionq.runtime.process import ProcessConfig, ProcessSubstrate
+from sessionq.runtime.process.sandbox import Isolation, unavailable
 from sessionq.runtime.simulator import SimulatedSubstrate
 
 # how many Actors may hold a worker at once, the same for every implementation (the process
@@ -47,6 +49,13 @@ class Kind(enum.StrEnum):
     PROCESS = "process"
     PROCESS_WIRE = "process-wire"
     PROCESS_ADAPTER = "process-adapter"
+    PROCESS_NAMESPACES = "process-namespaces"
+
+
+# the process runtime's isolation level of each kind (None: the default) and the in-process kinds
+LEVEL = {Kind.PROCESS_NAMESPACES: Isolation.NAMESPACES, Kind.PROCESS_WIRE: Isolation.NONE,
+         Kind.PROCESS_ADAPTER: Isolation.NONE}
+IN_PROCESS = (Kind.PROCESS, Kind.PROCESS_NAMESPACES)
 
 
 @dataclass
@@ -156,12 +165,12 @@ async def open_subject(kind: Kind, database_url: str, root: Path) -> AsyncIterat
             async with served(sim, extensions=kind == Kind.SIMULATOR_WIRE) as client:
                 yield Subject(kind, client, _simulator_durable(sim))
         return
-    if kind in (Kind.PROCESS, Kind.PROCESS_WIRE, Kind.PROCESS_ADAPTER):
-        config = ProcessConfig(root=root, slots=WORKERS, stop_grace=5.0, warm_interpreters=0)
+    if kind in (Kind.PROCESS, Kind.PROCESS_WIRE, Kind.PROCESS_ADAPTER, Kind.PROCESS_NAMESPACES):
+        config = ProcessConfig(root=root, slots=WORKERS, stop_grace=5.0, warm_interpreters=0, isolation=LEVEL.get(kind))
         # a process that only waits: SIGTERM ends it at once, and it writes nothing of its own
         options = {"command": ["sleep"], "args": ["3600"]}
         async with ProcessSubstrate(database_url, config) as rt:
-            if kind == Kind.PROCESS:
+            if kind in IN_PROCESS:
                 yield Subject(kind, rt, _process_durable(rt), keeps_command=True, template_options=options,
                               end_process=_process_end(rt))
                 return
@@ -172,7 +181,12 @@ async def open_subject(kind: Kind, database_url: str, root: Path) -> AsyncIterat
     raise AssertionError(f"no implementation for {kind}")
 
 
-@pytest.fixture(params=list(Kind), ids=str)
+def _kind(kind: Kind) -> Any:
+    reason = unavailable(LEVEL[kind]) if kind in LEVEL else None
+    return pytest.param(kind, id=str(kind), marks=[pytest.mark.skipif(reason is not None, reason=reason or "")])
+
+
+@pytest.fixture(params=[_kind(k) for k in Kind])
 async def subject(request: pytest.FixtureRequest, database_url: str, tmp_path: Path) -> AsyncIterator[Subject]:
     async with open_subject(request.param, database_url, tmp_path / "runtime") as s:
         yield s

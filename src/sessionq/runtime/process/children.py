@@ -18,6 +18,7 @@ import shutil
 import signal
 import socket
 import sys
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -203,6 +204,7 @@ class Child:
     # waiting on the process's end waits for, so the Actor it reads next is already CRASHED
     exit_recorded: asyncio.Event = field(default_factory=asyncio.Event)
     returncode: int | None = None
+    started_at: float = field(default_factory=time.time)  # the wall-clock time it was started
     watcher: asyncio.Task[None] | None = None
 
 
@@ -235,6 +237,36 @@ async def start_child(
             pass_fds=(endpoint.sock.fileno(),),
         )
     return Child(uid=uid, process=process, pid=process.pid, port=endpoint.port, stderr=logs / f"{uid}.stderr",
+                 secrets=secrets)
+
+
+async def start_sandboxed(
+    uid: str,
+    command: list[str],
+    env: dict[str, str],
+    cwd: Path,
+    logs: Path,
+    port: int,
+    secrets: tuple[str, ...] = (),
+) -> Child:
+    """Start a sandbox's `command` (sandbox.py: nsenter, then bwrap or runsc) with `env`, in a new
+    session, stdin from /dev/null, stdout and stderr to files under `logs`. The Actor's A2A endpoint
+    is the runtime's listener at `port` (egress.py), not an inherited socket."""
+    exec_argv = list(command)
+    if SETPRIV is not None:
+        exec_argv = [SETPRIV, "--pdeathsig", "KILL", "--", *exec_argv]
+    out, err = open_logs(logs, uid)
+    with out, err:
+        process = await asyncio.create_subprocess_exec(
+            *exec_argv,
+            cwd=cwd,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
+    return Child(uid=uid, process=process, pid=process.pid, port=port, stderr=logs / f"{uid}.stderr",
                  secrets=secrets)
 
 

@@ -19,12 +19,18 @@
   stderr. One runtime server owns the schema at a time (an advisory lock); at start it reconciles:
   an Actor recorded with a process of an earlier server is CRASHED and what is left of its process
   group is killed. `close` stops every child: no process outlives the runtime server.
-- Egress policies are stored and returned, NOT enforced: the process runtime isolates nothing.
+- Isolation (`runtime.process.isolation`, sandbox.py): under ``gvisor`` or ``namespaces`` each
+  Actor's process runs in its own sandbox (its durable directory at /data, its own user, pid and
+  mount namespaces, its own network namespace whose only way out is the runtime: the egress proxy
+  enforcing its persisted egress policy, the task store's forwarder, egress.py); under ``none`` it
+  is a plain process of the runtime's user and its egress policy is stored, not enforced. Warm
+  interpreters serve ``none`` only: a warm interpreter runs outside any sandbox.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import sys
@@ -56,11 +62,13 @@ from sessionq.runtime.base import (
     Tag,
     Worker,
 )
-from sessionq.runtime.process import archive, children, warm
+from sessionq.runtime.process import archive, children, sandbox, warm
 from sessionq.runtime.process.children import Child
 from sessionq.runtime.process.database import SERVER_LOCK_KEY, ProcessDatabase, install_schema
+from sessionq.runtime.process.egress import ActorNetwork
 from sessionq.runtime.process.invoke import cancel_actor_turn, invoke_actor
-from sessionq.runtime.stand_in.egress import canonical_rules
+from sessionq.runtime.process.sandbox import Isolation, NetNamespace, Sandbox
+from sessionq.runtime.stand_in.egress import canonical_rules, rule_collection
 from sessionq.runtime.stand_in.names import require_name, require_ref, split_template
 from sessionq.runtime.stand_in.pages import (
     clamp_page_size,
@@ -79,7 +87,7 @@ from sessionq.runtime.stand_in.rows import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DATA_DIR_ENV", "ProcessConfig", "ProcessSubstrate"]
+__all__ = ["DATA_DIR_ENV", "Isolation", "ProcessConfig", "ProcessSubstrate"]
 
 DATA_DIR_ENV = "SESSIONQ_DATA_DIR"
 TASKSTORE_ENV = "SESSIONQ_TASKSTORE_ADDRESS"
@@ -110,6 +118,12 @@ class ProcessConfig:
     # Python interpreters (this one, sys.executable) kept started with the agent kit imported, for the
     # Actors whose command runs a script or module with it (warm.py); 0: every process starts cold
     warm_interpreters: int = 1
+    # paths no sandbox shows, besides the runtime's root (the configuration, the state directory)
+    private_paths: tuple[Path, ...] = ()
+    # the Actors' sandbox (sandbox.py): None or "auto": gvisor where runsc runs, else namespaces
+    isolation: Isolation | str | None = None
+    # read-only paths a sandbox shows besides what the runtime's own programs need
+    sandbox_paths: tuple[str, ...] = ()
 
 
 # row mappers: the stand-in core's, with where the process runtime keeps a snapshot (its archive's
@@ -162,11 +176,17 @@ class ProcessSubstrate:
         self.server_id = str(uuid.uuid4())
         self._conninfo = conninfo
         self._db = ProcessDatabase(conninfo)
+        self.isolation = sandbox.resolve_isolation(config.isolation)
+        self._read_only: list[str] = []
+        self._networks: dict[str, ActorNetwork] = {}
+        self._policies: dict[str, tuple[EgressRule, ...]] = {}
+        # tests: DNS names the egress proxy dials at a fixed address instead of resolving them
+        self.egress_hosts: dict[str, str] = {}
         self._lock_conn: psycopg.AsyncConnection[Any] | None = None
         self._children: dict[str, Child] = {}
         self._actor_locks: dict[str, asyncio.Lock] = {}
         self._warm = warm.WarmPool(
-            size=max(config.warm_interpreters, 0),
+            size=max(config.warm_interpreters, 0) if self.isolation == Isolation.NONE else 0,
             interpreter=sys.executable,
             env=self._base_env(),
             cwd=self.root / "spare",
@@ -179,12 +199,27 @@ class ProcessSubstrate:
     # lifecycle ------------------------------------------------------------------------------
 
     async def open(self) -> None:
+        problem = sandbox.unavailable(self.isolation)
+        if problem is not None:
+            raise SubstrateError(
+                Code.FAILED_PRECONDITION,
+                f"{problem}; set runtime.process.isolation to a level this machine has (none: no sandbox)",
+            )
         # the runtime's alone: other users of the machine read no snapshot, tag, log or directory
         archive.private_dir(self.root)
-        for sub in ("actors", "snapshots", "tags", "logs"):
+        for sub in ("actors", "snapshots", "tags", "logs", "sandboxes"):
             archive.private_dir(self.root / sub)
+        if self.isolation != Isolation.NONE:
+            # what an earlier server's sandboxes left (their processes died with it)
+            await asyncio.to_thread(archive.remove_tree, self.root / "runsc")
+            self._read_only = sandbox.read_only_paths(
+                [self.root, *self.config.private_paths], self.config.sandbox_paths
+            )
         await install_schema(self._conninfo, slots=self.config.slots)
-        conn = await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+        # the lock's connection names the isolation level: `sessionq status` and the console read it
+        conn = await psycopg.AsyncConnection.connect(
+            self._conninfo, autocommit=True, application_name=f"{sandbox.APPLICATION_NAME} {self.isolation.value}"
+        )
         cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (SERVER_LOCK_KEY,))
         row = await cur.fetchone()
         if not (row and row[0]):
@@ -208,6 +243,9 @@ class ProcessSubstrate:
             if c.watcher is not None:
                 c.watcher.cancel()
         self._children.clear()
+        networks = list(self._networks.values())
+        self._networks.clear()
+        await asyncio.gather(*(n.close() for n in networks), return_exceptions=True)
         await self._db.close()
         conn, self._lock_conn = self._lock_conn, None
         if conn is not None:
@@ -462,9 +500,12 @@ class ProcessSubstrate:
             # its crash message never quotes its environment (the Agent's env, the workload credential)
             secrets = tuple({*(template.get("env") or {}).values(), *(step.get("env") or {}).values()})
             logs = self.root / "logs"
-            child = await self._warm.start(uid, argv, env, data, logs, secrets)
-            if child is None:
-                child = await children.start_child(uid, argv, env, data, logs, secrets)
+            if self.isolation != Isolation.NONE:
+                env = self._sandbox_env(atespace, name, dict(template.get("env") or {}), dict(step.get("env") or {}))
+                child = await self._start_sandboxed(uid, argv, env, data, logs, secrets)
+            else:
+                warm_child = await self._warm.start(uid, argv, env, data, logs, secrets)
+                child = warm_child or await children.start_child(uid, argv, env, data, logs, secrets)
         except OSError as exc:
             message = f"the process could not start: {exc}"
             await self._db.call("SELECT sessionq_process.crash(%s, NULL, NULL, %s)", (uid, message))
@@ -480,11 +521,90 @@ class ProcessSubstrate:
             await children.stop_child(child, 0.0)
             raise
 
+    def _sandbox_env(
+        self, atespace: str, name: str, template_env: dict[str, str], actor_env: dict[str, str]
+    ) -> dict[str, str]:
+        """A sandboxed process's environment, exactly: a PATH of the runtime's directories the sandbox
+        shows, HOME (/tmp), the template's (Agent spec's) and the Actor's variables (the workload
+        credential), then what the agent kit needs: SESSIONQ_DATA_DIR, SESSIONQ_ACTOR, its A2A port,
+        the task store's address inside, and the egress proxy (HTTP_PROXY, HTTPS_PROXY; NO_PROXY for
+        the loopback)."""
+        path = [p for p in os.environ.get("PATH", os.defpath).split(os.pathsep)
+                if p and sandbox.visible(p, self._read_only)]
+        env = {"PATH": os.pathsep.join(path) or "/usr/bin:/bin", "HOME": "/tmp"}
+        env.update(template_env)
+        env.update(actor_env)
+        env[DATA_DIR_ENV] = sandbox.DATA
+        env[ACTOR_ENV] = f"{atespace}/{name}"
+        env[children.A2A_PORT_ENV] = str(sandbox.A2A_PORT)
+        env.pop(children.A2A_FD_ENV, None)
+        if self.taskstore_address:
+            env[TASKSTORE_ENV] = f"127.0.0.1:{sandbox.TASKSTORE_PORT}"
+        proxy = f"http://127.0.0.1:{sandbox.PROXY_PORT}"
+        for key in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+            env[key] = proxy
+        for key in ("NO_PROXY", "no_proxy"):
+            env[key] = "127.0.0.1,localhost"
+        return env
+
+    async def _start_sandboxed(
+        self, uid: str, argv: list[str], env: dict[str, str], data: Path, logs: Path, secrets: tuple[str, ...]
+    ) -> Child:
+        """The Actor's process in its sandbox (sandbox.py) with its network (egress.py). OSError when
+        its program is not found or not visible inside the sandbox."""
+        program = children.resolve(argv[0], env.get("PATH"))
+        if not sandbox.visible(program, self._read_only):
+            raise FileNotFoundError(
+                errno.ENOENT, "not visible inside the sandbox (runtime.process.sandboxPaths)", argv[0]
+            )
+        await self._load_policy(uid)
+        network = ActorNetwork(
+            NetNamespace.create(), lambda: self._policies.get(uid, ()), self.taskstore_address, self.egress_hosts
+        )
+        try:
+            await network.start()
+            user = sandbox.actor_uid(uid)
+            await asyncio.to_thread(sandbox.chown_tree, data, user)
+            box = Sandbox(
+                level=self.isolation,
+                uid=user,
+                data=data,
+                read_only=tuple(self._read_only),
+                netns=network.netns.path,
+                bundle=self.root / "sandboxes" / uid,
+                runsc_root=self.root / "runsc",
+            )
+            command = box.command([program, *argv[1:]], env)
+            # runsc reads the environment from the bundle: its own process gets none of the Actor's
+            outer = env if self.isolation == Isolation.NAMESPACES else {"PATH": os.defpath}
+            child = await children.start_sandboxed(uid, command, outer, data, logs, network.port, secrets)
+        except BaseException:
+            await network.close()
+            raise
+        self._networks[uid] = network
+        return child
+
+    async def _load_policy(self, uid: str) -> None:
+        """The Actor's persisted egress policy, as the proxy enforces it (EGR-1: before it runs)."""
+        async with self._db.tx() as cur:
+            await cur.execute("SELECT rules FROM sessionq_process.egress_policies WHERE actor_uid = %s", (uid,))
+            row = await cur.fetchone()
+        self._policies[uid] = tuple(rule_collection(row["rules"])) if row else ()
+
+    async def _release(self, uid: str) -> None:
+        """Close what a sandboxed Actor's process had beside it (its network, its bundle)."""
+        network = self._networks.pop(uid, None)
+        if network is not None:
+            await network.close()
+        sandbox.remove_bundle(self.root / "sandboxes" / uid)
+
     async def _watch(self, child: Child) -> None:
         """Wait for the process to end; an end the runtime did not ask for is a crash."""
         returncode = await child.process.wait()
         child.returncode = returncode
         child.exited.set()
+        if self._networks.get(child.uid) is not None and self._children.get(child.uid) in (child, None):
+            await self._release(child.uid)
         if child.stopping:
             child.exit_recorded.set()
             return
@@ -506,6 +626,7 @@ class ProcessSubstrate:
         child = self._children.pop(uid, None)
         if child is not None:
             await children.stop_child(child, self.config.stop_grace, paused=paused)
+        await self._release(uid)
 
     async def suspend_actor(
         self, atespace: str, name: str, uid: str, fidelity: SnapshotFidelity = SnapshotFidelity.VOLUMES
@@ -591,7 +712,7 @@ class ProcessSubstrate:
                 (self.root / "logs" / f"{uid}.{suffix}").unlink(missing_ok=True)
         self._actor_locks.pop(uid, None)
 
-    # egress (stored, not enforced) --------------------------------------------------------
+    # egress (enforced by a sandboxed Actor's proxy, egress.py; stored only under isolation none) ----
 
     async def create_egress_policy(self, atespace: str, actor: str, uid: str, rules: list[EgressRule]) -> EgressPolicy:
         data = canonical_rules(rules, actor=f"{atespace}/{actor}")
@@ -608,6 +729,7 @@ class ProcessSubstrate:
             raise SubstrateError(
                 Code.ALREADY_EXISTS, f"egress policy default of actor {atespace}/{actor} already exists"
             )
+        self._policies[uid] = tuple(rule_collection(row["rules"]))  # a running Actor's proxy: from now on
         return policy_from_row(row, uid)
 
     async def get_egress_policy(self, atespace: str, actor: str) -> EgressPolicy:
@@ -628,6 +750,7 @@ class ProcessSubstrate:
             row = await cur.fetchone()
         if row is None:
             raise SubstrateError(Code.NOT_FOUND, f"egress policy default of actor {atespace}/{actor} not found")
+        self._policies[uid] = tuple(rule_collection(row["rules"]))  # a running Actor's proxy: from now on
         return policy_from_row(row, uid)
 
     # tags -------------------------------------------------------------------------------------
@@ -778,6 +901,11 @@ class ProcessSubstrate:
         """The pid of the Actor's process while this server runs it."""
         child = self._children.get(uid)
         return child.pid if child is not None else None
+
+    def started_at(self, uid: str) -> float | None:
+        """The wall-clock time the Actor's current process was started (None: no process)."""
+        child = self._children.get(uid)
+        return child.started_at if child is not None else None
 
     def started_warm(self, uid: str) -> bool | None:
         """Whether the Actor's current process came from a warm interpreter (None: no process)."""
