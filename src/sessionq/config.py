@@ -224,12 +224,12 @@ KEYS: tuple[Key, ...] = (
         "Answer GetSession calls that arrive while another is in flight with one batched query"
         " (up to 64 per statement); a call with none in flight runs alone, at once.",
     ),
-    Key("server.address", _address, "127.0.0.1:8083", "gRPC listen address (native gRPC, reflection, health)."),
     Key(
-        "server.httpAddress",
+        "server.address",
         _address,
-        "127.0.0.1:8084",
-        "HTTP listen address of A2A agent cards and the JSON-RPC and HTTP+JSON bindings.",
+        "127.0.0.1:8083",
+        "The API's one listen address: native gRPC (reflection, grpc.health.v1), the A2A agent cards and"
+        " JSON-RPC and HTTP+JSON bindings, and the HTTP health endpoints /healthz and /readyz.",
     ),
     Key(
         "server.consoleAddress",
@@ -241,7 +241,7 @@ KEYS: tuple[Key, ...] = (
         "server.allowedHosts",
         _hosts,
         [],
-        "Host names the HTTP listeners (server.httpAddress, server.consoleAddress) answer to, the port"
+        "Host names the HTTP side of server.address and server.consoleAddress answer to, the port"
         " ignored: names, addresses, *.example.com for its subdomains, * for any; a request naming another"
         " host in its Host header answers 400 (DNS rebinding). Empty: on a wildcard listen address any"
         " host, else localhost, 127.0.0.1, ::1, the listen address's host and a2a.publicUrl's host.",
@@ -250,17 +250,19 @@ KEYS: tuple[Key, ...] = (
         "server.httpMaxConnections",
         _int(16, 1_000_000),
         1000,
-        "Open connections each HTTP listener (server.httpAddress, server.consoleAddress) accepts at once;"
-        " one more is answered 503 and closed. Lowered to half of the file descriptors the process may"
+        "Open connections server.address (every protocol counted) and server.consoleAddress each accept at"
+        " once; at the cap a new connection closes the oldest one still waiting for its request, else it"
+        " is answered 503 and closed. Lowered to half of the file descriptors the process may"
         " open beyond 256 (its soft RLIMIT_NOFILE is raised to the hard limit at start).",
     ),
     Key(
         "server.httpHeaderTimeout",
         _positive_duration,
         15.0,
-        "How long an HTTP listener waits for a request's head (from the connection, or the first byte"
-        " of the next request), and at most between two pieces of its body; then the connection is closed."
-        " The gRPC listener closes a connection that has not completed its HTTP/2 handshake by then.",
+        "How long server.address waits for a new connection's first bytes and an HTTP request's head"
+        " (from the connection, or the first byte of the next request), and at most between two pieces of"
+        " its body; then the connection is closed. grpcio closes a gRPC connection that has not completed"
+        " its HTTP/2 handshake by then.",
     ),
     Key(
         "server.eventLoop",

@@ -161,7 +161,6 @@ class ServerSettings:
     """server.*"""
 
     address: str  # server.address
-    http_address: str  # server.httpAddress
     console_address: str  # server.consoleAddress
     allowed_hosts: list[str]  # server.allowedHosts
     http_max_connections: int  # server.httpMaxConnections
@@ -173,7 +172,6 @@ class ServerSettings:
     def from_values(cls, values: Mapping[str, Any]) -> ServerSettings:
         return cls(
             address=values["server.address"],
-            http_address=values["server.httpAddress"],
             console_address=values["server.consoleAddress"],
             allowed_hosts=values["server.allowedHosts"],
             http_max_connections=values["server.httpMaxConnections"],

@@ -97,8 +97,8 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
     say("", f"== a2a: {n} sequential turns per kind on suspended Actors, beside CreateSession ==")
     url = srv.fresh_database("a2a")
     await setup_agent(url)
-    port, http_port = free_port(), free_port()
-    settings = {**SETTINGS, "server.httpAddress": f"127.0.0.1:{http_port}"}
+    port = http_port = free_port()  # one port: gRPC and the A2A HTTP bindings
+    settings = dict(SETTINGS)
     receiver = Receiver()
     await receiver.start()
     async with processes(log_dir / "a2a") as procs:

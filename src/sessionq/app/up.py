@@ -281,7 +281,8 @@ def _tell_up(echo: Callable[[str], None], settings: Settings, user: str, endpoin
     """The lines `up` prints once it serves: where everything is, and the next commands."""
     sq = command_name()
     echo(f"sessionq is up (user {user})")
-    echo(f"  gRPC endpoint : {endpoint}  (reflection and health on; calls without a token are {user}'s)")
+    echo(f"  API           : {endpoint}  (one port: native gRPC with reflection and health, A2A over HTTP"
+         f" at http://{endpoint}/api/a2a/..., /healthz; calls without a token are {user}'s)")
     echo(f"  web console   : http://{settings.server.console_address}/  (no login needed here)")
     echo(f"  psql          : {psql}")
     if isinstance(served, ServedProcess):
