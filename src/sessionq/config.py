@@ -171,6 +171,16 @@ def _hosts(value: Any, key: str) -> list[str]:
     return names
 
 
+def _origins(value: Any, key: str) -> list[str]:
+    origins = [str(o).strip().rstrip("/") for o in (value.split(",") if isinstance(value, str) else value or [])
+               if str(o).strip()]
+    for origin in origins:
+        if origin != "*" and not re.fullmatch(r"https?://[A-Za-z0-9.-]+(:\d{1,5})?|https?://\[[0-9A-Fa-f:.]+\](:\d{1,5})?",
+                                              origin):
+            raise ConfigError(f"{key}: {origin[:80]!r} is not an origin (scheme://host[:port], e.g. https://app.example)")
+    return origins
+
+
 def _snake(name: str) -> str:
     return re.sub(r"(?<!^)([A-Z])", r"_\1", name)
 
@@ -228,8 +238,8 @@ KEYS: tuple[Key, ...] = (
         "server.address",
         _address,
         "127.0.0.1:8083",
-        "The API's one listen address: native gRPC (reflection, grpc.health.v1), the A2A agent cards and"
-        " JSON-RPC and HTTP+JSON bindings, and the HTTP health endpoints /healthz and /readyz.",
+        "The API's one listen address: native gRPC (reflection, grpc.health.v1), gRPC-Web, the A2A agent"
+        " cards and JSON-RPC and HTTP+JSON bindings, and the HTTP health endpoints /healthz and /readyz.",
     ),
     Key(
         "server.consoleAddress",
@@ -245,6 +255,13 @@ KEYS: tuple[Key, ...] = (
         " ignored: names, addresses, *.example.com for its subdomains, * for any; a request naming another"
         " host in its Host header answers 400 (DNS rebinding). Empty: on a wildcard listen address any"
         " host, else localhost, 127.0.0.1, ::1, the listen address's host and a2a.publicUrl's host.",
+    ),
+    Key(
+        "server.corsOrigins",
+        _origins,
+        [],
+        "Browser origins (https://app.example[:port], * for any) whose pages may call the API over gRPC-Web"
+        " on server.address (CORS); empty: none (same-origin pages only).",
     ),
     Key(
         "server.httpMaxConnections",

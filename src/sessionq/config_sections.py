@@ -163,6 +163,7 @@ class ServerSettings:
     address: str  # server.address
     console_address: str  # server.consoleAddress
     allowed_hosts: list[str]  # server.allowedHosts
+    cors_origins: list[str]  # server.corsOrigins
     http_max_connections: int  # server.httpMaxConnections
     http_header_timeout: float  # server.httpHeaderTimeout
     event_loop: Literal["uvloop", "asyncio"]  # server.eventLoop
@@ -174,6 +175,7 @@ class ServerSettings:
             address=values["server.address"],
             console_address=values["server.consoleAddress"],
             allowed_hosts=values["server.allowedHosts"],
+            cors_origins=values["server.corsOrigins"],
             http_max_connections=values["server.httpMaxConnections"],
             http_header_timeout=values["server.httpHeaderTimeout"],
             event_loop=values["server.eventLoop"],

@@ -2,8 +2,10 @@
 
 - native gRPC (every service of api/server.py, reflection, grpc.health.v1): grpcio, listening on a
   unix socket in a private directory, behind the front of oneport.py;
-- over HTTP/1.1 (uvicorn, every limit of webserve.py): the A2A agent cards and the JSON-RPC and
-  HTTP+JSON bindings at ``/api/a2a/{namespace}/{name}/...`` (api/agentcard.py), and the health
+- over HTTP/1.1 (uvicorn, every limit of webserve.py): gRPC-Web, binary and text, for every
+  unary and server-streaming method (api/grpcweb.py: made a native call to grpcio, CORS for
+  server.corsOrigins), the A2A agent cards and the JSON-RPC and HTTP+JSON bindings at
+  ``/api/a2a/{namespace}/{name}/...`` (api/agentcard.py), and the health
   endpoints for probes, ``GET /healthz`` (the API serves) and ``GET /readyz`` (the API serves
   and the runtime answers): 200 ``ok`` or 503, no authentication, no Host check (a kubelet names
   the Pod's address), nothing else said.
@@ -18,12 +20,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sessionq import webserve
 from sessionq.api.agentcard import AgentCardServer
+from sessionq.api.grpcweb import GrpcWeb, is_grpc_web
 from sessionq.api.server import ApiServer
 from sessionq.config import Settings, grpc_message_limit
 from sessionq.db.store import Store
 from sessionq.oneport import OnePort, PrivateSocket
 from sessionq.runtime.base import RuntimeReader
-from sessionq.webserve import AllowedHosts, Limits
+from sessionq.webserve import AllowedHosts, BodyLimit, HostCheck, Limits
 
 HEALTH_PATH = "/healthz"
 READY_PATH = "/readyz"
@@ -57,16 +60,24 @@ class PublicPort:
             max_connections=settings.server.http_max_connections,
             header_timeout=settings.server.http_header_timeout,
         )
+        self.grpc_web = GrpcWeb(self.private.grpc_address, self.api.handlers.streaming,
+                                grpc_message_limit(settings.a2a.max_message_bytes), settings.server.cors_origins)
         self.front: OnePort | None = None
         self.port = 0
 
     def app(self) -> ASGIApp:
         """The HTTP side of the port: health, then the cards and A2A bindings behind the Host check."""
         names = self.settings.server.allowed_hosts or webserve.default_hosts(self.address, self.settings.a2a.public_url)
-        http = self.cards.app(AllowedHosts.of(names))
+        allowed = AllowedHosts.of(names)
+        http = self.cards.app(allowed)
+        limit = grpc_message_limit(self.settings.a2a.max_message_bytes)
+        grpc_web = HostCheck(BodyLimit(self.grpc_web, limit), allowed, "grpc-web")
         api = self.api
 
         async def route(scope: Scope, receive: Receive, send: Send) -> None:
+            if is_grpc_web(scope):
+                await grpc_web(scope, receive, send)
+                return
             if scope["type"] == "http" and scope["path"] in (HEALTH_PATH, READY_PATH):
                 ok = api.serving("") and (scope["path"] == HEALTH_PATH or api.serving(RUNTIME_HEALTH_SERVICE)
                                           or RUNTIME_HEALTH_SERVICE not in api.statuses)
@@ -98,6 +109,7 @@ class PublicPort:
             if self.front is not None:
                 await self.front.stop()
             await self.api.stop(grace)
+            await self.grpc_web.close()
         finally:
             if self.front is not None:
                 self.front.close_pipes()
