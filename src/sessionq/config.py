@@ -239,7 +239,8 @@ KEYS: tuple[Key, ...] = (
         _address,
         "127.0.0.1:8083",
         "The API's one listen address: native gRPC (reflection, grpc.health.v1), gRPC-Web, the A2A agent"
-        " cards and JSON-RPC and HTTP+JSON bindings, and the HTTP health endpoints /healthz and /readyz.",
+        " cards and JSON-RPC and HTTP+JSON bindings, MCP at /mcp, and the HTTP health endpoints /healthz"
+        " and /readyz.",
     ),
     Key(
         "server.consoleAddress",
@@ -262,6 +263,13 @@ KEYS: tuple[Key, ...] = (
         [],
         "Browser origins (https://app.example[:port], * for any) whose pages may call the API over gRPC-Web"
         " on server.address (CORS); empty: none (same-origin pages only).",
+    ),
+    Key(
+        "server.mcpStateless",
+        _bool,
+        False,
+        "MCP at /mcp on server.address without sessions (kagent's KAGENT_MCP_STATELESS): every request"
+        " stands alone (no server-to-client stream); invoke_agent's context_id carries a conversation.",
     ),
     Key(
         "server.httpMaxConnections",

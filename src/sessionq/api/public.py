@@ -5,7 +5,8 @@
 - over HTTP/1.1 (uvicorn, every limit of webserve.py): gRPC-Web, binary and text, for every
   unary and server-streaming method (api/grpcweb.py: made a native call to grpcio, CORS for
   server.corsOrigins), the A2A agent cards and the JSON-RPC and HTTP+JSON bindings at
-  ``/api/a2a/{namespace}/{name}/...`` (api/agentcard.py), and the health
+  ``/api/a2a/{namespace}/{name}/...`` (api/agentcard.py), MCP at ``/mcp`` (api/mcpserver.py:
+  the `mcp` SDK's streamable HTTP transport, authenticated as the API), and the health
   endpoints for probes, ``GET /healthz`` (the API serves) and ``GET /readyz`` (the API serves
   and the runtime answers): 200 ``ok`` or 503, no authentication, no Host check (a kubelet names
   the Pod's address), nothing else said.
@@ -21,6 +22,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from sessionq import webserve
 from sessionq.api.agentcard import AgentCardServer
 from sessionq.api.grpcweb import GrpcWeb, is_grpc_web
+from sessionq.api.mcpserver import PATH as MCP_PATH
+from sessionq.api.mcpserver import McpApp
 from sessionq.api.server import ApiServer
 from sessionq.config import Settings, grpc_message_limit
 from sessionq.db.store import Store
@@ -62,6 +65,8 @@ class PublicPort:
         )
         self.grpc_web = GrpcWeb(self.private.grpc_address, self.api.handlers.streaming,
                                 grpc_message_limit(settings.a2a.max_message_bytes), settings.server.cors_origins)
+        self.mcp = McpApp(store, self.api.auth, self.private.grpc_address, stateless=settings.server.mcp_stateless,
+                          max_body=grpc_message_limit(settings.a2a.max_message_bytes))
         self.front: OnePort | None = None
         self.port = 0
 
@@ -72,9 +77,13 @@ class PublicPort:
         http = self.cards.app(allowed)
         limit = grpc_message_limit(self.settings.a2a.max_message_bytes)
         grpc_web = HostCheck(BodyLimit(self.grpc_web, limit), allowed, "grpc-web")
+        mcp = HostCheck(self.mcp, allowed, "mcp")
         api = self.api
 
         async def route(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] == "http" and scope["path"].rstrip("/") == MCP_PATH:
+                await mcp(scope, receive, send)
+                return
             if is_grpc_web(scope):
                 await grpc_web(scope, receive, send)
                 return
@@ -93,6 +102,7 @@ class PublicPort:
 
     async def start(self) -> None:
         await self.api.start()
+        await self.mcp.start()
         limits = Limits("server.address", webserve.connection_cap(self.settings.server.http_max_connections),
                         self.settings.server.http_header_timeout)
         self.front = OnePort(self.app(), limits, self.private.path)
@@ -110,6 +120,7 @@ class PublicPort:
                 await self.front.stop()
             await self.api.stop(grace)
             await self.grpc_web.close()
+            await self.mcp.stop()
         finally:
             if self.front is not None:
                 self.front.close_pipes()

@@ -1,0 +1,102 @@
+"""MCP at /mcp on the public port, through the official `mcp` SDK's own client (streamable HTTP):
+kagent's tools (list_agents, invoke_agent twice in one conversation), the Session lifecycle tools
+with the gRPC calls' authorization and errors, and bad input answered at the protocol level."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+from conftest import apply_agent
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from test_one_port import create_session, public_port
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@contextlib.asynccontextmanager
+async def mcp_session(port: int, token: str | None = "alice-token") -> AsyncIterator[ClientSession]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with httpx2.AsyncClient(headers=headers, timeout=120) as http, \
+            streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http) as (read, write), \
+            ClientSession(read, write) as session:
+        await session.initialize()
+        yield session
+
+
+def structured(result: Any) -> dict[str, Any]:
+    assert not result.is_error, result.content
+    return result.structured_content or json.loads(result.content[0].text)
+
+
+@pytest.mark.parametrize("stateless", [False, True])
+async def test_mcp_client_lists_agents_and_continues_a_conversation(store, sim, database_url, stateless):
+    await apply_agent(store, sim)
+    async with public_port(store, sim, database_url, **{"server.mcpStateless": stateless}) as public, \
+            mcp_session(public.port) as mcp:
+        names = {t.name for t in (await mcp.list_tools()).tools}
+        assert {"list_agents", "invoke_agent", "list_sessions", "get_session", "suspend_session", "resume_session",
+                "delete_session", "checkpoint_session", "fork_checkpoint"} <= names
+        agents = structured(await mcp.call_tool("list_agents", {}))["agents"]
+        assert {"ref": "kagent/my-first-agent"} in [{"ref": a["ref"]} for a in agents]
+        first = structured(await mcp.call_tool("invoke_agent", {"agent": "kagent/my-first-agent",
+                                                               "task": "Remember the number 7."}))
+        assert first["agent"] == "kagent/my-first-agent" and first["context_id"]
+        second = structured(await mcp.call_tool("invoke_agent", {
+            "agent": "kagent/my-first-agent", "task": "What number did I ask you to remember?",
+            "context_id": first["context_id"]}))
+        assert second["context_id"] == first["context_id"] and "7" in second["text"], second
+        got = structured(await mcp.call_tool("get_session", {"session_id": first["context_id"]}))
+        assert got["session"]["id"] == first["context_id"]
+        listed = structured(await mcp.call_tool("list_sessions", {"agent": "kagent/my-first-agent"}))
+        assert first["context_id"] in [s["id"] for s in listed["sessions"]]
+
+
+async def test_mcp_has_the_api_s_authorization_and_errors(store, sim, database_url):
+    await apply_agent(store, sim)
+    async with public_port(store, sim, database_url) as public:
+        session = await create_session(f"127.0.0.1:{public.port}")  # alice's
+        # no token, an unknown token: 401 before MCP, short
+        async with httpx.AsyncClient(timeout=30) as http:
+            for headers in ({}, {"Authorization": "Bearer nobody"}):
+                r = await http.post(f"http://127.0.0.1:{public.port}/mcp", headers={
+                    **headers, "content-type": "application/json", "accept": "application/json, text/event-stream"},
+                    content=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+                assert r.status_code == 401 and len(r.text) < 200, r.text
+            # malformed JSON-RPC: a JSON-RPC error, never a traceback
+            r = await http.post(f"http://127.0.0.1:{public.port}/mcp", content=b"{not json",
+                                headers={"Authorization": "Bearer alice-token", "content-type": "application/json",
+                                         "accept": "application/json, text/event-stream"})
+            assert 400 <= r.status_code < 500 and "Traceback" not in r.text, r.text
+        before = await store._rows("SELECT count(*) AS n FROM sessionq.sessions")
+        async with mcp_session(public.port, "bob-token") as bob:
+            # another user's conversation: the same answer as a missing one
+            theirs = await bob.call_tool("invoke_agent", {"agent": "kagent/my-first-agent", "task": "hi",
+                                                          "context_id": session.id})
+            missing = await bob.call_tool("invoke_agent", {"agent": "kagent/my-first-agent", "task": "hi",
+                                                           "context_id": "00000000-0000-7000-8000-000000000000"})
+            assert theirs.is_error and missing.is_error
+            assert theirs.content[0].text.replace(session.id, "ID") == \
+                missing.content[0].text.replace("00000000-0000-7000-8000-000000000000", "ID")
+            r = await bob.call_tool("get_session", {"session_id": session.id})
+            assert r.is_error and "NOT_FOUND: " in r.content[0].text
+            r = await bob.call_tool("delete_session", {"session_id": session.id})
+            assert r.is_error and "NOT_FOUND: " in r.content[0].text
+            # a malformed agent, wrong argument types, unknown tools: refused, nothing written
+            r = await bob.call_tool("invoke_agent", {"agent": "no-slash", "task": "hi"})
+            assert r.is_error and "namespace/name" in r.content[0].text
+            r = await bob.call_tool("invoke_agent", {"agent": "kagent/my-first-agent", "task": ["not", "a", "string"]})
+            assert r.is_error
+            r = await bob.call_tool("get_session", {"session_id": "not-a-uuid"})
+            assert r.is_error and "INVALID_ARGUMENT: " in r.content[0].text
+            with contextlib.suppress(Exception):
+                r = await bob.call_tool("no_such_tool", {})
+                assert r.is_error
+        assert await store._rows("SELECT count(*) AS n FROM sessionq.sessions") == before
+        assert (await store.get_session(session.id, "alice")).state.name == "READY"
