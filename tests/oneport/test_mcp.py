@@ -4,18 +4,24 @@ with the gRPC calls' authorization and errors, and bad input answered at the pro
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import os
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import httpx2
 import pytest
-from conftest import apply_agent
+from conftest import apply_agent, make_settings
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from test_one_port import create_session, public_port
+
+from sessionq.api.public import PublicPort
+from sessionq.db.store import Store
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -100,3 +106,49 @@ async def test_mcp_has_the_api_s_authorization_and_errors(store, sim, database_u
                 assert r.is_error
         assert await store._rows("SELECT count(*) AS n FROM sessionq.sessions") == before
         assert (await store.get_session(session.id, "alice")).state.name == "READY"
+
+
+async def test_subscribers_of_kagent_agents_hear_of_an_apply_through_another_api_server(store, sim, database_url,
+                                                                                        pooled_url, tmp_path):
+    """`sessionq agent apply` (the CLI, its own process) through another API server (its own Store,
+    pool and LISTEN connection): the subscriber of the first one gets notifications/resources/updated,
+    the change having travelled through PostgreSQL's NOTIFY."""
+    await apply_agent(store, sim)
+    other_store = await Store.open(pooled_url, pool_size=2, direct_url=database_url)
+    try:
+        async with public_port(store, sim, database_url) as public:
+            other = PublicPort(make_settings(), other_store, address="127.0.0.1:0", runtime=sim)
+            await other.start()
+            try:
+                updates: list[str] = []
+                heard = asyncio.Event()
+
+                async def on_message(message: Any) -> None:
+                    if "kagent://agents" in str(message):
+                        updates.append(str(message))
+                        heard.set()
+
+                headers = {"Authorization": "Bearer alice-token"}
+                async with httpx2.AsyncClient(headers=headers, timeout=120) as http, \
+                        streamable_http_client(f"http://127.0.0.1:{public.port}/mcp", http_client=http) as (r, w), \
+                        ClientSession(r, w, message_handler=on_message) as mcp:
+                    await mcp.initialize()
+                    listed = await mcp.read_resource("kagent://agents")
+                    assert "kagent/my-first-agent" in listed.contents[0].text
+                    await mcp.subscribe_resource("kagent://agents")
+                    spec = tmp_path / "agent.yaml"
+                    spec.write_text("name: helper\nnamespace: kagent\n")
+                    (tmp_path / "client.yaml").write_text("{}\n")
+                    proc = await asyncio.create_subprocess_exec(
+                        sys.executable, "-m", "sessionq.cli.main", "--server", f"127.0.0.1:{other.port}",
+                        "--token", "alice-token", "agent", "apply", "--no-wait", "-f", str(spec),
+                        env={**os.environ, "SESSIONQ_CLIENT_CONFIG": str(tmp_path / "client.yaml")},
+                        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+                    _, err = await proc.communicate()
+                    assert proc.returncode == 0, err.decode()
+                    await asyncio.wait_for(heard.wait(), 20)
+                    assert updates
+            finally:
+                await other.stop(0)
+    finally:
+        await other_store.close()

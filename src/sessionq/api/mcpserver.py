@@ -12,7 +12,12 @@ revision in the namespaces the caller may use: ``{"agents": [{"ref", "descriptio
 ``invoke_agent(agent, task, context_id)`` (an A2A SendMessage to that Agent, on the conversation
 ``context_id`` or a new one: ``{"agent", "text", "context_id"}``). Beyond kagent, the Session
 lifecycle: ``list_sessions``, ``get_session``, ``suspend_session``, ``resume_session``,
-``delete_session``, ``checkpoint_session``, ``fork_checkpoint``. Their input schemas (typed
+``delete_session``, ``checkpoint_session``, ``fork_checkpoint``.
+
+The resource ``kagent://agents`` (application/json) is the same list as ``list_agents``; its
+subscribers get ``notifications/resources/updated`` when an Agent is applied, changed or deleted
+through any replica: the change travels as a NOTIFY on sessionq_agent (10_agents.sql), which each
+API process's LISTEN connection hears (in stateless mode there is no stream to send it on). Their input schemas (typed
 arguments, no others) refuse bad arguments before anything is called.
 """
 
@@ -28,18 +33,22 @@ import grpc
 from a2a.types import a2a_pb2
 from google.protobuf import json_format
 from google.protobuf.message import Message
+from mcp import types
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.exceptions import MCPError
 from starlette.types import Receive, Scope, Send
 
 from sessionq import errors
 from sessionq._pb.kagent.api.v1alpha1 import checkpoints_pb2, common_pb2, sessions_pb2
 from sessionq.api.auth import SHARE_TOKEN_HEADER, Authenticator, credential_headers
+from sessionq.db.notify import Channel
 from sessionq.db.store import Store
 from sessionq.errors import SessionqError
 
 PATH = "/mcp"
+AGENTS_URI = "kagent://agents"
 SERVER_NAME = "kagent-agents"
 AGENTS_PAGE = 100
 INVOKE_TIMEOUT = 600.0  # seconds an invoke_agent waits for its turn
@@ -68,7 +77,11 @@ class McpApp:
         self.target = target
         self._channel: grpc.aio.Channel | None = None
         self.server = MCPServer(SERVER_NAME, instructions="The Agents of this sessionq, their Sessions and turns.")
+        self.subscribers: set[Any] = set()  # the MCP sessions subscribed to kagent://agents
+        self._pending: set[asyncio.Task[None]] = set()
+        self._unlisten: Any = None
         self._tools()
+        self._resources()
         self.manager = StreamableHTTPSessionManager(self.server._lowlevel_server, stateless=stateless,
                                                     max_request_body_size=max_body)
         self._stop = asyncio.Event()
@@ -84,6 +97,8 @@ class McpApp:
                 started.set()
                 await self._stop.wait()
 
+        if self.store.listener is not None:
+            self._unlisten = self.store.listener.subscribe(Channel.AGENT, self._agents_changed)
         self._task = asyncio.create_task(run(), name="mcp")
         waiter = asyncio.create_task(started.wait())
         await asyncio.wait({self._task, waiter}, return_when=asyncio.FIRST_COMPLETED)
@@ -92,6 +107,8 @@ class McpApp:
             self._task.result()
 
     async def stop(self) -> None:
+        if self._unlisten is not None:
+            self._unlisten()
         self._stop.set()
         if self._task is not None:
             with contextlib.suppress(Exception):
@@ -123,10 +140,83 @@ class McpApp:
         return self._channel
 
     @staticmethod
-    def _credentials(ctx: Context) -> list[tuple[str, str]]:
-        request = ctx.request_context.request
+    def _credentials(ctx: Any) -> list[tuple[str, str]]:
+        """The credentials of the HTTP request that carried this MCP request (a tool's Context or
+        a low-level request context)."""
+        request = getattr(ctx, "request_context", ctx).request
         headers = getattr(request, "headers", None) or {}
         return [(k, headers[k]) for k in ("authorization", SHARE_TOKEN_HEADER) if k in headers]
+
+    async def agents(self, credentials: list[tuple[str, str]]) -> list[dict[str, str]]:
+        """The Agents with a prepared revision in the namespaces the caller may use."""
+        try:
+            who = self.auth.identify_headers(credential_headers(credentials))
+        except SessionqError as e:
+            raise ToolError(errors.clip(e.message, errors.MAX_STATUS_MESSAGE)) from None
+        agents: list[dict[str, str]] = []
+        after: tuple[str, str] | None = None
+        while True:
+            page = await self.store.list_agents(None, after, AGENTS_PAGE)
+            for a in page:
+                if a.latest_successful_revision_id is None or not self.auth.may_use_namespace(who, a.namespace):
+                    continue
+                entry = {"ref": f"{a.namespace}/{a.name}"}
+                description = str(a.spec.get("description") or "")
+                if description:
+                    entry["description"] = description
+                agents.append(entry)
+            if len(page) < AGENTS_PAGE:
+                return agents
+            after = (page[-1].namespace, page[-1].name)
+
+    # -- the resource kagent://agents and its subscribers -----------------------------------------
+
+    def _resources(self) -> None:
+        low = self.server._lowlevel_server
+
+        async def list_resources(ctx: Any, params: types.PaginatedRequestParams) -> types.ListResourcesResult:
+            return types.ListResourcesResult(resources=[types.Resource(
+                uri=AGENTS_URI, name="agents", description="The Agents you may invoke (as list_agents).",
+                mime_type="application/json")])
+
+        async def read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+            if str(params.uri) != AGENTS_URI:
+                raise MCPError(code=types.INVALID_PARAMS, message=f"no resource {str(params.uri)[:200]}")
+            try:
+                agents = await self.agents(self._credentials(ctx))
+            except ToolError as e:
+                raise MCPError(code=types.INVALID_REQUEST, message=str(e)) from None
+            return types.ReadResourceResult(contents=[types.TextResourceContents(
+                uri=AGENTS_URI, mime_type="application/json", text=json.dumps({"agents": agents}))])
+
+        async def subscribe(ctx: Any, params: types.SubscribeRequestParams) -> types.EmptyResult:
+            if str(params.uri) != AGENTS_URI:
+                raise MCPError(code=types.INVALID_PARAMS, message=f"no resource {str(params.uri)[:200]}")
+            self.subscribers.add(ctx.session)
+            return types.EmptyResult()
+
+        async def unsubscribe(ctx: Any, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
+            self.subscribers.discard(ctx.session)
+            return types.EmptyResult()
+
+        low.add_request_handler("resources/list", types.PaginatedRequestParams, list_resources)
+        low.add_request_handler("resources/read", types.ReadResourceRequestParams, read_resource)
+        low.add_request_handler("resources/subscribe", types.SubscribeRequestParams, subscribe)
+        low.add_request_handler("resources/unsubscribe", types.UnsubscribeRequestParams, unsubscribe)
+
+    def _agents_changed(self, payload: str | None) -> None:
+        """A NOTIFY on sessionq_agent (an Agent applied, changed or deleted through any replica;
+        None: the LISTEN connection came back and changes may have been missed)."""
+        if self.subscribers:
+            self._pending.add(asyncio.get_running_loop().create_task(self._tell_subscribers()))
+
+    async def _tell_subscribers(self) -> None:
+        for session in list(self.subscribers):
+            try:
+                await session.send_resource_updated(AGENTS_URI)
+            except Exception:  # a session that has gone: forget it
+                self.subscribers.discard(session)
+        self._pending.discard(asyncio.current_task())
 
     async def _call(self, ctx: Context, method: str, request: Message, answer: type[Message],
                     timeout: float = 60.0) -> Any:
@@ -147,27 +237,7 @@ class McpApp:
 
         @server.tool(description="List the Agents you may invoke (namespace/name and description).")
         async def list_agents(ctx: Context) -> dict[str, Any]:
-            credentials = dict(self._credentials(ctx))
-            try:
-                who = self.auth.identify_headers(credential_headers(list(credentials.items())))
-            except SessionqError as e:
-                raise ToolError(errors.clip(e.message, errors.MAX_STATUS_MESSAGE)) from None
-            agents: list[dict[str, str]] = []
-            after: tuple[str, str] | None = None
-            while True:
-                page = await self.store.list_agents(None, after, AGENTS_PAGE)
-                for a in page:
-                    if a.latest_successful_revision_id is None or not self.auth.may_use_namespace(who, a.namespace):
-                        continue
-                    entry = {"ref": f"{a.namespace}/{a.name}"}
-                    description = str(a.spec.get("description") or "")
-                    if description:
-                        entry["description"] = description
-                    agents.append(entry)
-                if len(page) < AGENTS_PAGE:
-                    break
-                after = (page[-1].namespace, page[-1].name)
-            return {"agents": agents}
+            return {"agents": await self.agents(self._credentials(ctx))}
 
         @server.tool(description="Send a task to an Agent (namespace/name); continue a conversation with the"
                                  " context_id a previous answer gave. Returns the Agent's answer and the context_id.")

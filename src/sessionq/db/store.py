@@ -54,7 +54,7 @@ class Store(AgentStore, SessionStore, TaskStore, A2AStore, CheckpointStore, Expi
         if listen:
             listener = Listener(
                 direct_url or url,
-                [Channel.SESSION, Channel.TASK, Channel.CHECKPOINT],
+                [Channel.SESSION, Channel.TASK, Channel.CHECKPOINT, Channel.AGENT],
                 # a notification reaches only the waiters of its Session (thousands of open A2A
                 # streams must not each decode every task notification)
                 keyed=(Channel.SESSION, Channel.TASK),
