@@ -152,3 +152,40 @@ async def test_subscribers_of_kagent_agents_hear_of_an_apply_through_another_api
                 await other.stop(0)
     finally:
         await other_store.close()
+
+
+async def test_invoke_agent_reports_progress_and_a_cancel_cancels_the_turn(store, sim, database_url):
+    """A long invoke_agent: the turn's events arrive as progress notifications; abandoning the call
+    (the client's notifications/cancelled) cancels the turn as A2A CancelTask does."""
+    await apply_agent(store, sim)
+    async with public_port(store, sim, database_url) as public, mcp_session(public.port) as mcp:
+        progress: list[tuple[float, str | None]] = []
+        started = asyncio.Event()
+
+        async def on_progress(done: float, total: float | None, message: str | None) -> None:
+            progress.append((done, message))
+            started.set()
+
+        short = structured(await mcp.call_tool("invoke_agent", {"agent": "kagent/my-first-agent", "task": "hello"},
+                                               progress_callback=on_progress))
+        assert progress and short["context_id"]
+        progress.clear()
+        started.clear()
+        call = asyncio.create_task(mcp.call_tool("invoke_agent", {
+            "agent": "kagent/my-first-agent", "task": "[slow:60] take your time", "context_id": short["context_id"]},
+            progress_callback=on_progress))
+        await asyncio.wait_for(started.wait(), 30)  # the turn exists (its first event)
+        call.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await call
+
+        async def cancelled() -> bool:
+            rows = await store._rows("SELECT count(*) AS n FROM sessionq.tasks WHERE session_id = %s"
+                                     " AND state IN ('TASK_STATE_CANCELED', 'canceled', 'CANCELED')",
+                                     (short["context_id"],))
+            return bool(rows[0]["n"])
+
+        deadline = asyncio.get_running_loop().time() + 30
+        while not await cancelled():
+            assert asyncio.get_running_loop().time() < deadline, "the turn was not cancelled"
+            await asyncio.sleep(0.3)

@@ -10,7 +10,8 @@ tool result with ``isError`` and the status and its short message, never a proto
 Tools, kagent's (server name ``kagent-agents``): ``list_agents`` (the Agents with a prepared
 revision in the namespaces the caller may use: ``{"agents": [{"ref", "description"}]}``) and
 ``invoke_agent(agent, task, context_id)`` (an A2A SendMessage to that Agent, on the conversation
-``context_id`` or a new one: ``{"agent", "text", "context_id"}``). Beyond kagent, the Session
+``context_id`` or a new one: ``{"agent", "text", "context_id"}``; each event of the turn is a
+progress notification, and a cancelled request cancels the turn as A2A CancelTask does). Beyond kagent, the Session
 lifecycle: ``list_sessions``, ``get_session``, ``suspend_session``, ``resume_session``,
 ``delete_session``, ``checkpoint_session``, ``fork_checkpoint``.
 
@@ -62,9 +63,8 @@ def _ref(agent: str) -> tuple[str, str]:
 
 
 def _answer_text(task: a2a_pb2.Task) -> str:
-    parts = list(task.status.message.parts)
-    for artifact in task.artifacts:
-        parts.extend(artifact.parts)
+    """The answer of a turn: its artifacts' text, else its status message's."""
+    parts = [p for artifact in task.artifacts for p in artifact.parts] or list(task.status.message.parts)
     return "\n".join(p.text for p in parts if p.text)
 
 
@@ -227,6 +227,56 @@ class McpApp:
         except grpc.aio.AioRpcError as e:
             raise ToolError(f"{e.code().name}: {errors.clip(e.details() or '', errors.MAX_STATUS_MESSAGE)}") from None
 
+    async def invoke(self, ctx: Context, agent: str, text: str, context_id: str) -> dict[str, Any]:
+        """One turn, as A2A SendStreamingMessage on the private channel: each event of the turn is a
+        progress notification (when the client asked for them); a cancelled MCP request becomes the
+        A2A CancelTask of the turn (the cancel intent every binding has) before it ends."""
+        namespace, name = _ref(agent)
+        tenant = f"{namespace}/{name}"
+        message = a2a_pb2.Message(message_id=str(uuid.uuid4()), role=a2a_pb2.ROLE_USER, context_id=context_id,
+                                  parts=[a2a_pb2.Part(text=text)])
+        credentials = self._credentials(ctx)
+        stream = self.channel().unary_stream(
+            "/lf.a2a.v1.A2AService/SendStreamingMessage", request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=a2a_pb2.StreamResponse.FromString,
+        )(a2a_pb2.SendMessageRequest(tenant=tenant, message=message), metadata=credentials, timeout=INVOKE_TIMEOUT)
+        task = a2a_pb2.Task()
+        events = 0
+        try:
+            async for event in stream:
+                events += 1
+                state = ""
+                if event.HasField("task"):
+                    task.CopyFrom(event.task)
+                    state = a2a_pb2.TaskState.Name(task.status.state)
+                elif event.HasField("status_update"):
+                    task.id, task.context_id = event.status_update.task_id, event.status_update.context_id
+                    task.status.CopyFrom(event.status_update.status)
+                    state = a2a_pb2.TaskState.Name(task.status.state)
+                elif event.HasField("artifact_update"):
+                    task.artifacts.append(event.artifact_update.artifact)
+                elif event.HasField("message"):
+                    task.context_id = event.message.context_id
+                    task.status.message.CopyFrom(event.message)
+                    task.status.state = a2a_pb2.TASK_STATE_COMPLETED
+                await ctx.report_progress(events, None, state.removeprefix("TASK_STATE_").lower() or None)
+        except grpc.aio.AioRpcError as e:
+            raise ToolError(f"{e.code().name}: {errors.clip(e.details() or '', errors.MAX_STATUS_MESSAGE)}") from None
+        except asyncio.CancelledError:
+            stream.cancel()
+            if task.id:
+                with contextlib.suppress(grpc.aio.AioRpcError, asyncio.CancelledError):
+                    await asyncio.shield(self.channel().unary_unary(
+                        "/lf.a2a.v1.A2AService/CancelTask", request_serializer=lambda m: m.SerializeToString(),
+                        response_deserializer=a2a_pb2.Task.FromString,
+                    )(a2a_pb2.CancelTaskRequest(tenant=tenant, id=task.id), metadata=credentials, timeout=30))
+            raise
+        if task.status.state in (a2a_pb2.TASK_STATE_FAILED, a2a_pb2.TASK_STATE_REJECTED,
+                                 a2a_pb2.TASK_STATE_CANCELED):
+            raise ToolError(f"the turn ended {a2a_pb2.TaskState.Name(task.status.state).removeprefix('TASK_STATE_')}:"
+                            f" {errors.clip(_answer_text(task), 200)}")
+        return {"agent": tenant, "text": _answer_text(task), "context_id": task.context_id}
+
     def _tools(self) -> None:
         server = self.server
         sessions = "/kagent.api.v1alpha1.SessionService/"
@@ -242,20 +292,7 @@ class McpApp:
         @server.tool(description="Send a task to an Agent (namespace/name); continue a conversation with the"
                                  " context_id a previous answer gave. Returns the Agent's answer and the context_id.")
         async def invoke_agent(ctx: Context, agent: str, task: str, context_id: str = "") -> dict[str, Any]:
-            namespace, name = _ref(agent)
-            message = a2a_pb2.Message(message_id=str(uuid.uuid4()), role=a2a_pb2.ROLE_USER, context_id=context_id,
-                                      parts=[a2a_pb2.Part(text=task)])
-            answer = await self._call(ctx, "/lf.a2a.v1.A2AService/SendMessage",
-                                      a2a_pb2.SendMessageRequest(tenant=f"{namespace}/{name}", message=message),
-                                      a2a_pb2.SendMessageResponse, timeout=INVOKE_TIMEOUT)
-            if answer.HasField("message"):
-                text = "\n".join(p.text for p in answer.message.parts if p.text)
-                context = answer.message.context_id
-            else:
-                text, context = _answer_text(answer.task), answer.task.context_id
-                if answer.task.status.state in (a2a_pb2.TASK_STATE_FAILED, a2a_pb2.TASK_STATE_REJECTED):
-                    raise ToolError(f"the turn failed: {errors.clip(text, 200)}")
-            return {"agent": f"{namespace}/{name}", "text": text, "context_id": context}
+            return await self.invoke(ctx, agent, task, context_id)
 
         @server.tool(description="List your Sessions (optionally of one Agent, namespace/name).")
         async def list_sessions(ctx: Context, agent: str = "", limit: int = 50, page_token: str = "") -> dict[str, Any]:
