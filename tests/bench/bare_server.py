@@ -26,9 +26,9 @@ import uuid
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
-from starlette.applications import Starlette
 
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, runtime_pb2, sessions_pb2, sessions_pb2_grpc
+from sessionq.api.grpcweb import GrpcWeb
 from sessionq.oneport import OnePort, PrivateSocket
 from sessionq.webserve import Limits
 
@@ -94,7 +94,9 @@ async def main(port: int, read_url: str = "", user: str = "", suspend: bool = Fa
     if oneport:
         private = PrivateSocket()
         server.add_insecure_port(private.grpc_address)
-        front = OnePort(Starlette(), Limits("bench", 10_000, 15.0), private.path)
+        # the HTTP side: gRPC-Web made native to this grpcio (api/grpcweb.py), for the gRPC-Web row
+        web = GrpcWeb(private.grpc_address, lambda method: (False, method.endswith("/Subscribe")), 1 << 20, [])
+        front = OnePort(web, Limits("bench", 10_000, 15.0), private.path)
     else:
         server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
