@@ -49,6 +49,22 @@ COMMENT ON TABLE sessionq.agents IS
   'Agent definitions. desired_revision_id is the newest applied spec; latest_successful_revision_id is what new Sessions pin. conditions: Accepted, ResolvedRefs, Compatible, Ready.';
 COMMENT ON COLUMN sessionq.agents.spec IS 'The desired spec, credential header values included (write-only secrets: every read path shows them redacted).';
 
+-- notify_agent_change: an Agent applied, changed (spec, revision, conditions) or deleted, through
+-- any replica, wakes the API processes' subscribers of the Agent list (MCP's kagent://agents).
+CREATE OR REPLACE FUNCTION sessionq.notify_agent_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF TG_OP = 'DELETE' THEN
+    PERFORM sessionq.notify('sessionq_agent', jsonb_build_object('agent', OLD.namespace || '/' || OLD.name));
+  ELSE
+    PERFORM sessionq.notify('sessionq_agent', jsonb_build_object('agent', NEW.namespace || '/' || NEW.name));
+  END IF;
+  RETURN NULL;
+END $$;
+COMMENT ON FUNCTION sessionq.notify_agent_change() IS
+  'Trigger: NOTIFY sessionq_agent after an Agent row is inserted, updated or deleted (delivered at commit). Payload {"agent": "namespace/name"} (src/sessionq/db/notify.py).';
+CREATE TRIGGER agents_notify AFTER INSERT OR UPDATE OR DELETE ON sessionq.agents
+  FOR EACH ROW EXECUTE FUNCTION sessionq.notify_agent_change();
+
 -- redact_agent_spec: a spec as every reader sees it (credential values are write-only).
 CREATE OR REPLACE FUNCTION sessionq.redact_agent_spec(p_spec jsonb) RETURNS jsonb
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$

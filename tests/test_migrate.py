@@ -218,6 +218,26 @@ def test_revision_0012_brings_lifecycle_events_to_an_older_database(empty_databa
         assert conn.execute("SELECT sessionq.purge_lifecycle_events(0, 10)").fetchone() == (0,)
 
 
+def test_revision_0018_makes_agent_changes_notify_on_an_older_database(empty_database_url):
+    """Revision 0018 gives a database at 0011 the trigger that NOTIFYs sessionq_agent on every
+    change of an Agent."""
+    from alembic import command
+
+    migrate.upgrade(empty_database_url)
+    exists = "SELECT count(*) FROM pg_trigger WHERE tgname = 'agents_notify'"
+    with psycopg.connect(empty_database_url, autocommit=True) as conn:
+        conn.execute("DROP TRIGGER agents_notify ON sessionq.agents")
+        conn.execute("DROP FUNCTION sessionq.notify_agent_change()")
+        conn.execute("UPDATE sessionq.schema_installed SET revision = '0011_turn_failure'")
+        assert conn.execute(exists).fetchone() == (0,)
+    command.stamp(migrate.alembic_config(empty_database_url), "0011_turn_failure")
+    migrate.upgrade(empty_database_url)
+    assert migrate.current(empty_database_url) == migrate.head()
+    with psycopg.connect(empty_database_url, autocommit=True) as conn:
+        assert conn.execute(exists).fetchone() == (1,)
+        fires = conn.execute("SELECT tgtype FROM pg_trigger WHERE tgname = 'agents_notify'").fetchone()
+        assert fires is not None and fires[0] & (4 | 8 | 16) == 4 | 8 | 16  # INSERT, DELETE, UPDATE
+
 CATALOG = {
     "functions": "SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid), obj_description(p.oid, 'pg_proc')"
                  " FROM pg_proc p WHERE p.pronamespace = 'sessionq'::regnamespace ORDER BY 1",

@@ -181,6 +181,16 @@ def _hosts(value: Any, key: str) -> list[str]:
     return names
 
 
+def _origins(value: Any, key: str) -> list[str]:
+    origins = [str(o).strip().rstrip("/") for o in (value.split(",") if isinstance(value, str) else value or [])
+               if str(o).strip()]
+    for origin in origins:
+        if origin != "*" and not re.fullmatch(r"https?://[A-Za-z0-9.-]+(:\d{1,5})?|https?://\[[0-9A-Fa-f:.]+\](:\d{1,5})?",
+                                              origin):
+            raise ConfigError(f"{key}: {origin[:80]!r} is not an origin (scheme://host[:port], e.g. https://app.example)")
+    return origins
+
+
 def _snake(name: str) -> str:
     return re.sub(r"(?<!^)([A-Z])", r"_\1", name)
 
@@ -234,12 +244,13 @@ KEYS: tuple[Key, ...] = (
         "Answer GetSession calls that arrive while another is in flight with one batched query"
         " (up to 64 per statement); a call with none in flight runs alone, at once.",
     ),
-    Key("server.address", _address, "127.0.0.1:8083", "gRPC listen address (native gRPC, reflection, health)."),
     Key(
-        "server.httpAddress",
+        "server.address",
         _address,
-        "127.0.0.1:8084",
-        "HTTP listen address of A2A agent cards and the JSON-RPC and HTTP+JSON bindings.",
+        "127.0.0.1:8083",
+        "The API's one listen address: native gRPC (reflection, grpc.health.v1), gRPC-Web, the A2A agent"
+        " cards and JSON-RPC and HTTP+JSON bindings, MCP at /mcp, and the HTTP health endpoints /healthz"
+        " and /readyz.",
     ),
     Key(
         "server.consoleAddress",
@@ -251,26 +262,42 @@ KEYS: tuple[Key, ...] = (
         "server.allowedHosts",
         _hosts,
         [],
-        "Host names the HTTP listeners (server.httpAddress, server.consoleAddress) answer to, the port"
+        "Host names the HTTP side of server.address and server.consoleAddress answer to, the port"
         " ignored: names, addresses, *.example.com for its subdomains, * for any; a request naming another"
         " host in its Host header answers 400 (DNS rebinding). Empty: on a wildcard listen address any"
         " host, else localhost, 127.0.0.1, ::1, the listen address's host and a2a.publicUrl's host.",
     ),
     Key(
+        "server.corsOrigins",
+        _origins,
+        [],
+        "Browser origins (https://app.example[:port], * for any) whose pages may call the API over gRPC-Web"
+        " on server.address (CORS); empty: none (same-origin pages only).",
+    ),
+    Key(
+        "server.mcpStateless",
+        _bool,
+        False,
+        "MCP at /mcp on server.address without sessions (kagent's KAGENT_MCP_STATELESS): every request"
+        " stands alone (no server-to-client stream); invoke_agent's context_id carries a conversation.",
+    ),
+    Key(
         "server.httpMaxConnections",
         _int(16, 1_000_000),
         1000,
-        "Open connections each HTTP listener (server.httpAddress, server.consoleAddress) accepts at once;"
-        " one more is answered 503 and closed. Lowered to half of the file descriptors the process may"
+        "Open connections server.address (every protocol counted) and server.consoleAddress each accept at"
+        " once; at the cap a new connection closes the oldest one still waiting for its request, else it"
+        " is answered 503 and closed. Lowered to half of the file descriptors the process may"
         " open beyond 256 (its soft RLIMIT_NOFILE is raised to the hard limit at start).",
     ),
     Key(
         "server.httpHeaderTimeout",
         _positive_duration,
         15.0,
-        "How long an HTTP listener waits for a request's head (from the connection, or the first byte"
-        " of the next request), and at most between two pieces of its body; then the connection is closed."
-        " The gRPC listener closes a connection that has not completed its HTTP/2 handshake by then.",
+        "How long server.address waits for a new connection's first bytes and an HTTP request's head"
+        " (from the connection, or the first byte of the next request), and at most between two pieces of"
+        " its body; then the connection is closed. grpcio closes a gRPC connection that has not completed"
+        " its HTTP/2 handshake by then.",
     ),
     Key(
         "server.eventLoop",

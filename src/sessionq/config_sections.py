@@ -197,9 +197,10 @@ class ServerSettings:
     """server.*"""
 
     address: str  # server.address
-    http_address: str  # server.httpAddress
     console_address: str  # server.consoleAddress
     allowed_hosts: list[str]  # server.allowedHosts
+    cors_origins: list[str]  # server.corsOrigins
+    mcp_stateless: bool  # server.mcpStateless
     http_max_connections: int  # server.httpMaxConnections
     http_header_timeout: float  # server.httpHeaderTimeout
     event_loop: Literal["uvloop", "asyncio"]  # server.eventLoop
@@ -209,9 +210,10 @@ class ServerSettings:
     def from_values(cls, values: Mapping[str, Any]) -> ServerSettings:
         return cls(
             address=values["server.address"],
-            http_address=values["server.httpAddress"],
             console_address=values["server.consoleAddress"],
             allowed_hosts=values["server.allowedHosts"],
+            cors_origins=values["server.corsOrigins"],
+            mcp_stateless=values["server.mcpStateless"],
             http_max_connections=values["server.httpMaxConnections"],
             http_header_timeout=values["server.httpHeaderTimeout"],
             event_loop=values["server.eventLoop"],

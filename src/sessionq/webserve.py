@@ -1,4 +1,4 @@
-"""Serving HTTP in-process to untrusted clients: the A2A HTTP bindings (server.httpAddress,
+"""Serving HTTP in-process to untrusted clients: the A2A HTTP bindings (on the API port, server.address,
 api/agentcard.py) and the web console (server.consoleAddress, console/server.py).
 
 Both run uvicorn (its h11 protocol) on a socket of ours in the process that also serves gRPC, so
@@ -441,27 +441,45 @@ class HttpServer:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self, address: str, *, reuse_port: bool = False) -> None:
-        logging.getLogger("uvicorn.error").addFilter(UVICORN_CLIENT_MISTAKES)  # once: addFilter skips a filter it has
         sock = listen(address, reuse_port=reuse_port)
         self.port = int(sock.getsockname()[1])
-        config = uvicorn.Config(self.app, http=_protocol_for(self.limits), log_level="warning", lifespan="off",
-                                access_log=False, timeout_graceful_shutdown=2,
-                                timeout_keep_alive=self.limits.keep_alive)
-        self._server = _Server(config)
-        self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name=self.limits.name)
-        while not self._server.started and not self._task.done():  # noqa: ASYNC110 - uvicorn offers no event
-            await asyncio.sleep(0.01)
-        if self._task.done():
+        try:
+            self._server, self._task = await _start(self.app, self.limits, [sock])
+        except BaseException:
             sock.close()
-            self._task.result()
+            raise
 
     async def stop(self) -> None:
         if self._server is None or self._task is None:
             return
-        self._server.should_exit = True
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(asyncio.shield(self._task), 5)
-        if not self._task.done():
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        await stop_server(self._server, self._task)
+
+
+async def _start(app: ASGIApp, limits: Limits, sockets: list[socket.socket]) -> tuple[_Server, asyncio.Task[None]]:
+    logging.getLogger("uvicorn.error").addFilter(UVICORN_CLIENT_MISTAKES)  # once: addFilter skips a filter it has
+    config = uvicorn.Config(app, http=_protocol_for(limits), log_level="warning", lifespan="off",
+                            access_log=False, timeout_graceful_shutdown=2, timeout_keep_alive=limits.keep_alive)
+    server = _Server(config)
+    task = asyncio.create_task(server.serve(sockets=sockets), name=limits.name)
+    while not server.started and not task.done():  # noqa: ASYNC110 - uvicorn offers no event
+        await asyncio.sleep(0.01)
+    if task.done():
+        task.result()
+    return server, task
+
+
+async def start_without_socket(app: ASGIApp, limits: Limits) -> tuple[_Server, asyncio.Task[None]]:
+    """A uvicorn server of `app` under `limits` that listens nowhere: its connections are handed to
+    it (oneport.py). Its task ends with `stop_server`."""
+    return await _start(app, limits, [])
+
+
+async def stop_server(server: _Server, task: asyncio.Task[None]) -> None:
+    """Stop a server of `_start`: its connections close (in-flight requests get 2 s)."""
+    server.should_exit = True
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(asyncio.shield(task), 5)
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task

@@ -1,5 +1,6 @@
-"""The A2A test harness: the gRPC API and the HTTP server (cards, JSON-RPC, HTTP+JSON) on one
-A2AHandler, a worker and the simulator; clients are the a2a-sdk's own, one per transport."""
+"""The A2A test harness: the API on one port (api/public.py: native gRPC, the cards, JSON-RPC and
+HTTP+JSON on one A2AHandler), a worker and the simulator; clients are the a2a-sdk's own, one per
+transport, each resolving the card from that port."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from a2a.utils.constants import TransportProtocol
 from conftest import make_settings, running_worker
 
 from sessionq.api.agentcard import AgentCardServer
+from sessionq.api.public import PublicPort
 from sessionq.api.server import ApiServer
 
 TENANT = "kagent/my-first-agent"
@@ -67,19 +69,16 @@ def settings_for_a2a(**overrides: Any) -> Any:
 @contextlib.asynccontextmanager
 async def a2a_env(settings: Any, database_url: str, store: Any, sim: Any) -> AsyncIterator[A2AEnv]:
     async with running_worker(settings, database_url, store, sim):
-        api = ApiServer(settings, store, address="127.0.0.1:0", runtime=sim)
-        await api.start()
-        address = f"127.0.0.1:{api.port}"
+        public = PublicPort(settings, store, address="127.0.0.1:0", runtime=sim)
+        await public.start()
+        address = f"127.0.0.1:{public.port}"
         sim.taskstore_address = address
-        cards = AgentCardServer(store, api.auth, address, handler=api.a2a)
-        await cards.start("127.0.0.1:0")
         http = httpx.AsyncClient(timeout=60)
         try:
-            yield A2AEnv(api, cards, address, http)
+            yield A2AEnv(public.api, public.cards, address, http)
         finally:
             await http.aclose()
-            await cards.stop()
-            await api.stop(0)
+            await public.stop(0)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The A2A HTTP listener (server.httpAddress) against malformed and hostile requests, through real
+"""The HTTP side of the API port (server.address) against malformed and hostile requests, through real
 sockets: malformed bodies get each binding's client error with a short message and no traceback in
 the log; a chunked body past the limit is refused at once; a foreign Host is refused."""
 

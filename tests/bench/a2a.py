@@ -1,6 +1,6 @@
 """Scenario `a2a`: A2A turns, streams and push notifications beside CreateSession, same processes.
 
-Processes: one `sessionq serve` (gRPC API and the A2A HTTP server) and one `sessionq worker`
+Processes: one `sessionq serve` (every protocol on its one port) and one `sessionq worker`
 (procrastinate, quiescence, the simulated runtime with the zero-time agent), each its own OS
 process; this process is the client (the a2a-sdk's own clients) and a local push receiver.
 Sequential calls (one at a time), each on a fresh Session whose Actor is suspended:
@@ -8,18 +8,21 @@ Sequential calls (one at a time), each on a fresh Session whose Actor is suspend
 - CreateSession p50/p99 (the baseline);
 - a turn on a suspended Actor over gRPC and over JSON-RPC (SendMessage, blocking: admit,
   dispatch job, resume, invoke, the task store's writes, settle, NOTIFY);
+- the same turn as MCP's invoke_agent (the `mcp` SDK's client, streamable HTTP, on /mcp of the same
+  port);
 - the first streamed event of SendStreamingMessage (gRPC);
 - push delivery: the final event's commit (its database timestamp) -> the receiver's arrival;
 - quiescence wake (a baseline): the same turns' settlement -> the suspend call the quiescence
   worker makes (the simulator's call log).
 
-Targets: turn p50 within 2x CreateSession p50; JSON-RPC within 1.3x gRPC; push delivery p99 within
-2x the quiescence wake p99.
+Targets: turn p50 within 2x CreateSession p50; JSON-RPC within 1.3x gRPC; MCP within 1.3x JSON-RPC;
+push delivery p99 within 2x the quiescence wake p99.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -28,6 +31,9 @@ from typing import Any
 
 import grpc
 import httpx
+import httpx2
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
 
 from tests.bench.common import (
     AGENT,
@@ -97,8 +103,8 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
     say("", f"== a2a: {n} sequential turns per kind on suspended Actors, beside CreateSession ==")
     url = srv.fresh_database("a2a")
     await setup_agent(url)
-    port, http_port = free_port(), free_port()
-    settings = {**SETTINGS, "server.httpAddress": f"127.0.0.1:{http_port}"}
+    port = http_port = free_port()  # one port: gRPC and the A2A HTTP bindings
+    settings = dict(SETTINGS)
     receiver = Receiver()
     await receiver.start()
     async with processes(log_dir / "a2a") as procs:
@@ -157,7 +163,22 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
             assert first is not None
             return first
 
-        lat: dict[str, list[float]] = {"create": [], "GRPC": [], "JSONRPC": [], "stream_first": []}
+        mcp_http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=120)
+        mcp_exit = contextlib.AsyncExitStack()
+        read, write = await mcp_exit.enter_async_context(streamable_http_client(f"http://{address}/mcp",
+                                                                                http_client=mcp_http))
+        mcp = await mcp_exit.enter_async_context(ClientSession(read, write))
+        await mcp.initialize()
+
+        async def mcp_turn(sid: str) -> float:
+            t0 = time.monotonic()
+            r = await mcp.call_tool("invoke_agent", {"agent": f"{NAMESPACE}/{AGENT}", "task": "What is 2+2?",
+                                                     "context_id": sid})
+            elapsed = time.monotonic() - t0
+            assert not r.is_error, r.content
+            return elapsed
+
+        lat: dict[str, list[float]] = {"create": [], "GRPC": [], "JSONRPC": [], "MCP": [], "stream_first": []}
         push_tasks: list[str] = []
         # warm-up (connections, caches, the first job fetch)
         sid, _ = await create()
@@ -169,6 +190,8 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
             for binding in ("GRPC", "JSONRPC"):
                 fresh, _ = await create()
                 lat[binding].append((await turn(clients[binding], fresh))[1])
+            fresh, _ = await create()
+            lat["MCP"].append(await mcp_turn(fresh))
             fresh, _ = await create()
             lat["stream_first"].append(await first_event(fresh))
             fresh, _ = await create()
@@ -198,6 +221,8 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
                 wake_lat.append(float(wake))
         for c in (*clients.values(), streaming):
             await c.close()
+        await mcp_exit.aclose()
+        await mcp_http.aclose()
         await http.aclose()
         await channel.close()
     if receiver.server:
@@ -211,8 +236,10 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
         **s,
         "turn_grpc_p50_over_create_p50": ratio(s["GRPC"]["p50_ms"], s["create"]["p50_ms"]),
         "jsonrpc_p50_over_grpc_p50": ratio(s["JSONRPC"]["p50_ms"], s["GRPC"]["p50_ms"]),
+        "mcp_p50_over_jsonrpc_p50": ratio(s["MCP"]["p50_ms"], s["JSONRPC"]["p50_ms"]),
         "push_p99_over_wake_p99": ratio(s["push_delivery"]["p99_ms"], s["quiescence_wake"]["p99_ms"]),
         "targets": {"turn_grpc_p50_over_create_p50": 2.0, "jsonrpc_p50_over_grpc_p50": 1.3,
+                    "mcp_p50_over_jsonrpc_p50": 1.3,
                     "push_p99_over_wake_p99": 2.0},
     }
     rows = [[k, v["n"], v["p50_ms"], v["p99_ms"]] for k, v in s.items()]

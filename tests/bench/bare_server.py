@@ -28,6 +28,9 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, runtime_pb2, sessions_pb2, sessions_pb2_grpc
+from sessionq.api.grpcweb import GrpcWeb
+from sessionq.oneport import OnePort, PrivateSocket
+from sessionq.webserve import Limits
 
 
 def constant_session(i: int = 0) -> sessions_pb2.Session:
@@ -76,7 +79,7 @@ class Floor(Bare):
         return response
 
 
-async def main(port: int, read_url: str = "", user: str = "", suspend: bool = False) -> None:
+async def main(port: int, read_url: str = "", user: str = "", suspend: bool = False, oneport: bool = False) -> None:
     server = grpc.aio.server()
     store = None
     servicer: Bare = Bare(suspend)
@@ -86,8 +89,19 @@ async def main(port: int, read_url: str = "", user: str = "", suspend: bool = Fa
         store = await Store.open(read_url, pool_size=10, listen=False)
         servicer = Floor(store, user)
     sessions_pb2_grpc.add_SessionServiceServicer_to_server(servicer, server)
-    server.add_insecure_port(f"127.0.0.1:{port}")
+    front: OnePort | None = None
+    private: PrivateSocket | None = None
+    if oneport:
+        private = PrivateSocket()
+        server.add_insecure_port(private.grpc_address)
+        # the HTTP side: gRPC-Web made native to this grpcio (api/grpcweb.py), for the gRPC-Web row
+        web = GrpcWeb(private.grpc_address, lambda method: (False, method.endswith("/Subscribe")), 1 << 20, [])
+        front = OnePort(web, Limits("bench", 10_000, 15.0), private.path)
+    else:
+        server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
+    if front is not None:
+        await front.start(f"127.0.0.1:{port}")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -99,7 +113,11 @@ async def main(port: int, read_url: str = "", user: str = "", suspend: bool = Fa
             await asyncio.wait_for(stop.wait(), 1.0)
         except TimeoutError:
             pass
+    if front is not None:
+        await front.stop()
     await server.stop(1)
+    if private is not None:
+        private.close()
     if store is not None:
         await store.close()
 
@@ -111,10 +129,11 @@ if __name__ == "__main__":
     p.add_argument("--suspend", action="store_true", help="GetSession waits once for the event loop")
     p.add_argument("--read", default="", help="a database URL: GetSession reads its Session there")
     p.add_argument("--user", default="", help="with --read: whose reads they are")
+    p.add_argument("--oneport", action="store_true", help="grpcio behind the one-port front (sessionq.oneport)")
     a = p.parse_args()
     if a.event_loop == "uvloop":
         import uvloop
 
-        uvloop.run(main(a.port, a.read, a.user, a.suspend))
+        uvloop.run(main(a.port, a.read, a.user, a.suspend, a.oneport))
     else:
-        asyncio.run(main(a.port, a.read, a.user, a.suspend))
+        asyncio.run(main(a.port, a.read, a.user, a.suspend, a.oneport))

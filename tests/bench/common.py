@@ -343,8 +343,6 @@ def service_env(url: str, port: int, settings: dict[str, Any]) -> dict[str, str]
         "logging.level": "warning",
         "runtime.simulator.taskStoreAddress": f"127.0.0.1:{port}",
         "server.processes": 1,  # one API process unless a scenario asks for more (the `read` scenario)
-        # a free port for the agent cards: the default 8084 may be another sessionq's on a shared machine
-        "server.httpAddress": f"127.0.0.1:{free_port()}",
     }
     base.update(settings)
     for path, value in base.items():

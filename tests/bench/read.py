@@ -277,8 +277,6 @@ async def _quiet(sizes: dict[str, Any]) -> float | None:
 async def _serve(procs: Procs, url: str, settings: dict[str, Any], name: str,
                  extra_env: dict[str, str] | None = None) -> tuple[str, dict[str, int]]:
     port = free_port()
-    # agent cards on a port of their own: the default one may be another program's on a shared machine
-    settings = {**settings, "server.httpAddress": f"127.0.0.1:{free_port()}"}
     p = await start_api(procs, url, port, settings, name=name, extra_env=extra_env)
     pids = {"api": p.pid}
     n = int(settings.get("server.processes", 1))

@@ -140,8 +140,7 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
     url = srv.fresh_database("restart")
     await setup_agent(url, worker_pool_size=int(SETTINGS["runtime.simulator.workers"]))
     port = free_port()
-    # the agent-card HTTP listener on a free port too (the default 8084 may be taken on a shared machine)
-    settings = {**SETTINGS, "server.httpAddress": f"127.0.0.1:{free_port()}"}
+    settings = dict(SETTINGS)
     async with processes(log_dir / "restart") as procs:
         await start_api(procs, url, port, settings)
         await start_workers(procs, url, port, settings)

@@ -125,8 +125,7 @@ def test_the_next_commands_are_printed_as_they_run(tmp_path: Path, monkeypatch: 
 
 @pytest.mark.parametrize(
     ("key", "env", "what"),
-    [("server.address", "SESSIONQ_SERVER__ADDRESS", "the gRPC API"),
-     ("server.httpAddress", "SESSIONQ_SERVER__HTTP_ADDRESS", "agent cards"),
+    [("server.address", "SESSIONQ_SERVER__ADDRESS", "the API"),
      ("metrics.address", "SESSIONQ_METRICS__ADDRESS", "metrics")],
 )
 def test_an_address_in_use_at_start_is_one_line(key: str, env: str, what: str, database_url: str,
@@ -137,8 +136,7 @@ def test_an_address_in_use_at_start_is_one_line(key: str, env: str, what: str, d
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         address = f"127.0.0.1:{taken.getsockname()[1]}"
-        free = {"SESSIONQ_SERVER__ADDRESS": "127.0.0.1:0", "SESSIONQ_SERVER__HTTP_ADDRESS": "127.0.0.1:0",
-                "SESSIONQ_METRICS__ADDRESS": "127.0.0.1:0"}
+        free = {"SESSIONQ_SERVER__ADDRESS": "127.0.0.1:0", "SESSIONQ_METRICS__ADDRESS": "127.0.0.1:0"}
         r = run("serve", cwd=tmp_path, env={**free, env: address, "SESSIONQ_DATABASE__URL": database_url,
                                             "SESSIONQ_LOGGING__FORMAT": "text",
                                             "SESSIONQ_METRICS__ENABLED": "true"})

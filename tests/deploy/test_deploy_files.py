@@ -38,14 +38,12 @@ DOCKERFILE = DEPLOY / "Dockerfile"
 
 KUBERNETES_VERSION = "1.30.0"
 GRPC_PORT = 8083
-HTTP_PORT = 8084  # A2A agent-card discovery
 METRICS_PORT = 9464
 CONFIG_MOUNT = "/etc/sessionq"
 
 # Keys whose ConfigMap value deliberately differs from the default (a cluster needs it).
 CONFIGMAP_DEVIATIONS = {
     "server.address": "0.0.0.0:8083",
-    "server.httpAddress": "0.0.0.0:8084",
     "metrics.enabled": True,
     "metrics.address": "0.0.0.0:9464",
     "runtime.simulator.taskStoreAddress": "sessionq-api:8083",
@@ -227,7 +225,7 @@ def test_service_ports_reach_container_ports() -> None:
     deployments = resources("Deployment")
     api = resources("Service")["sessionq-api"]
     assert {(p["name"], p["port"]) for p in api["spec"]["ports"]} == {
-        ("grpc", GRPC_PORT), ("http", HTTP_PORT), ("metrics", METRICS_PORT)}
+        ("grpc", GRPC_PORT), ("metrics", METRICS_PORT)}
     for name, svc in resources("Service").items():
         pods = [d for d in deployments.values()
                 if svc["spec"]["selector"].items() <= d["spec"]["template"]["metadata"]["labels"].items()]
@@ -344,7 +342,7 @@ def test_api_probes_are_native_grpc_on_8083() -> None:
         # readiness also asks whether the runtime answers (issue 17); liveness never depends on it
         want = "sessionq.runtime" if probe == "readinessProbe" else ""
         assert c[probe]["grpc"].get("service", "") == want, f"{probe}: health service {want!r}"
-    assert {p["containerPort"] for p in c["ports"]} == {GRPC_PORT, HTTP_PORT, METRICS_PORT}
+    assert {p["containerPort"] for p in c["ports"]} == {GRPC_PORT, METRICS_PORT}
     pre_stop = c["lifecycle"]["preStop"]["exec"]["command"]
     assert pre_stop[0] == "sleep"
     # preStop + the gRPC stop grace (5s in ApiServer.stop) fit in the grace period
@@ -412,7 +410,7 @@ def test_dockerfile() -> None:
     for src in copied:
         assert (ROOT / src).exists(), f"COPY {src}: no such path in the repository"
     exposed = {int(p) for op, rest in ins if op == "EXPOSE" for p in rest.split()}
-    assert exposed == {GRPC_PORT, HTTP_PORT, METRICS_PORT}
+    assert exposed == {GRPC_PORT, METRICS_PORT}
 
 
 def test_pip_install_packages_every_module() -> None:
@@ -647,3 +645,11 @@ def test_dashboard_queries_use_exported_metrics() -> None:
     # the dashboard shows everything the alerts watch
     alerted = {n for r in alert_rules() for n, _, _ in promql_selectors(r["expr"])}
     assert alerted <= used, f"metrics alerted on but not on the dashboard: {sorted(alerted - used)}"
+
+
+def test_the_api_is_reachable_on_one_port_and_metrics_only() -> None:
+    """The NetworkPolicy of the API pods opens the one API port and the metrics port, nothing else."""
+    policy = resources("NetworkPolicy")["sessionq-api"]
+    api = resources("Deployment")["sessionq-api"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= api["spec"]["template"]["metadata"]["labels"].items()
+    assert [sorted(p["port"] for p in rule["ports"]) for rule in policy["spec"]["ingress"]] == [[GRPC_PORT, METRICS_PORT]]

@@ -418,7 +418,7 @@ def start_up(home: Path, shutdown_timeout: float = SHUTDOWN_TIMEOUT) -> tuple[Pr
                    SESSIONQ_WORKERS__SHUTDOWN_TIMEOUT=f"{shutdown_timeout:g}s")
     # the simulator, pinned: the tests inject faults into its runtime calls
     up = Process(["up", "--data-dir", str(home / ".sessionq"), "--runtime", "simulator"], env, home)
-    up.wait_for_line("gRPC endpoint")
+    up.wait_for_line("API endpoint")
     return up, home / ".sessionq" / "pgdata"
 
 

@@ -168,7 +168,7 @@ class Up:
     def wait_ready(self) -> None:
         """Until `up` prints its endpoint line and the port accepts connections."""
         deadline = time.monotonic() + START_TIMEOUT
-        endpoint = f"gRPC endpoint : 127.0.0.1:{self.shell.port}"
+        endpoint = f"API endpoint  : 127.0.0.1:{self.shell.port}"
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 pytest.fail(f"sessionq up exited {self.proc.returncode} while starting:\n{self.output}")

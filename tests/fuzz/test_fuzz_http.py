@@ -1,5 +1,5 @@
 """The fuzzers on the HTTP listeners: the A2A requests of test_fuzz_api.py (generated and mutated)
-through the JSON-RPC and HTTP+JSON bindings of server.httpAddress, raw bodies of any bytes to both,
+through the JSON-RPC and HTTP+JSON bindings of the API port (server.address), raw bodies of any bytes to both,
 and requests of any path, query and form to the web console (server.consoleAddress). Real sockets,
 a real HTTP client, the in-process server, workers and the simulated runtime.
 

@@ -1,4 +1,5 @@
-"""The A2A HTTP server on server.httpAddress: agent cards, JSON-RPC 2.0 (SSE for streams) and HTTP+JSON.
+"""The A2A HTTP side of the public port (server.address, api/public.py): agent cards, JSON-RPC 2.0
+(SSE for streams) and HTTP+JSON.
 
 Paths (docs/a2a.md), per Agent ``/api/a2a/<namespace>/<agent>``:
 
@@ -14,7 +15,8 @@ binding runs, the caller is identified (401) and authorized for the namespace (4
 card. sessionq's errors become the A2A errors of the SDK (`SdkErrors`), which each binding answers
 in its own form (JSON-RPC codes -32001 TaskNotFound, ...; HTTP statuses with google.rpc.Status).
 
-grpcio cannot share its port with HTTP/1.1, hence this second port, served in-process by uvicorn.
+The app is served by uvicorn behind the one-port front (oneport.py); `start` serves it alone on an
+address of its own (tests).
 """
 
 from __future__ import annotations
@@ -438,6 +440,8 @@ class AgentCardServer:
     def app(self, allowed: AllowedHosts | None = None) -> ASGIApp:
         """The bindings and cards behind the Gate, the JSON check, the body limit and the Host check
         (any host when `allowed` is None)."""
+        for name in (_SdkClientErrors.JSONRPC, _SdkClientErrors.REST):
+            logging.getLogger(name).addFilter(SDK_CLIENT_ERRORS)  # once: addFilter skips a filter it has
         routes: list[Any] = [
             Route("/api/a2a/{namespace}/{agent}/.well-known/agent-card.json", self._card_endpoint, methods=["GET"]),
             *self.extra_routes,
@@ -463,8 +467,6 @@ class AgentCardServer:
         """Listen on address; reuse_port: share the port with the other API processes of one
         `serve` (SO_REUSEPORT, app/supervisor.py). The Host names answered are `allowed_hosts`, else
         those of the address (webserve.default_hosts)."""
-        for name in (_SdkClientErrors.JSONRPC, _SdkClientErrors.REST):
-            logging.getLogger(name).addFilter(SDK_CLIENT_ERRORS)  # once: addFilter skips a filter it has
         names = self.allowed_hosts or webserve.default_hosts(address, self.base_url)
         limits = Limits("a2a http", webserve.connection_cap(self.max_connections), self.header_timeout)
         self._http = HttpServer(self.app(AllowedHosts.of(names)), limits)

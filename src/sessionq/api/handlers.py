@@ -59,6 +59,12 @@ class HandlerTable(grpc.GenericRpcHandler):
     def methods(self) -> list[str]:
         return sorted(self._handlers)
 
+    def streaming(self, method: str) -> tuple[bool, bool] | None:
+        """Whether `method` (/package.Service/Method) streams its requests and its responses; None
+        when no service has it."""
+        handler = self._handlers.get(method)
+        return None if handler is None else (handler.request_streaming, handler.response_streaming)
+
     # grpc.GenericRpcHandler
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:

@@ -138,6 +138,7 @@ class ApiServer:
         )
         a2a_pb2_grpc.add_A2AServiceServicer_to_server(A2AService(self.a2a), table)
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()
+        self.statuses: dict[str, int] = {}
         health_pb2_grpc.add_HealthServicer_to_server(self.health, table)
         reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
             reflection.aio.ReflectionServicer(
@@ -161,6 +162,14 @@ class ApiServer:
 
     async def _set_health(self, status: int) -> None:
         for name in ("", *SERVICE_NAMES):
-            result = self.health.set(name, status)
-            if hasattr(result, "__await__"):
-                await result
+            await self.set_health(name, status)
+
+    async def set_health(self, service: str, status: int) -> None:
+        """The status grpc.health.v1 answers for `service` (and the HTTP health endpoint reads)."""
+        self.statuses[service] = status
+        result = self.health.set(service, status)
+        if hasattr(result, "__await__"):
+            await result
+
+    def serving(self, service: str = "") -> bool:
+        return self.statuses.get(service) == health_pb2.HealthCheckResponse.SERVING

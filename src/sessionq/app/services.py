@@ -18,8 +18,7 @@ from grpc_health.v1 import health_pb2
 from opentelemetry.sdk.trace import TracerProvider
 
 from sessionq import metrics, telemetry, webserve
-from sessionq.api.agentcard import AgentCardServer
-from sessionq.api.events import event_routes
+from sessionq.api.public import RUNTIME_HEALTH_SERVICE, PublicPort
 from sessionq.api.server import ApiServer
 from sessionq.app.runtimes import (
     ServedProcess,
@@ -32,7 +31,7 @@ from sessionq.app.runtimes import (
 from sessionq.app.shutdown import API_GRACE, EXIT_FORCED, Shutdown
 from sessionq.app.startup import StartupError, listen_error, why_failed
 from sessionq.app.worker import run_worker
-from sessionq.config import ConfigError, Settings, grpc_message_limit
+from sessionq.config import ConfigError, Settings
 from sessionq.console.server import ConsoleServer
 from sessionq.db import migrate
 from sessionq.db.reachable import check_async
@@ -43,15 +42,12 @@ from sessionq.runtime.simulator import install_schema
 log = logging.getLogger("sessionq")
 
 
-RUNTIME_HEALTH_SERVICE = "sessionq.runtime"
 RUNTIME_HEALTH_INTERVAL = 5.0
 RUNTIME_HEALTH_TIMEOUT = 2.0
 
 
 async def _set_health(server: ApiServer, service: str, status: int) -> None:
-    result = server.health.set(service, status)
-    if hasattr(result, "__await__"):
-        await result
+    await server.set_health(service, status)
 
 
 async def watch_runtime(server: ApiServer, runtime: Any, stop: asyncio.Event,
@@ -125,8 +121,8 @@ class _Running:
     store: Store
     readiness: metrics.Readiness | None
     gauges: asyncio.Task[None] | None = None
-    server: ApiServer | None = None
-    cards: AgentCardServer | None = None
+    server: ApiServer | None = None  # the gRPC side of `public`
+    public: PublicPort | None = None
     console: ConsoleServer | None = None
     worker_task: asyncio.Task[str] | None = None
     runtime_watch: asyncio.Task[None] | None = None
@@ -184,7 +180,7 @@ async def run_services(
                     settings, url, store, runtime, stop=stop, direct_url=direct_url, exit_on_drain=exit_on_drain,
                     on_drained=on_worker_drained))
             if on_ready is not None:
-                r = on_ready(running.server.port if running.server else None)
+                r = on_ready(running.public.port if running.public else None)
                 if r is not None:
                     await r
             await _wait_for_stop(running.worker_task, stop)
@@ -209,35 +205,24 @@ def _serve_metrics(settings: Settings, readiness: metrics.Readiness | None, api_
 
 async def _start_api(running: _Running, settings: Settings, runtime: Any, api_index: int | None,
                      console_local_user: str | None) -> None:
-    """Start the gRPC API, the HTTP listener (agent cards, A2A over HTTP) and, unless this is
-    another API process than the first, the web console; point simulated Actors at this API."""
+    """Start the public port (native gRPC, the A2A HTTP bindings and cards, health: api/public.py)
+    and, unless this is another API process than the first, the web console; point simulated
+    Actors at this API."""
     reuse_port = api_index is not None
     try:
-        running.server = server = ApiServer(settings, running.store, runtime=runtime, reuse_port=reuse_port)
+        running.public = public = PublicPort(settings, running.store, runtime=runtime, reuse_port=reuse_port)
     except (OSError, RuntimeError) as e:
-        raise listen_error("the gRPC API", "server.address", settings.server.address, e) from None
-    await server.start()
-    running.cards = cards = AgentCardServer(
-        running.store,
-        server.auth,
-        settings.a2a.public_grpc_address or settings.server.address,
-        handler=server.a2a,
-        base_url=settings.a2a.public_url,
-        max_body_bytes=grpc_message_limit(settings.a2a.max_message_bytes),
-        allowed_hosts=settings.server.allowed_hosts,
-        max_connections=settings.server.http_max_connections,
-        header_timeout=settings.server.http_header_timeout,
-        routes=event_routes(server.events, server.auth),
-    )
+        raise listen_error("the API", "server.address", settings.server.address, e) from None
+    running.server = public.api
     try:
-        await cards.start(settings.server.http_address, reuse_port=reuse_port)
+        await public.start()
     except OSError as e:
-        raise listen_error("agent cards", "server.httpAddress", settings.server.http_address, e) from None
+        raise listen_error("the API", "server.address", settings.server.address, e) from None
     if settings.server.console_address and not api_index:
         await _start_console(running, settings, console_local_user)
     if hasattr(runtime, "taskstore_address") and not settings.runtime.simulator.task_store_address:
         host = settings.server.address.rpartition(":")[0]
-        runtime.taskstore_address = f"{host}:{server.port}"  # simulated Actors report here
+        runtime.taskstore_address = f"{host}:{public.port}"  # simulated Actors report here
 
 
 async def _start_console(running: _Running, settings: Settings, local_user: str | None) -> None:
@@ -286,11 +271,9 @@ async def _stop_gracefully(running: _Running, stop: asyncio.Event, grace: float)
     it no longer serves, and the workers drain."""
     if running.console is not None:
         await running.console.stop()
-    if running.server is not None:
-        assert running.cards is not None  # started with the server
-        await running.cards.stop()
+    if running.server is not None and running.public is not None:
         await _set_health(running.server, RUNTIME_HEALTH_SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)
-        await running.server.stop(grace=grace)
+        await running.public.stop(grace=grace)
     if running.worker_task is not None:
         stop.set()
         # not `await worker_task`: cancelling this task would then wait for the worker's drain
@@ -306,9 +289,9 @@ async def _clean_up(running: _Running, shutdown: Shutdown | None) -> None:
             watch.cancel()
     if running.worker_task is not None and not running.worker_task.done():
         running.worker_task.cancel()  # a forced stop (or a failure): do not wait for its drain
-    if running.server is not None and not running.clean:  # forced, or a failure half-way through the start
+    if running.public is not None and not running.clean:  # forced, or a failure half-way through the start
         with contextlib.suppress(Exception):
-            await running.server.stop(grace=0)
+            await running.public.stop(grace=0)
     if running.console is not None and not running.clean:
         with contextlib.suppress(Exception):
             await running.console.stop()

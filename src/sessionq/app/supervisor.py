@@ -24,8 +24,8 @@ process restarts.
   process. The supervisor exits once all have ended, with status 0 when each ended with 0, else
   the highest status. Should one not end within its own forced-stop budget, it is killed (status 1).
 - The metrics (metrics.enabled) of process I are served on the metrics port + I; the web console
-  (server.consoleAddress) by process 0 only; agent cards (server.httpAddress) by every process, on
-  one port with SO_REUSEPORT as the gRPC API.
+  (server.consoleAddress) by process 0 only; the public port (server.address: gRPC, the A2A HTTP
+  bindings, health) by every process, with SO_REUSEPORT.
 - An API process whose supervisor disappears (killed with SIGKILL) stops gracefully by itself.
   The API processes stay in the supervisor's process group (a kill of the group reaches them) and
   ignore SIGINT, which a terminal's Ctrl-C sends to the whole group: the supervisor passes it on.
@@ -294,7 +294,7 @@ async def supervise(settings: Settings, count: int, config_file: str | None) -> 
     try:
         reserved, address = reserve_port(settings.server.address)
     except OSError as e:
-        raise listen_error("the gRPC API", "server.address", settings.server.address, e) from None
+        raise listen_error("the API", "server.address", settings.server.address, e) from None
     try:
         supervisor = Supervisor(settings.with_overrides(**{"server.address": address}), count, config_file)
         return await supervisor.run()

@@ -282,7 +282,8 @@ def _tell_up(echo: Callable[[str], None], settings: Settings, user: str, endpoin
     """The lines `up` prints once it serves: where everything is, and the next commands."""
     sq = command_name()
     echo(f"sessionq is up (user {user})")
-    echo(f"  gRPC endpoint : {endpoint}  (reflection and health on; calls without a token are {user}'s)")
+    echo(f"  API endpoint  : {endpoint}  (one port: native gRPC with reflection and health, gRPC-Web, A2A"
+         f" at http://{endpoint}/api/a2a/..., MCP at http://{endpoint}/mcp; calls without a token are {user}'s)")
     echo(f"  web console   : http://{settings.server.console_address}/  (no login needed here)")
     echo(f"  psql          : {psql}")
     if isinstance(served, ServedProcess):

@@ -22,6 +22,9 @@ changed, so that a waiter subscribes to the one thing it waits for (`Listener.su
 - ``sessionq_drain``, key ``worker``: a drain was requested (sessionq.request_drain,
   80_operator_views.sql). Payload ``{"worker"}``: a worker name or ``*`` (every worker).
 
+- ``sessionq_agent``, key ``agent``: an Agent row was inserted, updated or deleted (10_agents.sql).
+  Payload ``{"agent": "namespace/name"}``.
+
 procrastinate's own channels belong to the bridge (schema/05_procrastinate.sql) and are not
 decoded here.
 """
@@ -41,6 +44,7 @@ class Channel(StrEnum):
     CHECKPOINT = "sessionq_checkpoint"
     DRAIN = "sessionq_drain"
     EVENT = "sessionq_event"
+    AGENT = "sessionq_agent"
 
 
 # the field of a channel's payload that names what changed; other channels (tests) use "key"
@@ -51,6 +55,7 @@ KEY_FIELDS: dict[str, str] = {
     Channel.CHECKPOINT: "checkpoint",
     Channel.DRAIN: "worker",
     Channel.EVENT: "session",
+    Channel.AGENT: "agent",
 }
 ALL_WORKERS = "*"  # the worker of a drain request that applies to every worker
 

@@ -60,7 +60,7 @@ class Store(
         if listen:
             listener = Listener(
                 direct_url or url,
-                [Channel.SESSION, Channel.TASK, Channel.CHECKPOINT, Channel.EVENT],
+                [Channel.SESSION, Channel.TASK, Channel.CHECKPOINT, Channel.EVENT, Channel.AGENT],
                 # a notification reaches only the waiters of its Session (thousands of open A2A
                 # streams must not each decode every task notification)
                 keyed=(Channel.SESSION, Channel.TASK, Channel.EVENT),
