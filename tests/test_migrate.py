@@ -218,8 +218,8 @@ def test_revision_0012_brings_lifecycle_events_to_an_older_database(empty_databa
         assert conn.execute("SELECT sessionq.purge_lifecycle_events(0, 10)").fetchone() == (0,)
 
 
-def test_revision_0018_makes_agent_changes_notify_on_an_older_database(empty_database_url):
-    """Revision 0018 gives a database at 0011 the trigger that NOTIFYs sessionq_agent on every
+def test_revision_0014_makes_agent_changes_notify_on_an_older_database(empty_database_url):
+    """Revision 0014 gives a database at 0011 the trigger that NOTIFYs sessionq_agent on every
     change of an Agent."""
     from alembic import command
 

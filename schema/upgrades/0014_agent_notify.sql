@@ -1,4 +1,4 @@
--- Upgrade 0018_agent_notify: a change of an Agent NOTIFYs sessionq_agent.
+-- Upgrade 0014_agent_notify: a change of an Agent NOTIFYs sessionq_agent.
 --
 -- Applied by its revision only, to a database whose schema was installed before it; a database
 -- installed from schema/ at or after it has all of this already. Frozen: a later change to these
