@@ -242,3 +242,36 @@ async def test_buf_curl_native_grpc_through_the_port(store, sim, database_url):
             timeout=60)
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout)["session"]["id"] == session.id
+
+
+async def test_lifecycle_event_streams_are_served_on_the_port(store, sim, database_url):
+    """The resumable event streams (/v1/events, /v1/sessions/{id}/events) are on the API port with the
+    API's authentication: a caller without a token gets 401, the owner reads the created and ready
+    events of a Session made over native gRPC on the same port, and `Last-Event-ID` resumes after one."""
+    await apply_agent(store, sim)
+    async with public_port(store, sim, database_url) as public:
+        address = f"127.0.0.1:{public.port}"
+        session = await create_session(address)
+        url = f"http://127.0.0.1:{public.port}/v1/sessions/{session.id}/events"
+        async with httpx.AsyncClient(timeout=20) as http:
+            assert (await http.get(url)).status_code == 401
+
+            async def read_events(headers: dict[str, str], n: int) -> list[tuple[str, str]]:
+                got: list[tuple[str, str]] = []
+                async with http.stream("GET", url, headers={"authorization": "Bearer alice-token", **headers}) as r:
+                    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+                    event_id = ""
+                    async for line in r.aiter_lines():
+                        if line.startswith("id:"):
+                            event_id = line[3:].strip()
+                        elif line.startswith("data:"):
+                            got.append((event_id, json.loads(line[5:])["type"]))
+                            if len(got) == n:
+                                break
+                return got
+
+            both = await read_events({}, 2)
+            assert [t for _, t in both] == ["created", "ready"]
+            after = await read_events({"last-event-id": both[0][0]}, 1)
+            assert after == [both[1]]
+        await grpc_still_serves(address)
