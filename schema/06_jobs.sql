@@ -24,7 +24,8 @@ INSERT INTO sessionq.job_kinds (task_name, queue_name, lock_prefix, description)
   ('refresh_snapshot',  'operations', 'snapshot',   'record a pending snapshot once it is durable (subject: the Session id)'),
   ('retry_quiescence',  'operations', 'quiescence', 'retry the claimed idle work of a Session whose worker died (subject: the Session id)'),
   ('cancel_task',       'a2a',        'cancel',     'tell the Actor to stop a canceled A2A task and end it CANCELED (subject: the task id)'),
-  ('deliver_push',      'push',       'push',       'deliver the pending push notifications of an A2A task, in order (subject: the task id)');
+  ('deliver_push',      'push',       'push',       'deliver the pending push notifications of an A2A task, in order (subject: the task id)'),
+  ('release_turn_snapshot', 'operations', 'turnpin', 'delete the tag of a released turn pin, then its row (subject: the pin id)');
 
 -- job_lock: the queueing lock of a task's job for one subject.
 CREATE OR REPLACE FUNCTION sessionq.job_lock(p_task text, p_subject text) RETURNS text

@@ -30,6 +30,7 @@ COLUMNS: dict[tuple[str, str], type[StrEnum]] = {
     ("job_attempts", "outcome"): models.JobAttemptOutcome,
     ("push_deliveries", "state"): models.PushDeliveryState,
     ("task_cancels", "outcome"): models.CancelOutcome,
+    ("turn_snapshots", "state"): models.TurnPinState,
 }
 
 # enum -> the procedures whose first result column (status / outcome) it holds
@@ -39,6 +40,7 @@ PROCEDURES: dict[type[StrEnum], tuple[str, ...]] = {
     models.CheckpointClaimStatus: ("claim_checkpoint",),
     models.ObservationStatus: ("observe",),
     models.ExpiryOutcome: ("expire_session",),
+    models.TurnCheckpointability: ("turn_checkpointability",),
 }
 
 IN_LIST = re.compile(r"^CHECK \(\((\w+) = ANY \(ARRAY\[(.*)\]\)\)\)$")
