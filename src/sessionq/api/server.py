@@ -19,7 +19,7 @@ from sessionq._pb.kagent.api.v1alpha1 import (
     task_store_pb2,
     task_store_pb2_grpc,
 )
-from sessionq._pb.sessionq.v1 import inventory_pb2, inventory_pb2_grpc
+from sessionq._pb.sessionq.v1 import inventory_pb2, inventory_pb2_grpc, turns_pb2, turns_pb2_grpc
 from sessionq.api.a2a import A2AHandler, A2AService
 from sessionq.api.agents import AgentService
 from sessionq.api.auth import Authenticator
@@ -27,6 +27,7 @@ from sessionq.api.checkpoints import CheckpointService
 from sessionq.api.guard import InputGuard
 from sessionq.api.handlers import HandlerTable
 from sessionq.api.inventory import InventoryService
+from sessionq.api.turns import TurnService
 from sessionq.api.sandboxes import SandboxService
 from sessionq.api.sessions import SessionService
 from sessionq.api.taskstore import TaskStoreService
@@ -39,6 +40,7 @@ SERVICE_NAMES = [
     sessions_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name,
     agents_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
     inventory_pb2.DESCRIPTOR.services_by_name["InventoryService"].full_name,
+    turns_pb2.DESCRIPTOR.services_by_name["TurnService"].full_name,
     sandboxes_pb2.DESCRIPTOR.services_by_name["SandboxService"].full_name,
     task_store_pb2.DESCRIPTOR.services_by_name["TaskStoreService"].full_name,
     checkpoints_pb2.DESCRIPTOR.services_by_name["CheckpointService"].full_name,
@@ -99,6 +101,7 @@ class ApiServer:
         )
         task_store_pb2_grpc.add_TaskStoreServiceServicer_to_server(TaskStoreService(store), table)
         checkpoints_pb2_grpc.add_CheckpointServiceServicer_to_server(CheckpointService(store, auth), table)
+        turns_pb2_grpc.add_TurnServiceServicer_to_server(TurnService(store, auth), table)
         # one A2A behaviour behind gRPC here and the HTTP bindings (api/agentcard.py)
         self.a2a = A2AHandler(
             store,
