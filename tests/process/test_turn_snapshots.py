@@ -62,7 +62,7 @@ async def test_a_fork_at_turn_one_answers_from_turn_ones_files(papi: ProcessApi)
     assert answer(await send(papi, "after one", fork.id, agent="echo")) == "noted 2"
     fork_actor = await actor_of(papi, fork.id)
     notes = papi.runtime.data_dir(fork_actor.uid) / "notes.txt"
-    assert notes.read_text().splitlines() == ["one", "after one"]  # noqa: ASYNC240
+    assert notes.read_text().splitlines() == ["one", "after one"]
     assert answer(await send(papi, "four", sid, agent="echo")) == "noted 4"  # the source goes on
 
     # a checkpoint at turn 2 outlives the source's deletion, and forks later from turn 2's files

@@ -27,10 +27,10 @@ from sessionq.api.checkpoints import CheckpointService
 from sessionq.api.guard import InputGuard
 from sessionq.api.handlers import HandlerTable
 from sessionq.api.inventory import InventoryService
-from sessionq.api.turns import TurnService
 from sessionq.api.sandboxes import SandboxService
 from sessionq.api.sessions import SessionService
 from sessionq.api.taskstore import TaskStoreService
+from sessionq.api.turns import TurnService
 from sessionq.api.validation import RequestValidation
 from sessionq.config import Settings, grpc_message_limit
 from sessionq.db.store import Store
