@@ -367,6 +367,22 @@ END $$;
 COMMENT ON FUNCTION sessionq.admit_fork_at_turn(uuid, text, text, text) IS
   'ForkAtTurn admission, idempotent by (caller, request id): a checkpoint at the turn (admit_turn_checkpoint, same request id; or the caller''s READY checkpoint that already holds the turn) and a fork of it (admit_fork, same request id), in one transaction. The fork replays the history through the turn and its Actor starts from the turn''s snapshot. Raises what those raise.';
 
+-- describe_tags: what sessionq knows of runtime tags (ListTags): a checkpoint's or a turn pin's.
+CREATE OR REPLACE FUNCTION sessionq.describe_tags(p_caller text, p_admin boolean, p_names text[])
+RETURNS TABLE (tag_name text, kind text, session_id uuid, checkpoint_id uuid, task_id text, state text)
+LANGUAGE sql STABLE AS $$
+  SELECT n.name,
+         CASE WHEN c.id IS NOT NULL THEN 'CHECKPOINT' WHEN p.id IS NOT NULL THEN 'TURN_PIN' ELSE 'OTHER' END,
+         coalesce(c.session_id, p.session_id), c.id, coalesce(c.head_task_id, p.task_id), coalesce(c.state, p.state)
+    FROM unnest(p_names) AS n(name)
+    LEFT JOIN sessionq.checkpoints c ON c.tag_name = n.name
+    LEFT JOIN sessionq.turn_snapshots p ON p.tag_name = n.name
+   WHERE p_admin OR c.creator = p_caller
+      OR p.session_id IN (SELECT s.id FROM sessionq.sessions s WHERE s.creator = p_caller)
+$$;
+COMMENT ON FUNCTION sessionq.describe_tags(text, boolean, text[]) IS
+  'For the runtime tags p_names (ListTags): which are checkpoints'' (CHECKPOINT, with the checkpoint, its Session and head turn) and which turn pins (TURN_PIN, with the Session, turn and pin state); OTHER for a tag sessionq does not know. An admin (p_admin) gets every name; anyone else only the tags of their own checkpoints and of their own Sessions'' pins.';
+
 CREATE OR REPLACE FUNCTION sessionq.revision_referenced(p_revision uuid) RETURNS boolean
 LANGUAGE sql STABLE AS $$
   SELECT EXISTS (SELECT 1 FROM sessionq.agents a

@@ -608,3 +608,23 @@ class Turn(Row):
     status: TurnCheckpointability
     message: str
     checkpoint_id: UUID | None
+
+
+class TagKind(enum.StrEnum):
+    """What a runtime tag is to sessionq (sessionq.describe_tags)."""
+
+    CHECKPOINT = "CHECKPOINT"
+    TURN_PIN = "TURN_PIN"
+    OTHER = "OTHER"
+
+
+@dataclass(frozen=True)
+class TagOwner(Row):
+    """What sessionq knows of one runtime tag (sessionq.describe_tags)."""
+
+    tag_name: str
+    kind: TagKind
+    session_id: UUID | None
+    checkpoint_id: UUID | None
+    task_id: str | None
+    state: str | None

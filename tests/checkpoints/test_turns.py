@@ -348,3 +348,33 @@ async def _all_tags_are(store, expected):
     async with store.pool.connection() as conn:
         rows = await (await conn.execute("SELECT name FROM substrate_sim.tags")).fetchall()
     return {r["name"] for r in rows} == expected
+
+
+@pytest.mark.clause("TT-7")
+async def test_list_tags_shows_the_runtimes_tags_with_what_each_pins(api, store, sim, three_turns):
+    sid, (t1, t2, t3) = three_turns
+    cp = await checkpoint_at(api, sid, t1.id, "cp-tags")
+    stub = turns_pb2_grpc.TagServiceStub(api.channel)
+
+    async def listed(user, atespace="kagent", limit=0):
+        got, token = [], ""
+        while True:
+            r = await stub.ListTags(turns_pb2.ListTagsRequest(atespace=atespace, page=common_pb2.PageRequest(
+                limit=limit, page_token=token)), metadata=api.md(user), timeout=10)
+            got.extend(r.tags)
+            token = r.page.next_page_token
+            if not token:
+                return got
+
+    mine = await listed("alice", limit=1)
+    assert {t.name for t in mine} == await runtime_tags(store)  # every tag is alice's here
+    by_turn = {t.task_id: t for t in mine}
+    assert by_turn[t1.id].kind == turns_pb2.TAG_KIND_CHECKPOINT and by_turn[t1.id].checkpoint_id == cp.id
+    assert {by_turn[t.id].kind for t in (t2, t3)} == {turns_pb2.TAG_KIND_TURN_PIN}
+    assert {by_turn[t.id].state for t in (t2, t3)} == {"PINNED"} and {t.session_id for t in mine} == {sid}
+    assert all(t.snapshot_generation > 0 and t.actor == f"session-{sid}" for t in mine)
+    assert await listed("bob") == []  # another user's pins and checkpoints are not shown
+    assert {t.name for t in await listed("admin", atespace="")} == {t.name for t in mine}
+    code, _ = await failure(stub.ListTags(turns_pb2.ListTagsRequest(atespace="Not A Label"), metadata=api.md(),
+                                          timeout=10))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT

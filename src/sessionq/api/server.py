@@ -30,7 +30,7 @@ from sessionq.api.inventory import InventoryService
 from sessionq.api.sandboxes import SandboxService
 from sessionq.api.sessions import SessionService
 from sessionq.api.taskstore import TaskStoreService
-from sessionq.api.turns import TurnService
+from sessionq.api.turns import TagService, TurnService
 from sessionq.api.validation import RequestValidation
 from sessionq.config import Settings, grpc_message_limit
 from sessionq.db.store import Store
@@ -41,6 +41,7 @@ SERVICE_NAMES = [
     agents_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
     inventory_pb2.DESCRIPTOR.services_by_name["InventoryService"].full_name,
     turns_pb2.DESCRIPTOR.services_by_name["TurnService"].full_name,
+    turns_pb2.DESCRIPTOR.services_by_name["TagService"].full_name,
     sandboxes_pb2.DESCRIPTOR.services_by_name["SandboxService"].full_name,
     task_store_pb2.DESCRIPTOR.services_by_name["TaskStoreService"].full_name,
     checkpoints_pb2.DESCRIPTOR.services_by_name["CheckpointService"].full_name,
@@ -102,6 +103,9 @@ class ApiServer:
         task_store_pb2_grpc.add_TaskStoreServiceServicer_to_server(TaskStoreService(store), table)
         checkpoints_pb2_grpc.add_CheckpointServiceServicer_to_server(CheckpointService(store, auth), table)
         turns_pb2_grpc.add_TurnServiceServicer_to_server(TurnService(store, auth), table)
+        turns_pb2_grpc.add_TagServiceServicer_to_server(
+            TagService(store, auth, settings.auth.admins, runtime), table
+        )
         # one A2A behaviour behind gRPC here and the HTTP bindings (api/agentcard.py)
         self.a2a = A2AHandler(
             store,

@@ -5,6 +5,10 @@ Each method checks what the protos cannot express and calls one store procedure
 pin over and is READY at once: no job to wait for), admit_fork_at_turn (a checkpoint at the turn and
 a fork of it, in one transaction), then waits for the fork's creation like ForkSession. Only the
 Session's owner may use them; another user's Session answers NOT_FOUND, as GetSession does.
+
+sessionq.v1.TagService lists the runtime's tags (one runtime page a call, through `RuntimeReader`)
+with what each pins (sessionq.describe_tags): administrators see every tag, anyone else those of
+their own checkpoints and of their own Sessions' turn pins.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from sessionq.api.paging import decode_token, encode_token, page_limit
 from sessionq.api.rpc import rpc
 from sessionq.api.sessions import await_generation, session_to_proto
 from sessionq.db.store import Store
-from sessionq.models import Turn, TurnCheckpointability
+from sessionq.domain.agents import check_namespace
+from sessionq.models import TagOwner, Turn, TurnCheckpointability
+from sessionq.runtime.base import Code, RuntimeReader, SubstrateError, Tag
 
 
 def turn_to_proto(t: Turn) -> turns_pb2.Turn:
@@ -100,4 +106,54 @@ class TurnService(turns_pb2_grpc.TurnServiceServicer):
         return turns_pb2.ForkAtTurnResponse(
             session=session_to_proto(session),
             checkpoint_id=str(admission.session.source_checkpoint_id or ""),
+        )
+
+
+def tag_to_proto(t: Tag, owner: TagOwner) -> turns_pb2.Tag:
+    return turns_pb2.Tag(
+        atespace=t.atespace,
+        name=t.name,
+        actor=t.actor_name,
+        snapshot_generation=t.snapshot_generation,
+        created_at=ts(t.created_at),
+        kind=turns_pb2.TagKind.Value(f"TAG_KIND_{owner.kind}"),
+        session_id=str(owner.session_id or ""),
+        checkpoint_id=str(owner.checkpoint_id or ""),
+        task_id=owner.task_id or "",
+        state=owner.state or "",
+    )
+
+
+class TagService(turns_pb2_grpc.TagServiceServicer):
+    def __init__(self, store: Store, auth: Authenticator, admins: list[str], runtime: RuntimeReader | None) -> None:
+        self.store = store
+        self.auth = auth
+        self.admins = set(admins)
+        self.runtime = runtime
+
+    @rpc
+    async def ListTags(
+        self, request: turns_pb2.ListTagsRequest, context: grpc.aio.ServicerContext
+    ) -> turns_pb2.ListTagsResponse:
+        who = self.auth.identify(context)
+        scope = check_namespace(request.atespace, "atespace") if request.atespace else None
+        limit = page_limit(request.page.limit)
+        token = ""
+        if request.page.page_token:
+            listed, token = decode_token(request.page.page_token, 2)  # (atespace, the runtime's own token)
+            if listed != (scope or ""):
+                raise errors.invalid("page_token belongs to another listing")
+        if self.runtime is None:
+            raise errors.unavailable("the runtime cannot be listed from this API server; retry later")
+        try:
+            page = await self.runtime.list_tags(scope, limit, token)
+        except SubstrateError as e:
+            if e.code == Code.INVALID_ARGUMENT:
+                raise errors.invalid("page_token is not valid") from None
+            raise errors.unavailable(f"the runtime did not list its tags ({e.code.name}); retry") from None
+        owners = await self.store.describe_tags(who.user, who.user in self.admins, [t.name for t in page.items])
+        nxt = encode_token(scope or "", page.next_page_token) if page.next_page_token else ""
+        return turns_pb2.ListTagsResponse(
+            tags=[tag_to_proto(t, owners[t.name]) for t in page.items if t.name in owners],
+            page=common_pb2.PageResponse(next_page_token=nxt),
         )

@@ -16,6 +16,7 @@ from sessionq.models import (
     CheckpointClaim,
     CheckpointClaimStatus,
     CheckpointState,
+    TagOwner,
     Turn,
     TurnPin,
 )
@@ -150,3 +151,8 @@ class CheckpointStore(StoreBase):
         return await self._admit(
             "SELECT * FROM sessionq.admit_fork_at_turn(%s, %s, %s, %s)", (session_id, caller, request_id, task_id)
         )
+
+    async def describe_tags(self, caller: str, admin: bool, names: list[str]) -> dict[str, TagOwner]:
+        """What sessionq knows of these runtime tags, those the caller may see only (by name)."""
+        rows = await self._rows("SELECT * FROM sessionq.describe_tags(%s, %s, %s)", (caller, admin, names))
+        return {r["tag_name"]: TagOwner.from_json(r) for r in rows}

@@ -28,15 +28,17 @@ from sessionq._pb.kagent.api.v1alpha1 import common_pb2 as kagent_dot_api_dot_v1
 from sessionq._pb.kagent.api.v1alpha1 import sessions_pb2 as kagent_dot_api_dot_v1alpha1_dot_sessions__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17sessionq/v1/turns.proto\x12\x0bsessionq.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a%kagent/api/v1alpha1/checkpoints.proto\x1a kagent/api/v1alpha1/common.proto\x1a\"kagent/api/v1alpha1/sessions.proto\"\x97\x02\n\x04Turn\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12\r\n\x05state\x18\x03 \x01(\t\x12.\n\ncreated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12=\n\x11\x63heckpointability\x18\x06 \x01(\x0e\x32\".sessionq.v1.TurnCheckpointability\x12\x0f\n\x07message\x18\x07 \x01(\t\x12\x15\n\rcheckpoint_id\x18\x08 \x01(\t\x12\x16\n\x0e\x63heckpointable\x18\t \x01(\x08\"V\n\x10ListTurnsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12.\n\x04page\x18\x02 \x01(\x0b\x32 .kagent.api.v1alpha1.PageRequest\"f\n\x11ListTurnsResponse\x12 \n\x05turns\x18\x01 \x03(\x0b\x32\x11.sessionq.v1.Turn\x12/\n\x04page\x18\x02 \x01(\x0b\x32!.kagent.api.v1alpha1.PageResponse\"V\n\x1b\x43reateTurnCheckpointRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"S\n\x1c\x43reateTurnCheckpointResponse\x12\x33\n\ncheckpoint\x18\x01 \x01(\x0b\x32\x1f.kagent.api.v1alpha1.Checkpoint\"L\n\x11\x46orkAtTurnRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"Z\n\x12\x46orkAtTurnResponse\x12-\n\x07session\x18\x01 \x01(\x0b\x32\x1c.kagent.api.v1alpha1.Session\x12\x15\n\rcheckpoint_id\x18\x02 \x01(\t*\xa7\x02\n\x15TurnCheckpointability\x12&\n\"TURN_CHECKPOINTABILITY_UNSPECIFIED\x10\x00\x12#\n\x1fTURN_CHECKPOINTABILITY_RETAINED\x10\x01\x12&\n\"TURN_CHECKPOINTABILITY_NOT_SETTLED\x10\x02\x12\"\n\x1eTURN_CHECKPOINTABILITY_PENDING\x10\x03\x12\'\n#TURN_CHECKPOINTABILITY_CHECKPOINTED\x10\x04\x12#\n\x1fTURN_CHECKPOINTABILITY_RELEASED\x10\x05\x12\'\n#TURN_CHECKPOINTABILITY_NOT_RETAINED\x10\x06\x32\x95\x02\n\x0bTurnService\x12J\n\tListTurns\x12\x1d.sessionq.v1.ListTurnsRequest\x1a\x1e.sessionq.v1.ListTurnsResponse\x12k\n\x14\x43reateTurnCheckpoint\x12(.sessionq.v1.CreateTurnCheckpointRequest\x1a).sessionq.v1.CreateTurnCheckpointResponse\x12M\n\nForkAtTurn\x12\x1e.sessionq.v1.ForkAtTurnRequest\x1a\x1f.sessionq.v1.ForkAtTurnResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17sessionq/v1/turns.proto\x12\x0bsessionq.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a%kagent/api/v1alpha1/checkpoints.proto\x1a kagent/api/v1alpha1/common.proto\x1a\"kagent/api/v1alpha1/sessions.proto\"\x97\x02\n\x04Turn\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x03\x12\r\n\x05state\x18\x03 \x01(\t\x12.\n\ncreated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12=\n\x11\x63heckpointability\x18\x06 \x01(\x0e\x32\".sessionq.v1.TurnCheckpointability\x12\x0f\n\x07message\x18\x07 \x01(\t\x12\x15\n\rcheckpoint_id\x18\x08 \x01(\t\x12\x16\n\x0e\x63heckpointable\x18\t \x01(\x08\"V\n\x10ListTurnsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12.\n\x04page\x18\x02 \x01(\x0b\x32 .kagent.api.v1alpha1.PageRequest\"f\n\x11ListTurnsResponse\x12 \n\x05turns\x18\x01 \x03(\x0b\x32\x11.sessionq.v1.Turn\x12/\n\x04page\x18\x02 \x01(\x0b\x32!.kagent.api.v1alpha1.PageResponse\"V\n\x1b\x43reateTurnCheckpointRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"S\n\x1c\x43reateTurnCheckpointResponse\x12\x33\n\ncheckpoint\x18\x01 \x01(\x0b\x32\x1f.kagent.api.v1alpha1.Checkpoint\"L\n\x11\x46orkAtTurnRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x12\n\nrequest_id\x18\x03 \x01(\t\"Z\n\x12\x46orkAtTurnResponse\x12-\n\x07session\x18\x01 \x01(\x0b\x32\x1c.kagent.api.v1alpha1.Session\x12\x15\n\rcheckpoint_id\x18\x02 \x01(\t\"\xf0\x01\n\x03Tag\x12\x10\n\x08\x61tespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05\x61\x63tor\x18\x03 \x01(\t\x12\x1b\n\x13snapshot_generation\x18\x04 \x01(\x03\x12.\n\ncreated_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\"\n\x04kind\x18\x06 \x01(\x0e\x32\x14.sessionq.v1.TagKind\x12\x12\n\nsession_id\x18\x07 \x01(\t\x12\x15\n\rcheckpoint_id\x18\x08 \x01(\t\x12\x0f\n\x07task_id\x18\t \x01(\t\x12\r\n\x05state\x18\n \x01(\t\"S\n\x0fListTagsRequest\x12\x10\n\x08\x61tespace\x18\x01 \x01(\t\x12.\n\x04page\x18\x02 \x01(\x0b\x32 .kagent.api.v1alpha1.PageRequest\"c\n\x10ListTagsResponse\x12\x1e\n\x04tags\x18\x01 \x03(\x0b\x32\x10.sessionq.v1.Tag\x12/\n\x04page\x18\x02 \x01(\x0b\x32!.kagent.api.v1alpha1.PageResponse*\xa7\x02\n\x15TurnCheckpointability\x12&\n\"TURN_CHECKPOINTABILITY_UNSPECIFIED\x10\x00\x12#\n\x1fTURN_CHECKPOINTABILITY_RETAINED\x10\x01\x12&\n\"TURN_CHECKPOINTABILITY_NOT_SETTLED\x10\x02\x12\"\n\x1eTURN_CHECKPOINTABILITY_PENDING\x10\x03\x12\'\n#TURN_CHECKPOINTABILITY_CHECKPOINTED\x10\x04\x12#\n\x1fTURN_CHECKPOINTABILITY_RELEASED\x10\x05\x12\'\n#TURN_CHECKPOINTABILITY_NOT_RETAINED\x10\x06*g\n\x07TagKind\x12\x18\n\x14TAG_KIND_UNSPECIFIED\x10\x00\x12\x17\n\x13TAG_KIND_CHECKPOINT\x10\x01\x12\x15\n\x11TAG_KIND_TURN_PIN\x10\x02\x12\x12\n\x0eTAG_KIND_OTHER\x10\x03\x32\x95\x02\n\x0bTurnService\x12J\n\tListTurns\x12\x1d.sessionq.v1.ListTurnsRequest\x1a\x1e.sessionq.v1.ListTurnsResponse\x12k\n\x14\x43reateTurnCheckpoint\x12(.sessionq.v1.CreateTurnCheckpointRequest\x1a).sessionq.v1.CreateTurnCheckpointResponse\x12M\n\nForkAtTurn\x12\x1e.sessionq.v1.ForkAtTurnRequest\x1a\x1f.sessionq.v1.ForkAtTurnResponse2U\n\nTagService\x12G\n\x08ListTags\x12\x1c.sessionq.v1.ListTagsRequest\x1a\x1d.sessionq.v1.ListTagsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'sessionq._pb.sessionq.v1.turns_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TURNCHECKPOINTABILITY']._serialized_start=1000
-  _globals['_TURNCHECKPOINTABILITY']._serialized_end=1295
+  _globals['_TURNCHECKPOINTABILITY']._serialized_start=1429
+  _globals['_TURNCHECKPOINTABILITY']._serialized_end=1724
+  _globals['_TAGKIND']._serialized_start=1726
+  _globals['_TAGKIND']._serialized_end=1829
   _globals['_TURN']._serialized_start=183
   _globals['_TURN']._serialized_end=462
   _globals['_LISTTURNSREQUEST']._serialized_start=464
@@ -51,6 +53,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FORKATTURNREQUEST']._serialized_end=905
   _globals['_FORKATTURNRESPONSE']._serialized_start=907
   _globals['_FORKATTURNRESPONSE']._serialized_end=997
-  _globals['_TURNSERVICE']._serialized_start=1298
-  _globals['_TURNSERVICE']._serialized_end=1575
+  _globals['_TAG']._serialized_start=1000
+  _globals['_TAG']._serialized_end=1240
+  _globals['_LISTTAGSREQUEST']._serialized_start=1242
+  _globals['_LISTTAGSREQUEST']._serialized_end=1325
+  _globals['_LISTTAGSRESPONSE']._serialized_start=1327
+  _globals['_LISTTAGSRESPONSE']._serialized_end=1426
+  _globals['_TURNSERVICE']._serialized_start=1832
+  _globals['_TURNSERVICE']._serialized_end=2109
+  _globals['_TAGSERVICE']._serialized_start=2111
+  _globals['_TAGSERVICE']._serialized_end=2196
 # @@protoc_insertion_point(module_scope)

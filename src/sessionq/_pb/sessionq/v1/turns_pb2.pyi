@@ -22,6 +22,13 @@ class TurnCheckpointability(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TURN_CHECKPOINTABILITY_CHECKPOINTED: _ClassVar[TurnCheckpointability]
     TURN_CHECKPOINTABILITY_RELEASED: _ClassVar[TurnCheckpointability]
     TURN_CHECKPOINTABILITY_NOT_RETAINED: _ClassVar[TurnCheckpointability]
+
+class TagKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TAG_KIND_UNSPECIFIED: _ClassVar[TagKind]
+    TAG_KIND_CHECKPOINT: _ClassVar[TagKind]
+    TAG_KIND_TURN_PIN: _ClassVar[TagKind]
+    TAG_KIND_OTHER: _ClassVar[TagKind]
 TURN_CHECKPOINTABILITY_UNSPECIFIED: TurnCheckpointability
 TURN_CHECKPOINTABILITY_RETAINED: TurnCheckpointability
 TURN_CHECKPOINTABILITY_NOT_SETTLED: TurnCheckpointability
@@ -29,6 +36,10 @@ TURN_CHECKPOINTABILITY_PENDING: TurnCheckpointability
 TURN_CHECKPOINTABILITY_CHECKPOINTED: TurnCheckpointability
 TURN_CHECKPOINTABILITY_RELEASED: TurnCheckpointability
 TURN_CHECKPOINTABILITY_NOT_RETAINED: TurnCheckpointability
+TAG_KIND_UNSPECIFIED: TagKind
+TAG_KIND_CHECKPOINT: TagKind
+TAG_KIND_TURN_PIN: TagKind
+TAG_KIND_OTHER: TagKind
 
 class Turn(_message.Message):
     __slots__ = ("task_id", "sequence", "state", "created_at", "updated_at", "checkpointability", "message", "checkpoint_id", "checkpointable")
@@ -101,3 +112,43 @@ class ForkAtTurnResponse(_message.Message):
     session: _sessions_pb2.Session
     checkpoint_id: str
     def __init__(self, session: _Optional[_Union[_sessions_pb2.Session, _Mapping]] = ..., checkpoint_id: _Optional[str] = ...) -> None: ...
+
+class Tag(_message.Message):
+    __slots__ = ("atespace", "name", "actor", "snapshot_generation", "created_at", "kind", "session_id", "checkpoint_id", "task_id", "state")
+    ATESPACE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    atespace: str
+    name: str
+    actor: str
+    snapshot_generation: int
+    created_at: _timestamp_pb2.Timestamp
+    kind: TagKind
+    session_id: str
+    checkpoint_id: str
+    task_id: str
+    state: str
+    def __init__(self, atespace: _Optional[str] = ..., name: _Optional[str] = ..., actor: _Optional[str] = ..., snapshot_generation: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., kind: _Optional[_Union[TagKind, str]] = ..., session_id: _Optional[str] = ..., checkpoint_id: _Optional[str] = ..., task_id: _Optional[str] = ..., state: _Optional[str] = ...) -> None: ...
+
+class ListTagsRequest(_message.Message):
+    __slots__ = ("atespace", "page")
+    ATESPACE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_FIELD_NUMBER: _ClassVar[int]
+    atespace: str
+    page: _common_pb2.PageRequest
+    def __init__(self, atespace: _Optional[str] = ..., page: _Optional[_Union[_common_pb2.PageRequest, _Mapping]] = ...) -> None: ...
+
+class ListTagsResponse(_message.Message):
+    __slots__ = ("tags", "page")
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    PAGE_FIELD_NUMBER: _ClassVar[int]
+    tags: _containers.RepeatedCompositeFieldContainer[Tag]
+    page: _common_pb2.PageResponse
+    def __init__(self, tags: _Optional[_Iterable[_Union[Tag, _Mapping]]] = ..., page: _Optional[_Union[_common_pb2.PageResponse, _Mapping]] = ...) -> None: ...

@@ -194,3 +194,81 @@ class TurnService:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class TagServiceStub:
+    """The runtime's tags, and what sessionq knows of each (the `kubectl ate get tags` of sessionq).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.ListTags = channel.unary_unary(
+                '/sessionq.v1.TagService/ListTags',
+                request_serializer=sessionq_dot_v1_dot_turns__pb2.ListTagsRequest.SerializeToString,
+                response_deserializer=sessionq_dot_v1_dot_turns__pb2.ListTagsResponse.FromString,
+                _registered_method=True)
+
+
+class TagServiceServicer:
+    """The runtime's tags, and what sessionq knows of each (the `kubectl ate get tags` of sessionq).
+    """
+
+    def ListTags(self, request, context):
+        """Lists the runtime's tags in an atespace (empty: every atespace) with what each pins: an
+        administrator sees every tag; anyone else the tags of their own checkpoints and of their own
+        Sessions' turn pins. A page may hold fewer rows than asked while more follow.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_TagServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'ListTags': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTags,
+                    request_deserializer=sessionq_dot_v1_dot_turns__pb2.ListTagsRequest.FromString,
+                    response_serializer=sessionq_dot_v1_dot_turns__pb2.ListTagsResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'sessionq.v1.TagService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('sessionq.v1.TagService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class TagService:
+    """The runtime's tags, and what sessionq knows of each (the `kubectl ate get tags` of sessionq).
+    """
+
+    @staticmethod
+    def ListTags(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sessionq.v1.TagService/ListTags',
+            sessionq_dot_v1_dot_turns__pb2.ListTagsRequest.SerializeToString,
+            sessionq_dot_v1_dot_turns__pb2.ListTagsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
