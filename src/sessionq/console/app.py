@@ -32,7 +32,7 @@ from decimal import Decimal
 from importlib import resources
 from typing import Any
 from urllib.parse import urlencode
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import jinja2
 from psycopg_pool import AsyncConnectionPool
@@ -279,7 +279,7 @@ class Console:
         detail = await self.ops.session_detail(sid, viewer=self.viewer(request))
         if detail is None:
             raise Refused(f"session {sid} not found", 404)
-        return self.page(request, "session.html", d=detail)
+        return self.page(request, "session.html", d=detail, fork_request=str(uuid4()))
 
     async def jobs(self, request: Request) -> Response:
         params = request.query_params
@@ -363,6 +363,19 @@ class Console:
         row = await self.ops.request_drain(name, timeout, user, worker_id=int(worker_id))
         return "/workers", f"drain {row['drain_id']} requested for {name}: it finishes its running jobs and exits"
 
+    async def fork_at_turn(self, request: Request, form: Any, user: str) -> tuple[str, str]:
+        """Fork from here: a fork of the Session at one of its retained turns, the creator's."""
+        try:
+            sid = UUID(request.path_params["session_id"])
+        except ValueError:
+            raise Refused("not a session ID (a UUID)", 404) from None
+        task_id = field(form, "task_id", required=True)
+        request_id = field(form, "request_id", required=True)
+        row = await self.ops.fork_at_turn(sid, task_id, request_id)
+        if row is None:
+            raise Refused(f"session {sid} not found", 404)
+        return f"/sessions/{row['session_id']}", f"fork {row['session_id']} of turn {task_id} admitted by {user}"
+
     async def pause(self, request: Request, form: Any, user: str) -> tuple[str, str]:
         name = request.path_params["queue"]
         row = await self.ops.pause_queue(name, user, field(form, "reason"))
@@ -400,6 +413,8 @@ def build_app(settings: Settings, pool: AsyncConnectionPool, *, local_user: str 
               methods=["POST"]),
         Route("/jobs/requeue-stalled", c.action(c.requeue_stalled, lambda r: "/jobs"), methods=["POST"]),
         Route("/workers/drain", c.action(c.drain, lambda r: "/workers"), methods=["POST"]),
+        Route("/sessions/{session_id}/fork", c.action(c.fork_at_turn, lambda r: f"/sessions/{r.path_params['session_id']}"),
+              methods=["POST"]),
         Route("/queues/{queue}/pause", c.action(c.pause, lambda r: "/queues"), methods=["POST"]),
         Route("/queues/{queue}/resume", c.action(c.resume, lambda r: "/queues"), methods=["POST"]),
     ]
