@@ -413,8 +413,8 @@ def build_app(settings: Settings, pool: AsyncConnectionPool, *, local_user: str 
               methods=["POST"]),
         Route("/jobs/requeue-stalled", c.action(c.requeue_stalled, lambda r: "/jobs"), methods=["POST"]),
         Route("/workers/drain", c.action(c.drain, lambda r: "/workers"), methods=["POST"]),
-        Route("/sessions/{session_id}/fork", c.action(c.fork_at_turn, lambda r: f"/sessions/{r.path_params['session_id']}"),
-              methods=["POST"]),
+        Route("/sessions/{session_id}/fork",
+              c.action(c.fork_at_turn, lambda r: f"/sessions/{r.path_params['session_id']}"), methods=["POST"]),
         Route("/queues/{queue}/pause", c.action(c.pause, lambda r: "/queues"), methods=["POST"]),
         Route("/queues/{queue}/resume", c.action(c.resume, lambda r: "/queues"), methods=["POST"]),
     ]

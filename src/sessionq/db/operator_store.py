@@ -254,8 +254,8 @@ class OperatorStore:
             # the Session's turns as its owner sees them through TurnService (sessionq.list_turns)
             turns = await self._rows(
                 "SELECT t ->> 'task_id' AS task_id, (t ->> 'seq')::int AS seq, t ->> 'state' AS state,"
-                " (t ->> 'updated_at')::timestamptz AS updated_at, t ->> 'status' AS status, t ->> 'message' AS message,"
-                " t ->> 'checkpoint_id' AS checkpoint_id"
+                " (t ->> 'updated_at')::timestamptz AS updated_at, t ->> 'status' AS status,"
+                " t ->> 'message' AS message, t ->> 'checkpoint_id' AS checkpoint_id"
                 " FROM sessionq.sessions s, sessionq.list_turns(s.id, s.creator, (SELECT greatest(max(k.seq) - 20, 0)"
                 " FROM sessionq.tasks k WHERE k.session_id = s.id), 20) t WHERE s.id = %s ORDER BY seq DESC", sid)
         return {
