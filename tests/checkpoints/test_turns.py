@@ -378,3 +378,46 @@ async def test_list_tags_shows_the_runtimes_tags_with_what_each_pins(api, store,
     code, _ = await failure(stub.ListTags(turns_pb2.ListTagsRequest(atespace="Not A Label"), metadata=api.md(),
                                           timeout=10))
     assert code == grpc.StatusCode.INVALID_ARGUMENT
+
+
+@pytest.mark.clause("TT-6")
+async def test_a_checkpoint_never_takes_a_pin_being_released(api, store, sim, three_turns, database_url):
+    """Many racers on their own connections take turn pins over while another releases every pin of
+    the Session (as a retention or a deletion does): each pin ends either taken over by exactly one
+    checkpoint (its row gone, its tag the checkpoint's) or RELEASING with no checkpoint on its tag."""
+    import psycopg
+
+    sid, tasks = three_turns
+
+    async def take(i: int, task_id: str) -> str:
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            try:
+                await conn.execute("SELECT sessionq.admit_turn_checkpoint(%s, 'alice', %s, %s)",
+                                   (sid, f"race-{i}", task_id))
+                return "taken"
+            except psycopg.Error as e:
+                return e.sqlstate or "?"
+
+    async def release() -> str:
+        async with await psycopg.AsyncConnection.connect(database_url) as conn:
+            async with conn.transaction():
+                await conn.execute("SELECT 1 FROM sessionq.sessions WHERE id = %s FOR UPDATE", (sid,))
+                await conn.execute("SELECT sessionq.release_turn_pins(%s, NULL)", (sid,))
+        return "released"
+
+    racers = [take(i, tasks[i % 3].id) for i in range(12)]
+    outcomes = await asyncio.gather(*racers[:6], release(), *racers[6:])
+    assert set(outcomes) <= {"taken", "released", "SQ412"}, outcomes
+    async with store.pool.connection() as conn:
+        cps = await (await conn.execute(
+            "SELECT head_task_id, tag_name FROM sessionq.checkpoints WHERE session_id = %s", (sid,))).fetchall()
+        left = await (await conn.execute(
+            "SELECT task_id, tag_name, state FROM sessionq.turn_snapshots WHERE session_id = %s", (sid,))).fetchall()
+    taken = {c["head_task_id"] for c in cps}
+    assert len(taken) == len(cps), "one checkpoint per pin"
+    assert outcomes.count("taken") == len(cps)
+    assert {r["tag_name"] for r in left}.isdisjoint({c["tag_name"] for c in cps})
+    assert all(r["state"] == "RELEASING" for r in left)
+    assert taken.isdisjoint({r["task_id"] for r in left})  # the rest were released (rows go once the tag is)
+    # the released tags go from the runtime; the checkpoints' stay
+    assert await eventually(lambda: _tags_are(store, {c["tag_name"] for c in cps}))
