@@ -421,3 +421,27 @@ async def test_a_checkpoint_never_takes_a_pin_being_released(api, store, sim, th
     assert taken.isdisjoint({r["task_id"] for r in left})  # the rest were released (rows go once the tag is)
     # the released tags go from the runtime; the checkpoints' stay
     assert await eventually(lambda: _tags_are(store, {c["tag_name"] for c in cps}))
+
+
+@pytest.mark.clause("TT-2")
+async def test_the_revision_gc_sees_turn_pins(api, store, sim, three_turns, database_url):
+    """A revision only turn pins still reference (their Session gone, the Agent moved on) is not
+    collected until they are released."""
+    import psycopg
+
+    from sessionq.domain.agents import compile_egress, parse_spec, prepare_revision
+
+    sid, _tasks = three_turns
+    source = await store.session_by_id(UUID(sid))
+    spec = parse_spec({"name": "my-first-agent", "template": "image:v2"})
+    await store.apply_agent("kagent", spec.name, spec.to_json(), spec.spec_hash(), spec.image, compile_egress(spec),
+                            "alice")
+    await prepare_revision(store, sim, (await store.get_agent("kagent", spec.name)).desired_revision_id)
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        async with conn.transaction(force_rollback=True):  # as if the Session were gone, its pins not yet released
+            await conn.execute("UPDATE sessionq.sessions SET state = 'DELETED', revision_id = NULL, actor_uid = NULL"
+                               " WHERE id = %s", (sid,))
+            referenced = "SELECT sessionq.revision_referenced(%s)"
+            assert (await (await conn.execute(referenced, (source.revision_id,))).fetchone())[0] is True
+            await conn.execute("UPDATE sessionq.turn_snapshots SET revision_id = NULL WHERE session_id = %s", (sid,))
+            assert (await (await conn.execute(referenced, (source.revision_id,))).fetchone())[0] is False
