@@ -16,7 +16,7 @@ from a2a.types import a2a_pb2, a2a_pb2_grpc
 from conftest import apply_agent
 
 from sessionq._pb.kagent.api.v1alpha1 import checkpoints_pb2, checkpoints_pb2_grpc
-from sessionq.domain.checkpoints import _tag
+from sessionq.domain.checkpoints import tag_snapshot as _tag
 from sessionq.runtime.base import ActorState, Code, SubstrateError, Tag
 
 NS = "team-c"
