@@ -235,7 +235,7 @@ BEGIN
     RETURN;
   END IF;
   RETURN QUERY SELECT 'NOT_RETAINED'::text, format(
-    'the snapshot of turn %s was not retained (sessions.turnSnapshots is 0, or it could not be pinned)', sessionq.clip(t.id)), NULL::uuid;
+    'the snapshot of turn %s was not retained (sessions.turnSnapshots is 0, the next turn came before it was pinned, it was replayed into a fork, or its pin failed)', sessionq.clip(t.id)), NULL::uuid;
 END $$;
 COMMENT ON FUNCTION sessionq.turn_checkpointability(sessionq.sessions, sessionq.tasks, text) IS
   'Whether turn t of Session v can be checkpointed now: RETAINED (its pin is held), NOT_SETTLED (still running, waiting or unsettled), PENDING (being pinned), CHECKPOINTED (a checkpoint of p_caller holds it: checkpoint_id), RELEASED (outside the retained window), NOT_RETAINED (never pinned); with a short message saying so.';
