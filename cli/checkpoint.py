@@ -13,6 +13,7 @@ from sessionq.cli.client import boxed_table, echo_list, fmt_time, get_client, ou
 from sessionq.cli.session import _show_session, session
 
 from sessionq._pb.kagent.api.v1alpha1 import checkpoints_pb2, checkpoints_pb2_grpc, common_pb2
+from sessionq._pb.sessionq.v1 import turns_pb2, turns_pb2_grpc
 
 PAGE = 100
 SNAPSHOT_PENDING = "KAGENT_CHECKPOINT_SNAPSHOT_PENDING"
@@ -152,14 +153,22 @@ def delete(ctx: click.Context, checkpoint_id: str, output: str) -> None:
 
 
 @session.command()
-@click.argument("checkpoint_id")
+@click.argument("source_id", metavar="ID")
+@click.option("--at", "task_id", default=None,
+              help="Fork Session ID at this turn (a task ID from `session turns`) instead of from checkpoint ID.")
 @click.option("--request-id", default=None, help="Idempotency key (1-128 characters; default: a fresh UUID).")
 @output_option
 @click.pass_context
-def fork(ctx: click.Context, checkpoint_id: str, request_id: str | None, output: str) -> None:
-    """Start a new Session from CHECKPOINT_ID: it continues the pinned conversation on its own."""
-    request = checkpoints_pb2.ForkSessionRequest(
-        checkpoint_id=checkpoint_id, request_id=request_id or str(uuid.uuid4())
-    )
-    response = get_client(ctx).call_retrying(_stub(ctx).ForkSession, request)
+def fork(ctx: click.Context, source_id: str, task_id: str | None, request_id: str | None, output: str) -> None:
+    """Start a new Session from checkpoint ID: it continues the pinned conversation on its own. With
+    --at, ID is a Session and the fork is made at that retained turn: it replays the conversation up
+    to and including the turn, and its agent remembers exactly what it knew then."""
+    client = get_client(ctx)
+    rid = request_id or str(uuid.uuid4())
+    if task_id is not None:
+        at = turns_pb2.ForkAtTurnRequest(session_id=source_id, task_id=task_id, request_id=rid)
+        response = client.call_retrying(client.stub(turns_pb2_grpc.TurnServiceStub).ForkAtTurn, at)
+    else:
+        request = checkpoints_pb2.ForkSessionRequest(checkpoint_id=source_id, request_id=rid)
+        response = client.call_retrying(_stub(ctx).ForkSession, request)
     _show_session(response, output)

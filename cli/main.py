@@ -13,6 +13,7 @@ from sessionq.cli.operator import jobs, queues, quiescence, requeue, status, wor
 from sessionq.cli.sandbox import sandbox
 from sessionq.cli.server import migrate, runtime, serve, up, worker
 from sessionq.cli.session import session
+from sessionq.cli.tags import tags
 
 COMPLETION = """Shell completion: eval "$(_SESSIONQ_COMPLETE=bash_source sessionq)" in ~/.bashrc (zsh: zsh_source
 in ~/.zshrc; fish: _SESSIONQ_COMPLETE=fish_source sessionq > ~/.config/fish/completions/sessionq.fish)."""
@@ -46,6 +47,7 @@ for command in (workers, jobs, requeue, status, quiescence, queues):
 main.add_command(agent)
 main.add_command(session)
 main.add_command(actors)
+main.add_command(tags)
 main.add_command(checkpoint)
 main.add_command(sandbox)
 main.add_command(events)

@@ -24,6 +24,7 @@ from sessionq.cli.client import (
 from sessionq.cli.fleet import TTL, build_filter, create_labeled, filter_options, has_filter, search
 
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, runtime_pb2, sessions_pb2, sessions_pb2_grpc
+from sessionq._pb.sessionq.v1 import turns_pb2, turns_pb2_grpc
 
 PAGE = 100
 PERMISSIONS = {
@@ -192,6 +193,39 @@ def delete(ctx: click.Context, session_id: str, output: str) -> None:
     """Delete a Session and its runtime."""
     request = sessions_pb2.DeleteSessionRequest(session_id=session_id)
     _show_session(get_client(ctx).call_retrying(_stub(ctx).DeleteSession, request), output)
+
+
+# -- time travel: turns and forks at a turn (sessionq.v1.TurnService) -------------------------------
+
+def _turns_stub(ctx: click.Context) -> turns_pb2_grpc.TurnServiceStub:
+    return get_client(ctx).stub(turns_pb2_grpc.TurnServiceStub)
+
+
+def turns_table(turns: list[turns_pb2.Turn]) -> str:
+    """# TASK STATE CREATED CHECKPOINTABLE (or why not)."""
+    def why(t: turns_pb2.Turn) -> str:
+        name = strip_prefix(turns_pb2.TurnCheckpointability.Name(t.checkpointability), "TURN_CHECKPOINTABILITY_")
+        if t.checkpointable:
+            return "yes"
+        return f"no: {name}" + (f" (checkpoint {t.checkpoint_id})" if t.checkpoint_id else "")
+    return boxed_table(
+        ["#", "TASK", "STATE", "CREATED", "CHECKPOINTABLE"],
+        [[t.sequence, t.task_id, strip_prefix(t.state, "TASK_STATE_"), fmt_time(t.created_at), why(t)]
+         for t in turns],
+    )
+
+
+@session.command()
+@click.argument("session_id")
+@output_option
+@click.pass_context
+def turns(ctx: click.Context, session_id: str, output: str) -> None:
+    """List a Session's turns, each with whether it can be checkpointed or forked now (its snapshot
+    is retained: the last sessions.turnSnapshots settled turns), or why not."""
+    request = turns_pb2.ListTurnsRequest(session_id=session_id, page=common_pb2.PageRequest(limit=PAGE))
+    result = get_client(ctx).call_all_pages(_turns_stub(ctx).ListTurns, request, turns_pb2.ListTurnsResponse(),
+                                            "turns")
+    echo_list(result, "turns", output, turns_table, "No turns yet.")
 
 
 # -- shares -----------------------------------------------------------------------------------------

@@ -83,7 +83,7 @@ def build_app(
         operations.execute_operation
     )
     app.task(name="prepare_revision", queue="agents", pass_context=True, retry=OPERATION_RETRY)(agents.prepare_revision)
-    for fn in (checkpoints.create_checkpoint, checkpoints.delete_checkpoint):
+    for fn in (checkpoints.create_checkpoint, checkpoints.delete_checkpoint, checkpoints.release_turn_snapshot):
         app.task(name=fn.__name__, queue="operations", pass_context=True, retry=OPERATION_RETRY)(fn)
     app.task(
         name="refresh_snapshot", queue="operations", pass_context=True, retry=RetryStrategy(max_attempts=60, wait=1)

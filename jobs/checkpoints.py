@@ -1,4 +1,5 @@
-"""Jobs: tag a checkpoint's snapshot, remove a checkpoint's tag, record a pending snapshot."""
+"""Jobs: tag a checkpoint's snapshot, remove a checkpoint's tag, record a pending snapshot, release a
+turn pin."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from sessionq.jobs.deps import deps
 
 from sessionq.domain.checkpoints import CheckpointOutcomeStatus, run_checkpoint
 from sessionq.domain.checkpoints import refresh_snapshot as refresh
+from sessionq.domain.turn_snapshots import release_turn_pin
 
 
 async def _run(context: JobContext, checkpoint_id: str) -> CheckpointOutcomeStatus:
@@ -33,3 +35,9 @@ async def refresh_snapshot(context: JobContext, session_id: str, generation: int
     d = deps(context)
     return await refresh(d.store, d.runtime, UUID(session_id), int(generation))
 
+
+
+async def release_turn_snapshot(context: JobContext, pin_id: str) -> bool:
+    """Delete the tag of a released turn pin, then its row (retried while the runtime fails)."""
+    d = deps(context)
+    return await release_turn_pin(d.store, d.runtime, UUID(pin_id))

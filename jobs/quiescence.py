@@ -15,5 +15,6 @@ async def retry_quiescence(context: JobContext, session_id: str) -> Literal["not
     """Operator-requested (sessionq.retry_quiescence): finish a claimed idle boundary whose worker died."""
     d = deps(context)
     pool = QuiescencePool(d.store, d.runtime, d.url, workers=1, listen=False,
-                          attempt_timeout=d.settings.sessions.quiescence_attempt_timeout)
+                          attempt_timeout=d.settings.sessions.quiescence_attempt_timeout,
+                          turn_snapshots=d.settings.sessions.turn_snapshots)
     return await retry_claimed(pool, UUID(session_id))

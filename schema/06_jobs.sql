@@ -26,7 +26,8 @@ INSERT INTO sessionq.job_kinds (task_name, queue_name, lock_prefix, description)
   ('cancel_task',       'a2a',        'cancel',     'tell the Actor to stop a canceled A2A task and end it CANCELED (subject: the task id)'),
   ('deliver_push',      'push',       'push',       'deliver the pending push notifications of an A2A task, in order (subject: the task id)'),
   ('deliver_webhooks',  'push',       'webhook',    'deliver the pending webhook deliveries of a subscription, in order per Session (subject: the subscription id)'),
-  ('run_bulk_action',   'operations', 'bulk',       'admit the operations of a bulk action page by page (subject: the bulk action id)');
+  ('run_bulk_action',   'operations', 'bulk',       'admit the operations of a bulk action page by page (subject: the bulk action id)'),
+  ('release_turn_snapshot', 'operations', 'turnpin', 'delete the tag of a released turn pin, then its row (subject: the pin id)');
 
 -- job_lock: the queueing lock of a task's job for one subject.
 CREATE OR REPLACE FUNCTION sessionq.job_lock(p_task text, p_subject text) RETURNS text

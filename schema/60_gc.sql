@@ -8,9 +8,10 @@ LANGUAGE sql STABLE AS $$
                   WHERE a.desired_revision_id = p_revision OR a.latest_successful_revision_id = p_revision)
       OR EXISTS (SELECT 1 FROM sessionq.sessions s WHERE s.revision_id = p_revision)
       OR EXISTS (SELECT 1 FROM sessionq.checkpoints c WHERE c.revision_id = p_revision)
+      OR EXISTS (SELECT 1 FROM sessionq.turn_snapshots p WHERE p.revision_id = p_revision)
 $$;
 COMMENT ON FUNCTION sessionq.revision_referenced(uuid) IS
-  'True while an Agent definition (desired or latest successful), a live Session or a checkpoint references the revision.';
+  'True while an Agent definition (desired or latest successful), a live Session, a checkpoint or a turn pin (until its tag is released) references the revision.';
 
 CREATE OR REPLACE FUNCTION sessionq.gc_discover() RETURNS bigint
 LANGUAGE plpgsql AS $$

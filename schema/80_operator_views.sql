@@ -963,3 +963,40 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION sessionq.resume_queue(text, text) IS
   '`sessionq queues resume NAME`: workers fetch from queue p_queue again (and are woken at once). changed is false when it was not paused. Recorded in job_actions.';
+
+-- session_snapshots: the snapshots each live Session holds in the runtime (turn pins and checkpoints).
+CREATE OR REPLACE VIEW sessionq.session_snapshots AS
+SELECT s.id AS session_id,
+       s.agent_namespace,
+       s.agent_name,
+       s.state,
+       coalesce(p.pinned, 0) AS turn_pins,
+       coalesce(p.pinning, 0) AS turn_pins_pending,
+       coalesce(p.releasing, 0) AS turn_pins_releasing,
+       coalesce(c.held, 0) AS checkpoints,
+       coalesce(p.pinned, 0) + coalesce(p.pinning, 0) + coalesce(p.releasing, 0) + coalesce(c.held, 0) AS snapshots_held,
+       p.oldest_task_seq AS oldest_pinned_turn,
+       p.newest_task_seq AS newest_pinned_turn
+  FROM sessionq.sessions s
+  LEFT JOIN (
+    SELECT t.session_id,
+           count(*) FILTER (WHERE t.state = 'PINNED') AS pinned,
+           count(*) FILTER (WHERE t.state = 'PINNING') AS pinning,
+           count(*) FILTER (WHERE t.state = 'RELEASING') AS releasing,
+           min(t.task_seq) FILTER (WHERE t.state = 'PINNED') AS oldest_task_seq,
+           max(t.task_seq) FILTER (WHERE t.state = 'PINNED') AS newest_task_seq
+      FROM sessionq.turn_snapshots t GROUP BY t.session_id
+  ) p ON p.session_id = s.id
+  LEFT JOIN (
+    SELECT k.session_id, count(*) AS held FROM sessionq.checkpoints k WHERE k.state <> 'FAILED' GROUP BY k.session_id
+  ) c ON c.session_id = s.id
+ WHERE s.kind = 'session' AND s.state <> 'DELETED';
+COMMENT ON VIEW sessionq.session_snapshots IS
+  'Per live Session, the snapshots it holds in the runtime as tags: turn pins (sessions.turnSnapshots: the last N settled turns) and its checkpoints. At steady state turn_pins is min(N, settled turns).';
+COMMENT ON COLUMN sessionq.session_snapshots.turn_pins IS 'PINNED turn pins (tags turn-<id>): turns that can be checkpointed or forked now.';
+COMMENT ON COLUMN sessionq.session_snapshots.turn_pins_pending IS 'PINNING: a quiescence worker is making the tag.';
+COMMENT ON COLUMN sessionq.session_snapshots.turn_pins_releasing IS 'RELEASING: older than the retention, a release_turn_snapshot job deletes the tag.';
+COMMENT ON COLUMN sessionq.session_snapshots.checkpoints IS 'Checkpoints of the Session being created, ready or being deleted (each a tag; they outlive the Session).';
+COMMENT ON COLUMN sessionq.session_snapshots.snapshots_held IS 'Tags the Session holds in the runtime now: the sum of the four counts.';
+COMMENT ON COLUMN sessionq.session_snapshots.oldest_pinned_turn IS 'tasks.seq of the oldest retained turn (NULL: none).';
+COMMENT ON COLUMN sessionq.session_snapshots.newest_pinned_turn IS 'tasks.seq of the newest retained turn (NULL: none).';

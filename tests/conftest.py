@@ -175,7 +175,7 @@ async def store(database_url: str, pooled_url: str) -> AsyncIterator[Store]:
 # is then the adapter (runtime.kind: substrate) talking to a served simulator, its test hooks
 # going to the same database. By default one wire variant per clause id (the first test naming
 # it); SESSIONQ_WIRE_ALL=1 runs every qualifying test through the wire as well.
-WIRE_AREAS = ("CRE", "OP", "DEL", "SUS", "Q", "SNAP", "CKPT", "FORK")
+WIRE_AREAS = ("CRE", "OP", "DEL", "SUS", "Q", "SNAP", "CKPT", "FORK", "TT")
 _wire_clauses_seen: set[str] = set()
 
 

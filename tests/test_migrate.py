@@ -238,6 +238,34 @@ def test_revision_0014_makes_agent_changes_notify_on_an_older_database(empty_dat
         fires = conn.execute("SELECT tgtype FROM pg_trigger WHERE tgname = 'agents_notify'").fetchone()
         assert fires is not None and fires[0] & (4 | 8 | 16) == 4 | 8 | 16  # INSERT, DELETE, UPDATE
 
+
+def test_revision_0013_brings_turn_pins_to_an_older_database(empty_database_url):
+    """Revision 0013 gives a database at 0011 the turn pins: the table, its procedures, the
+    trigger that releases a deleted Session's pins, the job kind and the operators' view."""
+    from alembic import command
+
+    migrate.upgrade(empty_database_url)
+    exists = ("SELECT (SELECT count(*) FROM pg_proc WHERE proname IN ('admit_fork_at_turn', 'list_turns')"
+              " AND pronamespace = 'sessionq'::regnamespace),"
+              " to_regclass('sessionq.turn_snapshots') IS NOT NULL, to_regclass('sessionq.session_snapshots') IS NOT NULL,"
+              " (SELECT count(*) FROM sessionq.job_kinds WHERE task_name = 'release_turn_snapshot')")
+    with psycopg.connect(empty_database_url, autocommit=True) as conn:
+        conn.execute("DROP VIEW sessionq.session_snapshots")
+        conn.execute("DROP TRIGGER sessions_release_turn_pins ON sessionq.sessions")
+        conn.execute("DROP TABLE sessionq.turn_snapshots CASCADE")
+        for fn in ("admit_fork_at_turn(uuid, text, text, text)", "admit_turn_checkpoint(uuid, text, text, text)",
+                   "list_turns(uuid, text, integer, integer)"):
+            conn.execute(f"DROP FUNCTION sessionq.{fn}")
+        conn.execute("DELETE FROM sessionq.job_kinds WHERE task_name = 'release_turn_snapshot'")
+        conn.execute("UPDATE sessionq.schema_installed SET revision = '0011_turn_failure'")
+        assert conn.execute(exists).fetchone() == (0, False, False, 0)
+    command.stamp(migrate.alembic_config(empty_database_url), "0011_turn_failure")
+    migrate.upgrade(empty_database_url)
+    assert migrate.current(empty_database_url) == migrate.head()
+    with psycopg.connect(empty_database_url) as conn:
+        assert conn.execute(exists).fetchone() == (2, True, True, 1)
+
+
 CATALOG = {
     "functions": "SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid), obj_description(p.oid, 'pg_proc')"
                  " FROM pg_proc p WHERE p.pronamespace = 'sessionq'::regnamespace ORDER BY 1",

@@ -337,6 +337,15 @@ KEYS: tuple[Key, ...] = (
     Key("sessions.claimLifetime", _positive_duration, 120.0, "Maximum lifetime of an execution claim (at most 120s)."),
     Key("sessions.quiescenceWorkers", _int(1, 64), 4, "Quiescence workers per worker process."),
     Key(
+        "sessions.turnSnapshots",
+        _int(0, 16),
+        4,
+        "Settled turns per Session whose snapshots stay pinned (a tag each) so that any of them can be"
+        " checkpointed or forked (sessionq.v1 TurnService); older pins are released as a newer turn settles."
+        " 0 turns it off. At most 16, what Substrate keeps per Actor. Each pinned turn costs one CreateTag"
+        " (and, past the window, one DeleteTag) between turns and one stored copy of the snapshot.",
+    ),
+    Key(
         "sessions.quiescenceAttemptTimeout",
         _positive_duration,
         120.0,

@@ -231,6 +231,7 @@ class SessionsSettings:
     quiescence_recovery_interval: float  # sessions.quiescenceRecoveryInterval
     claim_lifetime: float  # sessions.claimLifetime
     quiescence_workers: int  # sessions.quiescenceWorkers
+    turn_snapshots: int  # sessions.turnSnapshots
     quiescence_attempt_timeout: float  # sessions.quiescenceAttemptTimeout
     quiescence_retry_max: float  # sessions.quiescenceRetryMax
     dispatch_timeout: float  # sessions.dispatchTimeout
@@ -244,6 +245,7 @@ class SessionsSettings:
             quiescence_recovery_interval=values["sessions.quiescenceRecoveryInterval"],
             claim_lifetime=values["sessions.claimLifetime"],
             quiescence_workers=values["sessions.quiescenceWorkers"],
+            turn_snapshots=values["sessions.turnSnapshots"],
             quiescence_attempt_timeout=values["sessions.quiescenceAttemptTimeout"],
             quiescence_retry_max=values["sessions.quiescenceRetryMax"],
             dispatch_timeout=values["sessions.dispatchTimeout"],

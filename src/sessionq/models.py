@@ -685,3 +685,81 @@ class BulkActionItem(Row):
     session_id: UUID
     code: str
     message: str
+
+
+class TurnPinState(enum.StrEnum):
+    """turn_snapshots.state (schema/40_checkpoints.sql)."""
+
+    PINNING = "PINNING"
+    PINNED = "PINNED"
+    RELEASING = "RELEASING"
+
+
+class TurnCheckpointability(enum.StrEnum):
+    """Whether a turn can be checkpointed now, or why not (sessionq.turn_checkpointability)."""
+
+    RETAINED = "RETAINED"  # its pin is held: checkpoint or fork it
+    NOT_SETTLED = "NOT_SETTLED"  # running, waiting or unsettled
+    PENDING = "PENDING"  # its pin is being made
+    CHECKPOINTED = "CHECKPOINTED"  # a checkpoint of the caller holds its snapshot (checkpoint_id)
+    RELEASED = "RELEASED"  # outside the retained window
+    NOT_RETAINED = "NOT_RETAINED"  # never pinned (retention off, or the pin could not be made)
+
+
+@dataclass(frozen=True)
+class TurnPin(Row):
+    """A turn pin: the tag holding the snapshot recorded after a settled turn."""
+
+    id: UUID
+    session_id: UUID
+    task_id: str
+    task_seq: int
+    history_sequence: int
+    state: TurnPinState
+    revision_id: UUID | None
+    actor_atespace: str
+    actor_name: str
+    actor_uid: str
+    snapshot_generation: int
+    snapshot_uri: str
+    tag_name: str
+    tag_snapshot_uri: str | None
+    executor_id: UUID | None
+    failure_message: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class Turn(Row):
+    """One turn of a Session as ListTurns shows it (sessionq.list_turns)."""
+
+    task_id: str
+    seq: int
+    state: str  # the A2A task state (TASK_STATE_*)
+    phase: str
+    created_at: datetime
+    updated_at: datetime
+    status: TurnCheckpointability
+    message: str
+    checkpoint_id: UUID | None
+
+
+class TagKind(enum.StrEnum):
+    """What a runtime tag is to sessionq (sessionq.describe_tags)."""
+
+    CHECKPOINT = "CHECKPOINT"
+    TURN_PIN = "TURN_PIN"
+    OTHER = "OTHER"
+
+
+@dataclass(frozen=True)
+class TagOwner(Row):
+    """What sessionq knows of one runtime tag (sessionq.describe_tags)."""
+
+    tag_name: str
+    kind: TagKind
+    session_id: UUID | None
+    checkpoint_id: UUID | None
+    task_id: str | None
+    state: str | None

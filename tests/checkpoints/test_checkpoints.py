@@ -60,6 +60,20 @@ async def fork(api, cp_id, rid, user="alice"):
     return r.session
 
 
+async def turn_pinned(store, sid, task_id, timeout=10.0):
+    """Wait until the quiescence after turn task_id has pinned its snapshot (sessions.turnSnapshots)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        async with store.pool.connection() as conn:
+            row = await (await conn.execute(
+                "SELECT count(*) AS n FROM sessionq.turn_snapshots WHERE session_id = %s AND task_id = %s AND state = 'PINNED'",
+                (sid, task_id))).fetchone()
+        if row["n"]:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"turn {task_id} was not pinned")
+
+
 async def failure(call):
     with pytest.raises(grpc.aio.AioRpcError) as e:
         await call
@@ -177,6 +191,7 @@ async def test_list_pages_and_only_the_callers(api, store, sim, conversation):
 async def test_checkpoint_being_created_blocks_turns_lifecycle_and_idle_work(api, store, sim, conversation):
     sid, _t1, t2 = conversation
     row = await store.session_by_id(UUID(sid))
+    await turn_pinned(store, sid, t2.id)  # the quiescence worker's own tag (a turn pin) is made first
     block = await sim.inject("create_tag", "block")
     creating = asyncio.create_task(create_cp(api, sid, t2.id, "blocked"))
     await sim.wait_blocked(block)

@@ -34,6 +34,7 @@ COLUMNS: dict[tuple[str, str], type[StrEnum]] = {
     ("webhook_deliveries", "state"): models.WebhookDeliveryState,
     ("bulk_actions", "kind"): models.BulkActionKind,
     ("bulk_actions", "state"): models.BulkActionState,
+    ("turn_snapshots", "state"): models.TurnPinState,
 }
 
 # enum -> the procedures whose first result column (status / outcome) it holds
@@ -44,6 +45,7 @@ PROCEDURES: dict[type[StrEnum], tuple[str, ...]] = {
     models.ObservationStatus: ("observe",),
     models.ExpiryOutcome: ("expire_session",),
     models.WebhookClaimStatus: ("claim_webhook_delivery",),
+    models.TurnCheckpointability: ("turn_checkpointability",),
 }
 
 IN_LIST = re.compile(r"^CHECK \(\((\w+) = ANY \(ARRAY\[(.*)\]\)\)\)$")

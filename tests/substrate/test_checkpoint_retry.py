@@ -13,13 +13,19 @@ from uuid import UUID
 
 import pytest
 from a2a.types import a2a_pb2, a2a_pb2_grpc
-from conftest import apply_agent
+from conftest import apply_agent, make_settings
 
 from sessionq._pb.kagent.api.v1alpha1 import checkpoints_pb2, checkpoints_pb2_grpc
-from sessionq.domain.checkpoints import _tag
+from sessionq.domain.checkpoints import tag_snapshot as _tag
 from sessionq.runtime.base import ActorState, Code, SubstrateError, Tag
 
 NS = "team-c"
+
+
+@pytest.fixture
+def settings():
+    """No turn pins (sessions.turnSnapshots 0): the checkpoint's tag is the only one these tests count."""
+    return make_settings(**{"sessions.turnSnapshots": 0})
 
 
 pytestmark = pytest.mark.real_substrate  # the sim fixture: the adapter to a served simulator playing a real Substrate

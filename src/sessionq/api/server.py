@@ -26,6 +26,8 @@ from sessionq._pb.sessionq.v1 import (
     fleet_pb2_grpc,
     inventory_pb2,
     inventory_pb2_grpc,
+    turns_pb2,
+    turns_pb2_grpc,
 )
 from sessionq.api.a2a import A2AHandler, A2AService
 from sessionq.api.agents import AgentService
@@ -39,6 +41,7 @@ from sessionq.api.inventory import InventoryService
 from sessionq.api.sandboxes import SandboxService
 from sessionq.api.sessions import SessionService
 from sessionq.api.taskstore import TaskStoreService
+from sessionq.api.turns import TagService, TurnService
 from sessionq.api.validation import RequestValidation
 from sessionq.api.webhooks import WebhookService
 from sessionq.config import Settings, grpc_message_limit
@@ -50,6 +53,8 @@ SERVICE_NAMES = [
     sessions_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name,
     agents_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
     inventory_pb2.DESCRIPTOR.services_by_name["InventoryService"].full_name,
+    turns_pb2.DESCRIPTOR.services_by_name["TurnService"].full_name,
+    turns_pb2.DESCRIPTOR.services_by_name["TagService"].full_name,
     sandboxes_pb2.DESCRIPTOR.services_by_name["SandboxService"].full_name,
     task_store_pb2.DESCRIPTOR.services_by_name["TaskStoreService"].full_name,
     checkpoints_pb2.DESCRIPTOR.services_by_name["CheckpointService"].full_name,
@@ -125,6 +130,10 @@ class ApiServer:
             FleetService(store, auth, settings.auth.admins, settings.sessions.max_idle_ttl,
                          settings.sessions.allow_no_idle_ttl),
             table,
+        )
+        turns_pb2_grpc.add_TurnServiceServicer_to_server(TurnService(store, auth), table)
+        turns_pb2_grpc.add_TagServiceServicer_to_server(
+            TagService(store, auth, settings.auth.admins, runtime), table
         )
         # one A2A behaviour behind gRPC here and the HTTP bindings (api/agentcard.py)
         self.a2a = A2AHandler(

@@ -291,7 +291,8 @@ class Console:
         detail = await self.ops.session_detail(sid, viewer=self.viewer(request))
         if detail is None:
             raise Refused(f"session {sid} not found", 404)
-        return self.page(request, "session.html", d=detail, fleet=await self.ops.session_fleet(sid))
+        return self.page(request, "session.html", d=detail, fleet=await self.ops.session_fleet(sid),
+                         fork_request=str(uuid4()))
 
     async def bulk_actions(self, request: Request) -> Response:
         return self.page(request, "bulk.html", rows=await self.ops.bulk_actions(self.viewer(request)))
@@ -397,6 +398,19 @@ class Console:
         row = await self.ops.request_drain(name, timeout, user, worker_id=int(worker_id))
         return "/workers", f"drain {row['drain_id']} requested for {name}: it finishes its running jobs and exits"
 
+    async def fork_at_turn(self, request: Request, form: Any, user: str) -> tuple[str, str]:
+        """Fork from here: a fork of the Session at one of its retained turns, the creator's."""
+        try:
+            sid = UUID(request.path_params["session_id"])
+        except ValueError:
+            raise Refused("not a session ID (a UUID)", 404) from None
+        task_id = field(form, "task_id", required=True)
+        request_id = field(form, "request_id", required=True)
+        row = await self.ops.fork_at_turn(sid, task_id, request_id)
+        if row is None:
+            raise Refused(f"session {sid} not found", 404)
+        return f"/sessions/{row['session_id']}", f"fork {row['session_id']} of turn {task_id} admitted by {user}"
+
     async def pause(self, request: Request, form: Any, user: str) -> tuple[str, str]:
         name = request.path_params["queue"]
         row = await self.ops.pause_queue(name, user, field(form, "reason"))
@@ -463,6 +477,8 @@ def build_app(settings: Settings, pool: AsyncConnectionPool, *, local_user: str 
               methods=["POST"]),
         Route("/jobs/requeue-stalled", c.action(c.requeue_stalled, lambda r: "/jobs"), methods=["POST"]),
         Route("/workers/drain", c.action(c.drain, lambda r: "/workers"), methods=["POST"]),
+        Route("/sessions/{session_id}/fork",
+              c.action(c.fork_at_turn, lambda r: f"/sessions/{r.path_params['session_id']}"), methods=["POST"]),
         Route("/queues/{queue}/pause", c.action(c.pause, lambda r: "/queues"), methods=["POST"]),
         Route("/queues/{queue}/resume", c.action(c.resume, lambda r: "/queues"), methods=["POST"]),
     ]

@@ -266,8 +266,19 @@ class OperatorStore:
         if session is None:
             return None
         sid = (session_id,)
+        turns: list[Row] = []
+        if session["state"] not in ("DELETED", "DELETING"):
+            # the Session's turns as its owner sees them through TurnService (sessionq.list_turns)
+            turns = await self._rows(
+                "SELECT t ->> 'task_id' AS task_id, (t ->> 'seq')::int AS seq, t ->> 'state' AS state,"
+                " (t ->> 'updated_at')::timestamptz AS updated_at, t ->> 'status' AS status,"
+                " t ->> 'message' AS message, t ->> 'checkpoint_id' AS checkpoint_id"
+                " FROM sessionq.sessions s, sessionq.list_turns(s.id, s.creator, (SELECT greatest(max(k.seq) - 20, 0)"
+                " FROM sessionq.tasks k WHERE k.session_id = s.id), 20) t WHERE s.id = %s ORDER BY seq DESC", sid)
         return {
             "session": session,
+            "turns": turns,
+            "snapshots": await self._one("SELECT * FROM sessionq.session_snapshots WHERE session_id = %s", sid),
             "pending": await self._one("SELECT * FROM sessionq.pending_operations WHERE session_id = %s", sid),
             "claims": await self._rows("SELECT * FROM sessionq.claims WHERE session_id = %s ORDER BY kind", sid),
             "tasks": await self._rows(
@@ -286,6 +297,14 @@ class OperatorStore:
                 " sessionq.job_overview WHERE args ->> 'session_id' = %s ORDER BY job_id DESC LIMIT 20",
                 (str(session_id),)),
         }
+
+    async def fork_at_turn(self, session_id: UUID, task_id: str, request_id: str) -> Row | None:
+        """Fork a Session at a retained turn on behalf of its creator (the fork is theirs, as if they
+        had called ForkAtTurn; idempotent by request id): the admitted fork's row."""
+        return await self._one(
+            "SELECT (f.session ->> 'id')::uuid AS session_id, f.outcome FROM sessionq.sessions s,"
+            " sessionq.admit_fork_at_turn(s.id, s.creator, %s, %s) f WHERE s.id = %s",
+            (request_id, task_id, session_id))
 
     async def overview(self) -> Row:
         """What the console's overview shows: `status()` plus operations stuck for five minutes."""

@@ -71,7 +71,7 @@ async def run_checkpoint(store: Store, runtime: Substrate, checkpoint_id: UUID, 
                     if e.code != Code.NOT_FOUND:
                         raise
             else:
-                made = await _tag(
+                made = await tag_snapshot(
                     runtime, c.actor_atespace, c.tag_name, c.actor_name, c.actor_uid, c.snapshot_generation
                 )
                 if isinstance(made, str):
@@ -95,7 +95,7 @@ async def run_checkpoint(store: Store, runtime: Substrate, checkpoint_id: UUID, 
     return CheckpointOutcome(CheckpointOutcomeStatus.READY)
 
 
-async def _tag(runtime: Substrate, atespace: str, tag: str, actor: str, uid: str, generation: int) -> Tag | str:
+async def tag_snapshot(runtime: Substrate, atespace: str, tag: str, actor: str, uid: str, generation: int) -> Tag | str:
     """Tag the Actor's current snapshot. Returns the tag as the runtime answered it (its snapshot
     URI is the tag's own copy's), or a failure message when the tag would not hold exactly the
     recorded generation.

@@ -340,7 +340,7 @@ class OperationExecutor:
                     session.actor_atespace,
                     session.actor_name,
                     session.actor_template,
-                    from_tag=self._source_tag(session),
+                    from_tag=await self._source_tag(session),
                     env=env,
                 )
             except SubstrateError as e:
@@ -359,9 +359,17 @@ class OperationExecutor:
             await self.runtime.resume_actor(session.actor_atespace, session.actor_name, actor.uid)
         return {"actor_uid": actor.uid}
 
-    def _source_tag(self, session: Session) -> str | None:
-        # the tag lives in the checkpoint's atespace, which is the fork's (both use the revision's)
-        return f"checkpoint-{session.source_checkpoint_id}" if session.source_checkpoint_id else None
+    async def _source_tag(self, session: Session) -> str | None:
+        # the tag lives in the checkpoint's atespace, which is the fork's (both use the revision's);
+        # its name is checkpoint-<id>, or turn-<pin id> for a checkpoint that took a turn pin over
+        if session.source_checkpoint_id is None:
+            return None
+        checkpoint = await self.store.checkpoint_by_id(session.source_checkpoint_id)
+        if checkpoint is None:
+            raise PreparationFailed(
+                PreparationFailure.CHECKPOINT_UNAVAILABLE, f"checkpoint {session.source_checkpoint_id} is gone"
+            )
+        return checkpoint.tag_name
 
     async def _ensure_egress(self, session: Session, actor: Actor, rules: list[EgressRule], *, fresh: bool) -> None:
         """Apply the persisted egress policy before the Actor ever runs; a retry finishes this step

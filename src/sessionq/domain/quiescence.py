@@ -43,6 +43,7 @@ from sessionq.db.notify import Channel
 from sessionq.db.retry import with_db_retry
 from sessionq.db.store import Store
 from sessionq.domain.snapshots import IdentityMismatch, pick_snapshot
+from sessionq.domain.turn_snapshots import pin_turn
 from sessionq.models import QuiescenceFailureReason, Session, SnapshotState
 from sessionq.runtime.base import (
     Actor,
@@ -89,8 +90,10 @@ class QuiescencePool:
         retry_first: float = RETRY_FIRST,
         retry_max: float = RETRY_MAX,
         lease_margin: float = LEASE_MARGIN,
+        turn_snapshots: int = 0,
     ) -> None:
         self.attempt_timeout = attempt_timeout
+        self.turn_snapshots = turn_snapshots  # sessions.turnSnapshots: pin the turn's snapshot (turn_snapshots.py)
         self.lease = attempt_timeout + lease_margin
         self.retry_first = retry_first
         self.retry_max = max(retry_max, retry_first)
@@ -216,6 +219,8 @@ class QuiescencePool:
             retry_after = min(self.retry_first * 2 ** (session.idle_attempts or 0), self.retry_max)
             await self._attempt_failed(session, reason, message, attempt, retry_after=retry_after)
             return None
+        if self.turn_snapshots > 0:  # under the idle claim, before the next turn may resume the Actor
+            await pin_turn(self.store, self.runtime, session, snapshot, self.turn_snapshots)
         recorded = await with_db_retry(
             lambda: self.store.finish_idle(session.id, session.idle_boundary_id, session.idle_executor, snapshot),  # type: ignore[arg-type]
             budget=60.0,

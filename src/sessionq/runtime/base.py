@@ -214,6 +214,9 @@ class RuntimeReader(Protocol):
 
     async def list_actors(self, atespace: str | None, page_size: int, page_token: str) -> Page[Actor]: ...
     async def list_workers(self, page_size: int, page_token: str) -> Page[Worker]: ...
+    async def list_tags(self, atespace: str | None, page_size: int, page_token: str) -> Page[Tag]:
+        """Tags in one atespace (None: every atespace), by name; the page token as list_actors'."""
+        ...
 
 
 class Substrate(RuntimeReader, Protocol):

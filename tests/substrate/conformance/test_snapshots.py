@@ -71,6 +71,33 @@ async def test_a_tag_names_the_latest_snapshot(subject: Subject) -> None:
     assert again.snapshot_generation == tag.snapshot_generation
 
 
+async def test_tags_are_listed_by_atespace_in_pages(subject: Subject) -> None:
+    """list_tags: the tags of one atespace by name (or of every atespace), in keyset pages."""
+    rt = subject.runtime
+    made = await rt.create_actor(NS, "a", await subject.template(NS, "t"))
+    await running(rt, made)
+    suspended = await rt.suspend_actor(NS, "a", made.uid)
+    names = [f"tag-{i}" for i in range(5)]
+    for name in reversed(names):
+        await rt.create_tag(NS, name, "a", made.uid)
+    listed, token = [], ""
+    while True:
+        page = await rt.list_tags(NS, 2, token)
+        assert len(page.items) <= 2
+        listed.extend(page.items)
+        token = page.next_page_token
+        if not token:
+            break
+    assert [t.name for t in listed] == names
+    assert {t.snapshot_generation for t in listed} == {suspended.snapshots[-1].generation}
+    assert {t.actor_name for t in listed} == {"a"}
+    everywhere = await rt.list_tags(None, 100, "")
+    assert [t.name for t in everywhere.items if t.atespace == NS] == names
+    await rt.delete_tag(NS, "tag-2")
+    assert [t.name for t in (await rt.list_tags(NS, 100, "")).items] == [n for n in names if n != "tag-2"]
+    assert (await rt.list_tags("elsewhere", 100, "")).items == []
+
+
 async def test_a_fork_from_a_tag_starts_from_the_tagged_snapshot(subject: Subject) -> None:
     rt, durable = subject.runtime, subject.durable
     template = await subject.template(NS, "t")

@@ -16,6 +16,9 @@ from sessionq.models import (
     CheckpointClaim,
     CheckpointClaimStatus,
     CheckpointState,
+    TagOwner,
+    Turn,
+    TurnPin,
 )
 
 
@@ -105,3 +108,51 @@ class CheckpointStore(StoreBase):
         finally:
             if unsubscribe:
                 unsubscribe()
+
+    # turn pins and time travel (the turn snapshots of schema/40_checkpoints.sql)
+
+    async def begin_turn_pin(
+        self, session_id: UUID, boundary: UUID, executor: UUID, generation: int, uri: str | None
+    ) -> TurnPin | None:
+        value = await self._value(
+            "SELECT sessionq.begin_turn_pin(%s, %s, %s, %s, %s)", (session_id, boundary, executor, generation, uri)
+        )
+        return TurnPin.from_json(value) if value else None
+
+    async def finish_turn_pin(
+        self, pin_id: UUID, executor: UUID, failure: str | None, tag_snapshot_uri: str | None, keep: int
+    ) -> TurnPin:
+        value = await self._value(
+            "SELECT sessionq.finish_turn_pin(%s, %s, %s, %s, %s)", (pin_id, executor, failure, tag_snapshot_uri, keep)
+        )
+        return TurnPin.from_json(value)
+
+    async def turn_pin_by_id(self, pin_id: UUID) -> TurnPin | None:
+        rows = await self._rows("SELECT to_jsonb(p) AS p FROM sessionq.turn_snapshots p WHERE id = %s", (pin_id,))
+        return TurnPin.from_json(rows[0]["p"]) if rows else None
+
+    async def forget_turn_pin(self, pin_id: UUID) -> bool:
+        return bool(await self._value("SELECT sessionq.forget_turn_pin(%s)", (pin_id,)))
+
+    async def list_turns(self, session_id: UUID, caller: str, after_seq: int | None, limit: int) -> list[Turn]:
+        rows = await self._rows(
+            "SELECT t FROM sessionq.list_turns(%s, %s, %s, %s) t", (session_id, caller, after_seq, limit)
+        )
+        return [Turn.from_json(r["t"]) for r in rows]
+
+    async def admit_turn_checkpoint(self, session_id: UUID, caller: str, request_id: str, task_id: str) -> Checkpoint:
+        return Checkpoint.from_json(
+            await self._value(
+                "SELECT sessionq.admit_turn_checkpoint(%s, %s, %s, %s)", (session_id, caller, request_id, task_id)
+            )
+        )
+
+    async def admit_fork_at_turn(self, session_id: UUID, caller: str, request_id: str, task_id: str) -> Admission:
+        return await self._admit(
+            "SELECT * FROM sessionq.admit_fork_at_turn(%s, %s, %s, %s)", (session_id, caller, request_id, task_id)
+        )
+
+    async def describe_tags(self, caller: str, admin: bool, names: list[str]) -> dict[str, TagOwner]:
+        """What sessionq knows of these runtime tags, those the caller may see only (by name)."""
+        rows = await self._rows("SELECT * FROM sessionq.describe_tags(%s, %s, %s)", (caller, admin, names))
+        return {r["tag_name"]: TagOwner.from_json(r) for r in rows}

@@ -18,7 +18,7 @@ raises INTERNAL with the field named (codec.UnexpectedShape), never anything els
 | create/get_egress_policy | CreateActorEgressPolicy / GetActorEgressPolicy |
 | update_egress_policy | GetActorEgressPolicy, then UpdateActorEgressPolicy with its uid + version |
 | create/get/delete_tag | CreateTag (scope ATESPACE) / GetTag / DeleteTag |
-| list_actors / list_workers | ListActors / ListWorkers (page_size, page_token passed through) |
+| list_actors / list_workers / list_tags | ListActors / ListWorkers / ListTags (page_size, page_token passed through) |
 | invoke | A2A SendMessage to the Actor's private endpoint (`invoke.py`) |
 | cancel_turn | A2A CancelTask to the Actor's private endpoint |
 
@@ -427,6 +427,11 @@ class SubstrateClient:
         request = pb.ListActorsRequest(atespace=atespace or "", page_size=page_size, page_token=page_token)
         response = await self._rpc(self.stub.ListActors, request)
         return Page(items=[codec.actor_from_pb(a) for a in response.actors], next_page_token=response.next_page_token)
+
+    async def list_tags(self, atespace: str | None, page_size: int, page_token: str) -> Page[Tag]:
+        request = pb.ListTagsRequest(atespace=atespace or "", page_size=page_size, page_token=page_token)
+        response = await self._rpc(self.stub.ListTags, request)
+        return Page(items=[codec.tag_from_pb(t, "") for t in response.tags], next_page_token=response.next_page_token)
 
     async def list_workers(self, page_size: int, page_token: str) -> Page[Worker]:
         request = pb.ListWorkersRequest(page_size=page_size, page_token=page_token)

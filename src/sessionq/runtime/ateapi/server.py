@@ -203,6 +203,13 @@ class ControlService(pb_grpc.ControlServicer):
 
         return await self._run(context, call)
 
+    async def ListTags(self, request: pb.ListTagsRequest, context: Any) -> pb.ListTagsResponse:
+        async def call() -> pb.ListTagsResponse:
+            page = await self.runtime.list_tags(request.atespace or None, request.page_size, request.page_token)
+            return pb.ListTagsResponse(tags=[self._tag(t) for t in page.items], next_page_token=page.next_page_token)
+
+        return await self._run(context, call)
+
     # templates ---------------------------------------------------------------------------------
 
     async def CreateActorTemplate(self, request: pb.CreateActorTemplateRequest, context: Any) -> pb.ActorTemplate:

@@ -835,6 +835,14 @@ class ProcessSubstrate:
         async with self._db.tx() as cur:
             return await _READS.actor_page(cur, atespace, boundary, size)
 
+    async def list_tags(self, atespace: str | None, page_size: int, page_token: str) -> Page[Tag]:
+        if atespace is not None:
+            require_name("atespace", atespace)
+        size = clamp_page_size(page_size)
+        boundary = decode_actor_token(page_token, global_listing=atespace is None) if page_token else None
+        async with self._db.tx() as cur:
+            return await _READS.tag_page(cur, atespace, boundary, size, _tag)
+
     async def list_workers(self, page_size: int, page_token: str) -> Page[Worker]:
         size = clamp_page_size(page_size)
         boundary = worker_boundary(page_token)

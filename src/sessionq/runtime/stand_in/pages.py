@@ -9,7 +9,7 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from sessionq.runtime.base import Actor, Code, Page, SubstrateError, Worker
+from sessionq.runtime.base import Actor, Code, Page, SubstrateError, Tag, Worker
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
@@ -18,6 +18,7 @@ __all__ = [
     "clamp_page_size",
     "decode_actor_token",
     "encode_actor_token",
+    "tag_page",
     "worker_boundary",
     "worker_page",
 ]
@@ -62,6 +63,27 @@ async def actor_page(
     rows = rows[:size]
     snaps = await snapshots_of(cur, [r["uid"] for r in rows])
     items = [to_actor(r, snaps[r["uid"]]) for r in rows]
+    token = encode_actor_token(items[-1].atespace if atespace is None else None, items[-1].name) if more else ""
+    return Page(items=items, next_page_token=token)
+
+
+async def tag_page(
+    cur: Any, table: str, atespace: str | None, boundary: tuple[str | None, str] | None, size: int,
+    to_tag: Callable[[Any], Tag],
+) -> Page[Tag]:
+    """One keyset page of the tags of `table` after `boundary`, in one atespace or, with atespace
+    None, across all of them; the tokens are the Actors' (encode_actor_token)."""
+    if atespace is None:
+        b_atespace, b_name = boundary if boundary is not None else ("", "")
+        await cur.execute(f"SELECT * FROM {table} t WHERE (t.atespace, t.name) > (%s, %s)"
+                          " ORDER BY t.atespace, t.name LIMIT %s", (b_atespace, b_name, size + 1))
+    else:
+        b_name = boundary[1] if boundary is not None else ""
+        await cur.execute(f"SELECT * FROM {table} t WHERE t.atespace = %s AND t.name > %s ORDER BY t.name LIMIT %s",
+                          (atespace, b_name, size + 1))
+    rows = await cur.fetchall()
+    more = len(rows) > size
+    items = [to_tag(r) for r in rows[:size]]
     token = encode_actor_token(items[-1].atespace if atespace is None else None, items[-1].name) if more else ""
     return Page(items=items, next_page_token=token)
 

@@ -10,9 +10,9 @@ from typing import Any
 
 from psycopg.rows import DictRow
 
-from sessionq.runtime.base import Actor, ActorTemplate, Code, EgressPolicy, Page, Snapshot, SubstrateError
+from sessionq.runtime.base import Actor, ActorTemplate, Code, EgressPolicy, Page, Snapshot, SubstrateError, Tag
 from sessionq.runtime.stand_in.database import Cursor
-from sessionq.runtime.stand_in.pages import actor_page
+from sessionq.runtime.stand_in.pages import actor_page, tag_page
 from sessionq.runtime.stand_in.rows import actor_from_row, policy_from_row, template_from_row
 
 __all__ = ["StandInReads", "checked_actor"]
@@ -82,6 +82,13 @@ class StandInReads:
         if row is None:
             raise SubstrateError(Code.NOT_FOUND, f"actor template {atespace}/{name} not found")
         return template_from_row(row)
+
+    async def tag_page(
+        self, cur: Cursor, atespace: str | None, boundary: tuple[str | None, str] | None, size: int,
+        to_tag: Callable[[Any], Tag],
+    ) -> Page[Tag]:
+        """One keyset page of tags after `boundary` (pages.tag_page)."""
+        return await tag_page(cur, f"{self.schema}.tags", atespace, boundary, size, to_tag)
 
     async def tag_row(self, cur: Cursor, atespace: str, name: str) -> dict[str, Any]:
         """The tag's row; NOT_FOUND without one."""
