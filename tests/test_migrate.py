@@ -239,8 +239,8 @@ def test_revision_0014_makes_agent_changes_notify_on_an_older_database(empty_dat
         assert fires is not None and fires[0] & (4 | 8 | 16) == 4 | 8 | 16  # INSERT, DELETE, UPDATE
 
 
-def test_revision_0013_brings_turn_pins_to_an_older_database(empty_database_url):
-    """Revision 0013 gives a database at 0011 the turn pins: the table, its procedures, the
+def test_revision_0015_brings_turn_pins_to_an_older_database(empty_database_url):
+    """Revision 0015 gives a database at 0011 the turn pins: the table, its procedures, the
     trigger that releases a deleted Session's pins, the job kind and the operators' view."""
     from alembic import command
 

@@ -1,4 +1,4 @@
--- Upgrade 0013_turn_snapshots: turn pins (time travel to a Session's recent turns).
+-- Upgrade 0015_turn_snapshots: turn pins (time travel to a Session's recent turns).
 --
 -- Applied by its revision only, to a database whose schema was installed before it; a database
 -- installed from schema/ at or after it has all of this already. Frozen: a later change to these
