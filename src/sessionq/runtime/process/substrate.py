@@ -89,7 +89,6 @@ INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "
 DEFAULT_MAX_DIRECTORY_BYTES = 1 << 30
 ARGV_LIMIT = 64
 ARG_LENGTH = 4096
-_WITH_PROCESS = (ActorState.RESUMING, ActorState.RUNNING, ActorState.PAUSED, ActorState.SUSPENDING)
 
 
 @dataclass(frozen=True)
