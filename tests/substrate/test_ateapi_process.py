@@ -18,7 +18,7 @@ from typing import Any
 
 import grpc
 import pytest
-from conftest import stop_process
+from conftest import QUICK_RECONNECT, stop_process
 
 from sessionq import config
 from sessionq._pb.ateapi import ateapi_pb2_grpc as pb_grpc
@@ -76,7 +76,7 @@ async def test_served_in_another_process_with_faults_from_here(
 ) -> None:
     port, actor_port = served_process
     client = SubstrateClient(SubstrateOptions(
-        address=f"127.0.0.1:{port}", uid_preflight=False, call_timeout=5.0,
+        address=f"127.0.0.1:{port}", uid_preflight=False, call_timeout=5.0, extra_channel_options=QUICK_RECONNECT,
         actor_address_pattern=f"http://127.0.0.1:{actor_port}/actors/{{atespace}}/{{name}}"))
     await client.open()
     try:
@@ -102,7 +102,8 @@ async def test_unreachable_at_start_then_served(database_url: str, sim: Simulate
     """Nothing answers yet: health says why and calls are UNAVAILABLE (retryable); once the
     runtime is up the same client works, and nothing was created by the failed calls."""
     port, actor_port = free_port(), free_port()
-    client = SubstrateClient(SubstrateOptions(address=f"127.0.0.1:{port}", uid_preflight=False, call_timeout=1.0))
+    client = SubstrateClient(SubstrateOptions(address=f"127.0.0.1:{port}", uid_preflight=False, call_timeout=1.0,
+                                              extra_channel_options=QUICK_RECONNECT))
     await client.open()
     proc = None
     try:
@@ -185,7 +186,8 @@ async def test_readiness_follows_the_runtime(database_url: str) -> None:
         health = servicer
 
     port = free_port()
-    client = SubstrateClient(SubstrateOptions(address=f"127.0.0.1:{port}", call_timeout=1.0))
+    client = SubstrateClient(SubstrateOptions(address=f"127.0.0.1:{port}", call_timeout=1.0,
+                                              extra_channel_options=QUICK_RECONNECT))
     await client.open()
     stop = asyncio.Event()
     watch = asyncio.create_task(watch_runtime(Api(), client, stop, interval=0.1))  # type: ignore[arg-type]
