@@ -15,13 +15,16 @@ import asyncio
 import json
 import logging
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
+import psycopg
 import pytest
 from a2a.types import a2a_pb2, a2a_pb2_grpc
 from agentapi import resource
 from conftest import apply_agent, make_settings
+from psycopg_pool import PoolTimeout
 
 from sessionq import errors
 from sessionq._pb.kagent.api.v1alpha1 import (
@@ -39,7 +42,7 @@ from sessionq._pb.kagent.api.v1alpha1 import (
 from sessionq.api.agentcard import AgentCardServer
 from sessionq.api.auth import Authenticator
 from sessionq.api.guard import InputGuard, RateLimitedLog, Rejection
-from sessionq.api.rpc import rpc
+from sessionq.api.rpc import rpc, rpc_stream
 from sessionq.domain import workload
 from sessionq.errors import SessionqError
 
@@ -219,6 +222,59 @@ async def test_status_messages_are_capped_as_a_backstop():
         await server.stop(0)
     assert code == SC.INVALID_ARGUMENT
     assert details.startswith("bad value vvv") and len(details) == errors.MAX_STATUS_MESSAGE + 1
+
+
+_RAISED = {
+    "SessionqError": (lambda: SessionqError("SQ404", "no such thing"), SC.NOT_FOUND, "no such thing"),
+    "DataError": (lambda: psycopg.DataError("bad byte"), SC.INVALID_ARGUMENT, "cannot be stored"),
+    "PoolTimeout": (lambda: PoolTimeout("no connection"), SC.UNAVAILABLE, "the database is unavailable"),
+    "OperationalError": (lambda: psycopg.OperationalError("gone"), SC.UNAVAILABLE, "the database is unavailable"),
+    "unexpected": (lambda: RuntimeError("bug"), SC.INTERNAL, "internal error; see the server log"),
+}
+
+
+@pytest.mark.parametrize("raised", sorted(_RAISED))
+async def test_unary_and_streaming_methods_map_errors_the_same_way(raised: str) -> None:
+    """`rpc` and `rpc_stream` share one mapping: the same error is the same status, before a stream's
+    first item or after it; only what UNAVAILABLE tells the client to do differs."""
+    make, expected, text = _RAISED[raised]
+
+    class Failing:
+        @rpc
+        async def Unary(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+            raise make()
+
+        @rpc_stream
+        async def Stream(self, request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+            if request:
+                yield b"first"
+            raise make()
+
+    failing = Failing()
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("test.Failing", {
+        "Unary": grpc.unary_unary_rpc_method_handler(failing.Unary),
+        "Stream": grpc.unary_stream_rpc_method_handler(failing.Stream),
+    }),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            unary = await status_of(raw(channel, "/test.Failing/Unary")(b"", timeout=5))
+            streamed = []
+            for request in (b"", b"after an item"):
+                call = channel.unary_stream("/test.Failing/Stream")(request, timeout=5)
+                with pytest.raises(grpc.aio.AioRpcError) as e:
+                    async for _ in call:
+                        pass
+                streamed.append((e.value.code(), e.value.details() or ""))
+    finally:
+        await server.stop(0)
+    for code, details in [unary, *streamed]:
+        assert code == expected and text in details, (code, details)
+    if expected == SC.UNAVAILABLE:
+        assert unary[1].endswith("retry the same call")
+        assert all(details.endswith("subscribe again") for _, details in streamed)
 
 
 def test_clip() -> None:

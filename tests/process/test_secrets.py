@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import stop_process
+from conftest import QUICK_RECONNECT, stop_process
 
 from sessionq.runtime.ateapi.client import SubstrateClient, SubstrateOptions
 from tests.process.conftest import FIXTURE, wait_for
@@ -45,7 +45,7 @@ async def test_an_actor_reads_no_secret_of_the_runtime(database_url: str, tmp_pa
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     client = SubstrateClient(SubstrateOptions(
-        address=f"127.0.0.1:{port}", uid_preflight=False, call_timeout=30.0,
+        address=f"127.0.0.1:{port}", uid_preflight=False, call_timeout=30.0, extra_channel_options=QUICK_RECONNECT,
         actor_address_pattern=f"http://127.0.0.1:{actor_port}/actors/{{atespace}}/{{name}}"))
     try:
         await client.open()

@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 import pytest
 from a2a.types import a2a_pb2
-from conftest import stop_process
+from conftest import QUICK_RECONNECT, stop_process
 
 from sessionq.db.store import Store
 from sessionq.domain.agents import compile_egress, parse_spec, prepare_revision
@@ -59,6 +59,7 @@ def served(database_url: str, tmp_path: Path) -> Iterator[dict[str, Any]]:
 async def client(served: dict[str, Any]) -> AsyncIterator[SubstrateClient]:
     c = SubstrateClient(SubstrateOptions(
         address=f"127.0.0.1:{served['port']}", uid_preflight=False, call_timeout=30.0,
+        extra_channel_options=QUICK_RECONNECT,
         actor_address_pattern=f"http://127.0.0.1:{served['actor_port']}/actors/{{atespace}}/{{name}}"))
     await c.open()
     deadline = time.monotonic() + 60

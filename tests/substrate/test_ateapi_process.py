@@ -18,9 +18,12 @@ from typing import Any
 
 import grpc
 import pytest
-from conftest import stop_process
+from conftest import QUICK_RECONNECT, stop_process
 
+from sessionq import config
 from sessionq._pb.ateapi import ateapi_pb2_grpc as pb_grpc
+from sessionq.app.runtimes import substrate_options
+from sessionq.config import ConfigError
 from sessionq.runtime.ateapi.client import SubstrateClient, SubstrateOptions
 from sessionq.runtime.ateapi.server import ControlService
 from sessionq.runtime.base import ActorState, Code, SubstrateError
@@ -73,7 +76,7 @@ async def test_served_in_another_process_with_faults_from_here(
 ) -> None:
     port, actor_port = served_process
     client = SubstrateClient(SubstrateOptions(
-        address=f"127.0.0.1:{port}", uid_preflight=False, call_timeout=5.0,
+        address=f"127.0.0.1:{port}", uid_preflight=False, call_timeout=5.0, extra_channel_options=QUICK_RECONNECT,
         actor_address_pattern=f"http://127.0.0.1:{actor_port}/actors/{{atespace}}/{{name}}"))
     await client.open()
     try:
@@ -99,7 +102,8 @@ async def test_unreachable_at_start_then_served(database_url: str, sim: Simulate
     """Nothing answers yet: health says why and calls are UNAVAILABLE (retryable); once the
     runtime is up the same client works, and nothing was created by the failed calls."""
     port, actor_port = free_port(), free_port()
-    client = SubstrateClient(SubstrateOptions(address=f"127.0.0.1:{port}", uid_preflight=False, call_timeout=1.0))
+    client = SubstrateClient(SubstrateOptions(address=f"127.0.0.1:{port}", uid_preflight=False, call_timeout=1.0,
+                                              extra_channel_options=QUICK_RECONNECT))
     await client.open()
     proc = None
     try:
@@ -182,7 +186,8 @@ async def test_readiness_follows_the_runtime(database_url: str) -> None:
         health = servicer
 
     port = free_port()
-    client = SubstrateClient(SubstrateOptions(address=f"127.0.0.1:{port}", call_timeout=1.0))
+    client = SubstrateClient(SubstrateOptions(address=f"127.0.0.1:{port}", call_timeout=1.0,
+                                              extra_channel_options=QUICK_RECONNECT))
     await client.open()
     stop = asyncio.Event()
     watch = asyncio.create_task(watch_runtime(Api(), client, stop, interval=0.1))  # type: ignore[arg-type]
@@ -254,15 +259,29 @@ async def test_status_says_whether_the_runtime_answers(served: Any, tmp_path: Pa
     assert "RUNTIME             simulator: in process" in text, text
 
 
-@pytest.mark.parametrize(("env", "says"), [
+_UNUSABLE = [
     ({"SESSIONQ_RUNTIME__SUBSTRATE__ADDRESS": ""}, "runtime.substrate.address: required"),
     ({"SESSIONQ_RUNTIME__SUBSTRATE__TLS__ENABLED": "true", "SESSIONQ_RUNTIME__SUBSTRATE__TLS__CA_FILE": "/nonexistent/ca"},
      "runtime.substrate.tls.caFile: cannot read /nonexistent/ca"),
     ({"SESSIONQ_RUNTIME__SUBSTRATE__TOKEN_FILE": "/nonexistent/token"}, "runtime.substrate.tokenFile: cannot read"),
     ({"SESSIONQ_RUNTIME__SUBSTRATE__ACTOR_ADDRESS_PATTERN": "http://{nope}/"}, "actorAddressPattern"),
-])
-def test_worker_refuses_an_unusable_substrate_configuration(database_url: str, env: dict[str, str], says: str) -> None:
-    """Validated at start: one line naming the key, no traceback."""
+]
+
+
+@pytest.mark.parametrize(("env", "says"), _UNUSABLE)
+def test_an_unusable_substrate_configuration_names_its_key(env: dict[str, str], says: str) -> None:
+    """What the worker checks at start (`substrate_options`) refuses each unusable value naming its key."""
+    full = {**os.environ, "SESSIONQ_RUNTIME__KIND": "substrate", "SESSIONQ_RUNTIME__SUBSTRATE__ADDRESS": "127.0.0.1:1",
+            **env}
+    with pytest.raises(ConfigError) as refused:
+        substrate_options(config.load(env=full))
+    assert says in str(refused.value)
+
+
+def test_worker_refuses_an_unusable_substrate_configuration(database_url: str) -> None:
+    """Validated at start: one line naming the key, no traceback (the real entry point, for one of
+    the values the test above refuses: each takes the same path out)."""
+    env, says = _UNUSABLE[1]
     full = {**os.environ, "SESSIONQ_DATABASE__URL": database_url, "SESSIONQ_RUNTIME__KIND": "substrate",
             "SESSIONQ_RUNTIME__SUBSTRATE__ADDRESS": "127.0.0.1:1", **env}
     r = subprocess.run([sys.executable, "-m", "sessionq.cli.main", "worker"], env=full, capture_output=True,

@@ -15,7 +15,7 @@ from uuid import UUID
 import grpc
 import pytest
 from click.testing import CliRunner
-from conftest import Api, stop_process
+from conftest import QUICK_RECONNECT, Api, stop_process
 from sessionq.cli.main import main
 from test_ateapi_process import free_port, wait_healthy
 from test_fork_real_substrate import answer, checkpoint, conversation, fork, send
@@ -64,7 +64,7 @@ def served_process(database_url: str, ports: tuple[int, int, int]) -> Iterator[s
 async def sim(database_url: str, ports: tuple[int, int, int], served_process: Any) -> AsyncIterator[Any]:
     port, actor_port, _ = ports
     client = SubstrateClient(SubstrateOptions(
-        address=f"127.0.0.1:{port}", uid_preflight=True, call_timeout=120.0,
+        address=f"127.0.0.1:{port}", uid_preflight=True, call_timeout=120.0, extra_channel_options=QUICK_RECONNECT,
         actor_address_pattern=f"http://127.0.0.1:{actor_port}/actors/{{atespace}}/{{name}}"))
     await client.open()
     local = SimulatedSubstrate(database_url, worker_pool_size=64)

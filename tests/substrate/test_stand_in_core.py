@@ -1,5 +1,5 @@
-"""The stand-in core (sessionq.runtime.stand_in) as both stand-in runtimes use it: the functions of
-core.sql are one text in both schemas, and the shared database layer turns each schema's `fail`,
+"""The stand-in core (sessionq.runtime.stand_in) as both stand-in runtimes use it: the tables and
+functions of core.sql are one definition in both schemas, and the shared database layer turns each schema's `fail`,
 a transaction rollback and other errors into what the runtime reports."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator
 import psycopg
 import pytest
 
-from sessionq.runtime.base import Code, SubstrateError
+from sessionq.runtime.base import ActorState, Code, SubstrateError
 from sessionq.runtime.process.database import ProcessDatabase
 from sessionq.runtime.process.database import install_schema as install_process_schema
 from sessionq.runtime.simulator.database import SimulatorDatabase
-from sessionq.runtime.stand_in.database import StandInDatabase
+from sessionq.runtime.stand_in.database import StandInDatabase, StandInSchema
 
 SCHEMAS = {"substrate_sim": "SX001", "sessionq_process": "PX001"}
 
@@ -45,16 +45,54 @@ async def test_the_core_functions_are_one_text_in_both_schemas(database_url: str
             cur = await conn.execute(
                 "SELECT p.proname, pg_get_functiondef(p.oid), obj_description(p.oid, 'pg_proc')"
                 " FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
-                " WHERE n.nspname = %s AND p.proname IN ('fail', 'lock_actor') ORDER BY p.proname",
+                " WHERE n.nspname = %s AND p.proname IN ('fail', 'lock_actor', 'release_worker')"
+                " ORDER BY p.proname",
                 (schema,),
             )
             found[schema] = [
                 (name, text.replace(schema, "<schema>").replace(sqlstate, "<sqlstate>"), comment)
                 for name, text, comment in await cur.fetchall()
             ]
-    assert [row[0] for row in found["substrate_sim"]] == ["fail", "lock_actor"]
+    assert [row[0] for row in found["substrate_sim"]] == ["fail", "lock_actor", "release_worker"]
     assert all(row[2] for row in found["substrate_sim"]), "every core function has its COMMENT"
     assert found["substrate_sim"] == found["sessionq_process"]
+
+
+_COLUMNS = (
+    "SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,"
+    " replace(pg_get_expr(d.adbin, d.adrelid), %(schema)s || '.', ''), a.attcollation"
+    " FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
+    " LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum"
+    " WHERE n.nspname = %(schema)s AND c.relkind = 'r' AND a.attnum > 0 AND NOT a.attisdropped"
+)
+
+
+async def test_each_runtime_schema_is_the_core_tables_and_its_own_columns(database_url: str) -> None:
+    """core.sql alone, in a scratch schema, makes the core columns; each runtime's tables hold every
+    one of them as the core defines it, and add only columns of their own."""
+    probe = StandInSchema(
+        name="stand_in_probe", package="sessionq.runtime.stand_in", label="probe", fail_sqlstate="ZX001",
+        install_lock_key=0, worker_states=(ActorState.RUNNING,),
+    )
+    await install_process_schema(database_url, slots=1)
+    async with SimulatorDatabase(database_url, worker_pool_size=1):
+        pass
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await conn.execute(probe.core_sql())
+
+        async def columns(schema: str) -> dict[tuple[str, str], tuple[object, ...]]:
+            cur = await conn.execute(_COLUMNS, {"schema": schema})
+            return {(row[0], row[1]): row[2:] for row in await cur.fetchall()}
+
+        core = await columns("stand_in_probe")
+        assert {table for table, _ in core} == {
+            "templates", "workers", "actors", "snapshots", "tags", "egress_policies"
+        }
+        for schema in SCHEMAS:
+            own = await columns(schema)
+            assert {key: own[key] for key in core if key in own} == core, schema
+            added = {key for key in own if key[0] in {t for t, _ in core}} - set(core)
+            assert added, f"{schema} adds its own columns to the core tables"
 
 
 async def test_fail_in_a_transaction_is_the_runtime_code(runtime_db: tuple[str, StandInDatabase]) -> None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import hashlib
 import logging
 import random
@@ -32,11 +31,10 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 from uuid import UUID
 
 import grpc
-import psycopg
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.request_handler import RequestHandler
 from a2a.types import a2a_pb2, a2a_pb2_grpc
@@ -46,9 +44,8 @@ from sessionq import errors, metrics
 from sessionq.api.auth import Authenticator, Identity
 from sessionq.api.fields import has_control
 from sessionq.api.paging import decode_token, encode_token
-from sessionq.api.rpc import abort, rpc, wait_budget
+from sessionq.api.rpc import rpc, rpc_stream, wait_budget
 from sessionq.api.sessions import await_generation
-from sessionq.api.storable import check_storable
 from sessionq.api.taskstore import STATE_NAMES, task_from_json
 from sessionq.config import MIB
 from sessionq.db.notify import Channel
@@ -610,40 +607,6 @@ class A2AHandler(RequestHandler):
 
 
 # -- the gRPC binding ---------------------------------------------------------------------------------
-
-S = TypeVar("S")
-
-
-def rpc_stream(method: Callable[..., AsyncIterator[S]]) -> Callable[..., AsyncIterator[S]]:
-    """`@rpc` for server-streaming methods: errors before or during the stream become their status."""
-
-    @functools.wraps(method)
-    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[S]:
-        name = f"{type(self).__name__}/{method.__name__}"
-        code = grpc.StatusCode.OK
-        try:
-            check_storable(request)
-            async for item in method(self, request, context):
-                yield item
-        except SessionqError as e:
-            code = e.code
-            await abort(context, e)
-        except (psycopg.OperationalError, psycopg.InterfaceError) as e:
-            code = grpc.StatusCode.UNAVAILABLE
-            log.warning("database unavailable in %s: %s", name, e)
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "the database is unavailable; subscribe again")
-        except Exception:
-            if isinstance(context.code(), grpc.StatusCode) and context.code() != grpc.StatusCode.OK:
-                code = context.code()
-                raise
-            code = grpc.StatusCode.INTERNAL
-            log.exception("unexpected error in %s", name)
-            await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the server log")
-        finally:
-            metrics.GRPC_REQUESTS.labels(method=name, code=code.name).inc()
-
-    return wrapper
-
 
 class A2AService(a2a_pb2_grpc.A2AServiceServicer):
     """The gRPC binding of `A2AHandler`: the caller from the metadata, the tenant from the request,

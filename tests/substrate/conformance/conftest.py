@@ -166,8 +166,10 @@ async def open_subject(kind: Kind, database_url: str, root: Path) -> AsyncIterat
                 yield Subject(kind, client, _simulator_durable(sim))
         return
     if kind in (Kind.PROCESS, Kind.PROCESS_WIRE, Kind.PROCESS_ADAPTER, Kind.PROCESS_NAMESPACES):
-        config = ProcessConfig(root=root, slots=WORKERS, stop_grace=5.0, warm_interpreters=0, isolation=LEVEL.get(kind))
-        # a process that only waits: SIGTERM ends it at once, and it writes nothing of its own
+        # a process that only waits: SIGTERM ends it at once, and it writes nothing of its own; it
+        # never accepts a call on its endpoint, so a cancel_turn waits its whole (short) timeout
+        config = ProcessConfig(root=root, slots=WORKERS, stop_grace=5.0, warm_interpreters=0, isolation=LEVEL.get(kind),
+                               cancel_timeout=1.0)
         options = {"command": ["sleep"], "args": ["3600"]}
         async with ProcessSubstrate(database_url, config) as rt:
             if kind in IN_PROCESS:

@@ -1,16 +1,24 @@
-"""The process runtime's own database: its schema (schema.sql and the stand-in core's functions,
-``sessionq_process``), the install of its process slots, and its connection pool (the stand-in
-core's `StandInDatabase`)."""
+"""The process runtime's own database: its schema ``sessionq_process`` (the stand-in core's core.sql,
+then schema.sql: what the runtime keeps of processes and archives), the install of its process slots,
+and its connection pool (the stand-in core's `StandInDatabase`)."""
 
 from __future__ import annotations
 
-from sessionq.runtime.stand_in.database import Cursor, StandInDatabase, installing
+from sessionq.runtime.base import ActorState
+from sessionq.runtime.stand_in import database as stand_in
+from sessionq.runtime.stand_in.database import Cursor, StandInDatabase, StandInSchema
 
 __all__ = ["SCHEMA", "SERVER_LOCK_KEY", "Cursor", "ProcessDatabase", "install_schema", "worker_name"]
 
-SCHEMA = "sessionq_process"
-_FAIL_SQLSTATE = "PX001"  # sessionq_process.fail: the Code name in DETAIL
-_INSTALL_LOCK_KEY = 0x5071526E74694D65  # pg_advisory_xact_lock: install_schema across processes
+SCHEMA = StandInSchema(
+    name="sessionq_process",
+    package="sessionq.runtime.process",
+    label="process runtime",
+    fail_sqlstate="PX001",  # sessionq_process.fail: the Code name in DETAIL
+    install_lock_key=0x5071526E74694D65,
+    # the states of an Actor with a process: it holds a process slot
+    worker_states=(ActorState.RESUMING, ActorState.RUNNING, ActorState.PAUSED, ActorState.SUSPENDING),
+)
 SERVER_LOCK_KEY = 0x5071526E74537276  # pg_try_advisory_lock: one runtime server per database
 
 
@@ -23,25 +31,15 @@ async def install_schema(conninfo: str, *, slots: int) -> None:
     processes run it at once."""
     if slots < 1:
         raise ValueError("the process runtime needs at least one slot")
-    async with installing(
+    await stand_in.install_schema(
         conninfo,
-        package="sessionq.runtime.process",
-        schema=SCHEMA,
-        fail_sqlstate=_FAIL_SQLSTATE,
-        lock_key=_INSTALL_LOCK_KEY,
-    ) as conn:
-        async with conn.cursor() as cur:
-            await cur.executemany(
-                "INSERT INTO sessionq_process.workers (name, idx, ip) VALUES (%s, %s, '127.0.0.1')"
-                " ON CONFLICT DO NOTHING",
-                [(worker_name(i), i) for i in range(slots)],
-            )
+        SCHEMA,
+        lambda existing: [{"name": worker_name(i), "idx": i, "ip": "127.0.0.1"} for i in range(existing, slots)],
+    )
 
 
 class ProcessDatabase(StandInDatabase):
     """The process runtime's connection pool on ``sessionq_process``."""
 
     def __init__(self, conninfo: str, *, pool_size: int = 4) -> None:
-        super().__init__(
-            conninfo, schema=SCHEMA, label="process runtime", fail_sqlstate=_FAIL_SQLSTATE, pool_size=pool_size
-        )
+        super().__init__(conninfo, SCHEMA, pool_size=pool_size)

@@ -1,132 +1,64 @@
--- State of the process runtime (sessionq.runtime.process): Actors that are OS processes on this machine.
+-- State of the process runtime (sessionq.runtime.process), whose Actors are OS processes on this
+-- machine: what it adds to the stand-in core's tables and functions (runtime/stand_in/core.sql,
+-- installed into this schema before this file: the schema, templates, workers, actors, snapshots,
+-- tags, egress policies, fail, lock_actor).
 --
 -- Its own schema, outside the control plane's tables and transactions. One runtime server owns the
 -- schema at a time (a session-level advisory lock held while it runs); the processes are its
 -- children. Idempotent: install_schema() runs this file under a transaction-level advisory lock.
--- Names and keys use the "C" collation so keyset order matches byte (code point) order.
 --
 -- The transitions are the functions below; ProcessSubstrate calls one per step and does the process
 -- and file work (start, signal, archive, restore) between them, with no transaction open. Errors are
 -- raised with sessionq_process.fail (SQLSTATE PX001, the runtime Code name in DETAIL).
 
-CREATE SCHEMA IF NOT EXISTS sessionq_process;
 COMMENT ON SCHEMA sessionq_process IS
     'The process runtime (Actors are local OS processes): templates, actors, snapshots, tags, worker slots, egress policies.';
 
-CREATE TABLE IF NOT EXISTS sessionq_process.templates (
-    atespace    text COLLATE "C" NOT NULL,
-    name        text COLLATE "C" NOT NULL,
-    uid         text NOT NULL UNIQUE,
-    image       text NOT NULL,
-    command     jsonb NOT NULL DEFAULT '[]'::jsonb,
-    args        jsonb NOT NULL DEFAULT '[]'::jsonb,
-    env         jsonb NOT NULL DEFAULT '{}'::jsonb,
-    version     bigint NOT NULL DEFAULT 1 CHECK (version >= 1),
-    created_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
-    PRIMARY KEY (atespace, name)
-);
-COMMENT ON TABLE sessionq_process.templates IS
-    'ActorTemplates: what an Actor runs (argv = command followed by args, env), addressed as "<atespace>/<name>".';
+-- what an Actor runs: argv = command followed by args, with env
+ALTER TABLE sessionq_process.templates ADD COLUMN IF NOT EXISTS command jsonb NOT NULL DEFAULT '[]'::jsonb;
+ALTER TABLE sessionq_process.templates ADD COLUMN IF NOT EXISTS args jsonb NOT NULL DEFAULT '[]'::jsonb;
+ALTER TABLE sessionq_process.templates ADD COLUMN IF NOT EXISTS env jsonb NOT NULL DEFAULT '{}'::jsonb;
+COMMENT ON COLUMN sessionq_process.templates.command IS 'The start of the argv an Actor of the template runs.';
+COMMENT ON COLUMN sessionq_process.templates.args IS 'The rest of the argv, after command.';
+COMMENT ON COLUMN sessionq_process.templates.env IS 'The environment of the template''s Actors (under the Actor''s own).';
 
-CREATE TABLE IF NOT EXISTS sessionq_process.workers (
-    name             text COLLATE "C" PRIMARY KEY,
-    idx              integer NOT NULL UNIQUE CHECK (idx >= 0),
-    ip               text NOT NULL,
-    holder_atespace  text,
-    holder_name      text,
-    holder_uid       text UNIQUE,
-    CHECK ((holder_uid IS NULL) = (holder_name IS NULL) AND (holder_uid IS NULL) = (holder_atespace IS NULL))
-);
-COMMENT ON TABLE sessionq_process.workers IS
-    'Fixed process slots (created by install_schema): an Actor holds one while it has a process (RESUMING, '
-    'RUNNING, PAUSED, SUSPENDING); holder_* is kept in step with actors.worker in the same transaction.';
+-- the process of an Actor (a worker is a process slot, held from RESUMING to SUSPENDING) and its crash
+ALTER TABLE sessionq_process.actors ADD COLUMN IF NOT EXISTS server text;
+ALTER TABLE sessionq_process.actors ADD COLUMN IF NOT EXISTS pid integer;
+ALTER TABLE sessionq_process.actors ADD COLUMN IF NOT EXISTS pid_start bigint;
+ALTER TABLE sessionq_process.actors ADD COLUMN IF NOT EXISTS port integer;
+ALTER TABLE sessionq_process.actors ADD COLUMN IF NOT EXISTS last_generation integer NOT NULL DEFAULT 0;
+ALTER TABLE sessionq_process.actors ADD COLUMN IF NOT EXISTS crash_exit_status integer;
+ALTER TABLE sessionq_process.actors ADD COLUMN IF NOT EXISTS crash_message text;
+COMMENT ON COLUMN sessionq_process.actors.server IS 'The runtime server (instance id) that started the Actor''s process.';
+COMMENT ON COLUMN sessionq_process.actors.pid IS 'The Actor''s process (the leader of its process group).';
+COMMENT ON COLUMN sessionq_process.actors.pid_start IS
+    'The process''s start time in clock ticks, telling a reused pid apart.';
+COMMENT ON COLUMN sessionq_process.actors.port IS 'The port of the Actor''s private A2A endpoint on 127.0.0.1.';
+COMMENT ON COLUMN sessionq_process.actors.last_generation IS 'The last snapshot generation assigned.';
+COMMENT ON COLUMN sessionq_process.actors.crash_exit_status IS 'The exit status of the process, when CRASHED.';
+COMMENT ON COLUMN sessionq_process.actors.crash_message IS 'Why the Actor CRASHED (the tail of its stderr).';
 
-CREATE TABLE IF NOT EXISTS sessionq_process.actors (
-    atespace           text COLLATE "C" NOT NULL,
-    name               text COLLATE "C" NOT NULL,
-    uid                text NOT NULL UNIQUE,
-    template           text NOT NULL,
-    state              text NOT NULL,
-    worker             text UNIQUE REFERENCES sessionq_process.workers (name),
-    version            bigint NOT NULL DEFAULT 1 CHECK (version >= 1),
-    env                jsonb NOT NULL DEFAULT '{}'::jsonb,
-    server             text,
-    pid                integer,
-    pid_start          bigint,
-    port               integer,
-    last_generation    integer NOT NULL DEFAULT 0,
-    crash_exit_status  integer,
-    crash_message      text,
-    created_at         timestamptz NOT NULL DEFAULT clock_timestamp(),
-    updated_at         timestamptz NOT NULL DEFAULT clock_timestamp(),
-    PRIMARY KEY (atespace, name),
-    CHECK ((state IN ('ACTOR_STATE_RESUMING', 'ACTOR_STATE_RUNNING', 'ACTOR_STATE_PAUSED', 'ACTOR_STATE_SUSPENDING'))
-           = (worker IS NOT NULL))
-);
-COMMENT ON TABLE sessionq_process.actors IS
-    'Actors: server-assigned uid, version +1 per mutation, the slot held while it has a process, the runtime '
-    'server (instance id) that started its process, the process (pid, its start time in clock ticks, the '
-    'private A2A port), the last snapshot generation assigned, and the crash (exit status, message) when CRASHED.';
+-- a snapshot is a compressed archive of the durable directory: IN_PROGRESS until the archive is
+-- renamed into place, then COMPLETED; only a COMPLETED one is ever restored
+ALTER TABLE sessionq_process.snapshots ADD COLUMN IF NOT EXISTS path text NOT NULL;
+ALTER TABLE sessionq_process.snapshots ADD COLUMN IF NOT EXISTS size_bytes bigint;
+COMMENT ON COLUMN sessionq_process.snapshots.path IS 'The archive (its URI is file://<path>); empty while IN_PROGRESS.';
+COMMENT ON COLUMN sessionq_process.snapshots.size_bytes IS 'The archive''s size.';
 
-CREATE TABLE IF NOT EXISTS sessionq_process.snapshots (
-    actor_uid     text NOT NULL,
-    atespace      text COLLATE "C" NOT NULL,
-    actor_name    text COLLATE "C" NOT NULL,
-    generation    integer NOT NULL CHECK (generation >= 1),
-    fidelity      text NOT NULL,
-    status        text NOT NULL,
-    path          text NOT NULL,
-    size_bytes    bigint,
-    created_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
-    completed_at  timestamptz,
-    PRIMARY KEY (actor_uid, generation)
-);
-COMMENT ON TABLE sessionq_process.snapshots IS
-    'Snapshots of an Actor''s durable directory (compressed archives) by increasing generation: IN_PROGRESS '
-    'until the archive is renamed into place, then COMPLETED. Only a COMPLETED one is ever restored.';
+-- a tag holds its own copy of the snapshot's archive; create_actor(from_tag) makes a further copy
+ALTER TABLE sessionq_process.tags ADD COLUMN IF NOT EXISTS uid text NOT NULL UNIQUE;
+ALTER TABLE sessionq_process.tags ADD COLUMN IF NOT EXISTS snapshot_path text NOT NULL;
+ALTER TABLE sessionq_process.tags ADD COLUMN IF NOT EXISTS path text NOT NULL;
+COMMENT ON COLUMN sessionq_process.tags.uid IS 'The tag''s server-assigned uid.';
+COMMENT ON COLUMN sessionq_process.tags.snapshot_path IS
+    'The tagged snapshot''s archive, which names the snapshot (its URI is file://<snapshot_path>).';
+COMMENT ON COLUMN sessionq_process.tags.path IS 'The tag''s own copy of the archive.';
 
-CREATE TABLE IF NOT EXISTS sessionq_process.tags (
-    atespace             text COLLATE "C" NOT NULL,
-    name                 text COLLATE "C" NOT NULL,
-    uid                  text NOT NULL UNIQUE,
-    actor_name           text NOT NULL,
-    actor_uid            text NOT NULL,
-    snapshot_generation  integer NOT NULL,
-    fidelity             text NOT NULL,
-    snapshot_path        text NOT NULL,
-    path                 text NOT NULL,
-    created_at           timestamptz NOT NULL DEFAULT clock_timestamp(),
-    PRIMARY KEY (atespace, name)
-);
-COMMENT ON TABLE sessionq_process.tags IS
-    'Tags: each holds its own copy (path) of a suspended Actor''s snapshot archive (snapshot_path, which names the '
-    'snapshot: its URI is file://<snapshot_path>), so deleting the Actor never loses it; create_actor(from_tag) '
-    'seeds a new Actor from a further copy.';
-
-CREATE TABLE IF NOT EXISTS sessionq_process.egress_policies (
-    actor_uid   text PRIMARY KEY REFERENCES sessionq_process.actors (uid) ON DELETE CASCADE,
-    atespace    text COLLATE "C" NOT NULL,
-    actor_name  text COLLATE "C" NOT NULL,
-    rules       jsonb NOT NULL DEFAULT '[]'::jsonb,
-    version     bigint NOT NULL DEFAULT 1 CHECK (version >= 1),
-    created_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
-    updated_at  timestamptz NOT NULL DEFAULT clock_timestamp()
-);
-COMMENT ON TABLE sessionq_process.egress_policies IS
-    'The egress policy named default of an Actor, stored and returned but NOT enforced: the process runtime '
-    'isolates nothing (a process reaches whatever the machine reaches).';
+COMMENT ON COLUMN sessionq_process.egress_policies.rules IS
+    'The rules, stored and returned but NOT enforced: the process runtime isolates nothing.';
 
 -- ------------------------------------------------------------------------------------------------
-
--- fail and lock_actor: runtime/stand_in/core.sql, installed into this schema after this file.
-
-CREATE OR REPLACE FUNCTION sessionq_process.release_worker(p_uid text)
-RETURNS void LANGUAGE sql AS $$
-  UPDATE sessionq_process.workers SET holder_atespace = NULL, holder_name = NULL, holder_uid = NULL
-   WHERE holder_uid = p_uid
-$$;
-COMMENT ON FUNCTION sessionq_process.release_worker(text) IS
-    'Free the slot Actor p_uid holds, if any (the caller clears actors.worker in the same transaction).';
 
 CREATE OR REPLACE FUNCTION sessionq_process.begin_resume(
   p_atespace text, p_name text, p_uid text, p_server text

@@ -97,7 +97,6 @@ INHERITED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "
 DEFAULT_MAX_DIRECTORY_BYTES = 1 << 30
 ARGV_LIMIT = 64
 ARG_LENGTH = 4096
-_WITH_PROCESS = (ActorState.RESUMING, ActorState.RUNNING, ActorState.PAUSED, ActorState.SUSPENDING)
 
 
 @dataclass(frozen=True)
@@ -112,6 +111,7 @@ class ProcessConfig:
     compress_level: int = 6
     taskstore_address: str | None = None  # "host:port" of the TaskStoreService, given to every process
     turn_timeout: float = 600.0  # seconds an invoke waits for the Actor's answer
+    cancel_timeout: float = 10.0  # seconds a cancel_turn waits for the Actor's answer (best effort)
     # what a template without a command runs: the runtime's default agent (the tutorial's
     # my-first-agent, sessionq.agentkit.first_agent, with this interpreter); () refuses such templates
     default_command: tuple[str, ...] = (sys.executable, "-m", "sessionq.agentkit.first_agent")
@@ -896,7 +896,9 @@ class ProcessSubstrate:
         row = await self._row(atespace, name, uid)
         if row["state"] != ActorState.RUNNING.value or row["port"] is None:
             return
-        await cancel_actor_turn(f"http://127.0.0.1:{row['port']}", session_id, task_id)
+        await cancel_actor_turn(
+            f"http://127.0.0.1:{row['port']}", session_id, task_id, timeout=self.config.cancel_timeout
+        )
 
     def _exit_message(self, uid: str, child: Child | None) -> str:
         if child is None or child.returncode is None:

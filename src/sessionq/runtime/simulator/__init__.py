@@ -6,8 +6,10 @@
 - `turns.py`: one turn of the agent as an Actor plays it: the deterministic agent
   (`runtime/deterministic_agent.py`) answers, and the turn is reported through the Actor's
   TaskStoreService client (`runtime/taskstore_client.py`);
-- `database.py` and `schema.sql`: its schema ``substrate_sim`` and worker pool; the connection pool,
-  the row mappers, page tokens, the name rule and the functions ``fail`` and ``lock_actor`` are the
+- `database.py` and `schema.sql`: its schema ``substrate_sim`` (what it adds to the core's tables:
+  faults, options, the call log, turn cancels, durable directories in rows, and the functions of its
+  hot calls) and worker pool; the core tables and their functions ``fail``, ``lock_actor`` and
+  ``release_worker``, the connection pool, the row mappers, page tokens and the name rule are the
   stand-in core's (`runtime/stand_in/`), shared with the process runtime.
 
 It owns its connection to its own schema (it stands in for an external system), and never uses

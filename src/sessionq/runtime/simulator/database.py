@@ -1,6 +1,6 @@
-"""The simulator's own database: its schema (schema.sql and the stand-in core's functions,
-``substrate_sim``), its worker pool rows, and its connection pool (the stand-in core's
-`StandInDatabase`, committing asynchronously)."""
+"""The simulator's own database: its schema ``substrate_sim`` (the stand-in core's core.sql, then
+schema.sql: fault injection and what the simulator keeps of an Actor), its worker pool rows, and its
+connection pool (the stand-in core's `StandInDatabase`, committing asynchronously)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from typing import Any, Self
 
 import psycopg
 
-from sessionq.runtime.stand_in.database import StandInDatabase, installing
+from sessionq.runtime.base import ActorState
+from sessionq.runtime.stand_in import database as stand_in
+from sessionq.runtime.stand_in.database import StandInDatabase, StandInSchema
 
-SCHEMA = "substrate_sim"
 POLL_INTERVAL = 0.01  # seconds between polls of the faults table while blocked or waiting
 
 WORKER_ATESPACE = "kagent"
@@ -20,10 +21,14 @@ WORKER_PREFIX = "kagent-default-7c9f8b6d54-"
 WORKER_STATE = "WORKER_STATE_READY"
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the alphabet of Kubernetes' generated name suffixes
 
-# pg_advisory_xact_lock key serialising install_schema across processes ("SubstrSm").
-_INSTALL_LOCK_KEY = 0x5375627374725353
-
-_FAIL_SQLSTATE = "SX001"  # substrate_sim.fail: the Code name in DETAIL
+SCHEMA = StandInSchema(
+    name="substrate_sim",
+    package="sessionq.runtime.simulator",
+    label="simulated runtime",
+    fail_sqlstate="SX001",  # substrate_sim.fail: the Code name in DETAIL
+    install_lock_key=0x5375627374725353,  # "SubstrSm"
+    worker_states=(ActorState.RUNNING, ActorState.PAUSED),
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -45,13 +50,13 @@ def worker_identity(index: int, taken: set[str] | None = None) -> tuple[str, str
         attempt += 1
 
 
-def _worker_rows(count: int) -> list[tuple[str, int, str, str]]:
+def _worker_rows(count: int) -> list[dict[str, object]]:
     taken: set[str] = set()
-    rows = []
+    rows: list[dict[str, object]] = []
     for i in range(count):
         name, ip = worker_identity(i, taken)
         taken.add(name)
-        rows.append((name, i, WORKER_ATESPACE, ip))
+        rows.append({"name": name, "idx": i, "atespace": WORKER_ATESPACE, "ip": ip, "state": WORKER_STATE})
     return rows
 
 
@@ -60,23 +65,7 @@ async def install_schema(conninfo: str, *, worker_pool_size: int = 256) -> None:
     when several processes run it at once (transaction-level advisory lock)."""
     if worker_pool_size < 0:
         raise ValueError("worker_pool_size must be >= 0")
-    async with installing(
-        conninfo,
-        package="sessionq.runtime.simulator",
-        schema=SCHEMA,
-        fail_sqlstate=_FAIL_SQLSTATE,
-        lock_key=_INSTALL_LOCK_KEY,
-    ) as conn:
-        async with conn.cursor() as cur:
-            await cur.execute("SELECT count(*) FROM substrate_sim.workers")
-            row = await cur.fetchone()
-            existing = int(row[0]) if row else 0
-            if existing < worker_pool_size:
-                await cur.executemany(
-                    "INSERT INTO substrate_sim.workers (name, idx, atespace, ip, state)"
-                    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                    [(*r, WORKER_STATE) for r in _worker_rows(worker_pool_size)[existing:]],
-                )
+    await stand_in.install_schema(conninfo, SCHEMA, lambda existing: _worker_rows(worker_pool_size)[existing:])
 
 
 # The simulator's commits do not wait for their WAL flush (asynchronous commit). It stands in for
@@ -121,14 +110,7 @@ class SimulatorDatabase(StandInDatabase):
     ) -> None:
         if worker_pool_size < 0:
             raise ValueError("worker_pool_size must be >= 0")
-        super().__init__(
-            conninfo,
-            schema=SCHEMA,
-            label="simulated runtime",
-            fail_sqlstate=_FAIL_SQLSTATE,
-            pool_size=pool_size,
-            configure=_commit_asynchronously,
-        )
+        super().__init__(conninfo, SCHEMA, pool_size=pool_size, configure=_commit_asynchronously)
         self.worker_pool_size = worker_pool_size
         # "host:port" of the TaskStoreService the simulated agents report to; may be set later
         self.taskstore_address = taskstore_address
@@ -158,7 +140,7 @@ class SimulatorDatabase(StandInDatabase):
         async with self.tx() as cur:
             await cur.execute(
                 "SELECT to_regclass('substrate_sim.workers') IS NOT NULL AS present,"
-                " to_regprocedure('substrate_sim.release_worker(text,text)') IS NOT NULL"
+                " to_regprocedure('substrate_sim.release_worker(text)') IS NOT NULL"
                 " AND to_regclass('substrate_sim.workers_free_idx') IS NOT NULL AS current"
             )
             row = await cur.fetchone()

@@ -1,109 +1,47 @@
--- State of the simulated Substrate runtime (sessionq.substrate.simulator).
+-- State of the simulated Substrate runtime (sessionq.runtime.simulator): what it adds to the stand-in
+-- core's tables and functions (runtime/stand_in/core.sql, installed into this schema before this
+-- file: the schema, templates, workers, actors, snapshots, tags, egress policies, fail, lock_actor).
 --
 -- It lives in its own schema, outside the control plane's tables and transactions, and is shared by
 -- every process connected to the database: API and worker processes see one runtime. Idempotent:
 -- install_schema() runs this file under a transaction-level advisory lock on every install.
--- Names and keys use the "C" collation so keyset order matches byte (code point) order.
 
-CREATE SCHEMA IF NOT EXISTS substrate_sim;
 COMMENT ON SCHEMA substrate_sim IS
     'Simulated Substrate runtime (ateapi.Control) shared by all sessionq processes; not control-plane state.';
 
-CREATE TABLE IF NOT EXISTS substrate_sim.templates (
-    atespace    text COLLATE "C" NOT NULL,
-    name        text COLLATE "C" NOT NULL,
-    uid         text NOT NULL UNIQUE,
-    image       text NOT NULL,
-    version     bigint NOT NULL DEFAULT 1 CHECK (version >= 1),
-    created_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
-    PRIMARY KEY (atespace, name)
-);
-COMMENT ON TABLE substrate_sim.templates IS
-    'ActorTemplates (one per prepared revision), addressed as "<atespace>/<name>" by create_actor.';
-
-CREATE TABLE IF NOT EXISTS substrate_sim.workers (
-    name             text COLLATE "C" PRIMARY KEY,
-    idx              integer NOT NULL UNIQUE CHECK (idx >= 0),
-    atespace         text NOT NULL,
-    ip               text NOT NULL,
-    state            text NOT NULL DEFAULT 'WORKER_STATE_READY',
-    holder_atespace  text,
-    holder_name      text,
-    holder_uid       text UNIQUE,
-    CHECK ((holder_uid IS NULL) = (holder_name IS NULL) AND (holder_uid IS NULL) = (holder_atespace IS NULL))
-);
+-- a simulated worker is a pod of a Deployment: its atespace and its state
+ALTER TABLE substrate_sim.workers ADD COLUMN IF NOT EXISTS atespace text NOT NULL;
+ALTER TABLE substrate_sim.workers ADD COLUMN IF NOT EXISTS state text NOT NULL DEFAULT 'WORKER_STATE_READY';
+COMMENT ON COLUMN substrate_sim.workers.atespace IS 'The atespace of the simulated worker pod.';
+COMMENT ON COLUMN substrate_sim.workers.state IS 'The worker''s ateapi WorkerState (always READY).';
 -- a resume takes the lowest free index: this keeps that one index step instead of a scan of every free worker
 CREATE INDEX IF NOT EXISTS workers_free_idx ON substrate_sim.workers (idx) WHERE holder_uid IS NULL;
-COMMENT ON TABLE substrate_sim.workers IS
-    'Fixed worker pool created by install_schema; holder_* names the Actor that holds the worker while it is '
-    'RUNNING or PAUSED (kept in step with actors.worker in the same transaction).';
 
-CREATE TABLE IF NOT EXISTS substrate_sim.actors (
-    atespace    text COLLATE "C" NOT NULL,
-    name        text COLLATE "C" NOT NULL,
-    uid         text NOT NULL UNIQUE,
-    template    text NOT NULL,
-    state       text NOT NULL,
-    worker      text UNIQUE REFERENCES substrate_sim.workers (name),
-    version     bigint NOT NULL DEFAULT 1 CHECK (version >= 1),
-    env         jsonb NOT NULL DEFAULT '{}'::jsonb,
-    durable     jsonb,
-    created_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
-    updated_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
-    PRIMARY KEY (atespace, name),
-    CHECK ((state IN ('ACTOR_STATE_RUNNING', 'ACTOR_STATE_PAUSED')) = (worker IS NOT NULL))
-);
-COMMENT ON TABLE substrate_sim.actors IS
-    'Actors: server-assigned uid, version +1 per mutation, the worker held while RUNNING/PAUSED, the '
-    'creation env and durable = the Actor''s durable directory /data (NULL until first materialised).';
+-- the Actor's durable directory /data, kept in the row
+ALTER TABLE substrate_sim.actors ADD COLUMN IF NOT EXISTS durable jsonb;
+COMMENT ON COLUMN substrate_sim.actors.durable IS
+    'The Actor''s durable directory /data (file name -> content), NULL until first materialised.';
 
-CREATE TABLE IF NOT EXISTS substrate_sim.snapshots (
-    actor_uid     text NOT NULL,
-    atespace      text COLLATE "C" NOT NULL,
-    actor_name    text COLLATE "C" NOT NULL,
-    generation    integer NOT NULL CHECK (generation >= 1),
-    fidelity      text NOT NULL,
-    status        text NOT NULL,
-    uri           text NOT NULL,
-    durable       jsonb NOT NULL DEFAULT '{}'::jsonb,
-    created_at    timestamptz NOT NULL DEFAULT clock_timestamp(),
-    completed_at  timestamptz,
-    PRIMARY KEY (actor_uid, generation)
-);
-COMMENT ON TABLE substrate_sim.snapshots IS
-    'Snapshots of an Actor by increasing generation, with a copy of its durable directory; deleted with '
-    'the Actor unless a tag pins them (no foreign key: tagged snapshots outlive their Actor).';
+-- a snapshot is a copy of the durable directory, named by a sim:// URI
+ALTER TABLE substrate_sim.snapshots ADD COLUMN IF NOT EXISTS uri text NOT NULL;
+ALTER TABLE substrate_sim.snapshots ADD COLUMN IF NOT EXISTS durable jsonb NOT NULL DEFAULT '{}'::jsonb;
+COMMENT ON COLUMN substrate_sim.snapshots.uri IS 'The snapshot''s URI (sim://snapshots/<actor uid>/<generation>).';
+COMMENT ON COLUMN substrate_sim.snapshots.durable IS
+    'A copy of the Actor''s durable directory; deleted with the Actor unless a tag pins the snapshot.';
 
-CREATE TABLE IF NOT EXISTS substrate_sim.egress_policies (
-    actor_uid   text PRIMARY KEY REFERENCES substrate_sim.actors (uid) ON DELETE CASCADE,
-    atespace    text COLLATE "C" NOT NULL,
-    actor_name  text COLLATE "C" NOT NULL,
-    name        text NOT NULL DEFAULT 'default' CHECK (name = 'default'),
-    rules       jsonb NOT NULL DEFAULT '[]'::jsonb,
-    version     bigint NOT NULL DEFAULT 1 CHECK (version >= 1),
-    created_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
-    updated_at  timestamptz NOT NULL DEFAULT clock_timestamp()
-);
-COMMENT ON TABLE substrate_sim.egress_policies IS
-    'The single egress policy named default of an Actor; rules is a JSON list (an unordered allow-set).';
-
-CREATE TABLE IF NOT EXISTS substrate_sim.tags (
-    atespace             text COLLATE "C" NOT NULL,
-    name                 text COLLATE "C" NOT NULL,
-    actor_name           text NOT NULL,
-    actor_uid            text NOT NULL,
-    snapshot_generation  integer NOT NULL,
-    fidelity             text NOT NULL,
-    uri                  text NOT NULL,
-    durable              jsonb NOT NULL DEFAULT '{}'::jsonb,
-    created_at           timestamptz NOT NULL DEFAULT clock_timestamp(),
-    PRIMARY KEY (atespace, name)
-);
--- the template the tagged snapshot was taken under (ateapi TagStatus.actor_template_uid)
+-- a tag pins the snapshot's copy of the durable directory and the template it was taken under
+ALTER TABLE substrate_sim.tags ADD COLUMN IF NOT EXISTS uri text NOT NULL;
+ALTER TABLE substrate_sim.tags ADD COLUMN IF NOT EXISTS durable jsonb NOT NULL DEFAULT '{}'::jsonb;
 ALTER TABLE substrate_sim.tags ADD COLUMN IF NOT EXISTS template_uid text NOT NULL DEFAULT '';
-COMMENT ON TABLE substrate_sim.tags IS
-    'Tags pinning a copy of a suspended Actor''s snapshot (with its durable directory); create_actor(from_tag) '
-    'seeds a new Actor from it.';
+COMMENT ON COLUMN substrate_sim.tags.uri IS 'The URI of the tagged snapshot.';
+COMMENT ON COLUMN substrate_sim.tags.durable IS 'The tagged snapshot''s durable directory, seeding create_actor(from_tag).';
+COMMENT ON COLUMN substrate_sim.tags.template_uid IS
+    'The template the tagged snapshot was taken under (ateapi TagStatus.actor_template_uid).';
+
+-- the policy's name, always default
+ALTER TABLE substrate_sim.egress_policies
+    ADD COLUMN IF NOT EXISTS name text NOT NULL DEFAULT 'default' CHECK (name = 'default');
+COMMENT ON COLUMN substrate_sim.egress_policies.name IS 'The policy''s name: an Actor has one, default.';
 
 CREATE TABLE IF NOT EXISTS substrate_sim.faults (
     id             bigserial PRIMARY KEY,
@@ -161,8 +99,6 @@ COMMENT ON TABLE substrate_sim.calls IS
 -- substrate_sim.fail. Argument validation (names, template, fidelity, egress rules) and uid
 -- generation stay in Python. State strings are the values of sessionq.substrate.base's enums.
 
--- fail and lock_actor: runtime/stand_in/core.sql, installed into this schema after this file.
-
 -- take_faults: consume the faults of one call (the oldest matching wait fault and the oldest matching
 -- outcome fault); used by every call of SimulatedSubstrate.
 CREATE OR REPLACE FUNCTION substrate_sim.take_faults(p_method text, p_target text)
@@ -219,14 +155,9 @@ COMMENT ON FUNCTION substrate_sim.actor_json(text, text) IS
     'The Actor as jsonb: its columns but env and durable, worker_ip from its worker, and snapshots (generation, '
     'fidelity, status, uri, created_at) ascending by generation; NULL when there is no such Actor.';
 
--- release_worker: free the worker an Actor holds (no-op when it holds none).
-CREATE OR REPLACE FUNCTION substrate_sim.release_worker(p_worker text, p_uid text)
-RETURNS void LANGUAGE sql AS $$
-  UPDATE substrate_sim.workers SET holder_atespace = NULL, holder_name = NULL, holder_uid = NULL
-   WHERE name = p_worker AND holder_uid = p_uid
-$$;
-COMMENT ON FUNCTION substrate_sim.release_worker(text, text) IS
-    'Free worker p_worker if Actor p_uid holds it (actors.worker is cleared by the caller in the same transaction).';
+-- release_worker (one argument): runtime/stand_in/core.sql; a schema installed before the core had it
+-- holds a two-argument form, dropped here.
+DROP FUNCTION IF EXISTS substrate_sim.release_worker(text, text);
 
 -- create_actor: create a SUSPENDED Actor from a template, seeded from a tag's snapshot when p_from_tag is set.
 CREATE OR REPLACE FUNCTION substrate_sim.create_actor(
@@ -356,7 +287,7 @@ BEGIN
     PERFORM substrate_sim.fail('FAILED_PRECONDITION',
       format('actor %s/%s cannot suspend from %s', p_atespace, p_name, v_row.state));
   END IF;
-  PERFORM substrate_sim.release_worker(v_row.worker, v_row.uid);
+  PERFORM substrate_sim.release_worker(v_row.uid);
   SELECT coalesce(max(s.generation), 0) + 1 INTO v_generation
     FROM substrate_sim.snapshots s WHERE s.actor_uid = p_uid;
   v_pending := coalesce(
@@ -395,7 +326,7 @@ BEGIN
     PERFORM substrate_sim.fail('FAILED_PRECONDITION',
       format('actor %s/%s is %s; only SUSPENDED or CRASHED actors can be deleted', p_atespace, p_name, v_row.state));
   END IF;
-  PERFORM substrate_sim.release_worker(v_row.worker, v_row.uid);
+  PERFORM substrate_sim.release_worker(v_row.uid);
   DELETE FROM substrate_sim.egress_policies WHERE actor_uid = p_uid;
   DELETE FROM substrate_sim.snapshots s WHERE s.actor_uid = p_uid AND NOT EXISTS (
     SELECT 1 FROM substrate_sim.tags t WHERE t.actor_uid = s.actor_uid AND t.snapshot_generation = s.generation);

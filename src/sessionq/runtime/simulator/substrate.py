@@ -97,7 +97,6 @@ _TASKSTORE_CODES = frozenset({
     Code.NOT_FOUND, Code.ALREADY_EXISTS, Code.FAILED_PRECONDITION, Code.INVALID_ARGUMENT, Code.UNAVAILABLE,
     Code.DEADLINE_EXCEEDED, Code.ABORTED, Code.INTERNAL, Code.RESOURCE_EXHAUSTED,
 })
-_WORKER_HOLDING_STATES = (ActorState.RUNNING, ActorState.PAUSED)
 
 
 # row mappers: the stand-in core's, with where the simulator keeps a snapshot (its uri column)
@@ -255,7 +254,7 @@ class SimulatedSubstrate(FaultInjection):
     @staticmethod
     async def _release_worker(cur: Cursor, row: DictRow) -> None:
         if row["worker"] is not None:
-            await cur.execute("SELECT substrate_sim.release_worker(%s, %s)", (row["worker"], row["uid"]))
+            await cur.execute("SELECT substrate_sim.release_worker(%s)", (row["uid"],))
 
     # templates -----------------------------------------------------------------------------
 
