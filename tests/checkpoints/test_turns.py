@@ -242,7 +242,7 @@ async def _checkpoint_tag(store, cid):
 async def test_pins_are_released_on_idle_expiry(api, store, sim, three_turns):
     sid, _tasks = three_turns
     assert len(await pins(store, sid)) == KEEP
-    assert (await store.expire_session(UUID(sid), 0.0)).outcome.value == "admitted"
+    assert (await store.expire_session(UUID(sid), 0.001)).outcome.value == "admitted"
     assert await eventually(lambda: _only(store, sid, set()))
     assert await eventually(lambda: _tags_are(store, set()))
 
@@ -318,7 +318,7 @@ async def test_a_fork_racing_a_new_turn_and_the_end_of_the_source_keeps_every_in
                     await asyncio.sleep(0.05)
         else:
             for _ in range(100):
-                if (await store.expire_session(UUID(sid), 0.0)).outcome.value in ("admitted", "resumed", "gone"):
+                if (await store.expire_session(UUID(sid), 0.001)).outcome.value in ("admitted", "resumed", "gone"):
                     return
                 await asyncio.sleep(0.05)
 
