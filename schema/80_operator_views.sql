@@ -963,3 +963,21 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION sessionq.resume_queue(text, text) IS
   '`sessionq queues resume NAME`: workers fetch from queue p_queue again (and are woken at once). changed is false when it was not paused. Recorded in job_actions.';
+
+-- turn_queue: the turns waiting behind their Session's running turn (busy policy enqueue or interrupt).
+CREATE OR REPLACE VIEW sessionq.turn_queue AS
+SELECT q.session_id,
+       row_number() OVER (PARTITION BY q.session_id ORDER BY q.position) AS place,
+       q.task_id,
+       q.policy,
+       q.enqueued_by,
+       q.enqueued_at,
+       now() - q.enqueued_at AS waiting,
+       coalesce(s.active_task_id, s.unsettled_task_id, s.dispatch_task_id) AS running_task_id
+  FROM sessionq.queued_turns q
+  LEFT JOIN sessionq.sessions s ON s.id = q.session_id;
+COMMENT ON VIEW sessionq.turn_queue IS
+  'Queued turns: messages sent with busy policy enqueue or interrupt while their Session''s turn ran, each with its SUBMITTED task, in the order they will run. They start one at a time as the running turn settles, fails or is canceled; a long wait means that turn is not ending (see sessions.stalledTurnTimeout).';
+COMMENT ON COLUMN sessionq.turn_queue.place IS 'Its place in the Session''s queue: 1 runs next (an interrupting message goes ahead of the waiting ones).';
+COMMENT ON COLUMN sessionq.turn_queue.waiting IS 'Time since it was queued.';
+COMMENT ON COLUMN sessionq.turn_queue.running_task_id IS 'The task running (or dispatched, or finishing) ahead of it; NULL while a canceled turn''s Actor is being told.';

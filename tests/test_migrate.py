@@ -194,6 +194,35 @@ def test_revision_0011_brings_the_turn_failure_to_an_older_database(empty_databa
         assert cleared == (False,)
 
 
+def test_revision_0014_brings_queued_turns_to_an_older_database(empty_database_url):
+    """Revision 0014 gives a database at 0011 the queued turns: the table, the task phase queued and
+    admit_turn with a busy policy (its old signature gone)."""
+    from alembic import command
+
+    migrate.upgrade(empty_database_url)
+    signatures = ("SELECT p.oid::regprocedure::text FROM pg_proc p WHERE proname = 'admit_turn'"
+                  " AND pronamespace = 'sessionq'::regnamespace")
+    with psycopg.connect(empty_database_url, autocommit=True) as conn:
+        conn.execute("DROP TABLE sessionq.queued_turns CASCADE")  # and the view sessionq.turn_queue
+        conn.execute("DROP FUNCTION sessionq.admit_turn(uuid, text, text, jsonb, text, double precision, text, integer)")
+        conn.execute("CREATE FUNCTION sessionq.admit_turn(uuid, text, text, jsonb, text, double precision)"
+                     " RETURNS jsonb LANGUAGE sql AS 'SELECT NULL::jsonb'")
+        conn.execute("ALTER TABLE sessionq.tasks DROP CONSTRAINT tasks_phase_check")
+        conn.execute("ALTER TABLE sessionq.tasks ADD CONSTRAINT tasks_phase_check"
+                     " CHECK (phase IN ('active', 'settled', 'abandoned'))")
+        conn.execute("UPDATE sessionq.schema_installed SET revision = '0011_turn_failure'")
+    command.stamp(migrate.alembic_config(empty_database_url), "0011_turn_failure")
+    migrate.upgrade(empty_database_url)
+    assert migrate.current(empty_database_url) == migrate.head()
+    with psycopg.connect(empty_database_url) as conn:
+        assert conn.execute(signatures).fetchall() == [
+            ("sessionq.admit_turn(uuid,text,text,jsonb,text,double precision,text,integer)",)]
+        assert conn.execute("SELECT count(*) FROM sessionq.queued_turns").fetchone() == (0,)
+        check = conn.execute("SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'tasks_phase_check'"
+                             ).fetchone()
+        assert check is not None and "queued" in check[0]
+
+
 CATALOG = {
     "functions": "SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid), obj_description(p.oid, 'pg_proc')"
                  " FROM pg_proc p WHERE p.pronamespace = 'sessionq'::regnamespace ORDER BY 1",

@@ -302,6 +302,20 @@ KEYS: tuple[Key, ...] = (
     ),
     Key("sessions.dispatchTimeout", _positive_duration, 600.0, "Lifetime of a turn's dispatch reservation."),
     Key(
+        "sessions.stalledTurnTimeout",
+        _duration,
+        3600.0,
+        "A turn whose task has had no update for this long is failed as stalled (its task FAILED with the reason, its"
+        " Actor suspended, the next queued turn started), checked once a minute; 0s disables it.",
+    ),
+    Key(
+        "sessions.maxQueuedTurns",
+        _int(1, 10_000),
+        100,
+        "Most turns that may wait on one Session behind its running turn (messages sent with busy policy enqueue or"
+        " interrupt); one more is refused RESOURCE_EXHAUSTED (KAGENT_TURN_QUEUE_FULL).",
+    ),
+    Key(
         "sandboxes.defaultTtl",
         _positive_duration,
         3600.0,

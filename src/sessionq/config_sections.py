@@ -194,6 +194,8 @@ class SessionsSettings:
     quiescence_attempt_timeout: float  # sessions.quiescenceAttemptTimeout
     quiescence_retry_max: float  # sessions.quiescenceRetryMax
     dispatch_timeout: float  # sessions.dispatchTimeout
+    stalled_turn_timeout: float  # sessions.stalledTurnTimeout
+    max_queued_turns: int  # sessions.maxQueuedTurns
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> SessionsSettings:
@@ -205,6 +207,8 @@ class SessionsSettings:
             quiescence_attempt_timeout=values["sessions.quiescenceAttemptTimeout"],
             quiescence_retry_max=values["sessions.quiescenceRetryMax"],
             dispatch_timeout=values["sessions.dispatchTimeout"],
+            stalled_turn_timeout=values["sessions.stalledTurnTimeout"],
+            max_queued_turns=values["sessions.maxQueuedTurns"],
         )
 
 

@@ -113,11 +113,22 @@ class CheckpointState(enum.StrEnum):
 
 
 class TaskPhase(enum.StrEnum):
-    """tasks.phase: a turn is active, settled, or abandoned (interrupted; never continued)."""
+    """tasks.phase: a turn is active, settled, abandoned (interrupted; never continued), or queued
+    (admitted while another turn ran; waiting in queued_turns)."""
 
     ACTIVE = "active"
     SETTLED = "settled"
     ABANDONED = "abandoned"
+    QUEUED = "queued"
+
+
+class BusyPolicy(enum.StrEnum):
+    """What a message to a Session whose turn is still running does (A2A message metadata
+    ``busyPolicy``, else the Agent spec's ``busyPolicy``, else reject)."""
+
+    REJECT = "reject"  # refused: ABORTED, KAGENT_SEND_NOT_ACCEPTED with retryAfterMs
+    ENQUEUE = "enqueue"  # queued: its task SUBMITTED, run after the turns before it
+    INTERRUPT = "interrupt"  # the running turn canceled, this one run next
 
 
 class PreparationFailure(enum.StrEnum):

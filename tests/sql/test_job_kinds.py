@@ -9,7 +9,7 @@ import pytest
 from sessionq.jobs import periodic, purge, reaper
 from sessionq.jobs.app import build_app
 
-PERIODIC = {"expire_idle_sessions", "collect_runtime_revisions", reaper.TASK, purge.TASK}
+PERIODIC = {"expire_idle_sessions", "collect_runtime_revisions", "fail_stalled_turns", reaper.TASK, purge.TASK}
 
 
 def kinds(url: str) -> dict[str, tuple[str, str]]:

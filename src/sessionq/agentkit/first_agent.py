@@ -48,6 +48,9 @@ def save_memory(directory: Path, memory: dict[str, Any]) -> None:
     os.replace(tmp, directory / MEMORY)
 
 
+WAITING_STATES = frozenset({a2a_pb2.TASK_STATE_INPUT_REQUIRED, a2a_pb2.TASK_STATE_AUTH_REQUIRED})
+
+
 class FirstAgent(AgentExecutor):
     def __init__(self, directory: Path | None = None) -> None:
         self.directory = Path(directory or data_dir())
@@ -56,7 +59,8 @@ class FirstAgent(AgentExecutor):
         """One turn: the task WORKING (a new task is created so, in one write), the memory saved,
         then the answer as the task's artifact (when COMPLETED) and its final status message."""
         text = context.get_user_input()
-        continuation = context.current_task is not None
+        # an answer continues a task waiting for input; a SUBMITTED one is a turn sessionq queued
+        continuation = context.current_task is not None and context.current_task.status.state in WAITING_STATES
         turn = run_turn(load_memory(self.directory), text, continuation=continuation)
         updater = await start_turn(context, event_queue)
         if turn.delay > 0:

@@ -369,7 +369,8 @@ class OperatorStore:
 
 
 VIEWS = ("session_overview", "claims", "pending_operations", "quiescence_backlog", "checkpoints_overview",
-         "queue_depth", "stalled_jobs", "workers", "job_overview", "agent_overview", "recent_failures", "queues")
+         "queue_depth", "stalled_jobs", "workers", "job_overview", "agent_overview", "recent_failures", "queues",
+         "turn_queue")
 
 
 # -- presentation helpers (shared by the CLI and tests) -------------------------------------------

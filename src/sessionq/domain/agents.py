@@ -16,7 +16,7 @@ import yaml
 
 from sessionq import errors
 from sessionq.db.store import Store
-from sessionq.models import ApplyMode, RevisionState
+from sessionq.models import ApplyMode, BusyPolicy, RevisionState
 from sessionq.runtime.base import Code, Substrate, SubstrateError
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,16 @@ def check_template(value: str) -> str:
     if algorithm in _DIGEST_LENGTHS and len(digest) != _DIGEST_LENGTHS[algorithm]:
         raise errors.invalid(f"template: a {algorithm} digest has {_DIGEST_LENGTHS[algorithm]} hex digits")
     return value
+
+
+def check_busy_policy(value: Any) -> BusyPolicy | None:
+    """An Agent's busyPolicy: reject, enqueue or interrupt (absent: the message's own, else reject)."""
+    if value is None:
+        return None
+    try:
+        return BusyPolicy(value) if isinstance(value, str) else BusyPolicy("")
+    except ValueError:
+        raise errors.invalid(f"busyPolicy must be one of {', '.join(p.value for p in BusyPolicy)}") from None
 
 
 def check_egress_url(index: int, url: str) -> None:
@@ -178,6 +188,8 @@ class AgentSpec:
     command: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict, hash=False)
+    # what a message to a Session whose turn still runs does, when the message does not say (None: reject)
+    busy_policy: BusyPolicy | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -197,11 +209,13 @@ class AgentSpec:
             out["args"] = list(self.args)
         if self.env:
             out["env"] = dict(self.env)
+        if self.busy_policy is not None:
+            out["busyPolicy"] = self.busy_policy.value
         return out
 
     def with_egress(self, egress: tuple[EgressDestination, ...]) -> AgentSpec:
         return AgentSpec(self.namespace, self.name, self.template, egress, self.description, self.skills,
-                         self.command, self.args, dict(self.env))
+                         self.command, self.args, dict(self.env), self.busy_policy)
 
     @property
     def image(self) -> str:
@@ -220,7 +234,9 @@ def parse_spec(data: Any) -> AgentSpec:
             raise errors.invalid(f"agent spec is not valid YAML: {e}") from None
     if not isinstance(data, dict):
         raise errors.invalid("agent spec must be a mapping with at least a name")
-    unknown = set(data) - {"name", "namespace", "template", "egress", "description", "skills", "command", "args", "env"}
+    unknown = set(data) - {
+        "name", "namespace", "template", "egress", "description", "skills", "command", "args", "env", "busyPolicy",
+    }
     if unknown:
         raise errors.invalid(f"agent spec has unknown keys: {', '.join(sorted(unknown))}")
     name = check_name(str(data.get("name") or ""), "agent name")
@@ -254,7 +270,7 @@ def parse_spec(data: Any) -> AgentSpec:
     args = check_argv(data.get("args"), "args")
     env = check_env(data.get("env"))
     return AgentSpec(namespace, name, template, tuple(egress), _description(data.get("description")),
-                     _skills(data.get("skills")), command, args, env)
+                     _skills(data.get("skills")), command, args, env, check_busy_policy(data.get("busyPolicy")))
 
 
 MAX_SKILLS = 32

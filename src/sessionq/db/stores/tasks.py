@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from dataclasses import dataclass
 from typing import Any, Literal
 from uuid import UUID
 
@@ -13,12 +14,21 @@ from psycopg.types.json import Jsonb
 from sessionq.db.notify import Channel
 from sessionq.db.stores.base import StoreBase, payload_hash
 from sessionq.models import (
+    BusyPolicy,
     QuiescenceFailureReason,
     Session,
     Task,
     TaskPhase,
     TurnFailure,
 )
+
+
+@dataclass(frozen=True)
+class TurnAdmission:
+    """What admit_turn did: the Session's row, and the task of the queued turn when it was queued."""
+
+    session: Session
+    queued_task_id: str | None
 
 
 class TaskStore(StoreBase):
@@ -31,11 +41,35 @@ class TaskStore(StoreBase):
         task_id: str | None,
         ttl: float,
     ) -> Session:
+        """Admit a turn with the busy policy reject (the Agent's own when it has one)."""
+        return (await self.send_turn(session_id, caller, share_hash, message, task_id, ttl)).session
+
+    async def send_turn(
+        self,
+        session_id: UUID,
+        caller: str,
+        share_hash: str | None,
+        message: dict[str, Any],
+        task_id: str | None,
+        ttl: float,
+        policy: BusyPolicy | None = None,
+        queue_limit: int = 100,
+    ) -> TurnAdmission:
+        """Admit a message as a turn under its busy policy (None: the Agent's, else reject): dispatched
+        now, or queued behind the running turn (queued_task_id: its SUBMITTED task)."""
         value = await self._value(
-            "SELECT sessionq.admit_turn(%s, %s, %s, %s, %s, %s)",
-            (session_id, caller, share_hash, Jsonb(message), task_id, ttl),
+            "SELECT sessionq.admit_turn(%s, %s, %s, %s, %s, %s, %s, %s)",
+            (session_id, caller, share_hash, Jsonb(message), task_id, ttl,
+             policy.value if policy is not None else None, queue_limit),
         )
-        return Session.from_json(value)
+        return TurnAdmission(Session.from_json(value), value.get("queued_task_id"))
+
+    async def queued_turns(self, session_id: UUID) -> list[str]:
+        """The task ids of a Session's queued turns, in the order they will run."""
+        rows = await self._rows(
+            "SELECT task_id FROM sessionq.queued_turns WHERE session_id = %s ORDER BY position", (session_id,)
+        )
+        return [r["task_id"] for r in rows]
 
     async def task_create(self, session_id: UUID, task_id: str, task: dict[str, Any], dispatch_id: UUID | None) -> int:
         return int(

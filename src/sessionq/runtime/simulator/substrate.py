@@ -62,7 +62,7 @@ from sessionq.runtime.base import (
 )
 from sessionq.runtime.deterministic_agent import run_turn
 from sessionq.runtime.simulator.faults import FaultInjection
-from sessionq.runtime.simulator.turns import play_turn
+from sessionq.runtime.simulator.turns import play_turn, waiting_for_input
 from sessionq.runtime.stand_in.database import Cursor
 from sessionq.runtime.stand_in.egress import canonical_rules
 from sessionq.runtime.stand_in.message import parse_message
@@ -636,13 +636,17 @@ class SimulatedSubstrate(FaultInjection):
                 )
             message = parse_message(request.message)
             text = "\n".join(p.text for p in message.parts if p.WhichOneof("content") == "text")
-            turn = run_turn(dict(row["durable"] or {}), text, continuation=request.task_id is not None)
             client = (
                 TaskStoreClient(address, token)
                 if self.taskstore_message_limit is None
                 else TaskStoreClient(address, token, max_message_bytes=self.taskstore_message_limit)
             )
             try:
+                # an answer continues a task waiting for input; a SUBMITTED one is a turn sessionq queued
+                continuation = request.task_id is not None and await waiting_for_input(
+                    client, request.session_id, request.task_id
+                )
+                turn = run_turn(dict(row["durable"] or {}), text, continuation=continuation)
                 await play_turn(
                     client,
                     lambda memory: self.write_durable(atespace, name, uid, memory),

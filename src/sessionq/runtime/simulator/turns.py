@@ -17,6 +17,14 @@ from sessionq.runtime.deterministic_agent import TurnResult
 from sessionq.runtime.taskstore_client import TaskStoreClient
 
 CANCEL_CHECK = 0.05  # how often a working turn looks for a cancel (seconds)
+WAITING_STATES = frozenset({a2a_pb2.TASK_STATE_INPUT_REQUIRED, a2a_pb2.TASK_STATE_AUTH_REQUIRED})
+
+
+async def waiting_for_input(client: TaskStoreClient, session_id: str, task_id: str) -> bool:
+    """Whether the task a turn names waits for input (the turn is the user's answer), rather than
+    being a SUBMITTED task of a turn sessionq queued behind another (a new turn)."""
+    task, _ = await client.get_task(session_id, task_id)
+    return task.status.state in WAITING_STATES
 
 
 async def play_turn(
