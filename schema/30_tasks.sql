@@ -600,12 +600,22 @@ END $$;
 COMMENT ON FUNCTION sessionq.clear_turn_failure(uuid, text) IS
   'Clear the turn failure p_reason that record_turn_failure recorded (a later resume succeeded); a failure of an operation is never touched. True when cleared.';
 
+-- keep_warm_of: how long a Session's Actor stays running after a turn before it may be suspended.
+CREATE OR REPLACE FUNCTION sessionq.keep_warm_of(p_revision uuid, p_default double precision) RETURNS double precision
+LANGUAGE sql STABLE AS $$
+  SELECT coalesce((SELECT rtrim(r.spec ->> 'keepWarm', 's')::double precision FROM sessionq.revisions r
+                    WHERE r.id = p_revision AND r.spec ? 'keepWarm'),
+                  greatest(coalesce(p_default, 0), 0))
+$$;
+COMMENT ON FUNCTION sessionq.keep_warm_of(uuid, double precision) IS
+  'The keep-warm window of a Session pinned to revision p_revision, in seconds: its Agent spec''s keepWarm (stored as "<seconds>s"), else p_default (sessions.keepWarm). An idle boundary becomes claimable that long after it was marked; a turn admitted meanwhile supersedes it and finds the Actor running.';
+
 -- claim_idle: a quiescence worker takes the oldest eligible idle boundary. A Session with a cancel
 -- whose Actor was not told yet is skipped: finish_cancel marks the idle boundary before the
 -- cancel_task job tells the Actor (A2A CancelTask), and suspending first would stop the process the
 -- job must tell. The wait is bounded (10 minutes): a cancel_task job that gave up never records the
 -- telling (cancel_told, 35_a2a.sql, wakes the quiescence workers when it does).
-CREATE OR REPLACE FUNCTION sessionq.claim_idle(p_executor uuid) RETURNS jsonb
+CREATE OR REPLACE FUNCTION sessionq.claim_idle(p_executor uuid, p_keep_warm double precision DEFAULT 0) RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
   v sessionq.sessions;
@@ -613,6 +623,7 @@ BEGIN
   SELECT * INTO v FROM sessionq.sessions s
    WHERE s.idle_boundary_id IS NOT NULL AND s.idle_executor IS NULL
      AND s.state = 'READY' AND s.operation = 'NONE'
+     AND s.idle_boundary_at <= clock_timestamp() - make_interval(secs => sessionq.keep_warm_of(s.revision_id, p_keep_warm))
      AND s.dispatch_id IS NULL AND s.active_task_id IS NULL AND s.unsettled_task_id IS NULL
      AND NOT sessionq.checkpoint_in_progress(s.id)  -- 40_checkpoints.sql
      AND NOT EXISTS (SELECT 1 FROM sessionq.task_cancels c  -- 35_a2a.sql: ended, the Actor not told yet
@@ -628,17 +639,19 @@ BEGIN
    WHERE id = v.id RETURNING * INTO v;
   RETURN to_jsonb(v);
 END $$;
-COMMENT ON FUNCTION sessionq.claim_idle(uuid) IS
-  'Claim the oldest idle boundary of a READY Session with nothing running, dispatched, unsettled, pending or being checkpointed, and no cancel ended in the last 10 minutes whose Actor was not told of it yet (FOR UPDATE SKIP LOCKED, so replicas never take the same one). NULL when none is eligible now.';
+COMMENT ON FUNCTION sessionq.claim_idle(uuid, double precision) IS
+  'Claim the oldest idle boundary past its keep-warm window (keep_warm_of: the Agent''s keepWarm, else p_keep_warm seconds) of a READY Session with nothing running, dispatched, unsettled, pending or being checkpointed, and no cancel ended in the last 10 minutes whose Actor was not told of it yet (FOR UPDATE SKIP LOCKED, so replicas never take the same one). NULL when none is eligible now.';
 
 -- idle_work_blocked: after an empty claim, is unclaimed idle work waiting on something?
-CREATE OR REPLACE FUNCTION sessionq.idle_work_blocked() RETURNS boolean
+CREATE OR REPLACE FUNCTION sessionq.idle_work_blocked(p_keep_warm double precision DEFAULT 0) RETURNS boolean
 LANGUAGE sql STABLE AS $$
   SELECT EXISTS (SELECT 1 FROM sessionq.sessions s
-                  WHERE s.idle_boundary_id IS NOT NULL AND s.idle_executor IS NULL AND s.state = 'READY')
+                  WHERE s.idle_boundary_id IS NOT NULL AND s.idle_executor IS NULL AND s.state = 'READY'
+                    AND s.idle_boundary_at <= clock_timestamp()
+                                              - make_interval(secs => sessionq.keep_warm_of(s.revision_id, p_keep_warm)))
 $$;
-COMMENT ON FUNCTION sessionq.idle_work_blocked() IS
-  'True when unclaimed idle boundaries of READY Sessions exist that the last claim could not take (blocked by a dispatch, a checkpoint, an operation or a row lock): workers then retry within a second. Suspended or deleted Sessions and claimed work do not count.';
+COMMENT ON FUNCTION sessionq.idle_work_blocked(double precision) IS
+  'True when unclaimed idle boundaries of READY Sessions past their keep-warm window exist that the last claim could not take (blocked by a dispatch, a checkpoint, an operation or a row lock): workers then retry within a second. Suspended or deleted Sessions, claimed work and boundaries still inside their window (idle_work_state times those) do not count.';
 
 -- finish_idle: record the outcome of a claimed idle boundary (the exact snapshot).
 CREATE OR REPLACE FUNCTION sessionq.finish_idle(p_session uuid, p_boundary uuid, p_executor uuid, p_snapshot jsonb)
@@ -844,11 +857,17 @@ COMMENT ON FUNCTION sessionq.mark_lapsed_idle_claims(double precision) IS
   'The quiescence workers'' recovery scan: an idle claim held longer than p_lease seconds with neither an outcome nor a failure recorded (its worker died, or could not reach the database) becomes uncertain and due at once, so a worker takes it over and reads the Actor back. Returns how many.';
 
 -- idle_work_state: after an empty claim, when should a worker look again?
-CREATE OR REPLACE FUNCTION sessionq.idle_work_state(OUT blocked boolean, OUT retry_in double precision)
-LANGUAGE sql STABLE AS $$
-  SELECT sessionq.idle_work_blocked(),
+CREATE OR REPLACE FUNCTION sessionq.idle_work_state(
+  p_keep_warm double precision DEFAULT 0, OUT blocked boolean, OUT retry_in double precision, OUT warm_in double precision
+) LANGUAGE sql STABLE AS $$
+  SELECT sessionq.idle_work_blocked(p_keep_warm),
          (SELECT extract(epoch FROM min(s.idle_retry_at) - clock_timestamp())::double precision
-            FROM sessionq.sessions s WHERE s.idle_uncertain_at IS NOT NULL)
+            FROM sessionq.sessions s WHERE s.idle_uncertain_at IS NOT NULL),
+         (SELECT extract(epoch FROM min(s.idle_boundary_at + make_interval(secs => sessionq.keep_warm_of(s.revision_id, p_keep_warm)))
+                                    - clock_timestamp())::double precision
+            FROM sessionq.sessions s
+           WHERE s.idle_boundary_id IS NOT NULL AND s.idle_executor IS NULL AND s.state = 'READY'
+             AND s.idle_boundary_at > clock_timestamp() - make_interval(secs => sessionq.keep_warm_of(s.revision_id, p_keep_warm)))
 $$;
-COMMENT ON FUNCTION sessionq.idle_work_state() IS
-  'After an empty claim: blocked (idle_work_blocked: unclaimed idle work waits on something, look again within a second) and retry_in (seconds until the next uncertain idle claim may be taken over, 0 or less when one is due now; NULL when none is uncertain).';
+COMMENT ON FUNCTION sessionq.idle_work_state(double precision) IS
+  'After an empty claim: blocked (idle_work_blocked: unclaimed idle work waits on something, look again within a second), retry_in (seconds until the next uncertain idle claim may be taken over, 0 or less when one is due now; NULL when none is uncertain) and warm_in (seconds until the next idle boundary inside its keep-warm window becomes claimable; NULL when none is warm): the workers'' timers.';

@@ -323,7 +323,7 @@ def test_revision_0010_brings_uncertain_quiescence_claims_to_an_older_database(e
         conn.execute("UPDATE sessionq.schema_installed SET revision = '0009_push_config_owners'")
         for f in ("idle_attempt_failed(uuid, uuid, uuid, text, text, boolean, double precision)",
                   "take_over_uncertain_idle(uuid, double precision)", "mark_lapsed_idle_claims(double precision)",
-                  "idle_work_state()", "take_over_idle_claim(uuid, uuid, double precision)"):
+                  "idle_work_state(double precision)", "take_over_idle_claim(uuid, uuid, double precision)"):
             conn.execute(f"DROP FUNCTION sessionq.{f}")
         conn.execute("CREATE FUNCTION sessionq.take_over_idle_claim(p_session uuid, p_executor uuid) RETURNS jsonb"
                      " LANGUAGE sql AS $$ SELECT NULL::jsonb $$")
@@ -337,7 +337,7 @@ def test_revision_0010_brings_uncertain_quiescence_claims_to_an_older_database(e
         takeovers = conn.execute("SELECT pg_get_function_identity_arguments(oid) FROM pg_proc"
                                  " WHERE proname = 'take_over_idle_claim'").fetchall()
         assert takeovers == [("p_session uuid, p_executor uuid, p_lease double precision",)]
-        assert conn.execute("SELECT * FROM sessionq.idle_work_state()").fetchone() == (False, None)
+        assert conn.execute("SELECT blocked, retry_in FROM sessionq.idle_work_state()").fetchone() == (False, None)
         finish = conn.execute("SELECT prosrc FROM pg_proc WHERE proname = 'finish_idle'").fetchone()
         assert finish is not None and "idle_uncertain_at = NULL" in finish[0]
         blockers = conn.execute("SELECT prosrc FROM pg_proc WHERE proname = 'check_turn_blockers'").fetchone()

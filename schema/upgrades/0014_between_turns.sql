@@ -1,4 +1,4 @@
--- Upgrade 0014_between_turns: what happens between turns (busy policy, queued turns, stalled turns).
+-- Upgrade 0014_between_turns: what happens between turns (busy policy, queued turns, stalled turns, keep warm).
 --
 -- Applied by its revision only, to a database whose schema was installed before it; a database
 -- installed from schema/ at or after it has all of this already. Frozen: a later change to these
@@ -9,7 +9,9 @@
 -- bound (the old signature dropped), the queue's procedures (busy_policy, turn_busy, enqueue_turn,
 -- start_queued_turn, drop_queued_turns) and the procedures that start or end queued turns (task
 -- settlement, failed dispatches, cancels, lifecycle blockers and completions, idle expiry); the
--- periodic end of stalled turns (fail_stalled_turns) and the operator view turn_queue.
+-- periodic end of stalled turns (fail_stalled_turns) and the operator view turn_queue; the
+-- keep-warm window of idle boundaries (keep_warm_of; claim_idle, idle_work_blocked and
+-- idle_work_state with the window, their old signatures dropped).
 
 -- tasks: the phase queued
 ALTER TABLE sessionq.tasks DROP CONSTRAINT IF EXISTS tasks_phase_check;
@@ -32,6 +34,9 @@ COMMENT ON TABLE sessionq.queued_turns IS
   'Turns waiting for the running turn of their Session to end, in order of position (arrival; an interrupting message goes ahead of the waiting ones). The message (A2A Message JSON) is dispatched as the turn of its task (tasks.phase queued) by start_queued_turn when the current turn settles, fails or is canceled and its Actor told. Durable: any replica dispatches them, after any restart.';
 
 DROP FUNCTION IF EXISTS sessionq.admit_turn(uuid, text, text, jsonb, text, double precision);
+DROP FUNCTION IF EXISTS sessionq.claim_idle(uuid);
+DROP FUNCTION IF EXISTS sessionq.idle_work_state();
+DROP FUNCTION IF EXISTS sessionq.idle_work_blocked();
 
 -- check_turn_blockers: work that blocks a new turn's execution.
 CREATE OR REPLACE FUNCTION sessionq.check_turn_blockers(v sessionq.sessions) RETURNS void
@@ -480,6 +485,75 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION sessionq.check_turn_lifecycle_blockers(sessionq.sessions, text) IS
   'Part of check_lifecycle_blockers: ABORTED while the last turn is unsettled, while idle work is claimed (KAGENT_SESSION_BUSY), and for a SUSPEND while a turn runs, is dispatched or queued.';
+
+-- keep_warm_of: how long a Session's Actor stays running after a turn before it may be suspended.
+CREATE OR REPLACE FUNCTION sessionq.keep_warm_of(p_revision uuid, p_default double precision) RETURNS double precision
+LANGUAGE sql STABLE AS $$
+  SELECT coalesce((SELECT rtrim(r.spec ->> 'keepWarm', 's')::double precision FROM sessionq.revisions r
+                    WHERE r.id = p_revision AND r.spec ? 'keepWarm'),
+                  greatest(coalesce(p_default, 0), 0))
+$$;
+COMMENT ON FUNCTION sessionq.keep_warm_of(uuid, double precision) IS
+  'The keep-warm window of a Session pinned to revision p_revision, in seconds: its Agent spec''s keepWarm (stored as "<seconds>s"), else p_default (sessions.keepWarm). An idle boundary becomes claimable that long after it was marked; a turn admitted meanwhile supersedes it and finds the Actor running.';
+
+-- claim_idle: a quiescence worker takes the oldest eligible idle boundary. A Session with a cancel
+-- whose Actor was not told yet is skipped: finish_cancel marks the idle boundary before the
+-- cancel_task job tells the Actor (A2A CancelTask), and suspending first would stop the process the
+-- job must tell. The wait is bounded (10 minutes): a cancel_task job that gave up never records the
+-- telling (cancel_told, 35_a2a.sql, wakes the quiescence workers when it does).
+CREATE OR REPLACE FUNCTION sessionq.claim_idle(p_executor uuid, p_keep_warm double precision DEFAULT 0) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+BEGIN
+  SELECT * INTO v FROM sessionq.sessions s
+   WHERE s.idle_boundary_id IS NOT NULL AND s.idle_executor IS NULL
+     AND s.state = 'READY' AND s.operation = 'NONE'
+     AND s.idle_boundary_at <= clock_timestamp() - make_interval(secs => sessionq.keep_warm_of(s.revision_id, p_keep_warm))
+     AND s.dispatch_id IS NULL AND s.active_task_id IS NULL AND s.unsettled_task_id IS NULL
+     AND NOT sessionq.checkpoint_in_progress(s.id)  -- 40_checkpoints.sql
+     AND NOT EXISTS (SELECT 1 FROM sessionq.task_cancels c  -- 35_a2a.sql: ended, the Actor not told yet
+                      WHERE c.session_id = s.id AND c.actor_told_at IS NULL
+                        AND c.finished_at > clock_timestamp() - interval '10 minutes')
+   ORDER BY s.idle_boundary_at
+   LIMIT 1
+   FOR UPDATE SKIP LOCKED;
+  IF NOT FOUND THEN
+    RETURN NULL;
+  END IF;
+  UPDATE sessionq.sessions SET idle_executor = p_executor, idle_claimed_at = clock_timestamp()
+   WHERE id = v.id RETURNING * INTO v;
+  RETURN to_jsonb(v);
+END $$;
+COMMENT ON FUNCTION sessionq.claim_idle(uuid, double precision) IS
+  'Claim the oldest idle boundary past its keep-warm window (keep_warm_of: the Agent''s keepWarm, else p_keep_warm seconds) of a READY Session with nothing running, dispatched, unsettled, pending or being checkpointed, and no cancel ended in the last 10 minutes whose Actor was not told of it yet (FOR UPDATE SKIP LOCKED, so replicas never take the same one). NULL when none is eligible now.';
+
+-- idle_work_blocked: after an empty claim, is unclaimed idle work waiting on something?
+CREATE OR REPLACE FUNCTION sessionq.idle_work_blocked(p_keep_warm double precision DEFAULT 0) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+  SELECT EXISTS (SELECT 1 FROM sessionq.sessions s
+                  WHERE s.idle_boundary_id IS NOT NULL AND s.idle_executor IS NULL AND s.state = 'READY'
+                    AND s.idle_boundary_at <= clock_timestamp()
+                                              - make_interval(secs => sessionq.keep_warm_of(s.revision_id, p_keep_warm)))
+$$;
+COMMENT ON FUNCTION sessionq.idle_work_blocked(double precision) IS
+  'True when unclaimed idle boundaries of READY Sessions past their keep-warm window exist that the last claim could not take (blocked by a dispatch, a checkpoint, an operation or a row lock): workers then retry within a second. Suspended or deleted Sessions, claimed work and boundaries still inside their window (idle_work_state times those) do not count.';
+
+-- idle_work_state: after an empty claim, when should a worker look again?
+CREATE OR REPLACE FUNCTION sessionq.idle_work_state(
+  p_keep_warm double precision DEFAULT 0, OUT blocked boolean, OUT retry_in double precision, OUT warm_in double precision
+) LANGUAGE sql STABLE AS $$
+  SELECT sessionq.idle_work_blocked(p_keep_warm),
+         (SELECT extract(epoch FROM min(s.idle_retry_at) - clock_timestamp())::double precision
+            FROM sessionq.sessions s WHERE s.idle_uncertain_at IS NOT NULL),
+         (SELECT extract(epoch FROM min(s.idle_boundary_at + make_interval(secs => sessionq.keep_warm_of(s.revision_id, p_keep_warm)))
+                                    - clock_timestamp())::double precision
+            FROM sessionq.sessions s
+           WHERE s.idle_boundary_id IS NOT NULL AND s.idle_executor IS NULL AND s.state = 'READY'
+             AND s.idle_boundary_at > clock_timestamp() - make_interval(secs => sessionq.keep_warm_of(s.revision_id, p_keep_warm)))
+$$;
+COMMENT ON FUNCTION sessionq.idle_work_state(double precision) IS
+  'After an empty claim: blocked (idle_work_blocked: unclaimed idle work waits on something, look again within a second), retry_in (seconds until the next uncertain idle claim may be taken over, 0 or less when one is due now; NULL when none is uncertain) and warm_in (seconds until the next idle boundary inside its keep-warm window becomes claimable; NULL when none is warm): the workers'' timers.';
 
 -- intend_cancel: record the cancel intent of a task running in the Actor and queue its job.
 CREATE OR REPLACE FUNCTION sessionq.intend_cancel(p_session uuid, p_task text, p_caller text) RETURNS void

@@ -302,6 +302,13 @@ KEYS: tuple[Key, ...] = (
     ),
     Key("sessions.dispatchTimeout", _positive_duration, 600.0, "Lifetime of a turn's dispatch reservation."),
     Key(
+        "sessions.keepWarm",
+        _duration,
+        0.0,
+        "How long an Actor stays running after a turn before it may be suspended (an Agent's spec keepWarm"
+        " overrides it); a turn inside the window runs on the running Actor without a resume. 0s: suspend at once.",
+    ),
+    Key(
         "sessions.stalledTurnTimeout",
         _duration,
         3600.0,

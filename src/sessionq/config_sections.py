@@ -194,6 +194,7 @@ class SessionsSettings:
     quiescence_attempt_timeout: float  # sessions.quiescenceAttemptTimeout
     quiescence_retry_max: float  # sessions.quiescenceRetryMax
     dispatch_timeout: float  # sessions.dispatchTimeout
+    keep_warm: float  # sessions.keepWarm
     stalled_turn_timeout: float  # sessions.stalledTurnTimeout
     max_queued_turns: int  # sessions.maxQueuedTurns
 
@@ -207,6 +208,7 @@ class SessionsSettings:
             quiescence_attempt_timeout=values["sessions.quiescenceAttemptTimeout"],
             quiescence_retry_max=values["sessions.quiescenceRetryMax"],
             dispatch_timeout=values["sessions.dispatchTimeout"],
+            keep_warm=values["sessions.keepWarm"],
             stalled_turn_timeout=values["sessions.stalledTurnTimeout"],
             max_queued_turns=values["sessions.maxQueuedTurns"],
         )

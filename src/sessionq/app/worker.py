@@ -61,6 +61,7 @@ async def run_worker(
         attempt_timeout=settings.sessions.quiescence_attempt_timeout,
         retry_max=settings.sessions.quiescence_retry_max,
         drain_timeout=settings.workers.shutdown_timeout,
+        keep_warm=settings.sessions.keep_warm,
     )
     quiescence_stop = asyncio.Event()
     quiescence_task = asyncio.create_task(quiescence.run(quiescence_stop), name="quiescence")

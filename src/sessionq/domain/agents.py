@@ -15,6 +15,7 @@ from uuid import UUID
 import yaml
 
 from sessionq import errors
+from sessionq.config import ConfigError, parse_duration
 from sessionq.db.store import Store
 from sessionq.models import ApplyMode, BusyPolicy, RevisionState
 from sessionq.runtime.base import Code, Substrate, SubstrateError
@@ -105,6 +106,23 @@ def check_busy_policy(value: Any) -> BusyPolicy | None:
         raise errors.invalid(f"busyPolicy must be one of {', '.join(p.value for p in BusyPolicy)}") from None
 
 
+KEEP_WARM_MAX = 86400.0  # a day: an Actor kept running longer is a server, not a session
+
+
+def check_keep_warm(value: Any) -> float | None:
+    """An Agent's keepWarm: a duration such as "30s" (seconds; fractions allowed), 0 to a day
+    (absent: sessions.keepWarm). A negative or malformed one is refused; the message never repeats it."""
+    if value is None:
+        return None
+    try:
+        seconds = parse_duration(value, "keepWarm") if isinstance(value, str) else -1.0
+    except ConfigError:
+        seconds = -1.0
+    if not 0 <= seconds <= KEEP_WARM_MAX:
+        raise errors.invalid('keepWarm must be a duration from "0s" to "86400s", such as "30s"')
+    return seconds
+
+
 def check_egress_url(index: int, url: str) -> None:
     """What an egress URL must never hold, checked before any message repeats it: control
     characters or spaces (CR/LF would split the proxy's request; Python's URL parser silently drops
@@ -190,6 +208,8 @@ class AgentSpec:
     env: dict[str, str] = field(default_factory=dict, hash=False)
     # what a message to a Session whose turn still runs does, when the message does not say (None: reject)
     busy_policy: BusyPolicy | None = None
+    # how long its Actors stay running after a turn before they may be suspended (None: sessions.keepWarm)
+    keep_warm: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -211,11 +231,13 @@ class AgentSpec:
             out["env"] = dict(self.env)
         if self.busy_policy is not None:
             out["busyPolicy"] = self.busy_policy.value
+        if self.keep_warm is not None:  # seconds, as the procedures read it (keep_warm_of)
+            out["keepWarm"] = f"{self.keep_warm:g}s"
         return out
 
     def with_egress(self, egress: tuple[EgressDestination, ...]) -> AgentSpec:
         return AgentSpec(self.namespace, self.name, self.template, egress, self.description, self.skills,
-                         self.command, self.args, dict(self.env), self.busy_policy)
+                         self.command, self.args, dict(self.env), self.busy_policy, self.keep_warm)
 
     @property
     def image(self) -> str:
@@ -236,6 +258,7 @@ def parse_spec(data: Any) -> AgentSpec:
         raise errors.invalid("agent spec must be a mapping with at least a name")
     unknown = set(data) - {
         "name", "namespace", "template", "egress", "description", "skills", "command", "args", "env", "busyPolicy",
+        "keepWarm",
     }
     if unknown:
         raise errors.invalid(f"agent spec has unknown keys: {', '.join(sorted(unknown))}")
@@ -270,7 +293,8 @@ def parse_spec(data: Any) -> AgentSpec:
     args = check_argv(data.get("args"), "args")
     env = check_env(data.get("env"))
     return AgentSpec(namespace, name, template, tuple(egress), _description(data.get("description")),
-                     _skills(data.get("skills")), command, args, env, check_busy_policy(data.get("busyPolicy")))
+                     _skills(data.get("skills")), command, args, env, check_busy_policy(data.get("busyPolicy")),
+                     check_keep_warm(data.get("keepWarm")))
 
 
 MAX_SKILLS = 32

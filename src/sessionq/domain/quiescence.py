@@ -89,7 +89,9 @@ class QuiescencePool:
         retry_first: float = RETRY_FIRST,
         retry_max: float = RETRY_MAX,
         lease_margin: float = LEASE_MARGIN,
+        keep_warm: float = 0.0,
     ) -> None:
+        self.keep_warm = keep_warm  # sessions.keepWarm: an idle boundary is claimable this long after it was marked
         self.attempt_timeout = attempt_timeout
         self.lease = attempt_timeout + lease_margin
         self.retry_first = retry_first
@@ -140,14 +142,14 @@ class QuiescencePool:
                     if lapsed := await self.store.mark_lapsed_idle_claims(self.lease):
                         log.warning("%d quiescence claims outlived their lease; they are read back", lapsed)
                 self.queries += 1
-                session = await self.store.claim_idle(uuid4())
+                session = await self.store.claim_idle(uuid4(), self.keep_warm)
                 if session is not None:
                     self.claims += 1
                     self.wakeups.post()  # hand a wake-up on before runtime I/O: a sibling joins a burst
                     await self.quiesce(session)
                     continue
                 self.queries += 1
-                blocked, retry_in = await self.store.idle_work_state()
+                blocked, retry_in = await self.store.idle_work_state(self.keep_warm)
                 if retry_in is not None and retry_in <= 0:
                     self.queries += 1
                     session = await self.store.take_over_uncertain_idle(uuid4(), self.lease)
@@ -165,7 +167,7 @@ class QuiescencePool:
             if stop.is_set():
                 break
             timeout = self.short_retry if blocked else self.recovery_interval
-            if retry_in is not None:  # an uncertain claim falls due then
+            if retry_in is not None:  # an uncertain claim falls due then, or a keep-warm window ends
                 timeout = min(timeout, max(retry_in, self.short_retry))
             await self.wakeups.wait(timeout)
 
@@ -375,7 +377,7 @@ async def retry_claimed(pool: QuiescencePool, session_id: UUID) -> Literal["noth
 
 async def claim_and_quiesce(pool: QuiescencePool) -> UUID | None:
     """One claim attempt and, if it got one, the quiescence of that Session (tests, benchmarks)."""
-    session = await pool.store.claim_idle(uuid4())
+    session = await pool.store.claim_idle(uuid4(), pool.keep_warm)
     if session is None:
         return None
     await pool.quiesce(session)

@@ -184,12 +184,13 @@ class TaskStore(StoreBase):
                 unsubscribe()
 
 
-    async def claim_idle(self, executor: UUID) -> Session | None:
-        value = await self._value("SELECT sessionq.claim_idle(%s)", (executor,))
+    async def claim_idle(self, executor: UUID, keep_warm: float = 0.0) -> Session | None:
+        """Claim the oldest idle boundary past its keep-warm window (the Agent's keepWarm, else `keep_warm` s)."""
+        value = await self._value("SELECT sessionq.claim_idle(%s, %s)", (executor, keep_warm))
         return Session.from_json(value) if value else None
 
-    async def idle_work_blocked(self) -> bool:
-        return bool(await self._value("SELECT sessionq.idle_work_blocked()"))
+    async def idle_work_blocked(self, keep_warm: float = 0.0) -> bool:
+        return bool(await self._value("SELECT sessionq.idle_work_blocked(%s)", (keep_warm,)))
 
     async def finish_idle(
         self, session_id: UUID, boundary: UUID, executor: UUID, snapshot: dict[str, Any] | None
@@ -235,11 +236,12 @@ class TaskStore(StoreBase):
     async def mark_lapsed_idle_claims(self, lease: float) -> int:
         return int(await self._value("SELECT sessionq.mark_lapsed_idle_claims(%s)", (lease,)))
 
-    async def idle_work_state(self) -> tuple[bool, float | None]:
-        """(unclaimed idle work is blocked, seconds until an uncertain claim is due or None)."""
-        value = await self._value("SELECT to_jsonb(w) FROM sessionq.idle_work_state() w")
-        retry_in = value["retry_in"]
-        return bool(value["blocked"]), None if retry_in is None else float(retry_in)
+    async def idle_work_state(self, keep_warm: float = 0.0) -> tuple[bool, float | None]:
+        """(unclaimed idle work is blocked, seconds until an uncertain claim is due or a warm idle
+        boundary becomes claimable, whichever comes first; None when neither waits)."""
+        value = await self._value("SELECT to_jsonb(w) FROM sessionq.idle_work_state(%s) w", (keep_warm,))
+        due = [float(v) for v in (value["retry_in"], value["warm_in"]) if v is not None]
+        return bool(value["blocked"]), min(due) if due else None
 
     async def take_over_idle_claim(self, session_id: UUID, executor: UUID, lease: float) -> Session | None:
         value = await self._value(

@@ -643,10 +643,9 @@ class SimulatedSubstrate(FaultInjection):
             )
             try:
                 # an answer continues a task waiting for input; a SUBMITTED one is a turn sessionq queued
-                continuation = request.task_id is not None and await waiting_for_input(
-                    client, request.session_id, request.task_id
-                )
-                turn = run_turn(dict(row["durable"] or {}), text, continuation=continuation)
+                named = await client.get_task(request.session_id, request.task_id) if request.task_id else None
+                turn = run_turn(dict(row["durable"] or {}), text,
+                                continuation=named is not None and waiting_for_input(named[0]))
                 await play_turn(
                     client,
                     lambda memory: self.write_durable(atespace, name, uid, memory),
@@ -654,6 +653,7 @@ class SimulatedSubstrate(FaultInjection):
                     message,
                     turn,
                     canceled=lambda task_id: self.turn_canceled(uid, task_id),
+                    named=named,
                 )
             except TaskStoreError as exc:
                 # the task store's own refusals (UNAUTHENTICATED, ...) are not the runtime's: INTERNAL
