@@ -218,6 +218,7 @@ BEGIN
          dispatch_message = p_message,
          dispatch_task_id = p_task_id,
          dispatch_failure = NULL,
+         actor_paused_at = CASE WHEN s.idle_executor IS NULL THEN NULL ELSE s.actor_paused_at END,  -- the dispatch resumes it
          -- a new turn supersedes idle work nobody claimed yet; claimed work blocks the dispatch until recorded
          idle_boundary_id = CASE WHEN s.idle_executor IS NULL THEN NULL ELSE s.idle_boundary_id END,
          idle_boundary_at = CASE WHEN s.idle_executor IS NULL THEN NULL ELSE s.idle_boundary_at END,
@@ -662,6 +663,7 @@ BEGIN
   UPDATE sessionq.sessions s
      SET idle_boundary_id = NULL, idle_boundary_at = NULL, idle_executor = NULL, idle_claimed_at = NULL,
          idle_uncertain_at = NULL, idle_retry_at = NULL, idle_attempts = 0, idle_unsent = false,
+         actor_paused_at = NULL,
          snapshot_generation = coalesce((p_snapshot ->> 'generation')::bigint, s.snapshot_generation),
          snapshot_uri = CASE WHEN p_snapshot ? 'generation' THEN p_snapshot ->> 'uri' ELSE s.snapshot_uri END,
          snapshot_status = coalesce(p_snapshot ->> 'status', s.snapshot_status),
@@ -682,7 +684,7 @@ BEGIN
   RETURN to_jsonb(v);
 END $$;
 COMMENT ON FUNCTION sessionq.finish_idle(uuid, uuid, uuid, jsonb) IS
-  'Record a quiescence outcome by the claim holder: the exact snapshot (generation, uri, status) and the end of the idle claim (an uncertain one included). A recorded snapshot clears the last quiescence failure. Retried on database failure without repeating the runtime call.';
+  'Record a quiescence outcome by the claim holder: the exact snapshot (generation, uri, status) and the end of the idle claim (an uncertain one included); a paused Actor is paused no longer. A recorded snapshot clears the last quiescence failure. Retried on database failure without repeating the runtime call.';
 
 -- record_quiescence_failure: the quiescence failure record (Session.last_quiescence_failure).
 CREATE OR REPLACE FUNCTION sessionq.record_quiescence_failure(
@@ -708,6 +710,39 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION sessionq.record_quiescence_failure(uuid, uuid, uuid, text, text) IS
   'By the idle claim holder whose suspend failed for good (SuspendFailed: it and its retries failed; RuntimeUnavailable: the Actor is gone or replaced; PauseFailed is kagent''s for a failed pause, which sessionq does not issue): record the quiescence failure record of the latest turn (task_id, reason, message, failed_at), shown as Session.last_quiescence_failure. The idle claim stays (Q-10: the suspend may have been issued); a later recorded snapshot clears the record.';
+
+-- turn_waits_for_input: does the Session's last turn wait for the user (INPUT_REQUIRED, AUTH_REQUIRED)?
+CREATE OR REPLACE FUNCTION sessionq.turn_waits_for_input(p_session uuid) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+  SELECT coalesce((SELECT t.phase = 'settled' AND t.state IN ('TASK_STATE_INPUT_REQUIRED', 'TASK_STATE_AUTH_REQUIRED')
+                     FROM sessionq.tasks t WHERE t.session_id = p_session AND t.phase <> 'queued'
+                    ORDER BY t.seq DESC LIMIT 1), false)
+$$;
+COMMENT ON FUNCTION sessionq.turn_waits_for_input(uuid) IS
+  'True when the Session''s latest turn settled waiting for the user (INPUT_REQUIRED or AUTH_REQUIRED): with sessions.pausedRuntimeTtl the quiescence workers pause its Actor rather than suspend it.';
+
+-- finish_pause: the claim holder paused the Actor; the boundary falls due again when the TTL passes.
+CREATE OR REPLACE FUNCTION sessionq.finish_pause(p_session uuid, p_boundary uuid, p_executor uuid, p_ttl double precision)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+BEGIN
+  UPDATE sessionq.sessions s
+     SET idle_boundary_id = sessionq.uuid_v7(),
+         idle_boundary_at = clock_timestamp() + make_interval(secs => greatest(p_ttl, 0)),
+         idle_executor = NULL, idle_claimed_at = NULL, idle_uncertain_at = NULL, idle_retry_at = NULL,
+         idle_attempts = 0, idle_unsent = false, actor_paused_at = clock_timestamp(),
+         updated_at = clock_timestamp()
+   WHERE s.id = p_session AND s.idle_boundary_id = p_boundary AND s.idle_executor = p_executor
+  RETURNING * INTO v;
+  IF NOT FOUND THEN
+    PERFORM sessionq.fail('SQ409', format('executor %s does not hold the idle claim of session %s', p_executor, p_session));
+  END IF;
+  PERFORM sessionq.notify('sessionq_idle', jsonb_build_object('session', v.id));  -- the workers time the new boundary
+  RETURN to_jsonb(v);
+END $$;
+COMMENT ON FUNCTION sessionq.finish_pause(uuid, uuid, uuid, double precision) IS
+  'By the idle claim holder that paused the Actor (its last turn waits for input, sessions.pausedRuntimeTtl = p_ttl seconds): end the claim, record actor_paused_at and mark a new idle boundary that falls due when the TTL passes (idle_boundary_at in the future; the workers'' timer, idle_work_state''s warm_in, wakes them then). A turn before that supersedes it and resumes the paused Actor; otherwise the boundary is claimed and the Actor suspended with its snapshot.';
 
 -- An explicit Resume that returns a Session to READY marks an idle boundary and wakes the workers
 -- (it leaves the Actor running until the workers suspend it). A creation leaves the Actor suspended.
@@ -737,6 +772,12 @@ BEGIN
     PERFORM sessionq.fail('SQ409', format('session %s is being quiesced; retry after it is recorded', p_session.id),
                           'KAGENT_SESSION_BUSY');
   END IF;
+  IF p_session.actor_paused_at IS NOT NULL THEN
+    PERFORM sessionq.fail('SQ409', format(
+      'the actor of session %s is paused waiting for input; answer the task, or retry after it is suspended (in about %s s)',
+      p_session.id, ceil(greatest(extract(epoch FROM p_session.idle_boundary_at - clock_timestamp()), 0)) + 1),
+      'KAGENT_SESSION_BUSY');
+  END IF;
   IF p_kind = 'SUSPEND' AND (p_session.active_task_id IS NOT NULL
                              OR p_session.dispatch_id IS NOT NULL AND p_session.dispatch_expires_at > clock_timestamp()) THEN
     PERFORM sessionq.fail('SQ409', format('a turn is running on session %s; it cannot be suspended now', p_session.id));
@@ -746,7 +787,7 @@ BEGIN
   END IF;
 END $$;
 COMMENT ON FUNCTION sessionq.check_turn_lifecycle_blockers(sessionq.sessions, text) IS
-  'Part of check_lifecycle_blockers: ABORTED while the last turn is unsettled, while idle work is claimed (KAGENT_SESSION_BUSY), and for a SUSPEND while a turn runs, is dispatched or queued.';
+  'Part of check_lifecycle_blockers: ABORTED while the last turn is unsettled, while idle work is claimed or the Actor is paused waiting for input (KAGENT_SESSION_BUSY), and for a SUSPEND while a turn runs, is dispatched or queued.';
 
 -- task reads for the task store and the A2A frontend
 CREATE OR REPLACE FUNCTION sessionq.get_task(p_task_id text) RETURNS jsonb

@@ -1,4 +1,5 @@
--- Upgrade 0014_between_turns: what happens between turns (busy policy, queued turns, stalled turns, keep warm).
+-- Upgrade 0014_between_turns: what happens between turns (busy policy, queued turns, stalled turns, keep warm,
+-- pause for input).
 --
 -- Applied by its revision only, to a database whose schema was installed before it; a database
 -- installed from schema/ at or after it has all of this already. Frozen: a later change to these
@@ -11,7 +12,9 @@
 -- settlement, failed dispatches, cancels, lifecycle blockers and completions, idle expiry); the
 -- periodic end of stalled turns (fail_stalled_turns) and the operator view turn_queue; the
 -- keep-warm window of idle boundaries (keep_warm_of; claim_idle, idle_work_blocked and
--- idle_work_state with the window, their old signatures dropped).
+-- idle_work_state with the window, their old signatures dropped); pausing an Actor whose turn
+-- waits for input (sessions.actor_paused_at, turn_waits_for_input, finish_pause, and finish_idle,
+-- admit_turn, the lifecycle blockers and quiescence_backlog that know it).
 
 -- tasks: the phase queued
 ALTER TABLE sessionq.tasks DROP CONSTRAINT IF EXISTS tasks_phase_check;
@@ -32,6 +35,10 @@ CREATE TABLE IF NOT EXISTS sessionq.queued_turns (
 );
 COMMENT ON TABLE sessionq.queued_turns IS
   'Turns waiting for the running turn of their Session to end, in order of position (arrival; an interrupting message goes ahead of the waiting ones). The message (A2A Message JSON) is dispatched as the turn of its task (tasks.phase queued) by start_queued_turn when the current turn settles, fails or is canceled and its Actor told. Durable: any replica dispatches them, after any restart.';
+
+-- sessions: the paused Actor
+ALTER TABLE sessionq.sessions ADD COLUMN IF NOT EXISTS actor_paused_at timestamptz;
+COMMENT ON COLUMN sessionq.sessions.actor_paused_at IS '[quiescence] Since when the Actor is paused (PauseActor, not suspended) because its last turn ended waiting for input and sessions.pausedRuntimeTtl is set (finish_pause); its idle boundary falls due when the TTL passes, and the Actor is then suspended with its snapshot. Cleared by a recorded suspension and by a turn (the answer resumes the paused Actor). While set, explicit lifecycle changes wait, as for a claimed idle boundary.';
 
 DROP FUNCTION IF EXISTS sessionq.admit_turn(uuid, text, text, jsonb, text, double precision);
 DROP FUNCTION IF EXISTS sessionq.claim_idle(uuid);
@@ -155,6 +162,7 @@ BEGIN
          dispatch_message = p_message,
          dispatch_task_id = p_task_id,
          dispatch_failure = NULL,
+         actor_paused_at = CASE WHEN s.idle_executor IS NULL THEN NULL ELSE s.actor_paused_at END,  -- the dispatch resumes it
          -- a new turn supersedes idle work nobody claimed yet; claimed work blocks the dispatch until recorded
          idle_boundary_id = CASE WHEN s.idle_executor IS NULL THEN NULL ELSE s.idle_boundary_id END,
          idle_boundary_at = CASE WHEN s.idle_executor IS NULL THEN NULL ELSE s.idle_boundary_at END,
@@ -475,6 +483,12 @@ BEGIN
     PERFORM sessionq.fail('SQ409', format('session %s is being quiesced; retry after it is recorded', p_session.id),
                           'KAGENT_SESSION_BUSY');
   END IF;
+  IF p_session.actor_paused_at IS NOT NULL THEN
+    PERFORM sessionq.fail('SQ409', format(
+      'the actor of session %s is paused waiting for input; answer the task, or retry after it is suspended (in about %s s)',
+      p_session.id, ceil(greatest(extract(epoch FROM p_session.idle_boundary_at - clock_timestamp()), 0)) + 1),
+      'KAGENT_SESSION_BUSY');
+  END IF;
   IF p_kind = 'SUSPEND' AND (p_session.active_task_id IS NOT NULL
                              OR p_session.dispatch_id IS NOT NULL AND p_session.dispatch_expires_at > clock_timestamp()) THEN
     PERFORM sessionq.fail('SQ409', format('a turn is running on session %s; it cannot be suspended now', p_session.id));
@@ -484,7 +498,7 @@ BEGIN
   END IF;
 END $$;
 COMMENT ON FUNCTION sessionq.check_turn_lifecycle_blockers(sessionq.sessions, text) IS
-  'Part of check_lifecycle_blockers: ABORTED while the last turn is unsettled, while idle work is claimed (KAGENT_SESSION_BUSY), and for a SUSPEND while a turn runs, is dispatched or queued.';
+  'Part of check_lifecycle_blockers: ABORTED while the last turn is unsettled, while idle work is claimed or the Actor is paused waiting for input (KAGENT_SESSION_BUSY), and for a SUSPEND while a turn runs, is dispatched or queued.';
 
 -- keep_warm_of: how long a Session's Actor stays running after a turn before it may be suspended.
 CREATE OR REPLACE FUNCTION sessionq.keep_warm_of(p_revision uuid, p_default double precision) RETURNS double precision
@@ -554,6 +568,71 @@ CREATE OR REPLACE FUNCTION sessionq.idle_work_state(
 $$;
 COMMENT ON FUNCTION sessionq.idle_work_state(double precision) IS
   'After an empty claim: blocked (idle_work_blocked: unclaimed idle work waits on something, look again within a second), retry_in (seconds until the next uncertain idle claim may be taken over, 0 or less when one is due now; NULL when none is uncertain) and warm_in (seconds until the next idle boundary inside its keep-warm window becomes claimable; NULL when none is warm): the workers'' timers.';
+
+-- finish_idle: record the outcome of a claimed idle boundary (the exact snapshot).
+CREATE OR REPLACE FUNCTION sessionq.finish_idle(p_session uuid, p_boundary uuid, p_executor uuid, p_snapshot jsonb)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+BEGIN
+  UPDATE sessionq.sessions s
+     SET idle_boundary_id = NULL, idle_boundary_at = NULL, idle_executor = NULL, idle_claimed_at = NULL,
+         idle_uncertain_at = NULL, idle_retry_at = NULL, idle_attempts = 0, idle_unsent = false,
+         actor_paused_at = NULL,
+         snapshot_generation = coalesce((p_snapshot ->> 'generation')::bigint, s.snapshot_generation),
+         snapshot_uri = CASE WHEN p_snapshot ? 'generation' THEN p_snapshot ->> 'uri' ELSE s.snapshot_uri END,
+         snapshot_status = coalesce(p_snapshot ->> 'status', s.snapshot_status),
+         snapshot_event_seq = CASE WHEN p_snapshot ? 'generation' THEN s.last_event_seq ELSE s.snapshot_event_seq END,
+         quiescence_failure = CASE WHEN p_snapshot ? 'generation' THEN NULL ELSE s.quiescence_failure END,
+         updated_at = clock_timestamp()
+   WHERE s.id = p_session AND s.idle_boundary_id = p_boundary AND s.idle_executor = p_executor
+  RETURNING * INTO v;
+  IF NOT FOUND THEN
+    PERFORM sessionq.fail('SQ409', format('executor %s does not hold the idle claim of session %s', p_executor, p_session));
+  END IF;
+  IF v.snapshot_status = 'IN_PROGRESS' THEN
+    -- the runtime is still writing it: look again until it is durable (never fall back to an older one)
+    PERFORM sessionq.defer('refresh_snapshot', v.id::text,
+                           jsonb_build_object('session_id', v.id, 'generation', v.snapshot_generation),
+                           clock_timestamp() + interval '1 second');
+  END IF;
+  RETURN to_jsonb(v);
+END $$;
+COMMENT ON FUNCTION sessionq.finish_idle(uuid, uuid, uuid, jsonb) IS
+  'Record a quiescence outcome by the claim holder: the exact snapshot (generation, uri, status) and the end of the idle claim (an uncertain one included); a paused Actor is paused no longer. A recorded snapshot clears the last quiescence failure. Retried on database failure without repeating the runtime call.';
+
+-- turn_waits_for_input: does the Session's last turn wait for the user (INPUT_REQUIRED, AUTH_REQUIRED)?
+CREATE OR REPLACE FUNCTION sessionq.turn_waits_for_input(p_session uuid) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+  SELECT coalesce((SELECT t.phase = 'settled' AND t.state IN ('TASK_STATE_INPUT_REQUIRED', 'TASK_STATE_AUTH_REQUIRED')
+                     FROM sessionq.tasks t WHERE t.session_id = p_session AND t.phase <> 'queued'
+                    ORDER BY t.seq DESC LIMIT 1), false)
+$$;
+COMMENT ON FUNCTION sessionq.turn_waits_for_input(uuid) IS
+  'True when the Session''s latest turn settled waiting for the user (INPUT_REQUIRED or AUTH_REQUIRED): with sessions.pausedRuntimeTtl the quiescence workers pause its Actor rather than suspend it.';
+
+-- finish_pause: the claim holder paused the Actor; the boundary falls due again when the TTL passes.
+CREATE OR REPLACE FUNCTION sessionq.finish_pause(p_session uuid, p_boundary uuid, p_executor uuid, p_ttl double precision)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+BEGIN
+  UPDATE sessionq.sessions s
+     SET idle_boundary_id = sessionq.uuid_v7(),
+         idle_boundary_at = clock_timestamp() + make_interval(secs => greatest(p_ttl, 0)),
+         idle_executor = NULL, idle_claimed_at = NULL, idle_uncertain_at = NULL, idle_retry_at = NULL,
+         idle_attempts = 0, idle_unsent = false, actor_paused_at = clock_timestamp(),
+         updated_at = clock_timestamp()
+   WHERE s.id = p_session AND s.idle_boundary_id = p_boundary AND s.idle_executor = p_executor
+  RETURNING * INTO v;
+  IF NOT FOUND THEN
+    PERFORM sessionq.fail('SQ409', format('executor %s does not hold the idle claim of session %s', p_executor, p_session));
+  END IF;
+  PERFORM sessionq.notify('sessionq_idle', jsonb_build_object('session', v.id));  -- the workers time the new boundary
+  RETURN to_jsonb(v);
+END $$;
+COMMENT ON FUNCTION sessionq.finish_pause(uuid, uuid, uuid, double precision) IS
+  'By the idle claim holder that paused the Actor (its last turn waits for input, sessions.pausedRuntimeTtl = p_ttl seconds): end the claim, record actor_paused_at and mark a new idle boundary that falls due when the TTL passes (idle_boundary_at in the future; the workers'' timer, idle_work_state''s warm_in, wakes them then). A turn before that supersedes it and resumes the paused Actor; otherwise the boundary is claimed and the Actor suspended with its snapshot.';
 
 -- intend_cancel: record the cancel intent of a task running in the Actor and queue its job.
 CREATE OR REPLACE FUNCTION sessionq.intend_cancel(p_session uuid, p_task text, p_caller text) RETURNS void
@@ -717,6 +796,40 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION sessionq.on_operation_completed(sessionq.sessions, text) IS
   'Run inside complete_operation after the row changed (p_kind: the operation that completed): a Session''s Resume back to READY is quiesced again (a Sandbox''s is not: it has no turns); a Delete ends the queued turns left (drop_queued_turns).';
+
+-- quiescence_backlog: paused and warm boundaries
+CREATE OR REPLACE VIEW sessionq.quiescence_backlog AS
+SELECT s.id AS session_id,
+       s.state,
+       s.idle_boundary_id,
+       s.idle_boundary_at,
+       now() - s.idle_boundary_at AS waiting,
+       s.idle_executor AS claim_holder,
+       s.idle_claimed_at,
+       now() - s.idle_claimed_at AS claimed_for,
+       CASE WHEN s.idle_executor IS NOT NULL THEN 'claimed'
+            WHEN s.state <> 'READY' THEN 'ineligible'
+            -- 30_tasks.sql: an Actor paused waiting for input, or kept warm by its Agent's keepWarm
+            WHEN s.actor_paused_at IS NOT NULL AND s.idle_boundary_at > now() THEN 'paused'
+            WHEN s.idle_boundary_at > now() - make_interval(secs => sessionq.keep_warm_of(s.revision_id, 0)) THEN 'warm'
+            WHEN s.operation <> 'NONE' OR s.dispatch_id IS NOT NULL OR s.active_task_id IS NOT NULL
+                 OR s.unsettled_task_id IS NOT NULL OR sessionq.checkpoint_in_progress(s.id) THEN 'blocked'
+            ELSE 'waiting' END AS status,
+       CASE WHEN s.idle_executor IS NOT NULL THEN NULL
+            WHEN s.state <> 'READY' THEN format('the session is %s', s.state)
+            WHEN s.operation <> 'NONE' THEN format('a %s operation is pending', lower(s.operation))
+            WHEN s.dispatch_id IS NOT NULL THEN format('turn dispatch %s is reserved', s.dispatch_id)
+            WHEN s.active_task_id IS NOT NULL THEN format('task %s is running', s.active_task_id)
+            WHEN s.unsettled_task_id IS NOT NULL THEN format('task %s is not settled', s.unsettled_task_id)
+            WHEN sessionq.checkpoint_in_progress(s.id) THEN 'a checkpoint is being created'
+       END AS blocked_by
+  FROM sessionq.sessions s
+ WHERE s.idle_boundary_id IS NOT NULL;
+COMMENT ON VIEW sessionq.quiescence_backlog IS
+  'Idle boundaries not yet recorded: Sessions whose Actor should be suspended by the quiescence workers. waiting: eligible, not yet claimed; blocked: something must finish first (blocked_by); claimed: a worker is on it (a claim that stays long means the suspend failed: see the worker logs for the claim holder).';
+COMMENT ON COLUMN sessionq.quiescence_backlog.waiting IS 'Time since the boundary was marked (the quiescence lag so far).';
+COMMENT ON COLUMN sessionq.quiescence_backlog.claimed_for IS 'Time since a quiescence worker claimed it.';
+COMMENT ON COLUMN sessionq.quiescence_backlog.status IS 'waiting, blocked, claimed, ineligible (the Session is not READY; the boundary is dropped by the next operation), paused (the Actor is paused waiting for input until the boundary falls due: sessions.pausedRuntimeTtl) or warm (inside its Agent''s keepWarm window; the server-wide sessions.keepWarm is not visible here: such boundaries show as waiting).';
 
 -- turn_queue: the turns waiting behind their Session's running turn (busy policy enqueue or interrupt).
 CREATE OR REPLACE VIEW sessionq.turn_queue AS

@@ -309,6 +309,14 @@ KEYS: tuple[Key, ...] = (
         " overrides it); a turn inside the window runs on the running Actor without a resume. 0s: suspend at once.",
     ),
     Key(
+        "sessions.pausedRuntimeTtl",
+        _duration,
+        0.0,
+        "With a value above 0s, an Actor whose turn ended INPUT_REQUIRED or AUTH_REQUIRED is paused rather than"
+        " suspended, and suspended with its snapshot when this passes without an answer; an answer within it"
+        " resumes the paused Actor. 0s: suspend at once.",
+    ),
+    Key(
         "sessions.stalledTurnTimeout",
         _duration,
         3600.0,

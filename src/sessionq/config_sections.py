@@ -195,6 +195,7 @@ class SessionsSettings:
     quiescence_retry_max: float  # sessions.quiescenceRetryMax
     dispatch_timeout: float  # sessions.dispatchTimeout
     keep_warm: float  # sessions.keepWarm
+    paused_runtime_ttl: float  # sessions.pausedRuntimeTtl
     stalled_turn_timeout: float  # sessions.stalledTurnTimeout
     max_queued_turns: int  # sessions.maxQueuedTurns
 
@@ -209,6 +210,7 @@ class SessionsSettings:
             quiescence_retry_max=values["sessions.quiescenceRetryMax"],
             dispatch_timeout=values["sessions.dispatchTimeout"],
             keep_warm=values["sessions.keepWarm"],
+            paused_runtime_ttl=values["sessions.pausedRuntimeTtl"],
             stalled_turn_timeout=values["sessions.stalledTurnTimeout"],
             max_queued_turns=values["sessions.maxQueuedTurns"],
         )

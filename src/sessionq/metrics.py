@@ -51,6 +51,9 @@ TURNS_QUEUED = Counter(
 TURNS_STALLED = Counter(
     "sessionq_turns_stalled", "Turns failed as stalled: no task update for sessions.stalledTurnTimeout"
 )
+ACTORS_PAUSED = Counter(
+    "sessionq_actors_paused", "Actors paused, not suspended, as their turn waits for input (sessions.pausedRuntimeTtl)"
+)
 OPERATIONS = Counter(
     "sessionq_operations",
     "Lifecycle operation outcomes by kind (admitted, completed, failed, ...)",

@@ -414,6 +414,8 @@ class Session(Row):
     idle_retry_at: datetime | None = None
     idle_attempts: int | None = None
     idle_unsent: bool | None = None
+    # since when the Actor is paused waiting for input (sessions.pausedRuntimeTtl), not suspended
+    actor_paused_at: datetime | None = None
 
     def view(self) -> SessionView:
         """What the API shows of this Session."""

@@ -90,8 +90,10 @@ class QuiescencePool:
         retry_max: float = RETRY_MAX,
         lease_margin: float = LEASE_MARGIN,
         keep_warm: float = 0.0,
+        paused_ttl: float = 0.0,
     ) -> None:
         self.keep_warm = keep_warm  # sessions.keepWarm: an idle boundary is claimable this long after it was marked
+        self.paused_ttl = paused_ttl  # sessions.pausedRuntimeTtl: how long an Actor waiting for input stays paused
         self.attempt_timeout = attempt_timeout
         self.lease = attempt_timeout + lease_margin
         self.retry_first = retry_first
@@ -173,8 +175,37 @@ class QuiescencePool:
 
     async def quiesce(self, session: Session) -> Session | None:
         """Suspend the claimed Session's Actor and record the exact snapshot. On failure the
-        claim stays, uncertain (it may have issued runtime work), and the error is logged."""
+        claim stays, uncertain (it may have issued runtime work), and the error is logged. With
+        sessions.pausedRuntimeTtl, an Actor whose last turn waits for input is paused instead
+        (`pause`), and suspended when the TTL passes without an answer."""
+        waits = self.paused_ttl > 0 and session.actor_paused_at is None
+        if waits and await self.store.turn_waits_for_input(session.id):
+            paused = await self.pause(session)
+            if paused is not None:
+                return paused
         return await self._attempt(session, _Attempt(read_first=False))
+
+    async def pause(self, session: Session) -> Session | None:
+        """Pause the claimed Session's Actor (ateapi PauseActor: the process runtime stops the process
+        without archiving) and record it: the idle boundary falls due again when the TTL passes.
+        None when the runtime refused or failed: the caller suspends it instead, as without a TTL."""
+        assert session.idle_boundary_id is not None and session.idle_executor is not None
+        extra = {"session_id": str(session.id)}
+        try:
+            await asyncio.wait_for(
+                self.runtime.pause_actor(session.actor_atespace, session.actor_name, session.actor_uid or ""),
+                timeout=self.attempt_timeout,
+            )
+        except (SubstrateError, TimeoutError) as e:
+            log.warning("pausing the actor failed (%s); suspending it instead", e, extra=extra)
+            return None
+        boundary, executor = session.idle_boundary_id, session.idle_executor
+        recorded = await with_db_retry(
+            lambda: self.store.finish_pause(session.id, boundary, executor, self.paused_ttl), budget=60.0
+        )
+        metrics.ACTORS_PAUSED.inc()
+        log.debug("paused session's actor waiting for input", extra=extra)
+        return recorded
 
     async def resolve(self, session: Session) -> Session | None:
         """Finish an uncertain claim this worker took over: read the Actor back under the recorded

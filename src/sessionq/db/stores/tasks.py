@@ -189,6 +189,16 @@ class TaskStore(StoreBase):
         value = await self._value("SELECT sessionq.claim_idle(%s, %s)", (executor, keep_warm))
         return Session.from_json(value) if value else None
 
+    async def turn_waits_for_input(self, session_id: UUID) -> bool:
+        return bool(await self._value("SELECT sessionq.turn_waits_for_input(%s)", (session_id,)))
+
+    async def finish_pause(self, session_id: UUID, boundary: UUID, executor: UUID, ttl: float) -> Session:
+        """The claim holder paused the Actor: a new boundary falls due in `ttl` seconds (sessionq.finish_pause)."""
+        value = await self._value(
+            "SELECT sessionq.finish_pause(%s, %s, %s, %s)", (session_id, boundary, executor, ttl)
+        )
+        return Session.from_json(value)
+
     async def idle_work_blocked(self, keep_warm: float = 0.0) -> bool:
         return bool(await self._value("SELECT sessionq.idle_work_blocked(%s)", (keep_warm,)))
 
