@@ -131,6 +131,13 @@ class BusyPolicy(enum.StrEnum):
     INTERRUPT = "interrupt"  # the running turn canceled, this one run next
 
 
+class QueuedTurnPolicy(enum.StrEnum):
+    """queued_turns.policy: the busy policy a queued turn came with (a rejected message is never queued)."""
+
+    ENQUEUE = "enqueue"
+    INTERRUPT = "interrupt"
+
+
 class PreparationFailure(enum.StrEnum):
     """sessions.failure_reason as the executor writes it: why a generation's read-only
     preparation failed (clients see it as Failure.reason). The column is free text."""

@@ -30,6 +30,7 @@ COLUMNS: dict[tuple[str, str], type[StrEnum]] = {
     ("job_attempts", "outcome"): models.JobAttemptOutcome,
     ("push_deliveries", "state"): models.PushDeliveryState,
     ("task_cancels", "outcome"): models.CancelOutcome,
+    ("queued_turns", "policy"): models.QueuedTurnPolicy,
 }
 
 # enum -> the procedures whose first result column (status / outcome) it holds
