@@ -51,8 +51,10 @@ def test_idle_ttl_configuration():
     from sessionq.jobs.app import build_app
 
     assert "expire_idle_sessions" not in build_app("postgresql://h/db", expiry=False).tasks  # 0s: no worker at all
-    # no per-agent override and no maximum of the idle TTL (shares.maxTtl bounds share lifetimes, not idleness)
-    assert not any("ttl" in k.path.lower() for k in config.KEYS if k.path not in ("sessions.idleTtl", "shares.maxTtl", "sandboxes.defaultTtl"))
+    # no per-agent override and no maximum of the idle TTL (shares.maxTtl bounds share lifetimes, not idleness;
+    # sessions.pausedRuntimeTtl how long a paused Actor waits for input)
+    others = ("sessions.idleTtl", "shares.maxTtl", "sandboxes.defaultTtl", "sessions.pausedRuntimeTtl")
+    assert not any("ttl" in k.path.lower() for k in config.KEYS if k.path not in others)
 
 
 @pytest.mark.clause("IDLE-1")
