@@ -570,8 +570,14 @@ def status_text(s: Row) -> str:
                  default=None)
     out.append(f"{'QUIESCENCE BACKLOG':<{label}}"
                + "   ".join(f"{k} {backlog[k]['sessions'] if k in backlog else 0}"
-                            for k in ("waiting", "blocked", "claimed", "ineligible"))
+                            for k in ("waiting", "blocked", "claimed", "ineligible", "warm", "paused"))
                + (f"   (oldest {age(oldest)})" if oldest is not None else ""))
+    b = s.get("between_turns") or {}
+    if b:
+        out.append(f"{'BETWEEN TURNS':<{label}}queued {b['queued_turns']} on {b['queued_sessions']} sessions"
+                   + (f" (oldest {age(b['oldest_queued'])})" if b["oldest_queued"] is not None else "")
+                   + f"   paused {b['paused_actors']}   warm {b['warm_actors']}"
+                   + f"   last turn stalled {b['stalled_turns']}")
     queues: dict[str, dict[str, Any]] = {q: {} for q in known_queues()}
     for q in s["queues"]:
         queues.setdefault(q["queue_name"], {})[q["status"]] = q

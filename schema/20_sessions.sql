@@ -57,6 +57,7 @@ CREATE TABLE sessionq.sessions (
   idle_attempts        integer NOT NULL DEFAULT 0,
   idle_unsent          boolean NOT NULL DEFAULT false,
   quiescence_failure   jsonb,
+  actor_paused_at      timestamptz,  -- 30_tasks.sql: paused waiting for input (sessions.pausedRuntimeTtl)
   snapshot_status      text CHECK (snapshot_status IN ('IN_PROGRESS', 'COMPLETED')),
   snapshot_event_seq   bigint,
   pinned_checkpoint_id uuid GENERATED ALWAYS AS (CASE WHEN state <> 'DELETED' THEN source_checkpoint_id END) STORED,
@@ -130,6 +131,7 @@ COMMENT ON COLUMN sessionq.sessions.last_event_at IS '[turns] Database time of t
 COMMENT ON COLUMN sessionq.sessions.idle_boundary_id IS '[quiescence] Set by a settlement (or a Resume): the Actor may be suspended. Claimed by a quiescence worker (idle_executor); a claim for possibly issued runtime work never expires.';
 COMMENT ON COLUMN sessionq.sessions.idle_boundary_at IS '[quiescence] When the boundary was marked: workers claim the oldest first (sessions_idle_boundary_idx).';
 COMMENT ON COLUMN sessionq.sessions.idle_executor IS '[quiescence] The quiescence worker that claimed the boundary; until it records the outcome (finish_idle), new turns, task writes and lifecycle changes wait.';
+COMMENT ON COLUMN sessionq.sessions.actor_paused_at IS '[quiescence] Since when the Actor is paused (PauseActor, not suspended) because its last turn ended waiting for input and sessions.pausedRuntimeTtl is set (finish_pause); its idle boundary falls due when the TTL passes, and the Actor is then suspended with its snapshot. Cleared by a recorded suspension and by a turn (the answer resumes the paused Actor). While set, explicit lifecycle changes wait, as for a claimed idle boundary.';
 COMMENT ON COLUMN sessionq.sessions.quiescence_failure IS '[quiescence] The last quiescence failure record {task_id, reason, message, failed_at} (reason SuspendFailed, PauseFailed or RuntimeUnavailable): the boundary after turn task_id got neither a pause nor a snapshot (record_quiescence_failure). Clients see it as Session.last_quiescence_failure; a later quiescence that records a snapshot clears it.';
 COMMENT ON COLUMN sessionq.sessions.idle_claimed_at IS '[quiescence] When idle_executor claimed the boundary (operators see long-held claims).';
 COMMENT ON COLUMN sessionq.sessions.idle_uncertain_at IS '[quiescence] When the idle claim became uncertain: an attempt ended without a recorded outcome (or its holder outlived its lease). NULL while the first attempt runs. New turns are refused while it is set (the last suspend is being confirmed); cleared when the outcome is recorded.';

@@ -19,7 +19,7 @@ CREATE TABLE sessionq.tasks (
   staged_task       jsonb,
   staged_event      jsonb,
   dispatch_id       uuid,
-  phase             text NOT NULL DEFAULT 'active' CHECK (phase IN ('active', 'settled', 'abandoned')),
+  phase             text NOT NULL DEFAULT 'active' CHECK (phase IN ('active', 'settled', 'abandoned', 'queued')),
   created_at        timestamptz NOT NULL DEFAULT clock_timestamp(),
   updated_at        timestamptz NOT NULL DEFAULT clock_timestamp(),
   UNIQUE (session_id, seq),
@@ -27,7 +27,23 @@ CREATE TABLE sessionq.tasks (
 );
 CREATE INDEX tasks_dispatch_idx ON sessionq.tasks (dispatch_id) WHERE dispatch_id IS NOT NULL;
 COMMENT ON TABLE sessionq.tasks IS
-  'A2A tasks (turns) of Sessions. task is the published A2A Task (protobuf JSON); a final update waits in staged_task until the Actor settles it. phase: active, settled, or abandoned (an interrupted turn that must not be continued). Kept after the Session expires.';
+  'A2A tasks (turns) of Sessions. task is the published A2A Task (protobuf JSON); a final update waits in staged_task until the Actor settles it. phase: active, settled, abandoned (an interrupted turn that must not be continued), or queued (a message admitted with busy policy enqueue or interrupt while another turn ran: SUBMITTED, waiting in queued_turns). Kept after the Session expires.';
+
+-- queued turns: messages admitted while another turn ran (busy policy enqueue or interrupt), each
+-- with its task (phase queued, SUBMITTED), dispatched one at a time when the current turn ends.
+CREATE TABLE sessionq.queued_turns (
+  task_id      text PRIMARY KEY REFERENCES sessionq.tasks (id) ON DELETE CASCADE,
+  session_id   uuid NOT NULL,
+  position     bigint NOT NULL,
+  policy       text NOT NULL CHECK (policy IN ('enqueue', 'interrupt')),
+  message      jsonb NOT NULL,
+  dispatch_ttl double precision NOT NULL CHECK (dispatch_ttl > 0),
+  enqueued_by  text NOT NULL,
+  enqueued_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+  UNIQUE (session_id, position)
+);
+COMMENT ON TABLE sessionq.queued_turns IS
+  'Turns waiting for the running turn of their Session to end, in order of position (arrival; an interrupting message goes ahead of the waiting ones). The message (A2A Message JSON) is dispatched as the turn of its task (tasks.phase queued) by start_queued_turn when the current turn settles, fails or is canceled and its Actor told. Durable: any replica dispatches them, after any restart.';
 
 CREATE TABLE sessionq.task_versions (
   task_id      text NOT NULL,
@@ -114,7 +130,8 @@ BEGIN
       'KAGENT_SESSION_BUSY');
   END IF;
   IF v.unsettled_task_id IS NOT NULL THEN
-    PERFORM sessionq.fail('SQ409', format('the previous turn of session %s is still finishing (task %s is not settled)', v.id, v.unsettled_task_id));
+    PERFORM sessionq.fail('SQ409', format('the previous turn of session %s is still finishing (task %s is not settled)', v.id, v.unsettled_task_id),
+                          'KAGENT_SEND_NOT_ACCEPTED');
   END IF;
   IF v.active_task_id IS NULL AND v.idle_executor IS NOT NULL
      AND v.dispatch_id IS NOT NULL AND v.dispatch_expires_at > clock_timestamp() THEN
@@ -122,22 +139,65 @@ BEGIN
       'a turn of session %s is waiting for its last suspend to be recorded; retry shortly', v.id), 'KAGENT_SESSION_BUSY');
   END IF;
   IF v.active_task_id IS NOT NULL OR v.dispatch_id IS NOT NULL AND v.dispatch_expires_at > clock_timestamp() THEN
-    PERFORM sessionq.fail('SQ409', format('a turn is already running on session %s', v.id));
+    PERFORM sessionq.fail('SQ409', format('a turn is already running on session %s', v.id), 'KAGENT_SEND_NOT_ACCEPTED');
+  END IF;
+  IF EXISTS (SELECT 1 FROM sessionq.queued_turns q WHERE q.session_id = v.id) THEN
+    PERFORM sessionq.fail('SQ409', format('a turn is already running on session %s and others wait after it', v.id),
+                          'KAGENT_SEND_NOT_ACCEPTED');
   END IF;
   PERFORM sessionq.check_checkpoint_blockers(v);  -- a checkpoint being created (40_checkpoints.sql)
 END $$;
 COMMENT ON FUNCTION sessionq.check_turn_blockers(sessionq.sessions) IS
-  'Raise unless a locked Session can take a new turn: READY, no pending operation, no uncertain quiescence claim (its last suspend is being confirmed: ABORTED with KAGENT_SESSION_BUSY and when to retry), no running or unsettled turn (a dispatched turn waiting for a quiescence claim to be recorded says so), no checkpoint being created.';
+  'Raise unless a locked Session can take a new turn: READY, no pending operation, no uncertain quiescence claim (its last suspend is being confirmed: ABORTED with KAGENT_SESSION_BUSY and when to retry), no running, unsettled or queued turn (ABORTED with KAGENT_SEND_NOT_ACCEPTED: the busy policy reject; a dispatched turn waiting for a quiescence claim to be recorded says so), no checkpoint being created.';
+
+-- busy_policy: what a message to a busy Session does (the request's choice, else its Agent's, else reject).
+CREATE OR REPLACE FUNCTION sessionq.busy_policy(v sessionq.sessions, p_policy text) RETURNS text
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  v_policy text := p_policy;
+BEGIN
+  IF v_policy IS NULL THEN
+    SELECT r.spec ->> 'busyPolicy' INTO v_policy FROM sessionq.revisions r WHERE r.id = v.revision_id;
+  END IF;
+  v_policy := coalesce(v_policy, 'reject');
+  IF v_policy NOT IN ('reject', 'enqueue', 'interrupt') THEN
+    PERFORM sessionq.fail('SQ400', format('busyPolicy %s is not one of reject, enqueue, interrupt', sessionq.clip(v_policy)),
+                          'INVALID_PARAMS');
+  END IF;
+  RETURN v_policy;
+END $$;
+COMMENT ON FUNCTION sessionq.busy_policy(sessionq.sessions, text) IS
+  'The busy policy of a message to a Session: p_policy (the message''s metadata busyPolicy), else the busyPolicy of the Agent spec of the Session''s revision, else reject. An unknown name is INVALID_ARGUMENT.';
+
+-- turn_busy: is a turn running, dispatched, unsettled or waiting in the queue?
+CREATE OR REPLACE FUNCTION sessionq.turn_busy(v sessionq.sessions) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+  SELECT v.active_task_id IS NOT NULL OR v.unsettled_task_id IS NOT NULL
+      OR v.dispatch_id IS NOT NULL AND v.dispatch_expires_at > clock_timestamp()
+      OR EXISTS (SELECT 1 FROM sessionq.queued_turns q WHERE q.session_id = v.id)
+$$;
+COMMENT ON FUNCTION sessionq.turn_busy(sessionq.sessions) IS
+  'True while a turn of the Session runs, is dispatched, is unsettled or waits in queued_turns: a new message then follows its busy policy.';
 
 -- admit_turn: record a user message as a turn with a dispatch reservation and queue its dispatch.
 CREATE OR REPLACE FUNCTION sessionq.admit_turn(
-  p_session uuid, p_caller text, p_share_hash text, p_message jsonb, p_task_id text, p_ttl double precision
+  p_session uuid, p_caller text, p_share_hash text, p_message jsonb, p_task_id text, p_ttl double precision,
+  p_policy text DEFAULT NULL, p_queue_limit integer DEFAULT 100
 ) RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
   v sessionq.sessions;
   t sessionq.tasks;
+  v_policy text;
 BEGIN
   v := sessionq.visible_session(p_session, p_caller, p_share_hash, 'write');
+  v_policy := sessionq.busy_policy(v, p_policy);
+  -- a lapsed reservation does not hold the queue back
+  PERFORM sessionq.start_queued_turn(v.id);
+  SELECT * INTO v FROM sessionq.sessions WHERE id = v.id;
+  IF v_policy <> 'reject' AND p_task_id IS NULL AND v.state = 'READY' AND v.operation = 'NONE'
+     AND sessionq.turn_busy(v) THEN
+    RETURN sessionq.enqueue_turn(v, p_caller, p_message, p_ttl, v_policy, p_queue_limit);
+  END IF;
   PERFORM sessionq.check_turn_blockers(v);
   IF p_task_id IS NOT NULL THEN
     SELECT * INTO t FROM sessionq.tasks WHERE id = p_task_id AND session_id = v.id;
@@ -158,6 +218,7 @@ BEGIN
          dispatch_message = p_message,
          dispatch_task_id = p_task_id,
          dispatch_failure = NULL,
+         actor_paused_at = CASE WHEN s.idle_executor IS NULL THEN NULL ELSE s.actor_paused_at END,  -- the dispatch resumes it
          -- a new turn supersedes idle work nobody claimed yet; claimed work blocks the dispatch until recorded
          idle_boundary_id = CASE WHEN s.idle_executor IS NULL THEN NULL ELSE s.idle_boundary_id END,
          idle_boundary_at = CASE WHEN s.idle_executor IS NULL THEN NULL ELSE s.idle_boundary_at END,
@@ -168,8 +229,136 @@ BEGIN
   PERFORM sessionq.defer('dispatch_turn', v.id::text, jsonb_build_object('session_id', v.id));
   RETURN to_jsonb(v);
 END $$;
-COMMENT ON FUNCTION sessionq.admit_turn(uuid, text, text, jsonb, text, double precision) IS
-  'Admit a user message as a turn under the Session row lock: write access, READY, nothing running or unsettled, no pending operation or checkpoint; a continuation names a waiting task (an abandoned one is refused: start a new session). Records the dispatch reservation and queues dispatch_turn.';
+COMMENT ON FUNCTION sessionq.admit_turn(uuid, text, text, jsonb, text, double precision, text, integer) IS
+  'Admit a user message as a turn under the Session row lock: write access, READY, no pending operation or checkpoint; a continuation names a waiting task (an abandoned one is refused: start a new session). While another turn runs, is dispatched, unsettled or queued, the busy policy decides (busy_policy: p_policy, else the Agent''s, else reject): reject refuses (ABORTED, KAGENT_SEND_NOT_ACCEPTED), enqueue and interrupt queue a new conversation turn (enqueue_turn; a continuation is refused as with reject). Otherwise records the dispatch reservation and queues dispatch_turn. Returns the Session row, with queued_task_id when the message was queued.';
+
+-- enqueue_turn: a message to a busy Session becomes a queued turn with a SUBMITTED task.
+CREATE OR REPLACE FUNCTION sessionq.enqueue_turn(
+  v sessionq.sessions, p_caller text, p_message jsonb, p_ttl double precision, p_policy text, p_limit integer
+) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+  v_count integer;
+  v_position bigint;
+  v_task_id text := sessionq.uuid_v7()::text;
+  v_task jsonb;
+  v_seq integer;
+  v_running text;
+  r sessionq.tasks;
+BEGIN
+  SELECT count(*), CASE WHEN p_policy = 'interrupt' THEN coalesce(min(q.position), 0) - 1
+                        ELSE coalesce(max(q.position), 0) + 1 END
+    INTO v_count, v_position
+    FROM sessionq.queued_turns q WHERE q.session_id = v.id;
+  IF v_count >= p_limit THEN
+    PERFORM sessionq.fail('SQ429', format(
+      'session %s already has %s queued turns, the most it takes (sessions.maxQueuedTurns); retry after one has run',
+      v.id, v_count), 'KAGENT_TURN_QUEUE_FULL');
+  END IF;
+  v_task := jsonb_build_object(
+    'id', v_task_id, 'contextId', v.id::text,
+    'status', jsonb_build_object('state', 'TASK_STATE_SUBMITTED',
+                                 'timestamp', to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')),
+    'history', jsonb_build_array(p_message || jsonb_build_object('taskId', v_task_id)));
+  SELECT coalesce(max(seq), 0) + 1 INTO v_seq FROM sessionq.tasks WHERE session_id = v.id;
+  INSERT INTO sessionq.tasks (id, session_id, seq, state, task, version, published_version, phase)
+  VALUES (v_task_id, v.id, v_seq, 'TASK_STATE_SUBMITTED', v_task, 1, 1, 'queued');
+  INSERT INTO sessionq.task_versions (task_id, version, payload_hash) VALUES (v_task_id, 1, 'queued');
+  PERFORM sessionq.append_event(v.id, v_task_id, 'task', v_task);
+  INSERT INTO sessionq.queued_turns (task_id, session_id, position, policy, message, dispatch_ttl, enqueued_by)
+  VALUES (v_task_id, v.id, v_position, p_policy, p_message || jsonb_build_object('taskId', v_task_id), p_ttl, p_caller);
+  IF p_policy = 'interrupt' THEN
+    -- the running turn is canceled as A2A CancelTask would (a turn whose final update is staged is finishing anyway)
+    v_running := coalesce(v.active_task_id, CASE WHEN v.dispatch_id IS NOT NULL THEN v.dispatch_task_id END);
+    IF v_running IS NOT NULL THEN
+      SELECT * INTO r FROM sessionq.tasks WHERE id = v_running FOR UPDATE;
+      IF r.staged_task IS NULL AND NOT sessionq.is_terminal_state(r.state) AND r.phase <> 'abandoned' THEN
+        PERFORM sessionq.intend_cancel(v.id, r.id, p_caller);  -- 35_a2a.sql
+      END IF;
+    END IF;
+  END IF;
+  RETURN to_jsonb(v) || jsonb_build_object('queued_task_id', v_task_id);
+END $$;
+COMMENT ON FUNCTION sessionq.enqueue_turn(sessionq.sessions, text, jsonb, double precision, text, integer) IS
+  'Internal to admit_turn (the Session locked and busy): store the message as a queued turn, its task SUBMITTED (phase queued, one event), behind the waiting ones (enqueue) or ahead of them (interrupt, which also records a cancel intent for the running turn unless it is already finishing). More than p_limit waiting: RESOURCE_EXHAUSTED (KAGENT_TURN_QUEUE_FULL), nothing written. Returns the Session row with queued_task_id.';
+
+-- start_queued_turn: the current turn ended; dispatch the next queued one.
+CREATE OR REPLACE FUNCTION sessionq.start_queued_turn(p_session uuid) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+  q sessionq.queued_turns;
+BEGIN
+  SELECT * INTO v FROM sessionq.sessions WHERE id = p_session FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN NULL;
+  END IF;
+  SELECT * INTO q FROM sessionq.queued_turns WHERE session_id = v.id ORDER BY position LIMIT 1;
+  IF NOT FOUND THEN
+    RETURN NULL;
+  END IF;
+  IF v.state <> 'READY' OR v.operation <> 'NONE' THEN
+    -- a lifecycle change came first: queued turns end as turns that never started
+    PERFORM sessionq.drop_queued_turns(v.id, format('the session is %s', lower(CASE WHEN v.operation <> 'NONE'
+                                                     THEN v.operation || ' pending' ELSE v.state END)));
+    RETURN NULL;
+  END IF;
+  IF v.active_task_id IS NOT NULL OR v.unsettled_task_id IS NOT NULL
+     OR v.dispatch_id IS NOT NULL AND v.dispatch_expires_at > clock_timestamp()
+     OR EXISTS (SELECT 1 FROM sessionq.task_cancels c  -- 35_a2a.sql: a canceled turn may still run in the Actor
+                 WHERE c.session_id = v.id AND c.actor_told_at IS NULL
+                   AND c.finished_at > clock_timestamp() - interval '10 minutes') THEN
+    RETURN NULL;  -- still busy: the end of that turn (or cancel_told) starts the next
+  END IF;
+  DELETE FROM sessionq.queued_turns WHERE task_id = q.task_id;
+  -- the Actor adds the message to the task's history itself when it takes the turn
+  UPDATE sessionq.tasks SET task = jsonb_set(task, '{history}', '[]'::jsonb), updated_at = clock_timestamp()
+   WHERE id = q.task_id;
+  UPDATE sessionq.sessions s
+     SET dispatch_id = sessionq.uuid_v7(),
+         dispatch_expires_at = clock_timestamp() + make_interval(secs => q.dispatch_ttl),
+         dispatch_message = q.message,
+         dispatch_task_id = q.task_id,
+         dispatch_failure = NULL,
+         idle_boundary_id = CASE WHEN s.idle_executor IS NULL THEN NULL ELSE s.idle_boundary_id END,
+         idle_boundary_at = CASE WHEN s.idle_executor IS NULL THEN NULL ELSE s.idle_boundary_at END,
+         updated_at = clock_timestamp()
+   WHERE s.id = v.id;
+  PERFORM sessionq.defer('dispatch_turn', v.id::text, jsonb_build_object('session_id', v.id));
+  RETURN q.task_id;
+END $$;
+COMMENT ON FUNCTION sessionq.start_queued_turn(uuid) IS
+  'Lock the Session and, when nothing runs, is dispatched or unsettled and no canceled turn waits for its Actor to be told, dispatch the first queued turn (position order) as the turn of its task: the reservation (its dispatch_ttl), unclaimed idle work superseded, dispatch_turn queued. A Session no longer READY, or with an operation pending, ends every queued turn (drop_queued_turns). Called when a turn settles, fails or is canceled, when a cancel was told, and at admission. Returns the dispatched task id or NULL.';
+
+-- drop_queued_turns: end every queued turn of a Session as a turn that never started.
+CREATE OR REPLACE FUNCTION sessionq.drop_queued_turns(p_session uuid, p_reason text) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+  t sessionq.tasks;
+  v_task jsonb;
+  n integer := 0;
+BEGIN
+  FOR t IN SELECT tk.* FROM sessionq.queued_turns q JOIN sessionq.tasks tk ON tk.id = q.task_id
+            WHERE q.session_id = p_session ORDER BY q.position FOR UPDATE OF tk LOOP
+    v_task := jsonb_set(t.task, '{status}', jsonb_build_object(
+      'state', 'TASK_STATE_FAILED',
+      'timestamp', to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+      'message', jsonb_build_object('role', 'ROLE_AGENT', 'messageId', sessionq.uuid_v7()::text,
+                                    'contextId', p_session::text, 'taskId', t.id,
+                                    'parts', jsonb_build_array(jsonb_build_object('text', 'the turn never ran: ' || p_reason)))));
+    UPDATE sessionq.tasks SET task = v_task, state = 'TASK_STATE_FAILED', version = t.version + 1,
+                              published_version = t.version + 1, phase = 'abandoned', updated_at = clock_timestamp()
+     WHERE id = t.id;
+    INSERT INTO sessionq.task_versions (task_id, version, payload_hash) VALUES (t.id, t.version + 1, 'abandoned');
+    IF EXISTS (SELECT 1 FROM sessionq.sessions WHERE id = p_session) THEN
+      PERFORM sessionq.append_event(p_session, t.id, 'task', v_task);
+    END IF;
+    DELETE FROM sessionq.queued_turns WHERE task_id = t.id;
+    n := n + 1;
+  END LOOP;
+  RETURN n;
+END $$;
+COMMENT ON FUNCTION sessionq.drop_queued_turns(uuid, text) IS
+  'End every queued turn of a Session (locked by the caller) as deletion, expiry and lifecycle changes end a turn that never started: its task published FAILED with p_reason, abandoned (never continued), its queue entry removed. Returns how many.';
 
 -- task_create: the Actor stores a new task of the current dispatch.
 CREATE OR REPLACE FUNCTION sessionq.task_create(
@@ -261,10 +450,10 @@ BEGIN
   IF t.phase = 'abandoned' THEN
     PERFORM sessionq.fail('SQ412', format('task %s was interrupted and cannot be continued; start a new session', sessionq.clip(p_task_id)));
   END IF;
-  IF t.phase = 'settled' THEN
-    -- only the continuation that the current dispatch carries may reopen a settled waiting task
+  IF t.phase IN ('settled', 'queued') THEN
+    -- only the continuation (or the queued turn) that the current dispatch carries may reopen a settled waiting task
     IF p_dispatch IS NULL OR v.dispatch_id IS DISTINCT FROM p_dispatch OR v.dispatch_task_id IS DISTINCT FROM p_task_id THEN
-      PERFORM sessionq.fail('SQ412', format('task %s is settled', sessionq.clip(p_task_id)));
+      PERFORM sessionq.fail('SQ412', format('task %s is %s', sessionq.clip(p_task_id), t.phase));
     END IF;
     IF v.unsettled_task_id IS NOT NULL THEN
       PERFORM sessionq.fail('SQ409', format('task %s of session %s is not settled yet', v.unsettled_task_id, v.id));
@@ -295,7 +484,7 @@ BEGIN
   RETURN v_version;
 END $$;
 COMMENT ON FUNCTION sessionq.task_update(uuid, text, jsonb, bigint, jsonb, uuid, text) IS
-  'Task store UpdateTask under optimistic concurrency: expected_version must be current (an identical retry of a committed write returns its version; otherwise stale: ABORTED). A final or waiting state is staged (published at settlement); other updates publish with their event.';
+  'Task store UpdateTask under optimistic concurrency: expected_version must be current (an identical retry of a committed write returns its version; otherwise stale: ABORTED). A final or waiting state is staged (published at settlement); other updates publish with their event. A settled waiting task or a queued one is written only by the dispatch that carries it.';
 
 -- task_settle: native execution stopped; publish the staged update and mark the idle boundary.
 CREATE OR REPLACE FUNCTION sessionq.task_settle(p_session uuid, p_task_id text, p_version bigint)
@@ -335,9 +524,10 @@ BEGIN
          updated_at = clock_timestamp()
    WHERE id = v.id;
   PERFORM sessionq.notify('sessionq_idle', jsonb_build_object('session', v.id));
+  PERFORM sessionq.start_queued_turn(v.id);  -- a queued turn supersedes the idle boundary
 END $$;
 COMMENT ON FUNCTION sessionq.task_settle(uuid, text, bigint) IS
-  'Task store SettleTask: the Actor''s native execution stopped at p_version. Publishes the staged task and its event atomically, ends the turn, marks the idle boundary and wakes quiescence workers. Does not wait for suspension; a retry is a no-op.';
+  'Task store SettleTask: the Actor''s native execution stopped at p_version. Publishes the staged task and its event atomically, ends the turn, marks the idle boundary and wakes quiescence workers, or dispatches the next queued turn (start_queued_turn). Does not wait for suspension; a retry is a no-op.';
 
 -- fail_dispatch: the dispatch job could not run the turn; end it so the Session is usable again.
 CREATE OR REPLACE FUNCTION sessionq.fail_dispatch(p_session uuid, p_dispatch uuid, p_message text, p_issued boolean)
@@ -382,9 +572,10 @@ BEGIN
   IF p_issued THEN
     PERFORM sessionq.notify('sessionq_idle', jsonb_build_object('session', v.id));
   END IF;
+  PERFORM sessionq.start_queued_turn(v.id);
 END $$;
 COMMENT ON FUNCTION sessionq.fail_dispatch(uuid, uuid, text, boolean) IS
-  'End a dispatch that could not complete: an unfinished task of it is published FAILED and marked abandoned (it can never be continued), the reservation is cleared with the failure recorded for the waiting caller, and, if the Actor may have been resumed (p_issued), an idle boundary is marked.';
+  'End a dispatch that could not complete: an unfinished task of it is published FAILED and marked abandoned (it can never be continued), the reservation is cleared with the failure recorded for the waiting caller, and, if the Actor may have been resumed (p_issued), an idle boundary is marked; then the next queued turn is dispatched (start_queued_turn).';
 
 -- record_turn_failure: why a turn could not start, shown on the Session until a resume succeeds.
 CREATE OR REPLACE FUNCTION sessionq.record_turn_failure(p_session uuid, p_dispatch uuid, p_reason text, p_message text)
@@ -410,12 +601,22 @@ END $$;
 COMMENT ON FUNCTION sessionq.clear_turn_failure(uuid, text) IS
   'Clear the turn failure p_reason that record_turn_failure recorded (a later resume succeeded); a failure of an operation is never touched. True when cleared.';
 
+-- keep_warm_of: how long a Session's Actor stays running after a turn before it may be suspended.
+CREATE OR REPLACE FUNCTION sessionq.keep_warm_of(p_revision uuid, p_default double precision) RETURNS double precision
+LANGUAGE sql STABLE AS $$
+  SELECT coalesce((SELECT rtrim(r.spec ->> 'keepWarm', 's')::double precision FROM sessionq.revisions r
+                    WHERE r.id = p_revision AND r.spec ? 'keepWarm'),
+                  greatest(coalesce(p_default, 0), 0))
+$$;
+COMMENT ON FUNCTION sessionq.keep_warm_of(uuid, double precision) IS
+  'The keep-warm window of a Session pinned to revision p_revision, in seconds: its Agent spec''s keepWarm (stored as "<seconds>s"), else p_default (sessions.keepWarm). An idle boundary becomes claimable that long after it was marked; a turn admitted meanwhile supersedes it and finds the Actor running.';
+
 -- claim_idle: a quiescence worker takes the oldest eligible idle boundary. A Session with a cancel
 -- whose Actor was not told yet is skipped: finish_cancel marks the idle boundary before the
 -- cancel_task job tells the Actor (A2A CancelTask), and suspending first would stop the process the
 -- job must tell. The wait is bounded (10 minutes): a cancel_task job that gave up never records the
 -- telling (cancel_told, 35_a2a.sql, wakes the quiescence workers when it does).
-CREATE OR REPLACE FUNCTION sessionq.claim_idle(p_executor uuid) RETURNS jsonb
+CREATE OR REPLACE FUNCTION sessionq.claim_idle(p_executor uuid, p_keep_warm double precision DEFAULT 0) RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
   v sessionq.sessions;
@@ -423,6 +624,7 @@ BEGIN
   SELECT * INTO v FROM sessionq.sessions s
    WHERE s.idle_boundary_id IS NOT NULL AND s.idle_executor IS NULL
      AND s.state = 'READY' AND s.operation = 'NONE'
+     AND s.idle_boundary_at <= clock_timestamp() - make_interval(secs => sessionq.keep_warm_of(s.revision_id, p_keep_warm))
      AND s.dispatch_id IS NULL AND s.active_task_id IS NULL AND s.unsettled_task_id IS NULL
      AND NOT sessionq.checkpoint_in_progress(s.id)  -- 40_checkpoints.sql
      AND NOT EXISTS (SELECT 1 FROM sessionq.task_cancels c  -- 35_a2a.sql: ended, the Actor not told yet
@@ -438,17 +640,19 @@ BEGIN
    WHERE id = v.id RETURNING * INTO v;
   RETURN to_jsonb(v);
 END $$;
-COMMENT ON FUNCTION sessionq.claim_idle(uuid) IS
-  'Claim the oldest idle boundary of a READY Session with nothing running, dispatched, unsettled, pending or being checkpointed, and no cancel ended in the last 10 minutes whose Actor was not told of it yet (FOR UPDATE SKIP LOCKED, so replicas never take the same one). NULL when none is eligible now.';
+COMMENT ON FUNCTION sessionq.claim_idle(uuid, double precision) IS
+  'Claim the oldest idle boundary past its keep-warm window (keep_warm_of: the Agent''s keepWarm, else p_keep_warm seconds) of a READY Session with nothing running, dispatched, unsettled, pending or being checkpointed, and no cancel ended in the last 10 minutes whose Actor was not told of it yet (FOR UPDATE SKIP LOCKED, so replicas never take the same one). NULL when none is eligible now.';
 
 -- idle_work_blocked: after an empty claim, is unclaimed idle work waiting on something?
-CREATE OR REPLACE FUNCTION sessionq.idle_work_blocked() RETURNS boolean
+CREATE OR REPLACE FUNCTION sessionq.idle_work_blocked(p_keep_warm double precision DEFAULT 0) RETURNS boolean
 LANGUAGE sql STABLE AS $$
   SELECT EXISTS (SELECT 1 FROM sessionq.sessions s
-                  WHERE s.idle_boundary_id IS NOT NULL AND s.idle_executor IS NULL AND s.state = 'READY')
+                  WHERE s.idle_boundary_id IS NOT NULL AND s.idle_executor IS NULL AND s.state = 'READY'
+                    AND s.idle_boundary_at <= clock_timestamp()
+                                              - make_interval(secs => sessionq.keep_warm_of(s.revision_id, p_keep_warm)))
 $$;
-COMMENT ON FUNCTION sessionq.idle_work_blocked() IS
-  'True when unclaimed idle boundaries of READY Sessions exist that the last claim could not take (blocked by a dispatch, a checkpoint, an operation or a row lock): workers then retry within a second. Suspended or deleted Sessions and claimed work do not count.';
+COMMENT ON FUNCTION sessionq.idle_work_blocked(double precision) IS
+  'True when unclaimed idle boundaries of READY Sessions past their keep-warm window exist that the last claim could not take (blocked by a dispatch, a checkpoint, an operation or a row lock): workers then retry within a second. Suspended or deleted Sessions, claimed work and boundaries still inside their window (idle_work_state times those) do not count.';
 
 -- finish_idle: record the outcome of a claimed idle boundary (the exact snapshot).
 CREATE OR REPLACE FUNCTION sessionq.finish_idle(p_session uuid, p_boundary uuid, p_executor uuid, p_snapshot jsonb)
@@ -459,6 +663,7 @@ BEGIN
   UPDATE sessionq.sessions s
      SET idle_boundary_id = NULL, idle_boundary_at = NULL, idle_executor = NULL, idle_claimed_at = NULL,
          idle_uncertain_at = NULL, idle_retry_at = NULL, idle_attempts = 0, idle_unsent = false,
+         actor_paused_at = NULL,
          snapshot_generation = coalesce((p_snapshot ->> 'generation')::bigint, s.snapshot_generation),
          snapshot_uri = CASE WHEN p_snapshot ? 'generation' THEN p_snapshot ->> 'uri' ELSE s.snapshot_uri END,
          snapshot_status = coalesce(p_snapshot ->> 'status', s.snapshot_status),
@@ -479,7 +684,7 @@ BEGIN
   RETURN to_jsonb(v);
 END $$;
 COMMENT ON FUNCTION sessionq.finish_idle(uuid, uuid, uuid, jsonb) IS
-  'Record a quiescence outcome by the claim holder: the exact snapshot (generation, uri, status) and the end of the idle claim (an uncertain one included). A recorded snapshot clears the last quiescence failure. Retried on database failure without repeating the runtime call.';
+  'Record a quiescence outcome by the claim holder: the exact snapshot (generation, uri, status) and the end of the idle claim (an uncertain one included); a paused Actor is paused no longer. A recorded snapshot clears the last quiescence failure. Retried on database failure without repeating the runtime call.';
 
 -- record_quiescence_failure: the quiescence failure record (Session.last_quiescence_failure).
 CREATE OR REPLACE FUNCTION sessionq.record_quiescence_failure(
@@ -505,6 +710,39 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION sessionq.record_quiescence_failure(uuid, uuid, uuid, text, text) IS
   'By the idle claim holder whose suspend failed for good (SuspendFailed: it and its retries failed; RuntimeUnavailable: the Actor is gone or replaced; PauseFailed is kagent''s for a failed pause, which sessionq does not issue): record the quiescence failure record of the latest turn (task_id, reason, message, failed_at), shown as Session.last_quiescence_failure. The idle claim stays (Q-10: the suspend may have been issued); a later recorded snapshot clears the record.';
+
+-- turn_waits_for_input: does the Session's last turn wait for the user (INPUT_REQUIRED, AUTH_REQUIRED)?
+CREATE OR REPLACE FUNCTION sessionq.turn_waits_for_input(p_session uuid) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+  SELECT coalesce((SELECT t.phase = 'settled' AND t.state IN ('TASK_STATE_INPUT_REQUIRED', 'TASK_STATE_AUTH_REQUIRED')
+                     FROM sessionq.tasks t WHERE t.session_id = p_session AND t.phase <> 'queued'
+                    ORDER BY t.seq DESC LIMIT 1), false)
+$$;
+COMMENT ON FUNCTION sessionq.turn_waits_for_input(uuid) IS
+  'True when the Session''s latest turn settled waiting for the user (INPUT_REQUIRED or AUTH_REQUIRED): with sessions.pausedRuntimeTtl the quiescence workers pause its Actor rather than suspend it.';
+
+-- finish_pause: the claim holder paused the Actor; the boundary falls due again when the TTL passes.
+CREATE OR REPLACE FUNCTION sessionq.finish_pause(p_session uuid, p_boundary uuid, p_executor uuid, p_ttl double precision)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+BEGIN
+  UPDATE sessionq.sessions s
+     SET idle_boundary_id = sessionq.uuid_v7(),
+         idle_boundary_at = clock_timestamp() + make_interval(secs => greatest(p_ttl, 0)),
+         idle_executor = NULL, idle_claimed_at = NULL, idle_uncertain_at = NULL, idle_retry_at = NULL,
+         idle_attempts = 0, idle_unsent = false, actor_paused_at = clock_timestamp(),
+         updated_at = clock_timestamp()
+   WHERE s.id = p_session AND s.idle_boundary_id = p_boundary AND s.idle_executor = p_executor
+  RETURNING * INTO v;
+  IF NOT FOUND THEN
+    PERFORM sessionq.fail('SQ409', format('executor %s does not hold the idle claim of session %s', p_executor, p_session));
+  END IF;
+  PERFORM sessionq.notify('sessionq_idle', jsonb_build_object('session', v.id));  -- the workers time the new boundary
+  RETURN to_jsonb(v);
+END $$;
+COMMENT ON FUNCTION sessionq.finish_pause(uuid, uuid, uuid, double precision) IS
+  'By the idle claim holder that paused the Actor (its last turn waits for input, sessions.pausedRuntimeTtl = p_ttl seconds): end the claim, record actor_paused_at and mark a new idle boundary that falls due when the TTL passes (idle_boundary_at in the future; the workers'' timer, idle_work_state''s warm_in, wakes them then). A turn before that supersedes it and resumes the paused Actor; otherwise the boundary is claimed and the Actor suspended with its snapshot.';
 
 -- An explicit Resume that returns a Session to READY marks an idle boundary and wakes the workers
 -- (it leaves the Actor running until the workers suspend it). A creation leaves the Actor suspended.
@@ -534,13 +772,22 @@ BEGIN
     PERFORM sessionq.fail('SQ409', format('session %s is being quiesced; retry after it is recorded', p_session.id),
                           'KAGENT_SESSION_BUSY');
   END IF;
+  IF p_session.actor_paused_at IS NOT NULL THEN
+    PERFORM sessionq.fail('SQ409', format(
+      'the actor of session %s is paused waiting for input; answer the task, or retry after it is suspended (in about %s s)',
+      p_session.id, ceil(greatest(extract(epoch FROM p_session.idle_boundary_at - clock_timestamp()), 0)) + 1),
+      'KAGENT_SESSION_BUSY');
+  END IF;
   IF p_kind = 'SUSPEND' AND (p_session.active_task_id IS NOT NULL
                              OR p_session.dispatch_id IS NOT NULL AND p_session.dispatch_expires_at > clock_timestamp()) THEN
     PERFORM sessionq.fail('SQ409', format('a turn is running on session %s; it cannot be suspended now', p_session.id));
   END IF;
+  IF p_kind = 'SUSPEND' AND EXISTS (SELECT 1 FROM sessionq.queued_turns q WHERE q.session_id = p_session.id) THEN
+    PERFORM sessionq.fail('SQ409', format('turns are queued on session %s; it cannot be suspended now', p_session.id));
+  END IF;
 END $$;
 COMMENT ON FUNCTION sessionq.check_turn_lifecycle_blockers(sessionq.sessions, text) IS
-  'Part of check_lifecycle_blockers: ABORTED while the last turn is unsettled, while idle work is claimed (KAGENT_SESSION_BUSY), and for a SUSPEND while a turn runs or is dispatched.';
+  'Part of check_lifecycle_blockers: ABORTED while the last turn is unsettled, while idle work is claimed or the Actor is paused waiting for input (KAGENT_SESSION_BUSY), and for a SUSPEND while a turn runs, is dispatched or queued.';
 
 -- task reads for the task store and the A2A frontend
 CREATE OR REPLACE FUNCTION sessionq.get_task(p_task_id text) RETURNS jsonb
@@ -651,11 +898,17 @@ COMMENT ON FUNCTION sessionq.mark_lapsed_idle_claims(double precision) IS
   'The quiescence workers'' recovery scan: an idle claim held longer than p_lease seconds with neither an outcome nor a failure recorded (its worker died, or could not reach the database) becomes uncertain and due at once, so a worker takes it over and reads the Actor back. Returns how many.';
 
 -- idle_work_state: after an empty claim, when should a worker look again?
-CREATE OR REPLACE FUNCTION sessionq.idle_work_state(OUT blocked boolean, OUT retry_in double precision)
-LANGUAGE sql STABLE AS $$
-  SELECT sessionq.idle_work_blocked(),
+CREATE OR REPLACE FUNCTION sessionq.idle_work_state(
+  p_keep_warm double precision DEFAULT 0, OUT blocked boolean, OUT retry_in double precision, OUT warm_in double precision
+) LANGUAGE sql STABLE AS $$
+  SELECT sessionq.idle_work_blocked(p_keep_warm),
          (SELECT extract(epoch FROM min(s.idle_retry_at) - clock_timestamp())::double precision
-            FROM sessionq.sessions s WHERE s.idle_uncertain_at IS NOT NULL)
+            FROM sessionq.sessions s WHERE s.idle_uncertain_at IS NOT NULL),
+         (SELECT extract(epoch FROM min(s.idle_boundary_at + make_interval(secs => sessionq.keep_warm_of(s.revision_id, p_keep_warm)))
+                                    - clock_timestamp())::double precision
+            FROM sessionq.sessions s
+           WHERE s.idle_boundary_id IS NOT NULL AND s.idle_executor IS NULL AND s.state = 'READY'
+             AND s.idle_boundary_at > clock_timestamp() - make_interval(secs => sessionq.keep_warm_of(s.revision_id, p_keep_warm)))
 $$;
-COMMENT ON FUNCTION sessionq.idle_work_state() IS
-  'After an empty claim: blocked (idle_work_blocked: unclaimed idle work waits on something, look again within a second) and retry_in (seconds until the next uncertain idle claim may be taken over, 0 or less when one is due now; NULL when none is uncertain).';
+COMMENT ON FUNCTION sessionq.idle_work_state(double precision) IS
+  'After an empty claim: blocked (idle_work_blocked: unclaimed idle work waits on something, look again within a second), retry_in (seconds until the next uncertain idle claim may be taken over, 0 or less when one is due now; NULL when none is uncertain) and warm_in (seconds until the next idle boundary inside its keep-warm window becomes claimable; NULL when none is warm): the workers'' timers.';

@@ -130,6 +130,19 @@ END $$;
 COMMENT ON FUNCTION sessionq.publish_canceled(sessionq.sessions, sessionq.tasks) IS
   'Internal: publish a locked task CANCELED (a new version and a status event) and, when it is the Session''s current turn, end the turn (the reservation cleared, an idle boundary marked so the Actor is suspended). Later writes of the Actor to the task are refused (it is settled).';
 
+-- intend_cancel: record the cancel intent of a task running in the Actor and queue its job.
+CREATE OR REPLACE FUNCTION sessionq.intend_cancel(p_session uuid, p_task text, p_caller text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO sessionq.task_cancels (task_id, session_id, requested_by) VALUES (p_task, p_session, p_caller)
+  ON CONFLICT (task_id) DO NOTHING;
+  IF FOUND THEN
+    PERFORM sessionq.defer('cancel_task', p_task, jsonb_build_object('task_id', p_task));
+  END IF;
+END $$;
+COMMENT ON FUNCTION sessionq.intend_cancel(uuid, text, text) IS
+  'Internal (the Session locked): record a cancel intent for a task running in the Actor and queue the cancel_task job, which ends the task CANCELED and tells the Actor; a second intent for the task joins the first. Used by admit_cancel and by a message with busy policy interrupt (enqueue_turn).';
+
 -- admit_cancel: record a cancel intent (idempotent) and queue its job.
 CREATE OR REPLACE FUNCTION sessionq.admit_cancel(p_task text, p_caller text, p_share_hash text)
 RETURNS jsonb LANGUAGE plpgsql AS $$
@@ -153,18 +166,18 @@ BEGIN
   END IF;
   IF v.active_task_id = t.id OR v.unsettled_task_id = t.id OR v.dispatch_task_id = t.id AND v.dispatch_id IS NOT NULL THEN
     -- running in the Actor: the job tells it, then ends the task
-    INSERT INTO sessionq.task_cancels (task_id, session_id, requested_by) VALUES (t.id, v.id, p_caller);
-    PERFORM sessionq.defer('cancel_task', t.id, jsonb_build_object('task_id', t.id));
+    PERFORM sessionq.intend_cancel(v.id, t.id, p_caller);
     RETURN jsonb_build_object('outcome', 'pending');
   END IF;
-  -- waiting for input (settled): nothing runs, end it now
+  -- waiting for input (settled) or queued (30_tasks.sql): nothing runs, end it now
+  DELETE FROM sessionq.queued_turns WHERE task_id = t.id;
   PERFORM sessionq.publish_canceled(v, t);
   INSERT INTO sessionq.task_cancels (task_id, session_id, requested_by, finished_at, outcome, actor_told_at)
   VALUES (t.id, v.id, p_caller, clock_timestamp(), 'canceled', clock_timestamp());
   RETURN jsonb_build_object('outcome', 'finished');
 END $$;
 COMMENT ON FUNCTION sessionq.admit_cancel(text, text, text) IS
-  'A2A CancelTask: a task running in the Actor gets a cancel intent and a cancel_task job; a task waiting for input is ended CANCELED at once. A repeated cancel joins the first (idempotent). A finished task: TASK_NOT_CANCELABLE (SQ412). Returns {outcome: pending | finished}.';
+  'A2A CancelTask: a task running in the Actor gets a cancel intent and a cancel_task job (intend_cancel); a task waiting for input, or queued behind a running turn, is ended CANCELED at once (a queued one leaves the queue). A repeated cancel joins the first (idempotent). A finished task: TASK_NOT_CANCELABLE (SQ412). Returns {outcome: pending | finished}.';
 
 -- cancel_target: what the cancel_task job needs (NULL when there is nothing left to do).
 CREATE OR REPLACE FUNCTION sessionq.cancel_target(p_task text) RETURNS jsonb
@@ -183,14 +196,18 @@ LANGUAGE plpgsql AS $$
 DECLARE
   v_session uuid;
 BEGIN
+  -- the Session row first, as every writer of task_cancels locks it
+  PERFORM 1 FROM sessionq.sessions s JOIN sessionq.task_cancels c ON c.session_id = s.id
+   WHERE c.task_id = p_task FOR UPDATE OF s;
   UPDATE sessionq.task_cancels SET actor_told_at = clock_timestamp() WHERE task_id = p_task AND actor_told_at IS NULL
   RETURNING session_id INTO v_session;
   IF v_session IS NOT NULL THEN
     PERFORM sessionq.notify('sessionq_idle', jsonb_build_object('session', v_session));  -- its boundary is claimable
+    PERFORM sessionq.start_queued_turn(v_session);  -- 30_tasks.sql: the turn queued behind it may run now
   END IF;
 END $$;
 COMMENT ON FUNCTION sessionq.cancel_told(text) IS
-  'The cancel_task job''s last step: the Actor was told to stop the task (or had nothing to stop). The Session''s idle boundary becomes claimable (claim_idle waits for it): the quiescence workers are woken.';
+  'The cancel_task job''s last step: the Actor was told to stop the task (or had nothing to stop). The Session''s idle boundary becomes claimable (claim_idle waits for it): the quiescence workers are woken; a turn queued behind the canceled one is dispatched (start_queued_turn).';
 
 -- finish_cancel: after the Actor was told, end the task CANCELED (unless it ended on its own).
 CREATE OR REPLACE FUNCTION sessionq.finish_cancel(p_task text) RETURNS text

@@ -110,7 +110,7 @@ BEGIN
      AND NOT (v.kind = 'sandbox' AND sessionq.sandbox_expiry_overrides(v))
      OR v.dispatch_id IS NOT NULL OR v.active_task_id IS NOT NULL OR v.unsettled_task_id IS NOT NULL
      OR v.idle_executor IS NOT NULL OR sessionq.checkpoint_in_progress(v.id)
-     OR EXISTS (SELECT 1 FROM sessionq.tasks t WHERE t.session_id = v.id AND t.phase = 'active'
+     OR EXISTS (SELECT 1 FROM sessionq.tasks t WHERE t.session_id = v.id AND t.phase IN ('active', 'queued')
                  AND t.state IN ('TASK_STATE_SUBMITTED', 'TASK_STATE_WORKING')) THEN
     RETURN QUERY SELECT 'busy'::text, NULL::uuid, NULL::double precision;  -- active work blocks expiry
     RETURN;
@@ -126,7 +126,7 @@ BEGIN
   RETURN QUERY SELECT 'admitted'::text, v.operation_id, extract(epoch FROM clock_timestamp() - v_since)::double precision;
 END $$;
 COMMENT ON FUNCTION sessionq.expire_session(uuid, double precision) IS
-  'Idle expiration under the Session row lock shared with task admission: recheck the idle clock against the Session''s own idle TTL (sessions.idle_ttl; 0: never), else p_ttl seconds (a Sandbox: its expires_at, whatever p_ttl; idle_seconds is then the time since it expired; a pending operation of a Sandbox blocks only while an attempt runs, sandbox_expiry_overrides) and the active work (pending operation, dispatch reservation, running or unsettled turn, claimed quiescence, checkpoint being created); then admit an ordinary DELETE with durable reason idle_timeout (DELETING). An already admitted idle deletion is resumed. outcome: admitted, resumed, busy, active, gone.';
+  'Idle expiration under the Session row lock shared with task admission: recheck the idle clock against the Session''s own idle TTL (sessions.idle_ttl; 0: never), else p_ttl seconds (a Sandbox: its expires_at, whatever p_ttl; idle_seconds is then the time since it expired; a pending operation of a Sandbox blocks only while an attempt runs, sandbox_expiry_overrides) and the active work (pending operation, dispatch reservation, running, unsettled or queued turn, claimed quiescence, checkpoint being created); then admit an ordinary DELETE with durable reason idle_timeout (DELETING). An already admitted idle deletion is resumed. outcome: admitted, resumed, busy, active, gone.';
 
 CREATE OR REPLACE FUNCTION sessionq.note_leader(p_role text, p_holder text) RETURNS void
 LANGUAGE sql AS $$
@@ -137,3 +137,42 @@ LANGUAGE sql AS $$
         last_run = excluded.last_run
 $$;
 COMMENT ON FUNCTION sessionq.note_leader(text, text) IS 'Record that p_holder leads p_role and ran now (for sessionq status).';
+
+-- fail_stalled_turns: the periodic end of turns that went silent (sessions.stalledTurnTimeout).
+CREATE OR REPLACE FUNCTION sessionq.fail_stalled_turns(p_timeout double precision, p_limit integer DEFAULT 100)
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+  v_cutoff timestamptz := clock_timestamp() - make_interval(secs => p_timeout);
+  r record;
+  n integer := 0;
+BEGIN
+  IF p_timeout IS NULL OR p_timeout <= 0 THEN
+    RETURN 0;
+  END IF;
+  FOR r IN SELECT s.id, s.dispatch_id
+             FROM sessionq.sessions s
+             JOIN sessionq.tasks t ON t.id = coalesce(s.unsettled_task_id, s.active_task_id)
+            WHERE s.dispatch_id IS NOT NULL AND t.dispatch_id = s.dispatch_id AND t.updated_at < v_cutoff
+            ORDER BY t.updated_at
+            LIMIT p_limit
+              FOR UPDATE OF s SKIP LOCKED LOOP
+    -- fail_dispatch (30_tasks.sql): the task FAILED and abandoned, the Actor suspended, the next queued turn started
+    PERFORM sessionq.fail_dispatch(r.id, r.dispatch_id, format(
+      'the turn stalled: no task update for %s s (sessions.stalledTurnTimeout)', round(p_timeout::numeric, 1)), true);
+    n := n + 1;
+  END LOOP;
+  -- a reservation that lapsed before its Actor created the task, and queues left waiting: move on
+  FOR r IN SELECT s.id, s.dispatch_id FROM sessionq.sessions s
+            WHERE s.dispatch_id IS NOT NULL AND s.dispatch_expires_at < clock_timestamp()
+              AND s.active_task_id IS NULL AND s.unsettled_task_id IS NULL
+            LIMIT p_limit FOR UPDATE OF s SKIP LOCKED LOOP
+    PERFORM sessionq.fail_dispatch(r.id, r.dispatch_id, 'the turn did not start before its dispatch reservation lapsed', true);
+  END LOOP;
+  FOR r IN SELECT DISTINCT q.session_id FROM sessionq.queued_turns q JOIN sessionq.sessions s ON s.id = q.session_id
+            WHERE s.dispatch_id IS NULL LIMIT p_limit LOOP
+    PERFORM sessionq.start_queued_turn(r.session_id);
+  END LOOP;
+  RETURN n;
+END $$;
+COMMENT ON FUNCTION sessionq.fail_stalled_turns(double precision, integer) IS
+  'The periodic stalled-turn check (sessions.stalledTurnTimeout = p_timeout seconds; 0 or less: nothing): a running or unsettled turn whose task had no update for p_timeout is ended by fail_dispatch with the reason stated (the task FAILED and abandoned, the waiting caller told, an idle boundary marked so the Actor is suspended, the next queued turn started); at most p_limit a call, rows locked by others skipped. Also ends reservations that lapsed before their task was created and starts queues left waiting. Returns how many stalled turns were failed.';

@@ -279,6 +279,9 @@ SELECT s.id AS session_id,
        now() - s.idle_claimed_at AS claimed_for,
        CASE WHEN s.idle_executor IS NOT NULL THEN 'claimed'
             WHEN s.state <> 'READY' THEN 'ineligible'
+            -- 30_tasks.sql: an Actor paused waiting for input, or kept warm by its Agent's keepWarm
+            WHEN s.actor_paused_at IS NOT NULL AND s.idle_boundary_at > now() THEN 'paused'
+            WHEN s.idle_boundary_at > now() - make_interval(secs => sessionq.keep_warm_of(s.revision_id, 0)) THEN 'warm'
             WHEN s.operation <> 'NONE' OR s.dispatch_id IS NOT NULL OR s.active_task_id IS NOT NULL
                  OR s.unsettled_task_id IS NOT NULL OR sessionq.checkpoint_in_progress(s.id) THEN 'blocked'
             ELSE 'waiting' END AS status,
@@ -296,7 +299,7 @@ COMMENT ON VIEW sessionq.quiescence_backlog IS
   'Idle boundaries not yet recorded: Sessions whose Actor should be suspended by the quiescence workers. waiting: eligible, not yet claimed; blocked: something must finish first (blocked_by); claimed: a worker is on it (a claim that stays long means the suspend failed: see the worker logs for the claim holder).';
 COMMENT ON COLUMN sessionq.quiescence_backlog.waiting IS 'Time since the boundary was marked (the quiescence lag so far).';
 COMMENT ON COLUMN sessionq.quiescence_backlog.claimed_for IS 'Time since a quiescence worker claimed it.';
-COMMENT ON COLUMN sessionq.quiescence_backlog.status IS 'waiting, blocked, claimed or ineligible (the Session is not READY; the boundary is dropped by the next operation).';
+COMMENT ON COLUMN sessionq.quiescence_backlog.status IS 'waiting, blocked, claimed, ineligible (the Session is not READY; the boundary is dropped by the next operation), paused (the Actor is paused waiting for input until the boundary falls due: sessions.pausedRuntimeTtl) or warm (inside its Agent''s keepWarm window; the server-wide sessions.keepWarm is not visible here: such boundaries show as waiting).';
 
 CREATE OR REPLACE VIEW sessionq.agent_overview AS
 SELECT a.namespace,
@@ -1000,3 +1003,21 @@ COMMENT ON COLUMN sessionq.session_snapshots.checkpoints IS 'Checkpoints of the 
 COMMENT ON COLUMN sessionq.session_snapshots.snapshots_held IS 'Tags the Session holds in the runtime now: the sum of the four counts.';
 COMMENT ON COLUMN sessionq.session_snapshots.oldest_pinned_turn IS 'tasks.seq of the oldest retained turn (NULL: none).';
 COMMENT ON COLUMN sessionq.session_snapshots.newest_pinned_turn IS 'tasks.seq of the newest retained turn (NULL: none).';
+
+-- turn_queue: the turns waiting behind their Session's running turn (busy policy enqueue or interrupt).
+CREATE OR REPLACE VIEW sessionq.turn_queue AS
+SELECT q.session_id,
+       row_number() OVER (PARTITION BY q.session_id ORDER BY q.position) AS place,
+       q.task_id,
+       q.policy,
+       q.enqueued_by,
+       q.enqueued_at,
+       now() - q.enqueued_at AS waiting,
+       coalesce(s.active_task_id, s.unsettled_task_id, s.dispatch_task_id) AS running_task_id
+  FROM sessionq.queued_turns q
+  LEFT JOIN sessionq.sessions s ON s.id = q.session_id;
+COMMENT ON VIEW sessionq.turn_queue IS
+  'Queued turns: messages sent with busy policy enqueue or interrupt while their Session''s turn ran, each with its SUBMITTED task, in the order they will run. They start one at a time as the running turn settles, fails or is canceled; a long wait means that turn is not ending (see sessions.stalledTurnTimeout).';
+COMMENT ON COLUMN sessionq.turn_queue.place IS 'Its place in the Session''s queue: 1 runs next (an interrupting message goes ahead of the waiting ones).';
+COMMENT ON COLUMN sessionq.turn_queue.waiting IS 'Time since it was queued.';
+COMMENT ON COLUMN sessionq.turn_queue.running_task_id IS 'The task running (or dispatched, or finishing) ahead of it; NULL while a canceled turn''s Actor is being told.';

@@ -266,6 +266,35 @@ def test_revision_0015_brings_turn_pins_to_an_older_database(empty_database_url)
         assert conn.execute(exists).fetchone() == (2, True, True, 1)
 
 
+def test_revision_0014_brings_queued_turns_to_an_older_database(empty_database_url):
+    """Revision 0014 gives a database at 0011 the queued turns: the table, the task phase queued and
+    admit_turn with a busy policy (its old signature gone)."""
+    from alembic import command
+
+    migrate.upgrade(empty_database_url)
+    signatures = ("SELECT p.oid::regprocedure::text FROM pg_proc p WHERE proname = 'admit_turn'"
+                  " AND pronamespace = 'sessionq'::regnamespace")
+    with psycopg.connect(empty_database_url, autocommit=True) as conn:
+        conn.execute("DROP TABLE sessionq.queued_turns CASCADE")  # and the view sessionq.turn_queue
+        conn.execute("DROP FUNCTION sessionq.admit_turn(uuid, text, text, jsonb, text, double precision, text, integer)")
+        conn.execute("CREATE FUNCTION sessionq.admit_turn(uuid, text, text, jsonb, text, double precision)"
+                     " RETURNS jsonb LANGUAGE sql AS 'SELECT NULL::jsonb'")
+        conn.execute("ALTER TABLE sessionq.tasks DROP CONSTRAINT tasks_phase_check")
+        conn.execute("ALTER TABLE sessionq.tasks ADD CONSTRAINT tasks_phase_check"
+                     " CHECK (phase IN ('active', 'settled', 'abandoned'))")
+        conn.execute("UPDATE sessionq.schema_installed SET revision = '0011_turn_failure'")
+    command.stamp(migrate.alembic_config(empty_database_url), "0011_turn_failure")
+    migrate.upgrade(empty_database_url)
+    assert migrate.current(empty_database_url) == migrate.head()
+    with psycopg.connect(empty_database_url) as conn:
+        assert conn.execute(signatures).fetchall() == [
+            ("sessionq.admit_turn(uuid,text,text,jsonb,text,double precision,text,integer)",)]
+        assert conn.execute("SELECT count(*) FROM sessionq.queued_turns").fetchone() == (0,)
+        check = conn.execute("SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'tasks_phase_check'"
+                             ).fetchone()
+        assert check is not None and "queued" in check[0]
+
+
 CATALOG = {
     "functions": "SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid), obj_description(p.oid, 'pg_proc')"
                  " FROM pg_proc p WHERE p.pronamespace = 'sessionq'::regnamespace ORDER BY 1",
@@ -366,7 +395,7 @@ def test_revision_0010_brings_uncertain_quiescence_claims_to_an_older_database(e
         conn.execute("UPDATE sessionq.schema_installed SET revision = '0009_push_config_owners'")
         for f in ("idle_attempt_failed(uuid, uuid, uuid, text, text, boolean, double precision)",
                   "take_over_uncertain_idle(uuid, double precision)", "mark_lapsed_idle_claims(double precision)",
-                  "idle_work_state()", "take_over_idle_claim(uuid, uuid, double precision)"):
+                  "idle_work_state(double precision)", "take_over_idle_claim(uuid, uuid, double precision)"):
             conn.execute(f"DROP FUNCTION sessionq.{f}")
         conn.execute("CREATE FUNCTION sessionq.take_over_idle_claim(p_session uuid, p_executor uuid) RETURNS jsonb"
                      " LANGUAGE sql AS $$ SELECT NULL::jsonb $$")
@@ -380,7 +409,7 @@ def test_revision_0010_brings_uncertain_quiescence_claims_to_an_older_database(e
         takeovers = conn.execute("SELECT pg_get_function_identity_arguments(oid) FROM pg_proc"
                                  " WHERE proname = 'take_over_idle_claim'").fetchall()
         assert takeovers == [("p_session uuid, p_executor uuid, p_lease double precision",)]
-        assert conn.execute("SELECT * FROM sessionq.idle_work_state()").fetchone() == (False, None)
+        assert conn.execute("SELECT blocked, retry_in FROM sessionq.idle_work_state()").fetchone() == (False, None)
         finish = conn.execute("SELECT prosrc FROM pg_proc WHERE proname = 'finish_idle'").fetchone()
         assert finish is not None and "idle_uncertain_at = NULL" in finish[0]
         blockers = conn.execute("SELECT prosrc FROM pg_proc WHERE proname = 'check_turn_blockers'").fetchone()

@@ -361,6 +361,35 @@ KEYS: tuple[Key, ...] = (
     ),
     Key("sessions.dispatchTimeout", _positive_duration, 600.0, "Lifetime of a turn's dispatch reservation."),
     Key(
+        "sessions.keepWarm",
+        _duration,
+        0.0,
+        "How long an Actor stays running after a turn before it may be suspended (an Agent's spec keepWarm"
+        " overrides it); a turn inside the window runs on the running Actor without a resume. 0s: suspend at once.",
+    ),
+    Key(
+        "sessions.pausedRuntimeTtl",
+        _duration,
+        0.0,
+        "With a value above 0s, an Actor whose turn ended INPUT_REQUIRED or AUTH_REQUIRED is paused rather than"
+        " suspended, and suspended with its snapshot when this passes without an answer; an answer within it"
+        " resumes the paused Actor. 0s: suspend at once.",
+    ),
+    Key(
+        "sessions.stalledTurnTimeout",
+        _duration,
+        3600.0,
+        "A turn whose task has had no update for this long is failed as stalled (its task FAILED with the reason, its"
+        " Actor suspended, the next queued turn started), checked once a minute; 0s disables it.",
+    ),
+    Key(
+        "sessions.maxQueuedTurns",
+        _int(1, 10_000),
+        100,
+        "Most turns that may wait on one Session behind its running turn (messages sent with busy policy enqueue or"
+        " interrupt); one more is refused RESOURCE_EXHAUSTED (KAGENT_TURN_QUEUE_FULL).",
+    ),
+    Key(
         "sandboxes.defaultTtl",
         _positive_duration,
         3600.0,

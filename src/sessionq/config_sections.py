@@ -235,6 +235,10 @@ class SessionsSettings:
     quiescence_attempt_timeout: float  # sessions.quiescenceAttemptTimeout
     quiescence_retry_max: float  # sessions.quiescenceRetryMax
     dispatch_timeout: float  # sessions.dispatchTimeout
+    keep_warm: float  # sessions.keepWarm
+    paused_runtime_ttl: float  # sessions.pausedRuntimeTtl
+    stalled_turn_timeout: float  # sessions.stalledTurnTimeout
+    max_queued_turns: int  # sessions.maxQueuedTurns
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> SessionsSettings:
@@ -249,6 +253,10 @@ class SessionsSettings:
             quiescence_attempt_timeout=values["sessions.quiescenceAttemptTimeout"],
             quiescence_retry_max=values["sessions.quiescenceRetryMax"],
             dispatch_timeout=values["sessions.dispatchTimeout"],
+            keep_warm=values["sessions.keepWarm"],
+            paused_runtime_ttl=values["sessions.pausedRuntimeTtl"],
+            stalled_turn_timeout=values["sessions.stalledTurnTimeout"],
+            max_queued_turns=values["sessions.maxQueuedTurns"],
         )
 
 

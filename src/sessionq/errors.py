@@ -42,6 +42,11 @@ class SessionqError(Exception):
     def code(self) -> grpc.StatusCode:
         return GRPC_CODES.get(self.sqlstate, grpc.StatusCode.INTERNAL)
 
+    @property
+    def metadata(self) -> dict[str, str]:
+        """What the error's ErrorInfo carries besides its reason (REASON_METADATA)."""
+        return REASON_METADATA.get(self.reason or "", {})
+
     def __repr__(self) -> str:
         return f"SessionqError({self.sqlstate!r}, {self.message!r}, reason={self.reason!r})"
 
@@ -56,6 +61,15 @@ A2A_REASONS = frozenset({
     "EXTENSION_SUPPORT_REQUIRED", "VERSION_NOT_SUPPORTED", "INVALID_PARAMS", "INVALID_REQUEST", "METHOD_NOT_FOUND",
 })
 A2A_METHOD_PREFIX = "/lf.a2a.v1.A2AService/"
+
+
+# A message refused because its Session's turn is still running (busy policy reject): kagent's reason,
+# and its hint of when to send again. A message queued past sessions.maxQueuedTurns: its reason.
+SEND_NOT_ACCEPTED = "KAGENT_SEND_NOT_ACCEPTED"
+SEND_RETRY_AFTER_MS = 100
+TURN_QUEUE_FULL = "KAGENT_TURN_QUEUE_FULL"
+# the ErrorInfo metadata of a reason (gRPC's ErrorInfo.metadata; the HTTP bindings' error data)
+REASON_METADATA: dict[str, dict[str, str]] = {SEND_NOT_ACCEPTED: {"retryAfterMs": str(SEND_RETRY_AFTER_MS)}}
 
 
 def error_domain(reason: str) -> str:

@@ -45,6 +45,15 @@ A2A_STREAMS = Gauge("sessionq_open_streams", "A2A streams (SendStreamingMessage,
 A2A_STREAMS_REFUSED = Counter(
     "sessionq_streams_refused", "A2A streams refused because their user had a2a.stream.maxPerUser open"
 )
+TURNS_QUEUED = Counter(
+    "sessionq_turns_queued", "A2A messages queued behind their Session's running turn (busy policy enqueue, interrupt)"
+)
+TURNS_STALLED = Counter(
+    "sessionq_turns_stalled", "Turns failed as stalled: no task update for sessions.stalledTurnTimeout"
+)
+ACTORS_PAUSED = Counter(
+    "sessionq_actors_paused", "Actors paused, not suspended, as their turn waits for input (sessions.pausedRuntimeTtl)"
+)
 OPERATIONS = Counter(
     "sessionq_operations",
     "Lifecycle operation outcomes by kind (admitted, completed, failed, ...)",

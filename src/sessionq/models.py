@@ -113,11 +113,29 @@ class CheckpointState(enum.StrEnum):
 
 
 class TaskPhase(enum.StrEnum):
-    """tasks.phase: a turn is active, settled, or abandoned (interrupted; never continued)."""
+    """tasks.phase: a turn is active, settled, abandoned (interrupted; never continued), or queued
+    (admitted while another turn ran; waiting in queued_turns)."""
 
     ACTIVE = "active"
     SETTLED = "settled"
     ABANDONED = "abandoned"
+    QUEUED = "queued"
+
+
+class BusyPolicy(enum.StrEnum):
+    """What a message to a Session whose turn is still running does (A2A message metadata
+    ``busyPolicy``, else the Agent spec's ``busyPolicy``, else reject)."""
+
+    REJECT = "reject"  # refused: ABORTED, KAGENT_SEND_NOT_ACCEPTED with retryAfterMs
+    ENQUEUE = "enqueue"  # queued: its task SUBMITTED, run after the turns before it
+    INTERRUPT = "interrupt"  # the running turn canceled, this one run next
+
+
+class QueuedTurnPolicy(enum.StrEnum):
+    """queued_turns.policy: the busy policy a queued turn came with (a rejected message is never queued)."""
+
+    ENQUEUE = "enqueue"
+    INTERRUPT = "interrupt"
 
 
 class PreparationFailure(enum.StrEnum):
@@ -407,6 +425,8 @@ class Session(Row):
     # sessions.idleTtl; 0: never)
     labels: dict[str, str] | None = None
     idle_ttl: float | None = None
+    # since when the Actor is paused waiting for input (sessions.pausedRuntimeTtl), not suspended
+    actor_paused_at: datetime | None = None
 
     def view(self) -> SessionView:
         """What the API shows of this Session."""

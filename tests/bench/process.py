@@ -299,6 +299,118 @@ async def _sandbox_starts(url: str, root: Path, runs: int) -> dict[str, Any]:
         await asyncio.to_thread(subprocess.run, ["bash", "-c", "true"], check=True)
         direct.append(time.perf_counter() - t0)
     return {"sandbox_start": starts, "bash_tool": summary_ms(tool), "bash_direct": summary_ms(direct)}
+async def _between_turns_part(url: str, root: Path, follow_ups: int, messages: int, senders: int) -> dict[str, Any]:
+    """Between turns, on the process runtime: a follow-up turn inside the keep-warm window (the Actor
+    still running: no resume) against a turn on a suspended Actor (resume from its archive), both
+    measured in the same run; then `messages` messages sent to one Session by one sender, one after
+    the other, against the same number sent by `senders` concurrent senders with busy policy
+    enqueue (each waits for its own answer): messages/s and latency per message."""
+    import grpc
+    from a2a.types import a2a_pb2, a2a_pb2_grpc
+
+    from sessionq import config
+    from sessionq._pb.kagent.api.v1alpha1 import common_pb2, sessions_pb2, sessions_pb2_grpc
+    from sessionq.api.server import ApiServer
+    from sessionq.app.worker import run_worker
+    from sessionq.db.store import Store
+    from sessionq.domain.agents import compile_egress, parse_spec, prepare_revision
+    from sessionq.runtime.base import ActorState
+    from sessionq.runtime.process import ProcessConfig, ProcessSubstrate
+
+    settings = config.defaults().with_overrides(**{
+        "workers.pollInterval": 0.2, "auth.tokens": {"bench-token": "bench"}, "auth.anonymousUser": "",
+        "workers.concurrency": 16,
+    })
+    md = [("authorization", "Bearer bench-token")]
+    store = await Store.open(url, pool_size=10)
+    rt = ProcessSubstrate(url, ProcessConfig(root=root, slots=4, stop_grace=3.0, warm_interpreters=1))
+    await rt.open()
+    stop = asyncio.Event()
+    worker = asyncio.create_task(run_worker(settings, url, store, rt, stop=stop, name="bench-worker"))
+    server = ApiServer(settings, store, address="127.0.0.1:0", runtime=rt)
+    await server.start()
+    rt.taskstore_address = f"127.0.0.1:{server.port}"
+    channel = grpc.aio.insecure_channel(rt.taskstore_address)
+    a2a = a2a_pb2_grpc.A2AServiceStub(channel)
+    sessions = sessions_pb2_grpc.SessionServiceStub(channel)
+    try:
+        agents = {"warm": {"keepWarm": "600s"}, "cold": {}}
+        for name, extra in agents.items():
+            spec = parse_spec({"name": f"agent-{name}", "command": [sys.executable, str(FIRST_AGENT)], **extra})
+            await store.apply_agent(NS, spec.name, spec.to_json(), spec.spec_hash(), spec.image,
+                                    compile_egress(spec), "bench")
+            await prepare_revision(store, rt, (await store.get_agent(NS, spec.name)).desired_revision_id)
+
+        async def new_session(agent: str, i: int) -> str:
+            r = await sessions.CreateSession(sessions_pb2.CreateSessionRequest(
+                request_id=f"bench-{agent}-{i}", agent=common_pb2.ResourceReference(namespace=NS, name=agent)),
+                metadata=md, timeout=60)
+            return str(r.session.id)
+
+        async def actor_state(sid: str) -> ActorState:
+            session = await store.session_by_id(UUID(sid))
+            assert session is not None
+            return (await rt.get_actor(session.actor_atespace, session.actor_name)).state
+
+        async def turn(agent: str, sid: str, text: str, policy: str | None = None) -> float:
+            msg = a2a_pb2.Message(message_id=f"m-{time.monotonic_ns()}", role=a2a_pb2.ROLE_USER, context_id=sid,
+                                  parts=[a2a_pb2.Part(text=text)])
+            if policy:
+                msg.metadata.update({"busyPolicy": policy})
+            t0 = time.perf_counter()
+            r = await a2a.SendMessage(a2a_pb2.SendMessageRequest(tenant=f"{NS}/{agent}", message=msg),
+                                      metadata=md, timeout=300)
+            assert r.task.status.state == a2a_pb2.TASK_STATE_COMPLETED, r.task.status
+            return time.perf_counter() - t0
+
+        warm_sid = await new_session("agent-warm", 0)
+        cold_sid = await new_session("agent-cold", 0)
+        await turn("agent-warm", warm_sid, "What is 1+1?")
+        await turn("agent-cold", cold_sid, "What is 1+1?")
+        warm: list[float] = []
+        suspended: list[float] = []
+        for i in range(follow_ups):
+            assert await actor_state(warm_sid) == ActorState.RUNNING
+            warm.append(await turn("agent-warm", warm_sid, f"What is {i}+{i}?"))
+            while await actor_state(cold_sid) != ActorState.SUSPENDED:
+                await asyncio.sleep(0.01)
+            await rt.warm_ready(120)
+            suspended.append(await turn("agent-cold", cold_sid, f"What is {i}+{i}?"))
+
+        # enqueue: one sender, one message after the other, then `senders` at once on another Session
+        t0 = time.perf_counter()
+        single = [await turn("agent-warm", warm_sid, f"What is {i}*2?") for i in range(messages)]
+        single_s = time.perf_counter() - t0
+        queue_sid = await new_session("agent-warm", 1)
+        await turn("agent-warm", queue_sid, "What is 0+0?")
+
+        async def sender(k: int) -> list[float]:
+            return [await turn("agent-warm", queue_sid, f"What is {k}*{j}?", "enqueue")
+                    for j in range(max(1, messages // senders))]
+
+        t0 = time.perf_counter()
+        per_sender = await asyncio.gather(*(sender(k) for k in range(senders)))
+        concurrent_s = time.perf_counter() - t0
+        queued = [x for xs in per_sender for x in xs]
+        return {
+            "follow_up_inside_keep_warm": summary_ms(warm),
+            "turn_on_suspended_actor": summary_ms(suspended),
+            "enqueue": {
+                "messages": len(queued), "senders": senders,
+                "single_sender": {"messages_per_s": round(len(single) / single_s, 2), **summary_ms(single)},
+                "concurrent_senders": {"messages_per_s": round(len(queued) / concurrent_s, 2),
+                                       **summary_ms(queued)},
+                # what going through the queue adds to each message, beyond the turns themselves
+                "added_ms_per_queued_message": round((concurrent_s / len(queued) - single_s / len(single)) * 1000, 1),
+            },
+        }
+    finally:
+        await channel.close()
+        await server.stop(0)
+        stop.set()
+        await asyncio.wait_for(worker, 60)
+        await rt.close()
+        await store.close()
 
 
 async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -309,6 +421,9 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
         "actors": 4 if quick else 50,
         "interpreter_runs": 10 if quick else 30,
         "start_runs": 5 if quick else 20,
+        "follow_ups": 5 if quick else 20,
+        "queued_messages": 16 if quick else 64,
+        "senders": 16,
         **(sizes or {}),
     }
     root = Path(tempfile.mkdtemp(prefix="sessionq-bench-process-"))
@@ -329,6 +444,8 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
             for level in (Isolation.GVISOR, Isolation.NAMESPACES) if unavailable(level) is None
         }
         starts = await _sandbox_starts(srv.fresh_database("process_s"), root / "s", int(sizes["start_runs"]))
+        between = await _between_turns_part(srv.fresh_database("process_b"), root / "b", int(sizes["follow_ups"]),
+                                            int(sizes["queued_messages"]), int(sizes["senders"]))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     interp_ms = _p50(interp)
@@ -366,6 +483,17 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
               [[k, v["p50_ms"] if v else None, v["p99_ms"] if v else None] for k, v in starts["sandbox_start"].items()]),
         f"bash tool call ('true'): p50 {starts['bash_tool']['p50_ms']} ms vs bash -c true directly "
         f"{starts['bash_direct']['p50_ms']} ms",
+        table("between turns (ms)", ["what", "p50", "p99", "baseline", "ratio"],
+              [["follow-up inside keep-warm", between["follow_up_inside_keep_warm"]["p50_ms"],
+                between["follow_up_inside_keep_warm"]["p99_ms"], between["turn_on_suspended_actor"]["p50_ms"],
+                ratio(between["follow_up_inside_keep_warm"]["p50_ms"], between["turn_on_suspended_actor"]["p50_ms"])],
+               [f"enqueue, {between['enqueue']['senders']} senders (per message)",
+                between["enqueue"]["concurrent_senders"]["p50_ms"], between["enqueue"]["concurrent_senders"]["p99_ms"],
+                between["enqueue"]["single_sender"]["p50_ms"],
+                ratio(between["enqueue"]["concurrent_senders"]["p50_ms"], between["enqueue"]["single_sender"]["p50_ms"])]]),
+        f"enqueue: {between['enqueue']['concurrent_senders']['messages_per_s']} messages/s with "
+        f"{between['enqueue']['senders']} senders vs {between['enqueue']['single_sender']['messages_per_s']} with one; "
+        f"{between['enqueue']['added_ms_per_queued_message']} ms added per queued message",
         f"concurrent: {turns['concurrent']['actors']} Actors, {turns['concurrent']['turns_per_s']} turns/s; "
         f"running agent RSS {turns['running_agent_rss_kb']} kB; processes of suspended Actors: "
         f"{turns['processes_held_by_suspended_actors']}",
@@ -378,6 +506,7 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
         "cold_turns": cold,
         "isolation_turns": sandboxed,
         "sandbox": starts,
+        "between_turns": between,
         "targets": {
             **{f"{k}_turn_ratio_to_none": ratio(v["turn_full"]["p50_ms"], turns["turn_full"]["p50_ms"])
                for k, v in sandboxed.items()},
@@ -391,6 +520,10 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
             "turn_within_budget": (turns["turn_full"]["p50_ms"] or 0) <= budget,
             "turn_full_cold_p50_ms": cold["turn_full"]["p50_ms"],
             "turn_full_back_to_back_p50_ms": turns["turn_full_back_to_back"]["p50_ms"],
+            "keep_warm_follow_up_ratio": ratio(between["follow_up_inside_keep_warm"]["p50_ms"],
+                                               between["turn_on_suspended_actor"]["p50_ms"]),
+            "keep_warm_follow_up_within_0_3x": (ratio(between["follow_up_inside_keep_warm"]["p50_ms"],
+                                                      between["turn_on_suspended_actor"]["p50_ms"]) or 99) <= 0.3,
             "snapshot_within_1_5x_tar": all((r["snapshot_ratio_to_tar"] or 99) <= 1.5 for r in archive_rows),
             "restore_within_1_5x_tar": all((r["restore_ratio_to_tar"] or 99) <= 1.5 for r in archive_rows),
         },

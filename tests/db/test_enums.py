@@ -35,6 +35,7 @@ COLUMNS: dict[tuple[str, str], type[StrEnum]] = {
     ("bulk_actions", "kind"): models.BulkActionKind,
     ("bulk_actions", "state"): models.BulkActionState,
     ("turn_snapshots", "state"): models.TurnPinState,
+    ("queued_turns", "policy"): models.QueuedTurnPolicy,
 }
 
 # enum -> the procedures whose first result column (status / outcome) it holds

@@ -52,9 +52,11 @@ def test_idle_ttl_configuration():
 
     assert "expire_idle_sessions" not in build_app("postgresql://h/db", expiry=False).tasks  # 0s: no worker at all
     # no per-agent override (shares.maxTtl bounds share lifetimes, not idleness; a Session's own idle
-    # TTL is bounded by sessions.maxIdleTtl and sessions.allowNoIdleTtl: FLEET-3)
+    # TTL is bounded by sessions.maxIdleTtl and sessions.allowNoIdleTtl: FLEET-3; sessions.pausedRuntimeTtl
+    # is how long a paused Actor waits for input)
     assert not any("ttl" in k.path.lower() for k in config.KEYS if k.path not in (
-        "sessions.idleTtl", "shares.maxTtl", "sandboxes.defaultTtl", "sessions.maxIdleTtl", "sessions.allowNoIdleTtl"))
+        "sessions.idleTtl", "shares.maxTtl", "sandboxes.defaultTtl", "sessions.maxIdleTtl", "sessions.allowNoIdleTtl",
+        "sessions.pausedRuntimeTtl"))
 
 
 @pytest.mark.clause("IDLE-1")

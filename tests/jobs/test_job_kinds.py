@@ -9,7 +9,7 @@ import pytest
 from sessionq.jobs import events, periodic, purge, reaper
 from sessionq.jobs.app import build_app
 
-PERIODIC = {"expire_idle_sessions", "collect_runtime_revisions", reaper.TASK, purge.TASK, events.TASK}
+PERIODIC = {"expire_idle_sessions", "collect_runtime_revisions", "fail_stalled_turns", reaper.TASK, purge.TASK, events.TASK}
 
 
 def kinds(url: str) -> dict[str, tuple[str, str]]:

@@ -55,6 +55,9 @@ def save_memory(directory: Path, memory: dict[str, Any]) -> None:
     os.replace(tmp, directory / MEMORY)
 
 
+WAITING_STATES = frozenset({a2a_pb2.TASK_STATE_INPUT_REQUIRED, a2a_pb2.TASK_STATE_AUTH_REQUIRED})
+
+
 class FirstAgent(AgentExecutor):
     def __init__(self, directory: Path | None = None) -> None:
         self.directory = Path(directory or data_dir())
@@ -66,7 +69,8 @@ class FirstAgent(AgentExecutor):
         if text.strip().lower().startswith(RUN):
             await self.run_command(context, event_queue, text.strip()[len(RUN):].strip())
             return
-        continuation = context.current_task is not None
+        # an answer continues a task waiting for input; a SUBMITTED one is a turn sessionq queued
+        continuation = context.current_task is not None and context.current_task.status.state in WAITING_STATES
         turn = run_turn(load_memory(self.directory), text, continuation=continuation)
         updater = await start_turn(context, event_queue)
         if turn.delay > 0:

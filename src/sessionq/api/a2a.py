@@ -53,7 +53,7 @@ from sessionq.db.store import Store
 from sessionq.domain import push
 from sessionq.domain.agents import check_name, check_namespace
 from sessionq.errors import SessionqError
-from sessionq.models import Session, TaskPhase
+from sessionq.models import BusyPolicy, Session, TaskPhase
 
 log = logging.getLogger("sessionq.api")
 
@@ -72,6 +72,8 @@ DEFAULT_PAGE = 50
 POLL = 1.0
 DEFAULT_FALLBACK_POLL = 30.0  # a2a.stream.fallbackPoll
 DEFAULT_STREAMS_PER_USER = 100  # a2a.stream.maxPerUser
+DEFAULT_MAX_QUEUED_TURNS = 100  # sessions.maxQueuedTurns
+BUSY_POLICY_KEY = "busyPolicy"  # the message metadata key that chooses the busy policy
 IDENTITY = "sessionq.identity"  # ServerCallContext.state key: the caller's Identity
 TENANT = "sessionq.tenant"  # ServerCallContext.state key: the Agent of an HTTP binding's path
 BUDGET = "sessionq.budget"  # ServerCallContext.state key: how long the call may wait (seconds)
@@ -92,6 +94,23 @@ def creation_request_id(message_id: str) -> str:
     if len(message_id) > 124:
         return f"a2a:sha256:{hashlib.sha256(message_id.encode()).hexdigest()}"
     return f"a2a:{message_id}"
+
+
+def busy_policy(message: a2a_pb2.Message) -> BusyPolicy | None:
+    """The busy policy a message asks for (its metadata key busyPolicy), None when it names none;
+    an unknown name is INVALID_ARGUMENT, before anything is written."""
+    value = message.metadata.fields.get(BUSY_POLICY_KEY) if message.HasField("metadata") else None
+    if value is None:
+        return None
+    name = value.string_value if value.WhichOneof("kind") == "string_value" else ""
+    try:
+        return BusyPolicy(name)
+    except ValueError:
+        raise errors.SessionqError(
+            "SQ400",
+            f"message.metadata.{BUSY_POLICY_KEY} must be one of {', '.join(p.value for p in BusyPolicy)}",
+            "INVALID_PARAMS",
+        ) from None
 
 
 def task_not_found(message: str = TASK_NOT_FOUND) -> SessionqError:
@@ -178,6 +197,7 @@ class A2AHandler(RequestHandler):
         card: Callable[[str, str, bool], Any] | None = None,
         fallback_poll: float = DEFAULT_FALLBACK_POLL,
         streams_per_user: int = DEFAULT_STREAMS_PER_USER,
+        max_queued_turns: int = DEFAULT_MAX_QUEUED_TURNS,
     ) -> None:
         self.store = store
         self.auth = auth
@@ -187,6 +207,7 @@ class A2AHandler(RequestHandler):
         self.card = card  # (namespace, agent, extended) -> awaitable AgentCard
         self.fallback_poll = fallback_poll
         self.streams = StreamSlots(streams_per_user)
+        self.max_queued_turns = max_queued_turns
 
     # -- the call's who, what and how long ---------------------------------------------------------
 
@@ -257,10 +278,12 @@ class A2AHandler(RequestHandler):
 
     async def _admit(
         self, params: a2a_pb2.SendMessageRequest, context: ServerCallContext
-    ) -> tuple[Session, UUID, str | None]:
-        """Check and admit the message as a turn: (the Session, the dispatch id, the continued task)."""
+    ) -> tuple[Session, UUID | None, str | None]:
+        """Check and admit the message as a turn: (the Session, the dispatch id, the continued task),
+        or, when it was queued behind the running turn, (the Session, None, its queued task)."""
         who, tenant = self._caller(context, params)
         msg = params.message
+        policy = busy_policy(msg)
         if not msg.parts:
             raise errors.SessionqError("SQ400", "message.parts must not be empty", "INVALID_PARAMS")
         size = msg.ByteSize()
@@ -306,7 +329,13 @@ class A2AHandler(RequestHandler):
         body["contextId"] = str(session.id)
         body.setdefault("messageId", str(uuid.uuid4()))
         body.setdefault("role", "ROLE_USER")
-        admitted = await self.store.admit_turn(session.id, who.user, who.share_hash, body, task_id, self.dispatch_ttl)
+        turn = await self.store.send_turn(
+            session.id, who.user, who.share_hash, body, task_id, self.dispatch_ttl, policy, self.max_queued_turns
+        )
+        admitted = turn.session
+        if turn.queued_task_id is not None:
+            metrics.TURNS_QUEUED.inc()
+            return admitted, None, turn.queued_task_id
         assert admitted.dispatch_id is not None
         return admitted, admitted.dispatch_id, task_id
 
@@ -339,12 +368,34 @@ class A2AHandler(RequestHandler):
             c.task_id = task_id
             await self._create_push(who, c)
 
+    async def _wait_queued(self, session_id: UUID, task_id: str, budget: float) -> a2a_pb2.Task:
+        """A queued turn's task once its turn ended (settled, or abandoned: it never ran), else as it
+        stands when the budget is spent (SUBMITTED while it waits, WORKING while it runs)."""
+        deadline = time.monotonic() + budget
+        async with self._wakeups(session_id) as woke:
+            while True:
+                woke.clear()
+                task = await self.store.get_task(task_id)
+                if task is None:
+                    raise task_not_found()
+                remaining = deadline - time.monotonic()
+                if task.phase in (TaskPhase.SETTLED, TaskPhase.ABANDONED) or remaining <= 0:
+                    return task_from_json(task.task)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woke.wait(), timeout=min(remaining, POLL))
+
     async def on_message_send(self, params: a2a_pb2.SendMessageRequest, context: ServerCallContext) -> a2a_pb2.Task:
-        session, dispatch_id, _ = await self._admit(params, context)
+        session, dispatch_id, continued = await self._admit(params, context)
         who = self._who(context)
         deadline = time.monotonic() + self._budget(context)
         config = params.configuration
         history = config.history_length if config.HasField("history_length") else None
+        if dispatch_id is None:  # queued behind the running turn: its task is SUBMITTED
+            assert continued is not None
+            await self._attach_push(who, continued, params)
+            budget = 0.0 if config.return_immediately else max(0.0, deadline - time.monotonic())
+            queued = await self._wait_queued(session.id, continued, budget)
+            return task_from_json(json_format.MessageToDict(queued), history)
         if config.return_immediately or config.HasField("task_push_notification_config"):
             created = await self._task_of_dispatch(session.id, dispatch_id, deadline - time.monotonic())
             if created is None:
@@ -377,6 +428,13 @@ class A2AHandler(RequestHandler):
     ) -> AsyncGenerator[a2a_pb2.StreamResponse]:
         session, dispatch_id, continued = await self._admit(params, context)
         who = self._who(context)
+        if dispatch_id is None:  # queued: the task's whole history, from its SUBMITTED start
+            assert continued is not None
+            await self._attach_push(who, continued, params)
+            async with contextlib.aclosing(self._follow(session.id, continued, 0)) as events:
+                async for item in events:
+                    yield item
+            return
         created = await self._task_of_dispatch(session.id, dispatch_id, self._budget(context))
         if created is None:
             raise errors.unavailable("the turn has not started yet; subscribe to the task later")

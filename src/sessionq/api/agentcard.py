@@ -127,6 +127,21 @@ sdk.JSON_RPC_ERROR_CODE_MAP[TooManyStreamsError] = TOO_MANY_STREAMS_JSONRPC
 response_helpers.EXCEPTION_MAP[TooManyStreamsError] = JSONRPCError
 
 
+class TurnQueueFullError(sdk.A2AError):
+    """A message refused because its Session already has sessions.maxQueuedTurns turns waiting
+    (SQ429, KAGENT_TURN_QUEUE_FULL): HTTP 429 RESOURCE_EXHAUSTED on HTTP+JSON and JSON-RPC error
+    -32030, entered in the SDK's tables as TooManyStreamsError is."""
+
+    message = "too many queued turns"
+
+
+TURN_QUEUE_FULL_JSONRPC = -32030
+sdk.A2A_ERROR_MAPPING[TurnQueueFullError] = sdk.ErrorMapping(429, "RESOURCE_EXHAUSTED", "TURN_QUEUE_FULL")
+sdk.A2A_ERROR_REASONS[TurnQueueFullError] = "TURN_QUEUE_FULL"
+sdk.JSON_RPC_ERROR_CODE_MAP[TurnQueueFullError] = TURN_QUEUE_FULL_JSONRPC
+response_helpers.EXCEPTION_MAP[TurnQueueFullError] = JSONRPCError
+
+
 def to_sdk_error(e: SessionqError) -> sdk.A2AError:
     """sessionq's error as the A2A error each HTTP binding answers in its own form."""
     by_reason: dict[str, type[sdk.A2AError]] = sdk.A2A_REASON_TO_ERROR
@@ -134,15 +149,18 @@ def to_sdk_error(e: SessionqError) -> sdk.A2AError:
     message = errors.clip(e.message, errors.MAX_STATUS_MESSAGE)
     if cls is not None:
         return cls(message)
+    # kagent's reason (and its metadata, e.g. retryAfterMs) in the error data: the ErrorInfo metadata
+    # of the SDK's answer on both HTTP bindings
+    data = {"reason": e.reason, "domain": errors.KAGENT_DOMAIN, **e.metadata} if e.reason else None
     if e.sqlstate == "SQ400":
         return sdk.InvalidParamsError(message)
     if e.sqlstate == "SQ404":
         return sdk.TaskNotFoundError(message)
     if e.sqlstate == "SQ429":
-        return TooManyStreamsError(message)
+        return TurnQueueFullError(message, data) if e.reason == errors.TURN_QUEUE_FULL else TooManyStreamsError(message)
     if e.sqlstate in ("SQ401", "SQ403", "SQ409", "SQ412", "SQ422"):
         # not allowed, or not now (a turn is running, the session is suspended): the request's fault
-        return sdk.InvalidRequestError(message)
+        return sdk.InvalidRequestError(message, data)
     return sdk.InternalError(message)  # SQ503 / SQ504: transient on the server's side; retry
 
 

@@ -152,7 +152,7 @@ async def abort(context: grpc.aio.ServicerContext, e: SessionqError) -> None:
     trailing: tuple[tuple[str, bytes], ...] = ()
     if e.reason:
         status = status_pb2.Status(code=e.code.value[0], message=message)
-        info = error_details_pb2.ErrorInfo(reason=e.reason, domain=errors.error_domain(e.reason))
+        info = error_details_pb2.ErrorInfo(reason=e.reason, domain=errors.error_domain(e.reason), metadata=e.metadata)
         status.details.add().Pack(info)
         trailing = (("grpc-status-details-bin", status.SerializeToString()),)
     await context.abort(e.code, message, trailing_metadata=trailing)

@@ -144,6 +144,7 @@ class ApiServer:
             allow_private_push=settings.a2a.push.allow_private_targets,
             fallback_poll=settings.a2a.stream.fallback_poll,
             streams_per_user=settings.a2a.stream.max_per_user,
+            max_queued_turns=settings.sessions.max_queued_turns,
         )
         a2a_pb2_grpc.add_A2AServiceServicer_to_server(A2AService(self.a2a), table)
         self.health = health.aio.HealthServicer() if hasattr(health, "aio") else health.HealthServicer()

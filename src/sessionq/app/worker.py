@@ -62,6 +62,8 @@ async def run_worker(
         retry_max=settings.sessions.quiescence_retry_max,
         drain_timeout=settings.workers.shutdown_timeout,
         turn_snapshots=settings.sessions.turn_snapshots,
+        keep_warm=settings.sessions.keep_warm,
+        paused_ttl=settings.sessions.paused_runtime_ttl,
     )
     quiescence_stop = asyncio.Event()
     quiescence_task = asyncio.create_task(quiescence.run(quiescence_stop), name="quiescence")

@@ -366,6 +366,16 @@ class OperatorStore:
         )
         queues = await self._rows("SELECT * FROM sessionq.queue_depth ORDER BY queue_name, status")
         stalled = await self._rows("SELECT count(*) AS jobs FROM sessionq.stalled_jobs")
+        # between turns (30_tasks.sql): queued turns, paused and warm Actors, turns failed as stalled
+        between = await self._rows(
+            "SELECT (SELECT count(*) FROM sessionq.turn_queue) AS queued_turns,"
+            " (SELECT count(DISTINCT session_id) FROM sessionq.turn_queue) AS queued_sessions,"
+            " (SELECT max(waiting) FROM sessionq.turn_queue) AS oldest_queued,"
+            " (SELECT count(*) FROM sessionq.sessions WHERE actor_paused_at IS NOT NULL) AS paused_actors,"
+            " (SELECT count(*) FROM sessionq.quiescence_backlog WHERE status = 'warm') AS warm_actors,"
+            " (SELECT count(*) FROM sessionq.sessions"
+            "   WHERE dispatch_failure ->> 'message' LIKE 'the turn stalled%%') AS stalled_turns"
+        )
         paused = await self._rows("SELECT queue_name, paused_by, paused_at FROM sessionq.paused_queues ORDER BY 1")
         # the process runtime (sessionq.runtime.process) keeps its own schema: shown when it is in use
         process = await self._rows(
@@ -397,6 +407,7 @@ class OperatorStore:
             "queues": queues,
             "workers": await self.workers(),
             "stalled_jobs": stalled[0]["jobs"] if stalled else 0,
+            "between_turns": between[0] if between else {},
             "leaders": (leaders := await self.leaders()),
             "expiry_leader": next((r for r in leaders if r["role"] == "expiry"), None),
         }
@@ -465,7 +476,8 @@ class OperatorStore:
 
 
 VIEWS = ("session_overview", "claims", "pending_operations", "quiescence_backlog", "checkpoints_overview",
-         "queue_depth", "stalled_jobs", "workers", "job_overview", "agent_overview", "recent_failures", "queues")
+         "queue_depth", "stalled_jobs", "workers", "job_overview", "agent_overview", "recent_failures", "queues",
+         "turn_queue")
 
 
 # -- presentation helpers (shared by the CLI and tests) -------------------------------------------

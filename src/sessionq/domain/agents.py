@@ -15,8 +15,9 @@ from uuid import UUID
 import yaml
 
 from sessionq import errors
+from sessionq.config import ConfigError, parse_duration
 from sessionq.db.store import Store
-from sessionq.models import ApplyMode, RevisionState
+from sessionq.models import ApplyMode, BusyPolicy, RevisionState
 from sessionq.runtime.base import Code, Substrate, SubstrateError
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,33 @@ def check_template(value: str) -> str:
     if algorithm in _DIGEST_LENGTHS and len(digest) != _DIGEST_LENGTHS[algorithm]:
         raise errors.invalid(f"template: a {algorithm} digest has {_DIGEST_LENGTHS[algorithm]} hex digits")
     return value
+
+
+def check_busy_policy(value: Any) -> BusyPolicy | None:
+    """An Agent's busyPolicy: reject, enqueue or interrupt (absent: the message's own, else reject)."""
+    if value is None:
+        return None
+    try:
+        return BusyPolicy(value) if isinstance(value, str) else BusyPolicy("")
+    except ValueError:
+        raise errors.invalid(f"busyPolicy must be one of {', '.join(p.value for p in BusyPolicy)}") from None
+
+
+KEEP_WARM_MAX = 86400.0  # a day: an Actor kept running longer is a server, not a session
+
+
+def check_keep_warm(value: Any) -> float | None:
+    """An Agent's keepWarm: a duration such as "30s" (seconds; fractions allowed), 0 to a day
+    (absent: sessions.keepWarm). A negative or malformed one is refused; the message never repeats it."""
+    if value is None:
+        return None
+    try:
+        seconds = parse_duration(value, "keepWarm") if isinstance(value, str) else -1.0
+    except ConfigError:
+        seconds = -1.0
+    if not 0 <= seconds <= KEEP_WARM_MAX:
+        raise errors.invalid('keepWarm must be a duration from "0s" to "86400s", such as "30s"')
+    return seconds
 
 
 def check_egress_url(index: int, url: str) -> None:
@@ -178,6 +206,10 @@ class AgentSpec:
     command: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict, hash=False)
+    # what a message to a Session whose turn still runs does, when the message does not say (None: reject)
+    busy_policy: BusyPolicy | None = None
+    # how long its Actors stay running after a turn before they may be suspended (None: sessions.keepWarm)
+    keep_warm: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -197,11 +229,15 @@ class AgentSpec:
             out["args"] = list(self.args)
         if self.env:
             out["env"] = dict(self.env)
+        if self.busy_policy is not None:
+            out["busyPolicy"] = self.busy_policy.value
+        if self.keep_warm is not None:  # seconds, as the procedures read it (keep_warm_of)
+            out["keepWarm"] = f"{self.keep_warm:g}s"
         return out
 
     def with_egress(self, egress: tuple[EgressDestination, ...]) -> AgentSpec:
         return AgentSpec(self.namespace, self.name, self.template, egress, self.description, self.skills,
-                         self.command, self.args, dict(self.env))
+                         self.command, self.args, dict(self.env), self.busy_policy, self.keep_warm)
 
     @property
     def image(self) -> str:
@@ -220,7 +256,10 @@ def parse_spec(data: Any) -> AgentSpec:
             raise errors.invalid(f"agent spec is not valid YAML: {e}") from None
     if not isinstance(data, dict):
         raise errors.invalid("agent spec must be a mapping with at least a name")
-    unknown = set(data) - {"name", "namespace", "template", "egress", "description", "skills", "command", "args", "env"}
+    unknown = set(data) - {
+        "name", "namespace", "template", "egress", "description", "skills", "command", "args", "env", "busyPolicy",
+        "keepWarm",
+    }
     if unknown:
         raise errors.invalid(f"agent spec has unknown keys: {', '.join(sorted(unknown))}")
     name = check_name(str(data.get("name") or ""), "agent name")
@@ -254,7 +293,8 @@ def parse_spec(data: Any) -> AgentSpec:
     args = check_argv(data.get("args"), "args")
     env = check_env(data.get("env"))
     return AgentSpec(namespace, name, template, tuple(egress), _description(data.get("description")),
-                     _skills(data.get("skills")), command, args, env)
+                     _skills(data.get("skills")), command, args, env, check_busy_policy(data.get("busyPolicy")),
+                     check_keep_warm(data.get("keepWarm")))
 
 
 MAX_SKILLS = 32

@@ -153,3 +153,21 @@ async def _delete(
             log.debug("expired idle session", extra={"session_id": str(session_id), "idle_time": idle_seconds})
     elif outcome.status == OutcomeStatus.FAILED_PREPARATION:
         result.failed += 1
+
+
+async def fail_stalled_turns(store: Store, timeout: float) -> int:
+    """The periodic stalled-turn check: every turn whose task had no update for `timeout` seconds
+    (sessions.stalledTurnTimeout; 0 disables) is failed with the reason stated, its Actor suspended
+    by quiescence, the next queued turn started. Pages of 100 until none is left."""
+    failed = 0
+    if timeout <= 0:
+        return 0
+    while True:
+        n = await store.fail_stalled_turns(timeout)
+        failed += n
+        if n < 100:
+            break
+    if failed:
+        log.warning("failed %d stalled turn(s): no task update for %.0f s", failed, timeout)
+        metrics.TURNS_STALLED.inc(failed)
+    return failed

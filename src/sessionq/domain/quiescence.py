@@ -91,7 +91,11 @@ class QuiescencePool:
         retry_max: float = RETRY_MAX,
         lease_margin: float = LEASE_MARGIN,
         turn_snapshots: int = 0,
+        keep_warm: float = 0.0,
+        paused_ttl: float = 0.0,
     ) -> None:
+        self.keep_warm = keep_warm  # sessions.keepWarm: an idle boundary is claimable this long after it was marked
+        self.paused_ttl = paused_ttl  # sessions.pausedRuntimeTtl: how long an Actor waiting for input stays paused
         self.attempt_timeout = attempt_timeout
         self.turn_snapshots = turn_snapshots  # sessions.turnSnapshots: pin the turn's snapshot (turn_snapshots.py)
         self.lease = attempt_timeout + lease_margin
@@ -143,14 +147,14 @@ class QuiescencePool:
                     if lapsed := await self.store.mark_lapsed_idle_claims(self.lease):
                         log.warning("%d quiescence claims outlived their lease; they are read back", lapsed)
                 self.queries += 1
-                session = await self.store.claim_idle(uuid4())
+                session = await self.store.claim_idle(uuid4(), self.keep_warm)
                 if session is not None:
                     self.claims += 1
                     self.wakeups.post()  # hand a wake-up on before runtime I/O: a sibling joins a burst
                     await self.quiesce(session)
                     continue
                 self.queries += 1
-                blocked, retry_in = await self.store.idle_work_state()
+                blocked, retry_in = await self.store.idle_work_state(self.keep_warm)
                 if retry_in is not None and retry_in <= 0:
                     self.queries += 1
                     session = await self.store.take_over_uncertain_idle(uuid4(), self.lease)
@@ -168,14 +172,43 @@ class QuiescencePool:
             if stop.is_set():
                 break
             timeout = self.short_retry if blocked else self.recovery_interval
-            if retry_in is not None:  # an uncertain claim falls due then
+            if retry_in is not None:  # an uncertain claim falls due then, or a keep-warm window ends
                 timeout = min(timeout, max(retry_in, self.short_retry))
             await self.wakeups.wait(timeout)
 
     async def quiesce(self, session: Session) -> Session | None:
         """Suspend the claimed Session's Actor and record the exact snapshot. On failure the
-        claim stays, uncertain (it may have issued runtime work), and the error is logged."""
+        claim stays, uncertain (it may have issued runtime work), and the error is logged. With
+        sessions.pausedRuntimeTtl, an Actor whose last turn waits for input is paused instead
+        (`pause`), and suspended when the TTL passes without an answer."""
+        waits = self.paused_ttl > 0 and session.actor_paused_at is None
+        if waits and await self.store.turn_waits_for_input(session.id):
+            paused = await self.pause(session)
+            if paused is not None:
+                return paused
         return await self._attempt(session, _Attempt(read_first=False))
+
+    async def pause(self, session: Session) -> Session | None:
+        """Pause the claimed Session's Actor (ateapi PauseActor: the process runtime stops the process
+        without archiving) and record it: the idle boundary falls due again when the TTL passes.
+        None when the runtime refused or failed: the caller suspends it instead, as without a TTL."""
+        assert session.idle_boundary_id is not None and session.idle_executor is not None
+        extra = {"session_id": str(session.id)}
+        try:
+            await asyncio.wait_for(
+                self.runtime.pause_actor(session.actor_atespace, session.actor_name, session.actor_uid or ""),
+                timeout=self.attempt_timeout,
+            )
+        except (SubstrateError, TimeoutError) as e:
+            log.warning("pausing the actor failed (%s); suspending it instead", e, extra=extra)
+            return None
+        boundary, executor = session.idle_boundary_id, session.idle_executor
+        recorded = await with_db_retry(
+            lambda: self.store.finish_pause(session.id, boundary, executor, self.paused_ttl), budget=60.0
+        )
+        metrics.ACTORS_PAUSED.inc()
+        log.debug("paused session's actor waiting for input", extra=extra)
+        return recorded
 
     async def resolve(self, session: Session) -> Session | None:
         """Finish an uncertain claim this worker took over: read the Actor back under the recorded
@@ -380,7 +413,7 @@ async def retry_claimed(pool: QuiescencePool, session_id: UUID) -> Literal["noth
 
 async def claim_and_quiesce(pool: QuiescencePool) -> UUID | None:
     """One claim attempt and, if it got one, the quiescence of that Session (tests, benchmarks)."""
-    session = await pool.store.claim_idle(uuid4())
+    session = await pool.store.claim_idle(uuid4(), pool.keep_warm)
     if session is None:
         return None
     await pool.quiesce(session)

@@ -59,3 +59,7 @@ class ExpiryStore(StoreBase):
     async def expire_session(self, session_id: UUID, ttl: float) -> Expiry:
         row = await self._one("SELECT * FROM sessionq.expire_session(%s, %s)", (session_id, ttl))
         return Expiry(ExpiryOutcome(row["outcome"]), row["generation"], row["idle_seconds"])
+
+    async def fail_stalled_turns(self, timeout: float, limit: int = 100) -> int:
+        """End turns whose task had no update for `timeout` seconds (sessionq.fail_stalled_turns)."""
+        return int(await self._value("SELECT sessionq.fail_stalled_turns(%s, %s)", (timeout, limit)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from dataclasses import dataclass
 from typing import Any, Literal
 from uuid import UUID
 
@@ -13,12 +14,21 @@ from psycopg.types.json import Jsonb
 from sessionq.db.notify import Channel
 from sessionq.db.stores.base import StoreBase, payload_hash
 from sessionq.models import (
+    BusyPolicy,
     QuiescenceFailureReason,
     Session,
     Task,
     TaskPhase,
     TurnFailure,
 )
+
+
+@dataclass(frozen=True)
+class TurnAdmission:
+    """What admit_turn did: the Session's row, and the task of the queued turn when it was queued."""
+
+    session: Session
+    queued_task_id: str | None
 
 
 class TaskStore(StoreBase):
@@ -31,11 +41,35 @@ class TaskStore(StoreBase):
         task_id: str | None,
         ttl: float,
     ) -> Session:
+        """Admit a turn with the busy policy reject (the Agent's own when it has one)."""
+        return (await self.send_turn(session_id, caller, share_hash, message, task_id, ttl)).session
+
+    async def send_turn(
+        self,
+        session_id: UUID,
+        caller: str,
+        share_hash: str | None,
+        message: dict[str, Any],
+        task_id: str | None,
+        ttl: float,
+        policy: BusyPolicy | None = None,
+        queue_limit: int = 100,
+    ) -> TurnAdmission:
+        """Admit a message as a turn under its busy policy (None: the Agent's, else reject): dispatched
+        now, or queued behind the running turn (queued_task_id: its SUBMITTED task)."""
         value = await self._value(
-            "SELECT sessionq.admit_turn(%s, %s, %s, %s, %s, %s)",
-            (session_id, caller, share_hash, Jsonb(message), task_id, ttl),
+            "SELECT sessionq.admit_turn(%s, %s, %s, %s, %s, %s, %s, %s)",
+            (session_id, caller, share_hash, Jsonb(message), task_id, ttl,
+             policy.value if policy is not None else None, queue_limit),
         )
-        return Session.from_json(value)
+        return TurnAdmission(Session.from_json(value), value.get("queued_task_id"))
+
+    async def queued_turns(self, session_id: UUID) -> list[str]:
+        """The task ids of a Session's queued turns, in the order they will run."""
+        rows = await self._rows(
+            "SELECT task_id FROM sessionq.queued_turns WHERE session_id = %s ORDER BY position", (session_id,)
+        )
+        return [r["task_id"] for r in rows]
 
     async def task_create(self, session_id: UUID, task_id: str, task: dict[str, Any], dispatch_id: UUID | None) -> int:
         return int(
@@ -150,12 +184,23 @@ class TaskStore(StoreBase):
                 unsubscribe()
 
 
-    async def claim_idle(self, executor: UUID) -> Session | None:
-        value = await self._value("SELECT sessionq.claim_idle(%s)", (executor,))
+    async def claim_idle(self, executor: UUID, keep_warm: float = 0.0) -> Session | None:
+        """Claim the oldest idle boundary past its keep-warm window (the Agent's keepWarm, else `keep_warm` s)."""
+        value = await self._value("SELECT sessionq.claim_idle(%s, %s)", (executor, keep_warm))
         return Session.from_json(value) if value else None
 
-    async def idle_work_blocked(self) -> bool:
-        return bool(await self._value("SELECT sessionq.idle_work_blocked()"))
+    async def turn_waits_for_input(self, session_id: UUID) -> bool:
+        return bool(await self._value("SELECT sessionq.turn_waits_for_input(%s)", (session_id,)))
+
+    async def finish_pause(self, session_id: UUID, boundary: UUID, executor: UUID, ttl: float) -> Session:
+        """The claim holder paused the Actor: a new boundary falls due in `ttl` seconds (sessionq.finish_pause)."""
+        value = await self._value(
+            "SELECT sessionq.finish_pause(%s, %s, %s, %s)", (session_id, boundary, executor, ttl)
+        )
+        return Session.from_json(value)
+
+    async def idle_work_blocked(self, keep_warm: float = 0.0) -> bool:
+        return bool(await self._value("SELECT sessionq.idle_work_blocked(%s)", (keep_warm,)))
 
     async def finish_idle(
         self, session_id: UUID, boundary: UUID, executor: UUID, snapshot: dict[str, Any] | None
@@ -201,11 +246,12 @@ class TaskStore(StoreBase):
     async def mark_lapsed_idle_claims(self, lease: float) -> int:
         return int(await self._value("SELECT sessionq.mark_lapsed_idle_claims(%s)", (lease,)))
 
-    async def idle_work_state(self) -> tuple[bool, float | None]:
-        """(unclaimed idle work is blocked, seconds until an uncertain claim is due or None)."""
-        value = await self._value("SELECT to_jsonb(w) FROM sessionq.idle_work_state() w")
-        retry_in = value["retry_in"]
-        return bool(value["blocked"]), None if retry_in is None else float(retry_in)
+    async def idle_work_state(self, keep_warm: float = 0.0) -> tuple[bool, float | None]:
+        """(unclaimed idle work is blocked, seconds until an uncertain claim is due or a warm idle
+        boundary becomes claimable, whichever comes first; None when neither waits)."""
+        value = await self._value("SELECT to_jsonb(w) FROM sessionq.idle_work_state(%s) w", (keep_warm,))
+        due = [float(v) for v in (value["retry_in"], value["warm_in"]) if v is not None]
+        return bool(value["blocked"]), min(due) if due else None
 
     async def take_over_idle_claim(self, session_id: UUID, executor: UUID, lease: float) -> Session | None:
         value = await self._value(

@@ -62,7 +62,7 @@ from sessionq.runtime.base import (
 )
 from sessionq.runtime.deterministic_agent import run_turn
 from sessionq.runtime.simulator.faults import FaultInjection
-from sessionq.runtime.simulator.turns import play_turn
+from sessionq.runtime.simulator.turns import play_turn, waiting_for_input
 from sessionq.runtime.stand_in.database import Cursor
 from sessionq.runtime.stand_in.egress import canonical_rules
 from sessionq.runtime.stand_in.message import parse_message
@@ -646,13 +646,16 @@ class SimulatedSubstrate(FaultInjection):
                 )
             message = parse_message(request.message)
             text = "\n".join(p.text for p in message.parts if p.WhichOneof("content") == "text")
-            turn = run_turn(dict(row["durable"] or {}), text, continuation=request.task_id is not None)
             client = (
                 TaskStoreClient(address, token)
                 if self.taskstore_message_limit is None
                 else TaskStoreClient(address, token, max_message_bytes=self.taskstore_message_limit)
             )
             try:
+                # an answer continues a task waiting for input; a SUBMITTED one is a turn sessionq queued
+                named = await client.get_task(request.session_id, request.task_id) if request.task_id else None
+                turn = run_turn(dict(row["durable"] or {}), text,
+                                continuation=named is not None and waiting_for_input(named[0]))
                 await play_turn(
                     client,
                     lambda memory: self.write_durable(atespace, name, uid, memory),
@@ -660,6 +663,7 @@ class SimulatedSubstrate(FaultInjection):
                     message,
                     turn,
                     canceled=lambda task_id: self.turn_canceled(uid, task_id),
+                    named=named,
                 )
             except TaskStoreError as exc:
                 # the task store's own refusals (UNAUTHENTICATED, ...) are not the runtime's: INTERNAL

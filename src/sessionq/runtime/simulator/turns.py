@@ -17,6 +17,13 @@ from sessionq.runtime.deterministic_agent import TurnResult
 from sessionq.runtime.taskstore_client import TaskStoreClient
 
 CANCEL_CHECK = 0.05  # how often a working turn looks for a cancel (seconds)
+WAITING_STATES = frozenset({a2a_pb2.TASK_STATE_INPUT_REQUIRED, a2a_pb2.TASK_STATE_AUTH_REQUIRED})
+
+
+def waiting_for_input(task: a2a_pb2.Task) -> bool:
+    """Whether the task a turn names waits for input (the turn is the user's answer), rather than
+    being a SUBMITTED task of a turn sessionq queued behind another (a new turn)."""
+    return task.status.state in WAITING_STATES
 
 
 async def play_turn(
@@ -26,12 +33,14 @@ async def play_turn(
     message: a2a_pb2.Message,
     turn: TurnResult,
     canceled: Callable[[str], Awaitable[bool]] | None = None,
+    named: tuple[a2a_pb2.Task, int] | None = None,
 ) -> None:
     """Report one turn of the agent as an Actor does: the task WORKING (CreateTask, or GetTask and
     UpdateTask for a continuation), the turn's delay, its memory saved to the durable directory
     (`save_memory`), the final UpdateTask and, after native cleanup, SettleTask at that version.
     While the turn takes its time it checks `canceled(task_id)` (A2A CancelTask reached the Actor):
-    a canceled turn stops there, with no further task writes (sessionq ends the task CANCELED)."""
+    a canceled turn stops there, with no further task writes (sessionq ends the task CANCELED).
+    `named`: the task the request names and its version, when the caller read it already."""
     session_id = request.session_id
     user = a2a_pb2.Message()
     user.CopyFrom(message)
@@ -53,7 +62,7 @@ async def play_turn(
         version = await client.create_task(session_id, task, request.dispatch_id)
     else:
         task_id = request.task_id
-        task, version = await client.get_task(session_id, task_id)
+        task, version = named if named is not None else await client.get_task(session_id, task_id)
         context_id = task.context_id or session_id
         user.context_id, user.task_id = context_id, task_id
         task.history.append(user)

@@ -1,0 +1,850 @@
+-- Upgrade 0014_between_turns: what happens between turns (busy policy, queued turns, stalled turns, keep warm,
+-- pause for input).
+--
+-- Applied by its revision only, to a database whose schema was installed before it; a database
+-- installed from schema/ at or after it has all of this already. Frozen: a later change to these
+-- statements is a later upgrade, and the canonical text lives in schema/. Every statement is
+-- idempotent.
+--
+-- The task phase queued and the queued_turns table; admit_turn with a busy policy and a queue
+-- bound (the old signature dropped), the queue's procedures (busy_policy, turn_busy, enqueue_turn,
+-- start_queued_turn, drop_queued_turns) and the procedures that start or end queued turns (task
+-- settlement, failed dispatches, cancels, lifecycle blockers and completions, idle expiry); the
+-- periodic end of stalled turns (fail_stalled_turns) and the operator view turn_queue; the
+-- keep-warm window of idle boundaries (keep_warm_of; claim_idle, idle_work_blocked and
+-- idle_work_state with the window, their old signatures dropped); pausing an Actor whose turn
+-- waits for input (sessions.actor_paused_at, turn_waits_for_input, finish_pause, and finish_idle,
+-- admit_turn, the lifecycle blockers and quiescence_backlog that know it).
+
+-- tasks: the phase queued
+ALTER TABLE sessionq.tasks DROP CONSTRAINT IF EXISTS tasks_phase_check;
+ALTER TABLE sessionq.tasks ADD CONSTRAINT tasks_phase_check CHECK (phase IN ('active', 'settled', 'abandoned', 'queued'));
+COMMENT ON TABLE sessionq.tasks IS
+  'A2A tasks (turns) of Sessions. task is the published A2A Task (protobuf JSON); a final update waits in staged_task until the Actor settles it. phase: active, settled, abandoned (an interrupted turn that must not be continued), or queued (a message admitted with busy policy enqueue or interrupt while another turn ran: SUBMITTED, waiting in queued_turns). Kept after the Session expires.';
+
+CREATE TABLE IF NOT EXISTS sessionq.queued_turns (
+  task_id      text PRIMARY KEY REFERENCES sessionq.tasks (id) ON DELETE CASCADE,
+  session_id   uuid NOT NULL,
+  position     bigint NOT NULL,
+  policy       text NOT NULL CHECK (policy IN ('enqueue', 'interrupt')),
+  message      jsonb NOT NULL,
+  dispatch_ttl double precision NOT NULL CHECK (dispatch_ttl > 0),
+  enqueued_by  text NOT NULL,
+  enqueued_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
+  UNIQUE (session_id, position)
+);
+COMMENT ON TABLE sessionq.queued_turns IS
+  'Turns waiting for the running turn of their Session to end, in order of position (arrival; an interrupting message goes ahead of the waiting ones). The message (A2A Message JSON) is dispatched as the turn of its task (tasks.phase queued) by start_queued_turn when the current turn settles, fails or is canceled and its Actor told. Durable: any replica dispatches them, after any restart.';
+
+-- sessions: the paused Actor
+ALTER TABLE sessionq.sessions ADD COLUMN IF NOT EXISTS actor_paused_at timestamptz;
+COMMENT ON COLUMN sessionq.sessions.actor_paused_at IS '[quiescence] Since when the Actor is paused (PauseActor, not suspended) because its last turn ended waiting for input and sessions.pausedRuntimeTtl is set (finish_pause); its idle boundary falls due when the TTL passes, and the Actor is then suspended with its snapshot. Cleared by a recorded suspension and by a turn (the answer resumes the paused Actor). While set, explicit lifecycle changes wait, as for a claimed idle boundary.';
+
+DROP FUNCTION IF EXISTS sessionq.admit_turn(uuid, text, text, jsonb, text, double precision);
+DROP FUNCTION IF EXISTS sessionq.claim_idle(uuid);
+DROP FUNCTION IF EXISTS sessionq.idle_work_state();
+DROP FUNCTION IF EXISTS sessionq.idle_work_blocked();
+
+-- check_turn_blockers: work that blocks a new turn's execution.
+CREATE OR REPLACE FUNCTION sessionq.check_turn_blockers(v sessionq.sessions) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF v.state = 'DELETING' THEN
+    PERFORM sessionq.fail('SQ412', format('session %s is being deleted and admits no new turn', v.id));
+  END IF;
+  IF v.state = 'CREATING' THEN
+    PERFORM sessionq.fail('SQ409', format('session %s is still being created; retry shortly', v.id));
+  END IF;
+  IF v.operation <> 'NONE' THEN
+    PERFORM sessionq.fail('SQ409', format('session %s has a pending %s operation; retry after it completes', v.id, lower(v.operation)));
+  END IF;
+  IF v.state = 'SUSPENDED' THEN
+    PERFORM sessionq.fail('SQ412', format('session %s is suspended; resume it before sending a message', v.id));
+  END IF;
+  IF v.state <> 'READY' THEN
+    PERFORM sessionq.fail('SQ412', format('session %s is %s', v.id, v.state));
+  END IF;
+  IF v.idle_executor IS NOT NULL AND v.idle_uncertain_at IS NOT NULL THEN
+    -- an uncertain quiescence claim (idle_uncertain_at) blocks new work until resolved (Q-10);
+    -- the hint: its next attempt and a little more, at most half a minute (a worker holding it over
+    -- has a lease of minutes but usually answers within a second)
+    PERFORM sessionq.fail('SQ409', format(
+      'session %s is confirming that its last suspend reached the runtime (the runtime did not answer); retry in about %s s',
+      v.id, ceil(least(greatest(extract(epoch FROM v.idle_retry_at - clock_timestamp()), 0), 30)) + 2),
+      'KAGENT_SESSION_BUSY');
+  END IF;
+  IF v.unsettled_task_id IS NOT NULL THEN
+    PERFORM sessionq.fail('SQ409', format('the previous turn of session %s is still finishing (task %s is not settled)', v.id, v.unsettled_task_id),
+                          'KAGENT_SEND_NOT_ACCEPTED');
+  END IF;
+  IF v.active_task_id IS NULL AND v.idle_executor IS NOT NULL
+     AND v.dispatch_id IS NOT NULL AND v.dispatch_expires_at > clock_timestamp() THEN
+    PERFORM sessionq.fail('SQ409', format(
+      'a turn of session %s is waiting for its last suspend to be recorded; retry shortly', v.id), 'KAGENT_SESSION_BUSY');
+  END IF;
+  IF v.active_task_id IS NOT NULL OR v.dispatch_id IS NOT NULL AND v.dispatch_expires_at > clock_timestamp() THEN
+    PERFORM sessionq.fail('SQ409', format('a turn is already running on session %s', v.id), 'KAGENT_SEND_NOT_ACCEPTED');
+  END IF;
+  IF EXISTS (SELECT 1 FROM sessionq.queued_turns q WHERE q.session_id = v.id) THEN
+    PERFORM sessionq.fail('SQ409', format('a turn is already running on session %s and others wait after it', v.id),
+                          'KAGENT_SEND_NOT_ACCEPTED');
+  END IF;
+  PERFORM sessionq.check_checkpoint_blockers(v);  -- a checkpoint being created (40_checkpoints.sql)
+END $$;
+COMMENT ON FUNCTION sessionq.check_turn_blockers(sessionq.sessions) IS
+  'Raise unless a locked Session can take a new turn: READY, no pending operation, no uncertain quiescence claim (its last suspend is being confirmed: ABORTED with KAGENT_SESSION_BUSY and when to retry), no running, unsettled or queued turn (ABORTED with KAGENT_SEND_NOT_ACCEPTED: the busy policy reject; a dispatched turn waiting for a quiescence claim to be recorded says so), no checkpoint being created.';
+
+-- busy_policy: what a message to a busy Session does (the request's choice, else its Agent's, else reject).
+CREATE OR REPLACE FUNCTION sessionq.busy_policy(v sessionq.sessions, p_policy text) RETURNS text
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  v_policy text := p_policy;
+BEGIN
+  IF v_policy IS NULL THEN
+    SELECT r.spec ->> 'busyPolicy' INTO v_policy FROM sessionq.revisions r WHERE r.id = v.revision_id;
+  END IF;
+  v_policy := coalesce(v_policy, 'reject');
+  IF v_policy NOT IN ('reject', 'enqueue', 'interrupt') THEN
+    PERFORM sessionq.fail('SQ400', format('busyPolicy %s is not one of reject, enqueue, interrupt', sessionq.clip(v_policy)),
+                          'INVALID_PARAMS');
+  END IF;
+  RETURN v_policy;
+END $$;
+COMMENT ON FUNCTION sessionq.busy_policy(sessionq.sessions, text) IS
+  'The busy policy of a message to a Session: p_policy (the message''s metadata busyPolicy), else the busyPolicy of the Agent spec of the Session''s revision, else reject. An unknown name is INVALID_ARGUMENT.';
+
+-- turn_busy: is a turn running, dispatched, unsettled or waiting in the queue?
+CREATE OR REPLACE FUNCTION sessionq.turn_busy(v sessionq.sessions) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+  SELECT v.active_task_id IS NOT NULL OR v.unsettled_task_id IS NOT NULL
+      OR v.dispatch_id IS NOT NULL AND v.dispatch_expires_at > clock_timestamp()
+      OR EXISTS (SELECT 1 FROM sessionq.queued_turns q WHERE q.session_id = v.id)
+$$;
+COMMENT ON FUNCTION sessionq.turn_busy(sessionq.sessions) IS
+  'True while a turn of the Session runs, is dispatched, is unsettled or waits in queued_turns: a new message then follows its busy policy.';
+
+-- admit_turn: record a user message as a turn with a dispatch reservation and queue its dispatch.
+CREATE OR REPLACE FUNCTION sessionq.admit_turn(
+  p_session uuid, p_caller text, p_share_hash text, p_message jsonb, p_task_id text, p_ttl double precision,
+  p_policy text DEFAULT NULL, p_queue_limit integer DEFAULT 100
+) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+  t sessionq.tasks;
+  v_policy text;
+BEGIN
+  v := sessionq.visible_session(p_session, p_caller, p_share_hash, 'write');
+  v_policy := sessionq.busy_policy(v, p_policy);
+  -- a lapsed reservation does not hold the queue back
+  PERFORM sessionq.start_queued_turn(v.id);
+  SELECT * INTO v FROM sessionq.sessions WHERE id = v.id;
+  IF v_policy <> 'reject' AND p_task_id IS NULL AND v.state = 'READY' AND v.operation = 'NONE'
+     AND sessionq.turn_busy(v) THEN
+    RETURN sessionq.enqueue_turn(v, p_caller, p_message, p_ttl, v_policy, p_queue_limit);
+  END IF;
+  PERFORM sessionq.check_turn_blockers(v);
+  IF p_task_id IS NOT NULL THEN
+    SELECT * INTO t FROM sessionq.tasks WHERE id = p_task_id AND session_id = v.id;
+    IF NOT FOUND THEN
+      PERFORM sessionq.fail('SQ404', format('task %s not found', sessionq.clip(p_task_id)), 'TaskNotFound');
+    END IF;
+    IF t.phase = 'abandoned' THEN
+      PERFORM sessionq.fail('SQ412', format(
+        'task %s was interrupted and cannot be continued; start a new session (send without a context or task ID)', sessionq.clip(t.id)));
+    END IF;
+    IF t.state NOT IN ('TASK_STATE_INPUT_REQUIRED', 'TASK_STATE_AUTH_REQUIRED') THEN
+      PERFORM sessionq.fail('SQ412', format('task %s is %s and is not waiting for input', sessionq.clip(t.id), t.state));
+    END IF;
+  END IF;
+  UPDATE sessionq.sessions s
+     SET dispatch_id = sessionq.uuid_v7(),
+         dispatch_expires_at = clock_timestamp() + make_interval(secs => p_ttl),
+         dispatch_message = p_message,
+         dispatch_task_id = p_task_id,
+         dispatch_failure = NULL,
+         actor_paused_at = CASE WHEN s.idle_executor IS NULL THEN NULL ELSE s.actor_paused_at END,  -- the dispatch resumes it
+         -- a new turn supersedes idle work nobody claimed yet; claimed work blocks the dispatch until recorded
+         idle_boundary_id = CASE WHEN s.idle_executor IS NULL THEN NULL ELSE s.idle_boundary_id END,
+         idle_boundary_at = CASE WHEN s.idle_executor IS NULL THEN NULL ELSE s.idle_boundary_at END,
+         updated_at = clock_timestamp()
+   WHERE s.id = v.id
+  RETURNING * INTO v;
+  -- the job delivers whatever turn is current when it runs: a job still waiting covers this one
+  PERFORM sessionq.defer('dispatch_turn', v.id::text, jsonb_build_object('session_id', v.id));
+  RETURN to_jsonb(v);
+END $$;
+COMMENT ON FUNCTION sessionq.admit_turn(uuid, text, text, jsonb, text, double precision, text, integer) IS
+  'Admit a user message as a turn under the Session row lock: write access, READY, no pending operation or checkpoint; a continuation names a waiting task (an abandoned one is refused: start a new session). While another turn runs, is dispatched, unsettled or queued, the busy policy decides (busy_policy: p_policy, else the Agent''s, else reject): reject refuses (ABORTED, KAGENT_SEND_NOT_ACCEPTED), enqueue and interrupt queue a new conversation turn (enqueue_turn; a continuation is refused as with reject). Otherwise records the dispatch reservation and queues dispatch_turn. Returns the Session row, with queued_task_id when the message was queued.';
+
+-- enqueue_turn: a message to a busy Session becomes a queued turn with a SUBMITTED task.
+CREATE OR REPLACE FUNCTION sessionq.enqueue_turn(
+  v sessionq.sessions, p_caller text, p_message jsonb, p_ttl double precision, p_policy text, p_limit integer
+) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+  v_count integer;
+  v_position bigint;
+  v_task_id text := sessionq.uuid_v7()::text;
+  v_task jsonb;
+  v_seq integer;
+  v_running text;
+  r sessionq.tasks;
+BEGIN
+  SELECT count(*), CASE WHEN p_policy = 'interrupt' THEN coalesce(min(q.position), 0) - 1
+                        ELSE coalesce(max(q.position), 0) + 1 END
+    INTO v_count, v_position
+    FROM sessionq.queued_turns q WHERE q.session_id = v.id;
+  IF v_count >= p_limit THEN
+    PERFORM sessionq.fail('SQ429', format(
+      'session %s already has %s queued turns, the most it takes (sessions.maxQueuedTurns); retry after one has run',
+      v.id, v_count), 'KAGENT_TURN_QUEUE_FULL');
+  END IF;
+  v_task := jsonb_build_object(
+    'id', v_task_id, 'contextId', v.id::text,
+    'status', jsonb_build_object('state', 'TASK_STATE_SUBMITTED',
+                                 'timestamp', to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')),
+    'history', jsonb_build_array(p_message || jsonb_build_object('taskId', v_task_id)));
+  SELECT coalesce(max(seq), 0) + 1 INTO v_seq FROM sessionq.tasks WHERE session_id = v.id;
+  INSERT INTO sessionq.tasks (id, session_id, seq, state, task, version, published_version, phase)
+  VALUES (v_task_id, v.id, v_seq, 'TASK_STATE_SUBMITTED', v_task, 1, 1, 'queued');
+  INSERT INTO sessionq.task_versions (task_id, version, payload_hash) VALUES (v_task_id, 1, 'queued');
+  PERFORM sessionq.append_event(v.id, v_task_id, 'task', v_task);
+  INSERT INTO sessionq.queued_turns (task_id, session_id, position, policy, message, dispatch_ttl, enqueued_by)
+  VALUES (v_task_id, v.id, v_position, p_policy, p_message || jsonb_build_object('taskId', v_task_id), p_ttl, p_caller);
+  IF p_policy = 'interrupt' THEN
+    -- the running turn is canceled as A2A CancelTask would (a turn whose final update is staged is finishing anyway)
+    v_running := coalesce(v.active_task_id, CASE WHEN v.dispatch_id IS NOT NULL THEN v.dispatch_task_id END);
+    IF v_running IS NOT NULL THEN
+      SELECT * INTO r FROM sessionq.tasks WHERE id = v_running FOR UPDATE;
+      IF r.staged_task IS NULL AND NOT sessionq.is_terminal_state(r.state) AND r.phase <> 'abandoned' THEN
+        PERFORM sessionq.intend_cancel(v.id, r.id, p_caller);  -- 35_a2a.sql
+      END IF;
+    END IF;
+  END IF;
+  RETURN to_jsonb(v) || jsonb_build_object('queued_task_id', v_task_id);
+END $$;
+COMMENT ON FUNCTION sessionq.enqueue_turn(sessionq.sessions, text, jsonb, double precision, text, integer) IS
+  'Internal to admit_turn (the Session locked and busy): store the message as a queued turn, its task SUBMITTED (phase queued, one event), behind the waiting ones (enqueue) or ahead of them (interrupt, which also records a cancel intent for the running turn unless it is already finishing). More than p_limit waiting: RESOURCE_EXHAUSTED (KAGENT_TURN_QUEUE_FULL), nothing written. Returns the Session row with queued_task_id.';
+
+-- start_queued_turn: the current turn ended; dispatch the next queued one.
+CREATE OR REPLACE FUNCTION sessionq.start_queued_turn(p_session uuid) RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+  q sessionq.queued_turns;
+BEGIN
+  SELECT * INTO v FROM sessionq.sessions WHERE id = p_session FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN NULL;
+  END IF;
+  SELECT * INTO q FROM sessionq.queued_turns WHERE session_id = v.id ORDER BY position LIMIT 1;
+  IF NOT FOUND THEN
+    RETURN NULL;
+  END IF;
+  IF v.state <> 'READY' OR v.operation <> 'NONE' THEN
+    -- a lifecycle change came first: queued turns end as turns that never started
+    PERFORM sessionq.drop_queued_turns(v.id, format('the session is %s', lower(CASE WHEN v.operation <> 'NONE'
+                                                     THEN v.operation || ' pending' ELSE v.state END)));
+    RETURN NULL;
+  END IF;
+  IF v.active_task_id IS NOT NULL OR v.unsettled_task_id IS NOT NULL
+     OR v.dispatch_id IS NOT NULL AND v.dispatch_expires_at > clock_timestamp()
+     OR EXISTS (SELECT 1 FROM sessionq.task_cancels c  -- 35_a2a.sql: a canceled turn may still run in the Actor
+                 WHERE c.session_id = v.id AND c.actor_told_at IS NULL
+                   AND c.finished_at > clock_timestamp() - interval '10 minutes') THEN
+    RETURN NULL;  -- still busy: the end of that turn (or cancel_told) starts the next
+  END IF;
+  DELETE FROM sessionq.queued_turns WHERE task_id = q.task_id;
+  -- the Actor adds the message to the task's history itself when it takes the turn
+  UPDATE sessionq.tasks SET task = jsonb_set(task, '{history}', '[]'::jsonb), updated_at = clock_timestamp()
+   WHERE id = q.task_id;
+  UPDATE sessionq.sessions s
+     SET dispatch_id = sessionq.uuid_v7(),
+         dispatch_expires_at = clock_timestamp() + make_interval(secs => q.dispatch_ttl),
+         dispatch_message = q.message,
+         dispatch_task_id = q.task_id,
+         dispatch_failure = NULL,
+         idle_boundary_id = CASE WHEN s.idle_executor IS NULL THEN NULL ELSE s.idle_boundary_id END,
+         idle_boundary_at = CASE WHEN s.idle_executor IS NULL THEN NULL ELSE s.idle_boundary_at END,
+         updated_at = clock_timestamp()
+   WHERE s.id = v.id;
+  PERFORM sessionq.defer('dispatch_turn', v.id::text, jsonb_build_object('session_id', v.id));
+  RETURN q.task_id;
+END $$;
+COMMENT ON FUNCTION sessionq.start_queued_turn(uuid) IS
+  'Lock the Session and, when nothing runs, is dispatched or unsettled and no canceled turn waits for its Actor to be told, dispatch the first queued turn (position order) as the turn of its task: the reservation (its dispatch_ttl), unclaimed idle work superseded, dispatch_turn queued. A Session no longer READY, or with an operation pending, ends every queued turn (drop_queued_turns). Called when a turn settles, fails or is canceled, when a cancel was told, and at admission. Returns the dispatched task id or NULL.';
+
+-- drop_queued_turns: end every queued turn of a Session as a turn that never started.
+CREATE OR REPLACE FUNCTION sessionq.drop_queued_turns(p_session uuid, p_reason text) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+  t sessionq.tasks;
+  v_task jsonb;
+  n integer := 0;
+BEGIN
+  FOR t IN SELECT tk.* FROM sessionq.queued_turns q JOIN sessionq.tasks tk ON tk.id = q.task_id
+            WHERE q.session_id = p_session ORDER BY q.position FOR UPDATE OF tk LOOP
+    v_task := jsonb_set(t.task, '{status}', jsonb_build_object(
+      'state', 'TASK_STATE_FAILED',
+      'timestamp', to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+      'message', jsonb_build_object('role', 'ROLE_AGENT', 'messageId', sessionq.uuid_v7()::text,
+                                    'contextId', p_session::text, 'taskId', t.id,
+                                    'parts', jsonb_build_array(jsonb_build_object('text', 'the turn never ran: ' || p_reason)))));
+    UPDATE sessionq.tasks SET task = v_task, state = 'TASK_STATE_FAILED', version = t.version + 1,
+                              published_version = t.version + 1, phase = 'abandoned', updated_at = clock_timestamp()
+     WHERE id = t.id;
+    INSERT INTO sessionq.task_versions (task_id, version, payload_hash) VALUES (t.id, t.version + 1, 'abandoned');
+    IF EXISTS (SELECT 1 FROM sessionq.sessions WHERE id = p_session) THEN
+      PERFORM sessionq.append_event(p_session, t.id, 'task', v_task);
+    END IF;
+    DELETE FROM sessionq.queued_turns WHERE task_id = t.id;
+    n := n + 1;
+  END LOOP;
+  RETURN n;
+END $$;
+COMMENT ON FUNCTION sessionq.drop_queued_turns(uuid, text) IS
+  'End every queued turn of a Session (locked by the caller) as deletion, expiry and lifecycle changes end a turn that never started: its task published FAILED with p_reason, abandoned (never continued), its queue entry removed. Returns how many.';
+
+-- task_update: a versioned update; a final one is staged until settlement.
+CREATE OR REPLACE FUNCTION sessionq.task_update(
+  p_session uuid, p_task_id text, p_task jsonb, p_expected bigint, p_event jsonb, p_dispatch uuid, p_hash text
+) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+  t sessionq.tasks;
+  v_state text := coalesce(p_task #>> '{status,state}', 'TASK_STATE_WORKING');
+  v_version bigint;
+BEGIN
+  IF p_expected IS NULL OR p_expected <= 0 THEN
+    PERFORM sessionq.fail('SQ400', 'expected_version must be greater than 0');
+  END IF;
+  SELECT * INTO v FROM sessionq.sessions WHERE id = p_session FOR UPDATE;
+  IF NOT FOUND OR v.state = 'DELETED' THEN
+    PERFORM sessionq.fail('SQ404', format('session %s not found', p_session));
+  END IF;
+  SELECT * INTO t FROM sessionq.tasks WHERE id = p_task_id AND session_id = p_session FOR UPDATE;
+  IF NOT FOUND THEN
+    PERFORM sessionq.fail('SQ404', format('task %s not found', sessionq.clip(p_task_id)));
+  END IF;
+  IF t.version > p_expected THEN
+    IF EXISTS (SELECT 1 FROM sessionq.task_versions tv
+                WHERE tv.task_id = p_task_id AND tv.version = p_expected + 1 AND tv.payload_hash = p_hash) THEN
+      RETURN p_expected + 1;  -- a retry of a committed write: same answer, no new event
+    END IF;
+    PERFORM sessionq.fail('SQ409', format('task %s is at version %s; version %s is stale', sessionq.clip(p_task_id), t.version, p_expected));
+  END IF;
+  IF t.version < p_expected THEN
+    PERFORM sessionq.fail('SQ409', format('task %s is at version %s, not %s', sessionq.clip(p_task_id), t.version, p_expected));
+  END IF;
+  IF v.state = 'DELETING' THEN
+    PERFORM sessionq.fail('SQ412', format('session %s is being deleted and admits no task writes', v.id));
+  END IF;
+  IF t.staged_task IS NOT NULL THEN
+    PERFORM sessionq.fail('SQ409', format('task %s has a staged final update; settle it first', sessionq.clip(p_task_id)));
+  END IF;
+  IF t.phase = 'abandoned' THEN
+    PERFORM sessionq.fail('SQ412', format('task %s was interrupted and cannot be continued; start a new session', sessionq.clip(p_task_id)));
+  END IF;
+  IF t.phase IN ('settled', 'queued') THEN
+    -- only the continuation (or the queued turn) that the current dispatch carries may reopen a settled waiting task
+    IF p_dispatch IS NULL OR v.dispatch_id IS DISTINCT FROM p_dispatch OR v.dispatch_task_id IS DISTINCT FROM p_task_id THEN
+      PERFORM sessionq.fail('SQ412', format('task %s is %s', sessionq.clip(p_task_id), t.phase));
+    END IF;
+    IF v.unsettled_task_id IS NOT NULL THEN
+      PERFORM sessionq.fail('SQ409', format('task %s of session %s is not settled yet', v.unsettled_task_id, v.id));
+    END IF;
+    IF v.idle_executor IS NOT NULL THEN
+      PERFORM sessionq.fail('SQ409', format('session %s is being quiesced; retry', v.id));
+    END IF;
+  END IF;
+  v_version := t.version + 1;
+  INSERT INTO sessionq.task_versions (task_id, version, payload_hash) VALUES (p_task_id, v_version, p_hash);
+  IF p_dispatch IS NOT NULL AND t.dispatch_id IS DISTINCT FROM p_dispatch THEN
+    UPDATE sessionq.tasks SET dispatch_id = p_dispatch WHERE id = p_task_id;  -- a continuation's turn
+  END IF;
+  IF sessionq.is_boundary_state(v_state) THEN
+    UPDATE sessionq.tasks SET staged_task = p_task, staged_event = p_event, version = v_version,
+                              phase = 'active', updated_at = clock_timestamp()
+     WHERE id = p_task_id;
+    UPDATE sessionq.sessions SET unsettled_task_id = p_task_id, active_task_id = p_task_id, updated_at = clock_timestamp()
+     WHERE id = v.id;
+  ELSE
+    UPDATE sessionq.tasks SET task = p_task, state = v_state, version = v_version, published_version = v_version,
+                              phase = 'active', updated_at = clock_timestamp()
+     WHERE id = p_task_id;
+    PERFORM sessionq.append_event(v.id, p_task_id, CASE WHEN p_event IS NULL THEN 'task' ELSE 'event' END,
+                                  coalesce(p_event, p_task));
+    UPDATE sessionq.sessions SET active_task_id = p_task_id, updated_at = clock_timestamp() WHERE id = v.id;
+  END IF;
+  RETURN v_version;
+END $$;
+COMMENT ON FUNCTION sessionq.task_update(uuid, text, jsonb, bigint, jsonb, uuid, text) IS
+  'Task store UpdateTask under optimistic concurrency: expected_version must be current (an identical retry of a committed write returns its version; otherwise stale: ABORTED). A final or waiting state is staged (published at settlement); other updates publish with their event. A settled waiting task or a queued one is written only by the dispatch that carries it.';
+
+-- task_settle: native execution stopped; publish the staged update and mark the idle boundary.
+CREATE OR REPLACE FUNCTION sessionq.task_settle(p_session uuid, p_task_id text, p_version bigint)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+  t sessionq.tasks;
+BEGIN
+  SELECT * INTO v FROM sessionq.sessions WHERE id = p_session FOR UPDATE;
+  IF NOT FOUND OR v.state = 'DELETED' THEN
+    PERFORM sessionq.fail('SQ404', format('session %s not found', p_session));
+  END IF;
+  SELECT * INTO t FROM sessionq.tasks WHERE id = p_task_id AND session_id = p_session FOR UPDATE;
+  IF NOT FOUND THEN
+    PERFORM sessionq.fail('SQ404', format('task %s not found', sessionq.clip(p_task_id)));
+  END IF;
+  IF t.staged_task IS NULL THEN
+    IF t.phase IN ('settled', 'abandoned') AND t.published_version = p_version THEN
+      RETURN;  -- a retried settlement: already published, nothing moves
+    END IF;
+    PERFORM sessionq.fail('SQ409', format('task %s has no staged update at version %s', sessionq.clip(p_task_id), p_version));
+  END IF;
+  IF t.version <> p_version THEN
+    PERFORM sessionq.fail('SQ409', format('task %s is staged at version %s, not %s', sessionq.clip(p_task_id), t.version, p_version));
+  END IF;
+  UPDATE sessionq.tasks
+     SET task = t.staged_task, state = coalesce(t.staged_task #>> '{status,state}', t.state),
+         published_version = t.version, staged_task = NULL, staged_event = NULL, phase = 'settled',
+         updated_at = clock_timestamp()
+   WHERE id = p_task_id;
+  PERFORM sessionq.append_event(v.id, p_task_id, CASE WHEN t.staged_event IS NULL THEN 'task' ELSE 'event' END,
+                                coalesce(t.staged_event, t.staged_task));
+  UPDATE sessionq.sessions
+     SET active_task_id = NULL, unsettled_task_id = NULL,
+         dispatch_id = NULL, dispatch_expires_at = NULL, dispatch_message = NULL, dispatch_task_id = NULL,
+         idle_boundary_id = sessionq.uuid_v7(), idle_boundary_at = clock_timestamp(),
+         updated_at = clock_timestamp()
+   WHERE id = v.id;
+  PERFORM sessionq.notify('sessionq_idle', jsonb_build_object('session', v.id));
+  PERFORM sessionq.start_queued_turn(v.id);  -- a queued turn supersedes the idle boundary
+END $$;
+COMMENT ON FUNCTION sessionq.task_settle(uuid, text, bigint) IS
+  'Task store SettleTask: the Actor''s native execution stopped at p_version. Publishes the staged task and its event atomically, ends the turn, marks the idle boundary and wakes quiescence workers, or dispatches the next queued turn (start_queued_turn). Does not wait for suspension; a retry is a no-op.';
+
+-- fail_dispatch: the dispatch job could not run the turn; end it so the Session is usable again.
+CREATE OR REPLACE FUNCTION sessionq.fail_dispatch(p_session uuid, p_dispatch uuid, p_message text, p_issued boolean)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+  t sessionq.tasks;
+  v_task jsonb;
+BEGIN
+  SELECT * INTO v FROM sessionq.sessions WHERE id = p_session FOR UPDATE;
+  IF NOT FOUND OR v.dispatch_id IS DISTINCT FROM p_dispatch THEN
+    RETURN;  -- already ended or superseded
+  END IF;
+  IF v.dispatch_task_id IS NOT NULL THEN
+    SELECT * INTO t FROM sessionq.tasks WHERE id = v.dispatch_task_id FOR UPDATE;
+  END IF;
+  IF t.id IS NOT NULL AND t.phase <> 'settled' OR t.id IS NOT NULL AND v.active_task_id = t.id THEN
+    -- the turn started in the Actor and did not finish: it is abandoned, never resumed
+    v_task := jsonb_set(coalesce(t.staged_task, t.task), '{status}',
+                        jsonb_build_object('state', 'TASK_STATE_FAILED', 'timestamp',
+                                           to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+                                           'message', jsonb_build_object('role', 'ROLE_AGENT', 'messageId', sessionq.uuid_v7()::text,
+                                             'contextId', v.id::text, 'taskId', t.id,
+                                             'parts', jsonb_build_array(jsonb_build_object('text', 'the turn was interrupted: ' || p_message)))));
+    UPDATE sessionq.tasks SET task = v_task, state = 'TASK_STATE_FAILED', staged_task = NULL, staged_event = NULL,
+                              version = t.version + 1, published_version = t.version + 1, phase = 'abandoned',
+                              updated_at = clock_timestamp()
+     WHERE id = t.id;
+    INSERT INTO sessionq.task_versions (task_id, version, payload_hash) VALUES (t.id, t.version + 1, 'abandoned');
+    PERFORM sessionq.append_event(v.id, t.id, 'task', v_task);
+  END IF;
+  UPDATE sessionq.sessions
+     SET dispatch_id = NULL, dispatch_expires_at = NULL, dispatch_message = NULL, dispatch_task_id = NULL,
+         dispatch_failure = jsonb_build_object('dispatch_id', p_dispatch, 'message', p_message, 'task_id', t.id),
+         active_task_id = NULL, unsettled_task_id = NULL,
+         -- the Actor may have been resumed: let the quiescence workers suspend it
+         idle_boundary_id = CASE WHEN p_issued AND idle_executor IS NULL THEN sessionq.uuid_v7() ELSE idle_boundary_id END,
+         idle_boundary_at = CASE WHEN p_issued AND idle_executor IS NULL THEN clock_timestamp() ELSE idle_boundary_at END,
+         updated_at = clock_timestamp()
+   WHERE id = v.id;
+  PERFORM sessionq.notify('sessionq_task', jsonb_build_object('session', v.id));
+  IF p_issued THEN
+    PERFORM sessionq.notify('sessionq_idle', jsonb_build_object('session', v.id));
+  END IF;
+  PERFORM sessionq.start_queued_turn(v.id);
+END $$;
+COMMENT ON FUNCTION sessionq.fail_dispatch(uuid, uuid, text, boolean) IS
+  'End a dispatch that could not complete: an unfinished task of it is published FAILED and marked abandoned (it can never be continued), the reservation is cleared with the failure recorded for the waiting caller, and, if the Actor may have been resumed (p_issued), an idle boundary is marked; then the next queued turn is dispatched (start_queued_turn).';
+
+-- Explicit lifecycle changes wait for running turns, unsettled cleanup and claimed idle work.
+CREATE OR REPLACE FUNCTION sessionq.check_turn_lifecycle_blockers(p_session sessionq.sessions, p_kind text)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  IF p_session.unsettled_task_id IS NOT NULL THEN
+    PERFORM sessionq.fail('SQ409', format('the last turn of session %s is still finishing (task %s is not settled); retry',
+                                          p_session.id, p_session.unsettled_task_id), 'KAGENT_SESSION_BUSY');
+  END IF;
+  IF p_session.idle_executor IS NOT NULL THEN
+    PERFORM sessionq.fail('SQ409', format('session %s is being quiesced; retry after it is recorded', p_session.id),
+                          'KAGENT_SESSION_BUSY');
+  END IF;
+  IF p_session.actor_paused_at IS NOT NULL THEN
+    PERFORM sessionq.fail('SQ409', format(
+      'the actor of session %s is paused waiting for input; answer the task, or retry after it is suspended (in about %s s)',
+      p_session.id, ceil(greatest(extract(epoch FROM p_session.idle_boundary_at - clock_timestamp()), 0)) + 1),
+      'KAGENT_SESSION_BUSY');
+  END IF;
+  IF p_kind = 'SUSPEND' AND (p_session.active_task_id IS NOT NULL
+                             OR p_session.dispatch_id IS NOT NULL AND p_session.dispatch_expires_at > clock_timestamp()) THEN
+    PERFORM sessionq.fail('SQ409', format('a turn is running on session %s; it cannot be suspended now', p_session.id));
+  END IF;
+  IF p_kind = 'SUSPEND' AND EXISTS (SELECT 1 FROM sessionq.queued_turns q WHERE q.session_id = p_session.id) THEN
+    PERFORM sessionq.fail('SQ409', format('turns are queued on session %s; it cannot be suspended now', p_session.id));
+  END IF;
+END $$;
+COMMENT ON FUNCTION sessionq.check_turn_lifecycle_blockers(sessionq.sessions, text) IS
+  'Part of check_lifecycle_blockers: ABORTED while the last turn is unsettled, while idle work is claimed or the Actor is paused waiting for input (KAGENT_SESSION_BUSY), and for a SUSPEND while a turn runs, is dispatched or queued.';
+
+-- keep_warm_of: how long a Session's Actor stays running after a turn before it may be suspended.
+CREATE OR REPLACE FUNCTION sessionq.keep_warm_of(p_revision uuid, p_default double precision) RETURNS double precision
+LANGUAGE sql STABLE AS $$
+  SELECT coalesce((SELECT rtrim(r.spec ->> 'keepWarm', 's')::double precision FROM sessionq.revisions r
+                    WHERE r.id = p_revision AND r.spec ? 'keepWarm'),
+                  greatest(coalesce(p_default, 0), 0))
+$$;
+COMMENT ON FUNCTION sessionq.keep_warm_of(uuid, double precision) IS
+  'The keep-warm window of a Session pinned to revision p_revision, in seconds: its Agent spec''s keepWarm (stored as "<seconds>s"), else p_default (sessions.keepWarm). An idle boundary becomes claimable that long after it was marked; a turn admitted meanwhile supersedes it and finds the Actor running.';
+
+-- claim_idle: a quiescence worker takes the oldest eligible idle boundary. A Session with a cancel
+-- whose Actor was not told yet is skipped: finish_cancel marks the idle boundary before the
+-- cancel_task job tells the Actor (A2A CancelTask), and suspending first would stop the process the
+-- job must tell. The wait is bounded (10 minutes): a cancel_task job that gave up never records the
+-- telling (cancel_told, 35_a2a.sql, wakes the quiescence workers when it does).
+CREATE OR REPLACE FUNCTION sessionq.claim_idle(p_executor uuid, p_keep_warm double precision DEFAULT 0) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+BEGIN
+  SELECT * INTO v FROM sessionq.sessions s
+   WHERE s.idle_boundary_id IS NOT NULL AND s.idle_executor IS NULL
+     AND s.state = 'READY' AND s.operation = 'NONE'
+     AND s.idle_boundary_at <= clock_timestamp() - make_interval(secs => sessionq.keep_warm_of(s.revision_id, p_keep_warm))
+     AND s.dispatch_id IS NULL AND s.active_task_id IS NULL AND s.unsettled_task_id IS NULL
+     AND NOT sessionq.checkpoint_in_progress(s.id)  -- 40_checkpoints.sql
+     AND NOT EXISTS (SELECT 1 FROM sessionq.task_cancels c  -- 35_a2a.sql: ended, the Actor not told yet
+                      WHERE c.session_id = s.id AND c.actor_told_at IS NULL
+                        AND c.finished_at > clock_timestamp() - interval '10 minutes')
+   ORDER BY s.idle_boundary_at
+   LIMIT 1
+   FOR UPDATE SKIP LOCKED;
+  IF NOT FOUND THEN
+    RETURN NULL;
+  END IF;
+  UPDATE sessionq.sessions SET idle_executor = p_executor, idle_claimed_at = clock_timestamp()
+   WHERE id = v.id RETURNING * INTO v;
+  RETURN to_jsonb(v);
+END $$;
+COMMENT ON FUNCTION sessionq.claim_idle(uuid, double precision) IS
+  'Claim the oldest idle boundary past its keep-warm window (keep_warm_of: the Agent''s keepWarm, else p_keep_warm seconds) of a READY Session with nothing running, dispatched, unsettled, pending or being checkpointed, and no cancel ended in the last 10 minutes whose Actor was not told of it yet (FOR UPDATE SKIP LOCKED, so replicas never take the same one). NULL when none is eligible now.';
+
+-- idle_work_blocked: after an empty claim, is unclaimed idle work waiting on something?
+CREATE OR REPLACE FUNCTION sessionq.idle_work_blocked(p_keep_warm double precision DEFAULT 0) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+  SELECT EXISTS (SELECT 1 FROM sessionq.sessions s
+                  WHERE s.idle_boundary_id IS NOT NULL AND s.idle_executor IS NULL AND s.state = 'READY'
+                    AND s.idle_boundary_at <= clock_timestamp()
+                                              - make_interval(secs => sessionq.keep_warm_of(s.revision_id, p_keep_warm)))
+$$;
+COMMENT ON FUNCTION sessionq.idle_work_blocked(double precision) IS
+  'True when unclaimed idle boundaries of READY Sessions past their keep-warm window exist that the last claim could not take (blocked by a dispatch, a checkpoint, an operation or a row lock): workers then retry within a second. Suspended or deleted Sessions, claimed work and boundaries still inside their window (idle_work_state times those) do not count.';
+
+-- idle_work_state: after an empty claim, when should a worker look again?
+CREATE OR REPLACE FUNCTION sessionq.idle_work_state(
+  p_keep_warm double precision DEFAULT 0, OUT blocked boolean, OUT retry_in double precision, OUT warm_in double precision
+) LANGUAGE sql STABLE AS $$
+  SELECT sessionq.idle_work_blocked(p_keep_warm),
+         (SELECT extract(epoch FROM min(s.idle_retry_at) - clock_timestamp())::double precision
+            FROM sessionq.sessions s WHERE s.idle_uncertain_at IS NOT NULL),
+         (SELECT extract(epoch FROM min(s.idle_boundary_at + make_interval(secs => sessionq.keep_warm_of(s.revision_id, p_keep_warm)))
+                                    - clock_timestamp())::double precision
+            FROM sessionq.sessions s
+           WHERE s.idle_boundary_id IS NOT NULL AND s.idle_executor IS NULL AND s.state = 'READY'
+             AND s.idle_boundary_at > clock_timestamp() - make_interval(secs => sessionq.keep_warm_of(s.revision_id, p_keep_warm)))
+$$;
+COMMENT ON FUNCTION sessionq.idle_work_state(double precision) IS
+  'After an empty claim: blocked (idle_work_blocked: unclaimed idle work waits on something, look again within a second), retry_in (seconds until the next uncertain idle claim may be taken over, 0 or less when one is due now; NULL when none is uncertain) and warm_in (seconds until the next idle boundary inside its keep-warm window becomes claimable; NULL when none is warm): the workers'' timers.';
+
+-- finish_idle: record the outcome of a claimed idle boundary (the exact snapshot).
+CREATE OR REPLACE FUNCTION sessionq.finish_idle(p_session uuid, p_boundary uuid, p_executor uuid, p_snapshot jsonb)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+BEGIN
+  UPDATE sessionq.sessions s
+     SET idle_boundary_id = NULL, idle_boundary_at = NULL, idle_executor = NULL, idle_claimed_at = NULL,
+         idle_uncertain_at = NULL, idle_retry_at = NULL, idle_attempts = 0, idle_unsent = false,
+         actor_paused_at = NULL,
+         snapshot_generation = coalesce((p_snapshot ->> 'generation')::bigint, s.snapshot_generation),
+         snapshot_uri = CASE WHEN p_snapshot ? 'generation' THEN p_snapshot ->> 'uri' ELSE s.snapshot_uri END,
+         snapshot_status = coalesce(p_snapshot ->> 'status', s.snapshot_status),
+         snapshot_event_seq = CASE WHEN p_snapshot ? 'generation' THEN s.last_event_seq ELSE s.snapshot_event_seq END,
+         quiescence_failure = CASE WHEN p_snapshot ? 'generation' THEN NULL ELSE s.quiescence_failure END,
+         updated_at = clock_timestamp()
+   WHERE s.id = p_session AND s.idle_boundary_id = p_boundary AND s.idle_executor = p_executor
+  RETURNING * INTO v;
+  IF NOT FOUND THEN
+    PERFORM sessionq.fail('SQ409', format('executor %s does not hold the idle claim of session %s', p_executor, p_session));
+  END IF;
+  IF v.snapshot_status = 'IN_PROGRESS' THEN
+    -- the runtime is still writing it: look again until it is durable (never fall back to an older one)
+    PERFORM sessionq.defer('refresh_snapshot', v.id::text,
+                           jsonb_build_object('session_id', v.id, 'generation', v.snapshot_generation),
+                           clock_timestamp() + interval '1 second');
+  END IF;
+  RETURN to_jsonb(v);
+END $$;
+COMMENT ON FUNCTION sessionq.finish_idle(uuid, uuid, uuid, jsonb) IS
+  'Record a quiescence outcome by the claim holder: the exact snapshot (generation, uri, status) and the end of the idle claim (an uncertain one included); a paused Actor is paused no longer. A recorded snapshot clears the last quiescence failure. Retried on database failure without repeating the runtime call.';
+
+-- turn_waits_for_input: does the Session's last turn wait for the user (INPUT_REQUIRED, AUTH_REQUIRED)?
+CREATE OR REPLACE FUNCTION sessionq.turn_waits_for_input(p_session uuid) RETURNS boolean
+LANGUAGE sql STABLE AS $$
+  SELECT coalesce((SELECT t.phase = 'settled' AND t.state IN ('TASK_STATE_INPUT_REQUIRED', 'TASK_STATE_AUTH_REQUIRED')
+                     FROM sessionq.tasks t WHERE t.session_id = p_session AND t.phase <> 'queued'
+                    ORDER BY t.seq DESC LIMIT 1), false)
+$$;
+COMMENT ON FUNCTION sessionq.turn_waits_for_input(uuid) IS
+  'True when the Session''s latest turn settled waiting for the user (INPUT_REQUIRED or AUTH_REQUIRED): with sessions.pausedRuntimeTtl the quiescence workers pause its Actor rather than suspend it.';
+
+-- finish_pause: the claim holder paused the Actor; the boundary falls due again when the TTL passes.
+CREATE OR REPLACE FUNCTION sessionq.finish_pause(p_session uuid, p_boundary uuid, p_executor uuid, p_ttl double precision)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+BEGIN
+  UPDATE sessionq.sessions s
+     SET idle_boundary_id = sessionq.uuid_v7(),
+         idle_boundary_at = clock_timestamp() + make_interval(secs => greatest(p_ttl, 0)),
+         idle_executor = NULL, idle_claimed_at = NULL, idle_uncertain_at = NULL, idle_retry_at = NULL,
+         idle_attempts = 0, idle_unsent = false, actor_paused_at = clock_timestamp(),
+         updated_at = clock_timestamp()
+   WHERE s.id = p_session AND s.idle_boundary_id = p_boundary AND s.idle_executor = p_executor
+  RETURNING * INTO v;
+  IF NOT FOUND THEN
+    PERFORM sessionq.fail('SQ409', format('executor %s does not hold the idle claim of session %s', p_executor, p_session));
+  END IF;
+  PERFORM sessionq.notify('sessionq_idle', jsonb_build_object('session', v.id));  -- the workers time the new boundary
+  RETURN to_jsonb(v);
+END $$;
+COMMENT ON FUNCTION sessionq.finish_pause(uuid, uuid, uuid, double precision) IS
+  'By the idle claim holder that paused the Actor (its last turn waits for input, sessions.pausedRuntimeTtl = p_ttl seconds): end the claim, record actor_paused_at and mark a new idle boundary that falls due when the TTL passes (idle_boundary_at in the future; the workers'' timer, idle_work_state''s warm_in, wakes them then). A turn before that supersedes it and resumes the paused Actor; otherwise the boundary is claimed and the Actor suspended with its snapshot.';
+
+-- intend_cancel: record the cancel intent of a task running in the Actor and queue its job.
+CREATE OR REPLACE FUNCTION sessionq.intend_cancel(p_session uuid, p_task text, p_caller text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO sessionq.task_cancels (task_id, session_id, requested_by) VALUES (p_task, p_session, p_caller)
+  ON CONFLICT (task_id) DO NOTHING;
+  IF FOUND THEN
+    PERFORM sessionq.defer('cancel_task', p_task, jsonb_build_object('task_id', p_task));
+  END IF;
+END $$;
+COMMENT ON FUNCTION sessionq.intend_cancel(uuid, text, text) IS
+  'Internal (the Session locked): record a cancel intent for a task running in the Actor and queue the cancel_task job, which ends the task CANCELED and tells the Actor; a second intent for the task joins the first. Used by admit_cancel and by a message with busy policy interrupt (enqueue_turn).';
+
+-- admit_cancel: record a cancel intent (idempotent) and queue its job.
+CREATE OR REPLACE FUNCTION sessionq.admit_cancel(p_task text, p_caller text, p_share_hash text)
+RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+  t sessionq.tasks;
+  v sessionq.sessions;
+  c sessionq.task_cancels;
+  v_state text;
+BEGIN
+  t := sessionq.a2a_task(p_task, p_caller, p_share_hash, 'write');  -- locks the Session
+  SELECT * INTO v FROM sessionq.sessions WHERE id = t.session_id;
+  SELECT * INTO t FROM sessionq.tasks WHERE id = t.id FOR UPDATE;
+  SELECT * INTO c FROM sessionq.task_cancels WHERE task_id = t.id;
+  IF FOUND THEN
+    RETURN jsonb_build_object('outcome', CASE WHEN c.finished_at IS NULL THEN 'pending' ELSE 'finished' END);
+  END IF;
+  v_state := coalesce(t.staged_task #>> '{status,state}', t.state);
+  IF sessionq.is_terminal_state(v_state) OR t.phase = 'abandoned' THEN
+    PERFORM sessionq.fail('SQ412', format('task %s is %s and cannot be canceled', sessionq.clip(t.id), v_state),
+                          'TASK_NOT_CANCELABLE');
+  END IF;
+  IF v.active_task_id = t.id OR v.unsettled_task_id = t.id OR v.dispatch_task_id = t.id AND v.dispatch_id IS NOT NULL THEN
+    -- running in the Actor: the job tells it, then ends the task
+    PERFORM sessionq.intend_cancel(v.id, t.id, p_caller);
+    RETURN jsonb_build_object('outcome', 'pending');
+  END IF;
+  -- waiting for input (settled) or queued (30_tasks.sql): nothing runs, end it now
+  DELETE FROM sessionq.queued_turns WHERE task_id = t.id;
+  PERFORM sessionq.publish_canceled(v, t);
+  INSERT INTO sessionq.task_cancels (task_id, session_id, requested_by, finished_at, outcome, actor_told_at)
+  VALUES (t.id, v.id, p_caller, clock_timestamp(), 'canceled', clock_timestamp());
+  RETURN jsonb_build_object('outcome', 'finished');
+END $$;
+COMMENT ON FUNCTION sessionq.admit_cancel(text, text, text) IS
+  'A2A CancelTask: a task running in the Actor gets a cancel intent and a cancel_task job (intend_cancel); a task waiting for input, or queued behind a running turn, is ended CANCELED at once (a queued one leaves the queue). A repeated cancel joins the first (idempotent). A finished task: TASK_NOT_CANCELABLE (SQ412). Returns {outcome: pending | finished}.';
+
+-- cancel_told: the Actor was told of a cancel; its Session's idle boundary becomes claimable.
+CREATE OR REPLACE FUNCTION sessionq.cancel_told(p_task text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_session uuid;
+BEGIN
+  -- the Session row first, as every writer of task_cancels locks it
+  PERFORM 1 FROM sessionq.sessions s JOIN sessionq.task_cancels c ON c.session_id = s.id
+   WHERE c.task_id = p_task FOR UPDATE OF s;
+  UPDATE sessionq.task_cancels SET actor_told_at = clock_timestamp() WHERE task_id = p_task AND actor_told_at IS NULL
+  RETURNING session_id INTO v_session;
+  IF v_session IS NOT NULL THEN
+    PERFORM sessionq.notify('sessionq_idle', jsonb_build_object('session', v_session));  -- its boundary is claimable
+    PERFORM sessionq.start_queued_turn(v_session);  -- 30_tasks.sql: the turn queued behind it may run now
+  END IF;
+END $$;
+COMMENT ON FUNCTION sessionq.cancel_told(text) IS
+  'The cancel_task job''s last step: the Actor was told to stop the task (or had nothing to stop). The Session''s idle boundary becomes claimable (claim_idle waits for it): the quiescence workers are woken; a turn queued behind the canceled one is dispatched (start_queued_turn).';
+
+-- expire_session: recheck under the task-admission row lock and admit the idle deletion.
+CREATE OR REPLACE FUNCTION sessionq.expire_session(p_session uuid, p_ttl double precision)
+RETURNS TABLE (outcome text, generation uuid, idle_seconds double precision) LANGUAGE plpgsql AS $$
+DECLARE
+  v sessionq.sessions;
+  v_since timestamptz;
+BEGIN
+  SELECT * INTO v FROM sessionq.sessions WHERE id = p_session FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN QUERY SELECT 'gone'::text, NULL::uuid, NULL::double precision;
+    RETURN;
+  END IF;
+  IF v.state = 'DELETING' AND v.deletion_reason = 'idle_timeout' THEN
+    -- an admitted expiration: resume it (a new generation after a failed preparation), whatever the TTL now
+    IF v.operation_id IS NULL THEN
+      v := sessionq.new_generation(v.id, 'DELETE', 'idle_timeout', false);
+    END IF;
+    RETURN QUERY SELECT 'resumed'::text, v.operation_id, NULL::double precision;
+    RETURN;
+  END IF;
+  v_since := CASE WHEN v.kind = 'sandbox' THEN v.expires_at ELSE greatest(v.created_at, v.last_event_at) END;
+  IF (v.state NOT IN ('READY', 'SUSPENDED') OR v.operation <> 'NONE')
+     -- a Sandbox expires even when its pending operation has no attempt running (25_sandboxes.sql)
+     AND NOT (v.kind = 'sandbox' AND sessionq.sandbox_expiry_overrides(v))
+     OR v.dispatch_id IS NOT NULL OR v.active_task_id IS NOT NULL OR v.unsettled_task_id IS NOT NULL
+     OR v.idle_executor IS NOT NULL OR sessionq.checkpoint_in_progress(v.id)
+     OR EXISTS (SELECT 1 FROM sessionq.tasks t WHERE t.session_id = v.id AND t.phase IN ('active', 'queued')
+                 AND t.state IN ('TASK_STATE_SUBMITTED', 'TASK_STATE_WORKING')) THEN
+    RETURN QUERY SELECT 'busy'::text, NULL::uuid, NULL::double precision;  -- active work blocks expiry
+    RETURN;
+  END IF;
+  IF v.kind = 'sandbox' AND (v.expires_at IS NULL OR v.expires_at > clock_timestamp())
+     OR v.kind = 'session' AND v_since >= clock_timestamp() - make_interval(secs => p_ttl) THEN
+    -- a turn came in after the scan (a sandbox: it has not expired yet; activity never extends it)
+    RETURN QUERY SELECT 'active'::text, NULL::uuid, NULL::double precision;
+    RETURN;
+  END IF;
+  v := sessionq.new_generation(v.id, 'DELETE', 'idle_timeout', false);
+  RETURN QUERY SELECT 'admitted'::text, v.operation_id, extract(epoch FROM clock_timestamp() - v_since)::double precision;
+END $$;
+COMMENT ON FUNCTION sessionq.expire_session(uuid, double precision) IS
+  'Idle expiration under the Session row lock shared with task admission: recheck the idle clock against p_ttl seconds (a Sandbox: its expires_at, whatever p_ttl; idle_seconds is then the time since it expired; a pending operation of a Sandbox blocks only while an attempt runs, sandbox_expiry_overrides) and the active work (pending operation, dispatch reservation, running, unsettled or queued turn, claimed quiescence, checkpoint being created); then admit an ordinary DELETE with durable reason idle_timeout (DELETING). An already admitted idle deletion is resumed. outcome: admitted, resumed, busy, active, gone.';
+
+-- fail_stalled_turns: the periodic end of turns that went silent (sessions.stalledTurnTimeout).
+CREATE OR REPLACE FUNCTION sessionq.fail_stalled_turns(p_timeout double precision, p_limit integer DEFAULT 100)
+RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+  v_cutoff timestamptz := clock_timestamp() - make_interval(secs => p_timeout);
+  r record;
+  n integer := 0;
+BEGIN
+  IF p_timeout IS NULL OR p_timeout <= 0 THEN
+    RETURN 0;
+  END IF;
+  FOR r IN SELECT s.id, s.dispatch_id
+             FROM sessionq.sessions s
+             JOIN sessionq.tasks t ON t.id = coalesce(s.unsettled_task_id, s.active_task_id)
+            WHERE s.dispatch_id IS NOT NULL AND t.dispatch_id = s.dispatch_id AND t.updated_at < v_cutoff
+            ORDER BY t.updated_at
+            LIMIT p_limit
+              FOR UPDATE OF s SKIP LOCKED LOOP
+    -- fail_dispatch (30_tasks.sql): the task FAILED and abandoned, the Actor suspended, the next queued turn started
+    PERFORM sessionq.fail_dispatch(r.id, r.dispatch_id, format(
+      'the turn stalled: no task update for %s s (sessions.stalledTurnTimeout)', round(p_timeout::numeric, 1)), true);
+    n := n + 1;
+  END LOOP;
+  -- a reservation that lapsed before its Actor created the task, and queues left waiting: move on
+  FOR r IN SELECT s.id, s.dispatch_id FROM sessionq.sessions s
+            WHERE s.dispatch_id IS NOT NULL AND s.dispatch_expires_at < clock_timestamp()
+              AND s.active_task_id IS NULL AND s.unsettled_task_id IS NULL
+            LIMIT p_limit FOR UPDATE OF s SKIP LOCKED LOOP
+    PERFORM sessionq.fail_dispatch(r.id, r.dispatch_id, 'the turn did not start before its dispatch reservation lapsed', true);
+  END LOOP;
+  FOR r IN SELECT DISTINCT q.session_id FROM sessionq.queued_turns q JOIN sessionq.sessions s ON s.id = q.session_id
+            WHERE s.dispatch_id IS NULL LIMIT p_limit LOOP
+    PERFORM sessionq.start_queued_turn(r.session_id);
+  END LOOP;
+  RETURN n;
+END $$;
+COMMENT ON FUNCTION sessionq.fail_stalled_turns(double precision, integer) IS
+  'The periodic stalled-turn check (sessions.stalledTurnTimeout = p_timeout seconds; 0 or less: nothing): a running or unsettled turn whose task had no update for p_timeout is ended by fail_dispatch with the reason stated (the task FAILED and abandoned, the waiting caller told, an idle boundary marked so the Actor is suspended, the next queued turn started); at most p_limit a call, rows locked by others skipped. Also ends reservations that lapsed before their task was created and starts queues left waiting. Returns how many stalled turns were failed.';
+
+CREATE OR REPLACE FUNCTION sessionq.on_operation_completed(p_session sessionq.sessions, p_kind text)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  IF p_session.kind = 'session' THEN  -- a Sandbox (25_sandboxes.sql) is never quiesced
+    PERFORM sessionq.quiesce_after_resume(p_session, p_kind);
+  END IF;
+  IF p_kind = 'DELETE' THEN  -- queued turns (30_tasks.sql) end as turns that never started
+    PERFORM sessionq.drop_queued_turns(p_session.id, 'the session was deleted');
+  END IF;
+END $$;
+COMMENT ON FUNCTION sessionq.on_operation_completed(sessionq.sessions, text) IS
+  'Run inside complete_operation after the row changed (p_kind: the operation that completed): a Session''s Resume back to READY is quiesced again (a Sandbox''s is not: it has no turns); a Delete ends the queued turns left (drop_queued_turns).';
+
+-- quiescence_backlog: paused and warm boundaries
+CREATE OR REPLACE VIEW sessionq.quiescence_backlog AS
+SELECT s.id AS session_id,
+       s.state,
+       s.idle_boundary_id,
+       s.idle_boundary_at,
+       now() - s.idle_boundary_at AS waiting,
+       s.idle_executor AS claim_holder,
+       s.idle_claimed_at,
+       now() - s.idle_claimed_at AS claimed_for,
+       CASE WHEN s.idle_executor IS NOT NULL THEN 'claimed'
+            WHEN s.state <> 'READY' THEN 'ineligible'
+            -- 30_tasks.sql: an Actor paused waiting for input, or kept warm by its Agent's keepWarm
+            WHEN s.actor_paused_at IS NOT NULL AND s.idle_boundary_at > now() THEN 'paused'
+            WHEN s.idle_boundary_at > now() - make_interval(secs => sessionq.keep_warm_of(s.revision_id, 0)) THEN 'warm'
+            WHEN s.operation <> 'NONE' OR s.dispatch_id IS NOT NULL OR s.active_task_id IS NOT NULL
+                 OR s.unsettled_task_id IS NOT NULL OR sessionq.checkpoint_in_progress(s.id) THEN 'blocked'
+            ELSE 'waiting' END AS status,
+       CASE WHEN s.idle_executor IS NOT NULL THEN NULL
+            WHEN s.state <> 'READY' THEN format('the session is %s', s.state)
+            WHEN s.operation <> 'NONE' THEN format('a %s operation is pending', lower(s.operation))
+            WHEN s.dispatch_id IS NOT NULL THEN format('turn dispatch %s is reserved', s.dispatch_id)
+            WHEN s.active_task_id IS NOT NULL THEN format('task %s is running', s.active_task_id)
+            WHEN s.unsettled_task_id IS NOT NULL THEN format('task %s is not settled', s.unsettled_task_id)
+            WHEN sessionq.checkpoint_in_progress(s.id) THEN 'a checkpoint is being created'
+       END AS blocked_by
+  FROM sessionq.sessions s
+ WHERE s.idle_boundary_id IS NOT NULL;
+COMMENT ON VIEW sessionq.quiescence_backlog IS
+  'Idle boundaries not yet recorded: Sessions whose Actor should be suspended by the quiescence workers. waiting: eligible, not yet claimed; blocked: something must finish first (blocked_by); claimed: a worker is on it (a claim that stays long means the suspend failed: see the worker logs for the claim holder).';
+COMMENT ON COLUMN sessionq.quiescence_backlog.waiting IS 'Time since the boundary was marked (the quiescence lag so far).';
+COMMENT ON COLUMN sessionq.quiescence_backlog.claimed_for IS 'Time since a quiescence worker claimed it.';
+COMMENT ON COLUMN sessionq.quiescence_backlog.status IS 'waiting, blocked, claimed, ineligible (the Session is not READY; the boundary is dropped by the next operation), paused (the Actor is paused waiting for input until the boundary falls due: sessions.pausedRuntimeTtl) or warm (inside its Agent''s keepWarm window; the server-wide sessions.keepWarm is not visible here: such boundaries show as waiting).';
+
+-- turn_queue: the turns waiting behind their Session's running turn (busy policy enqueue or interrupt).
+CREATE OR REPLACE VIEW sessionq.turn_queue AS
+SELECT q.session_id,
+       row_number() OVER (PARTITION BY q.session_id ORDER BY q.position) AS place,
+       q.task_id,
+       q.policy,
+       q.enqueued_by,
+       q.enqueued_at,
+       now() - q.enqueued_at AS waiting,
+       coalesce(s.active_task_id, s.unsettled_task_id, s.dispatch_task_id) AS running_task_id
+  FROM sessionq.queued_turns q
+  LEFT JOIN sessionq.sessions s ON s.id = q.session_id;
+COMMENT ON VIEW sessionq.turn_queue IS
+  'Queued turns: messages sent with busy policy enqueue or interrupt while their Session''s turn ran, each with its SUBMITTED task, in the order they will run. They start one at a time as the running turn settles, fails or is canceled; a long wait means that turn is not ending (see sessions.stalledTurnTimeout).';
+COMMENT ON COLUMN sessionq.turn_queue.place IS 'Its place in the Session''s queue: 1 runs next (an interrupting message goes ahead of the waiting ones).';
+COMMENT ON COLUMN sessionq.turn_queue.waiting IS 'Time since it was queued.';
+COMMENT ON COLUMN sessionq.turn_queue.running_task_id IS 'The task running (or dispatched, or finishing) ahead of it; NULL while a canceled turn''s Actor is being told.';
