@@ -266,8 +266,8 @@ def test_revision_0015_brings_turn_pins_to_an_older_database(empty_database_url)
         assert conn.execute(exists).fetchone() == (2, True, True, 1)
 
 
-def test_revision_0014_brings_queued_turns_to_an_older_database(empty_database_url):
-    """Revision 0014 gives a database at 0011 the queued turns: the table, the task phase queued and
+def test_revision_0016_brings_queued_turns_to_an_older_database(empty_database_url):
+    """Revision 0016 gives a database at 0011 the queued turns: the table, the task phase queued and
     admit_turn with a busy policy (its old signature gone)."""
     from alembic import command
 

@@ -1,4 +1,4 @@
--- Upgrade 0014_between_turns: what happens between turns (busy policy, queued turns, stalled turns, keep warm,
+-- Upgrade 0016_between_turns: what happens between turns (busy policy, queued turns, stalled turns, keep warm,
 -- pause for input).
 --
 -- Applied by its revision only, to a database whose schema was installed before it; a database
@@ -734,7 +734,8 @@ BEGIN
     RETURN;
   END IF;
   IF v.kind = 'sandbox' AND (v.expires_at IS NULL OR v.expires_at > clock_timestamp())
-     OR v.kind = 'session' AND v_since >= clock_timestamp() - make_interval(secs => p_ttl) THEN
+     OR v.kind = 'session' AND coalesce(v.idle_ttl, p_ttl) = 0
+     OR v.kind = 'session' AND v_since >= clock_timestamp() - make_interval(secs => coalesce(v.idle_ttl, p_ttl)) THEN
     -- a turn came in after the scan (a sandbox: it has not expired yet; activity never extends it)
     RETURN QUERY SELECT 'active'::text, NULL::uuid, NULL::double precision;
     RETURN;
@@ -743,7 +744,7 @@ BEGIN
   RETURN QUERY SELECT 'admitted'::text, v.operation_id, extract(epoch FROM clock_timestamp() - v_since)::double precision;
 END $$;
 COMMENT ON FUNCTION sessionq.expire_session(uuid, double precision) IS
-  'Idle expiration under the Session row lock shared with task admission: recheck the idle clock against p_ttl seconds (a Sandbox: its expires_at, whatever p_ttl; idle_seconds is then the time since it expired; a pending operation of a Sandbox blocks only while an attempt runs, sandbox_expiry_overrides) and the active work (pending operation, dispatch reservation, running, unsettled or queued turn, claimed quiescence, checkpoint being created); then admit an ordinary DELETE with durable reason idle_timeout (DELETING). An already admitted idle deletion is resumed. outcome: admitted, resumed, busy, active, gone.';
+  'Idle expiration under the Session row lock shared with task admission: recheck the idle clock against the Session''s own idle TTL (sessions.idle_ttl; 0: never), else p_ttl seconds (a Sandbox: its expires_at, whatever p_ttl; idle_seconds is then the time since it expired; a pending operation of a Sandbox blocks only while an attempt runs, sandbox_expiry_overrides) and the active work (pending operation, dispatch reservation, running, unsettled or queued turn, claimed quiescence, checkpoint being created); then admit an ordinary DELETE with durable reason idle_timeout (DELETING). An already admitted idle deletion is resumed. outcome: admitted, resumed, busy, active, gone.';
 
 -- fail_stalled_turns: the periodic end of turns that went silent (sessions.stalledTurnTimeout).
 CREATE OR REPLACE FUNCTION sessionq.fail_stalled_turns(p_timeout double precision, p_limit integer DEFAULT 100)
