@@ -47,6 +47,16 @@ async def until_state(sim: Any, store: Any, sid: uuid.UUID, state: ActorState, t
         await asyncio.sleep(0.05)
 
 
+async def recorded(store: Any, sid: uuid.UUID, timeout: float = 30.0) -> Any:
+    """The Session once its quiescence is recorded (the runtime's state changes first: the worker then
+    pins the turn and records the snapshot)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while (session := await store.session_by_id(sid)).idle_executor is not None or session.idle_boundary_id is not None:
+        assert asyncio.get_running_loop().time() < deadline, "quiescence never recorded"
+        await asyncio.sleep(0.05)
+    return session
+
+
 @pytest.fixture
 async def served(database_url, store, sim):
     settings = settings_for_a2a(**{"sessions.pausedRuntimeTtl": TTL})
@@ -81,8 +91,8 @@ async def test_an_answer_within_the_ttl_resumes_the_paused_actor(served, databas
     assert await calls(database_url, "resume_actor") == resumes + 1  # the paused Actor, resumed
     await until_state(sim, store, sid, ActorState.SUSPENDED)  # a completed turn: suspended at once
     assert await calls(database_url, "suspend_actor") == 1
-    session = await store.session_by_id(sid)
-    assert session is not None and session.actor_paused_at is None and session.snapshot_uri
+    session = await recorded(store, sid)
+    assert session.actor_paused_at is None and session.snapshot_uri
 
 
 async def test_unanswered_it_is_suspended_once_with_its_snapshot(served, database_url, store, sim):
@@ -94,8 +104,8 @@ async def test_unanswered_it_is_suspended_once_with_its_snapshot(served, databas
     assert before is not None
     await until_state(sim, store, sid, ActorState.SUSPENDED, timeout=TTL + 20)
     assert await calls(database_url, "suspend_actor") == 1
-    after = await store.session_by_id(sid)
-    assert after is not None and after.actor_paused_at is None
+    after = await recorded(store, sid)
+    assert after.actor_paused_at is None
     assert after.snapshot_uri and after.snapshot_generation != before.snapshot_generation
     assert after.idle_boundary_id is None
     # the answer now resumes the suspended Actor from its snapshot
