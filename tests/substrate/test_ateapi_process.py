@@ -182,8 +182,9 @@ async def test_readiness_follows_the_runtime(database_url: str) -> None:
 
     servicer = health.aio.HealthServicer()
 
-    class Api:  # what watch_runtime uses of the ApiServer: its health servicer
-        health = servicer
+    class Api:  # what watch_runtime uses of the ApiServer: setting a service's health
+        async def set_health(self, service: str, status: int) -> None:
+            await servicer.set(service, status)
 
     port = free_port()
     client = SubstrateClient(SubstrateOptions(address=f"127.0.0.1:{port}", call_timeout=1.0,
