@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = {"create": {"seconds": 0.6, "warmup": 0.1, "levels": [1, 4], "pgbench_seconds": 1, "census_seconds": 0}}
+TINY = {"create": {"seconds": 1.5, "warmup": 0.1, "levels": [1, 4], "pgbench_seconds": 1, "census_seconds": 0}}
 
 
 def test_bench_quick_create_writes_well_formed_results(tmp_path: Path, pg_admin_url: str) -> None:
