@@ -6,10 +6,12 @@
 -- (admit_create_labeled, in the admission's transaction) and changed by the owner or a READ_WRITE
 -- share (set_session_labels); a fork copies its source Session's (admit_fork). A Session's own idle
 -- TTL (sessions.idle_ttl) replaces sessions.idleTtl for it; the idle sweep (50_expiry.sql) honours it.
--- Search and count read one filter (session_filter_sql) over the caller's Sessions (or everyone's,
--- for an administrator) in id order with ListSessions' cursor rule (after an id). A bulk action
--- admits one ordinary operation per matching Session (admit_operation: its rules, a busy Session
--- is reported, never forced), a page per transaction, driven by the run_bulk_action job.
+-- Search and count read one filter (session_filter_sql) over the Sessions the caller may read (its
+-- own and the one its share token grants: get_session's rule; everyone's for an administrator) in
+-- id order with ListSessions' cursor rule (after an id). A bulk action acts on the caller's own
+-- Sessions (or everyone's, for an administrator): a share grants no lifecycle operation. It admits
+-- one ordinary operation per matching Session (admit_operation: its rules, a busy Session is
+-- reported, never forced), a page per transaction, driven by the run_bulk_action job.
 
 ALTER TABLE sessionq.sessions ADD COLUMN labels jsonb NOT NULL DEFAULT '{}'::jsonb;
 ALTER TABLE sessionq.sessions ADD COLUMN idle_ttl double precision CHECK (idle_ttl >= 0);
@@ -169,10 +171,12 @@ $$;
 COMMENT ON FUNCTION sessionq.actor_state(sessionq.sessions) IS
   'The state of a Session''s Actor as the row knows it: running (READY with a turn admitted, running or settling, or an idle boundary not yet quiesced), suspended (SUSPENDED, or READY and quiesced between turns), NULL while the Session is created or deleted. paused is never answered: sessionq quiesces by suspending.';
 
-CREATE OR REPLACE FUNCTION sessionq.session_filter_sql(p_caller text, p_all_creators boolean, p_filter jsonb)
-RETURNS text LANGUAGE plpgsql IMMUTABLE AS $$
+CREATE OR REPLACE FUNCTION sessionq.session_filter_sql(
+  p_caller text, p_share_hash text, p_all_creators boolean, p_filter jsonb
+) RETURNS text LANGUAGE plpgsql STABLE AS $$
 DECLARE
   v_parts text[] := ARRAY['t.kind = ''session''', 't.state <> ''DELETED'''];
+  v_shared uuid[];
   v_req jsonb;
   v_key text;
   v_terms text[];
@@ -180,7 +184,14 @@ DECLARE
   f jsonb := coalesce(p_filter, '{}'::jsonb);
 BEGIN
   IF NOT p_all_creators THEN
-    v_parts := v_parts || format('t.creator = %L', p_caller);
+    -- get_session's rule (sessionq.access): the caller's own, and the Session an unexpired share
+    -- token the caller presents grants (read or write); its ids are read first and quoted, so the
+    -- condition is a range of the creator index or'ed with primary-key lookups
+    v_shared := ARRAY(SELECT sh.session_id FROM sessionq.session_shares sh
+                       WHERE p_share_hash IS NOT NULL AND sh.token_hash = p_share_hash
+                         AND (sh.expires_at IS NULL OR sh.expires_at > clock_timestamp()));
+    v_parts := v_parts || CASE WHEN cardinality(v_shared) = 0 THEN format('t.creator = %L', p_caller)
+                               ELSE format('(t.creator = %L OR t.id = ANY (%L::uuid[]))', p_caller, v_shared) END;
   END IF;
   IF f ? 'creator' THEN
     v_parts := v_parts || format('t.creator = %L', f ->> 'creator');
@@ -226,11 +237,11 @@ BEGIN
   END LOOP;
   RETURN array_to_string(v_parts, ' AND ');
 END $$;
-COMMENT ON FUNCTION sessionq.session_filter_sql(text, boolean, jsonb) IS
-  'The WHERE condition over sessions t of a fleet filter (every value quoted as a literal, so each search is planned with its values and a selective filter reads an index): live Sessions of p_caller (p_all_creators: of everyone), and the filter''s {creator, namespace, agent, states[], actor_states[] (actor_state), created_after/before, active_after/before (the idle clock), selector[] of {key, op: in|notin|exists|notexists, values[]}} (equality is in with one value; notin also matches a Session without the key, as in Kubernetes).';
+COMMENT ON FUNCTION sessionq.session_filter_sql(text, text, boolean, jsonb) IS
+  'The WHERE condition over sessions t of a fleet filter (every value quoted as a literal, so each search is planned with its values and a selective filter reads an index): live Sessions p_caller may read by get_session''s rule (its own, and the one an unexpired share with token hash p_share_hash grants; NULL: its own only) or, p_all_creators, everyone''s; and the filter''s {creator, namespace, agent, states[], actor_states[] (actor_state), created_after/before, active_after/before (the idle clock), selector[] of {key, op: in|notin|exists|notexists, values[]}} (equality is in with one value; notin also matches a Session without the key, as in Kubernetes).';
 
 CREATE OR REPLACE FUNCTION sessionq.search_sessions(
-  p_caller text, p_all_creators boolean, p_filter jsonb, p_after uuid, p_limit integer
+  p_caller text, p_share_hash text, p_all_creators boolean, p_filter jsonb, p_after uuid, p_limit integer
 ) RETURNS SETOF jsonb LANGUAGE plpgsql STABLE AS $$
 BEGIN
   -- the page's ids first, then the rows of those ids: the rows are turned into JSON for the page
@@ -238,22 +249,23 @@ BEGIN
   RETURN QUERY EXECUTE format(
     'SELECT to_jsonb(s) FROM (SELECT t.id FROM sessionq.sessions t WHERE %s AND t.id > %L::uuid ORDER BY t.id LIMIT %s) p'
     ' JOIN sessionq.sessions s ON s.id = p.id ORDER BY s.id',
-    sessionq.session_filter_sql(p_caller, p_all_creators, p_filter),
+    sessionq.session_filter_sql(p_caller, p_share_hash, p_all_creators, p_filter),
     coalesce(p_after, '00000000-0000-0000-0000-000000000000'::uuid), greatest(p_limit, 0));
 END $$;
-COMMENT ON FUNCTION sessionq.search_sessions(text, boolean, jsonb, uuid, integer) IS
-  'A page of the Sessions a fleet filter matches (session_filter_sql), in id order after p_after: ListSessions'' cursor rule (callers ask limit+1 rows to know whether a next page exists). Reads change nothing.';
+COMMENT ON FUNCTION sessionq.search_sessions(text, text, boolean, jsonb, uuid, integer) IS
+  'A page of the Sessions a fleet filter matches among those the caller may read (session_filter_sql: its own and the one its share token grants, or everyone''s), in id order after p_after: ListSessions'' cursor rule (callers ask limit+1 rows to know whether a next page exists). Reads change nothing.';
 
-CREATE OR REPLACE FUNCTION sessionq.count_sessions(p_caller text, p_all_creators boolean, p_filter jsonb)
-RETURNS bigint LANGUAGE plpgsql STABLE AS $$
+CREATE OR REPLACE FUNCTION sessionq.count_sessions(
+  p_caller text, p_share_hash text, p_all_creators boolean, p_filter jsonb
+) RETURNS bigint LANGUAGE plpgsql STABLE AS $$
 DECLARE
   v_count bigint;
 BEGIN
   EXECUTE format('SELECT count(*) FROM sessionq.sessions t WHERE %s',
-                 sessionq.session_filter_sql(p_caller, p_all_creators, p_filter)) INTO v_count;
+                 sessionq.session_filter_sql(p_caller, p_share_hash, p_all_creators, p_filter)) INTO v_count;
   RETURN v_count;
 END $$;
-COMMENT ON FUNCTION sessionq.count_sessions(text, boolean, jsonb) IS
+COMMENT ON FUNCTION sessionq.count_sessions(text, text, boolean, jsonb) IS
   'How many Sessions the fleet filter matches: the same condition as search_sessions (session_filter_sql).';
 
 -- bulk actions -------------------------------------------------------------------------------------
@@ -334,7 +346,7 @@ BEGIN
   END IF;
   INSERT INTO sessionq.bulk_actions (caller, request_id, kind, filter, all_creators, idle_ttl, upto, matched)
   VALUES (p_caller, p_request_id, p_kind, coalesce(p_filter, '{}'), p_all_creators, p_idle_ttl, sessionq.uuid_v7(),
-          sessionq.count_sessions(p_caller, p_all_creators, p_filter))
+          sessionq.count_sessions(p_caller, NULL, p_all_creators, p_filter))
   ON CONFLICT ON CONSTRAINT bulk_actions_request_unique DO NOTHING
   RETURNING * INTO b;
   IF NOT FOUND THEN  -- a concurrent twin won
@@ -366,7 +378,7 @@ BEGIN
   END IF;
   FOR r IN EXECUTE format(
     'SELECT t.id, t.creator FROM sessionq.sessions t WHERE %s AND t.id > %L::uuid AND t.id <= %L::uuid ORDER BY t.id LIMIT %s',
-    sessionq.session_filter_sql(b.caller, b.all_creators, b.filter),
+    sessionq.session_filter_sql(b.caller, NULL, b.all_creators, b.filter),
     coalesce(b.position, '00000000-0000-0000-0000-000000000000'::uuid), b.upto, p_limit)
   LOOP
     v_rows := v_rows + 1;

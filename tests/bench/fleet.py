@@ -77,18 +77,18 @@ def measure_search(url: str, runs: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with psycopg.connect(url, autocommit=True) as conn:
         for who, caller, everyone in (("admin", "someone", True), ("creator", USER, False)):
-            page = timed(conn, "SELECT * FROM sessionq.search_sessions(%s, %s, %s, NULL, 51)",
+            page = timed(conn, "SELECT * FROM sessionq.search_sessions(%s, NULL, %s, %s, NULL, 51)",
                          (caller, everyone, Jsonb(RARE)), runs)
             # the server's part alone: the same page built (its rows as JSON) but not sent and decoded
-            server = timed(conn, "SELECT count(*) FROM sessionq.search_sessions(%s, %s, %s, NULL, 51) p"
+            server = timed(conn, "SELECT count(*) FROM sessionq.search_sessions(%s, NULL, %s, %s, NULL, 51) p"
                                  " WHERE p IS NOT NULL", (caller, everyone, Jsonb(RARE)), runs)
-            count = timed(conn, "SELECT sessionq.count_sessions(%s, %s, %s)", (caller, everyone, Jsonb(RARE)), runs)
-            where = conn.execute("SELECT sessionq.session_filter_sql(%s, %s, %s)",
+            count = timed(conn, "SELECT sessionq.count_sessions(%s, NULL, %s, %s)", (caller, everyone, Jsonb(RARE)), runs)
+            where = conn.execute("SELECT sessionq.session_filter_sql(%s, NULL, %s, %s)",
                                  (caller, everyone, Jsonb(RARE))).fetchone()[0]  # type: ignore[index]
             plan = [r[0] for r in conn.execute(
                 f"EXPLAIN (ANALYZE, BUFFERS) SELECT t.id FROM sessionq.sessions t WHERE {where}"
                 " ORDER BY t.id LIMIT 51").fetchall()]
-            matched = conn.execute("SELECT sessionq.count_sessions(%s, %s, %s)",
+            matched = conn.execute("SELECT sessionq.count_sessions(%s, NULL, %s, %s)",
                                    (caller, everyone, Jsonb(RARE))).fetchone()[0]  # type: ignore[index]
             out[who] = {"page_ms": page, "page_server_ms": server, "count_ms": count, "matched": matched,
                         "explain": plan}

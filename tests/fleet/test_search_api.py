@@ -5,7 +5,7 @@ import pytest
 from fleet_agent import prepared_agent
 from lifecycle import count
 
-from sessionq._pb.kagent.api.v1alpha1 import common_pb2, runtime_pb2, sessions_pb2
+from sessionq._pb.kagent.api.v1alpha1 import common_pb2, runtime_pb2, sessions_pb2, sessions_pb2_grpc
 from sessionq._pb.sessionq.v1 import fleet_pb2, fleet_pb2_grpc
 
 AGENT = common_pb2.ResourceReference(namespace="kagent", name="my-first-agent")
@@ -94,3 +94,47 @@ async def test_search_count_and_bulk_over_grpc(api, store):
     assert got.action.processed == 3 and got.action.admitted + got.action.refused == 3
     assert (await code_of(fleet.GetBulkAction(fleet_pb2.GetBulkActionRequest(id=started.action.id),
                                               metadata=api.md("alice"), timeout=10)))[0] == grpc.StatusCode.NOT_FOUND
+
+
+@pytest.mark.clause("FLEET-2")
+async def test_search_and_count_include_what_a_share_grants(api, store):
+    """GetSession's rule: a non-administrator's search and count cover its own Sessions and the one
+    a share token it presents grants; another user's unshared Session stays invisible, as does a
+    revoked share's. A bulk action (and its dry run) stays on the caller's own Sessions."""
+    await prepared_agent(store)
+    fleet = fleet_pb2_grpc.FleetServiceStub(api.channel)
+    kagent = sessions_pb2_grpc.SessionServiceStub(api.channel)
+    ids = {}
+    for user, rid in (("alice", "shared"), ("alice", "private"), ("bob", "own")):
+        r = await fleet.CreateSession(fleet_pb2.CreateSessionRequest(
+            session=sessions_pb2.CreateSessionRequest(request_id=rid, agent=AGENT), labels={"team": "billing"}),
+            metadata=api.md(user), timeout=10)
+        ids[rid] = r.session.session.id
+    share = await kagent.CreateSessionShare(sessions_pb2.CreateSessionShareRequest(
+        session_id=ids["shared"], permission=sessions_pb2.SESSION_SHARE_PERMISSION_READ_ONLY),
+        metadata=api.md("alice"), timeout=10)
+    with_share = [*api.md("bob"), ("x-kagent-share-token", share.token)]
+    billing = fleet_pb2.SessionFilter(selector="team=billing")
+
+    async def seen(md, flt=billing):
+        r = await fleet.SearchSessions(fleet_pb2.SearchSessionsRequest(filter=flt), metadata=md, timeout=10)
+        n = await fleet.CountSessions(fleet_pb2.CountSessionsRequest(filter=flt), metadata=md, timeout=10)
+        found = [s.session.id for s in r.sessions]
+        assert n.count == len(found)
+        return found
+
+    assert await seen(api.md("bob")) == [ids["own"]]  # alice's Sessions: not shared with this call
+    assert await seen(with_share) == sorted([ids["shared"], ids["own"]])  # never alice's private one
+    assert await seen(with_share, fleet_pb2.SessionFilter(selector="team=other")) == []  # the filter still holds
+    # a user with no Sessions of its own (an administrator not asking for every creator's): what
+    # the token grants, nothing else
+    assert await seen([*api.md("admin"), ("x-kagent-share-token", share.token)]) == [ids["shared"]]
+    assert await seen([*api.md("admin"), ("x-kagent-share-token", "not-a-token")]) == []
+    # a bulk action acts as the owner would: its dry run covers bob's own Session only
+    dry = await fleet.StartBulkAction(fleet_pb2.StartBulkActionRequest(
+        kind=fleet_pb2.BULK_ACTION_KIND_SUSPEND, filter=billing, dry_run=True), metadata=with_share, timeout=10)
+    assert dry.count == 1 and [s.session.id for s in dry.first_page] == [ids["own"]]
+    # revoked: invisible again
+    await kagent.RevokeSessionShare(sessions_pb2.RevokeSessionShareRequest(share_id=share.share.id),
+                                    metadata=api.md("alice"), timeout=10)
+    assert await seen(with_share) == [ids["own"]]

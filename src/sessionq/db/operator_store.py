@@ -433,11 +433,11 @@ class OperatorStore:
             " p -> 'labels' AS labels,"
             " sessionq.actor_state(jsonb_populate_record(NULL::sessionq.sessions, p)) AS actor_state,"
             " (p ->> 'created_at')::timestamptz AS created_at"
-            " FROM sessionq.search_sessions(%s, %s, %s, NULL, %s) p",
+            " FROM sessionq.search_sessions(%s, NULL, %s, %s, NULL, %s) p",
             (viewer or "", viewer is None, Jsonb(filter_), limit))
 
     async def fleet_count(self, filter_: dict[str, Any], viewer: str | None) -> int:
-        row = await self._one("SELECT sessionq.count_sessions(%s, %s, %s) AS n",
+        row = await self._one("SELECT sessionq.count_sessions(%s, NULL, %s, %s) AS n",
                               (viewer or "", viewer is None, Jsonb(filter_)))
         return int(row["n"]) if row else 0
 

@@ -51,19 +51,24 @@ class FleetStore(StoreBase):
         return Session.from_json(row["s"]), row["actor_state"]
 
     async def search_sessions(
-        self, caller: str, all_creators: bool, filter_: dict[str, Any], after: UUID | None, limit: int
+        self, caller: str, share_hash: str | None, all_creators: bool, filter_: dict[str, Any], after: UUID | None,
+        limit: int,
     ) -> list[tuple[Session, str | None]]:
-        """A page of the Sessions the filter matches (id order after `after`), each with its Actor's state."""
+        """A page of the Sessions the filter matches among those the caller may read (its own, the
+        one its share token grants; everyone's with all_creators), id order after `after`, each
+        with its Actor's state."""
         rows = await self._rows(
             "SELECT p AS s, sessionq.actor_state(jsonb_populate_record(NULL::sessionq.sessions, p)) AS actor_state"
-            " FROM sessionq.search_sessions(%s, %s, %s, %s, %s) p",
-            (caller, all_creators, Jsonb(filter_), after, limit),
+            " FROM sessionq.search_sessions(%s, %s, %s, %s, %s, %s) p",
+            (caller, share_hash, all_creators, Jsonb(filter_), after, limit),
         )
         return [(Session.from_json(r["s"]), r["actor_state"]) for r in rows]
 
-    async def count_sessions(self, caller: str, all_creators: bool, filter_: dict[str, Any]) -> int:
+    async def count_sessions(
+        self, caller: str, share_hash: str | None, all_creators: bool, filter_: dict[str, Any]
+    ) -> int:
         return int(await self._value(
-            "SELECT sessionq.count_sessions(%s, %s, %s)", (caller, all_creators, Jsonb(filter_))
+            "SELECT sessionq.count_sessions(%s, %s, %s, %s)", (caller, share_hash, all_creators, Jsonb(filter_))
         ))
 
     async def start_bulk_action(
