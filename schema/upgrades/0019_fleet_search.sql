@@ -1,4 +1,5 @@
--- Upgrade 0019_fleet_search: the fleet's search and count over what the caller may read.
+-- Upgrade 0019_fleet_search: the fleet's search and count over what the caller may read, and a
+-- selective label search read from indexes of the pairs and the keys.
 --
 -- Applied by its revision only, to a database whose schema was installed before it; a database
 -- installed from schema/ at or after it has all of this already. Frozen: a later change to these
@@ -8,6 +9,23 @@
 -- session_filter_sql, search_sessions and count_sessions take the caller's share token hash (a
 -- non-administrator's search covers its own Sessions and the one its share grants: get_session's
 -- rule); their old signatures are dropped, and start_bulk_action and bulk_step call the new ones.
+-- The label index sessions_labels_idx (jsonb_ops) is replaced by sessions_label_pairs_idx
+-- (jsonb_path_ops) and sessions_label_keys_idx (label_keys), both of labelled live Sessions only;
+-- search_session_views answers SearchSessions' page as columns.
+
+CREATE OR REPLACE FUNCTION sessionq.label_keys(p_labels jsonb) RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT ARRAY(SELECT jsonb_object_keys(p_labels))
+$$;
+COMMENT ON FUNCTION sessionq.label_keys(jsonb) IS
+  'The keys of a label map, as an array: what sessions_label_keys_idx indexes, so that an existence requirement (a selector''s key alone) reads an index.';
+
+DROP INDEX IF EXISTS sessionq.sessions_labels_idx;
+CREATE INDEX IF NOT EXISTS sessions_label_pairs_idx ON sessionq.sessions USING gin (labels jsonb_path_ops)
+  WHERE state <> 'DELETED' AND labels <> '{}'::jsonb;
+CREATE INDEX IF NOT EXISTS sessions_label_keys_idx ON sessionq.sessions USING gin (sessionq.label_keys(labels))
+  WHERE state <> 'DELETED' AND labels <> '{}'::jsonb;
+COMMENT ON COLUMN sessionq.sessions.labels IS '[audit] Labels: a JSON object of Kubernetes-style keys and string values (sessionq.check_labels: at most 32, 4096 bytes), set at creation or by the owner or a READ_WRITE share (set_session_labels), copied by a fork. Visible to every reader of the Session: never secrets. Searched through sessions_label_pairs_idx (equality, set membership) and sessions_label_keys_idx (existence).';
 
 DROP FUNCTION IF EXISTS sessionq.search_sessions(text, boolean, jsonb, uuid, integer);
 DROP FUNCTION IF EXISTS sessionq.count_sessions(text, boolean, jsonb);
@@ -64,6 +82,10 @@ BEGIN
   IF f ? 'active_before' THEN
     v_parts := v_parts || format('greatest(t.created_at, t.last_event_at) < %L::timestamptz', f ->> 'active_before');
   END IF;
+  IF EXISTS (SELECT FROM jsonb_array_elements(coalesce(f -> 'selector', '[]')) r WHERE r ->> 'op' IN ('in', 'exists')) THEN
+    -- implied by the requirement, said for the planner: the label indexes hold labelled Sessions only
+    v_parts := v_parts || 't.labels <> ''{}''::jsonb'::text;
+  END IF;
   FOR v_req IN SELECT r FROM jsonb_array_elements(coalesce(f -> 'selector', '[]')) r LOOP
     v_key := v_req ->> 'key';
     v_terms := ARRAY(SELECT format('t.labels @> %L::jsonb', jsonb_build_object(v_key, x)::text)
@@ -72,7 +94,7 @@ BEGIN
     v_parts := v_parts || CASE v_req ->> 'op'
       WHEN 'in' THEN v_value
       WHEN 'notin' THEN 'NOT ' || v_value
-      WHEN 'exists' THEN format('t.labels ? %L', v_key)
+      WHEN 'exists' THEN format('sessionq.label_keys(t.labels) @> %L::text[]', ARRAY[v_key])
       WHEN 'notexists' THEN format('NOT t.labels ? %L', v_key)
       ELSE 'false'
     END;
@@ -96,6 +118,30 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION sessionq.search_sessions(text, text, boolean, jsonb, uuid, integer) IS
   'A page of the Sessions a fleet filter matches among those the caller may read (session_filter_sql: its own and the one its share token grants, or everyone''s), in id order after p_after: ListSessions'' cursor rule (callers ask limit+1 rows to know whether a next page exists). Reads change nothing.';
+
+CREATE OR REPLACE FUNCTION sessionq.search_session_views(
+  p_caller text, p_share_hash text, p_all_creators boolean, p_filter jsonb, p_after uuid, p_limit integer
+) RETURNS TABLE (
+  ord integer, id text, creator text, revision_id text, agent_namespace text, agent_name text, state text,
+  operation text, name text, created_us bigint, updated_us bigint, failure_reason text, failure_message text,
+  quiescence_failure jsonb, labels jsonb, idle_ttl double precision, actor_state text, active_us bigint
+) LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  -- the page's ids first (a top-N sort of the matches' ids), then what SearchSessions shows of
+  -- those rows only, as plain columns: no row is turned into JSON
+  RETURN QUERY EXECUTE format(
+    'SELECT (row_number() OVER (ORDER BY s.id))::integer, s.id::text, s.creator, s.revision_id::text,'
+    ' s.agent_namespace, s.agent_name, s.state, s.operation, s.name,'
+    ' (extract(epoch FROM s.created_at) * 1000000)::bigint, (extract(epoch FROM s.updated_at) * 1000000)::bigint,'
+    ' s.failure_reason, s.failure_message, s.quiescence_failure, s.labels, s.idle_ttl, sessionq.actor_state(s),'
+    ' (extract(epoch FROM greatest(s.created_at, s.last_event_at)) * 1000000)::bigint'
+    ' FROM (SELECT t.id FROM sessionq.sessions t WHERE %s AND t.id > %L::uuid ORDER BY t.id LIMIT %s) p'
+    ' JOIN sessionq.sessions s ON s.id = p.id ORDER BY s.id',
+    sessionq.session_filter_sql(p_caller, p_share_hash, p_all_creators, p_filter),
+    coalesce(p_after, '00000000-0000-0000-0000-000000000000'::uuid), greatest(p_limit, 0));
+END $$;
+COMMENT ON FUNCTION sessionq.search_session_views(text, text, boolean, jsonb, uuid, integer) IS
+  'search_sessions answering only what SearchSessions shows of each row, as columns (get_session_views'' and the fleet''s: labels, own idle TTL, actor_state, the idle clock in microseconds since the epoch), with its position on the page from 1: the same rows as search_sessions with the same arguments. Reads change nothing.';
 
 CREATE OR REPLACE FUNCTION sessionq.count_sessions(
   p_caller text, p_share_hash text, p_all_creators boolean, p_filter jsonb

@@ -367,6 +367,17 @@ class SessionView(NamedTuple):
     quiescence_failure: dict[str, Any] | None
 
 
+class FleetSessionView(NamedTuple):
+    """What SearchSessions shows of a Session (sessionq.search_session_views' columns): the
+    SessionView and what the fleet adds beside it."""
+
+    view: SessionView
+    labels: dict[str, str]
+    idle_ttl: float | None  # seconds (None: sessions.idleTtl)
+    actor_state: str | None  # ActorState's value, None while created or deleted
+    active_us: int  # the idle clock (the later of creation and the newest stored event), µs since the epoch
+
+
 @dataclass(frozen=True)
 class Session(Row):
     id: UUID

@@ -199,8 +199,8 @@ def test_search_and_count_agree_with_a_brute_force_filter(population, f, who):
 
 @pytest.mark.clause("FLEET-2")
 def test_a_selective_label_filter_reads_the_index(database_url):
-    """A label that 20 of 30,000 Sessions carry: the page and the count read sessions_labels_idx
-    (a bitmap of the few matches), never the whole table."""
+    """A label that 20 of 30,000 Sessions carry: the page and the count read sessions_label_pairs_idx
+    (a bitmap of the few matches), never the whole table; a key that 20 carry, sessions_label_keys_idx."""
     with psycopg.connect(database_url, autocommit=True) as conn:
         rev = conn.execute(
             "INSERT INTO sessionq.revisions (agent_namespace, agent_name, number, spec, spec_hash, image,"
@@ -211,17 +211,22 @@ def test_a_selective_label_filter_reads_the_index(database_url):
             " agent_name, revision_id, state, operation, actor_atespace, actor_name, actor_template, labels)"
             " SELECT CASE WHEN g %% 2 = 0 THEN 'alice' ELSE 'bob' END, 'create', 'r' || g, 'f', 'kagent', 'a1', %s,"
             " 'READY', 'NONE', 'ns', 'session-' || g, 'ns/tpl',"
-            " CASE WHEN g %% 1500 = 0 THEN '{\"team\": \"rare\"}'::jsonb ELSE jsonb_build_object('team', 'common', 'n', (g %% 50)::text) END"
+            " CASE WHEN g %% 1500 = 0 THEN '{\"team\": \"rare\"}'::jsonb WHEN g %% 1500 = 1 THEN '{\"odd\": \"\"}'::jsonb"
+            " WHEN g %% 7 = 0 THEN '{}'::jsonb ELSE jsonb_build_object('team', 'common', 'n', (g %% 50)::text) END"
             " FROM generate_series(1, 30000) g", (rev,))
         conn.execute("ANALYZE sessionq.sessions")
-        for all_creators in (True, False):
+        for all_creators, selector, index in ((True, "team=rare", "sessions_label_pairs_idx"),
+                                              (False, "team=rare", "sessions_label_pairs_idx"),
+                                              (True, "team in (rare,gone)", "sessions_label_pairs_idx"),
+                                              (True, "odd", "sessions_label_keys_idx"),
+                                              (False, "odd,!n", "sessions_label_keys_idx")):
             sql = conn.execute("SELECT sessionq.session_filter_sql('alice', NULL, %s, %s)",
-                               (all_creators, Jsonb({"selector": [r.to_json() for r in parse_selector("team=rare")]}))
+                               (all_creators, Jsonb({"selector": [r.to_json() for r in parse_selector(selector)]}))
                                ).fetchone()[0]
             for query in (f"SELECT t.id FROM sessionq.sessions t WHERE {sql} ORDER BY t.id LIMIT 51",
                           f"SELECT count(*) FROM sessionq.sessions t WHERE {sql}"):
                 plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + query).fetchall())
-                assert "sessions_labels_idx" in plan, plan
+                assert index in plan, (selector, plan)
                 assert "Seq Scan" not in plan, plan
         n = conn.execute("SELECT sessionq.count_sessions('x', NULL, true, %s)",
                          (Jsonb({"selector": [{"key": "team", "op": "in", "values": ["rare"]}]}),)).fetchone()[0]

@@ -123,6 +123,15 @@ async def test_search_and_count_include_what_a_share_grants(api, store):
         assert n.count == len(found)
         return found
 
+    # labels, a TTL and a turn's worth of idle clock differ between the Sessions: a page shows each
+    # as GetSession does (search_session_views' columns make the same message as the whole row)
+    await fleet.SetSessionIdleTtl(fleet_pb2.SetSessionIdleTtlRequest(session_id=ids["own"], idle_ttl={"seconds": 90}),
+                                  metadata=api.md("bob"), timeout=10)
+    page = await fleet.SearchSessions(fleet_pb2.SearchSessionsRequest(filter=billing), metadata=with_share, timeout=10)
+    for found in page.sessions:
+        got = await fleet.GetSession(fleet_pb2.GetSessionRequest(session_id=found.session.id), metadata=with_share,
+                                     timeout=10)
+        assert found == got.session
     assert await seen(api.md("bob")) == [ids["own"]]  # alice's Sessions: not shared with this call
     assert await seen(with_share) == sorted([ids["shared"], ids["own"]])  # never alice's private one
     assert await seen(with_share, fleet_pb2.SessionFilter(selector="team=other")) == []  # the filter still holds

@@ -28,7 +28,15 @@ from sessionq.api.rpc import rpc
 from sessionq.api.sessions import await_generation, session_to_proto
 from sessionq.db.store import Store
 from sessionq.domain.labels import key_valid, parse_selector, value_valid
-from sessionq.models import ActorState, BulkAction, BulkActionKind, BulkActionState, Session, SessionState
+from sessionq.models import (
+    ActorState,
+    BulkAction,
+    BulkActionKind,
+    BulkActionState,
+    FleetSessionView,
+    Session,
+    SessionState,
+)
 
 # sessionq.check_labels' bounds (the authority), checked here first for a message without a round
 # trip; tests/fleet/test_label_rules.py checks that both answer alike
@@ -95,6 +103,20 @@ def fleet_session(s: Session, actor_state: str | None) -> fleet_pb2.FleetSession
         msg.actor_state = _ACTOR_TO_PROTO[ActorState(actor_state)]
     clock = max(s.created_at, s.last_event_at) if s.last_event_at else s.created_at
     msg.last_activity_at.CopyFrom(ts(clock))
+    return msg
+
+
+def fleet_session_view(f: FleetSessionView) -> fleet_pb2.FleetSession:
+    """fleet_session of what SearchSessions reads of a Session (the same message for the same row:
+    tests/fleet/test_search_api.py)."""
+    msg = fleet_pb2.FleetSession(labels=f.labels or {})
+    session_to_proto(f.view, msg.session)
+    if f.idle_ttl is not None:
+        msg.idle_ttl.FromNanoseconds(round(f.idle_ttl * 1e9))
+    if f.actor_state:
+        msg.actor_state = _ACTOR_TO_PROTO[ActorState(f.actor_state)]
+    seconds, micros = divmod(f.active_us, 1_000_000)
+    msg.last_activity_at.seconds, msg.last_activity_at.nanos = seconds, micros * 1000
     return msg
 
 
@@ -216,11 +238,11 @@ class FleetService(fleet_pb2_grpc.FleetServiceServicer):
         who = self.auth.identify(context)
         limit = page_limit(request.page.limit)
         all_creators, filter_ = self.filter_of(who, request.filter)
-        rows = await self.store.search_sessions(who.user, who.share_hash, all_creators, filter_, after_id(request.page),
-                                                limit + 1)
-        response = fleet_pb2.SearchSessionsResponse(sessions=[fleet_session(s, a) for s, a in rows[:limit]])
+        rows = await self.store.search_session_views(who.user, who.share_hash, all_creators, filter_,
+                                                     after_id(request.page), limit + 1)
+        response = fleet_pb2.SearchSessionsResponse(sessions=[fleet_session_view(f) for f in rows[:limit]])
         response.page.SetInParent()
-        response.page.next_page_token = next_id_token([s for s, _ in rows], limit)
+        response.page.next_page_token = next_id_token([f.view for f in rows], limit)
         return response
 
     @rpc

@@ -8,7 +8,17 @@ from uuid import UUID
 from psycopg.types.json import Jsonb
 
 from sessionq.db.stores.base import StoreBase
-from sessionq.models import Admission, BulkAction, BulkActionItem, BulkActionKind, Session
+from sessionq.models import (
+    Admission,
+    BulkAction,
+    BulkActionItem,
+    BulkActionKind,
+    FleetSessionView,
+    Session,
+    SessionView,
+)
+
+_VIEW_FIELDS = SessionView._fields
 
 
 class FleetStore(StoreBase):
@@ -63,6 +73,19 @@ class FleetStore(StoreBase):
             (caller, share_hash, all_creators, Jsonb(filter_), after, limit),
         )
         return [(Session.from_json(r["s"]), r["actor_state"]) for r in rows]
+
+    async def search_session_views(
+        self, caller: str, share_hash: str | None, all_creators: bool, filter_: dict[str, Any], after: UUID | None,
+        limit: int,
+    ) -> list[FleetSessionView]:
+        """search_sessions' page as what SearchSessions shows of each row (sessionq.search_session_views:
+        the same rows, plain columns, no JSON of the rows)."""
+        rows = await self._rows(
+            "SELECT * FROM sessionq.search_session_views(%s, %s, %s, %s, %s, %s)",
+            (caller, share_hash, all_creators, Jsonb(filter_), after, limit),
+        )
+        return [FleetSessionView(SessionView(*(r[f] for f in _VIEW_FIELDS)), r["labels"], r["idle_ttl"],
+                                 r["actor_state"], r["active_us"]) for r in rows]
 
     async def count_sessions(
         self, caller: str, share_hash: str | None, all_creators: bool, filter_: dict[str, Any]
