@@ -467,6 +467,22 @@ class OperatorStore:
             " ORDER BY session_id LIMIT 500", (bulk_id,))
         return action, items
 
+    async def set_session_labels(self, session_id: UUID, set_labels: dict[str, str], remove: list[str]) -> Row | None:
+        """Change a Session's labels on behalf of its creator (sessionq.set_session_labels, as the
+        owner calls it: the same rules, checked by check_labels): the Session's new labels, or None
+        when there is no such Session."""
+        return await self._one(
+            "SELECT sessionq.set_session_labels(s.id, s.creator, NULL, %s, %s) -> 'labels' AS labels"
+            " FROM sessionq.sessions s WHERE s.id = %s", (Jsonb(set_labels), remove, session_id))
+
+    async def set_session_idle_ttl(self, session_id: UUID, idle_ttl: float | None) -> Row | None:
+        """Set a Session's own idle TTL on behalf of its creator (sessionq.set_session_idle_ttl; None:
+        back to sessions.idleTtl, 0: never; the caller checked the operator's bounds), or None when
+        there is no such Session."""
+        return await self._one(
+            "SELECT sessionq.set_session_idle_ttl(s.id, s.creator, NULL, %s) ->> 'idle_ttl' AS idle_ttl"
+            " FROM sessionq.sessions s WHERE s.id = %s", (idle_ttl, session_id))
+
     async def start_bulk_action(self, by: str, request_id: str, kind: str, filter_: dict[str, Any]) -> Row:
         """An admin's bulk action over every creator's matching Sessions (sessionq.start_bulk_action)."""
         row = await self._one("SELECT sessionq.start_bulk_action(%s, %s, true, %s, %s, NULL) AS a",
