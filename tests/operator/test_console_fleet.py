@@ -20,6 +20,7 @@ from sessionq.models import BulkActionState
 
 ADMIN, READER = "admin-token-123", "reader-token-456"
 CHROMIUM = "/usr/bin/chromium"
+HAVE_CHROMIUM = Path(CHROMIUM).exists()
 
 
 @pytest.fixture
@@ -69,7 +70,7 @@ async def test_label_search_bulk_action_and_usage_pages(console, store, sim):
 
 @pytest.fixture
 async def browser() -> AsyncIterator[Any]:
-    if not Path(CHROMIUM).exists():
+    if not HAVE_CHROMIUM:
         pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
     from playwright.async_api import async_playwright
 
