@@ -349,8 +349,9 @@ class SessionView(NamedTuple):
     the enums' names. `Session.view()` derives it from a Session; GetSession and ListSessions read
     it directly (sessionq.get_session_views, sessionq.list_session_views: one column per field, of
     the field's name), so the reads that serve most requests decode these dozen columns only.
-    A field the answer shows is added here, to `Session.view()`, to those two functions and to
-    session_to_proto (tests/sessions/test_session_proto.py checks the functions' columns)."""
+    A field the answer shows is added here, to `Session.view()`, to those two functions, to the
+    fleet's search_session_views and to session_to_proto (tests/sessions/test_session_proto.py and
+    tests/fleet/test_search_api.py check the functions' columns)."""
 
     id: str
     creator: str

@@ -147,3 +147,16 @@ async def test_search_and_count_include_what_a_share_grants(api, store):
     await kagent.RevokeSessionShare(sessions_pb2.RevokeSessionShareRequest(share_id=share.share.id),
                                     metadata=api.md("alice"), timeout=10)
     assert await seen(with_share) == [ids["own"]]
+
+
+async def test_search_session_views_answers_a_session_view_and_the_fleets_fields(aconn):
+    """SearchSessions reads its page by column name: search_session_views answers one column per
+    field of a SessionView, the fleet's four and `ord`, no more, so a field added to SessionView
+    (and to get_session_views, tests/sessions/test_session_proto.py) and not here fails."""
+    from sessionq.models import FleetSessionView, SessionView
+
+    cur = await aconn.execute("SELECT proargnames[pronargs + 1:] FROM pg_proc WHERE proname = 'search_session_views'"
+                              " AND pronamespace = 'sessionq'::regnamespace")
+    [(columns,)] = await cur.fetchall()
+    fleet = set(FleetSessionView._fields) - {"view"}
+    assert set(columns) == {"ord", *SessionView._fields, *fleet}
