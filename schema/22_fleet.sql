@@ -6,18 +6,36 @@
 -- (admit_create_labeled, in the admission's transaction) and changed by the owner or a READ_WRITE
 -- share (set_session_labels); a fork copies its source Session's (admit_fork). A Session's own idle
 -- TTL (sessions.idle_ttl) replaces sessions.idleTtl for it; the idle sweep (50_expiry.sql) honours it.
--- Search and count read one filter (session_filter_sql) over the caller's Sessions (or everyone's,
--- for an administrator) in id order with ListSessions' cursor rule (after an id). A bulk action
--- admits one ordinary operation per matching Session (admit_operation: its rules, a busy Session
--- is reported, never forced), a page per transaction, driven by the run_bulk_action job.
+-- Search and count read one filter (session_filter_sql) over the Sessions the caller may read (its
+-- own and the one its share token grants: get_session's rule; everyone's for an administrator) in
+-- id order with ListSessions' cursor rule (after an id). A bulk action acts on the caller's own
+-- Sessions (or everyone's, for an administrator): a share grants no lifecycle operation. It admits
+-- one ordinary operation per matching Session (admit_operation: its rules, a busy Session is
+-- reported, never forced), a page per transaction, driven by the run_bulk_action job.
 
 ALTER TABLE sessionq.sessions ADD COLUMN labels jsonb NOT NULL DEFAULT '{}'::jsonb;
 ALTER TABLE sessionq.sessions ADD COLUMN idle_ttl double precision CHECK (idle_ttl >= 0);
-COMMENT ON COLUMN sessionq.sessions.labels IS '[audit] Labels: a JSON object of Kubernetes-style keys and string values (sessionq.check_labels: at most 32, 4096 bytes), set at creation or by the owner or a READ_WRITE share (set_session_labels), copied by a fork. Visible to every reader of the Session: never secrets. Searched through sessions_labels_idx.';
+COMMENT ON COLUMN sessionq.sessions.labels IS '[audit] Labels: a JSON object of Kubernetes-style keys and string values (sessionq.check_labels: at most 32, 4096 bytes), set at creation or by the owner or a READ_WRITE share (set_session_labels), copied by a fork. Visible to every reader of the Session: never secrets. Searched through sessions_label_pairs_idx (equality, set membership) and sessions_label_keys_idx (existence).';
 COMMENT ON COLUMN sessionq.sessions.idle_ttl IS '[lifecycle] The Session''s own idle TTL in seconds (NULL: sessions.idleTtl; 0: never expires), within the operator''s bounds (sessions.maxIdleTtl, sessions.allowNoIdleTtl, checked by the API). The idle sweep (50_expiry.sql) expires the Session at its idle clock plus this.';
--- label search: containment (equality, set membership) and existence; never changed by claims or
--- progress writes, so those stay HOT updates
-CREATE INDEX sessions_labels_idx ON sessionq.sessions USING gin (labels) WHERE state <> 'DELETED';
+
+CREATE OR REPLACE FUNCTION sessionq.label_keys(p_labels jsonb) RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT ARRAY(SELECT jsonb_object_keys(p_labels))
+$$;
+COMMENT ON FUNCTION sessionq.label_keys(jsonb) IS
+  'The keys of a label map, as an array: what sessions_label_keys_idx indexes, so that an existence requirement (a selector''s key alone) reads an index.';
+
+-- label search, two GIN indexes of the live labelled Sessions (a Session without labels has no
+-- entry, so its creation writes none): the key-value pairs (jsonb_path_ops: one entry a pair, so
+-- `team=rare` reads the posting list of that pair alone, where jsonb_ops intersects the lists of
+-- the key `team`, which every labelled Session may have, and of the value `rare`), and the keys
+-- (existence). Never changed by claims or progress writes, so those stay HOT updates.
+-- session_filter_sql adds `labels <> '{}'` to a filter with a positive requirement, which lets
+-- the planner use them.
+CREATE INDEX sessions_label_pairs_idx ON sessionq.sessions USING gin (labels jsonb_path_ops)
+  WHERE state <> 'DELETED' AND labels <> '{}'::jsonb;
+CREATE INDEX sessions_label_keys_idx ON sessionq.sessions USING gin (sessionq.label_keys(labels))
+  WHERE state <> 'DELETED' AND labels <> '{}'::jsonb;
 -- search by Agent: one Agent's live Sessions in id order
 CREATE INDEX sessions_agent_idx ON sessionq.sessions (agent_namespace, agent_name, id) WHERE state <> 'DELETED';
 
@@ -169,10 +187,12 @@ $$;
 COMMENT ON FUNCTION sessionq.actor_state(sessionq.sessions) IS
   'The state of a Session''s Actor as the row knows it: running (READY with a turn admitted, running or settling, or an idle boundary not yet quiesced), suspended (SUSPENDED, or READY and quiesced between turns), NULL while the Session is created or deleted. paused is never answered: sessionq quiesces by suspending.';
 
-CREATE OR REPLACE FUNCTION sessionq.session_filter_sql(p_caller text, p_all_creators boolean, p_filter jsonb)
-RETURNS text LANGUAGE plpgsql IMMUTABLE AS $$
+CREATE OR REPLACE FUNCTION sessionq.session_filter_sql(
+  p_caller text, p_share_hash text, p_all_creators boolean, p_filter jsonb
+) RETURNS text LANGUAGE plpgsql STABLE AS $$
 DECLARE
   v_parts text[] := ARRAY['t.kind = ''session''', 't.state <> ''DELETED'''];
+  v_shared uuid[];
   v_req jsonb;
   v_key text;
   v_terms text[];
@@ -180,7 +200,14 @@ DECLARE
   f jsonb := coalesce(p_filter, '{}'::jsonb);
 BEGIN
   IF NOT p_all_creators THEN
-    v_parts := v_parts || format('t.creator = %L', p_caller);
+    -- get_session's rule (sessionq.access): the caller's own, and the Session an unexpired share
+    -- token the caller presents grants (read or write); its ids are read first and quoted, so the
+    -- condition is a range of the creator index or'ed with primary-key lookups
+    v_shared := ARRAY(SELECT sh.session_id FROM sessionq.session_shares sh
+                       WHERE p_share_hash IS NOT NULL AND sh.token_hash = p_share_hash
+                         AND (sh.expires_at IS NULL OR sh.expires_at > clock_timestamp()));
+    v_parts := v_parts || CASE WHEN cardinality(v_shared) = 0 THEN format('t.creator = %L', p_caller)
+                               ELSE format('(t.creator = %L OR t.id = ANY (%L::uuid[]))', p_caller, v_shared) END;
   END IF;
   IF f ? 'creator' THEN
     v_parts := v_parts || format('t.creator = %L', f ->> 'creator');
@@ -211,6 +238,10 @@ BEGIN
   IF f ? 'active_before' THEN
     v_parts := v_parts || format('greatest(t.created_at, t.last_event_at) < %L::timestamptz', f ->> 'active_before');
   END IF;
+  IF EXISTS (SELECT FROM jsonb_array_elements(coalesce(f -> 'selector', '[]')) r WHERE r ->> 'op' IN ('in', 'exists')) THEN
+    -- implied by the requirement, said for the planner: the label indexes hold labelled Sessions only
+    v_parts := v_parts || 't.labels <> ''{}''::jsonb'::text;
+  END IF;
   FOR v_req IN SELECT r FROM jsonb_array_elements(coalesce(f -> 'selector', '[]')) r LOOP
     v_key := v_req ->> 'key';
     v_terms := ARRAY(SELECT format('t.labels @> %L::jsonb', jsonb_build_object(v_key, x)::text)
@@ -219,18 +250,18 @@ BEGIN
     v_parts := v_parts || CASE v_req ->> 'op'
       WHEN 'in' THEN v_value
       WHEN 'notin' THEN 'NOT ' || v_value
-      WHEN 'exists' THEN format('t.labels ? %L', v_key)
+      WHEN 'exists' THEN format('sessionq.label_keys(t.labels) @> %L::text[]', ARRAY[v_key])
       WHEN 'notexists' THEN format('NOT t.labels ? %L', v_key)
       ELSE 'false'
     END;
   END LOOP;
   RETURN array_to_string(v_parts, ' AND ');
 END $$;
-COMMENT ON FUNCTION sessionq.session_filter_sql(text, boolean, jsonb) IS
-  'The WHERE condition over sessions t of a fleet filter (every value quoted as a literal, so each search is planned with its values and a selective filter reads an index): live Sessions of p_caller (p_all_creators: of everyone), and the filter''s {creator, namespace, agent, states[], actor_states[] (actor_state), created_after/before, active_after/before (the idle clock), selector[] of {key, op: in|notin|exists|notexists, values[]}} (equality is in with one value; notin also matches a Session without the key, as in Kubernetes).';
+COMMENT ON FUNCTION sessionq.session_filter_sql(text, text, boolean, jsonb) IS
+  'The WHERE condition over sessions t of a fleet filter (every value quoted as a literal, so each search is planned with its values and a selective filter reads an index): live Sessions p_caller may read by get_session''s rule (its own, and the one an unexpired share with token hash p_share_hash grants; NULL: its own only) or, p_all_creators, everyone''s; and the filter''s {creator, namespace, agent, states[], actor_states[] (actor_state), created_after/before, active_after/before (the idle clock), selector[] of {key, op: in|notin|exists|notexists, values[]}} (equality is in with one value; notin also matches a Session without the key, as in Kubernetes).';
 
 CREATE OR REPLACE FUNCTION sessionq.search_sessions(
-  p_caller text, p_all_creators boolean, p_filter jsonb, p_after uuid, p_limit integer
+  p_caller text, p_share_hash text, p_all_creators boolean, p_filter jsonb, p_after uuid, p_limit integer
 ) RETURNS SETOF jsonb LANGUAGE plpgsql STABLE AS $$
 BEGIN
   -- the page's ids first, then the rows of those ids: the rows are turned into JSON for the page
@@ -238,22 +269,47 @@ BEGIN
   RETURN QUERY EXECUTE format(
     'SELECT to_jsonb(s) FROM (SELECT t.id FROM sessionq.sessions t WHERE %s AND t.id > %L::uuid ORDER BY t.id LIMIT %s) p'
     ' JOIN sessionq.sessions s ON s.id = p.id ORDER BY s.id',
-    sessionq.session_filter_sql(p_caller, p_all_creators, p_filter),
+    sessionq.session_filter_sql(p_caller, p_share_hash, p_all_creators, p_filter),
     coalesce(p_after, '00000000-0000-0000-0000-000000000000'::uuid), greatest(p_limit, 0));
 END $$;
-COMMENT ON FUNCTION sessionq.search_sessions(text, boolean, jsonb, uuid, integer) IS
-  'A page of the Sessions a fleet filter matches (session_filter_sql), in id order after p_after: ListSessions'' cursor rule (callers ask limit+1 rows to know whether a next page exists). Reads change nothing.';
+COMMENT ON FUNCTION sessionq.search_sessions(text, text, boolean, jsonb, uuid, integer) IS
+  'A page of the Sessions a fleet filter matches among those the caller may read (session_filter_sql: its own and the one its share token grants, or everyone''s), in id order after p_after: ListSessions'' cursor rule (callers ask limit+1 rows to know whether a next page exists). Reads change nothing.';
 
-CREATE OR REPLACE FUNCTION sessionq.count_sessions(p_caller text, p_all_creators boolean, p_filter jsonb)
-RETURNS bigint LANGUAGE plpgsql STABLE AS $$
+CREATE OR REPLACE FUNCTION sessionq.search_session_views(
+  p_caller text, p_share_hash text, p_all_creators boolean, p_filter jsonb, p_after uuid, p_limit integer
+) RETURNS TABLE (
+  ord integer, id text, creator text, revision_id text, agent_namespace text, agent_name text, state text,
+  operation text, name text, created_us bigint, updated_us bigint, failure_reason text, failure_message text,
+  quiescence_failure jsonb, labels jsonb, idle_ttl double precision, actor_state text, active_us bigint
+) LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  -- the page's ids first (a top-N sort of the matches' ids), then what SearchSessions shows of
+  -- those rows only, as plain columns: no row is turned into JSON
+  RETURN QUERY EXECUTE format(
+    'SELECT (row_number() OVER (ORDER BY s.id))::integer, s.id::text, s.creator, s.revision_id::text,'
+    ' s.agent_namespace, s.agent_name, s.state, s.operation, s.name,'
+    ' (extract(epoch FROM s.created_at) * 1000000)::bigint, (extract(epoch FROM s.updated_at) * 1000000)::bigint,'
+    ' s.failure_reason, s.failure_message, s.quiescence_failure, s.labels, s.idle_ttl, sessionq.actor_state(s),'
+    ' (extract(epoch FROM greatest(s.created_at, s.last_event_at)) * 1000000)::bigint'
+    ' FROM (SELECT t.id FROM sessionq.sessions t WHERE %s AND t.id > %L::uuid ORDER BY t.id LIMIT %s) p'
+    ' JOIN sessionq.sessions s ON s.id = p.id ORDER BY s.id',
+    sessionq.session_filter_sql(p_caller, p_share_hash, p_all_creators, p_filter),
+    coalesce(p_after, '00000000-0000-0000-0000-000000000000'::uuid), greatest(p_limit, 0));
+END $$;
+COMMENT ON FUNCTION sessionq.search_session_views(text, text, boolean, jsonb, uuid, integer) IS
+  'search_sessions answering only what SearchSessions shows of each row, as columns (get_session_views'' and the fleet''s: labels, own idle TTL, actor_state, the idle clock in microseconds since the epoch), with its position on the page from 1: the same rows as search_sessions with the same arguments. Reads change nothing.';
+
+CREATE OR REPLACE FUNCTION sessionq.count_sessions(
+  p_caller text, p_share_hash text, p_all_creators boolean, p_filter jsonb
+) RETURNS bigint LANGUAGE plpgsql STABLE AS $$
 DECLARE
   v_count bigint;
 BEGIN
   EXECUTE format('SELECT count(*) FROM sessionq.sessions t WHERE %s',
-                 sessionq.session_filter_sql(p_caller, p_all_creators, p_filter)) INTO v_count;
+                 sessionq.session_filter_sql(p_caller, p_share_hash, p_all_creators, p_filter)) INTO v_count;
   RETURN v_count;
 END $$;
-COMMENT ON FUNCTION sessionq.count_sessions(text, boolean, jsonb) IS
+COMMENT ON FUNCTION sessionq.count_sessions(text, text, boolean, jsonb) IS
   'How many Sessions the fleet filter matches: the same condition as search_sessions (session_filter_sql).';
 
 -- bulk actions -------------------------------------------------------------------------------------
@@ -334,7 +390,7 @@ BEGIN
   END IF;
   INSERT INTO sessionq.bulk_actions (caller, request_id, kind, filter, all_creators, idle_ttl, upto, matched)
   VALUES (p_caller, p_request_id, p_kind, coalesce(p_filter, '{}'), p_all_creators, p_idle_ttl, sessionq.uuid_v7(),
-          sessionq.count_sessions(p_caller, p_all_creators, p_filter))
+          sessionq.count_sessions(p_caller, NULL, p_all_creators, p_filter))
   ON CONFLICT ON CONSTRAINT bulk_actions_request_unique DO NOTHING
   RETURNING * INTO b;
   IF NOT FOUND THEN  -- a concurrent twin won
@@ -366,7 +422,7 @@ BEGIN
   END IF;
   FOR r IN EXECUTE format(
     'SELECT t.id, t.creator FROM sessionq.sessions t WHERE %s AND t.id > %L::uuid AND t.id <= %L::uuid ORDER BY t.id LIMIT %s',
-    sessionq.session_filter_sql(b.caller, b.all_creators, b.filter),
+    sessionq.session_filter_sql(b.caller, NULL, b.all_creators, b.filter),
     coalesce(b.position, '00000000-0000-0000-0000-000000000000'::uuid), b.upto, p_limit)
   LOOP
     v_rows := v_rows + 1;

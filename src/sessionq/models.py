@@ -349,8 +349,9 @@ class SessionView(NamedTuple):
     the enums' names. `Session.view()` derives it from a Session; GetSession and ListSessions read
     it directly (sessionq.get_session_views, sessionq.list_session_views: one column per field, of
     the field's name), so the reads that serve most requests decode these dozen columns only.
-    A field the answer shows is added here, to `Session.view()`, to those two functions and to
-    session_to_proto (tests/sessions/test_session_proto.py checks the functions' columns)."""
+    A field the answer shows is added here, to `Session.view()`, to those two functions, to the
+    fleet's search_session_views and to session_to_proto (tests/sessions/test_session_proto.py and
+    tests/fleet/test_search_api.py check the functions' columns)."""
 
     id: str
     creator: str
@@ -365,6 +366,17 @@ class SessionView(NamedTuple):
     failure_reason: str | None
     failure_message: str | None
     quiescence_failure: dict[str, Any] | None
+
+
+class FleetSessionView(NamedTuple):
+    """What SearchSessions shows of a Session (sessionq.search_session_views' columns): the
+    SessionView and what the fleet adds beside it."""
+
+    view: SessionView
+    labels: dict[str, str]
+    idle_ttl: float | None  # seconds (None: sessions.idleTtl)
+    actor_state: str | None  # ActorState's value, None while created or deleted
+    active_us: int  # the idle clock (the later of creation and the newest stored event), µs since the epoch
 
 
 @dataclass(frozen=True)

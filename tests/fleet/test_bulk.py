@@ -66,7 +66,7 @@ async def test_bulk_suspend_by_selector_reports_busy_sessions(store, sim):
     await OperationExecutor(store, sim, 120).run(other.session.id)
     await turn_by_store(store, sim, billing[0], settle=False)  # a running turn: busy, reported, not forced
     flt = {"selector": [{"key": "team", "op": "in", "values": ["billing"]}]}
-    assert await store.count_sessions("alice", False, flt) == 12
+    assert await store.count_sessions("alice", None, False, flt) == 12
     action = await store.start_bulk_action("alice", "bulk-1", False, BulkActionKind.SUSPEND, flt, None)
     assert action.matched == 12 and action.state == BulkActionState.RUNNING
     again = await store.start_bulk_action("alice", "bulk-1", False, BulkActionKind.SUSPEND, flt, None)

@@ -57,8 +57,21 @@ def populate(conn: psycopg.Connection[Any], n: int, seed: int = 7) -> list[dict[
               "user_requested" if r["state"] in ("DELETED", "DELETING") else None)
              for i, r in enumerate(rows)],
         )
+    # shares (get_session's rule): tok-live grants one of alice's live Sessions, tok-expired one of
+    # carol's but has expired, tok-deleted one of bob's DELETED Sessions (invisible to everyone)
+    live = next(r for r in rows if r["creator"] == "alice" and r["state"] == "READY")
+    carols = next(r for r in rows if r["creator"] == "carol" and r["state"] == "READY")
+    deleted = next(r for r in rows if r["creator"] == "bob" and r["state"] == "DELETED")
+    for token, r, expires in (("tok-live", live, None), ("tok-expired", carols, NOW),
+                              ("tok-deleted", deleted, None)):
+        conn.execute("INSERT INTO sessionq.session_shares (session_id, permission, token_hash, created_by, expires_at)"
+                     " VALUES (%s, 'READ_ONLY', %s, %s, %s)", (r["id"], token, r["creator"], expires))
+        SHARES[token] = r["id"] if expires is None else None
     conn.execute("ANALYZE sessionq.sessions")
     return rows
+
+
+SHARES: dict[str, uuid.UUID | None] = {}  # token hash -> the Session it grants (None: expired)
 
 
 def actor_state(r: dict[str, Any]) -> str | None:
@@ -69,14 +82,16 @@ def actor_state(r: dict[str, Any]) -> str | None:
     return "running" if r["running"] else "suspended"
 
 
-def brute_force(rows: list[dict[str, Any]], caller: str, all_creators: bool, f: dict[str, Any]) -> list[uuid.UUID]:
+def brute_force(rows: list[dict[str, Any]], caller: str, share: str | None, all_creators: bool,
+                f: dict[str, Any]) -> list[uuid.UUID]:
     selector = parse_selector(f.get("selector_text", ""))
+    shared = SHARES.get(share) if share else None
     out = []
     for r in rows:
         clock = max(r["created_at"], r["last_event_at"] or r["created_at"])
         if (
             r["state"] == "DELETED"
-            or (not all_creators and r["creator"] != caller)
+            or (not all_creators and r["creator"] != caller and r["id"] != shared)
             or ("creator" in f and r["creator"] != f["creator"])
             or ("namespace" in f and (r["namespace"], r["agent"]) != (f["namespace"], f["agent"]))
             or (f.get("states") and r["state"] not in f["states"])
@@ -151,37 +166,41 @@ def population(pg_admin_url, template_database):
 
 @pytest.mark.clause("FLEET-2")
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(f=FILTERS, who=st.sampled_from([("alice", False), ("bob", False), ("admin", True)]))
+@given(f=FILTERS, who=st.sampled_from([("alice", None, False), ("bob", None, False), ("admin", None, True),
+                                       ("bob", "tok-live", False), ("alice", "tok-expired", False),
+                                       ("carol", "tok-deleted", False), ("carol", "tok-unknown", False)]))
 def test_search_and_count_agree_with_a_brute_force_filter(population, f, who):
+    """Over what the caller may read: its own, the Session its share token grants (unexpired, live),
+    everyone's for an administrator asking for it."""
     url, rows = population
     if "agent_ref" in f:
         f["namespace"], f["agent"] = f["agent_ref"]
-    caller, all_creators = who
+    caller, share, all_creators = who
     sql_filter = as_sql_filter(f)
     if "namespace" in f:
         sql_filter["namespace"], sql_filter["agent"] = f["namespace"], f["agent"]
-    expected = brute_force(rows, caller, all_creators, f)
+    expected = brute_force(rows, caller, share, all_creators, f)
     with psycopg.connect(url) as conn:
         found: list[uuid.UUID] = []
         after = None
         while True:  # page through with ListSessions' cursor rule: after the last id, limit + 1
             page = [uuid.UUID(r[0]["id"]) for r in conn.execute(
-                "SELECT p FROM sessionq.search_sessions(%s, %s, %s, %s, %s) p",
-                (caller, all_creators, Jsonb(sql_filter), after, 101)).fetchall()]
+                "SELECT p FROM sessionq.search_sessions(%s, %s, %s, %s, %s, %s) p",
+                (caller, share, all_creators, Jsonb(sql_filter), after, 101)).fetchall()]
             found += page[:100]
             if len(page) <= 100:
                 break
             after = page[99]
-        counted = conn.execute("SELECT sessionq.count_sessions(%s, %s, %s)",
-                               (caller, all_creators, Jsonb(sql_filter))).fetchone()[0]
+        counted = conn.execute("SELECT sessionq.count_sessions(%s, %s, %s, %s)",
+                               (caller, share, all_creators, Jsonb(sql_filter))).fetchone()[0]
     assert found == expected
     assert counted == len(expected)
 
 
 @pytest.mark.clause("FLEET-2")
 def test_a_selective_label_filter_reads_the_index(database_url):
-    """A label that 20 of 30,000 Sessions carry: the page and the count read sessions_labels_idx
-    (a bitmap of the few matches), never the whole table."""
+    """A label that 20 of 30,000 Sessions carry: the page and the count read sessions_label_pairs_idx
+    (a bitmap of the few matches), never the whole table; a key that 20 carry, sessions_label_keys_idx."""
     with psycopg.connect(database_url, autocommit=True) as conn:
         rev = conn.execute(
             "INSERT INTO sessionq.revisions (agent_namespace, agent_name, number, spec, spec_hash, image,"
@@ -192,18 +211,23 @@ def test_a_selective_label_filter_reads_the_index(database_url):
             " agent_name, revision_id, state, operation, actor_atespace, actor_name, actor_template, labels)"
             " SELECT CASE WHEN g %% 2 = 0 THEN 'alice' ELSE 'bob' END, 'create', 'r' || g, 'f', 'kagent', 'a1', %s,"
             " 'READY', 'NONE', 'ns', 'session-' || g, 'ns/tpl',"
-            " CASE WHEN g %% 1500 = 0 THEN '{\"team\": \"rare\"}'::jsonb ELSE jsonb_build_object('team', 'common', 'n', (g %% 50)::text) END"
+            " CASE WHEN g %% 1500 = 0 THEN '{\"team\": \"rare\"}'::jsonb WHEN g %% 1500 = 1 THEN '{\"odd\": \"\"}'::jsonb"
+            " WHEN g %% 7 = 0 THEN '{}'::jsonb ELSE jsonb_build_object('team', 'common', 'n', (g %% 50)::text) END"
             " FROM generate_series(1, 30000) g", (rev,))
         conn.execute("ANALYZE sessionq.sessions")
-        for all_creators in (True, False):
-            sql = conn.execute("SELECT sessionq.session_filter_sql('alice', %s, %s)",
-                               (all_creators, Jsonb({"selector": [r.to_json() for r in parse_selector("team=rare")]}))
+        for all_creators, selector, index in ((True, "team=rare", "sessions_label_pairs_idx"),
+                                              (False, "team=rare", "sessions_label_pairs_idx"),
+                                              (True, "team in (rare,gone)", "sessions_label_pairs_idx"),
+                                              (True, "odd", "sessions_label_keys_idx"),
+                                              (False, "odd,!n", "sessions_label_keys_idx")):
+            sql = conn.execute("SELECT sessionq.session_filter_sql('alice', NULL, %s, %s)",
+                               (all_creators, Jsonb({"selector": [r.to_json() for r in parse_selector(selector)]}))
                                ).fetchone()[0]
             for query in (f"SELECT t.id FROM sessionq.sessions t WHERE {sql} ORDER BY t.id LIMIT 51",
                           f"SELECT count(*) FROM sessionq.sessions t WHERE {sql}"):
                 plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + query).fetchall())
-                assert "sessions_labels_idx" in plan, plan
+                assert index in plan, (selector, plan)
                 assert "Seq Scan" not in plan, plan
-        n = conn.execute("SELECT sessionq.count_sessions('x', true, %s)",
+        n = conn.execute("SELECT sessionq.count_sessions('x', NULL, true, %s)",
                          (Jsonb({"selector": [{"key": "team", "op": "in", "values": ["rare"]}]}),)).fetchone()[0]
         assert n == 20

@@ -5,7 +5,7 @@ import pytest
 from fleet_agent import prepared_agent
 from lifecycle import count
 
-from sessionq._pb.kagent.api.v1alpha1 import common_pb2, runtime_pb2, sessions_pb2
+from sessionq._pb.kagent.api.v1alpha1 import common_pb2, runtime_pb2, sessions_pb2, sessions_pb2_grpc
 from sessionq._pb.sessionq.v1 import fleet_pb2, fleet_pb2_grpc
 
 AGENT = common_pb2.ResourceReference(namespace="kagent", name="my-first-agent")
@@ -94,3 +94,69 @@ async def test_search_count_and_bulk_over_grpc(api, store):
     assert got.action.processed == 3 and got.action.admitted + got.action.refused == 3
     assert (await code_of(fleet.GetBulkAction(fleet_pb2.GetBulkActionRequest(id=started.action.id),
                                               metadata=api.md("alice"), timeout=10)))[0] == grpc.StatusCode.NOT_FOUND
+
+
+@pytest.mark.clause("FLEET-2")
+async def test_search_and_count_include_what_a_share_grants(api, store):
+    """GetSession's rule: a non-administrator's search and count cover its own Sessions and the one
+    a share token it presents grants; another user's unshared Session stays invisible, as does a
+    revoked share's. A bulk action (and its dry run) stays on the caller's own Sessions."""
+    await prepared_agent(store)
+    fleet = fleet_pb2_grpc.FleetServiceStub(api.channel)
+    kagent = sessions_pb2_grpc.SessionServiceStub(api.channel)
+    ids = {}
+    for user, rid in (("alice", "shared"), ("alice", "private"), ("bob", "own")):
+        r = await fleet.CreateSession(fleet_pb2.CreateSessionRequest(
+            session=sessions_pb2.CreateSessionRequest(request_id=rid, agent=AGENT), labels={"team": "billing"}),
+            metadata=api.md(user), timeout=10)
+        ids[rid] = r.session.session.id
+    share = await kagent.CreateSessionShare(sessions_pb2.CreateSessionShareRequest(
+        session_id=ids["shared"], permission=sessions_pb2.SESSION_SHARE_PERMISSION_READ_ONLY),
+        metadata=api.md("alice"), timeout=10)
+    with_share = [*api.md("bob"), ("x-kagent-share-token", share.token)]
+    billing = fleet_pb2.SessionFilter(selector="team=billing")
+
+    async def seen(md, flt=billing):
+        r = await fleet.SearchSessions(fleet_pb2.SearchSessionsRequest(filter=flt), metadata=md, timeout=10)
+        n = await fleet.CountSessions(fleet_pb2.CountSessionsRequest(filter=flt), metadata=md, timeout=10)
+        found = [s.session.id for s in r.sessions]
+        assert n.count == len(found)
+        return found
+
+    # labels, a TTL and a turn's worth of idle clock differ between the Sessions: a page shows each
+    # as GetSession does (search_session_views' columns make the same message as the whole row)
+    await fleet.SetSessionIdleTtl(fleet_pb2.SetSessionIdleTtlRequest(session_id=ids["own"], idle_ttl={"seconds": 90}),
+                                  metadata=api.md("bob"), timeout=10)
+    page = await fleet.SearchSessions(fleet_pb2.SearchSessionsRequest(filter=billing), metadata=with_share, timeout=10)
+    for found in page.sessions:
+        got = await fleet.GetSession(fleet_pb2.GetSessionRequest(session_id=found.session.id), metadata=with_share,
+                                     timeout=10)
+        assert found == got.session
+    assert await seen(api.md("bob")) == [ids["own"]]  # alice's Sessions: not shared with this call
+    assert await seen(with_share) == sorted([ids["shared"], ids["own"]])  # never alice's private one
+    assert await seen(with_share, fleet_pb2.SessionFilter(selector="team=other")) == []  # the filter still holds
+    # a user with no Sessions of its own (an administrator not asking for every creator's): what
+    # the token grants, nothing else
+    assert await seen([*api.md("admin"), ("x-kagent-share-token", share.token)]) == [ids["shared"]]
+    assert await seen([*api.md("admin"), ("x-kagent-share-token", "not-a-token")]) == []
+    # a bulk action acts as the owner would: its dry run covers bob's own Session only
+    dry = await fleet.StartBulkAction(fleet_pb2.StartBulkActionRequest(
+        kind=fleet_pb2.BULK_ACTION_KIND_SUSPEND, filter=billing, dry_run=True), metadata=with_share, timeout=10)
+    assert dry.count == 1 and [s.session.id for s in dry.first_page] == [ids["own"]]
+    # revoked: invisible again
+    await kagent.RevokeSessionShare(sessions_pb2.RevokeSessionShareRequest(share_id=share.share.id),
+                                    metadata=api.md("alice"), timeout=10)
+    assert await seen(with_share) == [ids["own"]]
+
+
+async def test_search_session_views_answers_a_session_view_and_the_fleets_fields(aconn):
+    """SearchSessions reads its page by column name: search_session_views answers one column per
+    field of a SessionView, the fleet's four and `ord`, no more, so a field added to SessionView
+    (and to get_session_views, tests/sessions/test_session_proto.py) and not here fails."""
+    from sessionq.models import FleetSessionView, SessionView
+
+    cur = await aconn.execute("SELECT proargnames[pronargs + 1:] FROM pg_proc WHERE proname = 'search_session_views'"
+                              " AND pronamespace = 'sessionq'::regnamespace")
+    [(columns,)] = await cur.fetchall()
+    fleet = set(FleetSessionView._fields) - {"view"}
+    assert set(columns) == {"ord", *SessionView._fields, *fleet}

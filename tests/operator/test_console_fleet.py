@@ -1,10 +1,13 @@
 """The console's fleet pages over HTTP: a label search with its count, a bulk action started by an
-admin and followed on its page, a Session's labels, TTL and usage; a reader sees their own only."""
+admin and followed on its page, a Session's labels, TTL and usage; a reader sees their own only.
+In a real headless Chromium (Debian's, driven by Playwright): an admin edits a Session's labels and
+its idle TTL, bad input is refused with nothing changed, a reader has no form."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,12 +19,14 @@ from sessionq.console.server import ConsoleServer
 from sessionq.models import BulkActionState
 
 ADMIN, READER = "admin-token-123", "reader-token-456"
+CHROMIUM = "/usr/bin/chromium"
+HAVE_CHROMIUM = Path(CHROMIUM).exists()
 
 
 @pytest.fixture
 async def console(store: Any) -> AsyncIterator[str]:
     settings = config.defaults().with_overrides(**{"auth.tokens": {ADMIN: "ada", READER: "rita"},
-                                                   "auth.admins": ["ada"]})
+                                                   "auth.admins": ["ada"], "sessions.maxIdleTtl": 7 * 86400.0})
     server = ConsoleServer(settings, store.pool)
     await server.start("127.0.0.1:0")
     yield f"http://127.0.0.1:{server.port}"
@@ -61,3 +66,83 @@ async def test_label_search_bulk_action_and_usage_pages(console, store, sim):
         assert bulk_id in (await admin.get("/bulk")).text
     async with httpx.AsyncClient(base_url=console, cookies={"sessionq_console": READER}) as reader:
         assert (await reader.get(f"/bulk/{bulk_id}")).status_code == 404  # another user's action
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Any]:
+    if not HAVE_CHROMIUM:
+        pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as p:
+        b = await p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        yield b
+        await b.close()
+
+
+async def login(page: Any, base: str, token: str) -> None:
+    await page.goto(f"{base}/")
+    await page.fill("input[name=token]", token)
+    await page.click("button[type=submit]")
+    await page.wait_for_url(f"{base}/")
+
+
+@pytest.mark.clause("FLEET-1")
+@pytest.mark.clause("FLEET-3")
+async def test_an_admin_edits_labels_and_the_idle_ttl_in_a_browser(browser, console, store, sim, tmp_path):
+    s = await ready_session(store, sim, "r-edit", user="rita")
+    await store.set_session_labels(s.id, "rita", None, {"team": "billing", "tier": "gold"}, [])
+    admin = await browser.new_page()
+    await login(admin, console, ADMIN)
+    await admin.goto(f"{console}/sessions/{s.id}")
+
+    async def submit(form: str, value: str) -> str:
+        await admin.fill(f"#{form} input[type=text]", value)
+        await admin.click(f"#{form} button[type=submit]")
+        await admin.wait_for_selector(".flash")
+        return await admin.inner_text(".flash")
+
+    async def row() -> Any:
+        return await store.session_by_id(s.id)
+
+    # labels: set one, remove one, as the owner would (the Session stays rita's)
+    said = await submit("edit-labels", "env=prod tier-")
+    assert "set by ada: env=prod, team=billing" in said, said
+    assert (await row()).labels == {"team": "billing", "env": "prod"}
+    assert "env=prod" in await admin.inner_text("table >> nth=1")
+    # bad input: refused with a short message, nothing written
+    for bad, words in (("Bad_/x=1", "is not valid"), ("justakey", "expected KEY=VALUE"), ("k=" + "v" * 64, "value")):
+        said = await submit("edit-labels", bad)
+        assert words in said and len(said) < 300, said
+        assert (await row()).labels == {"team": "billing", "env": "prod"}
+    # the idle TTL: within sessions.maxIdleTtl (7d here), then back to the default
+    said = await submit("edit-ttl", "3d")
+    assert "idle TTL of session" in said and "259200s" in said, said
+    assert (await row()).idle_ttl == 3 * 86400
+    assert await admin.input_value("#edit-ttl input[type=text]") == "259200s"
+    for bad, words in (("8d", "sessions.maxIdleTtl"), ("0s", "sessions.allowNoIdleTtl"), ("soon", "not a duration")):
+        said = await submit("edit-ttl", bad)
+        assert words in said and len(said) < 300, said
+        assert (await row()).idle_ttl == 3 * 86400
+    said = await submit("edit-ttl", "")
+    assert "the default" in said and (await row()).idle_ttl is None
+    await admin.screenshot(path=str(tmp_path / "session-fleet.png"), full_page=True)
+
+    # a reader (the owner, not an admin) sees the labels and no form; a forged POST is refused
+    reader = await (await browser.new_context()).new_page()
+    await login(reader, console, READER)
+    await reader.goto(f"{console}/sessions/{s.id}")
+    assert "env=prod" in await reader.content()
+    assert await reader.locator("#edit-labels").count() == 0 and await reader.locator("#edit-ttl").count() == 0
+    async with httpx.AsyncClient(base_url=console, cookies={"sessionq_console": READER}) as http:
+        r = await http.post(f"/sessions/{s.id}/labels", data={"labels": "team=x", "csrf": "x"})
+        assert r.status_code == 403
+    async with httpx.AsyncClient(base_url=console, cookies={"sessionq_console": ADMIN}) as http:
+        r = await http.post(f"/sessions/{s.id}/ttl", data={"idle_ttl": "1d", "csrf": "stale"})
+        assert r.status_code == 403  # not this console's form
+        page = await http.get(f"/sessions/{s.id}")
+        csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', page.text).group(1)
+        r = await http.post("/sessions/0190a4b6-0000-7000-8000-000000000000/labels",
+                            data={"labels": "team=x", "csrf": csrf})
+        assert r.status_code == 303 and "not%20found" in r.headers["location"].replace("+", "%20"), r.headers
+    assert (await row()).labels == {"team": "billing", "env": "prod"} and (await row()).idle_ttl is None

@@ -1,8 +1,9 @@
 """sessionq.v1.FleetService: labels, a Session's own idle TTL, search and count, bulk actions
 (docs/fleet.md, schema/22_fleet.sql).
 
-Who sees what: search, count and bulk actions cover the caller's own Sessions (ListSessions' rule);
-`all_creators` (every creator's) is for administrators (`auth.admins`). Labels are read by whoever
+Who sees what: search and count cover the Sessions the caller may read (GetSession's rule: its own,
+and the one a share token it presents grants); bulk actions the caller's own (a share grants no
+lifecycle operation); `all_creators` (every creator's) is for administrators (`auth.admins`). Labels are read by whoever
 may read the Session and changed by its owner or a READ_WRITE share. An own idle TTL is bounded by
 the operator: at most `sessions.maxIdleTtl` (0s: no maximum), 0s (never) only with
 `sessions.allowNoIdleTtl`.
@@ -27,9 +28,19 @@ from sessionq.api.rpc import rpc
 from sessionq.api.sessions import await_generation, session_to_proto
 from sessionq.db.store import Store
 from sessionq.domain.labels import key_valid, parse_selector, value_valid
-from sessionq.models import ActorState, BulkAction, BulkActionKind, BulkActionState, Session, SessionState
+from sessionq.models import (
+    ActorState,
+    BulkAction,
+    BulkActionKind,
+    BulkActionState,
+    FleetSessionView,
+    Session,
+    SessionState,
+)
 
-MAX_LABELS = 32  # sessionq.check_labels' bounds, checked here first for a message without a round trip
+# sessionq.check_labels' bounds (the authority), checked here first for a message without a round
+# trip; tests/fleet/test_label_rules.py checks that both answer alike
+MAX_LABELS = 32
 MAX_LABEL_BYTES = 4096
 MAX_IDLE_TTL = 100 * 365 * 86400  # seconds: sessionq's own bound (a date PostgreSQL can hold)
 
@@ -42,8 +53,8 @@ _BULK_STATE_TO_PROTO = {s: fleet_pb2.BulkActionState.Value(f"BULK_ACTION_STATE_{
 
 
 def check_labels(labels: dict[str, str]) -> dict[str, str]:
-    """Kubernetes' key and value rules, a bounded count and size (sessionq.check_labels checks the
-    same again where they are stored)."""
+    """Kubernetes' key and value rules, a bounded count and size: the API's copy of
+    sessionq.check_labels, the authority, which checks them again where they are stored."""
     if len(labels) > MAX_LABELS:
         raise errors.invalid(f"a session has at most {MAX_LABELS} labels (got {len(labels)})")
     for key, value in labels.items():
@@ -92,6 +103,20 @@ def fleet_session(s: Session, actor_state: str | None) -> fleet_pb2.FleetSession
         msg.actor_state = _ACTOR_TO_PROTO[ActorState(actor_state)]
     clock = max(s.created_at, s.last_event_at) if s.last_event_at else s.created_at
     msg.last_activity_at.CopyFrom(ts(clock))
+    return msg
+
+
+def fleet_session_view(f: FleetSessionView) -> fleet_pb2.FleetSession:
+    """fleet_session of what SearchSessions reads of a Session (the same message for the same row:
+    tests/fleet/test_search_api.py)."""
+    msg = fleet_pb2.FleetSession(labels=f.labels or {})
+    session_to_proto(f.view, msg.session)
+    if f.idle_ttl is not None:
+        msg.idle_ttl.FromNanoseconds(round(f.idle_ttl * 1e9))
+    if f.actor_state:
+        msg.actor_state = _ACTOR_TO_PROTO[ActorState(f.actor_state)]
+    seconds, micros = divmod(f.active_us, 1_000_000)
+    msg.last_activity_at.seconds, msg.last_activity_at.nanos = seconds, micros * 1000
     return msg
 
 
@@ -213,10 +238,11 @@ class FleetService(fleet_pb2_grpc.FleetServiceServicer):
         who = self.auth.identify(context)
         limit = page_limit(request.page.limit)
         all_creators, filter_ = self.filter_of(who, request.filter)
-        rows = await self.store.search_sessions(who.user, all_creators, filter_, after_id(request.page), limit + 1)
-        response = fleet_pb2.SearchSessionsResponse(sessions=[fleet_session(s, a) for s, a in rows[:limit]])
+        rows = await self.store.search_session_views(who.user, who.share_hash, all_creators, filter_,
+                                                     after_id(request.page), limit + 1)
+        response = fleet_pb2.SearchSessionsResponse(sessions=[fleet_session_view(f) for f in rows[:limit]])
         response.page.SetInParent()
-        response.page.next_page_token = next_id_token([s for s, _ in rows], limit)
+        response.page.next_page_token = next_id_token([f.view for f in rows], limit)
         return response
 
     @rpc
@@ -225,7 +251,8 @@ class FleetService(fleet_pb2_grpc.FleetServiceServicer):
     ) -> fleet_pb2.CountSessionsResponse:
         who = self.auth.identify(context)
         all_creators, filter_ = self.filter_of(who, request.filter)
-        return fleet_pb2.CountSessionsResponse(count=await self.store.count_sessions(who.user, all_creators, filter_))
+        return fleet_pb2.CountSessionsResponse(count=await self.store.count_sessions(
+            who.user, who.share_hash, all_creators, filter_))
 
     @rpc
     async def StartBulkAction(
@@ -240,8 +267,10 @@ class FleetService(fleet_pb2_grpc.FleetServiceServicer):
         ttl = self._ttl(request) if kind == BulkActionKind.SET_IDLE_TTL else None
         all_creators, filter_ = self.filter_of(who, request.filter)
         if request.dry_run:
-            count = await self.store.count_sessions(who.user, all_creators, filter_)
-            rows = await self.store.search_sessions(who.user, all_creators, filter_, None, 50)
+            # what the action would act on: the caller's own Sessions (a share grants no lifecycle
+            # operation), or everyone's
+            count = await self.store.count_sessions(who.user, None, all_creators, filter_)
+            rows = await self.store.search_sessions(who.user, None, all_creators, filter_, None, 50)
             return fleet_pb2.StartBulkActionResponse(count=count, first_page=[fleet_session(s, a) for s, a in rows])
         if not request.request_id:
             raise errors.invalid("request_id is required (1 to 128 characters)")

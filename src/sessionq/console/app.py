@@ -44,13 +44,14 @@ from starlette.routing import Route
 from sessionq import errors
 from sessionq.config import Settings
 from sessionq.db.operator_store import JOB_STATUSES, SESSION_STATES, OperatorStore
-from sessionq.domain.labels import parse_selector
+from sessionq.domain.labels import key_valid, parse_assignments, parse_selector
 from sessionq.models import BulkActionKind
 
 COOKIE = "sessionq_console"
 MAX_FIELD = 200  # characters of any form field or search term accepted
-DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h)?$")
-UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$")
+UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+MAX_IDLE_TTL = 100 * 365 * 86400  # seconds: sessionq's own bound of an idle TTL (as the API's)
 
 
 class Refused(Exception):
@@ -110,6 +111,25 @@ def parse_duration(text: str, what: str) -> float | None:
     return value
 
 
+def parse_idle_ttl(text: str, max_ttl: float, allow_never: bool) -> float | None:
+    """A Session's own idle TTL from the form: `3d`, `12h`, `90m`, `0s` (never); empty: None (back
+    to sessions.idleTtl). Within the operator's bounds, as the API checks them."""
+    text = text.strip().lower()
+    if not text:
+        return None
+    m = DURATION.match(text)
+    if not m or not math.isfinite(float(m.group(1))):
+        raise Refused(f"idle TTL: {text[:20]!r} is not a duration like 3d, 12h or 90m (0s: never)")
+    ttl = float(m.group(1)) * UNITS[m.group(2)]
+    if ttl == 0 and not allow_never:
+        raise Refused("idle TTL: 0s (never expire) is not allowed here (sessions.allowNoIdleTtl)")
+    if max_ttl and ttl > max_ttl:
+        raise Refused(f"idle TTL: at most {max_ttl:g}s (sessions.maxIdleTtl)")
+    if ttl > MAX_IDLE_TTL:
+        raise Refused(f"idle TTL: at most {MAX_IDLE_TTL // 86400} days")
+    return ttl
+
+
 def field(form: Any, name: str, *, required: bool = False) -> str:
     value = form.get(name, "")
     if not isinstance(value, str):
@@ -127,6 +147,8 @@ class Console:
     def __init__(self, settings: Settings, pool: AsyncConnectionPool, local_user: str | None) -> None:
         self.tokens = dict(settings.auth.tokens)
         self.admins = set(settings.auth.admins)
+        self.max_idle_ttl = settings.sessions.max_idle_ttl
+        self.allow_no_idle_ttl = settings.sessions.allow_no_idle_ttl
         self.local_user = local_user
         self.ops = OperatorStore.from_pool(pool)
         self._key = secrets.token_bytes(32)
@@ -411,6 +433,32 @@ class Console:
             raise Refused(f"session {sid} not found", 404)
         return f"/sessions/{row['session_id']}", f"fork {row['session_id']} of turn {task_id} admitted by {user}"
 
+    async def edit_labels(self, request: Request, form: Any, user: str) -> tuple[str, str]:
+        """Change a Session's labels on behalf of its creator: kubectl's arguments, `KEY=VALUE` sets
+        and `KEY-` removes, separated by spaces (the owner's rules: sessionq.check_labels)."""
+        sid = session_id_of(request)
+        try:
+            sets, removes = parse_assignments(field(form, "labels", required=True).split())
+        except errors.SessionqError as e:
+            raise Refused(e.message) from None
+        if bad := next((k for k in removes if not key_valid(k)), None):
+            raise Refused(f"label key {bad[:80]!r} is not valid")
+        row = await self.ops.set_session_labels(sid, sets, removes)
+        if row is None:
+            raise Refused(f"session {sid} not found", 404)
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(row["labels"].items())) or "none"
+        return f"/sessions/{sid}", f"labels of session {sid} set by {user}: {shown}"
+
+    async def edit_idle_ttl(self, request: Request, form: Any, user: str) -> tuple[str, str]:
+        """Set a Session's own idle TTL on behalf of its creator, within the operator's bounds (empty:
+        back to sessions.idleTtl)."""
+        sid = session_id_of(request)
+        ttl = parse_idle_ttl(field(form, "idle_ttl"), self.max_idle_ttl, self.allow_no_idle_ttl)
+        if await self.ops.set_session_idle_ttl(sid, ttl) is None:
+            raise Refused(f"session {sid} not found", 404)
+        shown = "the default (sessions.idleTtl)" if ttl is None else "never" if ttl == 0 else f"{ttl:g}s"
+        return f"/sessions/{sid}", f"idle TTL of session {sid} set by {user}: {shown}"
+
     async def pause(self, request: Request, form: Any, user: str) -> tuple[str, str]:
         name = request.path_params["queue"]
         row = await self.ops.pause_queue(name, user, field(form, "reason"))
@@ -434,6 +482,13 @@ class Console:
         name = request.path_params["queue"]
         row = await self.ops.resume_queue(name, user)
         return "/queues", f"queue {name} " + ("resumed" if row["changed"] else "was not paused")
+
+
+def session_id_of(request: Request) -> UUID:
+    try:
+        return UUID(request.path_params["session_id"])
+    except ValueError:
+        raise Refused("not a session ID (a UUID)", 404) from None
 
 
 def fleet_filter(selector: str, state: str | None) -> dict[str, Any]:
@@ -479,6 +534,10 @@ def build_app(settings: Settings, pool: AsyncConnectionPool, *, local_user: str 
         Route("/workers/drain", c.action(c.drain, lambda r: "/workers"), methods=["POST"]),
         Route("/sessions/{session_id}/fork",
               c.action(c.fork_at_turn, lambda r: f"/sessions/{r.path_params['session_id']}"), methods=["POST"]),
+        Route("/sessions/{session_id}/labels",
+              c.action(c.edit_labels, lambda r: f"/sessions/{r.path_params['session_id']}"), methods=["POST"]),
+        Route("/sessions/{session_id}/ttl",
+              c.action(c.edit_idle_ttl, lambda r: f"/sessions/{r.path_params['session_id']}"), methods=["POST"]),
         Route("/queues/{queue}/pause", c.action(c.pause, lambda r: "/queues"), methods=["POST"]),
         Route("/queues/{queue}/resume", c.action(c.resume, lambda r: "/queues"), methods=["POST"]),
     ]

@@ -433,11 +433,11 @@ class OperatorStore:
             " p -> 'labels' AS labels,"
             " sessionq.actor_state(jsonb_populate_record(NULL::sessionq.sessions, p)) AS actor_state,"
             " (p ->> 'created_at')::timestamptz AS created_at"
-            " FROM sessionq.search_sessions(%s, %s, %s, NULL, %s) p",
+            " FROM sessionq.search_sessions(%s, NULL, %s, %s, NULL, %s) p",
             (viewer or "", viewer is None, Jsonb(filter_), limit))
 
     async def fleet_count(self, filter_: dict[str, Any], viewer: str | None) -> int:
-        row = await self._one("SELECT sessionq.count_sessions(%s, %s, %s) AS n",
+        row = await self._one("SELECT sessionq.count_sessions(%s, NULL, %s, %s) AS n",
                               (viewer or "", viewer is None, Jsonb(filter_)))
         return int(row["n"]) if row else 0
 
@@ -466,6 +466,22 @@ class OperatorStore:
             "SELECT session_id, code, message FROM sessionq.bulk_action_items WHERE bulk_id = %s"
             " ORDER BY session_id LIMIT 500", (bulk_id,))
         return action, items
+
+    async def set_session_labels(self, session_id: UUID, set_labels: dict[str, str], remove: list[str]) -> Row | None:
+        """Change a Session's labels on behalf of its creator (sessionq.set_session_labels, as the
+        owner calls it: the same rules, checked by check_labels): the Session's new labels, or None
+        when there is no such Session."""
+        return await self._one(
+            "SELECT sessionq.set_session_labels(s.id, s.creator, NULL, %s, %s) -> 'labels' AS labels"
+            " FROM sessionq.sessions s WHERE s.id = %s", (Jsonb(set_labels), remove, session_id))
+
+    async def set_session_idle_ttl(self, session_id: UUID, idle_ttl: float | None) -> Row | None:
+        """Set a Session's own idle TTL on behalf of its creator (sessionq.set_session_idle_ttl; None:
+        back to sessions.idleTtl, 0: never; the caller checked the operator's bounds), or None when
+        there is no such Session."""
+        return await self._one(
+            "SELECT sessionq.set_session_idle_ttl(s.id, s.creator, NULL, %s) ->> 'idle_ttl' AS idle_ttl"
+            " FROM sessionq.sessions s WHERE s.id = %s", (idle_ttl, session_id))
 
     async def start_bulk_action(self, by: str, request_id: str, kind: str, filter_: dict[str, Any]) -> Row:
         """An admin's bulk action over every creator's matching Sessions (sessionq.start_bulk_action)."""

@@ -4,6 +4,11 @@ A selector is Kubernetes' syntax: requirements separated by commas, each `key`, 
 `key=value` (or `==`), `key!=value`, `key in (a,b)` or `key notin (a,b)`. `parse_selector` turns it
 into the requirement list of a fleet filter (sessionq.session_filter_sql in schema/22_fleet.sql),
 checking keys and values by the same rules as stored labels (sessionq.check_labels).
+
+The label rules' authority is the database's (sessionq.label_key_valid, label_value_valid,
+check_labels: every stored label passes them); `key_valid` and `value_valid` are the API's copy, so
+bad input is answered without a round trip, and tests/fleet/test_label_rules.py checks that the
+copy answers as the authority does.
 """
 
 from __future__ import annotations

@@ -8,7 +8,17 @@ from uuid import UUID
 from psycopg.types.json import Jsonb
 
 from sessionq.db.stores.base import StoreBase
-from sessionq.models import Admission, BulkAction, BulkActionItem, BulkActionKind, Session
+from sessionq.models import (
+    Admission,
+    BulkAction,
+    BulkActionItem,
+    BulkActionKind,
+    FleetSessionView,
+    Session,
+    SessionView,
+)
+
+_VIEW_FIELDS = SessionView._fields
 
 
 class FleetStore(StoreBase):
@@ -51,19 +61,37 @@ class FleetStore(StoreBase):
         return Session.from_json(row["s"]), row["actor_state"]
 
     async def search_sessions(
-        self, caller: str, all_creators: bool, filter_: dict[str, Any], after: UUID | None, limit: int
+        self, caller: str, share_hash: str | None, all_creators: bool, filter_: dict[str, Any], after: UUID | None,
+        limit: int,
     ) -> list[tuple[Session, str | None]]:
-        """A page of the Sessions the filter matches (id order after `after`), each with its Actor's state."""
+        """A page of the Sessions the filter matches among those the caller may read (its own, the
+        one its share token grants; everyone's with all_creators), id order after `after`, each
+        with its Actor's state."""
         rows = await self._rows(
             "SELECT p AS s, sessionq.actor_state(jsonb_populate_record(NULL::sessionq.sessions, p)) AS actor_state"
-            " FROM sessionq.search_sessions(%s, %s, %s, %s, %s) p",
-            (caller, all_creators, Jsonb(filter_), after, limit),
+            " FROM sessionq.search_sessions(%s, %s, %s, %s, %s, %s) p",
+            (caller, share_hash, all_creators, Jsonb(filter_), after, limit),
         )
         return [(Session.from_json(r["s"]), r["actor_state"]) for r in rows]
 
-    async def count_sessions(self, caller: str, all_creators: bool, filter_: dict[str, Any]) -> int:
+    async def search_session_views(
+        self, caller: str, share_hash: str | None, all_creators: bool, filter_: dict[str, Any], after: UUID | None,
+        limit: int,
+    ) -> list[FleetSessionView]:
+        """search_sessions' page as what SearchSessions shows of each row (sessionq.search_session_views:
+        the same rows, plain columns, no JSON of the rows)."""
+        rows = await self._rows(
+            "SELECT * FROM sessionq.search_session_views(%s, %s, %s, %s, %s, %s)",
+            (caller, share_hash, all_creators, Jsonb(filter_), after, limit),
+        )
+        return [FleetSessionView(SessionView(*(r[f] for f in _VIEW_FIELDS)), r["labels"], r["idle_ttl"],
+                                 r["actor_state"], r["active_us"]) for r in rows]
+
+    async def count_sessions(
+        self, caller: str, share_hash: str | None, all_creators: bool, filter_: dict[str, Any]
+    ) -> int:
         return int(await self._value(
-            "SELECT sessionq.count_sessions(%s, %s, %s)", (caller, all_creators, Jsonb(filter_))
+            "SELECT sessionq.count_sessions(%s, %s, %s, %s)", (caller, share_hash, all_creators, Jsonb(filter_))
         ))
 
     async def start_bulk_action(
