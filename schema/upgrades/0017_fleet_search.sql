@@ -1,4 +1,4 @@
--- Upgrade 0019_fleet_search: the fleet's search and count over what the caller may read, and a
+-- Upgrade 0017_fleet_search: the fleet's search and count over what the caller may read, and a
 -- selective label search read from indexes of the pairs and the keys.
 --
 -- Applied by its revision only, to a database whose schema was installed before it; a database
