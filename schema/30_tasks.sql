@@ -976,15 +976,31 @@ CREATE OR REPLACE FUNCTION sessionq.finish_idle_many(p_items jsonb) RETURNS json
 LANGUAGE plpgsql AS $$
 DECLARE
   i jsonb;
+  v_pin jsonb;
+  v_pinned boolean;
   out jsonb := '{}'::jsonb;
 BEGIN
   -- in Session id order, so that two batches never wait on each other's rows crosswise
   FOR i IN SELECT e FROM jsonb_array_elements(p_items) e ORDER BY e ->> 'session' LOOP
-    out := out || jsonb_build_object(i ->> 'session', sessionq.record_idle_outcome(
-             (i ->> 'session')::uuid, (i ->> 'boundary')::uuid, (i ->> 'executor')::uuid,
-             coalesce(i -> 'snapshot', '{}'::jsonb)));
+    v_pin := i -> 'pin';
+    v_pinned := NULL;
+    IF v_pin IS NOT NULL THEN
+      -- the turn pin this attempt tagged, first (40_checkpoints.sql), as its holder only
+      PERFORM 1 FROM sessionq.sessions WHERE id = (i ->> 'session')::uuid FOR UPDATE;
+      v_pinned := EXISTS (SELECT 1 FROM sessionq.turn_snapshots t
+                           WHERE t.id = (v_pin ->> 'id')::uuid AND t.executor_id = (v_pin ->> 'executor')::uuid
+                             AND t.state = 'PINNING');
+      IF v_pinned THEN
+        PERFORM sessionq.finish_turn_pin((v_pin ->> 'id')::uuid, (v_pin ->> 'executor')::uuid, v_pin ->> 'failure',
+                                         v_pin ->> 'tag_uri', (v_pin ->> 'keep')::integer);
+      END IF;
+    END IF;
+    out := out || jsonb_build_object(i ->> 'session', jsonb_build_object(
+             'row', sessionq.record_idle_outcome((i ->> 'session')::uuid, (i ->> 'boundary')::uuid,
+                                                (i ->> 'executor')::uuid, coalesce(i -> 'snapshot', '{}'::jsonb)),
+             'pinned', v_pinned));
   END LOOP;
   RETURN out;
 END $$;
 COMMENT ON FUNCTION sessionq.finish_idle_many(jsonb) IS
-  'finish_idle for several claims in one transaction: p_items is an array of {session, boundary, executor, snapshot}; returns an object from each Session id to its row, or to null where that executor does not hold the claim (nothing is recorded for it; the others are).';
+  'finish_idle for several claims in one transaction: p_items is an array of {session, boundary, executor, snapshot, pin}, pin (optional) being the turn pin the attempt tagged, {id, executor, failure, tag_uri, keep}: finished first as finish_turn_pin does when that executor still holds it. Returns an object from each Session id to {row: the Session, or null where that executor does not hold the idle claim (nothing recorded for it; the others are), pinned: whether the pin was finished (false: it was not held, its tag should go; null: no pin)}.';

@@ -45,7 +45,7 @@ from sessionq.db.notify import Channel
 from sessionq.db.retry import with_db_retry
 from sessionq.db.store import Store
 from sessionq.domain.snapshots import IdentityMismatch, pick_snapshot
-from sessionq.domain.turn_snapshots import pin_turn
+from sessionq.domain.turn_snapshots import PinToFinish, finish_pin, pin_lost, pin_recorded, tag_turn
 from sessionq.errors import conflict
 from sessionq.models import QuiescenceFailureReason, Session, SnapshotState
 from sessionq.runtime.base import (
@@ -121,7 +121,7 @@ class QuiescencePool:
         self.resolutions = 0  # uncertain claims taken over by this pool
         self.queries = 0  # claim attempts + blocked checks made by this pool
         self._next_lapse_scan = 0.0  # monotonic time of the next recovery scan for lapsed claims
-        self.outcomes = _Outcomes(store)
+        self.outcomes = _Outcomes(store, runtime)
 
     async def run(self, stop: asyncio.Event) -> None:
         listener = None
@@ -279,9 +279,11 @@ class QuiescencePool:
             retry_after = min(self.retry_first * 2 ** (session.idle_attempts or 0), self.retry_max)
             await self._attempt_failed(session, reason, message, attempt, retry_after=retry_after)
             return None
+        pin = None
         if self.turn_snapshots > 0:  # under the idle claim, before the next turn may resume the Actor
-            await pin_turn(self.store, self.runtime, session, snapshot, self.turn_snapshots)
-        recorded = await self.outcomes.finish(session.id, session.idle_boundary_id, session.idle_executor, snapshot)
+            pin = await tag_turn(self.store, self.runtime, session, snapshot, self.turn_snapshots)
+        recorded = await self.outcomes.finish(
+            session.id, session.idle_boundary_id, session.idle_executor, snapshot, pin)
         if session.idle_boundary_at is not None:
             lag = time.time() - session.idle_boundary_at.timestamp()
             metrics.QUIESCENCE_LATENCY.observe(max(lag, 0.0))
@@ -383,25 +385,32 @@ class QuiescencePool:
         return actor
 
 
+_Item = tuple[UUID, UUID, UUID, dict[str, Any] | None, PinToFinish | None]
+
+
 class _Outcomes:
     """Records the quiescence outcomes of a pool's workers, several in one statement: an outcome
     that arrives while a batch is being recorded waits for the next one (sessionq.finish_idle_many),
-    so a lone outcome is recorded at once and a burst's in batches. Retried on database failure
-    without repeating the runtime call; a batch that fails otherwise is recorded one by one, so each
-    outcome gets its own answer (finish_idle's SQ409 when its executor no longer holds the claim).
-    The recording runs in its own task: a cancelled waiter does not discard a known outcome."""
+    so a lone outcome is recorded at once and a burst's in batches. A turn pin the attempt tagged is
+    finished in the same statement, before the outcome (as `finish_pin` then finish_idle would).
+    Retried on database failure without repeating the runtime call; a batch that fails otherwise is
+    recorded one by one, so each outcome gets its own answer (finish_idle's SQ409 when its executor
+    no longer holds the claim). The recording runs in its own task: a cancelled waiter does not
+    discard a known outcome."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, runtime: Substrate) -> None:
         self.store = store
-        self.pending: list[tuple[tuple[UUID, UUID, UUID, dict[str, Any] | None], asyncio.Future[Session]]] = []
+        self.runtime = runtime
+        self.pending: list[tuple[_Item, asyncio.Future[Session]]] = []
         self.task: asyncio.Task[None] | None = None
         self.statements = 0  # for tests: how many statements recorded outcomes
 
     async def finish(
-        self, session_id: UUID, boundary: UUID, executor: UUID, snapshot: dict[str, Any] | None
+        self, session_id: UUID, boundary: UUID, executor: UUID, snapshot: dict[str, Any] | None,
+        pin: PinToFinish | None = None,
     ) -> Session:
         future: asyncio.Future[Session] = asyncio.get_running_loop().create_future()
-        self.pending.append(((session_id, boundary, executor, snapshot), future))
+        self.pending.append(((session_id, boundary, executor, snapshot, pin), future))
         if self.task is None:
             self.task = asyncio.create_task(self._record(), name="quiescence-outcomes")
         return await asyncio.shield(future)
@@ -411,19 +420,27 @@ class _Outcomes:
             while self.pending:
                 batch, self.pending = self.pending, []
                 try:
-                    if len(batch) == 1:
+                    if len(batch) == 1 and batch[0][0][4] is None:  # one outcome, no pin: finish_idle
                         (item, future), = batch
                         await self._one(item, future)
                         continue
                     self.statements += 1
-                    many = functools.partial(self.store.finish_idle_many, [item for item, _ in batch])
+                    many = functools.partial(self.store.finish_idle_many, [
+                        (s, b, e, snap, pin.as_json() if pin else None) for (s, b, e, snap, pin), _ in batch])
                     rows = await with_db_retry(many, budget=60.0)
                 except Exception:
                     for item, future in batch:  # each on its own, for its own answer
                         if not future.done():
                             await self._one(item, future)
                     continue
-                for (item, future), row in zip(batch, (rows.get(i[0]) for i, _ in batch), strict=True):
+                for item, future in batch:
+                    row, pinned = rows[item[0]]
+                    pin = item[4]
+                    if pin is not None:
+                        if pinned:
+                            pin_recorded(pin)
+                        else:
+                            await pin_lost(self.runtime, pin, "the attempt no longer holds it")
                     if row is None:  # as finish_idle answers it
                         future.set_exception(conflict(
                             f"executor {item[2]} does not hold the idle claim of session {item[0]}"))
@@ -432,10 +449,15 @@ class _Outcomes:
         finally:
             self.task = None
 
-    async def _one(self, item: tuple[UUID, UUID, UUID, dict[str, Any] | None], future: asyncio.Future[Session]) -> None:
-        self.statements += 1
+    async def _one(self, item: _Item, future: asyncio.Future[Session]) -> None:
+        session_id, boundary, executor, snapshot, pin = item
         try:
-            future.set_result(await with_db_retry(lambda: self.store.finish_idle(*item), budget=60.0))
+            if pin is not None:
+                self.statements += 1
+                await finish_pin(self.store, self.runtime, pin)
+            self.statements += 1
+            future.set_result(await with_db_retry(
+                lambda: self.store.finish_idle(session_id, boundary, executor, snapshot), budget=60.0))
         except Exception as e:
             future.set_exception(e)
 

@@ -276,15 +276,17 @@ class TaskStore(StoreBase):
                         bool(value["blocked"]), min(due) if due else None)
 
     async def finish_idle_many(
-        self, items: Sequence[tuple[UUID, UUID, UUID, dict[str, Any] | None]]
-    ) -> dict[UUID, Session | None]:
-        """finish_idle for several claims in one statement: (session, boundary, executor, snapshot)
-        each; a Session whose claim that executor no longer holds maps to None (nothing recorded)."""
+        self, items: Sequence[tuple[UUID, UUID, UUID, dict[str, Any] | None, dict[str, Any] | None]]
+    ) -> dict[UUID, tuple[Session | None, bool | None]]:
+        """finish_idle for several claims in one statement: (session, boundary, executor, snapshot,
+        turn pin to finish or None) each. Maps each Session to its row, None where that executor no
+        longer holds the claim (nothing recorded), and whether its pin was finished (None: no pin)."""
         value = await self._value("SELECT sessionq.finish_idle_many(%s)", (Jsonb([
-            {"session": str(s), "boundary": str(b), "executor": str(e), "snapshot": snap or {}}
-            for s, b, e, snap in items
+            {"session": str(s), "boundary": str(b), "executor": str(e), "snapshot": snap or {},
+             **({"pin": pin} if pin is not None else {})}
+            for s, b, e, snap, pin in items
         ]),))
-        return {UUID(k): (Session.from_json(v) if v else None) for k, v in value.items()}
+        return {UUID(k): (Session.from_json(v["row"]) if v["row"] else None, v["pinned"]) for k, v in value.items()}
 
     async def take_over_idle_claim(self, session_id: UUID, executor: UUID, lease: float) -> Session | None:
         value = await self._value(
