@@ -2,14 +2,18 @@
 
 A settlement marks the Session's idle boundary and sends NOTIFY sessionq_idle in the same
 transaction. Every worker process runs `QuiescencePool`: one LISTEN connection and N workers
-(sessions.quiescenceWorkers, default 4) that claim boundaries with FOR UPDATE SKIP LOCKED,
-suspend the Actor with a VOLUMES snapshot, and record the exact snapshot.
+(sessions.quiescenceWorkers, default 4) that claim boundaries with FOR UPDATE SKIP LOCKED, up to
+sessions.quiescenceBatch (default 8) in one statement (sessionq.claim_idle_work), suspend their
+Actors concurrently with a VOLUMES snapshot, and record the exact snapshots; outcomes that finish
+while another is being recorded are recorded together (`_Outcomes`, sessionq.finish_idle_many).
 
-Waking: a notification sets one shared event (wake-ups coalesce); a worker that claimed work
-sets it again before its runtime I/O (hands the wake-up on), so a burst is drained by all
-workers. With nothing to claim a worker checks for blocked work: if some exists it retries
-within a second, otherwise it waits for the recovery interval (sessions.quiescenceRecoveryInterval,
-default 60 s) - the only polling, which recovers a lost notification or a crashed replica.
+Waking: a notification wakes one idle worker (wake-ups coalesce); a worker whose claim saw more
+work due hands a wake-up on before its runtime I/O, so a burst is drained by all workers, and a
+lone settlement costs one look. The same statement that claims says whether unclaimed work is
+blocked and when an uncertain claim or a keep-warm window falls due: with blocked work a worker
+looks again within a second, otherwise it waits for that timer or the recovery interval
+(sessions.quiescenceRecoveryInterval, default 60 s) - the only polling, which recovers a lost
+notification or a crashed replica.
 
 A claim may have issued runtime work, so it never expires: a failed or crashed attempt leaves it
 in place, blocking new work on that Session until its outcome is recorded (Q-10). Such a claim is
