@@ -410,7 +410,8 @@ def test_revision_0010_brings_uncertain_quiescence_claims_to_an_older_database(e
                                  " WHERE proname = 'take_over_idle_claim'").fetchall()
         assert takeovers == [("p_session uuid, p_executor uuid, p_lease double precision",)]
         assert conn.execute("SELECT blocked, retry_in FROM sessionq.idle_work_state()").fetchone() == (False, None)
-        finish = conn.execute("SELECT prosrc FROM pg_proc WHERE proname = 'finish_idle'").fetchone()
+        # finish_idle's record (record_idle_outcome since 0017) ends an uncertain claim too
+        finish = conn.execute("SELECT prosrc FROM pg_proc WHERE proname = 'record_idle_outcome'").fetchone()
         assert finish is not None and "idle_uncertain_at = NULL" in finish[0]
         blockers = conn.execute("SELECT prosrc FROM pg_proc WHERE proname = 'check_turn_blockers'").fetchone()
         assert blockers is not None and "idle_uncertain_at" in blockers[0]

@@ -337,6 +337,13 @@ KEYS: tuple[Key, ...] = (
     Key("sessions.claimLifetime", _positive_duration, 120.0, "Maximum lifetime of an execution claim (at most 120s)."),
     Key("sessions.quiescenceWorkers", _int(1, 64), 4, "Quiescence workers per worker process."),
     Key(
+        "sessions.quiescenceBatch",
+        _int(1, 64),
+        8,
+        "Idle boundaries one quiescence worker claims in one statement and suspends concurrently (a burst's"
+        " concurrent runtime suspends per worker process are at most this times sessions.quiescenceWorkers).",
+    ),
+    Key(
         "sessions.turnSnapshots",
         _int(0, 16),
         4,

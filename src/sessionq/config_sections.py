@@ -231,6 +231,7 @@ class SessionsSettings:
     quiescence_recovery_interval: float  # sessions.quiescenceRecoveryInterval
     claim_lifetime: float  # sessions.claimLifetime
     quiescence_workers: int  # sessions.quiescenceWorkers
+    quiescence_batch: int  # sessions.quiescenceBatch
     turn_snapshots: int  # sessions.turnSnapshots
     quiescence_attempt_timeout: float  # sessions.quiescenceAttemptTimeout
     quiescence_retry_max: float  # sessions.quiescenceRetryMax
@@ -249,6 +250,7 @@ class SessionsSettings:
             quiescence_recovery_interval=values["sessions.quiescenceRecoveryInterval"],
             claim_lifetime=values["sessions.claimLifetime"],
             quiescence_workers=values["sessions.quiescenceWorkers"],
+            quiescence_batch=values["sessions.quiescenceBatch"],
             turn_snapshots=values["sessions.turnSnapshots"],
             quiescence_attempt_timeout=values["sessions.quiescenceAttemptTimeout"],
             quiescence_retry_max=values["sessions.quiescenceRetryMax"],

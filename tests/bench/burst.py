@@ -118,7 +118,7 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
     tpl = await bulk.template_session(url, sim_workers=pool)
     port = free_port()
     settings = {"runtime.simulator.workers": pool, "workers.pollInterval": 1.0,
-                "sessions.quiescenceWorkers": qw}
+                "sessions.quiescenceWorkers": qw, **sizes.get("settings", {})}
     async with processes(log_dir / "burst") as procs:
         # baseline: raw procrastinate no-op throughput at concurrency 8
         await baselines.start_raw_worker(procs, url, concurrency=int(sizes["raw_concurrency"]), poll=1.0)

@@ -20,6 +20,7 @@ procrastinate worker in another process.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
 from pathlib import Path
@@ -287,7 +288,8 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
             sessions = await Turns(store, sim).create_sessions(int(sizes["sessions"]), "wake")
             listening = int(await query_value(url, LISTENERS_SQL))
             qproc = procs.start("quiescence", bench_module_command("quiesce_proc", url, "--workers", str(QUIESCENCE_WORKERS),
-                                                           "--sim-workers", str(SIM_WORKERS)), {})
+                                                           "--sim-workers", str(SIM_WORKERS)),
+                                {k: v for k, v in os.environ.items() if k == "PYTHONPATH"})  # an A/B's other checkout
 
             async def listens() -> bool:
                 return int(await query_value(url, LISTENERS_SQL)) > listening

@@ -57,6 +57,7 @@ async def run_worker(
         runtime,
         direct,
         workers=settings.sessions.quiescence_workers,
+        batch=settings.sessions.quiescence_batch,
         recovery_interval=settings.sessions.quiescence_recovery_interval,
         attempt_timeout=settings.sessions.quiescence_attempt_timeout,
         retry_max=settings.sessions.quiescence_retry_max,

@@ -2,14 +2,18 @@
 
 A settlement marks the Session's idle boundary and sends NOTIFY sessionq_idle in the same
 transaction. Every worker process runs `QuiescencePool`: one LISTEN connection and N workers
-(sessions.quiescenceWorkers, default 4) that claim boundaries with FOR UPDATE SKIP LOCKED,
-suspend the Actor with a VOLUMES snapshot, and record the exact snapshot.
+(sessions.quiescenceWorkers, default 4) that claim boundaries with FOR UPDATE SKIP LOCKED, up to
+sessions.quiescenceBatch (default 8) in one statement (sessionq.claim_idle_work), suspend their
+Actors concurrently with a VOLUMES snapshot, and record the exact snapshots; outcomes that finish
+while another is being recorded are recorded together (`_Outcomes`, sessionq.finish_idle_many).
 
-Waking: a notification sets one shared event (wake-ups coalesce); a worker that claimed work
-sets it again before its runtime I/O (hands the wake-up on), so a burst is drained by all
-workers. With nothing to claim a worker checks for blocked work: if some exists it retries
-within a second, otherwise it waits for the recovery interval (sessions.quiescenceRecoveryInterval,
-default 60 s) - the only polling, which recovers a lost notification or a crashed replica.
+Waking: a notification wakes one idle worker (wake-ups coalesce); a worker whose claim saw more
+work due hands a wake-up on before its runtime I/O, so a burst is drained by all workers, and a
+lone settlement costs one look. The same statement that claims says whether unclaimed work is
+blocked and when an uncertain claim or a keep-warm window falls due: with blocked work a worker
+looks again within a second, otherwise it waits for that timer or the recovery interval
+(sessions.quiescenceRecoveryInterval, default 60 s) - the only polling, which recovers a lost
+notification or a crashed replica.
 
 A claim may have issued runtime work, so it never expires: a failed or crashed attempt leaves it
 in place, blocking new work on that Session until its outcome is recorded (Q-10). Such a claim is
@@ -30,8 +34,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import time
+from collections.abc import Awaitable
 from typing import Any, Literal
 from uuid import UUID, uuid4
 
@@ -43,7 +49,8 @@ from sessionq.db.notify import Channel
 from sessionq.db.retry import with_db_retry
 from sessionq.db.store import Store
 from sessionq.domain.snapshots import IdentityMismatch, pick_snapshot
-from sessionq.domain.turn_snapshots import pin_turn
+from sessionq.domain.turn_snapshots import PinToFinish, finish_pin, pin_lost, pin_recorded, tag_turn
+from sessionq.errors import conflict
 from sessionq.models import QuiescenceFailureReason, Session, SnapshotState
 from sessionq.runtime.base import (
     Actor,
@@ -63,6 +70,7 @@ LEASE_MARGIN = 10.0  # a holder's lease: its attempt bound and this
 RETRY_FIRST = 1.0  # the first wait before an uncertain claim is tried again; it doubles
 RETRY_MAX = 30.0  # sessions.quiescenceRetryMax's default
 SNAPSHOT_WAIT = 2.0
+CLAIM_BATCH = 8  # idle boundaries a worker claims at once and suspends concurrently
 
 
 class _Attempt:
@@ -93,7 +101,9 @@ class QuiescencePool:
         turn_snapshots: int = 0,
         keep_warm: float = 0.0,
         paused_ttl: float = 0.0,
+        batch: int = CLAIM_BATCH,
     ) -> None:
+        self.batch = max(batch, 1)  # idle boundaries one worker claims in one statement
         self.keep_warm = keep_warm  # sessions.keepWarm: an idle boundary is claimable this long after it was marked
         self.paused_ttl = paused_ttl  # sessions.pausedRuntimeTtl: how long an Actor waiting for input stays paused
         self.attempt_timeout = attempt_timeout
@@ -115,6 +125,7 @@ class QuiescencePool:
         self.resolutions = 0  # uncertain claims taken over by this pool
         self.queries = 0  # claim attempts + blocked checks made by this pool
         self._next_lapse_scan = 0.0  # monotonic time of the next recovery scan for lapsed claims
+        self.outcomes = _Outcomes(store, runtime)
 
     async def run(self, stop: asyncio.Event) -> None:
         listener = None
@@ -147,14 +158,16 @@ class QuiescencePool:
                     if lapsed := await self.store.mark_lapsed_idle_claims(self.lease):
                         log.warning("%d quiescence claims outlived their lease; they are read back", lapsed)
                 self.queries += 1
-                session = await self.store.claim_idle(uuid4(), self.keep_warm)
-                if session is not None:
-                    self.claims += 1
-                    self.wakeups.post()  # hand a wake-up on before runtime I/O: a sibling joins a burst
-                    await self.quiesce(session)
-                    continue
-                self.queries += 1
-                blocked, retry_in = await self.store.idle_work_state(self.keep_warm)
+                work = await self.store.claim_idle_work(uuid4(), self.keep_warm, self.batch)
+                blocked, retry_in = work.blocked, work.due_in
+                if work.claimed:
+                    self.claims += len(work.claimed)
+                    if work.more:
+                        self.wakeups.post()  # before runtime I/O: a sibling joins a burst
+                    if not await self._quiesce_all(work.claimed) or work.more:
+                        continue  # more is due, or a claim became uncertain: look again for its timer
+                    # nothing else was due at the claim: later work comes with its own wake-up,
+                    # and the claim reported the timers
                 if retry_in is not None and retry_in <= 0:
                     self.queries += 1
                     session = await self.store.take_over_uncertain_idle(uuid4(), self.lease)
@@ -175,6 +188,24 @@ class QuiescencePool:
             if retry_in is not None:  # an uncertain claim falls due then, or a keep-warm window ends
                 timeout = min(timeout, max(retry_in, self.short_retry))
             await self.wakeups.wait(timeout)
+
+    async def _quiesce_all(self, sessions: list[Session]) -> bool:
+        """Quiesce the claimed Sessions concurrently (each claim on its own: one's failure leaves
+        the others' outcomes alone). True when every outcome was recorded; a failure that raised
+        is logged here."""
+        if len(sessions) == 1:
+            results: list[BaseException | Session | None] = [await _caught(self.quiesce(sessions[0]))]
+        else:
+            results = await asyncio.gather(*(self.quiesce(s) for s in sessions), return_exceptions=True)
+        recorded = True
+        for session, r in zip(sessions, results, strict=True):
+            if isinstance(r, asyncio.CancelledError):
+                raise r
+            if isinstance(r, BaseException):
+                log.error("quiescence of a claimed session failed; the claim stays", exc_info=r,
+                          extra={"session_id": str(session.id)})
+            recorded = recorded and isinstance(r, Session)
+        return recorded
 
     async def quiesce(self, session: Session) -> Session | None:
         """Suspend the claimed Session's Actor and record the exact snapshot. On failure the
@@ -252,12 +283,11 @@ class QuiescencePool:
             retry_after = min(self.retry_first * 2 ** (session.idle_attempts or 0), self.retry_max)
             await self._attempt_failed(session, reason, message, attempt, retry_after=retry_after)
             return None
+        pin = None
         if self.turn_snapshots > 0:  # under the idle claim, before the next turn may resume the Actor
-            await pin_turn(self.store, self.runtime, session, snapshot, self.turn_snapshots)
-        recorded = await with_db_retry(
-            lambda: self.store.finish_idle(session.id, session.idle_boundary_id, session.idle_executor, snapshot),  # type: ignore[arg-type]
-            budget=60.0,
-        )
+            pin = await tag_turn(self.store, self.runtime, session, snapshot, self.turn_snapshots)
+        recorded = await self.outcomes.finish(
+            session.id, session.idle_boundary_id, session.idle_executor, snapshot, pin)
         if session.idle_boundary_at is not None:
             lag = time.time() - session.idle_boundary_at.timestamp()
             metrics.QUIESCENCE_LATENCY.observe(max(lag, 0.0))
@@ -357,6 +387,90 @@ class QuiescencePool:
         if actor.state in (ActorState.RUNNING, ActorState.PAUSED, ActorState.RESUMING):
             actor = await self._issue_suspend(session, actor.uid, attempt)
         return actor
+
+
+_Item = tuple[UUID, UUID, UUID, dict[str, Any] | None, PinToFinish | None]
+
+
+class _Outcomes:
+    """Records the quiescence outcomes of a pool's workers, several in one statement: an outcome
+    that arrives while a batch is being recorded waits for the next one (sessionq.finish_idle_many),
+    so a lone outcome is recorded at once and a burst's in batches. A turn pin the attempt tagged is
+    finished in the same statement, before the outcome (as `finish_pin` then finish_idle would).
+    Retried on database failure without repeating the runtime call; a batch that fails otherwise is
+    recorded one by one, so each outcome gets its own answer (finish_idle's SQ409 when its executor
+    no longer holds the claim). The recording runs in its own task: a cancelled waiter does not
+    discard a known outcome."""
+
+    def __init__(self, store: Store, runtime: Substrate) -> None:
+        self.store = store
+        self.runtime = runtime
+        self.pending: list[tuple[_Item, asyncio.Future[Session]]] = []
+        self.task: asyncio.Task[None] | None = None
+        self.statements = 0  # for tests: how many statements recorded outcomes
+
+    async def finish(
+        self, session_id: UUID, boundary: UUID, executor: UUID, snapshot: dict[str, Any] | None,
+        pin: PinToFinish | None = None,
+    ) -> Session:
+        future: asyncio.Future[Session] = asyncio.get_running_loop().create_future()
+        self.pending.append(((session_id, boundary, executor, snapshot, pin), future))
+        if self.task is None:
+            self.task = asyncio.create_task(self._record(), name="quiescence-outcomes")
+        return await asyncio.shield(future)
+
+    async def _record(self) -> None:
+        try:
+            while self.pending:
+                batch, self.pending = self.pending, []
+                try:
+                    if len(batch) == 1 and batch[0][0][4] is None:  # one outcome, no pin: finish_idle
+                        (item, future), = batch
+                        await self._one(item, future)
+                        continue
+                    self.statements += 1
+                    many = functools.partial(self.store.finish_idle_many, [
+                        (s, b, e, snap, pin.as_json() if pin else None) for (s, b, e, snap, pin), _ in batch])
+                    rows = await with_db_retry(many, budget=60.0)
+                except Exception:
+                    for item, future in batch:  # each on its own, for its own answer
+                        if not future.done():
+                            await self._one(item, future)
+                    continue
+                for item, future in batch:
+                    row, pinned = rows[item[0]]
+                    pin = item[4]
+                    if pin is not None:
+                        if pinned:
+                            pin_recorded(pin)
+                        else:
+                            await pin_lost(self.runtime, pin, "the attempt no longer holds it")
+                    if row is None:  # as finish_idle answers it
+                        future.set_exception(conflict(
+                            f"executor {item[2]} does not hold the idle claim of session {item[0]}"))
+                    else:
+                        future.set_result(row)
+        finally:
+            self.task = None
+
+    async def _one(self, item: _Item, future: asyncio.Future[Session]) -> None:
+        session_id, boundary, executor, snapshot, pin = item
+        try:
+            if pin is not None:
+                self.statements += 1
+                await finish_pin(self.store, self.runtime, pin)
+            self.statements += 1
+            future.set_result(await with_db_retry(
+                lambda: self.store.finish_idle(session_id, boundary, executor, snapshot), budget=60.0))
+        except Exception as e:
+            future.set_exception(e)
+
+
+async def _caught(coro: Awaitable[Session | None]) -> BaseException | Session | None:
+    try:
+        return await coro
+    except Exception as e:
+        return e
 
 
 class Wakeups:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -23,7 +24,7 @@ from sessionq.db.retry import with_db_retry
 from sessionq.db.store import Store
 from sessionq.domain.checkpoints import tag_snapshot
 from sessionq.errors import SessionqError
-from sessionq.models import Session, SnapshotState, TurnPinState
+from sessionq.models import Session, SnapshotState, TurnPin, TurnPinState
 from sessionq.runtime.base import Code, Substrate, SubstrateError
 
 log = logging.getLogger(__name__)
@@ -31,12 +32,36 @@ log = logging.getLogger(__name__)
 PIN_BOUND = 30.0  # the longest the tag of one turn may hold up the Session's quiescence
 
 
+@dataclass(frozen=True)
+class PinToFinish:
+    """A turn pin whose tag was made (or could not be): what finish_turn_pin records."""
+
+    pin: TurnPin
+    executor: UUID
+    failure: str | None
+    tag_uri: str | None
+    keep: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {"id": str(self.pin.id), "executor": str(self.executor), "failure": self.failure,
+                "tag_uri": self.tag_uri, "keep": self.keep}
+
+
 async def pin_turn(store: Store, runtime: Substrate, session: Session, snapshot: dict[str, Any] | None,
                    keep: int, *, bound: float = PIN_BOUND) -> bool:
     """Pin the snapshot just recorded after the Session's last turn (by the idle claim holder,
     before it records the snapshot). True when a pin was made; never raises."""
+    made = await tag_turn(store, runtime, session, snapshot, keep, bound=bound)
+    return made is not None and await finish_pin(store, runtime, made)
+
+
+async def tag_turn(store: Store, runtime: Substrate, session: Session, snapshot: dict[str, Any] | None,
+                   keep: int, *, bound: float = PIN_BOUND) -> PinToFinish | None:
+    """pin_turn's first half: begin the pin and tag the snapshot. None when nothing is to be
+    pinned (or the pin could not be begun); else what `finish_pin` (or the quiescence workers'
+    batched record, sessionq.finish_idle_many) records. Never raises."""
     if keep <= 0 or snapshot is None or snapshot.get("status") != SnapshotState.COMPLETED:
-        return False
+        return None
     assert session.idle_boundary_id is not None and session.idle_executor is not None
     executor = session.idle_executor
     extra = {"session_id": str(session.id)}
@@ -46,9 +71,9 @@ async def pin_turn(store: Store, runtime: Substrate, session: Session, snapshot:
         )
     except (psycopg.Error, SessionqError) as e:
         log.warning("turn pin not begun (%s); the turn is not retained", e, extra=extra)
-        return False
+        return None
     if pin is None:
-        return False
+        return None
     failure: str | None = None
     tag_uri: str | None = None
     try:
@@ -65,19 +90,39 @@ async def pin_turn(store: Store, runtime: Substrate, session: Session, snapshot:
         failure = f"the runtime refused the tag ({e.code.name}): {e.message}"
     except TimeoutError:
         failure = f"the tag took longer than {bound:g}s"
+    return PinToFinish(pin, executor, failure, tag_uri, keep)
+
+
+async def finish_pin(store: Store, runtime: Substrate, made: PinToFinish) -> bool:
+    """pin_turn's second half: record the pin (finish_turn_pin). True when a pin was made; never raises."""
+    pin = made.pin
+    extra = {"session_id": str(pin.session_id)}
     try:
-        await with_db_retry(lambda: store.finish_turn_pin(pin.id, executor, failure, tag_uri, keep), budget=30.0)
+        await with_db_retry(
+            lambda: store.finish_turn_pin(pin.id, made.executor, made.failure, made.tag_uri, made.keep), budget=30.0
+        )
     except SessionqError as e:
-        # the claim moved on (taken over): this attempt's tag is not recorded anywhere, remove it
-        log.warning("turn pin %s not recorded (%s); removing its tag", pin.id, e, extra=extra)
-        await _delete_tag(runtime, pin.actor_atespace, pin.tag_name)
+        await pin_lost(runtime, made, str(e))
         return False
     except psycopg.Error as e:
         # the PINNING row stays: the next pin of this Session, or its deletion, releases it
         log.warning("turn pin %s not recorded (%s)", pin.id, e, extra=extra)
         return False
-    if failure:
-        log.warning("turn %s not retained: %s", pin.task_id, failure, extra=extra)
+    return pin_recorded(made)
+
+
+async def pin_lost(runtime: Substrate, made: PinToFinish, why: str) -> None:
+    """The claim moved on (taken over): this attempt's tag is not recorded anywhere, remove it."""
+    log.warning("turn pin %s not recorded (%s); removing its tag", made.pin.id, why,
+                extra={"session_id": str(made.pin.session_id)})
+    await _delete_tag(runtime, made.pin.actor_atespace, made.pin.tag_name)
+
+
+def pin_recorded(made: PinToFinish) -> bool:
+    """The pin was recorded: True when it holds a tag (a failure is logged)."""
+    if made.failure:
+        log.warning("turn %s not retained: %s", made.pin.task_id, made.failure,
+                    extra={"session_id": str(made.pin.session_id)})
         return False
     return True
 

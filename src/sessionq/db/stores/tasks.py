@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 from uuid import UUID
@@ -21,6 +22,19 @@ from sessionq.models import (
     TaskPhase,
     TurnFailure,
 )
+
+
+@dataclass(frozen=True)
+class IdleWork:
+    """One look of a quiescence worker (sessionq.claim_idle_work): the Sessions it claimed; `more`:
+    another boundary is due now (look again, wake a sibling); `blocked`: nothing claimed though
+    unclaimed work waits on something (look again within a second); `due_in`: seconds until an
+    uncertain claim or a warm boundary falls due (None: neither waits, or `more`)."""
+
+    claimed: list[Session]
+    more: bool
+    blocked: bool
+    due_in: float | None
 
 
 @dataclass(frozen=True)
@@ -252,6 +266,27 @@ class TaskStore(StoreBase):
         value = await self._value("SELECT to_jsonb(w) FROM sessionq.idle_work_state(%s) w", (keep_warm,))
         due = [float(v) for v in (value["retry_in"], value["warm_in"]) if v is not None]
         return bool(value["blocked"]), min(due) if due else None
+
+    async def claim_idle_work(self, executor: UUID, keep_warm: float = 0.0, limit: int = 1) -> IdleWork:
+        """Claim up to `limit` idle boundaries and learn what remains, in one statement
+        (sessionq.claim_idle_work)."""
+        value = await self._value("SELECT sessionq.claim_idle_work(%s, %s, %s)", (executor, keep_warm, limit))
+        due = [float(v) for v in (value.get("retry_in"), value.get("warm_in")) if v is not None]
+        return IdleWork([Session.from_json(v) for v in value["claimed"] or ()], bool(value["more"]),
+                        bool(value["blocked"]), min(due) if due else None)
+
+    async def finish_idle_many(
+        self, items: Sequence[tuple[UUID, UUID, UUID, dict[str, Any] | None, dict[str, Any] | None]]
+    ) -> dict[UUID, tuple[Session | None, bool | None]]:
+        """finish_idle for several claims in one statement: (session, boundary, executor, snapshot,
+        turn pin to finish or None) each. Maps each Session to its row, None where that executor no
+        longer holds the claim (nothing recorded), and whether its pin was finished (None: no pin)."""
+        value = await self._value("SELECT sessionq.finish_idle_many(%s)", (Jsonb([
+            {"session": str(s), "boundary": str(b), "executor": str(e), "snapshot": snap or {},
+             **({"pin": pin} if pin is not None else {})}
+            for s, b, e, snap, pin in items
+        ]),))
+        return {UUID(k): (Session.from_json(v["row"]) if v["row"] else None, v["pinned"]) for k, v in value.items()}
 
     async def take_over_idle_claim(self, session_id: UUID, executor: UUID, lease: float) -> Session | None:
         value = await self._value(
