@@ -1,4 +1,4 @@
--- Upgrade 0017_batched_quiescence: the quiescence workers claim, suspend and record in batches.
+-- Upgrade 0018_batched_quiescence: the quiescence workers claim, suspend and record in batches.
 --
 -- Applied by its revision only, to a database whose schema was installed before it; a database
 -- installed from schema/ at or after it has all of this already. Frozen: a later change to these
