@@ -122,8 +122,9 @@ async def test_grpc_web_server_streaming_and_cors_for_a_configured_origin(store,
                 e.task.status.state == a2a_pb2.TASK_STATE_COMPLETED for e in events if e.HasField("task"))
 
 
+@pytest.mark.clause("RT-1")
 async def test_buf_curl_over_grpc_web(store, sim, database_url, tmp_path):
-    """`buf curl --protocol grpcweb`, HTTP/1.1, with and without a token (the schema from the protos'
+    """`buf curl --protocol grpcweb`, over HTTP/1.1 and HTTP/2 (h2c), with and without a token (the schema from the protos'
     image: reflection is a bidirectional stream, which gRPC-Web cannot carry)."""
     binary = str(buf_binary())
     image = await asyncio.to_thread(image_of, tmp_path)
@@ -132,8 +133,9 @@ async def test_buf_curl_over_grpc_web(store, sim, database_url, tmp_path):
         address = f"127.0.0.1:{public.port}"
         session = await create_session(address)
 
-        async def buf_curl(*headers: str) -> Any:
+        async def buf_curl(*headers: str, http2: bool = False) -> Any:
             args = [binary, "curl", "--protocol", "grpcweb", "--schema", str(image), *[a for h in headers for a in ("-H", h)],
+                    *(["--http2-prior-knowledge"] if http2 else []),
                     "-d", json.dumps({"session_id": session.id}), f"http://{address}{GET}"]
             return await asyncio.create_subprocess_exec(*args, stdout=asyncio.subprocess.PIPE,
                                                         stderr=asyncio.subprocess.PIPE)
@@ -143,6 +145,14 @@ async def test_buf_curl_over_grpc_web(store, sim, database_url, tmp_path):
         assert proc.returncode == 0, err.decode()
         assert json.loads(out)["session"]["id"] == session.id
         proc = await buf_curl()
+        out, err = await proc.communicate()
+        assert proc.returncode != 0 and "unauthenticated" in err.decode().lower(), err.decode()
+        # over HTTP/2 (h2c, prior knowledge): the port's HTTP app answers it, not grpcio
+        proc = await buf_curl("Authorization: Bearer alice-token", http2=True)
+        out, err = await proc.communicate()
+        assert proc.returncode == 0, err.decode()
+        assert json.loads(out)["session"]["id"] == session.id
+        proc = await buf_curl(http2=True)
         out, err = await proc.communicate()
         assert proc.returncode != 0 and "unauthenticated" in err.decode().lower(), err.decode()
 

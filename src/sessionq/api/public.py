@@ -106,7 +106,9 @@ class PublicPort:
         await self.mcp.start()
         limits = Limits("server.address", webserve.connection_cap(self.settings.server.http_max_connections),
                         self.settings.server.http_header_timeout)
-        self.front = OnePort(self.app(), limits, self.private.path)
+        # an HTTP/2 request's body is bounded by the app's limit (413) and, past twice that, by the front
+        self.front = OnePort(self.app(), limits, self.private.path,
+                             max_body=2 * grpc_message_limit(self.settings.a2a.max_message_bytes) + (64 << 10))
         await self.front.start(self.address, reuse_port=self.reuse_port)
         self.port = self.cards.port = self.front.port
         if not self.advertised:  # a port chosen at start (0) is advertised as it is
