@@ -394,12 +394,12 @@ class _H2(asyncio.Protocol):
                     await self._send(sid, stream, {"type": "http.response.start", "status": 500, "headers": [
                         (b"content-type", b"text/plain")]})
                     await self._send(sid, stream, {"type": "http.response.body", "body": b"internal error\n"})
-            self._reset(sid, stream)
+            if not stream.ended:
+                self._reset(sid, stream)
         finally:
             if not stream.ended and not stream.closed:
-                if not stream.started:  # the app answered nothing
-                    with contextlib.suppress(OSError):
-                        await self._send(sid, stream, {"type": "http.response.start", "status": 500, "headers": []})
+                if not stream.headers:  # the app answered nothing
+                    stream.headers = [(b":status", b"500")]
                 with contextlib.suppress(OSError, h2.exceptions.ProtocolError):
                     self._end(sid, stream)
             self.streams.pop(sid, None)

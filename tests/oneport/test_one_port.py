@@ -138,6 +138,13 @@ async def test_native_grpc_a2a_bindings_cards_and_health_share_one_listener(stor
         async with httpx.AsyncClient(timeout=30) as http:
             r = await http.get(f"{base}/api/a2a/kagent/my-first-agent/.well-known/agent-card.json")
             assert r.status_code == 401 and len(r.text) < 200
+            # the web console is not on this port (a listener of its own: docs/operating.md), with or
+            # without a token: none of its pages, no login form, no cookie
+            for path in ("/", "/login", "/sessions", "/jobs"):
+                for headers in ({}, {"Authorization": "Bearer alice-token"}):
+                    r = await http.get(f"{base}{path}", headers=headers)
+                    assert r.status_code in (401, 404) and "set-cookie" not in r.headers, (path, r.status_code)
+                    assert "<form" not in r.text and "csrf" not in r.text.lower()
 
 
 @pytest.mark.clause("RT-2")
