@@ -295,3 +295,53 @@ async def test_lifecycle_event_streams_are_served_on_the_port(store, sim, databa
             after = await read_events({"last-event-id": both[0][0]}, 1)
             assert after == [both[1]]
         await grpc_still_serves(address)
+
+
+async def test_http2_to_the_http_app_stalled_bodies_are_reset_and_protocol_errors_end_the_connection(
+        store, sim, database_url):
+    """An h2c connection served by the HTTP app (its first request is not gRPC), driven by the `h2`
+    library's client: a request whose body stops is reset at server.httpHeaderTimeout; a frame that
+    breaks the protocol is answered with GOAWAY; the port keeps serving gRPC and HTTP."""
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    async with public_port(store, sim, database_url, **{"server.httpHeaderTimeout": 2.0}) as public:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+        conn.initiate_connection()
+        reader, writer = await asyncio.open_connection("127.0.0.1", public.port)
+
+        async def events_until(kind: type, seconds: float) -> list[Any]:
+            seen: list[Any] = []
+            async with asyncio.timeout(seconds):
+                while not any(isinstance(e, kind) for e in seen):
+                    data = await reader.read(65536)
+                    if not data:
+                        break
+                    seen += conn.receive_data(data)
+                    writer.write(conn.data_to_send())
+            return seen
+
+        base = [(b":scheme", b"http"), (b":authority", b"127.0.0.1"), (b"authorization", b"Bearer alice-token")]
+        # the HTTP app answers over HTTP/2
+        conn.send_headers(1, [(b":method", b"GET"), (b":path", b"/healthz"), *base], end_stream=True)
+        writer.write(conn.data_to_send())
+        got = await events_until(h2.events.StreamEnded, 10)
+        assert any(isinstance(e, h2.events.ResponseReceived) and (b":status", b"200") in e.headers for e in got)
+        # a body that stops after its first piece: reset at the deadline, not held
+        conn.send_headers(3, [(b":method", b"POST"), (b":path", b"/mcp"), *base,
+                              (b"content-type", b"application/json"), (b"accept", b"application/json")])
+        conn.send_data(3, b'{"jsonrpc": "2.0", ')
+        writer.write(conn.data_to_send())
+        started = asyncio.get_running_loop().time()
+        got = await events_until(h2.events.StreamReset, 15)
+        assert any(isinstance(e, h2.events.StreamReset) and e.stream_id == 3 for e in got), got
+        assert asyncio.get_running_loop().time() - started < 12
+        # DATA on stream 0 breaks the protocol: GOAWAY, the connection ends
+        writer.write(b"\0\0\x01\0\0\0\0\0\0x")
+        got = await events_until(h2.events.ConnectionTerminated, 10)
+        assert any(isinstance(e, h2.events.ConnectionTerminated) for e in got), got
+        writer.close()
+        await grpc_still_serves(f"127.0.0.1:{public.port}")
+        async with httpx.AsyncClient(timeout=10) as http:
+            assert (await http.get(f"http://127.0.0.1:{public.port}/healthz")).status_code == 200
