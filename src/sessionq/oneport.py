@@ -5,18 +5,24 @@ grpcio cannot serve HTTP/1.1, and an HTTP/2 server written in Python serves gRPC
 grpcio's rate or less; so the port is a small front that reads the first bytes of each
 connection and hands the connection over whole, once:
 
-- a connection that opens with the HTTP/2 client preface (prior knowledge: how every native gRPC
-  client speaks over plain TCP) is piped, byte for byte, to grpcio listening on a unix socket in
-  a private directory of this process. The pipe copies what arrives as it arrives, in one
-  callback per read and no parsing, so grpcio does all of HTTP/2 (its own limits and handshake
-  timeout included);
+- a connection that opens with the HTTP/2 client preface (prior knowledge) is sent grpcio's own
+  SETTINGS at once (read from grpcio at start, with MAX_CONCURRENT_STREAMS said out loud), so that
+  a client that waits for the server's SETTINGS (grpc-go) makes its first request; that request's
+  content-type decides (`first_request`: one HPACK decode a connection). gRPC is piped, byte for
+  byte, to grpcio listening on a unix socket in a private directory of this process, grpcio's
+  own first SETTINGS frame (the same values) left out: the pipe copies what arrives as it
+  arrives, in one callback per read and no parsing, so grpcio does all of HTTP/2 (its own limits
+  and handshake timeout included). Anything else (gRPC-Web, MCP, the A2A bindings over h2c) is
+  served by `_H2`, an HTTP/2 server of the ASGI app on the `h2` library, announcing the same
+  SETTINGS. A connection that has made no request by server.httpHeaderTimeout (a gRPC channel
+  connected ahead of its first call) or whose first request cannot be read is grpcio's;
 - anything else is HTTP/1.1 and becomes, on the same transport (no copy, no second socket), a
   connection of the uvicorn server that serves the ASGI app, with every limit of webserve.py
   (the request head's deadline, the Host check and the counted body limit are the app's and the
   protocol's, as on any listener of ours).
 
 The connection cap (server.httpMaxConnections) counts every connection of the port: those still
-being read, the HTTP/1.1 ones and the piped gRPC ones. At the cap a new connection closes the
+being read, the HTTP/1.1 and HTTP/2 ones and the piped gRPC ones. At the cap a new connection closes the
 oldest one still waiting for its first bytes or for a request head (what a slowloris holds), so
 a flood of half-sent requests never keeps a gRPC client out; only when every connection is busy
 is the new one answered 503. A connection that has not said which it is within

@@ -1,4 +1,4 @@
-"""gRPC-Web on the public port (api/public.py), over HTTP/1.1: `application/grpc-web` (binary) and
+"""gRPC-Web on the public port (api/public.py), over HTTP/1.1 and HTTP/2 (h2c, oneport.py): `application/grpc-web` (binary) and
 `application/grpc-web-text` (base64), unary and server-streaming methods (gRPC-Web has no client
 streaming).
 

@@ -2,7 +2,7 @@
 
 - native gRPC (every service of api/server.py, reflection, grpc.health.v1): grpcio, listening on a
   unix socket in a private directory, behind the front of oneport.py;
-- over HTTP/1.1 (uvicorn, every limit of webserve.py): gRPC-Web, binary and text, for every
+- over HTTP/1.1 (uvicorn, every limit of webserve.py) and HTTP/2 (h2c: the front's h2 server): gRPC-Web, binary and text, for every
   unary and server-streaming method (api/grpcweb.py: served by the API's own handlers, CORS for
   server.corsOrigins), the A2A agent cards and the JSON-RPC and HTTP+JSON bindings at
   ``/api/a2a/{namespace}/{name}/...`` (api/agentcard.py), MCP at ``/mcp`` (api/mcpserver.py:
