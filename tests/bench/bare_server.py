@@ -29,6 +29,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, runtime_pb2, sessions_pb2, sessions_pb2_grpc
 from sessionq.api.grpcweb import GrpcWeb
+from sessionq.api.handlers import HandlerTable
 from sessionq.oneport import OnePort, PrivateSocket
 from sessionq.webserve import Limits
 
@@ -88,14 +89,16 @@ async def main(port: int, read_url: str = "", user: str = "", suspend: bool = Fa
 
         store = await Store.open(read_url, pool_size=10, listen=False)
         servicer = Floor(store, user)
-    sessions_pb2_grpc.add_SessionServiceServicer_to_server(servicer, server)
+    table = HandlerTable(lambda method, handler: handler)
+    sessions_pb2_grpc.add_SessionServiceServicer_to_server(servicer, table)
+    server.add_generic_rpc_handlers((table,))
     front: OnePort | None = None
     private: PrivateSocket | None = None
     if oneport:
         private = PrivateSocket()
         server.add_insecure_port(private.grpc_address)
-        # the HTTP side: gRPC-Web made native to this grpcio (api/grpcweb.py), for the gRPC-Web row
-        web = GrpcWeb(private.grpc_address, lambda method: (False, method.endswith("/Subscribe")), 1 << 20, [])
+        # the HTTP side: gRPC-Web served by the same handlers in process (api/grpcweb.py), for the gRPC-Web row
+        web = GrpcWeb(table, 1 << 20, [])
         front = OnePort(web, Limits("bench", 10_000, 15.0), private.path)
     else:
         server.add_insecure_port(f"127.0.0.1:{port}")

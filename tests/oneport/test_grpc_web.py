@@ -122,8 +122,9 @@ async def test_grpc_web_server_streaming_and_cors_for_a_configured_origin(store,
                 e.task.status.state == a2a_pb2.TASK_STATE_COMPLETED for e in events if e.HasField("task"))
 
 
+@pytest.mark.clause("RT-1")
 async def test_buf_curl_over_grpc_web(store, sim, database_url, tmp_path):
-    """`buf curl --protocol grpcweb`, HTTP/1.1, with and without a token (the schema from the protos'
+    """`buf curl --protocol grpcweb`, over HTTP/1.1 and HTTP/2 (h2c), with and without a token (the schema from the protos'
     image: reflection is a bidirectional stream, which gRPC-Web cannot carry)."""
     binary = str(buf_binary())
     image = await asyncio.to_thread(image_of, tmp_path)
@@ -132,8 +133,9 @@ async def test_buf_curl_over_grpc_web(store, sim, database_url, tmp_path):
         address = f"127.0.0.1:{public.port}"
         session = await create_session(address)
 
-        async def buf_curl(*headers: str) -> Any:
+        async def buf_curl(*headers: str, http2: bool = False) -> Any:
             args = [binary, "curl", "--protocol", "grpcweb", "--schema", str(image), *[a for h in headers for a in ("-H", h)],
+                    *(["--http2-prior-knowledge"] if http2 else []),
                     "-d", json.dumps({"session_id": session.id}), f"http://{address}{GET}"]
             return await asyncio.create_subprocess_exec(*args, stdout=asyncio.subprocess.PIPE,
                                                         stderr=asyncio.subprocess.PIPE)
@@ -145,3 +147,45 @@ async def test_buf_curl_over_grpc_web(store, sim, database_url, tmp_path):
         proc = await buf_curl()
         out, err = await proc.communicate()
         assert proc.returncode != 0 and "unauthenticated" in err.decode().lower(), err.decode()
+        # over HTTP/2 (h2c, prior knowledge): the port's HTTP app answers it, not grpcio
+        proc = await buf_curl("Authorization: Bearer alice-token", http2=True)
+        out, err = await proc.communicate()
+        assert proc.returncode == 0, err.decode()
+        assert json.loads(out)["session"]["id"] == session.id
+        proc = await buf_curl(http2=True)
+        out, err = await proc.communicate()
+        assert proc.returncode != 0 and "unauthenticated" in err.decode().lower(), err.decode()
+
+
+async def test_grpc_web_honours_grpc_timeout_and_a_client_that_goes_away_ends_its_stream(store, sim, database_url):
+    """Calls are served by the API's handlers in process (no gRPC hop): `grpc-timeout` is the call's
+    deadline there (DEADLINE_EXCEEDED in the trailer), and a client that hangs up ends the handler's
+    stream (grpc.health.v1's Watch, which would otherwise stream forever)."""
+    from grpc_health.v1 import health_pb2
+
+    watch = "/grpc.health.v1.Health/Watch"
+    async with public_port(store, sim, database_url) as public:
+        base = f"http://127.0.0.1:{public.port}"
+        body = framed(health_pb2.HealthCheckRequest(service=""))
+        async with httpx.AsyncClient(timeout=30) as http:
+            started = asyncio.get_running_loop().time()
+            r = await call(http, base, watch, body, headers={**ALICE, "grpc-timeout": "400m"})
+            assert asyncio.get_running_loop().time() - started < 10
+            got = frames(r.content)
+            assert health_pb2.HealthCheckResponse.FromString(got[0][1]).status == health_pb2.HealthCheckResponse.SERVING
+            assert trailer(r.content)["grpc-status"] == "4"  # DEADLINE_EXCEEDED
+            assert not public.grpc_web.streams
+            # no deadline: the stream stays open until the client goes away
+            async with http.stream("POST", f"{base}{watch}", content=body, headers={
+                    "content-type": "application/grpc-web+proto", **ALICE}) as r:
+                first = await anext(r.aiter_raw())
+                assert first[0] == 0
+                assert len(public.grpc_web.streams) == 1
+            for _ in range(200):
+                if not public.grpc_web.streams:
+                    break
+                await asyncio.sleep(0.05)
+            assert not public.grpc_web.streams, "the stream outlived its client"
+            # a malformed grpc-timeout: INVALID_ARGUMENT before any call
+            r = await call(http, base, watch, body, headers={**ALICE, "grpc-timeout": "soon"})
+            assert r.headers["grpc-status"] == "3"

@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import sys
+import warnings
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,8 +17,10 @@ import httpx
 import httpx2
 import pytest
 from conftest import apply_agent, make_settings
+from mcp.client.client import Client
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.subscriptions import ResourceUpdated
 from test_one_port import create_session, public_port
 
 from sessionq.api.public import PublicPort
@@ -27,9 +30,18 @@ pytestmark = pytest.mark.timeout(180)
 
 
 @contextlib.asynccontextmanager
-async def mcp_session(port: int, token: str | None = "alice-token") -> AsyncIterator[ClientSession]:
+async def mcp_session(port: int, token: str | None = "alice-token", *, http2: bool = False,
+                      versions: list[str] | None = None) -> AsyncIterator[ClientSession]:
+    """The mcp SDK's client session; `http2`: over HTTP/2 with prior knowledge (h2c), the HTTP
+    versions of the answers recorded in `versions`."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    async with httpx2.AsyncClient(headers=headers, timeout=120) as http, \
+
+    async def record(response: Any) -> None:
+        if versions is not None:
+            versions.append(response.http_version)
+
+    async with httpx2.AsyncClient(headers=headers, timeout=120, http1=not http2, http2=http2,
+                                  event_hooks={"response": [record]}) as http, \
             streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http) as (read, write), \
             ClientSession(read, write) as session:
         await session.initialize()
@@ -62,6 +74,29 @@ async def test_mcp_client_lists_agents_and_continues_a_conversation(store, sim, 
         assert got["session"]["id"] == first["context_id"]
         listed = structured(await mcp.call_tool("list_sessions", {"agent": "kagent/my-first-agent"}))
         assert first["context_id"] in [s["id"] for s in listed["sessions"]]
+
+
+@pytest.mark.clause("RT-1")
+async def test_mcp_over_http2_prior_knowledge(store, sim, database_url):
+    """The mcp SDK's client over HTTP/2 (h2c, prior knowledge): served by the port's HTTP app, not
+    sent to grpcio, with the same tools and answers as over HTTP/1.1."""
+    await apply_agent(store, sim)
+    versions: list[str] = []
+    async with public_port(store, sim, database_url) as public:
+        async with mcp_session(public.port, http2=True, versions=versions) as mcp:
+            assert "invoke_agent" in {t.name for t in (await mcp.list_tools()).tools}
+            first = structured(await mcp.call_tool("invoke_agent", {"agent": "kagent/my-first-agent",
+                                                                   "task": "Remember the number 7."}))
+            second = structured(await mcp.call_tool("invoke_agent", {
+                "agent": "kagent/my-first-agent", "task": "What number did I ask you to remember?",
+                "context_id": first["context_id"]}))
+            assert "7" in second["text"], second
+        assert versions and set(versions) == {"HTTP/2"}, versions
+        # without a token: 401 over HTTP/2 as over HTTP/1.1
+        async with httpx2.AsyncClient(http1=False, http2=True, timeout=30) as http:
+            r = await http.post(f"http://127.0.0.1:{public.port}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                                headers={"accept": "application/json, text/event-stream"})
+        assert r.status_code == 401 and r.http_version == "HTTP/2"
 
 
 async def test_mcp_has_the_api_s_authorization_and_errors(store, sim, database_url):
@@ -131,11 +166,19 @@ async def test_subscribers_of_kagent_agents_hear_of_an_apply_through_another_api
                 headers = {"Authorization": "Bearer alice-token"}
                 async with httpx2.AsyncClient(headers=headers, timeout=120) as http, \
                         streamable_http_client(f"http://127.0.0.1:{public.port}/mcp", http_client=http) as (r, w), \
-                        ClientSession(r, w, message_handler=on_message) as mcp:
+                        ClientSession(r, w, message_handler=on_message) as mcp, \
+                        httpx2.AsyncClient(headers=headers, timeout=120) as http2, \
+                        Client(streamable_http_client(f"http://127.0.0.1:{public.port}/mcp", http_client=http2)) as modern, \
+                        modern.listen(resource_subscriptions=["kagent://agents"]) as listening:
+                    # the current way (2026-07-28): a subscriptions/listen stream, acknowledged
+                    assert "kagent://agents" in (listening.honored.resource_subscriptions or [])
                     await mcp.initialize()
                     listed = await mcp.read_resource("kagent://agents")
                     assert "kagent/my-first-agent" in listed.contents[0].text
-                    await mcp.subscribe_resource("kagent://agents")
+                    # the earlier one (kagent's): resources/subscribe
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", DeprecationWarning)
+                        await mcp.subscribe_resource("kagent://agents")
                     spec = tmp_path / "agent.yaml"
                     spec.write_text("name: helper\nnamespace: kagent\n")
                     (tmp_path / "client.yaml").write_text("{}\n")
@@ -148,6 +191,8 @@ async def test_subscribers_of_kagent_agents_hear_of_an_apply_through_another_api
                     assert proc.returncode == 0, err.decode()
                     await asyncio.wait_for(heard.wait(), 20)
                     assert updates
+                    event = await asyncio.wait_for(anext(aiter(listening)), 20)
+                    assert isinstance(event, ResourceUpdated) and event.uri == "kagent://agents", event
             finally:
                 await other.stop(0)
     finally:

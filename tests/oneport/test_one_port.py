@@ -72,6 +72,15 @@ async def raw(port: int, data: bytes, *, read_for: float = 3.0) -> bytes:
     return got
 
 
+def frame_types(data: bytes) -> list[int]:
+    """The types of the HTTP/2 frames a server sent."""
+    types, pos = [], 0
+    while pos + 9 <= len(data):
+        types.append(data[pos + 3])
+        pos += 9 + int.from_bytes(data[pos:pos + 3], "big")
+    return types
+
+
 async def grpc_still_serves(address: str) -> None:
     async with grpc.aio.insecure_channel(address) as ch:
         r = await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=10)
@@ -129,6 +138,13 @@ async def test_native_grpc_a2a_bindings_cards_and_health_share_one_listener(stor
         async with httpx.AsyncClient(timeout=30) as http:
             r = await http.get(f"{base}/api/a2a/kagent/my-first-agent/.well-known/agent-card.json")
             assert r.status_code == 401 and len(r.text) < 200
+            # the web console is not on this port (a listener of its own: docs/operating.md), with or
+            # without a token: none of its pages, no login form, no cookie
+            for path in ("/", "/login", "/sessions", "/jobs"):
+                for headers in ({}, {"Authorization": "Bearer alice-token"}):
+                    r = await http.get(f"{base}{path}", headers=headers)
+                    assert r.status_code in (401, 404) and "set-cookie" not in r.headers, (path, r.status_code)
+                    assert "<form" not in r.text and "csrf" not in r.text.lower()
 
 
 @pytest.mark.clause("RT-2")
@@ -173,15 +189,19 @@ async def test_bad_input_on_the_shared_port_is_refused_and_the_port_keeps_servin
         # the HTTP/2 preface followed by junk: grpcio's GOAWAY (PROTOCOL_ERROR), nothing else
         answer = await raw(port, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\xff" * 64)
         assert b"Traceback" not in answer
-        # non-gRPC h2c (a plain GET with prior knowledge) goes to grpcio, which resets the stream
-        # (RST_STREAM): curl gets no HTTP status, within its time
+        # non-gRPC h2c (a plain GET with prior knowledge) is the HTTP app's, over HTTP/2
         proc = await asyncio.create_subprocess_exec(
-            "curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--max-time", "10", "--http2-prior-knowledge",
+            "curl", "-s", "-o", "/dev/null", "-w", "%{http_code} %{http_version}", "--max-time", "10",
+            "--http2-prior-knowledge", "-H", "Authorization: Bearer alice-token",
             f"http://{address}/api/a2a/kagent/my-first-agent/.well-known/agent-card.json",
             stdout=asyncio.subprocess.PIPE) if shutil.which("curl") else None
         if proc is not None:
             out, _ = await proc.communicate()
-            assert out.decode() == "000" and proc.returncode in (16, 92), (out, proc.returncode)
+            assert out.decode() == "200 2", (out, proc.returncode)
+        # HTTP/2 whose first request's header block is junk: grpcio's answer (the stream reset), no traceback
+        headers = b"\0\0\x05\x01\x05\0\0\0\x01" + b"\xff" * 5  # HEADERS, END_STREAM|END_HEADERS, bad HPACK
+        answer = await raw(port, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\0\0\0\x04\0\0\0\0\0" + headers)
+        assert b"Traceback" not in answer and {0x3, 0x7} & set(frame_types(answer)), answer[:80]  # RST_STREAM/GOAWAY
         # a head larger than the HTTP side accepts: 4xx, no traceback
         answer = await raw(port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 200_000 + b"\r\n\r\n")
         assert answer == b"" or answer[:12] in (b"HTTP/1.1 400", b"HTTP/1.1 431"), answer[:80]
@@ -275,3 +295,53 @@ async def test_lifecycle_event_streams_are_served_on_the_port(store, sim, databa
             after = await read_events({"last-event-id": both[0][0]}, 1)
             assert after == [both[1]]
         await grpc_still_serves(address)
+
+
+async def test_http2_to_the_http_app_stalled_bodies_are_reset_and_protocol_errors_end_the_connection(
+        store, sim, database_url):
+    """An h2c connection served by the HTTP app (its first request is not gRPC), driven by the `h2`
+    library's client: a request whose body stops is reset at server.httpHeaderTimeout; a frame that
+    breaks the protocol is answered with GOAWAY; the port keeps serving gRPC and HTTP."""
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    async with public_port(store, sim, database_url, **{"server.httpHeaderTimeout": 2.0}) as public:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding=None))
+        conn.initiate_connection()
+        reader, writer = await asyncio.open_connection("127.0.0.1", public.port)
+
+        async def events_until(kind: type, seconds: float) -> list[Any]:
+            seen: list[Any] = []
+            async with asyncio.timeout(seconds):
+                while not any(isinstance(e, kind) for e in seen):
+                    data = await reader.read(65536)
+                    if not data:
+                        break
+                    seen += conn.receive_data(data)
+                    writer.write(conn.data_to_send())
+            return seen
+
+        base = [(b":scheme", b"http"), (b":authority", b"127.0.0.1"), (b"authorization", b"Bearer alice-token")]
+        # the HTTP app answers over HTTP/2
+        conn.send_headers(1, [(b":method", b"GET"), (b":path", b"/healthz"), *base], end_stream=True)
+        writer.write(conn.data_to_send())
+        got = await events_until(h2.events.StreamEnded, 10)
+        assert any(isinstance(e, h2.events.ResponseReceived) and (b":status", b"200") in e.headers for e in got)
+        # a body that stops after its first piece: reset at the deadline, not held
+        conn.send_headers(3, [(b":method", b"POST"), (b":path", b"/mcp"), *base,
+                              (b"content-type", b"application/json"), (b"accept", b"application/json")])
+        conn.send_data(3, b'{"jsonrpc": "2.0", ')
+        writer.write(conn.data_to_send())
+        started = asyncio.get_running_loop().time()
+        got = await events_until(h2.events.StreamReset, 15)
+        assert any(isinstance(e, h2.events.StreamReset) and e.stream_id == 3 for e in got), got
+        assert asyncio.get_running_loop().time() - started < 12
+        # DATA on stream 0 breaks the protocol: GOAWAY, the connection ends
+        writer.write(b"\0\0\x01\0\0\0\0\0\0x")
+        got = await events_until(h2.events.ConnectionTerminated, 10)
+        assert any(isinstance(e, h2.events.ConnectionTerminated) for e in got), got
+        writer.close()
+        await grpc_still_serves(f"127.0.0.1:{public.port}")
+        async with httpx.AsyncClient(timeout=10) as http:
+            assert (await http.get(f"http://127.0.0.1:{public.port}/healthz")).status_code == 200

@@ -1,11 +1,14 @@
-"""gRPC-Web on the public port (api/public.py), over HTTP/1.1: `application/grpc-web` (binary) and
+"""gRPC-Web on the public port (api/public.py), over HTTP/1.1 and HTTP/2 (h2c, oneport.py): `application/grpc-web` (binary) and
 `application/grpc-web-text` (base64), unary and server-streaming methods (gRPC-Web has no client
 streaming).
 
-A gRPC-Web request is made a native gRPC call to the API's own grpcio server (its private unix
-socket): the same handlers, the same checks, the same authentication (the `authorization` header
-is the call's metadata: a bearer token means the same user, none is UNAUTHENTICATED), the same
-status codes and messages. The answer is framed as gRPC-Web wants it: the messages as data frames
+A gRPC-Web request is served in this process by the API server's own handler of its method (the
+table grpcio calls, api/handlers.py), with a servicer context of its own (`DirectContext`): the
+same checks, the same authentication (the `authorization` header is the call's metadata: a bearer
+token means the same user, none is UNAUTHENTICATED), the same status codes and messages, the
+request decoded once, no second hop through grpcio (that hop, a gRPC client call to the same
+process, cost more than half of each call: docs/performance.md). `grpc-timeout` is the call's
+deadline; a client that goes away ends a server stream. The answer is framed as gRPC-Web wants it: the messages as data frames
 (flag 0), then one trailer frame (flag 0x80) carrying `grpc-status`, `grpc-message` and the
 trailing metadata; an error before any message also puts `grpc-status` and `grpc-message` in the
 HTTP headers (trailers-only). A body that is not one well-formed frame (a wrong length prefix,
@@ -18,13 +21,16 @@ send, else 403.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import contextlib
+import logging
 import re
 import struct
-from collections.abc import Callable
-from typing import Any
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn, Protocol
 from urllib.parse import quote
 
 import grpc
@@ -45,7 +51,17 @@ NOT_METADATA = frozenset({
 })
 EXPOSED = "grpc-status, grpc-message, grpc-status-details-bin"
 TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
-Streaming = Callable[[str], "tuple[bool, bool] | None"]
+ANSWER_BINARY = (GRPC_WEB + "+proto").encode()
+ANSWER_TEXT = (GRPC_WEB_TEXT + "+proto").encode()
+log = logging.getLogger("sessionq.api")
+
+
+class Handlers(Protocol):
+    """The API server's method handlers (api/handlers.py HandlerTable)."""
+
+    def handler(self, method: str) -> grpc.RpcMethodHandler | None: ...
+
+    def unknown(self, method: str) -> None: ...
 
 
 def is_grpc_web(scope: Scope) -> bool:
@@ -142,28 +158,129 @@ def _trailer(code: grpc.StatusCode, message: str, trailing: Any) -> bytes:
     return ("\r\n".join(lines) + "\r\n").encode()
 
 
-class GrpcWeb:
-    """The gRPC-Web ASGI app: calls go to `target` (the API's private grpcio address); `streaming`
-    says a method's shape; bodies above `max_body` are refused (the public port's body limit
-    applies first)."""
+class DirectContext(grpc.aio.ServicerContext):
+    """The servicer context of a gRPC-Web call served in this process: what grpcio's own context
+    tells a handler (its metadata, deadline, peer) and records of it (the status it sets or aborts
+    with, its initial and trailing metadata)."""
 
-    def __init__(self, target: str, streaming: Streaming, max_body: int, origins: list[str]) -> None:
-        self.target = target
-        self.streaming = streaming
+    __slots__ = ("_callbacks", "_cancelled", "_code", "_deadline", "_details", "_done", "_initial", "_metadata",
+                 "_peer", "_trailing", "_writer")
+
+    def __init__(self, metadata: tuple[tuple[str, str | bytes], ...], timeout: float | None, peer: str) -> None:
+        self._metadata = metadata
+        self._deadline = None if timeout is None else time.monotonic() + timeout
+        self._peer = peer
+        self._code: grpc.StatusCode | None = None
+        self._details = ""
+        self._initial: Any = ()
+        self._trailing: Any = ()
+        self._cancelled = False
+        self._done = False
+        self._callbacks: list[Callable[[Any], None]] = []
+        self._writer: Callable[[Any], Awaitable[None]] | None = None
+
+    # what handlers read
+
+    def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
+        return self._metadata
+
+    def time_remaining(self) -> float | None:
+        return None if self._deadline is None else max(0.0, self._deadline - time.monotonic())
+
+    def peer(self) -> str:
+        return self._peer
+
+    def peer_identities(self) -> None:
+        return None
+
+    def peer_identity_key(self) -> None:
+        return None
+
+    def auth_context(self) -> dict[str, Any]:
+        return {}
+
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def done(self) -> bool:
+        return self._done
+
+    def add_done_callback(self, callback: Callable[[Any], None]) -> None:
+        self._callbacks.append(callback)
+
+    # the status and metadata of the answer
+
+    async def abort(self, code: grpc.StatusCode, details: str = "", trailing_metadata: Any = ()) -> NoReturn:
+        if code == grpc.StatusCode.OK:  # as grpcio: an abort is an error
+            code = grpc.StatusCode.UNKNOWN
+        self._code, self._details = code, details
+        if trailing_metadata:
+            self._trailing = tuple(trailing_metadata)
+        raise grpc.aio.AbortError()
+
+    async def abort_with_status(self, status: Any) -> NoReturn:
+        await self.abort(status.code, status.details, status.trailing_metadata)
+
+    def set_code(self, code: grpc.StatusCode) -> None:
+        self._code = code
+
+    def set_details(self, details: str) -> None:
+        self._details = details
+
+    def code(self) -> grpc.StatusCode | None:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+    def trailing_metadata(self) -> Any:
+        return self._trailing
+
+    def set_trailing_metadata(self, trailing_metadata: Any) -> None:
+        self._trailing = tuple(trailing_metadata)
+
+    async def send_initial_metadata(self, initial_metadata: Any) -> None:
+        self._initial = tuple(initial_metadata)
+
+    def set_compression(self, compression: Any) -> None:
+        pass  # gRPC-Web answers uncompressed
+
+    def disable_next_message_compression(self) -> None:
+        pass
+
+    async def read(self) -> Any:
+        raise RuntimeError("gRPC-Web calls have no client stream")
+
+    async def write(self, message: Any) -> None:
+        """A message of a server stream, for servicers that write rather than yield (grpc.health's Watch)."""
+        if self._writer is None:
+            raise RuntimeError("write() outside a server stream")
+        await self._writer(message)
+
+    def _finish(self) -> None:
+        self._done = True
+        for callback in self._callbacks:
+            with contextlib.suppress(Exception):
+                callback(self)
+
+
+class GrpcWeb:
+    """The gRPC-Web ASGI app: a call is served in this process by the handler `handlers` has for
+    its method (the API server's table: the same wrapped handlers grpcio calls, so the same checks,
+    authentication, errors and metrics); bodies above `max_body` are refused (the public port's
+    body limit applies first).
+
+    The request is decoded once (the handler's own deserializer), the answer encoded once (its
+    serializer) and framed; no second HTTP/2 hop to grpcio, no gRPC client call."""
+
+    def __init__(self, handlers: Handlers, max_body: int, origins: list[str]) -> None:
+        self.handlers = handlers
         self.max_body = max_body
         self.origins = origins
-        self._channel: grpc.aio.Channel | None = None
-
-    def channel(self) -> grpc.aio.Channel:
-        if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(self.target, options=[
-                ("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)])
-        return self._channel
+        self.streams: set[DirectContext] = set()  # the server streams being answered
 
     async def close(self) -> None:
-        if self._channel is not None:
-            await self._channel.close()
-            self._channel = None
+        pass
 
     def _cors(self, scope: Scope) -> tuple[bool, list[tuple[bytes, bytes]]]:
         """Whether the request's origin may call (no Origin: not a cross-origin browser call), and
@@ -192,14 +309,14 @@ class GrpcWeb:
             return
         content_type = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"content-type"), "")
         text = content_type.startswith(GRPC_WEB_TEXT)
-        answer_type = (GRPC_WEB_TEXT if text else GRPC_WEB) + "+proto"
-        reply = _Reply(send, answer_type.encode(), cors, text)
+        reply = _Reply(send, ANSWER_TEXT if text else ANSWER_BINARY, cors, text)
         method = scope["path"]
-        shape = self.streaming(method) if METHOD.match(method) else None
-        if shape is None:
+        handler = self.handlers.handler(method) if METHOD.match(method) else None
+        if handler is None:
+            self.handlers.unknown(method)
             await reply.status(grpc.StatusCode.UNIMPLEMENTED, f"unknown method {method[:200]}", ())
             return
-        if shape[0]:
+        if handler.request_streaming:
             await reply.status(grpc.StatusCode.UNIMPLEMENTED, "gRPC-Web has no client streaming", ())
             return
         try:
@@ -216,29 +333,96 @@ class GrpcWeb:
         except Malformed as e:
             await reply.status(grpc.StatusCode.INVALID_ARGUMENT, str(e), ())
             return
-        channel = self.channel()
-        if not shape[1]:
-            call = channel.unary_unary(method)(message, metadata=metadata, timeout=timeout)
-            try:
-                answer = await call
-            except grpc.aio.AioRpcError as e:
-                await reply.status(e.code(), e.details() or "", e.trailing_metadata())
-                return
-            await reply.message(answer, await call.initial_metadata())
-            await reply.status(grpc.StatusCode.OK, "", await call.trailing_metadata())
-            return
-        stream = channel.unary_stream(method)(message, metadata=metadata, timeout=timeout)
+        client = scope.get("client")
+        context = DirectContext(tuple(metadata), timeout, f"ipv4:{client[0]}:{client[1]}" if client else "")
         try:
-            async for answer in stream:
-                await reply.message(answer, await stream.initial_metadata())
-            await reply.status(grpc.StatusCode.OK, "", await stream.trailing_metadata())
-        except grpc.aio.AioRpcError as e:
-            await reply.status(e.code(), e.details() or "", e.trailing_metadata())
-        except OSError:
-            stream.cancel()  # the client went away
+            if handler.response_streaming:
+                await self._stream(handler, message, context, reply, receive)
+            else:
+                await self._unary(method, handler, message, context, reply)
         finally:
-            if not stream.done():
-                stream.cancel()
+            context._finish()
+
+    async def _unary(self, method: str, handler: grpc.RpcMethodHandler, message: bytes, context: DirectContext,
+                     reply: _Reply) -> None:
+        request = handler.request_deserializer(message) if handler.request_deserializer else message
+        try:
+            if context._deadline is None:
+                answer = await handler.unary_unary(request, context)
+            else:
+                async with asyncio.timeout_at(_loop_time(context._deadline)):
+                    answer = await handler.unary_unary(request, context)
+        except grpc.aio.AbortError:
+            await reply.status(context._code or grpc.StatusCode.UNKNOWN, context._details, context._trailing)
+            return
+        except TimeoutError:
+            await reply.status(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded", ())
+            return
+        except Exception as e:  # as grpcio answers a handler that raised
+            log.exception("unexpected error in %s", errors.clip(method, 200))
+            await reply.status(grpc.StatusCode.UNKNOWN, f"Unexpected {type(e).__name__}", ())
+            return
+        code = context._code or grpc.StatusCode.OK
+        if code != grpc.StatusCode.OK:  # a handler that set its status and returned
+            await reply.status(code, context._details, context._trailing)
+            return
+        data = handler.response_serializer(answer) if handler.response_serializer else answer
+        await reply.message(data, context._initial)
+        await reply.status(grpc.StatusCode.OK, "", context._trailing)
+
+    async def _stream(self, handler: grpc.RpcMethodHandler, message: bytes, context: DirectContext,
+                      reply: _Reply, receive: Receive) -> None:
+        """A server stream; the client going away (or the deadline) ends the handler's iteration."""
+        request = handler.request_deserializer(message) if handler.request_deserializer else message
+        serialize = handler.response_serializer
+        me = asyncio.current_task()
+        assert me is not None
+        gone = False
+
+        async def watch() -> None:
+            nonlocal gone
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone = context._cancelled = True
+            me.cancel()
+
+        async def write(answer: Any) -> None:
+            await reply.message(serialize(answer) if serialize else answer, context._initial)
+
+        context._writer = write
+        watcher = asyncio.get_running_loop().create_task(watch())
+        self.streams.add(context)
+        stream = handler.unary_stream(request, context)
+        deadline = None if context._deadline is None else _loop_time(context._deadline)
+        try:
+            async with asyncio.timeout_at(deadline):
+                async for answer in stream:
+                    await write(answer)
+            code = context._code or grpc.StatusCode.OK
+            await reply.status(code, context._details, context._trailing)
+        except grpc.aio.AbortError:
+            await reply.status(context._code or grpc.StatusCode.UNKNOWN, context._details, context._trailing)
+        except TimeoutError:
+            await reply.status(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded", ())
+        except asyncio.CancelledError:
+            if not gone:
+                raise
+            me.uncancel()
+        except OSError:
+            context._cancelled = True  # the client went away while a message was sent
+        except Exception as e:
+            log.exception("unexpected error in a gRPC-Web stream")
+            await reply.status(grpc.StatusCode.UNKNOWN, f"Unexpected {type(e).__name__}", ())
+        finally:
+            self.streams.discard(context)
+            watcher.cancel()
+            with contextlib.suppress(BaseException):
+                await stream.aclose()
+
+
+def _loop_time(deadline: float) -> float:
+    """A time.monotonic() deadline on the running loop's clock."""
+    return asyncio.get_running_loop().time() + (deadline - time.monotonic())
 
 
 class _Reply:

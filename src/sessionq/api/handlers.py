@@ -65,6 +65,15 @@ class HandlerTable(grpc.GenericRpcHandler):
         handler = self._handlers.get(method)
         return None if handler is None else (handler.request_streaming, handler.response_streaming)
 
+    def handler(self, method: str) -> grpc.RpcMethodHandler | None:
+        """The wrapped handler of `method` (what grpcio calls; gRPC-Web calls it in process)."""
+        return self._handlers.get(method)
+
+    def unknown(self, method: str) -> None:
+        """Tell of a call of a method no service has."""
+        if self._unknown is not None:
+            self._unknown(method)
+
     # grpc.GenericRpcHandler
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:

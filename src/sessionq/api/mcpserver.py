@@ -17,7 +17,8 @@ lifecycle: ``list_sessions``, ``get_session``, ``suspend_session``, ``resume_ses
 
 The resource ``kagent://agents`` (application/json) is the same list as ``list_agents``; its
 subscribers get ``notifications/resources/updated`` when an Agent is applied, changed or deleted
-through any replica: the change travels as a NOTIFY on sessionq_agent (10_agents.sql), which each
+through any replica, on a ``subscriptions/listen`` stream (protocol 2026-07-28, the SDK's
+``Client.listen``) or, for clients of earlier versions, after ``resources/subscribe`` (kagent's way): the change travels as a NOTIFY on sessionq_agent (10_agents.sql), which each
 API process's LISTEN connection hears (in stateless mode there is no stream to send it on). Their input schemas (typed
 arguments, no others) refuse bad arguments before anything is called.
 """
@@ -38,7 +39,9 @@ from mcp import types
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.subscriptions import InMemorySubscriptionBus
 from mcp.shared.exceptions import MCPError
+from mcp.shared.subscriptions import ResourceUpdated
 from starlette.types import Receive, Scope, Send
 
 from sessionq import errors
@@ -76,8 +79,13 @@ class McpApp:
         self.auth = auth
         self.target = target
         self._channel: grpc.aio.Channel | None = None
-        self.server = MCPServer(SERVER_NAME, instructions="The Agents of this sessionq, their Sessions and turns.")
-        self.subscribers: set[Any] = set()  # the MCP sessions subscribed to kagent://agents
+        # the current way to hear of changes (protocol 2026-07-28: `subscriptions/listen`, whose
+        # stream the SDK's ListenHandler serves from this bus); `resources/subscribe`, which that
+        # version removed, is still answered for clients of earlier versions (kagent's own)
+        self.bus = InMemorySubscriptionBus()
+        self.server = MCPServer(SERVER_NAME, instructions="The Agents of this sessionq, their Sessions and turns.",
+                                subscriptions=self.bus)
+        self.subscribers: set[Any] = set()  # the (earlier protocol) MCP sessions subscribed to kagent://agents
         self._pending: set[asyncio.Task[None]] = set()
         self._unlisten: Any = None
         self._tools()
@@ -207,10 +215,11 @@ class McpApp:
     def _agents_changed(self, payload: str | None) -> None:
         """A NOTIFY on sessionq_agent (an Agent applied, changed or deleted through any replica;
         None: the LISTEN connection came back and changes may have been missed)."""
-        if self.subscribers:
-            self._pending.add(asyncio.get_running_loop().create_task(self._tell_subscribers()))
+        self._pending.add(asyncio.get_running_loop().create_task(self._tell_subscribers()))
 
     async def _tell_subscribers(self) -> None:
+        with contextlib.suppress(Exception):  # the listen streams (those that asked for kagent://agents)
+            await self.bus.publish(ResourceUpdated(uri=AGENTS_URI))
         for session in list(self.subscribers):
             try:
                 await session.send_resource_updated(AGENTS_URI)

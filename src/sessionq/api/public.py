@@ -2,8 +2,8 @@
 
 - native gRPC (every service of api/server.py, reflection, grpc.health.v1): grpcio, listening on a
   unix socket in a private directory, behind the front of oneport.py;
-- over HTTP/1.1 (uvicorn, every limit of webserve.py): gRPC-Web, binary and text, for every
-  unary and server-streaming method (api/grpcweb.py: made a native call to grpcio, CORS for
+- over HTTP/1.1 (uvicorn, every limit of webserve.py) and HTTP/2 (h2c: the front's h2 server): gRPC-Web, binary and text, for every
+  unary and server-streaming method (api/grpcweb.py: served by the API's own handlers, CORS for
   server.corsOrigins), the A2A agent cards and the JSON-RPC and HTTP+JSON bindings at
   ``/api/a2a/{namespace}/{name}/...`` (api/agentcard.py), MCP at ``/mcp`` (api/mcpserver.py:
   the `mcp` SDK's streamable HTTP transport, authenticated as the API), and the health
@@ -65,8 +65,7 @@ class PublicPort:
             header_timeout=settings.server.http_header_timeout,
             routes=event_routes(self.api.events, self.api.auth),
         )
-        self.grpc_web = GrpcWeb(self.private.grpc_address, self.api.handlers.streaming,
-                                grpc_message_limit(settings.a2a.max_message_bytes), settings.server.cors_origins)
+        self.grpc_web = GrpcWeb(self.api.handlers, grpc_message_limit(settings.a2a.max_message_bytes), settings.server.cors_origins)
         self.mcp = McpApp(store, self.api.auth, self.private.grpc_address, stateless=settings.server.mcp_stateless,
                           max_body=grpc_message_limit(settings.a2a.max_message_bytes))
         self.front: OnePort | None = None
@@ -107,7 +106,9 @@ class PublicPort:
         await self.mcp.start()
         limits = Limits("server.address", webserve.connection_cap(self.settings.server.http_max_connections),
                         self.settings.server.http_header_timeout)
-        self.front = OnePort(self.app(), limits, self.private.path)
+        # an HTTP/2 request's body is bounded by the app's limit (413) and, past twice that, by the front
+        self.front = OnePort(self.app(), limits, self.private.path,
+                             max_body=2 * grpc_message_limit(self.settings.a2a.max_message_bytes) + (64 << 10))
         await self.front.start(self.address, reuse_port=self.reuse_port)
         self.port = self.cards.port = self.front.port
         if not self.advertised:  # a port chosen at start (0) is advertised as it is

@@ -284,7 +284,8 @@ def _tell_up(echo: Callable[[str], None], settings: Settings, user: str, endpoin
     echo(f"sessionq is up (user {user})")
     echo(f"  API endpoint  : {endpoint}  (one port: native gRPC with reflection and health, gRPC-Web, A2A"
          f" at http://{endpoint}/api/a2a/..., MCP at http://{endpoint}/mcp; calls without a token are {user}'s)")
-    echo(f"  web console   : http://{settings.server.console_address}/  (no login needed here)")
+    echo(f"  web console   : http://{settings.server.console_address}/  (an operator's listener of its own, not on the"
+         " API port; no login needed here)")
     echo(f"  psql          : {psql}")
     if isinstance(served, ServedProcess):
         level = served.runtime.isolation.value
