@@ -6,41 +6,23 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from concurrent import futures
-from typing import Any
 
-import grpc
 import pytest
 from conftest import apply_agent
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from trace_receiver import Receiver, serving
 
 from sessionq import config, logs, telemetry
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, sessions_pb2, sessions_pb2_grpc
 
-TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
-PARENT = "00f067aa0ba902b7"
-
-
-class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
-    def __init__(self) -> None:
-        self.spans: list[Any] = []
-
-    def Export(self, request: Any, context: Any) -> trace_service_pb2.ExportTraceServiceResponse:
-        for rs in request.resource_spans:
-            for ss in rs.scope_spans:
-                self.spans.extend(ss.spans)
-        return trace_service_pb2.ExportTraceServiceResponse()
-
 
 @pytest.fixture
-def receiver() -> Iterator[tuple[Receiver, int]]:
-    r = Receiver()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(r, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    yield r, port
-    server.stop(0)
+def trace_receiver() -> Iterator[tuple[Receiver, int]]:
+    with serving() as r:
+        yield r
+
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT = "00f067aa0ba902b7"
 
 
 def test_tracing_is_off_by_default():
@@ -51,8 +33,8 @@ def test_tracing_is_off_by_default():
         config.load(env={"SESSIONQ_TELEMETRY__TRACING__SAMPLE_RATIO": "1.5"})
 
 
-async def test_a_create_session_call_is_a_span_of_the_callers_trace(api, store, sim, receiver):
-    r, port = receiver
+async def test_a_create_session_call_is_a_span_of_the_callers_trace(api, store, sim, trace_receiver):
+    r, port = trace_receiver
     await apply_agent(store, sim)
     provider = telemetry.start_tracing(f"127.0.0.1:{port}", service="sessionq-api", ratio=1.0)
     try:
@@ -73,3 +55,29 @@ async def test_a_create_session_call_is_a_span_of_the_callers_trace(api, store, 
     assert create[0].trace_id.hex() == TRACE_ID and create[0].parent_span_id.hex() == PARENT
     assert record.trace_id == TRACE_ID and len(record.span_id) == 16  # type: ignore[attr-defined]
     assert '"trace_id": "' + TRACE_ID in logs.JsonFormatter().format(record)
+
+
+async def test_the_trace_context_goes_with_the_job_only_from_a_sampled_span(store, sim, trace_receiver):
+    """A statement made inside a sampled span queues its job with the span's traceparent; outside a
+    span, or in an unsampled one, nothing is added."""
+    _, port = trace_receiver
+    await apply_agent(store, sim)
+    provider = telemetry.start_tracing(f"127.0.0.1:{port}", service="sessionq-api", ratio=1.0)
+    try:
+        with telemetry.span("caller", parent=f"00-{TRACE_ID}-{PARENT}-01"):
+            sent = telemetry.traceparent()
+            traced = await store.admit_create("alice", "traced", "kagent", "my-first-agent", "")
+        with telemetry.span("unsampled", parent=f"00-{TRACE_ID}-{PARENT}-00"):
+            assert telemetry.traceparent() is None
+            unsampled = await store.admit_create("alice", "unsampled", "kagent", "my-first-agent", "")
+        plain = await store.admit_create("alice", "plain", "kagent", "my-first-agent", "")
+    finally:
+        telemetry.stop_tracing(provider)
+    async with store.pool.connection() as conn:
+        rows = await (await conn.execute(
+            "SELECT args->>'session_id' AS s, args->>'traceparent' AS t FROM procrastinate_jobs"
+            " WHERE task_name = 'execute_operation'")).fetchall()
+    args = {row["s"]: row["t"] for row in rows}
+    assert sent is not None and sent.startswith(f"00-{TRACE_ID}-") and sent.endswith("-01")
+    assert args[str(traced.session.id)] == sent
+    assert args[str(unsampled.session.id)] is None and args[str(plain.session.id)] is None

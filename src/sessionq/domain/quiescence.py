@@ -37,7 +37,8 @@ from uuid import UUID, uuid4
 
 import psycopg
 
-from sessionq import metrics
+from sessionq import metrics, telemetry
+from sessionq.db import notify
 from sessionq.db.connection import Listener
 from sessionq.db.notify import Channel
 from sessionq.db.retry import with_db_retry
@@ -57,6 +58,7 @@ from sessionq.runtime.base import (
 log = logging.getLogger(__name__)
 
 SHORT_RETRY = 1.0
+MAX_TRACES = 4096  # traceparents of notified settlements kept for their suspends
 RUNTIME_ATTEMPTS = 5
 SUSPEND_BOUND = 120.0  # sessions.quiescenceAttemptTimeout's default
 LEASE_MARGIN = 10.0  # a holder's lease: its attempt bound and this
@@ -115,12 +117,13 @@ class QuiescencePool:
         self.resolutions = 0  # uncertain claims taken over by this pool
         self.queries = 0  # claim attempts + blocked checks made by this pool
         self._next_lapse_scan = 0.0  # monotonic time of the next recovery scan for lapsed claims
+        self.traces: dict[str, str] = {}  # Session id -> traceparent of its notified settlement (tracing on)
 
     async def run(self, stop: asyncio.Event) -> None:
         listener = None
         if self.listen:
             listener = Listener(self.url, [Channel.IDLE], application_name="sessionq-listen-idle")
-            listener.subscribe(Channel.IDLE, lambda _payload: self.wakeups.post())
+            listener.subscribe(Channel.IDLE, self._woken)
             await listener.start()
         try:
             tasks = [asyncio.create_task(self._worker(i, stop), name=f"quiescence-{i}") for i in range(self.workers)]
@@ -135,6 +138,22 @@ class QuiescencePool:
         finally:
             if listener:
                 await listener.stop()
+
+    def _woken(self, payload: str | None) -> None:
+        """A settlement (or another idle boundary) was notified: wake a worker. While tracing is on,
+        the traceparent of a traced settlement is kept for the suspend it wakes (its span joins that
+        trace); a bounded number, the oldest forgotten first."""
+        self.wakeups.post()
+        if payload is None or not telemetry.tracing() or '"traceparent"' not in payload:
+            return
+        try:
+            data = notify.decode(Channel.IDLE, payload)
+        except notify.PayloadError:
+            return
+        if isinstance(data.get("traceparent"), str):
+            self.traces[data["session"]] = data["traceparent"]
+            if len(self.traces) > MAX_TRACES:
+                self.traces.pop(next(iter(self.traces)))
 
     async def _worker(self, index: int, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -151,7 +170,9 @@ class QuiescencePool:
                 if session is not None:
                     self.claims += 1
                     self.wakeups.post()  # hand a wake-up on before runtime I/O: a sibling joins a burst
-                    await self.quiesce(session)
+                    with telemetry.span("quiescence suspend", parent=self.traces.pop(str(session.id), None),
+                                        root=False, attributes={"sessionq.session_id": str(session.id)}):
+                        await self.quiesce(session)
                     continue
                 self.queries += 1
                 blocked, retry_in = await self.store.idle_work_state(self.keep_warm)
