@@ -1,6 +1,6 @@
 """OpenTelemetry of a sessionq process: metrics (OBS-1, OBS-2) through one MeterProvider, exported
-over OTLP (gRPC) when `telemetry.otlp.endpoint` is set; traces of the API's calls when
-`telemetry.tracing.sampleRatio` is above 0 (`start_tracing`).
+over OTLP when `telemetry.otlp.endpoint` is set; traces of the API's calls and the work they start
+when `telemetry.tracing.sampleRatio` is above 0 (`start_tracing`).
 
 The families of `sessionq.metrics` stay prometheus-client's (the Prometheus endpoint of
 `metrics.enabled` serves them as it always has, names unchanged). The MeterProvider's reader
@@ -15,7 +15,13 @@ instrument made on the MeterProvider itself (`meter()`) is exported with them.
 Traces: every gRPC call the API answers is a server span (`server_span`, from the `rpc` wrapper),
 its parent the W3C trace context of the call's metadata (`traceparent`, `tracestate`), sampled
 parent-based with the configured ratio; log lines written inside carry its trace and span ids
-(`logs.py`). Off (ratio 0, the default) the wrapper checks one flag and does nothing else.
+(`logs.py`). The trace follows the call: `traceparent()` is what travels with the work a sampled
+span starts (the store sets it on the statement's transaction, `sessionq.defer` puts it in the
+job's args, `sessionq.notify` in the payload; runtime calls send it on), and `span(..., parent=)`
+continues it in the worker (the job, the runtime calls, the quiescence suspend). Off (ratio 0, the
+default) each of these checks one flag and does nothing else.
+
+Export over OTLP `grpc` or `http/protobuf` (telemetry.otlp.protocol).
 
 Off (no endpoint): no provider, no thread, nothing exported.
 """
