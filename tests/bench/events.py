@@ -46,24 +46,26 @@ OFF = ("sessions_events_insert ON sessionq.sessions", "sessions_events_update ON
 
 
 class Receiver:
-    """A webhook receiver: 204 for every POST, the time it read each event's body."""
+    """A webhook receiver: 204 for every POST, the time it read each event's body; connections kept."""
 
     def __init__(self) -> None:
         self.received: list[tuple[float, bytes]] = []
         self.port = 0
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # keeps the connection, as an HTTP/1.1 receiver does (a job reuses its connections)
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = 0
-            for line in head.decode("latin-1").split("\r\n"):
-                name, _, value = line.partition(":")
-                if name.strip().lower() == "content-length":
-                    length = int(value)
-            body = await reader.readexactly(length)
-            self.received.append((time.time(), body))
-            writer.write(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-            await writer.drain()
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.decode("latin-1").split("\r\n"):
+                    name, _, value = line.partition(":")
+                    if name.strip().lower() == "content-length":
+                        length = int(value)
+                body = await reader.readexactly(length)
+                self.received.append((time.time(), body))
+                writer.write(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
+                await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:

@@ -42,22 +42,33 @@ class Receiver:
     requests: list[tuple[int, dict[str, str], bytes]] = field(default_factory=list)  # (answered status, headers, body)
     port: int = 0
     location: str = ""
+    keep_alive: bool = False  # answer more than one request on a connection
+    connections: int = 0
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/hook"
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            lines = head.decode("latin-1").split("\r\n")
-            headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
-            body = await reader.readexactly(int(headers.get("content-length", "0")))
-            status = self.script.pop(0) if self.script else 204
-            self.requests.append((status, headers, body))
-            extra = f"Location: {self.location}\r\n" if status in (301, 302, 307, 308) else ""
-            writer.write(f"HTTP/1.1 {status} X\r\n{extra}Content-Length: 0\r\nConnection: close\r\n\r\n".encode())
-            await writer.drain()
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except asyncio.IncompleteReadError:
+                    return  # the client closed a kept connection
+                lines = head.decode("latin-1").split("\r\n")
+                headers = {k.strip().lower(): v.strip()
+                           for k, _, v in (line.partition(":") for line in lines[1:] if line)}
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                status = self.script.pop(0) if self.script else 204
+                self.requests.append((status, headers, body))
+                extra = f"Location: {self.location}\r\n" if status in (301, 302, 307, 308) else ""
+                extra += "" if self.keep_alive else "Connection: close\r\n"
+                writer.write(f"HTTP/1.1 {status} X\r\n{extra}Content-Length: 0\r\n\r\n".encode())
+                await writer.drain()
+                if not self.keep_alive:
+                    return
         finally:
             writer.close()
 
@@ -148,6 +159,17 @@ async def test_concurrent_jobs_deliver_every_event_once_and_each_sessions_in_ord
         assert [m["type"] for m in got if m["data"]["session_id"] == str(s.id)] == [
             "created", "ready", "suspended", "resumed"]
     assert await drain(store, hook.id) == 0
+
+
+async def test_a_job_keeps_its_connections_to_the_subscription_url(store, sim, receiver):
+    """A deliver_webhooks job POSTs to one URL only: a receiver that keeps connections gets the
+    job's deliveries over at most one connection per Session delivered at a time."""
+    receiver.keep_alive = True
+    hook = await store.create_webhook("alice", False, receiver.url, [], None, webhooks.new_secret())
+    for i in range(2):
+        await ready_session(store, sim, f"kept{i}")
+    assert await drain(store, hook.id, streams=1) == 4
+    assert len(receiver.requests) == 4 and receiver.connections == 1
 
 
 async def test_a_redirect_is_not_followed(store, sim, receiver):

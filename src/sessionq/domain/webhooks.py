@@ -109,7 +109,9 @@ async def deliver_subscription(
     Returns how many were delivered. Raises WebhookFailed after a batch with a failed attempt (the
     job is retried with backoff; the rest went through) or when another job held a stream."""
     own = client is None
-    http = client or push.delivery_client(timeout)
+    # every POST of the job goes to the subscription's one URL: its connections are kept between
+    # POSTs (each attempt still checks the address it connects to)
+    http = client or push.delivery_client(timeout, keep_alive=streams)
     executor = uuid.uuid4()
     # the claim covers a whole batch: a stream's attempts follow each other, a failure ends it
     lease = LEASE_MARGIN + timeout * max(1, min(batch // max(streams, 1), 8))
