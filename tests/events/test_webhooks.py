@@ -337,3 +337,40 @@ def test_sessionq_up_allows_loopback_webhooks_and_serve_does_not():
     assert config.defaults().webhooks.allow_loopback is False
     assert config.defaults().webhooks.allow_private_targets is False
     assert _local_settings(config.defaults(), "me").webhooks.allow_loopback is True
+
+
+async def test_operators_read_the_deliveries_with_the_cli(store, sim, receiver, database_url):
+    """`sessionq webhooks deliveries` (an operator command on the database): each delivery's state,
+    attempts and last status, newest first, paged; never the URL or the secret; bad input is one
+    usage line."""
+    secret = webhooks.new_secret()
+    hook = await store.create_webhook("alice", False, receiver.url, [], None, secret)
+    receiver.script = [500]
+    s = await ready_session(store, sim)
+    with pytest.raises(webhooks.WebhookFailed):
+        await webhooks.deliver_subscription(store, hook.id, policy=LOOPBACK, timeout=5)
+
+    async def cli(*args: str) -> Any:
+        return await asyncio.to_thread(CliRunner().invoke, main,
+                                       ["webhooks", "deliveries", "--database-url", database_url, *args])
+
+    listed = await cli("-o", "json")
+    assert listed.exit_code == 0, listed.output
+    rows = json.loads(listed.output)["deliveries"]
+    assert [(r["event_type"], r["state"], r["attempts"], r["last_status"]) for r in rows] == [
+        ("ready", "pending", 0, None), ("created", "pending", 1, 500)]
+    assert all(r["subscription_id"] == str(hook.id) and r["session_id"] == str(s.id) for r in rows)
+    assert receiver.url not in listed.output and secret not in listed.output
+    table = await cli("--subscription", str(hook.id))
+    assert table.exit_code == 0 and "pending" in table.output and "500" in table.output
+    first = await cli("--limit", "1", "-o", "json")
+    page = json.loads(first.output)
+    assert len(page["deliveries"]) == 1 and page["next_page_token"]
+    second = json.loads((await cli("--limit", "1", "--page-token", page["next_page_token"], "-o", "json")).output)
+    assert [r["event_type"] for r in second["deliveries"]] == ["created"] and second["next_page_token"] == ""
+    none = await cli("--state", "failed")
+    assert none.exit_code == 0 and "No webhook deliveries." in none.output
+    bad = await cli("--page-token", "x" * 5000)
+    assert bad.exit_code == 2 and len(bad.output) < 300 and "Traceback" not in bad.output
+    bad = await cli("--subscription", "not-a-uuid")
+    assert bad.exit_code == 2 and "Traceback" not in bad.output
