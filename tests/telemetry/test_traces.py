@@ -1,18 +1,30 @@
 """Traces of the API's calls (src/sessionq/telemetry.py): a server span per call, child of the W3C
 trace context of its metadata, exported over OTLP to a receiver built on opentelemetry-proto's
-TraceService; log lines inside carry the span's ids; off by default."""
+TraceService; log lines inside carry the span's ids; off by default. The context goes with the jobs a
+sampled call queues, and with an Actor's task store reports."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterator
 
+import grpc
 import pytest
 from conftest import apply_agent
+from starlette.requests import Request
 from trace_receiver import Receiver, serving
 
 from sessionq import config, logs, telemetry
-from sessionq._pb.kagent.api.v1alpha1 import common_pb2, sessions_pb2, sessions_pb2_grpc
+from sessionq._pb.kagent.api.v1alpha1 import (
+    common_pb2,
+    sessions_pb2,
+    sessions_pb2_grpc,
+    task_store_pb2,
+    task_store_pb2_grpc,
+)
+from sessionq.agentkit.server import CredentialContextBuilder
+from sessionq.runtime.taskstore_client import TRACEPARENT, TaskStoreClient
 
 
 @pytest.fixture
@@ -81,3 +93,37 @@ async def test_the_trace_context_goes_with_the_job_only_from_a_sampled_span(stor
     assert sent is not None and sent.startswith(f"00-{TRACE_ID}-") and sent.endswith("-01")
     assert args[str(traced.session.id)] == sent
     assert args[str(unsampled.session.id)] is None and args[str(plain.session.id)] is None
+
+
+async def test_an_actor_process_sends_its_turns_trace_context_with_its_reports():
+    """The agent kit takes the traceparent of the turn's A2A request (the worker's `runtime invoke`
+    span) and its task store client sends it with every report, so the API's spans of the reports
+    join the turn's trace; without one, nothing is sent."""
+    seen: list[dict[str, str]] = []
+
+    class Store(task_store_pb2_grpc.TaskStoreServiceServicer):
+        async def SettleTask(self, request, context):
+            seen.append({k: v for k, v in context.invocation_metadata() if isinstance(v, str)})
+            return task_store_pb2.TaskStoreServiceSettleTaskResponse()
+
+    server = grpc.aio.server()
+    task_store_pb2_grpc.add_TaskStoreServiceServicer_to_server(Store(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    traceparent = f"00-{TRACE_ID}-{PARENT}-01"
+    try:
+        async def turn(headers: list[tuple[bytes, bytes]]) -> None:  # one A2A request, in its own task
+            context = CredentialContextBuilder().build(Request({"type": "http", "method": "POST", "path": "/",
+                                                                "headers": headers, "query_string": b""}))
+            assert "x-sessionq-workload-token" not in context.state["headers"]
+            async with TaskStoreClient(f"127.0.0.1:{port}", "token") as client:
+                await client.settle_task("s", "t", 1)
+
+        await asyncio.create_task(turn([(b"traceparent", traceparent.encode()),
+                                        (b"x-sessionq-workload-token", b"tok")]))
+        await asyncio.create_task(turn([]))
+        assert TRACEPARENT.get() is None  # each turn's own: nothing leaks into another
+    finally:
+        await server.stop(0)
+    assert seen[0].get("traceparent") == traceparent and seen[0]["authorization"] == "Bearer token"
+    assert "traceparent" not in seen[1]
