@@ -24,6 +24,7 @@ from sessionq._pb.kagent.api.v1alpha1 import (
     task_store_pb2_grpc,
 )
 from sessionq.agentkit.server import CredentialContextBuilder
+from sessionq.errors import SessionqError
 from sessionq.runtime.taskstore_client import TRACEPARENT, TaskStoreClient
 
 
@@ -79,6 +80,11 @@ async def test_the_trace_context_goes_with_the_job_only_from_a_sampled_span(stor
         with telemetry.span("caller", parent=f"00-{TRACE_ID}-{PARENT}-01"):
             sent = telemetry.traceparent()
             traced = await store.admit_create("alice", "traced", "kagent", "my-first-agent", "")
+            with pytest.raises(SessionqError) as refused:  # a refusal inside the pipeline is the same refusal
+                await store.admit_create("alice", "missing", "kagent", "no-such-agent", "")
+            assert refused.value.code == grpc.StatusCode.NOT_FOUND, refused.value
+            again = await store.admit_create("alice", "traced", "kagent", "my-first-agent", "")  # the pool is fine
+            assert again.session.id == traced.session.id
         with telemetry.span("unsampled", parent=f"00-{TRACE_ID}-{PARENT}-00"):
             assert telemetry.traceparent() is None
             unsampled = await store.admit_create("alice", "unsampled", "kagent", "my-first-agent", "")
