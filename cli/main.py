@@ -9,7 +9,7 @@ from sessionq.cli.checkpoint import checkpoint
 from sessionq.cli.client import DEFAULT_SERVER, DEFAULT_TIMEOUT
 from sessionq.cli.events import events, webhooks
 from sessionq.cli.invoke import invoke
-from sessionq.cli.operator import jobs, queues, quiescence, requeue, status, workers
+from sessionq.cli.operator import jobs, queues, quiescence, requeue, status, webhook_deliveries, workers
 from sessionq.cli.sandbox import sandbox
 from sessionq.cli.server import migrate, runtime, serve, up, worker
 from sessionq.cli.session import session
@@ -52,6 +52,7 @@ main.add_command(checkpoint)
 main.add_command(sandbox)
 main.add_command(events)
 main.add_command(webhooks)
+webhooks.add_command(webhook_deliveries)  # an operator command: it reads the database
 # the kagent spelling: `sessionq agent session create ...` is the same group as `sessionq session ...`
 agent.add_command(session)
 agent.add_command(invoke)

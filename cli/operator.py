@@ -249,6 +249,47 @@ def actions_table(rows: Sequence[Row]) -> str:
     )
 
 
+# -- webhook deliveries (an operator command of `sessionq webhooks`) -----------------------------------
+
+WEBHOOK_DELIVERY_STATES = ("pending", "delivered", "failed")
+
+
+@click.command("deliveries", cls=OperatorCommand)
+@click.option("--subscription", type=click.UUID, metavar="ID", help="Only this subscription's deliveries.")
+@click.option("--state", type=click.Choice(WEBHOOK_DELIVERY_STATES), help="Only deliveries in this state.")
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True, help="Page size.")
+@click.option("--page-token", default="", help="Continue from a previous page.")
+@database_option
+@output_option
+@click.pass_context
+def webhook_deliveries(ctx: click.Context, subscription: uuid.UUID | None, state: str | None, limit: int,
+                       page_token: str, database_url: str | None, output: str) -> None:
+    """Webhook deliveries, newest first (operators; read from the database): the subscription, the
+    event, the state, the attempts and the last status or error. Never the URL or the secret."""
+    before = None
+    if page_token:
+        if not page_token.isdigit() or int(page_token) <= 0:
+            raise usage(f"invalid --page-token {compact(page_token, 40)!r}: use the token a previous page printed")
+        before = int(page_token)
+    rows = run(ctx, database_url, lambda ops: ops.webhook_deliveries(subscription=subscription, state=state,
+                                                                     before=before, limit=limit + 1))
+    next_token = str(rows[limit - 1]["id"]) if len(rows) > limit else ""
+    rows = rows[:limit]
+    if output == "json":
+        echo_json({"deliveries": rows, "next_page_token": next_token})
+        return
+    if rows:
+        click.echo(plain_table(
+            ["ID", "SUBSCRIPTION", "SESSION", "EVENT", "STATE", "ATTEMPTS", "LAST", "AGE"],
+            [[r["id"], r["subscription_id"], r["session_id"], f"{dash(r['event_type'])} {r['event_id']}", r["state"],
+              r["attempts"], dash(r["last_status"] or compact(r["last_error"] or "", 50)),
+              age(r["created_at"])] for r in rows]))
+    else:
+        click.echo("No webhook deliveries.", err=True)
+    if next_token:
+        click.echo(f"(more deliveries: --page-token {next_token})", err=True)
+
+
 # -- workers ------------------------------------------------------------------------------------------
 
 @click.group(cls=OperatorGroup)

@@ -21,6 +21,9 @@ tests/bridge/ (docs/operating.md, "Upgrading procrastinate"):
 - how a worker is started, observed and stopped: `RunningWorker` wraps `procrastinate.worker.Worker`
   (its `worker_id`, set once registered; its private `_running_jobs`; `shutdown_graceful_timeout`;
   the graceful `stop()`), started with the app's `worker_defaults` as `App.run_worker_async` does;
+- how a job's trace context reaches the worker: `sessionq.defer` adds a traced statement's
+  `traceparent` to the job's args, and a worker middleware (`JobTrace`) takes it out of
+  `Job.task_kwargs` before the task is called with them, running the job in a span of that trace;
 - the task retry limits the reaper needs (`retry_limits`: `App.tasks`, `Task.retry_strategy`);
 - where a worker's listener connects: `SessionConnector` overrides
   `PsycopgConnector._get_standalone_connection` (the connection `listen_notify` LISTENs on, opened
@@ -46,7 +49,7 @@ from procrastinate.jobs import Job, Status
 from procrastinate.manager import JobManager
 from procrastinate.worker import Worker
 
-from sessionq import metrics
+from sessionq import metrics, telemetry
 from sessionq.db.retry import with_db_retry
 from sessionq.models import JobAttemptOutcome
 
@@ -113,6 +116,23 @@ class AttemptObserver:
         finally:
             if context.job is not None and self.manager.release_slot(context.job):
                 worker._new_job_event.set()
+
+
+class JobTrace:
+    """A procrastinate worker middleware: the W3C `traceparent` a traced statement added to the
+    job's args (schema/06_jobs.sql, sessionq.defer) is taken out of the keyword arguments the task
+    is called with, and the job runs in a consumer span `job <task>` of that trace (made only when
+    tracing is on in this process; a job without one makes no span)."""
+
+    async def __call__(self, call_next: Callable[[], Awaitable[Any]], context: JobContext, worker: Any) -> Any:
+        job = context.job
+        traceparent = job.task_kwargs.pop("traceparent", None) if job is not None else None
+        if traceparent is None or not telemetry.tracing() or job is None:
+            return await call_next()
+        with telemetry.span(f"job {job.task_name}", parent=str(traceparent), kind=telemetry.CONSUMER,
+                            attributes={"messaging.system": "procrastinate", "messaging.message.id": str(job.id),
+                                        "messaging.destination.name": job.queue}):
+            return await call_next()
 
 
 # -- ending job attempts ---------------------------------------------------------------------------
@@ -376,8 +396,10 @@ class RunningWorker:
         self.options: dict[str, Any] = {**app.worker_defaults, **options, "install_signal_handlers": False}
         self.options["name"] = str(self.options.get("name") or default_name)
         manager = app.job_manager
+        middleware = [*self.options.get("worker_middleware", []), JobTrace()]
         if isinstance(manager, WorkerJobManager):  # attempt errors are recorded with the attempt
-            self.options["worker_middleware"] = [*self.options.get("worker_middleware", []), manager.observer()]
+            middleware.append(manager.observer())
+        self.options["worker_middleware"] = middleware
         app.perform_import_paths()
         self._worker = Worker(app=app, **self.options)
         self._task: asyncio.Task[None] | None = None

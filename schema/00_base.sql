@@ -72,12 +72,17 @@ ON CONFLICT (name) DO NOTHING;
 CREATE OR REPLACE FUNCTION sessionq.notify(p_channel text, p_payload jsonb) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
-  v_text text := p_payload::text;
+  v_text text;
+  v_traceparent text := current_setting('sessionq.traceparent', true);
 BEGIN
+  IF v_traceparent <> '' THEN  -- a traced statement: what it wakes joins its trace
+    p_payload := p_payload || jsonb_build_object('traceparent', v_traceparent);
+  END IF;
+  v_text := p_payload::text;
   IF octet_length(v_text) > 7900 THEN  -- NOTIFY's limit is 8000 bytes: the optional row goes
     v_text := (p_payload - 'row')::text;
   END IF;
   PERFORM pg_notify(p_channel, v_text);
 END $$;
 COMMENT ON FUNCTION sessionq.notify(text, jsonb) IS
-  'Send a sessionq notification (delivered at commit): p_payload, a JSON object holding the key of its channel (session, checkpoint or worker); an optional "row" is dropped when the payload would not fit NOTIFY''s 8000 bytes. Channels and payloads: src/sessionq/db/notify.py.';
+  'Send a sessionq notification (delivered at commit): p_payload, a JSON object holding the key of its channel (session, checkpoint or worker); an optional "row" is dropped when the payload would not fit NOTIFY''s 8000 bytes; the W3C "traceparent" of a traced statement (the transaction-local setting sessionq.traceparent) is added. Channels and payloads: src/sessionq/db/notify.py.';

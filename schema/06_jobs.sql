@@ -42,12 +42,16 @@ CREATE OR REPLACE FUNCTION sessionq.defer(p_task text, p_subject text, p_args js
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
   k sessionq.job_kinds;
+  v_traceparent text := current_setting('sessionq.traceparent', true);
 BEGIN
   SELECT * INTO k FROM sessionq.job_kinds WHERE task_name = p_task;
   IF NOT FOUND THEN
     RAISE EXCEPTION 'sessionq.defer: unknown task %', p_task;
   END IF;
+  IF v_traceparent <> '' THEN  -- a traced statement: the job's spans join its trace (jobs/tracing.py)
+    p_args := p_args || jsonb_build_object('traceparent', v_traceparent);
+  END IF;
   RETURN sessionq.defer_job(k.queue_name, p_task, p_args, k.lock_prefix || ':' || p_subject, p_at);
 END $$;
 COMMENT ON FUNCTION sessionq.defer(text, text, jsonb, timestamptz) IS
-  'Queue a job of task p_task (sessionq.job_kinds: its queue, and its queueing lock for subject p_subject) with keyword arguments p_args, due at p_at (NULL: now). A job already waiting under that lock covers it and runs no later than p_at. Returns the new job id, or NULL.';
+  'Queue a job of task p_task (sessionq.job_kinds: its queue, and its queueing lock for subject p_subject) with keyword arguments p_args (and the W3C traceparent of a traced statement, the transaction-local setting sessionq.traceparent), due at p_at (NULL: now). A job already waiting under that lock covers it and runs no later than p_at. Returns the new job id, or NULL.';

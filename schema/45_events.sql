@@ -424,98 +424,112 @@ END $$;
 COMMENT ON FUNCTION sessionq.delete_webhook(uuid, text, boolean) IS
   'Delete a webhook subscription of the caller (administrators: anyone''s) and its deliveries; NOT_FOUND when there is none the caller may delete.';
 
--- webhook_streams: the Sessions a subscription has pending deliveries for.
-CREATE OR REPLACE FUNCTION sessionq.webhook_streams(p_subscription uuid, p_limit integer)
-RETURNS SETOF uuid LANGUAGE sql STABLE AS $$
-  SELECT DISTINCT d.session_id FROM sessionq.webhook_deliveries d
-   WHERE d.subscription_id = p_subscription AND d.state = 'pending' LIMIT p_limit
-$$;
-COMMENT ON FUNCTION sessionq.webhook_streams(uuid, integer) IS
-  'Up to p_limit Sessions with pending deliveries of subscription p_subscription: the streams its deliver_webhooks job delivers, each in order.';
-
--- claim_webhook_delivery: the next delivery of one subscription and Session, under a lease.
-CREATE OR REPLACE FUNCTION sessionq.claim_webhook_delivery(
-  p_subscription uuid, p_session uuid, p_executor uuid, p_lease double precision
-) RETURNS TABLE (status text, delivery jsonb) LANGUAGE plpgsql AS $$
+-- claim_webhook_batch: the next deliveries of a subscription, every stream's in order, in one claim.
+CREATE OR REPLACE FUNCTION sessionq.claim_webhook_batch(
+  p_subscription uuid, p_executor uuid, p_lease double precision, p_limit integer
+) RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
-  v sessionq.webhook_deliveries;
-  v_event sessionq.lifecycle_events;
-  v_sub sessionq.webhook_subscriptions;
+  v_out jsonb;
 BEGIN
   -- a claim lost in a crash only lets another job retry sooner: no need to wait for the WAL flush
   PERFORM set_config('synchronous_commit', 'off', true);
-  LOOP
-    SELECT * INTO v FROM sessionq.webhook_deliveries d
-     WHERE d.subscription_id = p_subscription AND d.session_id = p_session AND d.state = 'pending'
-     ORDER BY d.event_xid, d.event_seq LIMIT 1 FOR UPDATE;
-    IF NOT FOUND THEN
-      RETURN QUERY SELECT 'none'::text, NULL::jsonb;
-      RETURN;
-    END IF;
-    IF v.claimed_by IS DISTINCT FROM p_executor AND v.claimed_until > clock_timestamp() THEN
-      RETURN QUERY SELECT 'busy'::text, NULL::jsonb;  -- another job delivers this stream now
-      RETURN;
-    END IF;
-    SELECT * INTO v_event FROM sessionq.lifecycle_events e WHERE e.seq = v.event_seq;
-    EXIT WHEN FOUND;
-    -- purged before it could be delivered (events.retention): nothing left to send
-    UPDATE sessionq.webhook_deliveries SET state = 'failed', last_error = 'the event was purged before delivery',
-           finished_at = clock_timestamp(), claimed_by = NULL, claimed_until = NULL WHERE id = v.id;
-  END LOOP;
-  SELECT * INTO v_sub FROM sessionq.webhook_subscriptions w WHERE w.id = p_subscription;
-  UPDATE sessionq.webhook_deliveries SET claimed_by = p_executor,
-         claimed_until = clock_timestamp() + make_interval(secs => p_lease) WHERE id = v.id;
-  RETURN QUERY SELECT 'claimed'::text, jsonb_build_object(
-    'id', v.id, 'attempts', v.attempts, 'url', v_sub.url, 'secret', v_sub.secret,
-    'event', to_jsonb(v_event) || jsonb_build_object('xid', (v_event.xid::text)::bigint));
+  WITH picked AS (
+    -- the oldest p_limit pending deliveries, locked in delivery order (a concurrent claim waits,
+    -- never deadlocks); being in one global order, they hold a prefix of each Session's pending ones
+    SELECT d.id, d.session_id, d.event_seq,
+           d.claimed_by IS DISTINCT FROM p_executor AND d.claimed_until > clock_timestamp() AS busy
+      FROM sessionq.webhook_deliveries d
+     WHERE d.subscription_id = p_subscription AND d.state = 'pending'
+     ORDER BY d.event_xid, d.event_seq LIMIT p_limit FOR UPDATE
+  ), free AS (  -- a Session's stream that another job holds (a live lease) is left alone
+    SELECT p.* FROM picked p WHERE NOT EXISTS (SELECT 1 FROM picked x WHERE x.session_id = p.session_id AND x.busy)
+  ), purged AS (  -- purged before they could be delivered (events.retention): nothing left to send
+    UPDATE sessionq.webhook_deliveries d SET state = 'failed', last_error = 'the event was purged before delivery',
+           finished_at = clock_timestamp(), claimed_by = NULL, claimed_until = NULL
+      FROM free f
+     WHERE d.id = f.id AND NOT EXISTS (SELECT 1 FROM sessionq.lifecycle_events e WHERE e.seq = f.event_seq)
+    RETURNING d.id
+  ), claimed AS (
+    UPDATE sessionq.webhook_deliveries d SET claimed_by = p_executor,
+           claimed_until = clock_timestamp() + make_interval(secs => p_lease)
+      FROM free f JOIN sessionq.lifecycle_events e ON e.seq = f.event_seq
+     WHERE d.id = f.id
+    RETURNING d.id, d.session_id, d.attempts, d.event_xid, d.event_seq,
+              to_jsonb(e) || jsonb_build_object('xid', (e.xid::text)::bigint) AS event
+  )
+  SELECT jsonb_build_object(
+           'url', w.url, 'secret', w.secret,
+           'taken', (SELECT count(*) FROM picked),
+           'busy', (SELECT count(*) FROM picked) - (SELECT count(*) FROM free),
+           'deliveries', (SELECT coalesce(jsonb_agg(jsonb_build_object(
+                            'id', c.id, 'session_id', c.session_id, 'attempts', c.attempts, 'event', c.event)
+                            ORDER BY c.event_xid, c.event_seq), '[]') FROM claimed c))
+    INTO v_out
+    FROM sessionq.webhook_subscriptions w WHERE w.id = p_subscription;
+  RETURN v_out;
 END $$;
-COMMENT ON FUNCTION sessionq.claim_webhook_delivery(uuid, uuid, uuid, double precision) IS
-  'Claim the oldest pending delivery of subscription p_subscription for Session p_session for p_lease seconds: claimed (with the url, the signing secret and the event), busy (another executor''s lease holds it: the deliveries go out in order, one at a time) or none. A delivery whose event was purged is failed and the next taken. Its commit does not wait for the WAL flush (synchronous_commit off). For the deliver_webhooks job only.';
+COMMENT ON FUNCTION sessionq.claim_webhook_batch(uuid, uuid, double precision, integer) IS
+  'Claim, for p_lease seconds, the oldest p_limit pending deliveries of subscription p_subscription, in delivery order, leaving out every Session whose stream another executor''s live lease holds (its deliveries go out in order, by one job at a time). Returns {url, secret, taken (deliveries looked at), busy (of them, left to another executor), deliveries: [{id, session_id, attempts, event}]} (in delivery order), or NULL for a subscription that is gone. A delivery whose event was purged is failed. Its commit does not wait for the WAL flush (synchronous_commit off). For the deliver_webhooks job only.';
 
--- record_webhook_attempt: the outcome of one delivery attempt.
-CREATE OR REPLACE FUNCTION sessionq.record_webhook_attempt(
-  p_delivery bigint, p_executor uuid, p_ok boolean, p_status integer, p_error text, p_give_up boolean,
-  p_disable_after integer
+-- record_webhook_attempts: the outcomes of a batch's attempts, and the rest of its claims released.
+CREATE OR REPLACE FUNCTION sessionq.record_webhook_attempts(
+  p_subscription uuid, p_executor uuid, p_outcomes jsonb, p_disable_after integer
 ) RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE
-  v sessionq.webhook_deliveries;
+  o jsonb;
+  v_run integer;
+  v_reset boolean := false;
+  v_last_error text;
   v_failures integer;
 BEGIN
-  -- an outcome lost in a crash means the delivery is sent again (at least once: receivers deduplicate
-  -- by webhook-id), so its commit does not wait for the WAL flush
+  -- an outcome lost in a crash means a delivery sent again (receivers deduplicate by webhook-id)
   PERFORM set_config('synchronous_commit', 'off', true);
-  UPDATE sessionq.webhook_deliveries d
-     SET attempts = d.attempts + 1, last_status = p_status, last_error = sessionq.clip(p_error, 500),
-         state = CASE WHEN p_ok THEN 'delivered' WHEN p_give_up THEN 'failed' ELSE 'pending' END,
-         finished_at = CASE WHEN p_ok OR p_give_up THEN clock_timestamp() END,
-         claimed_by = NULL, claimed_until = NULL
-   WHERE d.id = p_delivery AND d.claimed_by = p_executor AND d.state = 'pending'
-  RETURNING * INTO v;
+  SELECT w.consecutive_failures INTO v_run FROM sessionq.webhook_subscriptions w WHERE w.id = p_subscription
+     FOR UPDATE;
   IF NOT FOUND THEN
-    PERFORM sessionq.fail('SQ409', format('executor %s no longer holds webhook delivery %s', p_executor, p_delivery));
+    RETURN false;
   END IF;
-  IF p_ok THEN  -- the row is written only when a run of failures ends (not once per delivery)
-    UPDATE sessionq.webhook_subscriptions w SET consecutive_failures = 0, updated_at = clock_timestamp()
-     WHERE w.id = v.subscription_id AND w.consecutive_failures <> 0;
+  FOR o IN SELECT * FROM jsonb_array_elements(p_outcomes) LOOP  -- in the order the attempts ended
+    UPDATE sessionq.webhook_deliveries d
+       SET attempts = d.attempts + 1, last_status = (o ->> 'status')::integer,
+           last_error = sessionq.clip(o ->> 'error', 500),
+           state = CASE WHEN (o ->> 'ok')::boolean THEN 'delivered'
+                        WHEN (o ->> 'give_up')::boolean THEN 'failed' ELSE 'pending' END,
+           finished_at = CASE WHEN (o ->> 'ok')::boolean OR (o ->> 'give_up')::boolean THEN clock_timestamp() END,
+           claimed_by = NULL, claimed_until = NULL
+     WHERE d.id = (o ->> 'id')::bigint AND d.claimed_by = p_executor AND d.state = 'pending';
+    CONTINUE WHEN NOT FOUND;  -- no longer this executor's: its lease lapsed and another job took it
+    IF (o ->> 'ok')::boolean THEN
+      v_run := 0;
+      v_reset := true;
+    ELSE
+      v_run := v_run + 1;
+      v_last_error := sessionq.clip(o ->> 'error', 500);
+    END IF;
+  END LOOP;
+  -- what was claimed and not attempted (behind a failed attempt of its stream) waits for the retry
+  UPDATE sessionq.webhook_deliveries d SET claimed_by = NULL, claimed_until = NULL
+   WHERE d.subscription_id = p_subscription AND d.claimed_by = p_executor AND d.state = 'pending';
+  IF v_last_error IS NULL AND NOT v_reset THEN
     RETURN true;
   END IF;
   UPDATE sessionq.webhook_subscriptions w
-     SET consecutive_failures = w.consecutive_failures + 1, last_failure = sessionq.clip(p_error, 500),
+     SET consecutive_failures = v_run, last_failure = coalesce(v_last_error, w.last_failure),
          updated_at = clock_timestamp()
-   WHERE w.id = v.subscription_id
+   WHERE w.id = p_subscription AND (w.consecutive_failures <> v_run OR v_last_error IS NOT NULL)
   RETURNING consecutive_failures INTO v_failures;
   IF p_disable_after > 0 AND v_failures >= p_disable_after THEN
     UPDATE sessionq.webhook_subscriptions SET enabled = false, disabled_at = clock_timestamp()
-     WHERE id = v.subscription_id AND enabled;
+     WHERE id = p_subscription AND enabled;
     UPDATE sessionq.webhook_deliveries SET state = 'failed', finished_at = clock_timestamp(),
            last_error = coalesce(last_error || '; ', '') || 'the subscription was disabled'
-     WHERE subscription_id = v.subscription_id AND state = 'pending';
+     WHERE subscription_id = p_subscription AND state = 'pending';
     RETURN false;
   END IF;
   RETURN true;
 END $$;
-COMMENT ON FUNCTION sessionq.record_webhook_attempt(bigint, uuid, boolean, integer, text, boolean, integer) IS
-  'Record an attempt at a delivery by the executor that claimed it: delivered (p_ok), given up (p_give_up: failed) or still pending (retried), the claim released; the subscription''s run of failures is reset by a success and grows with a failure, and at p_disable_after (0: never) the subscription is disabled and its pending deliveries failed. False when it was disabled. ABORTED for an executor that no longer holds the claim. Its commit does not wait for the WAL flush (synchronous_commit off): an outcome lost in a crash is a delivery sent again, which receivers deduplicate by webhook-id.';
+COMMENT ON FUNCTION sessionq.record_webhook_attempts(uuid, uuid, jsonb, integer) IS
+  'Record the attempts of a batch claimed by p_executor (claim_webhook_batch): p_outcomes [{id, ok, status, error, give_up}] in the order they ended, each delivered, given up (failed) or still pending, its claim released (an outcome for a delivery the executor no longer holds is ignored); the executor''s other claims of the subscription are released. The subscription''s run of failures is reset by a success and grows with each failure after the last one; at p_disable_after (0: never) the subscription is disabled and its pending deliveries failed. False when it is disabled (or gone). Its commit does not wait for the WAL flush (synchronous_commit off).';
 
 CREATE OR REPLACE VIEW sessionq.webhook_delivery_log AS
 SELECT d.id, d.subscription_id, w.owner, w.is_global, w.enabled AS subscription_enabled, d.session_id,

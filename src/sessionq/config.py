@@ -699,18 +699,28 @@ KEYS: tuple[Key, ...] = (
         "telemetry.otlp.endpoint",
         _str,
         "",
-        "OTLP endpoint (host:port or http://host:port) the process's OpenTelemetry metrics are exported to (empty: no"
-        " OpenTelemetry export; the Prometheus endpoint of metrics.enabled is independent of it).",
+        "OTLP endpoint (host:port or http(s)://host:port) the process's OpenTelemetry metrics and traces are"
+        " exported to (empty: no OpenTelemetry export; the Prometheus endpoint of metrics.enabled is independent of"
+        " it). http/protobuf: the collector's base URL, to which /v1/metrics and /v1/traces are added.",
     ),
-    Key("telemetry.otlp.protocol", _choice("grpc"), "grpc", "OTLP protocol (gRPC)."),
+    Key(
+        "telemetry.otlp.protocol",
+        _choice("grpc", "http/protobuf"),
+        "grpc",
+        "OTLP protocol: grpc (a collector's port 4317) or http/protobuf (protobuf POSTed over HTTP, port 4318).",
+    ),
     Key("telemetry.otlp.interval", _positive_duration, 60.0, "How often metrics are exported over OTLP."),
-    Key("telemetry.otlp.insecure", _bool, True, "Export over plaintext gRPC (false: TLS with the system's roots)."),
+    Key("telemetry.otlp.insecure", _bool, True,
+        "Export in plaintext (false: TLS with the system's roots; http/protobuf: an endpoint without a scheme"
+        " gets https://)."),
     Key(
         "telemetry.tracing.sampleRatio",
         _ratio,
         0.0,
         "Share of the API's calls traced (0..1; a call whose W3C traceparent says sampled is traced whatever"
-        " it is), exported over OTLP to telemetry.otlp.endpoint. 0 (the default): no tracing at all.",
+        " it is), each trace following the call through its job, the runtime calls, the settlement and the"
+        " quiescence suspend it wakes; exported over OTLP to telemetry.otlp.endpoint. 0 (the default): no"
+        " tracing at all.",
     ),
 )
 _BY_PATH = {k.path: k for k in KEYS}

@@ -146,7 +146,7 @@ class TelemetryOtlpSettings:
     """telemetry.otlp.*"""
 
     endpoint: str  # telemetry.otlp.endpoint
-    protocol: Literal["grpc"]  # telemetry.otlp.protocol
+    protocol: Literal["grpc", "http/protobuf"]  # telemetry.otlp.protocol
     interval: float  # telemetry.otlp.interval
     insecure: bool  # telemetry.otlp.insecure
 

@@ -636,14 +636,6 @@ class WebhookDeliveryState(enum.StrEnum):
     FAILED = "failed"
 
 
-class WebhookClaimStatus(enum.StrEnum):
-    """claim_webhook_delivery's status."""
-
-    CLAIMED = "claimed"
-    BUSY = "busy"
-    NONE = "none"
-
-
 @dataclass(frozen=True)
 class WebhookSubscription(Row):
     """A webhook subscription as its owner reads it: never its secret."""

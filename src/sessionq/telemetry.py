@@ -1,6 +1,6 @@
 """OpenTelemetry of a sessionq process: metrics (OBS-1, OBS-2) through one MeterProvider, exported
-over OTLP (gRPC) when `telemetry.otlp.endpoint` is set; traces of the API's calls when
-`telemetry.tracing.sampleRatio` is above 0 (`start_tracing`).
+over OTLP when `telemetry.otlp.endpoint` is set; traces of the API's calls and the work they start
+when `telemetry.tracing.sampleRatio` is above 0 (`start_tracing`).
 
 The families of `sessionq.metrics` stay prometheus-client's (the Prometheus endpoint of
 `metrics.enabled` serves them as it always has, names unchanged). The MeterProvider's reader
@@ -15,7 +15,13 @@ instrument made on the MeterProvider itself (`meter()`) is exported with them.
 Traces: every gRPC call the API answers is a server span (`server_span`, from the `rpc` wrapper),
 its parent the W3C trace context of the call's metadata (`traceparent`, `tracestate`), sampled
 parent-based with the configured ratio; log lines written inside carry its trace and span ids
-(`logs.py`). Off (ratio 0, the default) the wrapper checks one flag and does nothing else.
+(`logs.py`). The trace follows the call: `traceparent()` is what travels with the work a sampled
+span starts (the store sets it on the statement's transaction, `sessionq.defer` puts it in the
+job's args, `sessionq.notify` in the payload; runtime calls send it on), and `span(..., parent=)`
+continues it in the worker (the job, the runtime calls, the quiescence suspend). Off (ratio 0, the
+default) each of these checks one flag and does nothing else.
+
+Export over OTLP `grpc` or `http/protobuf` (telemetry.otlp.protocol).
 
 Off (no endpoint): no provider, no thread, nothing exported.
 """
@@ -34,6 +40,7 @@ from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.metrics import Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
@@ -171,18 +178,51 @@ class Telemetry:
             self.provider = None
 
 
-def start(endpoint: str, *, service: str, interval: float = 60.0, insecure: bool = True,
+GRPC, HTTP_PROTOBUF = "grpc", "http/protobuf"  # telemetry.otlp.protocol
+
+
+def http_url(endpoint: str, signal: str, insecure: bool) -> str:
+    """The OTLP/HTTP URL of `signal` (metrics, traces) at a collector's base `endpoint`."""
+    base = endpoint if "://" in endpoint else ("http://" if insecure else "https://") + endpoint
+    return f"{base.rstrip('/')}/v1/{signal}"
+
+
+def metric_exporter(endpoint: str, protocol: str, insecure: bool) -> MetricExporter:
+    if protocol == HTTP_PROTOBUF:
+        # imported here: the HTTP exporter (and requests) costs every process's start otherwise
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetricExporter
+
+        return HttpMetricExporter(endpoint=http_url(endpoint, "metrics", insecure))
+    return OTLPMetricExporter(endpoint=endpoint, insecure=insecure)
+
+
+def span_exporter(endpoint: str, protocol: str, insecure: bool) -> SpanExporter:
+    if protocol == HTTP_PROTOBUF:
+        # imported here: the HTTP exporter (and requests) costs every process's start otherwise
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
+
+        return HttpSpanExporter(endpoint=http_url(endpoint, "traces", insecure))
+    return OTLPSpanExporter(endpoint=endpoint, insecure=insecure)
+
+
+def start(endpoint: str, *, service: str, interval: float = 60.0, insecure: bool = True, protocol: str = GRPC,
           exporter: MetricExporter | None = None, registry: CollectorRegistry = REGISTRY) -> Telemetry:
-    """The process's MeterProvider, exporting to the OTLP gRPC `endpoint` every `interval` seconds;
-    nothing at all when the endpoint is empty (and no exporter is given)."""
+    """The process's MeterProvider, exporting to the OTLP `endpoint` (`protocol` grpc or
+    http/protobuf) every `interval` seconds; nothing at all when the endpoint is empty (and no
+    exporter is given)."""
     if not endpoint and exporter is None:
         return Telemetry(None)
     resource = Resource.create({"service.name": service, "service.instance.id": f"{os.uname().nodename}:{os.getpid()}"})
-    reader = BridgeReader(exporter or OTLPMetricExporter(endpoint=endpoint, insecure=insecure), interval, resource,
-                          registry)
+    reader = BridgeReader(exporter or metric_exporter(endpoint, protocol, insecure), interval, resource, registry)
     provider = MeterProvider(metric_readers=[reader], resource=resource)
+    # the SDK hands a reader nothing when no instrument of the provider has a point, and then the
+    # bridged families would not go out: this one always has one
+    started = time.time()
+    provider.get_meter("sessionq").create_observable_gauge(
+        "sessionq.process.start_time", [lambda _options: [Observation(started)]], unit="s",
+        description="When this process started (Unix time).")
     otel_metrics.set_meter_provider(provider)
-    log.info("OpenTelemetry metrics exported over OTLP to %s every %gs", endpoint, interval)
+    log.info("OpenTelemetry metrics exported over OTLP (%s) to %s every %gs", protocol, endpoint, interval)
     return Telemetry(provider)
 
 
@@ -192,23 +232,26 @@ _tracer: trace.Tracer | None = None  # set while tracing is on: the rpc wrapper 
 _propagator = TraceContextTextMapPropagator()
 
 
+CLIENT, CONSUMER, INTERNAL = trace.SpanKind.CLIENT, trace.SpanKind.CONSUMER, trace.SpanKind.INTERNAL
+
+
 def tracing() -> bool:
     return _tracer is not None
 
 
-def start_tracing(endpoint: str, *, service: str, ratio: float, insecure: bool = True,
+def start_tracing(endpoint: str, *, service: str, ratio: float, insecure: bool = True, protocol: str = GRPC,
                   exporter: SpanExporter | None = None) -> TracerProvider | None:
     """A TracerProvider sampling `ratio` of the traces that do not come sampled already (parent
-    based), exporting to the OTLP gRPC `endpoint`; None (tracing off) when the ratio is 0 or there
-    is nowhere to export."""
+    based), exporting to the OTLP `endpoint` (`protocol` grpc or http/protobuf); None (tracing off)
+    when the ratio is 0 or there is nowhere to export."""
     global _tracer
     if ratio <= 0 or (not endpoint and exporter is None):
         return None
     resource = Resource.create({"service.name": service, "service.instance.id": f"{os.uname().nodename}:{os.getpid()}"})
     provider = TracerProvider(sampler=ParentBased(TraceIdRatioBased(ratio)), resource=resource)
-    provider.add_span_processor(BatchSpanProcessor(exporter or OTLPSpanExporter(endpoint=endpoint, insecure=insecure)))
+    provider.add_span_processor(BatchSpanProcessor(exporter or span_exporter(endpoint, protocol, insecure)))
     _tracer = provider.get_tracer("sessionq")
-    log.info("OpenTelemetry traces sampled at %g and exported over OTLP to %s", ratio, endpoint)
+    log.info("OpenTelemetry traces sampled at %g and exported over OTLP (%s) to %s", ratio, protocol, endpoint)
     return provider
 
 
@@ -229,6 +272,44 @@ def server_span(name: str, metadata: Iterable[tuple[str, Any]] | None) -> Iterat
     with _tracer.start_as_current_span(name, context=_propagator.extract(carrier), kind=trace.SpanKind.SERVER,
                                        attributes={"rpc.system": "grpc", "rpc.method": name}):
         yield
+
+
+def traceparent() -> str | None:
+    """The W3C traceparent of the active span when tracing is on and it is sampled, else None: what
+    travels with the work a traced call starts (a job's args, a notification, runtime calls).
+    Unsampled work carries nothing, so its downstream spans are never made (traces begin at the
+    API, sampled there)."""
+    if _tracer is None:
+        return None
+    ctx = trace.get_current_span().get_span_context()
+    if not ctx.is_valid or not ctx.trace_flags.sampled:
+        return None
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}"
+
+
+@contextlib.contextmanager
+def span(name: str, *, parent: str | None = None, kind: trace.SpanKind = trace.SpanKind.INTERNAL,
+         attributes: dict[str, Any] | None = None, root: bool = True) -> Iterator[None]:
+    """A span `name`, child of the traceparent `parent` (work that carried one) or else of the active
+    span. Without either it is made only when `root` (then sampled at the configured ratio); nothing
+    at all while tracing is off."""
+    if _tracer is None:
+        yield
+        return
+    context = _propagator.extract({"traceparent": parent}) if parent else None
+    if context is None and not root and not trace.get_current_span().get_span_context().is_valid:
+        yield
+        return
+    with _tracer.start_as_current_span(name, context=context, kind=kind, attributes=attributes):
+        yield
+
+
+def with_traceparent(metadata: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """`metadata` (of a gRPC call or HTTP headers) with the active span's traceparent added."""
+    tp = traceparent()
+    if tp is not None:
+        metadata.append(("traceparent", tp))
+    return metadata
 
 
 def current_ids() -> tuple[str, str] | None:

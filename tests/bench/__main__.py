@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 SCENARIOS = ("create", "wake", "burst", "checkpoint", "expiry", "validation", "history", "adapter", "restart",
-             "failover", "scaling", "a2a", "process", "read", "events", "fleet", "oneport")
+             "failover", "scaling", "a2a", "process", "read", "events", "tracing", "fleet", "oneport")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -25,7 +25,10 @@ import psycopg
 
 from tests.bench.common import (
     USER,
+    Census,
+    CpuMeter,
     Server,
+    census_lines,
     free_port,
     processes,
     query_value,
@@ -43,24 +46,26 @@ OFF = ("sessions_events_insert ON sessionq.sessions", "sessions_events_update ON
 
 
 class Receiver:
-    """A webhook receiver: 204 for every POST, the time it read each event's body."""
+    """A webhook receiver: 204 for every POST, the time it read each event's body; connections kept."""
 
     def __init__(self) -> None:
         self.received: list[tuple[float, bytes]] = []
         self.port = 0
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # keeps the connection, as an HTTP/1.1 receiver does (a job reuses its connections)
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = 0
-            for line in head.decode("latin-1").split("\r\n"):
-                name, _, value = line.partition(":")
-                if name.strip().lower() == "content-length":
-                    length = int(value)
-            body = await reader.readexactly(length)
-            self.received.append((time.time(), body))
-            writer.write(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-            await writer.drain()
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.decode("latin-1").split("\r\n"):
+                    name, _, value = line.partition(":")
+                    if name.strip().lower() == "content-length":
+                        length = int(value)
+                body = await reader.readexactly(length)
+                self.received.append((time.time(), body))
+                writer.write(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
+                await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
@@ -93,10 +98,22 @@ async def one(srv: Server, log_dir: Path, on: bool, sizes: dict[str, Any], tag: 
     port = free_port()
     try:
         async with server, processes(log_dir / f"events-{tag}") as procs:
-            await asyncio.gather(start_api(procs, url, port, settings),
-                                 start_workers(procs, url, port, settings, WORKER_PROCESSES))
-            r = await drive(f"127.0.0.1:{port}", int(sizes["clients"]), float(sizes["seconds"]),
-                            float(sizes["warmup"]), tag)
+            api, workers = await asyncio.gather(start_api(procs, url, port, settings),
+                                                start_workers(procs, url, port, settings, WORKER_PROCESSES))
+            pids = {"serve": api.pid, **{f"worker {i}": w.pid for i, w in enumerate(workers)}}
+            with CpuMeter(srv, pids) as cpu:
+                r = await drive(f"127.0.0.1:{port}", int(sizes["clients"]), float(sizes["seconds"]),
+                                float(sizes["warmup"]), tag)
+            # CPU over the whole drive (warm-up included) per creation counted in the window: where it goes
+            done = int(r["creations"] * (float(sizes["seconds"]) + float(sizes["warmup"])) / float(sizes["seconds"]))
+            r["cpu_ms_per_creation"] = cpu.per_unit_ms(done)
+            r["machine_busy_pct"] = cpu.result.get("machine_busy_pct")
+            if float(sizes.get("census_seconds", 0)) > 0:  # the statements per creation, by process
+                census = Census(srv, url)
+                async with census:
+                    counted = await drive(f"127.0.0.1:{port}", int(sizes["clients"]),
+                                          float(sizes["census_seconds"]), 0.0, f"{tag}-census")
+                r["census"] = census.per(counted["creations"], top=16)
             if on:  # let the deliveries of the last creations arrive
                 await asyncio.sleep(float(sizes["drain"]))
             procs.check()
@@ -119,7 +136,8 @@ async def one(srv: Server, log_dir: Path, on: bool, sizes: dict[str, Any], tag: 
 
 async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | None = None) -> dict[str, Any]:
     sizes = {"seconds": 5.0 if quick else 15.0, "warmup": 1.0 if quick else 3.0, "clients": 64,
-             "rounds": 1 if quick else 2, "drain": 3.0 if quick else 10.0, **(sizes or {})}
+             "rounds": 1 if quick else 2, "drain": 3.0 if quick else 10.0, "census_seconds": 3.0,
+             **(sizes or {})}
     say("", "== events: CreateSession with lifecycle events and one webhook subscription vs none ==")
     runs: list[dict[str, Any]] = []
     for i in range(int(sizes["rounds"])):
@@ -141,6 +159,11 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
                "hook p99 ms"], rows))
     throughput = ratio(mean(on_runs, "creations_per_s"), mean(off_runs, "creations_per_s"))
     p99 = ratio(mean(on_runs, "p99_ms"), mean(off_runs, "p99_ms"))
+    for r in runs:
+        say(f"  {'on ' if r['events_on'] else 'off'}: CPU ms per creation {r['cpu_ms_per_creation']} "
+            f"(machine busy {r['machine_busy_pct']}%, other tenants included)")
+        if r.get("census"):
+            say(*census_lines(r["census"], f"creation ({'on' if r['events_on'] else 'off'})", top=16))
     say(f"ratio line: events + 1 webhook on / off: throughput {throughput} (target >= 0.9), p99 {p99}")
     return {
         "processes": f"1 x sessionq serve + {WORKER_PROCESSES} x sessionq worker + the gRPC client and the webhook "

@@ -45,7 +45,6 @@ PROCEDURES: dict[type[StrEnum], tuple[str, ...]] = {
     models.CheckpointClaimStatus: ("claim_checkpoint",),
     models.ObservationStatus: ("observe",),
     models.ExpiryOutcome: ("expire_session",),
-    models.WebhookClaimStatus: ("claim_webhook_delivery",),
     models.TurnCheckpointability: ("turn_checkpointability",),
 }
 

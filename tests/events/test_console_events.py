@@ -3,14 +3,17 @@ their own only."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 from lifecycle import ready_session
+from playwright.async_api import async_playwright
 
 from sessionq import config
+from sessionq.console.app import EVENTS_LIVE_EVERY
 from sessionq.console.server import ConsoleServer
 
 ADMIN, ALICE, BOB = "admin-token-1a2b", "alice-token-3c4d", "bob-token-5e6f"
@@ -44,3 +47,36 @@ async def test_events_page_shows_each_user_their_own(console, store, sim):
     assert (await page(console, BOB, f"/events?session={a.id}")).text.count(str(a.id)) <= 1  # only the form echo
     bad = await page(console, ALICE, "/events?session=nope")
     assert bad.status_code == 400 and "UUID" in bad.text
+
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Any]:
+    if not shutil.which(CHROMIUM):
+        pytest.skip("Debian's chromium is not installed (.ci/run installs it)")
+    async with async_playwright() as p:
+        b = await p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        yield b
+        await b.close()
+
+
+async def test_a_live_events_page_shows_new_events_by_itself(browser, console, store, sim):
+    """`/events?live=1` (the Live box) reads itself again every EVENTS_LIVE_EVERY seconds: an event
+    recorded after the page opened appears in the browser with no action of the user's."""
+    context = await browser.new_context()
+    await context.add_cookies([{"name": "sessionq_console", "value": ALICE, "url": console}])
+    tab = await context.new_page()
+    first = await ready_session(store, sim, "before")
+    await tab.goto(f"{console}/events?live=1")
+    assert str(first.id) in await tab.content()
+    assert await tab.is_checked("input[name=live]")
+    later = await ready_session(store, sim, "after")
+    # no user action: the page's own refresh brings the new Session's events
+    await tab.wait_for_selector(f"a[href='/sessions/{later.id}']", timeout=EVENTS_LIVE_EVERY * 3 * 1000)
+    assert "live (every" in await tab.inner_text("main form")
+    plain = await page(console, ALICE, "/events")
+    assert 'http-equiv="refresh"' not in plain.text and 'http-equiv="refresh"' in (
+        await page(console, ALICE, "/events?live=1")).text
+    await context.close()

@@ -42,22 +42,33 @@ class Receiver:
     requests: list[tuple[int, dict[str, str], bytes]] = field(default_factory=list)  # (answered status, headers, body)
     port: int = 0
     location: str = ""
+    keep_alive: bool = False  # answer more than one request on a connection
+    connections: int = 0
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/hook"
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            lines = head.decode("latin-1").split("\r\n")
-            headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
-            body = await reader.readexactly(int(headers.get("content-length", "0")))
-            status = self.script.pop(0) if self.script else 204
-            self.requests.append((status, headers, body))
-            extra = f"Location: {self.location}\r\n" if status in (301, 302, 307, 308) else ""
-            writer.write(f"HTTP/1.1 {status} X\r\n{extra}Content-Length: 0\r\nConnection: close\r\n\r\n".encode())
-            await writer.drain()
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except asyncio.IncompleteReadError:
+                    return  # the client closed a kept connection
+                lines = head.decode("latin-1").split("\r\n")
+                headers = {k.strip().lower(): v.strip()
+                           for k, _, v in (line.partition(":") for line in lines[1:] if line)}
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                status = self.script.pop(0) if self.script else 204
+                self.requests.append((status, headers, body))
+                extra = f"Location: {self.location}\r\n" if status in (301, 302, 307, 308) else ""
+                extra += "" if self.keep_alive else "Connection: close\r\n"
+                writer.write(f"HTTP/1.1 {status} X\r\n{extra}Content-Length: 0\r\n\r\n".encode())
+                await writer.drain()
+                if not self.keep_alive:
+                    return
         finally:
             writer.close()
 
@@ -74,13 +85,13 @@ async def receiver() -> AsyncIterator[Receiver]:
         yield r
 
 
-async def drain(store: Any, subscription: uuid.UUID, session: uuid.UUID, **options: Any) -> int:
+async def drain(store: Any, subscription: uuid.UUID, **options: Any) -> int:
     """Run the deliver_webhooks job's work as procrastinate would, retrying at once after a failure."""
     delivered = 0
     for _ in range(50):
         try:
-            return delivered + await webhooks.deliver(store, subscription, session, policy=LOOPBACK, timeout=5,
-                                                      **options)
+            return delivered + await webhooks.deliver_subscription(store, subscription, policy=LOOPBACK, timeout=5,
+                                                                   **options)
         except webhooks.WebhookFailed:
             continue
     raise AssertionError("the deliveries never finished")
@@ -98,7 +109,7 @@ async def test_a_receiver_that_fails_twice_gets_each_event_once_in_order_signed(
     await operate(store, sim, s.id, OperationKind.SUSPEND)
     await operate(store, sim, s.id, OperationKind.RESUME)
     receiver.script = [500, 503]
-    assert await drain(store, hook.id, s.id) == 4
+    assert await drain(store, hook.id) == 4
     got = receiver.delivered()
     assert [m["type"] for m in got] == ["created", "ready", "suspended", "resumed"]
     assert len(receiver.requests) == 6
@@ -119,15 +130,54 @@ async def test_a_receiver_that_fails_twice_gets_each_event_once_in_order_signed(
             " WHERE subscription_id = %s ORDER BY id", (hook.id,))).fetchall()
     assert [tuple(r.values()) for r in rows] == [("created", "delivered", 3, 204), ("ready", "delivered", 1, 204),
                                                  ("suspended", "delivered", 1, 204), ("resumed", "delivered", 1, 204)]
-    assert await drain(store, hook.id, s.id) == 0  # nothing twice
+    assert await drain(store, hook.id) == 0  # nothing twice
+
+
+async def test_concurrent_jobs_deliver_every_event_once_and_each_sessions_in_order(store, sim, receiver):
+    """Racing deliver_webhooks jobs on real connections, each claiming small batches: every event
+    of every Session is POSTed exactly once, and each Session's in order."""
+    hook = await store.create_webhook("alice", False, receiver.url, [], None, webhooks.new_secret())
+    sessions = [await ready_session(store, sim, f"race{i}") for i in range(8)]
+    for s in sessions:
+        await operate(store, sim, s.id, OperationKind.SUSPEND)
+        await operate(store, sim, s.id, OperationKind.RESUME)
+
+    async def job() -> None:
+        for _ in range(200):  # a job that met a stream another one holds is retried, as procrastinate would
+            try:
+                await webhooks.deliver_subscription(store, hook.id, policy=LOOPBACK, timeout=5, batch=5, streams=3)
+                return
+            except webhooks.WebhookFailed:
+                await asyncio.sleep(0.01)
+        raise AssertionError("the deliveries never finished")
+
+    await asyncio.gather(*(job() for _ in range(6)))
+    got = receiver.delivered()
+    ids = [headers["webhook-id"] for _, headers, _ in receiver.requests]
+    assert len(ids) == len(set(ids)) == 32  # each once
+    for s in sessions:
+        assert [m["type"] for m in got if m["data"]["session_id"] == str(s.id)] == [
+            "created", "ready", "suspended", "resumed"]
+    assert await drain(store, hook.id) == 0
+
+
+async def test_a_job_keeps_its_connections_to_the_subscription_url(store, sim, receiver):
+    """A deliver_webhooks job POSTs to one URL only: a receiver that keeps connections gets the
+    job's deliveries over at most one connection per Session delivered at a time."""
+    receiver.keep_alive = True
+    hook = await store.create_webhook("alice", False, receiver.url, [], None, webhooks.new_secret())
+    for i in range(2):
+        await ready_session(store, sim, f"kept{i}")
+    assert await drain(store, hook.id, streams=1) == 4
+    assert len(receiver.requests) == 4 and receiver.connections == 1
 
 
 async def test_a_redirect_is_not_followed(store, sim, receiver):
     receiver.script = [302]
     receiver.location = f"http://127.0.0.1:{receiver.port}/elsewhere"
     hook = await store.create_webhook("alice", False, receiver.url, [EventKind.CREATED], None, webhooks.new_secret())
-    s = await ready_session(store, sim)
-    assert await drain(store, hook.id, s.id, max_attempts=1) == 0
+    await ready_session(store, sim)
+    assert await drain(store, hook.id, max_attempts=1) == 0
     assert len(receiver.requests) == 1  # the Location was never asked for
     async with store.pool.connection() as conn:
         row = await (await conn.execute("SELECT state, last_status FROM sessionq.webhook_delivery_log"
@@ -137,11 +187,11 @@ async def test_a_redirect_is_not_followed(store, sim, receiver):
 
 async def test_a_private_target_is_refused_at_delivery_unless_configured(store, sim, receiver):
     hook = await store.create_webhook("alice", False, receiver.url, [EventKind.CREATED], None, webhooks.new_secret())
-    s = await ready_session(store, sim)
+    await ready_session(store, sim)
     with pytest.raises(webhooks.WebhookFailed):
-        await webhooks.deliver(store, hook.id, s.id, policy=push.TargetPolicy(), timeout=5)
+        await webhooks.deliver_subscription(store, hook.id, policy=push.TargetPolicy(), timeout=5)
     assert receiver.requests == []
-    assert await drain(store, hook.id, s.id) == 1  # loopback allowed (`sessionq up`)
+    assert await drain(store, hook.id) == 1  # loopback allowed (`sessionq up`)
     for url in ("http://10.1.2.3/hook", "http://192.168.0.1/", "http://169.254.169.254/latest", "http://[::1]:9/"):
         with pytest.raises(Exception) as e:
             await webhooks.check_url(url, push.TargetPolicy(allow_loopback=url.startswith("http://[::1]") is False))
@@ -153,7 +203,7 @@ async def test_a_run_of_failures_disables_the_subscription(store, sim, receiver)
     receiver.script = [500] * 100
     hook = await store.create_webhook("alice", False, receiver.url, [], None, webhooks.new_secret())
     s = await ready_session(store, sim)
-    assert await drain(store, hook.id, s.id, disable_after=3, max_attempts=10) == 0
+    assert await drain(store, hook.id, disable_after=3, max_attempts=10) == 0
     assert len(receiver.requests) == 3
     (listed,) = await store.list_webhooks("alice", False, None, 10)
     assert not listed.enabled and listed.consecutive_failures == 3 and listed.last_failure == "HTTP 500"
@@ -287,3 +337,40 @@ def test_sessionq_up_allows_loopback_webhooks_and_serve_does_not():
     assert config.defaults().webhooks.allow_loopback is False
     assert config.defaults().webhooks.allow_private_targets is False
     assert _local_settings(config.defaults(), "me").webhooks.allow_loopback is True
+
+
+async def test_operators_read_the_deliveries_with_the_cli(store, sim, receiver, database_url):
+    """`sessionq webhooks deliveries` (an operator command on the database): each delivery's state,
+    attempts and last status, newest first, paged; never the URL or the secret; bad input is one
+    usage line."""
+    secret = webhooks.new_secret()
+    hook = await store.create_webhook("alice", False, receiver.url, [], None, secret)
+    receiver.script = [500]
+    s = await ready_session(store, sim)
+    with pytest.raises(webhooks.WebhookFailed):
+        await webhooks.deliver_subscription(store, hook.id, policy=LOOPBACK, timeout=5)
+
+    async def cli(*args: str) -> Any:
+        return await asyncio.to_thread(CliRunner().invoke, main,
+                                       ["webhooks", "deliveries", "--database-url", database_url, *args])
+
+    listed = await cli("-o", "json")
+    assert listed.exit_code == 0, listed.output
+    rows = json.loads(listed.output)["deliveries"]
+    assert [(r["event_type"], r["state"], r["attempts"], r["last_status"]) for r in rows] == [
+        ("ready", "pending", 0, None), ("created", "pending", 1, 500)]
+    assert all(r["subscription_id"] == str(hook.id) and r["session_id"] == str(s.id) for r in rows)
+    assert receiver.url not in listed.output and secret not in listed.output
+    table = await cli("--subscription", str(hook.id))
+    assert table.exit_code == 0 and "pending" in table.output and "500" in table.output
+    first = await cli("--limit", "1", "-o", "json")
+    page = json.loads(first.output)
+    assert len(page["deliveries"]) == 1 and page["next_page_token"]
+    second = json.loads((await cli("--limit", "1", "--page-token", page["next_page_token"], "-o", "json")).output)
+    assert [r["event_type"] for r in second["deliveries"]] == ["created"] and second["next_page_token"] == ""
+    none = await cli("--state", "failed")
+    assert none.exit_code == 0 and "No webhook deliveries." in none.output
+    bad = await cli("--page-token", "x" * 5000)
+    assert bad.exit_code == 2 and len(bad.output) < 300 and "Traceback" not in bad.output
+    bad = await cli("--subscription", "not-a-uuid")
+    assert bad.exit_code == 2 and "Traceback" not in bad.output

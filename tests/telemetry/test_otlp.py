@@ -4,14 +4,17 @@ service definitions; the Prometheus names are the OpenTelemetry names as OBS-2 s
 
 from __future__ import annotations
 
+import http.server
 import re
+import threading
 from collections.abc import Iterator
 from concurrent import futures
-from typing import Any
+from typing import Any, ClassVar
 
 import grpc
 import pytest
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from prometheus_client import generate_latest
 
 from sessionq import config, metrics, telemetry
@@ -97,3 +100,60 @@ def test_prometheus_names_are_the_opentelemetry_names_with_underscores_and_suffi
         if family.type == "counter":
             assert any(line.startswith(family.name + "_total") for line in exposed) or not family.samples
     assert {"kagent_session_expired_total", "kagent_runtime_revision_gc_duration_seconds"} <= prometheus_names()
+
+
+class HttpReceiver(http.server.BaseHTTPRequestHandler):
+    """OTLP/HTTP (http/protobuf): the bodies POSTed to /v1/metrics and /v1/traces, parsed as
+    opentelemetry-proto's export requests."""
+
+    got: ClassVar[dict[str, list[Any]]] = {}
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["content-length"]))
+        kind = {"/v1/metrics": metrics_service_pb2.ExportMetricsServiceRequest,
+                "/v1/traces": trace_service_pb2.ExportTraceServiceRequest}.get(self.path)
+        if kind is None or self.headers.get("content-type") != "application/x-protobuf":
+            self.send_response(404)
+            self.end_headers()
+            return
+        self.got.setdefault(self.path, []).append(kind.FromString(body))
+        answer = (metrics_service_pb2.ExportMetricsServiceResponse() if self.path == "/v1/metrics"
+                  else trace_service_pb2.ExportTraceServiceResponse()).SerializeToString()
+        self.send_response(200)
+        self.send_header("content-type", "application/x-protobuf")
+        self.send_header("content-length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.clause("OBS-1")
+def test_metrics_and_traces_go_out_over_otlp_http_protobuf():
+    assert config.load(env={"SESSIONQ_TELEMETRY__OTLP__PROTOCOL": "http/protobuf"}).telemetry.otlp.protocol == (
+        "http/protobuf")
+    with pytest.raises(config.ConfigError):
+        config.load(env={"SESSIONQ_TELEMETRY__OTLP__PROTOCOL": "http/json"})
+    HttpReceiver.got = {}
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HttpReceiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    endpoint = f"127.0.0.1:{server.server_address[1]}"  # no scheme: http:// (insecure)
+    tel = telemetry.start(endpoint, service="sessionq-http", interval=3600, protocol="http/protobuf")
+    provider = telemetry.start_tracing(endpoint, service="sessionq-http", ratio=1.0, protocol="http/protobuf")
+    try:
+        metrics.SESSION_EXPIRED.inc()
+        tel.flush()
+        with telemetry.span("probe"):
+            pass
+        assert provider is not None and provider.force_flush()
+    finally:
+        tel.shutdown()
+        telemetry.stop_tracing(provider)
+        server.shutdown()
+    names = {m.name for request in HttpReceiver.got["/v1/metrics"] for rm in request.resource_metrics
+             for sm in rm.scope_metrics for m in sm.metrics}
+    assert "kagent.session.expired" in names
+    spans = [s for request in HttpReceiver.got["/v1/traces"] for rs in request.resource_spans
+             for ss in rs.scope_spans for s in ss.spans]
+    assert [s.name for s in spans] == ["probe"]

@@ -46,7 +46,7 @@ from starlette.applications import Starlette
 
 from sessionq.agentkit.taskstore import DISPATCH_STATE, SESSION_STATE, TOKEN_STATE, KagentTaskStore
 from sessionq.runtime.base import WORKLOAD_TOKEN_HEADER
-from sessionq.runtime.taskstore_client import TaskStoreClient
+from sessionq.runtime.taskstore_client import TRACEPARENT, TaskStoreClient
 
 log = logging.getLogger(__name__)
 
@@ -253,7 +253,7 @@ class Credential(str):
 class CredentialContextBuilder(DefaultServerCallContextBuilder):
     """The SDK's call context, with the workload credential header moved out of the request headers
     (what an agent's code may look at) into the state key the task store reads (as a `Credential`,
-    which no log line shows)."""
+    which no log line shows); a traced turn's W3C traceparent goes with the task store's calls."""
 
     def build(self, request: Any) -> ServerCallContext:
         context = super().build(request)
@@ -262,6 +262,9 @@ class CredentialContextBuilder(DefaultServerCallContextBuilder):
             token = headers.pop(WORKLOAD_TOKEN_HEADER, None)
             if token:
                 context.state[TOKEN_STATE] = Credential(token.strip())
+            traceparent = headers.get("traceparent")
+            if isinstance(traceparent, str) and len(traceparent) == 55:
+                TRACEPARENT.set(traceparent)  # a traced turn: its reports to the task store join the trace
         return context
 
 

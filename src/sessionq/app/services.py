@@ -168,9 +168,10 @@ async def run_services(
             running.gauges = asyncio.create_task(metrics.refresh_gauges(store, stop))
         otlp = settings.telemetry.otlp
         running.telemetry = telemetry.start(otlp.endpoint, service="sessionq-api" if api else "sessionq-worker",
-                                            interval=otlp.interval, insecure=otlp.insecure)
+                                            interval=otlp.interval, insecure=otlp.insecure, protocol=otlp.protocol)
         running.tracer = telemetry.start_tracing(otlp.endpoint, service="sessionq-api" if api else "sessionq-worker",
-                                                 ratio=settings.telemetry.tracing.sample_ratio, insecure=otlp.insecure)
+                                                 ratio=settings.telemetry.tracing.sample_ratio, insecure=otlp.insecure,
+                                                 protocol=otlp.protocol)
         async with open_runtime(settings, direct_url) as runtime:
             if api:
                 await _start_api(running, settings, runtime, api_index, console_local_user)

@@ -6,8 +6,9 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
+from sessionq import telemetry
 from sessionq.config import Settings
 from sessionq.db.store import Store
 from sessionq.domain.operations import OperationExecutor
@@ -17,6 +18,7 @@ from sessionq.jobs.deps import Deps
 from sessionq.jobs.drain import DrainRequest, default_worker_name, run_drainable_worker, unless_stopped
 from sessionq.metrics import REVISION_GC
 from sessionq.runtime.base import Substrate
+from sessionq.runtime.traced import TracedSubstrate
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,8 @@ async def run_worker(
     `direct_url` (default: `url`)."""
     keep_jobs = settings.jobs.retention > 0
     direct = direct_url or url
+    if telemetry.tracing():  # each runtime call a span of the job's (or suspend's) trace
+        runtime = cast(Substrate, TracedSubstrate(runtime))
     executor = OperationExecutor(store, runtime, settings.sessions.claim_lifetime, keep_jobs=keep_jobs)
     # Sandboxes expire even when sessions.idleTtl is 0s
     app = build_app(url, expiry=True, direct_url=direct, queue_limits={PUSH_QUEUE: push_slots(settings)})

@@ -49,6 +49,7 @@ from sessionq.models import BulkActionKind
 
 COOKIE = "sessionq_console"
 MAX_FIELD = 200  # characters of any form field or search term accepted
+EVENTS_LIVE_EVERY = 5  # seconds between the reads of a live Events page
 DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)?$")
 UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
 MAX_IDLE_TTL = 100 * 365 * 86400  # seconds: sessionq's own bound of an idle TTL (as the API's)
@@ -336,7 +337,9 @@ class Console:
         except ValueError:
             raise Refused("session: a session ID (a UUID)") from None
         rows = await self.ops.recent_events(sid, viewer=self.viewer(request))
-        return self.page(request, "events.html", rows=rows, session=raw)
+        # live: the page reads itself again every few seconds (a refresh: the console runs no script)
+        return self.page(request, "events.html", rows=rows, session=raw,
+                         live=request.query_params.get("live") == "1", live_every=EVENTS_LIVE_EVERY)
 
     async def jobs(self, request: Request) -> Response:
         params = request.query_params

@@ -25,6 +25,10 @@ changed, so that a waiter subscribes to the one thing it waits for (`Listener.su
 - ``sessionq_agent``, key ``agent``: an Agent row was inserted, updated or deleted (10_agents.sql).
   Payload ``{"agent": "namespace/name"}``.
 
+A notification sent by a traced statement (one the store made inside a sampled span: the
+transaction-local setting ``sessionq.traceparent``) also carries ``"traceparent"``; the quiescence
+workers take a settlement's for the suspend it wakes (docs/metrics.md).
+
 procrastinate's own channels belong to the bridge (schema/05_procrastinate.sql) and are not
 decoded here.
 """

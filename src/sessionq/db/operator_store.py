@@ -126,6 +126,19 @@ class OperatorStore:
             {"queue": queue, "status": status, "task": task, "before": before, "limit": limit},
         )
 
+    async def webhook_deliveries(self, *, subscription: UUID | None = None, state: str | None = None,
+                                 before: int | None = None, limit: int = 50) -> list[Row]:
+        """Webhook deliveries newest first (sessionq.webhook_delivery_log: no URL, no secret), those
+        with an id below `before` (the page token)."""
+        return await self._rows(
+            "SELECT * FROM sessionq.webhook_delivery_log"
+            " WHERE (%(sub)s::uuid IS NULL OR subscription_id = %(sub)s)"
+            "   AND (%(state)s::text IS NULL OR state = %(state)s)"
+            "   AND (%(before)s::bigint IS NULL OR id < %(before)s)"
+            " ORDER BY id DESC LIMIT %(limit)s",
+            {"sub": subscription, "state": state, "before": before, "limit": limit},
+        )
+
     async def job(self, job_id: int) -> Row | None:
         return await self._one("SELECT * FROM sessionq.job_overview WHERE job_id = %s", (job_id,))
 

@@ -204,16 +204,19 @@ def _tls_context() -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
-def delivery_client(timeout: float) -> httpx.AsyncClient:
+def delivery_client(timeout: float, keep_alive: int = 0) -> httpx.AsyncClient:
     """The HTTP client of one deliver_push job: no proxies from the environment (a delivery connects
     to the address it checked), no redirects, and no connection kept alive (a connection opened for
-    one name's TLS server name is never reused for another name that shares its address)."""
+    one name's TLS server name is never reused for another name that shares its address).
+    `keep_alive`: connections kept open between POSTs, for a client whose every POST goes to one
+    URL (a deliver_webhooks job: one subscription), which may reuse a connection to an address it
+    checked for that same name."""
     return httpx.AsyncClient(
         timeout=timeout,
         verify=_tls_context(),
         follow_redirects=False,
         trust_env=False,
-        limits=httpx.Limits(max_keepalive_connections=0),
+        limits=httpx.Limits(max_keepalive_connections=keep_alive),
     )
 
 

@@ -43,7 +43,8 @@ from uuid import UUID, uuid4
 
 import psycopg
 
-from sessionq import metrics
+from sessionq import metrics, telemetry
+from sessionq.db import notify
 from sessionq.db.connection import Listener
 from sessionq.db.notify import Channel
 from sessionq.db.retry import with_db_retry
@@ -64,6 +65,7 @@ from sessionq.runtime.base import (
 log = logging.getLogger(__name__)
 
 SHORT_RETRY = 1.0
+MAX_TRACES = 4096  # traceparents of notified settlements kept for their suspends
 RUNTIME_ATTEMPTS = 5
 SUSPEND_BOUND = 120.0  # sessions.quiescenceAttemptTimeout's default
 LEASE_MARGIN = 10.0  # a holder's lease: its attempt bound and this
@@ -126,12 +128,13 @@ class QuiescencePool:
         self.queries = 0  # claim attempts + blocked checks made by this pool
         self._next_lapse_scan = 0.0  # monotonic time of the next recovery scan for lapsed claims
         self.outcomes = _Outcomes(store, runtime)
+        self.traces: dict[str, str] = {}  # Session id -> traceparent of its notified settlement (tracing on)
 
     async def run(self, stop: asyncio.Event) -> None:
         listener = None
         if self.listen:
             listener = Listener(self.url, [Channel.IDLE], application_name="sessionq-listen-idle")
-            listener.subscribe(Channel.IDLE, lambda _payload: self.wakeups.post())
+            listener.subscribe(Channel.IDLE, self._woken)
             await listener.start()
         try:
             tasks = [asyncio.create_task(self._worker(i, stop), name=f"quiescence-{i}") for i in range(self.workers)]
@@ -146,6 +149,22 @@ class QuiescencePool:
         finally:
             if listener:
                 await listener.stop()
+
+    def _woken(self, payload: str | None) -> None:
+        """A settlement (or another idle boundary) was notified: wake a worker. While tracing is on,
+        the traceparent of a traced settlement is kept for the suspend it wakes (its span joins that
+        trace); a bounded number, the oldest forgotten first."""
+        self.wakeups.post()
+        if payload is None or not telemetry.tracing() or '"traceparent"' not in payload:
+            return
+        try:
+            data = notify.decode(Channel.IDLE, payload)
+        except notify.PayloadError:
+            return
+        if isinstance(data.get("traceparent"), str):
+            self.traces[data["session"]] = data["traceparent"]
+            if len(self.traces) > MAX_TRACES:
+                self.traces.pop(next(iter(self.traces)))
 
     async def _worker(self, index: int, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -194,9 +213,9 @@ class QuiescencePool:
         the others' outcomes alone). True when every outcome was recorded; a failure that raised
         is logged here."""
         if len(sessions) == 1:
-            results: list[BaseException | Session | None] = [await _caught(self.quiesce(sessions[0]))]
+            results: list[BaseException | Session | None] = [await _caught(self._traced_quiesce(sessions[0]))]
         else:
-            results = await asyncio.gather(*(self.quiesce(s) for s in sessions), return_exceptions=True)
+            results = await asyncio.gather(*(self._traced_quiesce(s) for s in sessions), return_exceptions=True)
         recorded = True
         for session, r in zip(sessions, results, strict=True):
             if isinstance(r, asyncio.CancelledError):
@@ -206,6 +225,13 @@ class QuiescencePool:
                           extra={"session_id": str(session.id)})
             recorded = recorded and isinstance(r, Session)
         return recorded
+
+    async def _traced_quiesce(self, session: Session) -> Session | None:
+        """quiesce() in a span that joins the trace of the settlement whose notification woke it
+        (a no-op unless tracing is on)."""
+        with telemetry.span("quiescence suspend", parent=self.traces.pop(str(session.id), None),
+                            root=False, attributes={"sessionq.session_id": str(session.id)}):
+            return await self.quiesce(session)
 
     async def quiesce(self, session: Session) -> Session | None:
         """Suspend the claimed Session's Actor and record the exact snapshot. On failure the

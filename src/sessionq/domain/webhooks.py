@@ -11,10 +11,12 @@ Delivery is A2A push's (domain/push.py): the same target rules (http(s) only; lo
 and link-local addresses refused unless configured; checked again before every attempt, connecting
 only to the addresses checked), no redirects followed, one deadline for an attempt, at most a few
 KiB of the answer read. The deliver_webhooks job (one waiting per subscription: under load it
-takes every event that came while it waited) delivers to several Sessions at a time; for each it
-claims the oldest pending delivery under a lease, POSTs it, records the outcome and goes on. A
-failed attempt stops that Session's stream (its later events wait: in order) and, at the end, the
-job raises, so procrastinate retries it with backoff. After
+takes every event that came while it waited) claims the oldest pending deliveries of the
+subscription in one statement (a batch, every Session's in order, under a lease; Sessions another
+job holds left out), delivers to several Sessions at a time, each Session's one after the other,
+and records the batch's outcomes in one statement. A failed attempt stops that Session's stream
+(its later events wait: in order) and, once the batch is recorded, the job raises, so
+procrastinate retries it with backoff. After
 `max_attempts` a delivery is given up and the next one goes; a run of `disable_after` failed
 attempts disables the subscription.
 """
@@ -38,7 +40,7 @@ import httpx
 from sessionq import errors
 from sessionq.db.store import Store
 from sessionq.domain import push
-from sessionq.models import LifecycleEvent, WebhookClaimStatus
+from sessionq.models import LifecycleEvent
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +48,7 @@ SECRET_PREFIX = "whsec_"
 SECRET_BYTES = 32
 LEASE_MARGIN = 30.0  # the claim outlasts one attempt's deadline by at least this much
 STREAMS = 8  # Sessions a deliver_webhooks job delivers to at a time (each Session's in order)
-STREAM_PAGE = 256  # Sessions with pending deliveries read at a time
+BATCH = 256  # deliveries a deliver_webhooks job claims (and records) in one statement
 
 
 class WebhookFailed(Exception):
@@ -89,30 +91,6 @@ def message(event: LifecycleEvent, secret: str, now: float | None = None) -> tup
                   "webhook-signature": signature(secret, msg_id, timestamp, body)}
 
 
-async def deliver(
-    store: Store,
-    subscription_id: UUID,
-    session_id: UUID,
-    *,
-    policy: push.TargetPolicy,
-    timeout: float = 10.0,
-    max_attempts: int = 8,
-    disable_after: int = 50,
-    client: httpx.AsyncClient | None = None,
-) -> int:
-    """Deliver the subscription's pending deliveries of one Session in order; returns how many were
-    delivered. Raises WebhookFailed after recording a failed attempt (a retry continues from that
-    delivery), or when another job holds the stream."""
-    own = client is None
-    http = client or push.delivery_client(timeout)
-    try:
-        return await _stream(store, subscription_id, session_id, uuid.uuid4(), http, policy, timeout, max_attempts,
-                             disable_after)
-    finally:
-        if own:
-            await http.aclose()
-
-
 async def deliver_subscription(
     store: Store,
     subscription_id: UUID,
@@ -122,75 +100,78 @@ async def deliver_subscription(
     max_attempts: int = 8,
     disable_after: int = 50,
     streams: int = STREAMS,
+    batch: int = BATCH,
     client: httpx.AsyncClient | None = None,
 ) -> int:
-    """The deliver_webhooks job: every Session's pending deliveries of the subscription, `streams`
-    Sessions at a time, each Session's in order; returns how many were delivered. Raises
-    WebhookFailed at the end when a stream failed or another job held one (the job is retried with
-    backoff; the streams that went through are done)."""
+    """The deliver_webhooks job: the subscription's pending deliveries, claimed `batch` at a time in
+    one statement (sessionq.claim_webhook_batch) and recorded in one (record_webhook_attempts);
+    `streams` Sessions at a time, each Session's in order, a failed attempt ending its stream.
+    Returns how many were delivered. Raises WebhookFailed after a batch with a failed attempt (the
+    job is retried with backoff; the rest went through) or when another job held a stream."""
     own = client is None
-    http = client or push.delivery_client(timeout)
+    # every POST of the job goes to the subscription's one URL: its connections are kept between
+    # POSTs (each attempt still checks the address it connects to)
+    http = client or push.delivery_client(timeout, keep_alive=streams)
+    executor = uuid.uuid4()
+    # the claim covers a whole batch: a stream's attempts follow each other, a failure ends it
+    lease = LEASE_MARGIN + timeout * max(1, min(batch // max(streams, 1), 8))
     delivered = 0
     failed: list[str] = []
+    busy = 0
     gate = asyncio.Semaphore(streams)
-
-    async def one(session_id: UUID) -> None:
-        nonlocal delivered
-        async with gate:
-            try:
-                delivered += await _stream(store, subscription_id, session_id, uuid.uuid4(), http, policy, timeout,
-                                           max_attempts, disable_after)
-            except WebhookFailed as e:
-                failed.append(str(e))
-
     try:
-        seen: set[UUID] = set()
         while True:
-            pending = [s for s in await store.webhook_streams(subscription_id, STREAM_PAGE) if s not in seen]
-            if not pending:
+            claimed = await store.claim_webhook_batch(subscription_id, executor, lease, batch)
+            if claimed is None:  # the subscription is gone
                 break
-            seen.update(pending)
-            await asyncio.gather(*(one(s) for s in pending))
+            busy += int(claimed["busy"])
+            deliveries = claimed["deliveries"]
+            if not deliveries:
+                break
+            by_session: dict[str, list[dict[str, Any]]] = {}
+            for d in deliveries:
+                by_session.setdefault(d["session_id"], []).append(d)
+            outcomes: list[dict[str, Any]] = []
+
+            async def stream(items: list[dict[str, Any]], url: str, secret: str,
+                             outcomes: list[dict[str, Any]]) -> None:
+                nonlocal delivered
+                async with gate:
+                    for d in items:
+                        body, headers = message(LifecycleEvent.from_json(d["event"]), secret)
+                        ok, code, error = await push.post(http, {"url": url, "body": body, "headers": headers},
+                                                          policy, timeout)
+                        give_up = not ok and d["attempts"] + 1 >= max_attempts
+                        outcomes.append({"id": d["id"], "ok": ok, "status": code, "error": error, "give_up": give_up})
+                        if ok:
+                            delivered += 1
+                        elif give_up:
+                            log.warning("webhook delivery %s of subscription %s given up after %s attempts: %s",
+                                        d["id"], subscription_id, d["attempts"] + 1, error)
+                        else:  # its later events wait for the retry: in order
+                            # named by the subscription's id: the URL (often with a secret path) is its owner's
+                            failed.append(f"webhook delivery {d['id']} of subscription {subscription_id} failed: "
+                                          f"{errors.clip(error, 200)}")
+                            return
+
+            await asyncio.gather(*(stream(items, claimed["url"], claimed["secret"], outcomes)
+                                   for items in by_session.values()))
+            if not await store.record_webhook_attempts(subscription_id, executor, outcomes, disable_after):
+                log.warning("webhook subscription %s disabled after %s failed attempts in a row", subscription_id,
+                            disable_after)
+                return delivered
+            if failed or int(claimed["taken"]) < batch:  # a failure waits for the retry's backoff
+                break
     finally:
         if own:
             await http.aclose()
     if failed:
         raise WebhookFailed(f"{len(failed)} webhook stream(s) of subscription {subscription_id} will be retried: "
                             f"{failed[0]}")
+    if busy:
+        raise WebhookFailed(f"{busy} webhook deliveries of subscription {subscription_id} are being delivered by "
+                            "another job; retry")
     return delivered
-
-
-async def _stream(
-    store: Store, subscription_id: UUID, session_id: UUID, executor: UUID, http: httpx.AsyncClient,
-    policy: push.TargetPolicy, timeout: float, max_attempts: int, disable_after: int,
-) -> int:
-    lease = timeout + LEASE_MARGIN
-    delivered = 0
-    while True:
-        status, d = await store.claim_webhook_delivery(subscription_id, session_id, executor, lease)
-        if status == WebhookClaimStatus.NONE:
-            return delivered
-        if status == WebhookClaimStatus.BUSY or d is None:
-            raise WebhookFailed(f"the webhook deliveries of subscription {subscription_id} for session "
-                                f"{session_id} are being delivered by another job; retry")
-        event = LifecycleEvent.from_json(d["event"])
-        body, headers = message(event, d["secret"])
-        ok, code, error = await push.post(http, {"url": d["url"], "body": body, "headers": headers}, policy, timeout)
-        give_up = not ok and d["attempts"] + 1 >= max_attempts
-        enabled = await store.record_webhook_attempt(d["id"], executor, ok, code, error, give_up, disable_after)
-        if ok:
-            delivered += 1
-            continue
-        if not enabled:
-            log.warning("webhook subscription %s disabled after %s failed attempts in a row: %s",
-                        subscription_id, disable_after, error)
-            return delivered
-        if not give_up:
-            # named by the subscription's id: the URL (often with a secret path) is its owner's alone
-            raise WebhookFailed(f"webhook delivery {d['id']} of subscription {subscription_id} failed: "
-                                f"{errors.clip(error, 200)}")
-        log.warning("webhook delivery %s of subscription %s given up after %s attempts: %s", d["id"],
-                    subscription_id, d["attempts"] + 1, error)
 
 
 async def check_url(url: str, policy: push.TargetPolicy) -> None:

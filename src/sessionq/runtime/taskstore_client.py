@@ -15,6 +15,7 @@ of the largest message the API admits, which carries it several times:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -25,9 +26,14 @@ from a2a.types import a2a_pb2
 from sessionq._pb.kagent.api.v1alpha1 import task_store_pb2, task_store_pb2_grpc
 from sessionq.limits import MIB, grpc_message_limit  # not sessionq.config: an Actor's process loads this
 
-__all__ = ["RETRYABLE", "TaskStoreClient", "TaskStoreError"]
+__all__ = ["RETRYABLE", "TRACEPARENT", "TaskStoreClient", "TaskStoreError"]
 
 R = TypeVar("R")
+
+# the W3C traceparent of the turn being reported, when it is traced: sent with every call as
+# metadata, so the API's spans of the reports join the turn's trace (set by the worker's traced
+# runtime for a simulated Actor, by the agent kit from the turn's A2A request for an Actor process)
+TRACEPARENT: contextvars.ContextVar[str | None] = contextvars.ContextVar("sessionq_traceparent", default=None)
 
 RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 
@@ -90,7 +96,9 @@ class TaskStoreClient:
         token = token or self._token
         if not token:
             raise TaskStoreError(method, grpc.StatusCode.UNAUTHENTICATED, "no workload credential to send")
-        metadata = (("authorization", f"Bearer {token}"),)
+        metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),)
+        if (traceparent := TRACEPARENT.get()) is not None:
+            metadata += (("traceparent", traceparent),)
         deadline = time.monotonic() + self._retry_budget
         backoff = INITIAL_BACKOFF
         while True:

@@ -12,7 +12,7 @@ from uuid import UUID
 from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool
 
-from sessionq import errors
+from sessionq import errors, telemetry
 from sessionq.db.connection import DatabaseHealth, Listener
 from sessionq.db.kept_reads import KeptReads
 from sessionq.db.raw import Columns, GetValue, RawStatement
@@ -23,6 +23,8 @@ from sessionq.models import (
 )
 
 _R = TypeVar("_R")
+
+TRACEPARENT_SQL = "SELECT set_config('sessionq.traceparent', %s, true)"
 
 
 class StoreBase:
@@ -43,8 +45,16 @@ class StoreBase:
             conn = await self.pool.getconn()
             try:
                 cur = conn.cursor(row_factory=row_factory)
-                await cur.execute(sql, params)
-                return await cur.fetchall()
+                if (traceparent := telemetry.traceparent()) is None:  # one check while tracing is off
+                    await cur.execute(sql, params)
+                    return await cur.fetchall()
+                # a traced call: the trace context goes with the jobs (sessionq.defer) and idle
+                # notifications (sessionq.notify) the statement makes, as the transaction-local
+                # setting sessionq.traceparent; one pipeline, one round trip, one transaction
+                async with conn.pipeline():
+                    await conn.execute(TRACEPARENT_SQL, (traceparent,))
+                    await cur.execute(sql, params)
+                    return await cur.fetchall()
             finally:
                 await self.pool.putconn(conn)
 

@@ -10,9 +10,11 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+from psycopg.types.json import Jsonb
+
 from sessionq import errors
 from sessionq.db.stores.base import StoreBase
-from sessionq.models import EventKind, LifecycleEvent, WebhookClaimStatus, WebhookSubscription
+from sessionq.models import EventKind, LifecycleEvent, WebhookSubscription
 
 _POSITION = re.compile(r"^([0-9]{1,20})-([0-9]{1,19})$")
 _COLUMNS = ("seq, (xid::text)::bigint AS xid, session_id, kind, owner, agent_namespace, agent_name,"
@@ -94,23 +96,21 @@ class EventStore(StoreBase):
     async def delete_webhook(self, webhook_id: UUID, caller: str, admin: bool) -> None:
         await self._rows("SELECT sessionq.delete_webhook(%s, %s, %s)", (webhook_id, caller, admin))
 
-    async def webhook_streams(self, subscription_id: UUID, limit: int) -> list[UUID]:
-        """Sessions with pending deliveries of the subscription."""
-        rows = await self._rows("SELECT s FROM sessionq.webhook_streams(%s, %s) s", (subscription_id, limit))
-        return [r["s"] for r in rows]
+    async def claim_webhook_batch(
+        self, subscription_id: UUID, executor: UUID, lease: float, limit: int
+    ) -> dict[str, Any] | None:
+        """The subscription's next pending deliveries claimed by `executor` (sessionq.claim_webhook_batch:
+        url, secret, taken, busy, deliveries in order); None when the subscription is gone."""
+        row = await self._value("SELECT sessionq.claim_webhook_batch(%s, %s, %s, %s)",
+                                (subscription_id, executor, lease, limit))
+        return row if isinstance(row, dict) else None
 
-    async def claim_webhook_delivery(
-        self, subscription_id: UUID, session_id: UUID, executor: UUID, lease: float
-    ) -> tuple[WebhookClaimStatus, dict[str, Any] | None]:
-        row = await self._one("SELECT * FROM sessionq.claim_webhook_delivery(%s, %s, %s, %s)",
-                              (subscription_id, session_id, executor, lease))
-        return WebhookClaimStatus(row["status"]), row["delivery"]
-
-    async def record_webhook_attempt(
-        self, delivery_id: int, executor: UUID, ok: bool, status: int | None, error: str | None, give_up: bool,
-        disable_after: int,
+    async def record_webhook_attempts(
+        self, subscription_id: UUID, executor: UUID, outcomes: list[dict[str, Any]], disable_after: int
     ) -> bool:
-        """False when the attempt disabled the subscription (a run of `disable_after` failures)."""
+        """Record a batch's attempts (in the order they ended) and release its other claims; False
+        when the subscription is disabled now (a run of `disable_after` failures) or gone."""
         return bool(await self._value(
-            "SELECT sessionq.record_webhook_attempt(%s, %s, %s, %s, %s, %s, %s)",
-            (delivery_id, executor, ok, status, error, give_up, disable_after)))
+            "SELECT sessionq.record_webhook_attempts(%s, %s, %s, %s)",
+            (subscription_id, executor, Jsonb(outcomes), disable_after)))
+

@@ -47,6 +47,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from sessionq import telemetry
 from sessionq._pb.ateapi import ateapi_pb2 as pb
 from sessionq._pb.ateapi import ateapi_pb2_grpc as pb_grpc
 from sessionq.runtime.ateapi import codec
@@ -203,7 +204,7 @@ class SubstrateClient:
     # plumbing ------------------------------------------------------------------------------------
 
     def _metadata(self, extra: dict[str, str] | None = None) -> list[tuple[str, str]]:
-        md = list((extra or {}).items())
+        md = telemetry.with_traceparent(list((extra or {}).items()))  # the call's trace context, if traced
         if self._token is not None:
             md.append(("authorization", f"Bearer {self._token.token()}"))
         return md

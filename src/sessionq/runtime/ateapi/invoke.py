@@ -33,6 +33,7 @@ from a2a.utils.constants import PROTOCOL_VERSION_CURRENT, VERSION_HEADER
 from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
 from google.protobuf import json_format
 
+from sessionq import telemetry
 from sessionq.runtime.base import (
     INVOKE_DISPATCH_KEY,
     INVOKE_SESSION_KEY,
@@ -47,8 +48,12 @@ METADATA_KEY = "sessionq"
 
 
 def call_context(credential: str | None) -> ClientCallContext | None:
-    """The A2A call's context: the workload credential as an HTTP header of the call."""
-    return ClientCallContext(service_parameters={WORKLOAD_TOKEN_HEADER: credential}) if credential else None
+    """The A2A call's context: the workload credential as an HTTP header of the call, and the W3C
+    traceparent of a traced turn."""
+    headers = dict(telemetry.with_traceparent([]))  # the turn's trace context, when it is traced
+    if credential:
+        headers[WORKLOAD_TOKEN_HEADER] = credential
+    return ClientCallContext(service_parameters=headers) if headers else None
 
 
 def to_send_request(uid: str, request: InvokeRequest) -> a2a_pb2.SendMessageRequest:
