@@ -1,4 +1,4 @@
--- Upgrade 0018_traced_jobs: a traced call's W3C trace context travels with the work it starts;
+-- Upgrade 0019_traced_jobs: a traced call's W3C trace context travels with the work it starts;
 -- webhook deliveries in batches.
 --
 -- Applied by its revision only, to a database whose schema was installed before it; a database
