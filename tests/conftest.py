@@ -5,7 +5,8 @@ SESSIONQ_TEST_DATABASE_URL set (an admin URL such as postgresql://postgres@127.0
 it uses that server instead. The schema (migrations + the simulator's schema) is built once into
 a template database; every test gets its own database cloned from it (CREATE DATABASE ...
 TEMPLATE, 0.3-1 s: made one test ahead by a thread, see `_Clones`). The tests that only read the
-catalog share one read-only clone (`schema_url`).
+catalog share one read-only clone (`schema_url`); a module whose tests roll back all they do
+shares one clone (`module_database_url`).
 """
 
 from __future__ import annotations
@@ -186,6 +187,15 @@ def schema_url(pg_admin_url: str, _clones: _Clones) -> Iterator[str]:
     name = _clones.take()
     url = _with_database(pg_admin_url, name)
     yield url + ("&" if "?" in url else "?") + "options=-c%20default_transaction_read_only%3Don"
+    _clones.drop(name)
+
+
+@pytest.fixture(scope="module")
+def module_database_url(pg_admin_url: str, _clones: _Clones) -> Iterator[str]:
+    """One fresh database for a module whose tests each leave nothing behind (every statement in a
+    transaction rolled back), so that they take no clone each."""
+    name = _clones.take()
+    yield _with_database(pg_admin_url, name)
     _clones.drop(name)
 
 
