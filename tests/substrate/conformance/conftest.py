@@ -13,7 +13,7 @@ of `sessionq.runtime.base.Substrate`. Every test of this folder runs once agains
 
 A new runtime adds one `Kind` and one branch in `open_subject` (docs/runtime.md, "A new runtime").
 
-Each implementation is opened once for the run (its own database, root, server and adapter), and
+Each implementation is opened once for this folder (its own database, root, server and adapter), and
 every test starts from an empty runtime: after each test the fixture deletes every Actor through
 the implementation itself (which stops their processes and frees their workers) and then the rest
 of what the test made (templates, tags, snapshots, egress policies, recorded turn cancels) from the
@@ -251,10 +251,10 @@ async def _database(admin_url: str, template: str) -> AsyncIterator[str]:
             await conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
-@pytest.fixture(scope="session", params=[_kind(k) for k in Kind])
+@pytest.fixture(scope="package", params=[_kind(k) for k in Kind])
 async def opened_subject(request: pytest.FixtureRequest, pg_admin_url: str, template_database: str,
                          tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Subject]:
-    """One implementation, opened once for the run (opening one is most of a test's time: a database,
+    """One implementation, opened once for this folder (opening one is most of a test's time: a database,
     a runtime, for the wire kinds a server and an adapter)."""
     root = tmp_path_factory.mktemp(f"conformance-{request.param}") / "runtime"
     async with _database(pg_admin_url, template_database) as url, open_subject(request.param, url, root) as s:
