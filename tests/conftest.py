@@ -4,7 +4,9 @@ By default the suite starts the embedded PostgreSQL 18 in a temporary directory.
 SESSIONQ_TEST_DATABASE_URL set (an admin URL such as postgresql://postgres@127.0.0.1:5432/postgres)
 it uses that server instead. The schema (migrations + the simulator's schema) is built once into
 a template database; every test gets its own database cloned from it (CREATE DATABASE ...
-TEMPLATE), which takes a few milliseconds.
+TEMPLATE, 0.3-1 s: made one test ahead by a thread, see `_Clones`). The tests that only read the
+catalog share one read-only clone (`schema_url`); a module whose tests roll back all they do
+shares one clone (`module_database_url`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -84,15 +87,116 @@ def template_database(pg_admin_url: str) -> Iterator[str]:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+class _Clones:
+    """Fresh databases cloned from the template one test ahead, and the used ones dropped, by one
+    thread beside the tests: a clone (CREATE DATABASE ... TEMPLATE) takes 0.3-1 s on a busy machine,
+    most of a short test's time, and the server makes it while the previous test runs (a drop waits
+    while a clone is wanted). A test gets a database no one has connected to, exactly what the
+    template holds, as before."""
+
+    def __init__(self, admin_url: str, template: str) -> None:
+        self._admin_url, self._template = admin_url, template
+        self._cond = threading.Condition()
+        self._wanted = 1  # clones to make: the first test's, at once
+        self._ready: list[str | BaseException] = []
+        self._drops: list[str] = []
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name="database-clones", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        conn: psycopg.Connection[Any] | None = None
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._wanted > 0 or self._drops or self._closing)
+                if self._wanted > 0:
+                    self._wanted -= 1
+                    what, name = "create", f"sq_t_{uuid.uuid4().hex[:16]}"
+                elif self._drops:
+                    what, name = "drop", self._drops.pop(0)
+                else:
+                    break
+            try:
+                if conn is None or conn.closed:
+                    conn = psycopg.connect(self._admin_url, autocommit=True)
+                if what == "create":
+                    conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self._template}"')
+                else:
+                    conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                result: str | BaseException = name
+            except BaseException as e:  # the test that takes the clone fails with it
+                if conn is not None:
+                    conn.close()
+                conn, result = None, e
+            if what == "create":
+                with self._cond:
+                    self._ready.append(result)
+                    self._cond.notify_all()
+        if conn is not None:
+            conn.close()
+
+    def take(self) -> str:
+        """A fresh database's name; the next test's clone is started at once."""
+        with self._cond:
+            self._wanted += 1
+            self._cond.notify_all()
+            if not self._cond.wait_for(lambda: self._ready, timeout=300):
+                raise RuntimeError("no clone of the template database within 300 s")
+            got = self._ready.pop(0)
+        if isinstance(got, BaseException):
+            raise RuntimeError(f"could not clone the template database: {got}") from got
+        return got
+
+    def drop(self, name: str) -> None:
+        with self._cond:
+            self._drops.append(name)
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Drop the clones no test took; returns once every drop is done."""
+        with self._cond:
+            self._wanted, self._closing = 0, True
+            self._cond.notify_all()
+        self._thread.join(timeout=300)
+        leftover = [name for name in self._ready if isinstance(name, str)]
+        with psycopg.connect(self._admin_url, autocommit=True) as conn:
+            for name in leftover:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def _clones(pg_admin_url: str, template_database: str) -> Iterator[_Clones]:
+    clones = _Clones(pg_admin_url, template_database)
+    yield clones
+    clones.close()
+
+
 @pytest.fixture
-def database_url(pg_admin_url: str, template_database: str) -> Iterator[str]:
+def database_url(pg_admin_url: str, _clones: _Clones) -> Iterator[str]:
     """A fresh database with the whole schema, for this test only."""
-    name = f"sq_t_{uuid.uuid4().hex[:16]}"
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"')
+    name = _clones.take()
     yield _with_database(pg_admin_url, name)
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    _clones.drop(name)
+
+
+@pytest.fixture(scope="session")
+def schema_url(pg_admin_url: str, _clones: _Clones) -> Iterator[str]:
+    """One database with the whole schema shared by the tests that only read it (the catalog: columns,
+    constraints, function texts), so that they take no clone each. Its sessions are read-only
+    (default_transaction_read_only): a test that writes fails, and takes `database_url` instead."""
+    name = _clones.take()
+    url = _with_database(pg_admin_url, name)
+    yield url + ("&" if "?" in url else "?") + "options=-c%20default_transaction_read_only%3Don"
+    _clones.drop(name)
+
+
+@pytest.fixture(scope="module")
+def module_database_url(pg_admin_url: str, _clones: _Clones) -> Iterator[str]:
+    """One fresh database for a module whose tests each leave nothing behind (every statement in a
+    transaction rolled back), so that they take no clone each."""
+    name = _clones.take()
+    yield _with_database(pg_admin_url, name)
+    _clones.drop(name)
 
 
 @pytest.fixture

@@ -20,9 +20,10 @@ def statements() -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("doc, sql", statements())
-def test_documented_query_runs(database_url, doc, sql):
+def test_documented_query_runs(module_database_url, doc, sql):
     sql = re.sub(r"'[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}'", "gen_random_uuid()", sql)
-    with psycopg.connect(database_url, autocommit=True) as conn, conn.transaction(force_rollback=True):
+    # rolled back: the module's statements share one database and each sees the schema as made
+    with psycopg.connect(module_database_url, autocommit=True) as conn, conn.transaction(force_rollback=True):
         try:
             conn.execute(sql)
         except psycopg.Error as e:

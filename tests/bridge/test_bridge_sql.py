@@ -88,9 +88,9 @@ def test_every_name_the_sql_bridge_uses_is_pinned() -> None:
 
 
 @pytest.mark.parametrize("table", sorted(COLUMNS))
-def test_the_columns_the_bridge_uses_exist_with_their_types(database_url: str, table: str) -> None:
+def test_the_columns_the_bridge_uses_exist_with_their_types(schema_url: str, table: str) -> None:
     rows = query(
-        database_url,
+        schema_url,
         "SELECT a.attname, format_type(a.atttypid, NULL), a.attnotnull, a.atthasdef OR a.attidentity <> ''"
         " FROM pg_attribute a WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped",
         table,
@@ -108,24 +108,24 @@ def test_the_columns_the_bridge_uses_exist_with_their_types(database_url: str, t
 
 
 @pytest.mark.parametrize("enum", sorted(ENUMS))
-def test_the_statuses_and_event_types_are_pinned(database_url: str, enum: str) -> None:
-    rows = query(database_url, "SELECT e.enumlabel FROM pg_enum e WHERE e.enumtypid = to_regtype(%s)"
+def test_the_statuses_and_event_types_are_pinned(schema_url: str, enum: str) -> None:
+    rows = query(schema_url, "SELECT e.enumlabel FROM pg_enum e WHERE e.enumtypid = to_regtype(%s)"
                  " ORDER BY e.enumsortorder", enum)
     assert [r[0] for r in rows] == ENUMS[enum]
 
 
 @pytest.mark.parametrize("function", sorted(FUNCTIONS))
-def test_the_wrapped_functions_keep_their_signatures(database_url: str, function: str) -> None:
-    rows = query(database_url, "SELECT pg_get_function_identity_arguments(p.oid), pg_get_function_result(p.oid)"
+def test_the_wrapped_functions_keep_their_signatures(schema_url: str, function: str) -> None:
+    rows = query(schema_url, "SELECT pg_get_function_identity_arguments(p.oid), pg_get_function_result(p.oid)"
                  " FROM pg_proc p WHERE p.proname = %s", function)
     assert rows == [FUNCTIONS[function]], f"{function}: found {rows}"
 
 
-def test_the_queueing_lock_index_serves_defer_jobs_on_conflict(database_url: str) -> None:
+def test_the_queueing_lock_index_serves_defer_jobs_on_conflict(schema_url: str) -> None:
     """sessionq.defer_job inserts with ON CONFLICT (queueing_lock) WHERE status = 'todo': that needs
     exactly this unique partial index."""
     rows = query(
-        database_url,
+        schema_url,
         "SELECT pg_get_indexdef(i.indexrelid) FROM pg_index i"
         " WHERE i.indrelid = 'procrastinate_jobs'::regclass AND i.indisunique"
         "   AND pg_get_expr(i.indpred, i.indrelid) = '(status = ''todo''::procrastinate_job_status)'"
@@ -135,11 +135,11 @@ def test_the_queueing_lock_index_serves_defer_jobs_on_conflict(database_url: str
     assert len(rows) == 1, "the unique index on procrastinate_jobs (queueing_lock) WHERE status = 'todo' changed"
 
 
-def test_the_foreign_keys_the_bridge_relies_on(database_url: str) -> None:
+def test_the_foreign_keys_the_bridge_relies_on(schema_url: str) -> None:
     """Deleting a job row deletes its events (finish_operation_job deletes rows as procrastinate
     does); pruning a worker leaves its jobs with no worker (find_stalled_jobs sees them)."""
     rows = query(
-        database_url,
+        schema_url,
         "SELECT c.conrelid::regclass::text, a.attname, c.confrelid::regclass::text, c.confdeltype"
         " FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]"
         " WHERE c.contype = 'f' AND c.conrelid IN ('procrastinate_jobs'::regclass, 'procrastinate_events'::regclass)",

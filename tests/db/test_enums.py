@@ -83,20 +83,20 @@ def returned_literals(url: str, names: tuple[str, ...]) -> set[str]:
 
 
 @pytest.mark.parametrize("column", list(COLUMNS), ids=lambda c: ".".join(c))
-def test_column_enum_matches_its_check_constraint(database_url, column):
-    allowed = check_lists(database_url)
+def test_column_enum_matches_its_check_constraint(schema_url, column):
+    allowed = check_lists(schema_url)
     assert column in allowed, f"no CHECK ({column[1]} IN (...)) on sessionq.{column[0]}"
     assert {m.value for m in COLUMNS[column]} == allowed[column]
 
 
-def test_every_checked_value_list_has_its_enum(database_url):
+def test_every_checked_value_list_has_its_enum(schema_url):
     """A new CHECK (column IN (...)) gets a StrEnum in sessionq.models (and a line in COLUMNS)."""
-    assert set(check_lists(database_url)) == set(COLUMNS)
+    assert set(check_lists(schema_url)) == set(COLUMNS)
 
 
 @pytest.mark.parametrize("enum", list(PROCEDURES), ids=lambda e: e.__name__)
-def test_outcome_enum_matches_what_its_procedures_return(database_url, enum):
-    assert {m.value for m in enum} == returned_literals(database_url, PROCEDURES[enum])
+def test_outcome_enum_matches_what_its_procedures_return(schema_url, enum):
+    assert {m.value for m in enum} == returned_literals(schema_url, PROCEDURES[enum])
 
 
 def test_the_comparison_sees_a_drift(database_url):

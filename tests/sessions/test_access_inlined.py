@@ -15,8 +15,8 @@ QUERY = (
 
 
 @pytest.mark.parametrize("function", ["access", "get_session_views"])
-async def test_the_access_rule_is_inlined_into_the_reads(database_url: str, function: str) -> None:
-    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+async def test_the_access_rule_is_inlined_into_the_reads(schema_url: str, function: str) -> None:
+    async with await psycopg.AsyncConnection.connect(schema_url) as conn:
         if function == "access":
             rows = await (await conn.execute(QUERY, ("00000000-0000-0000-0000-000000000001",))).fetchall()
         else:
