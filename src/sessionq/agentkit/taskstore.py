@@ -54,6 +54,9 @@ def _event(event: Event | None) -> a2a_pb2.StreamResponse | None:
     return None
 
 
+_WAITING_STATES = frozenset({a2a_pb2.TASK_STATE_INPUT_REQUIRED, a2a_pb2.TASK_STATE_AUTH_REQUIRED})
+
+
 def _value(version: TaskVersion) -> int:
     return 0 if version.is_missing else int(version._value)
 
@@ -96,6 +99,9 @@ class KagentTaskStore(VersionedTaskStore):
         context: ServerCallContext,
     ) -> TaskVersion:
         del prev
+        if self._records_answer(task, event, prev_version):
+            # nothing is written: the next write of this turn carries the answer in its history
+            return prev_version
         token = self._credential(context)
         session = self._session(context)
         dispatch = self._dispatch(context)
@@ -111,6 +117,29 @@ class KagentTaskStore(VersionedTaskStore):
             raise
         self.versions[task.id] = (version, int(task.status.state))
         return TaskVersion(version)
+
+    def _records_answer(self, task: a2a_pb2.Task, event: Event | None, prev_version: TaskVersion) -> bool:
+        """Whether this save only records the user's answer in the history of a task still waiting
+        for it. When a message continues a task that waits for input (or authorization), the SDK's
+        request handler first saves the whole task with the message appended to its history, its
+        state still INPUT_REQUIRED / AUTH_REQUIRED, as a Task event; only then the executor's first
+        event (WORKING). sessionq stages a write in a waiting state as the end of a turn (it is
+        published at settlement), so that write would end the answer's turn before it started, and
+        the executor's next write would be refused ("a staged final update"; the SDK's
+        ConcurrentTaskModificationError). The SDK keeps the task it saved in memory and sends it
+        whole with its next write, so that write carries the answer: this one is skipped, at the
+        version the task is at (the version the SDK compares its next write with).
+
+        Recognised exactly: a save of a whole task (its event the task itself) of a task that exists, at the version
+        last read or written, in the waiting state that version has. An executor cannot save a
+        whole task over an existing one (the SDK ignores such a Task event), so no write of the
+        agent's own is skipped; a new waiting state always comes as a status event."""
+        if not (event is None or isinstance(event, a2a_pb2.Task)) or prev_version.is_missing:
+            return False
+        state = int(task.status.state)
+        if state not in _WAITING_STATES:
+            return False
+        return self.versions.get(task.id) == (_value(prev_version), state)
 
     async def get(self, task_id: str, context: ServerCallContext) -> StoredTask | None:
         token = self._credential(context)
