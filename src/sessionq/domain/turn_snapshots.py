@@ -32,9 +32,13 @@ PIN_BOUND = 30.0  # the longest the tag of one turn may hold up the Session's qu
 
 
 async def pin_turn(store: Store, runtime: Substrate, session: Session, snapshot: dict[str, Any] | None,
-                   keep: int, *, bound: float = PIN_BOUND) -> bool:
+                   keep: int, *, bound: float | None = None) -> bool:
     """Pin the snapshot just recorded after the Session's last turn (by the idle claim holder,
-    before it records the snapshot). True when a pin was made; never raises."""
+    before it records the snapshot). True when a pin was made; never raises. The tag counts once
+    its copy of the snapshot is COMPLETED (SNAP-1; `tag_snapshot` waits for it): a copy still
+    being written after `bound` seconds (default PIN_BOUND) leaves the turn not retained, its tag
+    deleted by the pin's release."""
+    bound = PIN_BOUND if bound is None else bound
     if keep <= 0 or snapshot is None or snapshot.get("status") != SnapshotState.COMPLETED:
         return False
     assert session.idle_boundary_id is not None and session.idle_executor is not None
@@ -64,7 +68,7 @@ async def pin_turn(store: Store, runtime: Substrate, session: Session, snapshot:
     except SubstrateError as e:
         failure = f"the runtime refused the tag ({e.code.name}): {e.message}"
     except TimeoutError:
-        failure = f"the tag took longer than {bound:g}s"
+        failure = f"the tag's snapshot copy was not completed within {bound:g}s"
     try:
         await with_db_retry(lambda: store.finish_turn_pin(pin.id, executor, failure, tag_uri, keep), budget=30.0)
     except SessionqError as e:
