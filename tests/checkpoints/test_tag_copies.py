@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 from conftest import apply_agent, make_settings, simulator
+from test_turns import RETAINED, eventually, list_turns, new_session, runtime_tags, send
 
 from sessionq._pb.kagent.api.v1alpha1 import checkpoints_pb2, checkpoints_pb2_grpc
 from sessionq.domain import turn_snapshots
 from sessionq.runtime.base import SnapshotStatus, Tag
-from test_turns import RETAINED, eventually, list_turns, new_session, runtime_tags, send
 
 KEEP = 3
 

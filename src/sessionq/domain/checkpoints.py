@@ -151,9 +151,10 @@ async def _completed(runtime: Substrate, made: Tag) -> Tag:
 
 async def _provably_ours(runtime: Substrate, found: Tag, atespace: str, actor: str, uid: str, generation: int) -> bool:
     """Whether an existing tag holds exactly what this checkpoint tags: the recorded generation of
-    this Actor, COMPLETED or still being copied (IN_PROGRESS: adopted, then waited for). A runtime that names the source Actor's UID proves it directly; a
-    real Substrate does not, and then the tag must come from an Actor of that name, under the
-    template of the Actor recorded now (read: it must still be the recorded UID and suspended)."""
+    this Actor, COMPLETED or still being copied (IN_PROGRESS: adopted, then waited for). A runtime
+    that names the source Actor's UID proves it directly; a real Substrate does not, and then the
+    tag must come from an Actor of that name, under the template of the Actor recorded now (read:
+    it must still be the recorded UID and suspended)."""
     if found.snapshot_generation != generation or found.status not in _USABLE:
         return False
     if found.actor_uid:
