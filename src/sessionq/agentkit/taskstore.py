@@ -28,11 +28,13 @@ from sessionq.runtime.taskstore_client import TaskStoreClient, TaskStoreError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DISPATCH_STATE", "SESSION_STATE", "TOKEN_STATE", "KagentTaskStore", "session_of_token"]
+__all__ = ["DISPATCH_STATE", "NEW_TASK_STATE", "SESSION_STATE", "TOKEN_STATE", "KagentTaskStore", "session_of_token"]
 
 SESSION_STATE = INVOKE_SESSION_KEY  # keys of ServerCallContext.state
 DISPATCH_STATE = INVOKE_DISPATCH_KEY
 TOKEN_STATE = "sessionq.dev/workload-token"
+# set by the request handler for a message that names no task: the SDK gives it a new task id
+NEW_TASK_STATE = "sessionq.dev/new-task"
 TOKEN_PREFIX = "sqw."
 
 
@@ -145,6 +147,10 @@ class KagentTaskStore(VersionedTaskStore):
         token = self._credential(context)
         if token is None:
             return None  # no credential yet (a CancelTask before any turn): no task of this Actor's is known
+        if context.state.get(NEW_TASK_STATE) and task_id not in self.versions:
+            # the task id the SDK made for a message that names none: no such task exists until
+            # this Actor creates it (the SDK reads it three times first: three round trips saved)
+            return None
         try:
             task, version = await self.client.get_task(self._session(context), task_id, token=token)
         except TaskStoreError as exc:
