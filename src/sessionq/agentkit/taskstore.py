@@ -35,6 +35,7 @@ DISPATCH_STATE = INVOKE_DISPATCH_KEY
 TOKEN_STATE = "sessionq.dev/workload-token"
 # set by the request handler for a message that names no task: the SDK gives it a new task id
 NEW_TASK_STATE = "sessionq.dev/new-task"
+_NEW_TASK_READ = "sessionq.dev/new-task-read"  # the new task's id, once the task store said NOT_FOUND
 TOKEN_PREFIX = "sqw."
 
 
@@ -147,14 +148,19 @@ class KagentTaskStore(VersionedTaskStore):
         token = self._credential(context)
         if token is None:
             return None  # no credential yet (a CancelTask before any turn): no task of this Actor's is known
-        if context.state.get(NEW_TASK_STATE) and task_id not in self.versions:
-            # the task id the SDK made for a message that names none: no such task exists until
-            # this Actor creates it (the SDK reads it three times first: three round trips saved)
+        new = bool(context.state.get(NEW_TASK_STATE)) and task_id not in self.versions
+        if new and context.state.get(_NEW_TASK_READ) == task_id:
+            # the task id the SDK made for a message that names none, read once already (NOT_FOUND:
+            # which also proved the request's credential before the agent runs): no such task
+            # exists until this Actor creates it. The SDK reads it three times first: two round
+            # trips saved.
             return None
         try:
             task, version = await self.client.get_task(self._session(context), task_id, token=token)
         except TaskStoreError as exc:
             if exc.code == grpc.StatusCode.NOT_FOUND:
+                if new:
+                    context.state[_NEW_TASK_READ] = task_id
                 return None
             raise
         self.versions[task_id] = (version, int(task.status.state))
