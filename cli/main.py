@@ -9,7 +9,16 @@ from sessionq.cli.checkpoint import checkpoint
 from sessionq.cli.client import DEFAULT_SERVER, DEFAULT_TIMEOUT
 from sessionq.cli.events import events, webhooks
 from sessionq.cli.invoke import invoke
-from sessionq.cli.operator import jobs, queues, quiescence, requeue, status, webhook_deliveries, workers
+from sessionq.cli.operator import (
+    between_turns,
+    jobs,
+    queues,
+    quiescence,
+    requeue,
+    status,
+    webhook_deliveries,
+    workers,
+)
 from sessionq.cli.sandbox import sandbox
 from sessionq.cli.server import migrate, runtime, serve, up, worker
 from sessionq.cli.session import session
@@ -42,7 +51,7 @@ def main(ctx: click.Context, server: str | None, token: str | None, client_confi
 for command in (up, serve, worker, migrate, runtime):
     main.add_command(command)
 
-for command in (workers, jobs, requeue, status, quiescence, queues):
+for command in (workers, jobs, requeue, status, quiescence, queues, between_turns):
     main.add_command(command)
 main.add_command(agent)
 main.add_command(session)

@@ -793,7 +793,35 @@ def queues_resume(ctx: click.Context, name: str, database_url: str | None, outpu
         click.echo(printable(f"queue {name} " + ("resumed" if row["changed"] else "was not paused")))
 
 
-COMMANDS: tuple[click.Command, ...] = (workers, jobs, requeue, status, queues)
+@click.command("between-turns", cls=OperatorCommand)
+@database_option
+@output_option
+@click.pass_context
+def between_turns(ctx: click.Context, database_url: str | None, output: str) -> None:
+    """What waits between turns: queued turns in the order they will run, warm and paused Actors
+    (inside their keep-warm window, or waiting for an answer), and Sessions whose last turn was
+    failed as stalled."""
+    b = run(ctx, database_url, lambda ops: ops.between_turns())
+    if output == "json":
+        echo_json(b)
+        return
+    click.echo(f"QUEUED TURNS ({len(b['queued'])})")
+    click.echo(plain_table(
+        ["SESSION", "PLACE", "TASK", "POLICY", "SENT-BY", "WAITING", "BEHIND"],
+        [[r["session_id"], r["place"], r["task_id"], r["policy"], r["enqueued_by"], age(r["waiting"]),
+          dash(r["running_task_id"])] for r in b["queued"]]))
+    click.echo(f"\nWARM AND PAUSED ACTORS ({len(b['idle'])})")
+    click.echo(plain_table(
+        ["SESSION", "STATE", "TURN-ENDED", "KEEP-WARM", "PAUSED-SINCE"],
+        [[r["session_id"], r["status"], f"{age(r['waiting'])} ago", f"{r['keep_warm']:g}s",
+          dash(r["actor_paused_at"])] for r in b["idle"]]))
+    click.echo(f"\nTURNS FAILED AS STALLED ({len(b['stalled'])})")
+    click.echo(plain_table(
+        ["SESSION", "TASK", "WHEN", "REASON"],
+        [[r["session_id"], dash(r["task_id"]), r["updated_at"], r["message"]] for r in b["stalled"]]))
+
+
+COMMANDS: tuple[click.Command, ...] = (workers, jobs, requeue, status, queues, between_turns)
 
 
 @click.group(cls=OperatorGroup)

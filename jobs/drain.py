@@ -145,6 +145,7 @@ class _Run:
     watch_stop: asyncio.Event = field(default_factory=asyncio.Event)
     outcome: str = "exited"
     drained: DrainRequest | None = None
+    keep_warm: float | None = None
 
 
 async def run_drainable_worker(
@@ -155,12 +156,14 @@ async def run_drainable_worker(
     check_interval: float = CHECK_INTERVAL,
     exit_on_drain: bool = True,
     on_drained: Callable[[DrainRequest], None] | None = None,
+    keep_warm: float | None = None,
     **worker_options: Any,
 ) -> str:
     """Run one procrastinate worker of `app` (open) until `stop` is set or a drain request names
     it, then drain it. `worker_options` are procrastinate's (name, queues, concurrency,
     fetch_job_polling_interval, shutdown_graceful_timeout, additional_context, delete_jobs, ...);
-    signal handlers are never installed (the process owns its signals).
+    signal handlers are never installed (the process owns its signals). `keep_warm` (its quiescence
+    workers' sessions.keepWarm) is recorded with the worker for operators.
 
     Returns "drained" (a drain request; `stop` is then set so the process exits, unless
     `exit_on_drain` is false; `on_drained` is called with the request), "stopped"
@@ -172,7 +175,7 @@ async def run_drainable_worker(
     if not await unless_stopped(pool.open(wait=True, timeout=30), stop):
         await pool.close(timeout=0)
         return "stopped"
-    run = _Run(worker, worker.name, OperatorStore.from_pool(pool), worker.start())
+    run = _Run(worker, worker.name, OperatorStore.from_pool(pool), worker.start(), keep_warm=keep_warm)
     try:
         return await _run_until_drained(run, url, stop, check_interval)
     except asyncio.CancelledError:
@@ -230,7 +233,7 @@ async def _register(run: _Run, stop: asyncio.Event) -> int | None:
         return None
     try:
         await run.ops.register_worker(run.worker_id, run.name, socket.gethostname(), os.getpid(),
-                                      run.worker.queues, run.worker.concurrency)
+                                      run.worker.queues, run.worker.concurrency, run.keep_warm)
     except psycopg.Error as e:  # the worker still works; it is just not visible by name
         log.warning("cannot record worker %s in sessionq.worker_info (%s)", run.name, e)
     log.info("worker %s started (procrastinate worker %s)", run.name, run.worker_id)

@@ -22,10 +22,13 @@ CREATE TABLE sessionq.tasks (
   phase             text NOT NULL DEFAULT 'active' CHECK (phase IN ('active', 'settled', 'abandoned', 'queued')),
   created_at        timestamptz NOT NULL DEFAULT clock_timestamp(),
   updated_at        timestamptz NOT NULL DEFAULT clock_timestamp(),
+  snapshot_pinned   boolean NOT NULL DEFAULT false,
   UNIQUE (session_id, seq),
   CHECK ((staged_task IS NULL) = (version = published_version))
 );
 CREATE INDEX tasks_dispatch_idx ON sessionq.tasks (dispatch_id) WHERE dispatch_id IS NOT NULL;
+COMMENT ON COLUMN sessionq.tasks.snapshot_pinned IS
+  'The turn had a snapshot of its own, pinned (a turn pin was begun for it, 40_checkpoints.sql): without a pin now it was released; never set for a turn the next one followed before a suspend (back to back, keep warm), which shares that later snapshot.';
 COMMENT ON TABLE sessionq.tasks IS
   'A2A tasks (turns) of Sessions. task is the published A2A Task (protobuf JSON); a final update waits in staged_task until the Actor settles it. phase: active, settled, abandoned (an interrupted turn that must not be continued), or queued (a message admitted with busy policy enqueue or interrupt while another turn ran: SUBMITTED, waiting in queued_turns). Kept after the Session expires.';
 

@@ -38,6 +38,7 @@ CREATE TABLE sessionq.checkpoints (
 );
 CREATE INDEX checkpoints_session_idx ON sessionq.checkpoints (session_id, id);
 CREATE INDEX checkpoints_creating_idx ON sessionq.checkpoints (session_id) WHERE state = 'CREATING';
+CREATE INDEX checkpoints_tag_idx ON sessionq.checkpoints (tag_name);  -- describe_tags
 COMMENT ON TABLE sessionq.checkpoints IS
   'Checkpoints: a pin on the snapshot recorded after turn head_task_id (history through history_sequence), held in the runtime as tag tag_name. They outlive their source Session and keep its revision pinned (revision_id) until deleted.';
 COMMENT ON COLUMN sessionq.checkpoints.snapshot_generation IS 'The exact snapshot generation the tag must hold; a fork retry checks the tag still holds it.';
@@ -423,6 +424,7 @@ CREATE TABLE sessionq.turn_snapshots (
   CONSTRAINT turn_snapshots_turn_unique UNIQUE (session_id, task_id)
 );
 CREATE INDEX turn_snapshots_session_idx ON sessionq.turn_snapshots (session_id, task_seq);
+CREATE INDEX turn_snapshots_tag_idx ON sessionq.turn_snapshots (tag_name);  -- describe_tags
 COMMENT ON TABLE sessionq.turn_snapshots IS
   'Turn pins: the snapshot recorded after settled turn task_id of a Session (history through history_sequence), held in the runtime as tag tag_name (turn-<id>) while the turn is among the Session''s last sessions.turnSnapshots settled turns. PINNING while the quiescence worker makes the tag, PINNED when the tag holds exactly snapshot_generation, RELEASING while a release_turn_snapshot job deletes the tag (then the row goes). A checkpoint at the turn takes the tag over and the row is removed.';
 COMMENT ON COLUMN sessionq.turn_snapshots.task_seq IS 'The turn''s place in the Session (tasks.seq): the retention keeps the newest.';
@@ -504,6 +506,7 @@ BEGIN
   VALUES (v_id, v.id, head.id, head.seq, v.last_event_seq, v.revision_id, v.actor_atespace, v.actor_name, v.actor_uid,
           p_generation, coalesce(p_uri, ''), 'turn-' || v_id, p_executor)
   RETURNING * INTO p;
+  UPDATE sessionq.tasks SET snapshot_pinned = true WHERE id = head.id;  -- the turn has a snapshot of its own
   RETURN to_jsonb(p);
 END $$;
 COMMENT ON FUNCTION sessionq.begin_turn_pin(uuid, uuid, uuid, bigint, text) IS
@@ -601,18 +604,17 @@ BEGIN
       format('the snapshot of turn %s is held by checkpoint %s; fork from it', sessionq.clip(t.id), c.id), c.id;
     RETURN;
   END IF;
-  IF EXISTS (SELECT 1 FROM sessionq.turn_snapshots k WHERE k.session_id = v.id AND k.task_seq > t.seq AND k.state = 'PINNED')
-     OR FOUND AND p.state = 'RELEASING' THEN
+  IF t.snapshot_pinned OR FOUND AND p.state = 'RELEASING' THEN
     RETURN QUERY SELECT 'RELEASED'::text, format(
       'turn %s is outside the retained window: its snapshot was released (only the last sessions.turnSnapshots settled turns keep theirs)',
       sessionq.clip(t.id)), NULL::uuid;
     RETURN;
   END IF;
   RETURN QUERY SELECT 'NOT_RETAINED'::text, format(
-    'the snapshot of turn %s was not retained (sessions.turnSnapshots is 0, the next turn came before it was pinned, it was replayed into a fork, or its pin failed)', sessionq.clip(t.id)), NULL::uuid;
+    'turn %s has no snapshot of its own: the next turn came before its Actor was suspended (back to back, or inside a keep-warm window), sessions.turnSnapshots is 0, it was replayed into a fork, or its pin failed', sessionq.clip(t.id)), NULL::uuid;
 END $$;
 COMMENT ON FUNCTION sessionq.turn_checkpointability(sessionq.sessions, sessionq.tasks, text) IS
-  'Whether turn t of Session v can be checkpointed now: RETAINED (its pin is held), NOT_SETTLED (still running, waiting or unsettled), PENDING (being pinned), CHECKPOINTED (a checkpoint of p_caller holds it: checkpoint_id), RELEASED (outside the retained window), NOT_RETAINED (never pinned); with a short message saying so.';
+  'Whether turn t of Session v can be checkpointed now: RETAINED (its pin is held), NOT_SETTLED (still running, waiting or unsettled), PENDING (being pinned), CHECKPOINTED (a checkpoint of p_caller holds it: checkpoint_id), RELEASED (its pin was released: outside the retained window), NOT_RETAINED (never pinned: no suspend came between it and the next turn, or no pin was made); with a short message saying so.';
 
 -- list_turns: a Session's turns, each with whether it can be checkpointed now.
 CREATE OR REPLACE FUNCTION sessionq.list_turns(p_session uuid, p_caller text, p_after_seq integer, p_limit integer)

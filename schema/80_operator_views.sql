@@ -44,7 +44,8 @@ CREATE TABLE IF NOT EXISTS sessionq.worker_info (
   started_at     timestamptz NOT NULL DEFAULT clock_timestamp(),
   draining_since timestamptz,
   drain_id       bigint,
-  drain_timeout  double precision
+  drain_timeout  double precision,
+  keep_warm      double precision
 );
 CREATE INDEX IF NOT EXISTS worker_info_name_idx ON sessionq.worker_info (name);
 COMMENT ON TABLE sessionq.worker_info IS
@@ -55,6 +56,7 @@ COMMENT ON COLUMN sessionq.worker_info.queues IS 'The queues it fetches from; NU
 COMMENT ON COLUMN sessionq.worker_info.draining_since IS 'Set when the worker began to drain (a drain request or SIGTERM): it fetches no new job and exits once its running jobs finish or the drain timeout aborts them.';
 COMMENT ON COLUMN sessionq.worker_info.drain_id IS 'The worker_drains request it acted on (NULL for a drain by signal).';
 COMMENT ON COLUMN sessionq.worker_info.drain_timeout IS 'Seconds the drain waits for running jobs before aborting them (NULL: the worker''s workers.shutdownTimeout).';
+COMMENT ON COLUMN sessionq.worker_info.keep_warm IS 'The worker''s sessions.keepWarm in seconds (the server-wide keep-warm window its quiescence workers wait out; an Agent''s keepWarm overrides it); NULL: not reported.';
 
 CREATE TABLE IF NOT EXISTS sessionq.worker_drains (
   id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -268,6 +270,14 @@ COMMENT ON COLUMN sessionq.pending_operations.generation IS 'The operation UUID;
 COMMENT ON COLUMN sessionq.pending_operations.age IS 'Time since admission (from the UUIDv7 generation; since the last update when there is none).';
 COMMENT ON COLUMN sessionq.pending_operations.job_status IS 'todo (waiting; job_scheduled_at says until when) or doing; NULL: no job.';
 
+-- server_keep_warm: the server-wide keep-warm window the live workers report.
+CREATE OR REPLACE FUNCTION sessionq.server_keep_warm() RETURNS double precision
+LANGUAGE sql STABLE AS $$
+  SELECT coalesce(min(wi.keep_warm), 0) FROM sessionq.worker_info wi WHERE wi.keep_warm IS NOT NULL
+$$;
+COMMENT ON FUNCTION sessionq.server_keep_warm() IS
+  'The server-wide sessions.keepWarm (seconds) as the live workers report it (sessionq.worker_info.keep_warm): the smallest, since the first worker whose window has passed claims the boundary; 0 when none reports one.';
+
 CREATE OR REPLACE VIEW sessionq.quiescence_backlog AS
 SELECT s.id AS session_id,
        s.state,
@@ -281,7 +291,7 @@ SELECT s.id AS session_id,
             WHEN s.state <> 'READY' THEN 'ineligible'
             -- 30_tasks.sql: an Actor paused waiting for input, or kept warm by its Agent's keepWarm
             WHEN s.actor_paused_at IS NOT NULL AND s.idle_boundary_at > now() THEN 'paused'
-            WHEN s.idle_boundary_at > now() - make_interval(secs => sessionq.keep_warm_of(s.revision_id, 0)) THEN 'warm'
+            WHEN s.idle_boundary_at > now() - make_interval(secs => sessionq.keep_warm_of(s.revision_id, sessionq.server_keep_warm())) THEN 'warm'
             WHEN s.operation <> 'NONE' OR s.dispatch_id IS NOT NULL OR s.active_task_id IS NOT NULL
                  OR s.unsettled_task_id IS NOT NULL OR sessionq.checkpoint_in_progress(s.id) THEN 'blocked'
             ELSE 'waiting' END AS status,
@@ -299,7 +309,7 @@ COMMENT ON VIEW sessionq.quiescence_backlog IS
   'Idle boundaries not yet recorded: Sessions whose Actor should be suspended by the quiescence workers. waiting: eligible, not yet claimed; blocked: something must finish first (blocked_by); claimed: a worker is on it (a claim that stays long means the suspend failed: see the worker logs for the claim holder).';
 COMMENT ON COLUMN sessionq.quiescence_backlog.waiting IS 'Time since the boundary was marked (the quiescence lag so far).';
 COMMENT ON COLUMN sessionq.quiescence_backlog.claimed_for IS 'Time since a quiescence worker claimed it.';
-COMMENT ON COLUMN sessionq.quiescence_backlog.status IS 'waiting, blocked, claimed, ineligible (the Session is not READY; the boundary is dropped by the next operation), paused (the Actor is paused waiting for input until the boundary falls due: sessions.pausedRuntimeTtl) or warm (inside its Agent''s keepWarm window; the server-wide sessions.keepWarm is not visible here: such boundaries show as waiting).';
+COMMENT ON COLUMN sessionq.quiescence_backlog.status IS 'waiting, blocked, claimed, ineligible (the Session is not READY; the boundary is dropped by the next operation), paused (the Actor is paused waiting for input until the boundary falls due: sessions.pausedRuntimeTtl) or warm (inside its keep-warm window: its Agent''s keepWarm, else the server-wide sessions.keepWarm the workers report, sessionq.server_keep_warm).';
 
 CREATE OR REPLACE VIEW sessionq.agent_overview AS
 SELECT a.namespace,
@@ -424,18 +434,19 @@ COMMENT ON COLUMN sessionq.workers.drain_requested_at IS 'The earliest drain req
 -- -- workers and drains -------------------------------------------------------------------------
 
 CREATE OR REPLACE FUNCTION sessionq.register_worker(
-  p_worker_id bigint, p_name text, p_host text, p_pid integer, p_queues text[], p_concurrency integer
+  p_worker_id bigint, p_name text, p_host text, p_pid integer, p_queues text[], p_concurrency integer,
+  p_keep_warm double precision DEFAULT NULL
 ) RETURNS void
 LANGUAGE sql AS $$
-  INSERT INTO sessionq.worker_info (worker_id, name, host, pid, queues, concurrency)
-  VALUES (p_worker_id, p_name, p_host, p_pid, p_queues, p_concurrency)
+  INSERT INTO sessionq.worker_info (worker_id, name, host, pid, queues, concurrency, keep_warm)
+  VALUES (p_worker_id, p_name, p_host, p_pid, p_queues, p_concurrency, p_keep_warm)
   ON CONFLICT (worker_id) DO UPDATE
     SET name = EXCLUDED.name, host = EXCLUDED.host, pid = EXCLUDED.pid, queues = EXCLUDED.queues,
-        concurrency = EXCLUDED.concurrency, started_at = clock_timestamp(),
+        concurrency = EXCLUDED.concurrency, keep_warm = EXCLUDED.keep_warm, started_at = clock_timestamp(),
         draining_since = NULL, drain_id = NULL, drain_timeout = NULL;
 $$;
-COMMENT ON FUNCTION sessionq.register_worker(bigint, text, text, integer, text[], integer) IS
-  'A worker process records its name, host, pid, queues and concurrency under its procrastinate worker id once procrastinate registered it.';
+COMMENT ON FUNCTION sessionq.register_worker(bigint, text, text, integer, text[], integer, double precision) IS
+  'A worker process records its name, host, pid, queues, concurrency and sessions.keepWarm under its procrastinate worker id once procrastinate registered it.';
 
 CREATE OR REPLACE FUNCTION sessionq.unregister_worker(p_worker_id bigint) RETURNS void
 LANGUAGE sql AS $$

@@ -299,10 +299,12 @@ async def _sandbox_starts(url: str, root: Path, runs: int) -> dict[str, Any]:
         await asyncio.to_thread(subprocess.run, ["bash", "-c", "true"], check=True)
         direct.append(time.perf_counter() - t0)
     return {"sandbox_start": starts, "bash_tool": summary_ms(tool), "bash_direct": summary_ms(direct)}
-async def _between_turns_part(url: str, root: Path, follow_ups: int, messages: int, senders: int) -> dict[str, Any]:
+async def _between_turns_part(url: str, root: Path, follow_ups: int, messages: int, senders: int,
+                              isolation: str = "none") -> dict[str, Any]:
     """Between turns, on the process runtime: a follow-up turn inside the keep-warm window (the Actor
     still running: no resume) against a turn on a suspended Actor (resume from its archive), both
-    measured in the same run; then `messages` messages sent to one Session by one sender, one after
+    measured in the same run, at isolation `isolation` (none, as the turns above: the quickest resume,
+    a warm interpreter ready; a sandboxed resume takes seconds); then `messages` messages sent to one Session by one sender, one after
     the other, against the same number sent by `senders` concurrent senders with busy policy
     enqueue (each waits for its own answer): messages/s and latency per message."""
     import grpc
@@ -323,7 +325,8 @@ async def _between_turns_part(url: str, root: Path, follow_ups: int, messages: i
     })
     md = [("authorization", "Bearer bench-token")]
     store = await Store.open(url, pool_size=10)
-    rt = ProcessSubstrate(url, ProcessConfig(root=root, slots=4, stop_grace=3.0, warm_interpreters=1))
+    rt = ProcessSubstrate(url, ProcessConfig(root=root, slots=4, stop_grace=3.0, warm_interpreters=1,
+                                             isolation=isolation))
     await rt.open()
     stop = asyncio.Event()
     worker = asyncio.create_task(run_worker(settings, url, store, rt, stop=stop, name="bench-worker"))

@@ -445,3 +445,27 @@ async def test_the_revision_gc_sees_turn_pins(api, store, sim, three_turns, data
             assert (await (await conn.execute(referenced, (source.revision_id,))).fetchone())[0] is True
             await conn.execute("UPDATE sessionq.turn_snapshots SET revision_id = NULL WHERE session_id = %s", (sid,))
             assert (await (await conn.execute(referenced, (source.revision_id,))).fetchone())[0] is False
+
+
+@pytest.mark.clause("TT-1")
+@pytest.mark.clause("TT-2")
+async def test_turns_without_a_suspend_between_them_share_one_snapshot(api, store, sim):
+    """Turns inside a keep-warm window are not suspended between them: only the last has a snapshot
+    (pinned at the suspend), the earlier ones are NOT_RETAINED (never pinned), not RELEASED."""
+    from sessionq.domain.agents import compile_egress, parse_spec, prepare_revision
+
+    spec = parse_spec({"name": "my-first-agent", "namespace": "kagent", "keepWarm": "2s"})
+    await store.apply_agent(spec.namespace, spec.name, spec.to_json(), spec.spec_hash(), spec.image,
+                            compile_egress(spec), "alice")
+    await prepare_revision(store, sim, (await store.get_agent("kagent", spec.name)).desired_revision_id)
+    sid = await new_session(api)
+    first = await send(api, "Remember the number 11.", sid)
+    second = await send(api, "Remember the number 22.", sid)  # inside the window: no suspend between
+    ts = await settled_turns(api, sid, 2)
+    assert [t.task_id for t in ts] == [first.id, second.id]
+    assert ts[0].checkpointability == turns_pb2.TURN_CHECKPOINTABILITY_NOT_RETAINED, ts[0]
+    assert "no snapshot of its own" in ts[0].message and "keep-warm" in ts[0].message
+    assert ts[1].checkpointability == RETAINED
+    code, details = await failure(fork_at(api, sid, first.id, "f-warm"))
+    assert code == grpc.StatusCode.FAILED_PRECONDITION and "no snapshot of its own" in details
+    assert await pins(store, sid) == {second.id: "PINNED"}

@@ -1,7 +1,9 @@
 """Between turns on the process runtime, with my-first-agent as a real process: a turn inside the
 keep-warm window runs in the same process (no resume, pid unchanged), which stops after the window;
 a turn that ends waiting for input stops (SIGSTOP) the process without archiving it
-(sessions.pausedRuntimeTtl), and unanswered it is suspended with its snapshot when the TTL passes."""
+(sessions.pausedRuntimeTtl), and unanswered it is suspended with its snapshot when the TTL passes.
+The answer to a task waiting for input reaches the live process that asked (inside the window, or
+paused) and completes there: the agent kit's a2a-sdk handler still holds that task."""
 
 from __future__ import annotations
 
@@ -22,7 +24,18 @@ from sessionq.runtime.base import ActorState
 from sessionq.runtime.process import ProcessConfig, ProcessSubstrate
 from tests.conftest import make_settings, running_worker
 from tests.process.conftest import alive, proc_state
-from tests.process.test_first_agent import FIRST_AGENT, NS, ProcessApi, actor_of, answer, new_session, send, suspended
+from tests.process.test_first_agent import (
+    FIRST_AGENT,
+    NS,
+    ProcessApi,
+    actor_of,
+    answer,
+    answered_once,
+    new_session,
+    reply,
+    send,
+    suspended,
+)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -87,3 +100,41 @@ async def test_waiting_for_input_stops_the_process_then_suspends_it_after_the_tt
     after = await suspended(warm_api, sid)
     assert len(after.snapshots) == snapshots + 1 and warm_api.runtime.pid_of(after.uid) is None
     assert not alive(pid)
+
+
+
+async def test_an_answer_inside_the_window_completes_in_the_process_that_asked(warm_api: ProcessApi) -> None:
+    sid = await new_session(warm_api)
+    asked = await send(warm_api, "Book a flight [input-required]", sid)
+    assert asked.status.state == a2a_pb2.TASK_STATE_INPUT_REQUIRED
+    actor = await actor_of(warm_api, sid)
+    assert actor.state == ActorState.RUNNING
+    pid = warm_api.runtime.pid_of(actor.uid)
+    done = await reply(warm_api, asked, "to Paris")  # inside the keep-warm window
+    assert done.status.state == a2a_pb2.TASK_STATE_COMPLETED, done.status
+    assert answer(done) == "Thanks, got: to Paris" and done.id == asked.id
+    assert answered_once(done, "to Paris")  # the answer recorded with the turn's first write, once
+    assert warm_api.runtime.pid_of(actor.uid) == pid and alive(pid)  # no resume
+    assert len((await actor_of(warm_api, sid)).snapshots) == len(actor.snapshots)
+    # the Session goes on: a new turn, then the suspend after the window
+    assert answer(await send(warm_api, "What is 2+2?", sid)) == "2+2 = 4"
+    await suspended(warm_api, sid)
+
+
+async def test_an_answer_to_a_paused_actor_resumes_it_and_completes(warm_api: ProcessApi) -> None:
+    sid = await new_session(warm_api)
+    asked = await send(warm_api, "Book a flight [auth-required]", sid)
+    assert asked.status.state == a2a_pb2.TASK_STATE_AUTH_REQUIRED
+    actor = await actor_of(warm_api, sid)
+    pid = warm_api.runtime.pid_of(actor.uid)
+    deadline = time.monotonic() + 20
+    while (await actor_of(warm_api, sid)).state != ActorState.PAUSED:  # after the 4 s window
+        assert time.monotonic() < deadline, "the actor did not pause"
+        await asyncio.sleep(0.05)
+    assert proc_state(pid) == "T"
+    done = await reply(warm_api, asked, "signed in")  # within the 3 s TTL
+    assert done.status.state == a2a_pb2.TASK_STATE_COMPLETED, done.status
+    assert answer(done) == "Thanks, got: signed in" and answered_once(done, "signed in")
+    resumed = await actor_of(warm_api, sid)
+    assert warm_api.runtime.pid_of(resumed.uid) == pid and proc_state(pid) != "T"  # continued, not restored
+    assert len(resumed.snapshots) == len(actor.snapshots)

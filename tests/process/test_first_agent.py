@@ -135,6 +135,19 @@ async def suspended(api: ProcessApi, sid: str) -> Any:
     raise AssertionError(f"the actor stayed {actor.state}")
 
 
+async def reply(api: ProcessApi, task: a2a_pb2.Task, text: str) -> a2a_pb2.Task:
+    """The user's answer to `task`, which waits for input (a message naming its task id)."""
+    msg = a2a_pb2.Message(message_id=f"answer-{time.monotonic_ns()}", role=a2a_pb2.ROLE_USER,
+                          context_id=task.context_id, task_id=task.id, parts=[a2a_pb2.Part(text=text)])
+    r = await a2a_pb2_grpc.A2AServiceStub(api.channel).SendMessage(
+        a2a_pb2.SendMessageRequest(tenant=f"{NS}/my-first-agent", message=msg), metadata=api.md(), timeout=60)
+    return r.task
+
+
+def answered_once(task: a2a_pb2.Task, text: str) -> bool:
+    return [m.parts[0].text for m in task.history if m.role == a2a_pb2.ROLE_USER].count(text) == 1
+
+
 def memory_in(actor: Any) -> str:
     path = Path(actor.snapshots[-1].uri.removeprefix("file://"))
     with tarfile.open(path) as tar:
@@ -304,3 +317,17 @@ async def test_the_docs_agent_runs_and_a_bare_message_answer_becomes_a_completed
     second = await send(papi, "again", sid, agent=agent)
     assert answer(second) == "noted 2", "the notes file survived suspend and resume"
     assert second.id != first.id and second.history[0].role == a2a_pb2.ROLE_USER
+
+
+async def test_an_answer_after_the_suspend_completes_in_a_new_process(papi: ProcessApi) -> None:
+    """A task waiting for input, answered once its Actor was suspended: the resumed process (a new
+    a2a-sdk handler, which reads the task from sessionq) continues it to COMPLETED."""
+    sid = await new_session(papi)
+    asked = await send(papi, "Book a flight [input-required]", sid)
+    assert asked.status.state == a2a_pb2.TASK_STATE_INPUT_REQUIRED
+    before = await suspended(papi, sid)
+    done = await reply(papi, asked, "to Paris")
+    assert done.status.state == a2a_pb2.TASK_STATE_COMPLETED, done.status
+    assert answer(done) == "Thanks, got: to Paris" and answered_once(done, "to Paris")
+    after = await suspended(papi, sid)
+    assert len(after.snapshots) == len(before.snapshots) + 1

@@ -44,7 +44,7 @@ from a2a.types import a2a_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 from starlette.applications import Starlette
 
-from sessionq.agentkit.taskstore import DISPATCH_STATE, SESSION_STATE, TOKEN_STATE, KagentTaskStore
+from sessionq.agentkit.taskstore import DISPATCH_STATE, NEW_TASK_STATE, SESSION_STATE, TOKEN_STATE, KagentTaskStore
 from sessionq.runtime.base import WORKLOAD_TOKEN_HEADER
 from sessionq.runtime.taskstore_client import TRACEPARENT, TaskStoreClient
 
@@ -148,6 +148,8 @@ class SettlingRequestHandler(DefaultRequestHandler):
             value = params.metadata.fields.get(key)
             if value is not None and value.string_value:
                 context.state[key] = value.string_value
+        if isinstance(params, a2a_pb2.SendMessageRequest) and not params.message.task_id:
+            context.state[NEW_TASK_STATE] = True  # the task store knows the new task is not stored yet
 
     async def _settle_written(self, context: ServerCallContext) -> None:
         for task_id in list(context.state.get(_WRITTEN) or ()):

@@ -28,11 +28,14 @@ from sessionq.runtime.taskstore_client import TaskStoreClient, TaskStoreError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DISPATCH_STATE", "SESSION_STATE", "TOKEN_STATE", "KagentTaskStore", "session_of_token"]
+__all__ = ["DISPATCH_STATE", "NEW_TASK_STATE", "SESSION_STATE", "TOKEN_STATE", "KagentTaskStore", "session_of_token"]
 
 SESSION_STATE = INVOKE_SESSION_KEY  # keys of ServerCallContext.state
 DISPATCH_STATE = INVOKE_DISPATCH_KEY
 TOKEN_STATE = "sessionq.dev/workload-token"
+# set by the request handler for a message that names no task: the SDK gives it a new task id
+NEW_TASK_STATE = "sessionq.dev/new-task"
+_NEW_TASK_READ = "sessionq.dev/new-task-read"  # the new task's id, once the task store said NOT_FOUND
 TOKEN_PREFIX = "sqw."
 
 
@@ -52,6 +55,9 @@ def _event(event: Event | None) -> a2a_pb2.StreamResponse | None:
     if isinstance(event, a2a_pb2.Task):
         return a2a_pb2.StreamResponse(task=event)
     return None
+
+
+_WAITING_STATES = frozenset({a2a_pb2.TASK_STATE_INPUT_REQUIRED, a2a_pb2.TASK_STATE_AUTH_REQUIRED})
 
 
 def _value(version: TaskVersion) -> int:
@@ -96,6 +102,9 @@ class KagentTaskStore(VersionedTaskStore):
         context: ServerCallContext,
     ) -> TaskVersion:
         del prev
+        if self._records_answer(task, event, prev_version):
+            # nothing is written: the next write of this turn carries the answer in its history
+            return prev_version
         token = self._credential(context)
         session = self._session(context)
         dispatch = self._dispatch(context)
@@ -112,14 +121,46 @@ class KagentTaskStore(VersionedTaskStore):
         self.versions[task.id] = (version, int(task.status.state))
         return TaskVersion(version)
 
+    def _records_answer(self, task: a2a_pb2.Task, event: Event | None, prev_version: TaskVersion) -> bool:
+        """Whether this save only records the user's answer in the history of a task still waiting
+        for it. When a message continues a task that waits for input (or authorization), the SDK's
+        request handler first saves the whole task with the message appended to its history, its
+        state still INPUT_REQUIRED / AUTH_REQUIRED, as a Task event; only then the executor's first
+        event (WORKING). sessionq stages a write in a waiting state as the end of a turn (it is
+        published at settlement), so that write would end the answer's turn before it started, and
+        the executor's next write would be refused ("a staged final update"; the SDK's
+        ConcurrentTaskModificationError). The SDK keeps the task it saved in memory and sends it
+        whole with its next write, so that write carries the answer: this one is skipped, at the
+        version the task is at (the version the SDK compares its next write with).
+
+        Recognised exactly: a save of a whole task (its event the task itself) of a task that exists, at the version
+        last read or written, in the waiting state that version has. An executor cannot save a
+        whole task over an existing one (the SDK ignores such a Task event), so no write of the
+        agent's own is skipped; a new waiting state always comes as a status event."""
+        if not (event is None or isinstance(event, a2a_pb2.Task)) or prev_version.is_missing:
+            return False
+        state = int(task.status.state)
+        if state not in _WAITING_STATES:
+            return False
+        return self.versions.get(task.id) == (_value(prev_version), state)
+
     async def get(self, task_id: str, context: ServerCallContext) -> StoredTask | None:
         token = self._credential(context)
         if token is None:
             return None  # no credential yet (a CancelTask before any turn): no task of this Actor's is known
+        new = bool(context.state.get(NEW_TASK_STATE)) and task_id not in self.versions
+        if new and context.state.get(_NEW_TASK_READ) == task_id:
+            # the task id the SDK made for a message that names none, read once already (NOT_FOUND:
+            # which also proved the request's credential before the agent runs): no such task
+            # exists until this Actor creates it. The SDK reads it three times first: two round
+            # trips saved.
+            return None
         try:
             task, version = await self.client.get_task(self._session(context), task_id, token=token)
         except TaskStoreError as exc:
             if exc.code == grpc.StatusCode.NOT_FOUND:
+                if new:
+                    context.state[_NEW_TASK_READ] = task_id
                 return None
             raise
         self.versions[task_id] = (version, int(task.status.state))

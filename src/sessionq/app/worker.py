@@ -116,6 +116,7 @@ async def _run_procrastinate(
                     check_interval=settings.workers.poll_interval,
                     exit_on_drain=exit_on_drain,
                     on_drained=on_drained,
+                    keep_warm=settings.sessions.keep_warm,  # shown to operators (quiescence_backlog)
                     name=name or default_worker_name(),
                     queues=queues,
                     concurrency=settings.workers.concurrency,

@@ -377,6 +377,10 @@ class Console:
     async def queues(self, request: Request) -> Response:
         return self.page(request, "queues.html", rows=await self.ops.queues())
 
+    async def between_turns(self, request: Request) -> Response:
+        b = await self.ops.between_turns()
+        return self.page(request, "between_turns.html", queued=b["queued"], idle=b["idle"], stalled=b["stalled"])
+
     async def actions(self, request: Request) -> Response:
         return self.page(request, "actions.html", rows=await self.ops.recent_actions(200))
 
@@ -528,6 +532,7 @@ def build_app(settings: Settings, pool: AsyncConnectionPool, *, local_user: str 
         Route("/jobs/{job_id:int}", c.view(c.job, admins_only=True)),
         Route("/workers", c.view(c.workers, admins_only=True)),
         Route("/queues", c.view(c.queues, admins_only=True)),
+        Route("/between-turns", c.view(c.between_turns, admins_only=True)),
         Route("/actions", c.view(c.actions, admins_only=True)),
         Route("/jobs/{job_id:int}/retry", c.action(c.retry, lambda r: f"/jobs/{r.path_params['job_id']}"),
               methods=["POST"]),

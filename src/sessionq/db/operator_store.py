@@ -93,9 +93,10 @@ class OperatorStore:
         return row
 
     async def register_worker(self, worker_id: int, name: str, host: str, pid: int, queues: Sequence[str] | None,
-                              concurrency: int) -> None:
-        await self._rows("SELECT sessionq.register_worker(%s, %s, %s, %s, %s, %s)",
-                         (worker_id, name, host, pid, list(queues) if queues is not None else None, concurrency))
+                              concurrency: int, keep_warm: float | None = None) -> None:
+        await self._rows("SELECT sessionq.register_worker(%s, %s, %s, %s, %s, %s, %s)",
+                         (worker_id, name, host, pid, list(queues) if queues is not None else None, concurrency,
+                          keep_warm))
 
     async def unregister_worker(self, worker_id: int) -> None:
         await self._rows("SELECT sessionq.unregister_worker(%s)", (worker_id,))
@@ -162,6 +163,26 @@ class OperatorStore:
     async def purge_job_history(self, retention: float, limit: int) -> int:
         row = await self._one("SELECT sessionq.purge_job_history(%s, %s) AS deleted", (retention, limit))
         return int(row["deleted"]) if row else 0
+
+    # -- between turns ------------------------------------------------------------------------------
+
+    async def between_turns(self, limit: int = 200) -> dict[str, list[Row]]:
+        """What waits between turns (the console's page): queued turns in order, warm and paused
+        Actors (their idle boundaries, 80_operator_views.sql's quiescence_backlog) and Sessions whose
+        last turn was failed as stalled (sessions.stalledTurnTimeout), each newest or longest first."""
+        queued = await self._rows(
+            "SELECT * FROM sessionq.turn_queue ORDER BY session_id, place LIMIT %s", (limit,))
+        idle = await self._rows(
+            "SELECT b.session_id, b.status, b.idle_boundary_at, b.waiting, s.actor_paused_at,"
+            " sessionq.keep_warm_of(s.revision_id, sessionq.server_keep_warm()) AS keep_warm"
+            " FROM sessionq.quiescence_backlog b JOIN sessionq.sessions s ON s.id = b.session_id"
+            " WHERE b.status IN ('warm', 'paused') ORDER BY b.idle_boundary_at LIMIT %s", (limit,))
+        stalled = await self._rows(
+            "SELECT id AS session_id, dispatch_failure ->> 'task_id' AS task_id,"
+            " dispatch_failure ->> 'message' AS message, updated_at FROM sessionq.sessions"
+            " WHERE dispatch_failure ->> 'message' LIKE 'the turn stalled%%' ORDER BY updated_at DESC LIMIT %s",
+            (limit,))
+        return {"queued": queued, "idle": idle, "stalled": stalled}
 
     # -- queues -------------------------------------------------------------------------------------
 

@@ -127,15 +127,35 @@ async def tag_snapshot(runtime: Substrate, atespace: str, tag: str, actor: str, 
             f"the actor's snapshot is generation {made.snapshot_generation}, not the recorded {generation}; "
             "create a new checkpoint"
         )
+    return await _completed(runtime, made)
+
+
+_USABLE = (SnapshotStatus.COMPLETED, SnapshotStatus.IN_PROGRESS)
+TAG_POLL_FIRST = 0.05  # seconds before the first look at a tag whose copy is still being written
+TAG_POLL_MAX = 1.0
+
+
+async def _completed(runtime: Substrate, made: Tag) -> Tag:
+    """The tag once its snapshot copy is COMPLETED (SNAP-1: only a COMPLETED snapshot counts; a
+    real Substrate answers CreateTag while its copy of the snapshot is still IN_PROGRESS, with no
+    URI yet): looked at again, backing off, until it is. The caller's deadline bounds the wait (a
+    checkpoint's claim lifetime, a turn pin's bound); a tag that ends neither way is not recorded
+    as made."""
+    delay = TAG_POLL_FIRST
+    while made.status != SnapshotStatus.COMPLETED:
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, TAG_POLL_MAX)
+        made = await runtime.get_tag(made.atespace, made.name)
     return made
 
 
 async def _provably_ours(runtime: Substrate, found: Tag, atespace: str, actor: str, uid: str, generation: int) -> bool:
-    """Whether an existing tag holds exactly what this checkpoint tags: the recorded generation,
-    COMPLETED, of this Actor. A runtime that names the source Actor's UID proves it directly; a
-    real Substrate does not, and then the tag must come from an Actor of that name, under the
-    template of the Actor recorded now (read: it must still be the recorded UID and suspended)."""
-    if found.snapshot_generation != generation or found.status != SnapshotStatus.COMPLETED:
+    """Whether an existing tag holds exactly what this checkpoint tags: the recorded generation of
+    this Actor, COMPLETED or still being copied (IN_PROGRESS: adopted, then waited for). A runtime
+    that names the source Actor's UID proves it directly; a real Substrate does not, and then the
+    tag must come from an Actor of that name, under the template of the Actor recorded now (read:
+    it must still be the recorded UID and suspended)."""
+    if found.snapshot_generation != generation or found.status not in _USABLE:
         return False
     if found.actor_uid:
         return found.actor_uid == uid

@@ -48,18 +48,22 @@ class PinToFinish:
 
 
 async def pin_turn(store: Store, runtime: Substrate, session: Session, snapshot: dict[str, Any] | None,
-                   keep: int, *, bound: float = PIN_BOUND) -> bool:
+                   keep: int, *, bound: float | None = None) -> bool:
     """Pin the snapshot just recorded after the Session's last turn (by the idle claim holder,
-    before it records the snapshot). True when a pin was made; never raises."""
+    before it records the snapshot). True when a pin was made; never raises. The tag counts once
+    its copy of the snapshot is COMPLETED (SNAP-1; `tag_snapshot` waits for it): a copy still
+    being written after `bound` seconds (default PIN_BOUND) leaves the turn not retained, its tag
+    deleted by the pin's release."""
     made = await tag_turn(store, runtime, session, snapshot, keep, bound=bound)
     return made is not None and await finish_pin(store, runtime, made)
 
 
 async def tag_turn(store: Store, runtime: Substrate, session: Session, snapshot: dict[str, Any] | None,
-                   keep: int, *, bound: float = PIN_BOUND) -> PinToFinish | None:
+                   keep: int, *, bound: float | None = None) -> PinToFinish | None:
     """pin_turn's first half: begin the pin and tag the snapshot. None when nothing is to be
     pinned (or the pin could not be begun); else what `finish_pin` (or the quiescence workers'
     batched record, sessionq.finish_idle_many) records. Never raises."""
+    bound = PIN_BOUND if bound is None else bound
     if keep <= 0 or snapshot is None or snapshot.get("status") != SnapshotState.COMPLETED:
         return None
     assert session.idle_boundary_id is not None and session.idle_executor is not None
@@ -89,7 +93,7 @@ async def tag_turn(store: Store, runtime: Substrate, session: Session, snapshot:
     except SubstrateError as e:
         failure = f"the runtime refused the tag ({e.code.name}): {e.message}"
     except TimeoutError:
-        failure = f"the tag took longer than {bound:g}s"
+        failure = f"the tag's snapshot copy was not completed within {bound:g}s"
     return PinToFinish(pin, executor, failure, tag_uri, keep)
 
 

@@ -40,8 +40,16 @@ def send_request(request: InvokeRequest) -> a2a_pb2.SendMessageRequest:
     return send
 
 
+def loopback_client(timeout: httpx.Timeout) -> httpx.AsyncClient:
+    """An HTTP client for an Actor's private endpoint: plain HTTP on loopback, so no TLS context is
+    loaded (httpx loads the CA bundle into every client it makes by default: 0.2-0.7 s of CPU on a
+    busy machine, the largest part of a turn on a running Actor, blocking the worker's loop) and no
+    proxy from the environment applies."""
+    return httpx.AsyncClient(timeout=timeout, verify=False, trust_env=False)
+
+
 async def _send(url: str, send: a2a_pb2.SendMessageRequest, timeout: float, credential: str | None) -> None:
-    async with httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=10.0)) as http:
+    async with loopback_client(httpx.Timeout(timeout, connect=10.0)) as http:
         factory = ClientFactory(ClientConfig(streaming=False, httpx_client=http))
         client = factory.create(minimal_agent_card(url, [TransportProtocol.JSONRPC]))
         async for _ in client.send_message(send, context=call_context(credential)):
@@ -96,7 +104,7 @@ async def cancel_actor_turn(url: str, session_id: str, task_id: str, timeout: fl
     request = a2a_pb2.CancelTaskRequest(id=task_id)
     request.metadata.update({INVOKE_SESSION_KEY: session_id})
     try:
-        async with httpx.AsyncClient(timeout=httpx.Timeout(timeout)) as http:
+        async with loopback_client(httpx.Timeout(timeout)) as http:
             factory = ClientFactory(ClientConfig(streaming=False, httpx_client=http))
             client = factory.create(minimal_agent_card(url, [TransportProtocol.JSONRPC]))
             await client.cancel_task(request)
