@@ -2,7 +2,7 @@
 the server-wide keep-warm window shown to operators.
 
 Revision ID: 0020_turns_rest
-Revises: 0016_between_turns
+Revises: 0019_traced_jobs
 
 schema/upgrades/0020_turns_rest.sql: tasks.snapshot_pinned (set by begin_turn_pin; read by
 turn_checkpointability: NOT_RETAINED for a turn the next one followed before a suspend), indexes of
@@ -13,7 +13,7 @@ and server_keep_warm, and quiescence_backlog showing boundaries inside the serve
 from sessionq.db.migrations.sqlfiles import apply_upgrade
 
 revision = "0020_turns_rest"
-down_revision = "0016_between_turns"
+down_revision = "0019_traced_jobs"
 branch_labels = None
 depends_on = None
 
