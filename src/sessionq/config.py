@@ -538,7 +538,13 @@ KEYS: tuple[Key, ...] = (
         "`sessionq up`: run the simulator as an ateapi.Control server and reach it through the gRPC adapter"
         " (false: the simulator in process).",
     ),
-    Key("runtime.substrate.address", _str, "", "runtime.kind substrate: HOST:PORT of the Substrate's ateapi.Control."),
+    Key(
+        "runtime.substrate.address",
+        _str,
+        "dns:///api.ate-system.svc:443",
+        "runtime.kind substrate: the gRPC target of the Substrate's ateapi.Control (HOST:PORT or a gRPC name such"
+        " as dns:///HOST:PORT); the default is the Substrate API's Service in the cluster.",
+    ),
     Key("runtime.substrate.tls.enabled", _bool, False, "Use TLS to the Substrate (else plaintext)."),
     Key(
         "runtime.substrate.tls.caFile",
