@@ -626,8 +626,9 @@ KEYS: tuple[Key, ...] = (
         "runtime.process.warmInterpreters",
         _int(0, 64),
         1,
-        "Process runtime: Python interpreters kept started with the agent kit imported, each handed to the next "
-        "Actor whose command runs a script or -m module with the runtime's interpreter (0: every Actor starts cold).",
+        "Process runtime: Python interpreters kept started with the agent kit imported (under gvisor and namespaces"
+        " each in a warm sandbox of its own), each handed to the next Actor whose command runs a script or -m"
+        " module with the runtime's interpreter (0: every Actor starts cold).",
     ),
     Key(
         "runtime.process.isolation",
