@@ -44,6 +44,7 @@ SPARE_CODE = "__import__('sessionq.agentkit.spare').agentkit.spare.main()"
 SPARE_PORT = 8079  # sessionq.agentkit.spare.SPARE_PORT (not imported: the agent kit is not the runtime's)
 READY_POLL = 0.05  # seconds between two checks of a starting spare's listener
 MAX_FAILURES = 3  # spares in a row that die before they are ready: no more are started
+DISCARD_WAIT = 5.0  # seconds a discarded spare's group is given to be gone
 
 
 @dataclass
@@ -193,6 +194,11 @@ class SparePool:
         with contextlib.suppress(ProcessLookupError):
             spare.process.kill()
         await spare.process.wait()
+        # and the rest of its group (the sandbox's own processes), bounded: none outlives a close
+        deadline = time.monotonic() + DISCARD_WAIT
+        while children.group_alive(spare.process.pid) and time.monotonic() < deadline:
+            children.kill_group(spare.process.pid)
+            await asyncio.sleep(0.02)
         await spare.network.close()
         sandbox.remove_bundle(spare.bundle)
         await asyncio.to_thread(archive.remove_tree, spare.data.parent)

@@ -210,6 +210,7 @@ class ProcessSubstrate:
             interpreter=sys.executable,
         )
         self._spare_bundles: dict[str, Path] = {}
+        self._in_flight: dict[str, int] = {}  # invoke calls under way, by Actor UID (tests)
         # tests: runs between an archive's write and its rename
         self.before_rename: Callable[[Path], None] | None = None
 
@@ -947,17 +948,23 @@ class ProcessSubstrate:
         # the Actor's UID finds its process, whose recorded exit ends the call
         uid, url = await self._running(atespace, name, uid)
         child = self._children.get(uid)
-        if child is not None:
-            await self._until_ready(atespace, name, uid, child)
-        # the call ends once the crash is recorded, so whoever reads the Actor next sees it CRASHED
-        exited = child.exit_recorded if child is not None else None
-        await invoke_actor(
-            url,
-            request,
-            timeout=self.config.turn_timeout,
-            exited=exited,
-            describe=lambda: self._exit_message(uid, child),
-        )
+        self._in_flight[uid] = self._in_flight.get(uid, 0) + 1
+        try:
+            if child is not None:
+                await self._until_ready(atespace, name, uid, child)
+            # the call ends once the crash is recorded, so whoever reads the Actor next sees it CRASHED
+            exited = child.exit_recorded if child is not None else None
+            await invoke_actor(
+                url,
+                request,
+                timeout=self.config.turn_timeout,
+                exited=exited,
+                describe=lambda: self._exit_message(uid, child),
+            )
+        finally:
+            self._in_flight[uid] -= 1
+            if not self._in_flight[uid]:
+                del self._in_flight[uid]
 
     async def cancel_turn(
         self, atespace: str, name: str, uid: str, session_id: str, task_id: str, *, credential: str | None = None
@@ -1020,6 +1027,11 @@ class ProcessSubstrate:
         done its imports."""
         await self._warm.wait_ready(timeout)
         await self._spares.wait_ready(timeout)
+
+    def turns_in_flight(self, uid: str) -> int:
+        """The invoke calls to the Actor under way in this server (waiting for its readiness, or
+        for its answer)."""
+        return self._in_flight.get(uid, 0)
 
     def sandbox_user(self, uid: str) -> int | None:
         """The unprivileged user the Actor's sandboxed process runs as (None: no such process)."""
