@@ -545,7 +545,13 @@ KEYS: tuple[Key, ...] = (
         "`sessionq up`: run the simulator as an ateapi.Control server and reach it through the gRPC adapter"
         " (false: the simulator in process).",
     ),
-    Key("runtime.substrate.address", _str, "", "runtime.kind substrate: HOST:PORT of the Substrate's ateapi.Control."),
+    Key(
+        "runtime.substrate.address",
+        _str,
+        "dns:///api.ate-system.svc:443",
+        "runtime.kind substrate: the gRPC target of the Substrate's ateapi.Control (HOST:PORT or a gRPC name such"
+        " as dns:///HOST:PORT); the default is the Substrate API's Service in the cluster.",
+    ),
     Key("runtime.substrate.tls.enabled", _bool, False, "Use TLS to the Substrate (else plaintext)."),
     Key(
         "runtime.substrate.tls.caFile",
@@ -627,8 +633,9 @@ KEYS: tuple[Key, ...] = (
         "runtime.process.warmInterpreters",
         _int(0, 64),
         1,
-        "Process runtime: Python interpreters kept started with the agent kit imported, each handed to the next "
-        "Actor whose command runs a script or -m module with the runtime's interpreter (0: every Actor starts cold).",
+        "Process runtime: Python interpreters kept started with the agent kit imported (under gvisor and namespaces"
+        " each in a warm sandbox of its own), each handed to the next Actor whose command runs a script or -m"
+        " module with the runtime's interpreter (0: every Actor starts cold).",
     ),
     Key(
         "runtime.process.isolation",

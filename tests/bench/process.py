@@ -441,10 +441,17 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
         turns = await _turns_part(srv.fresh_database("process_t"), root / "t", int(sizes["turns"]), int(sizes["actors"]))
         from sessionq.runtime.process.sandbox import Isolation, unavailable
 
+        levels = [level for level in (Isolation.GVISOR, Isolation.NAMESPACES) if unavailable(level) is None]
+        # with a warm sandbox (runtime.process.warmInterpreters 1, the default), and every sandbox cold
         sandboxed = {
             level.value: await _turns_part(srv.fresh_database(f"process_{level.value[0]}"), root / level.value,
+                                           int(sizes["turns"]), 0, warm=1, isolation=level.value)
+            for level in levels
+        }
+        sandboxed_cold = {
+            level.value: await _turns_part(srv.fresh_database(f"process_{level.value[0]}c"), root / f"{level.value}-c",
                                            int(sizes["turns"]), 0, warm=0, isolation=level.value)
-            for level in (Isolation.GVISOR, Isolation.NAMESPACES) if unavailable(level) is None
+            for level in levels
         }
         starts = await _sandbox_starts(srv.fresh_database("process_s"), root / "s", int(sizes["start_runs"]))
         between = await _between_turns_part(srv.fresh_database("process_b"), root / "b", int(sizes["follow_ups"]),
@@ -479,6 +486,9 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
                 ratio(r["turn_full"]["p50_ms"], turns["turn_full"]["p50_ms"]), target]
                for level, r, target in [(k, v, "<= 1.5x" if k == "gvisor" else "<= 1.2x")
                                         for k, v in sandboxed.items()]]
+              + [[f"{k}, cold sandbox (warmInterpreters 0)", v["turn_full"]["p50_ms"], v["turn_full"]["p99_ms"],
+                  turns["turn_full"]["p50_ms"], ratio(v["turn_full"]["p50_ms"], turns["turn_full"]["p50_ms"]), ""]
+                 for k, v in sandboxed_cold.items()]
               + [["none, cold", cold["turn_full"]["p50_ms"], cold["turn_full"]["p99_ms"], turns["turn_full"]["p50_ms"],
                   ratio(cold["turn_full"]["p50_ms"], turns["turn_full"]["p50_ms"]), ""]]),
         table("isolation: sandbox start (resume -> a python -c program ready, ms)",
@@ -508,6 +518,7 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
         "turns": turns,
         "cold_turns": cold,
         "isolation_turns": sandboxed,
+        "isolation_turns_cold": sandboxed_cold,
         "sandbox": starts,
         "between_turns": between,
         "targets": {

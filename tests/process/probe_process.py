@@ -34,7 +34,9 @@ _seen = {
     "stdin": os.readlink("/proc/self/fd/0"),
     "stdout": os.readlink("/proc/self/fd/1"),
     "stderr": os.readlink("/proc/self/fd/2"),
-    "a2a_inheritable": os.get_inheritable(int(os.environ["SESSIONQ_A2A_FD"])),
+    # (in a sandbox the agent binds its own: no descriptor is inherited)
+    "a2a_inheritable": "SESSIONQ_A2A_FD" in os.environ and os.get_inheritable(int(os.environ["SESSIONQ_A2A_FD"])),
+    "ready_inheritable": "SESSIONQ_READY_FD" in os.environ and os.get_inheritable(int(os.environ["SESSIONQ_READY_FD"])),
     "flags": list(sys.flags),
     "stdio": [sys.stdout.encoding, sys.stderr.encoding, sys.stdout.line_buffering],
 }

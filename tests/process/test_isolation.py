@@ -29,6 +29,7 @@ ORIGIN_NAME = "origin.sessionq.test"
 SECRET = "Bearer origin-secret-7f3a"
 UNMATCHED = "blocked.sessionq.test"
 SANDBOXED = [p for p in LEVELS if p.values[0] != Isolation.NONE]  # type: ignore[attr-defined]
+WARM = [pytest.param(0, id="cold"), pytest.param(1, id="warm")]  # runtime.process.warmInterpreters
 
 
 def _targets(rt: ProcessSubstrate, database_url: str, other: Path, config_file: Path) -> dict[str, Any]:
@@ -67,6 +68,7 @@ async def _run_escape(rt: ProcessSubstrate, database_url: str, tmp_path: Path, n
         "ESCAPE_TARGETS": json.dumps(targets), "SESSIONQ_WORKLOAD_TOKEN": "sqw.test.token"})
     await rt.create_egress_policy(ATESPACE, name, actor.uid, [
         EgressRule("http", ORIGIN_NAME, 8080, {"Authorization": SECRET})])
+    await rt.warm_ready(120)  # (a warm sandbox, when the runtime keeps one, is ready: it is taken)
     await rt.resume_actor(ATESPACE, name, actor.uid)
     report = rt.data_dir(actor.uid) / "escape.json"
     await wait_for(report.exists, timeout=60, what="the escape program's report")
@@ -140,15 +142,18 @@ def test_unavailable_levels_say_why() -> None:
 
 @pytest.mark.clause("RT-9")
 @pytest.mark.clause("RT-4")
+@pytest.mark.parametrize("warm", WARM)
 @pytest.mark.parametrize("level", SANDBOXED)
 async def test_every_escape_attempt_fails_in_a_sandbox(
-    level: Isolation, database_url: str, tmp_path: Path
+    level: Isolation, warm: int, database_url: str, tmp_path: Path
 ) -> None:
+    """Each attempt, in a sandbox started for the Actor (cold) and in a warm one (spare.py)."""
     runtime = ProcessSubstrate(database_url, config(tmp_path / "state" / "runtime", level, slots=4,
-                                                    stop_grace=1.0, warm_interpreters=0))
+                                                    stop_grace=1.0, warm_interpreters=warm))
     await runtime.open()
     try:
         uid, report = await _run_escape(runtime, database_url, tmp_path)
+        assert runtime.started_warm(uid) is bool(warm)
         reached = {k for k, v in report.items() if v["reached"]}
         assert reached == {"write_data", "write_tmp", "processes", "environment", "uid"}, report
         assert report["processes"]["value"] <= 3, "only the sandbox's own processes are visible"
@@ -156,12 +161,15 @@ async def test_every_escape_attempt_fails_in_a_sandbox(
         assert not (runtime.root / "escaped.txt").exists()
         assert "403" in report["fetch_refused"]["error"] and "egress policy" in report["fetch_refused"]["error"]
         user = report["uid"]["value"]
-        assert user == actor_uid(uid) and user != 0, "an unprivileged user of its own"
+        assert user == runtime.sandbox_user(uid) and user >= 200_000, "an unprivileged user of its own"
+        if not warm:
+            assert user == actor_uid(uid)
         env = report["environment"]["value"]
         # PWD: the sandbox's working directory; LC_CTYPE: Python's own coercion of the C locale
         assert set(env) - {"PWD", "LC_CTYPE"} == {
             "PATH", "HOME", "ESCAPE_TARGETS", "SESSIONQ_WORKLOAD_TOKEN", "SESSIONQ_DATA_DIR", "SESSIONQ_ACTOR",
-            "SESSIONQ_A2A_PORT", "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "NO_PROXY", "no_proxy",
+            "SESSIONQ_A2A_PORT", "SESSIONQ_READY_PORT", "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy",
+            "NO_PROXY", "no_proxy",
         }, "exactly the Actor's variables and what the agent kit needs"
         assert SECRET not in json.dumps(report), "the credential header is never visible inside"
     finally:
@@ -192,13 +200,14 @@ async def test_isolation_none_allows_what_the_runtimes_user_can(database_url: st
 @pytest.mark.clause("EGR-4")
 @pytest.mark.clause("EGR-5")
 @pytest.mark.clause("RT-9")
+@pytest.mark.parametrize("warm", WARM)
 @pytest.mark.parametrize("level", SANDBOXED)
 async def test_the_allowed_origin_gets_the_request_with_the_credential_header_and_an_update_applies(
-    level: Isolation, database_url: str, tmp_path: Path, origin: tuple[str, Path]
+    level: Isolation, warm: int, database_url: str, tmp_path: Path, origin: tuple[str, Path]
 ) -> None:
     address, record = origin
     runtime = ProcessSubstrate(database_url, config(tmp_path / "state" / "runtime", level, slots=4,
-                                                    stop_grace=1.0, warm_interpreters=0))
+                                                    stop_grace=1.0, warm_interpreters=warm))
     runtime.egress_hosts[ORIGIN_NAME] = address  # the origin's DNS name, without a DNS server
     await runtime.open()
     try:

@@ -75,7 +75,9 @@ def _normalised(seen: dict[str, Any], rt: ProcessSubstrate, uid: str) -> dict[st
     out = json.loads(text)
     fd = out["env"].pop("SESSIONQ_A2A_FD")
     out["env"].pop("SESSIONQ_A2A_PORT")
-    out["fds"] = ["A2A" if str(f) == fd else f for f in out["fds"]]
+    ready = out["env"].pop("SESSIONQ_READY_FD")
+    out["env"].pop("SESSIONQ_READY_PORT")
+    out["fds"] = ["A2A" if str(f) == fd else "READY" if str(f) == ready else f for f in out["fds"]]
     return out
 
 
@@ -104,6 +106,8 @@ async def test_an_actor_from_a_warm_interpreter_sees_exactly_what_a_cold_one_see
                 "SESSIONQ_ACTOR": f"{ATESPACE}/script-{kind}",
                 "SESSIONQ_A2A_FD": raw["env"]["SESSIONQ_A2A_FD"],
                 "SESSIONQ_A2A_PORT": str((await rt.endpoint(ATESPACE, f"script-{kind}", uid)).rsplit(":", 1)[1]),
+                "SESSIONQ_READY_FD": raw["env"]["SESSIONQ_READY_FD"],
+                "SESSIONQ_READY_PORT": raw["env"]["SESSIONQ_READY_PORT"],
             })
             assert raw["env"] == given
             assert raw["parent"] == os.getpid() and raw["own_group"]
@@ -130,7 +134,7 @@ async def test_an_actor_from_a_warm_interpreter_sees_exactly_what_a_cold_one_see
     assert seen["script-warm"]["path"][0] == str(Path(PROBE).parent)
     assert seen["module-warm"]["argv"] == ["<DATA>/probe_mod.py", "sleep", "x y"]
     assert seen["module-warm"]["path"][0] == "<DATA>" and seen["module-warm"]["spec"] == "probe_mod"
-    assert seen["script-warm"]["fds"] == [0, 1, 2, 3, "A2A"], "no descriptor of the interpreter is left open"
+    assert seen["script-warm"]["fds"] == [0, 1, 2, 3, "A2A", "READY"], "no descriptor of the interpreter is left open"
     assert seen["script-warm"]["stdin"] == "/dev/null"
 
 

@@ -260,6 +260,32 @@ async def test_status_says_whether_the_runtime_answers(served: Any, tmp_path: Pa
     assert "RUNTIME             simulator: in process" in text, text
 
 
+@pytest.mark.clause("RT-3")
+def test_the_substrate_address_defaults_to_the_substrate_api_service() -> None:
+    """Nothing configured: the adapter dials the Substrate API's Service (the seed's default); set
+    empty on purpose it is refused (below), never taken as "somewhere"."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONQ_RUNTIME__")}
+    options = substrate_options(config.load(env={**env, "SESSIONQ_RUNTIME__KIND": "substrate"}))
+    assert options.address == "dns:///api.ate-system.svc:443"
+
+
+@pytest.mark.clause("RT-3")
+@pytest.mark.timeout(120)
+async def test_a_dns_target_like_the_default_reaches_the_substrate(served_process: tuple[int, int]) -> None:
+    """The default's form, a gRPC name with the dns scheme, is dialled as such (resolved, then
+    connected): here dns:/// naming the served runtime."""
+    port, _ = served_process
+    client = SubstrateClient(SubstrateOptions(address=f"dns:///127.0.0.1:{port}", uid_preflight=False,
+                                              call_timeout=5.0, extra_channel_options=QUICK_RECONNECT))
+    await client.open()
+    try:
+        await wait_healthy(client)
+        await client.create_actor_template(NS, "rev-dns", "img:1")
+        assert (await client.get_actor_template(NS, "rev-dns")).image == "img:1"
+    finally:
+        await client.close()
+
+
 _UNUSABLE = [
     ({"SESSIONQ_RUNTIME__SUBSTRATE__ADDRESS": ""}, "runtime.substrate.address: required"),
     ({"SESSIONQ_RUNTIME__SUBSTRATE__TLS__ENABLED": "true", "SESSIONQ_RUNTIME__SUBSTRATE__TLS__CA_FILE": "/nonexistent/ca"},

@@ -12,6 +12,8 @@ card)`` instead. Under sessionq it then
   Substrate's Actor gets it: its environment is the template's); SESSIONQ_WORKLOAD_TOKEN, when a
   runtime sets it at creation, serves until a request brings one. The header is taken out of the
   request headers the agent's code sees, and never logged;
+- answers the runtime's readiness probe, ``GET /readyz`` on a private endpoint of its own
+  (SESSIONQ_READY_FD or SESSIONQ_READY_PORT; readiness.py): 200 once it serves A2A;
 - settles the task (SettleTask at the last version it wrote) when the SDK's execution of the
   request stops: a terminal state, or a wait for input or authorization. An agent that answers with
   a bare Message gets a COMPLETED task holding it.
@@ -44,6 +46,7 @@ from a2a.types import a2a_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 from starlette.applications import Starlette
 
+from sessionq.agentkit.readiness import Readiness, listening_socket
 from sessionq.agentkit.taskstore import DISPATCH_STATE, NEW_TASK_STATE, SESSION_STATE, TOKEN_STATE, KagentTaskStore
 from sessionq.runtime.base import WORKLOAD_TOKEN_HEADER
 from sessionq.runtime.taskstore_client import TRACEPARENT, TaskStoreClient
@@ -318,12 +321,19 @@ class _PromptServer(uvicorn.Server):
 
     POLL = 0.005
 
-    def __init__(self, config: uvicorn.Config) -> None:
+    def __init__(self, config: uvicorn.Config, readiness: Readiness | None = None) -> None:
         super().__init__(config)
         self._exit = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.readiness = readiness or Readiness()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:  # listening: /readyz says ready from now on
+            self.readiness.mark_ready()
 
     def handle_exit(self, sig: int, frame: Any) -> None:
+        self.readiness.mark_stopping()
         super().handle_exit(sig, frame)
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._exit.set)
@@ -386,10 +396,13 @@ async def serve(executor: AgentExecutor, card: a2a_pb2.AgentCard | None = None) 
     if card is None:
         card = default_card(url)
     app = build_app(executor, card, client, token)
-    server = _PromptServer(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False))
+    readiness = Readiness()
+    await readiness.start(listening_socket())  # the runtime's /readyz (readiness.py): 503 until serving
+    server = _PromptServer(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False), readiness)
     try:
         await server.serve(sockets=[sock])
     finally:
+        await readiness.close()
         await client.close()
 
 

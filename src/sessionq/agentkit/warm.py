@@ -7,13 +7,14 @@ environment, stdin from /dev/null. FD is its end of a unix socket pair. The prot
 
 - the warm interpreter writes ``R`` once its imports are done;
 - the runtime sends one assignment: 8 bytes (big-endian length) then that many bytes of JSON
-  (``env``, ``cwd``, ``program``, ``mode`` "script" or "module", ``target``, ``args``, ``a2a_fd``),
-  with three descriptors attached (SCM_RIGHTS): the Actor's listening socket, its stdout and its
-  stderr log files;
+  (``env``, ``cwd``, ``program``, ``mode`` "script" or "module", ``target``, ``args``, ``a2a_fd``,
+  ``ready_fd``), with four descriptors attached (SCM_RIGHTS): the Actor's listening socket, its
+  readiness socket (GET /readyz, agentkit/readiness.py), its stdout and its stderr log files;
 - the warm interpreter makes itself what the interpreter would have been had it been exec'd for
   the Actor: stdout and stderr on the log files, the durable directory as working directory,
-  `os.environ` replaced by exactly the Actor's environment, the listening socket at the descriptor number the
-  environment names (SESSIONQ_A2A_FD, inheritable), no other descriptor of its own; then it writes
+  `os.environ` replaced by exactly the Actor's environment, the listening sockets at the descriptor
+  numbers the environment names (SESSIONQ_A2A_FD, SESSIONQ_READY_FD, inheritable), no other
+  descriptor of its own; then it writes
   ``A`` and closes the socket pair (``E`` and a reason instead when it cannot, and exits);
 - it sets `sys.argv`, `sys.orig_argv`, `sys.executable` and `sys.path[0]` as ``PROGRAM script.py
   ARGS`` or ``PROGRAM -m module ARGS`` would, and runs the script in `__main__` (compiled as the
@@ -34,7 +35,7 @@ import sys
 from types import TracebackType
 from typing import Any
 
-__all__ = ["main"]
+__all__ = ["main", "run_assigned"]
 
 # what an agent kit agent imports when it starts serving (uvicorn's Config.load), imported here too
 # (lifespan "off", the event loop asyncio.run's: server.serve does not load uvicorn.loops)
@@ -43,11 +44,12 @@ READY = b"R"
 ACCEPTED = b"A"
 REFUSED = b"E"
 HEADER = struct.Struct(">Q")
+FDS = 4  # the A2A socket, the readiness socket, stdout, stderr
 
 
 def _receive(control: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
     """The assignment and its descriptors; None when the runtime closed the socket instead."""
-    data, fds, _flags, _addr = socket.recv_fds(control, HEADER.size, 3)
+    data, fds, _flags, _addr = socket.recv_fds(control, HEADER.size, FDS)
     if not data:
         return None
     while len(data) < HEADER.size:
@@ -67,7 +69,7 @@ def _receive(control: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
 
 def _become(task: dict[str, Any], fds: list[int]) -> None:
     """The process's descriptors, directory and environment as the Actor's (see the docstring)."""
-    a2a, out, err = fds
+    a2a, ready, out, err = fds
     for stream in (sys.stdout, sys.stderr):
         if stream is not None:
             stream.flush()
@@ -78,15 +80,23 @@ def _become(task: dict[str, Any], fds: list[int]) -> None:
     os.chdir(task["cwd"])
     os.environ.clear()
     os.environ.update(task["env"])
-    fds[:] = [a2a]
+    fds[:] = [a2a, ready]
 
 
-def _place_socket(a2a: int, target: int) -> None:
-    if a2a != target:
-        os.dup2(a2a, target, inheritable=True)
-        os.close(a2a)
-    else:
-        os.set_inheritable(target, True)
+def _place_sockets(moves: list[tuple[int, int]]) -> None:
+    """Each (received descriptor, number the environment names) to its number, inheritable; the
+    received ones are moved out of the way first, so that no move closes another's descriptor."""
+    import fcntl
+
+    above = max([3, *(t for _, t in moves), *(f for f, _ in moves)]) + 1
+    staged = []
+    for fd, target in moves:
+        high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, above)
+        os.close(fd)
+        staged.append((high, target))
+    for high, target in staged:
+        os.dup2(high, target, inheritable=True)
+        os.close(high)
 
 
 def _run(task: dict[str, Any]) -> None:
@@ -153,15 +163,21 @@ def main() -> None:
         return  # the runtime let this warm interpreter go
     task, fds = got
     try:
-        if len(fds) != 3:
-            raise OSError(f"expected 3 descriptors, got {len(fds)}")
+        if len(fds) != FDS:
+            raise OSError(f"expected {FDS} descriptors, got {len(fds)}")
         _become(task, fds)
     except Exception as exc:
         control.sendall(REFUSED + str(exc).encode(errors="replace"))
         raise SystemExit(1) from None
     control.sendall(ACCEPTED)
     control.close()
-    _place_socket(fds[0], int(task["a2a_fd"]))
+    _place_sockets([(fds[0], int(task["a2a_fd"])), (fds[1], int(task["ready_fd"]))])
+    run_assigned(task)
+
+
+def run_assigned(task: dict[str, Any]) -> None:
+    """Run the assignment's script or module as the interpreter would have (module docstring); an
+    uncaught exception is reported without this module's frames and exits with status 1."""
     try:
         _run(task)
     except SystemExit:

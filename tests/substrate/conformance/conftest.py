@@ -141,7 +141,9 @@ def _process_end(rt: ProcessSubstrate) -> Callable[[str, str, str], Awaitable[No
     async def end(atespace: str, name: str, uid: str) -> None:
         port = int((await rt.endpoint(atespace, name, uid)).rsplit(":", 1)[1])
         deadline = time.monotonic() + 30
-        while _accepted_connections(port) == 0:  # the template's `sleep` never accepts: the call waits
+        # the template's `sleep` never answers /readyz (RT-3): the call waits for its readiness in
+        # the runtime (or, were it ready, in the endpoint's backlog)
+        while _accepted_connections(port) == 0 and rt.turns_in_flight(uid) == 0:
             assert time.monotonic() < deadline, "the turn's call never reached the Actor"
             await asyncio.sleep(0.02)
         pid = rt.pid_of(uid)

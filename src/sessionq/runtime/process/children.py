@@ -19,7 +19,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -38,6 +38,8 @@ __all__ = [
 
 A2A_FD_ENV = "SESSIONQ_A2A_FD"  # the inherited listening socket's descriptor (sessionq.agentkit reads it)
 A2A_PORT_ENV = "SESSIONQ_A2A_PORT"
+READY_FD_ENV = "SESSIONQ_READY_FD"  # the inherited readiness socket (GET /readyz, sessionq.agentkit.readiness)
+READY_PORT_ENV = "SESSIONQ_READY_PORT"
 STDERR_TAIL = 2000  # characters of stderr (the end) a crash message quotes, at most
 REDACTED = "<redacted>"  # what a crash message shows instead of a secret
 MIN_SECRET = 4  # environment values shorter than this are not redacted (they would blank out common text)
@@ -159,32 +161,53 @@ def listen() -> socket.socket:
     return sock
 
 
-def socket_env(sock: socket.socket) -> dict[str, str]:
-    """The variables that name the listening socket to the process (SESSIONQ_A2A_FD, _PORT)."""
-    return {A2A_FD_ENV: str(sock.fileno()), A2A_PORT_ENV: str(sock.getsockname()[1])}
+def socket_env(sock: socket.socket, ready: socket.socket) -> dict[str, str]:
+    """The variables that name the listening sockets to the process (SESSIONQ_A2A_FD and _PORT, its
+    A2A endpoint; SESSIONQ_READY_FD and _PORT, its readiness endpoint)."""
+    return {A2A_FD_ENV: str(sock.fileno()), A2A_PORT_ENV: str(sock.getsockname()[1]),
+            READY_FD_ENV: str(ready.fileno()), READY_PORT_ENV: str(ready.getsockname()[1])}
 
 
 @dataclass
 class Endpoint:
-    """What a starting Actor's process is handed: its listening socket, its environment naming it,
-    its open log files (closed, with the runtime's copy of the socket, when `prepared` ends)."""
+    """What a starting Actor's process is handed: its listening sockets (A2A, readiness), its
+    environment naming them, its open log files (closed, with the runtime's copies of the sockets,
+    when `prepared` ends)."""
 
     sock: socket.socket
     port: int
+    ready: socket.socket
     env: dict[str, str]
     stdout: BinaryIO
     stderr: BinaryIO
+
+    @property
+    def ready_port(self) -> int:
+        return int(self.ready.getsockname()[1])
 
 
 @contextlib.contextmanager
 def prepared(uid: str, env: dict[str, str], logs: Path) -> Iterator[Endpoint]:
     sock = listen()
     try:
-        out, err = open_logs(logs, uid)
-        with out, err:
-            yield Endpoint(sock, sock.getsockname()[1], {**env, **socket_env(sock)}, out, err)
+        ready = listen()
+        try:
+            out, err = open_logs(logs, uid)
+            with out, err:
+                yield Endpoint(sock, sock.getsockname()[1], ready, {**env, **socket_env(sock, ready)}, out, err)
+        finally:
+            ready.close()
     finally:
         sock.close()
+
+
+@dataclass(frozen=True)
+class ReadyAddress:
+    """Where an Actor's readiness endpoint is: 127.0.0.1:`port`, in the network namespace `netns`
+    makes sockets of (a sandbox's), else the runtime's own."""
+
+    port: int
+    netns: Callable[[], socket.socket] | None = None
 
 
 @dataclass
@@ -197,7 +220,10 @@ class Child:
     port: int
     stderr: Path
     secrets: tuple[str, ...] = ()  # values its crash message never quotes (its environment's)
-    warm: bool = False  # started from a warm interpreter (warm.py), not exec'd for this Actor
+    # how the runtime reaches its readiness endpoint (GET /readyz, readiness.py): a TCP connection there
+    ready_at: ReadyAddress | None = None
+    warm: bool = False  # started from a warm interpreter (warm.py) or sandbox (spare.py), not exec'd for it
+    user: int | None = None  # in a sandbox: the unprivileged user it runs as
     stopping: bool = False  # a stop the runtime asked for: its exit is no crash
     exited: asyncio.Event = field(default_factory=asyncio.Event)
     # set once the runtime has recorded how the process ended (a crash is in its state): what a caller
@@ -206,6 +232,9 @@ class Child:
     returncode: int | None = None
     started_at: float = field(default_factory=time.time)  # the wall-clock time it was started
     watcher: asyncio.Task[None] | None = None
+    ready: asyncio.Event = field(default_factory=asyncio.Event)  # its /readyz answered 200
+    not_ready: str | None = None  # why it will not be: the probe gave up (readiness.py)
+    prober: asyncio.Task[None] | None = None
 
 
 async def start_child(
@@ -219,7 +248,8 @@ async def start_child(
     """Start `argv` in `cwd` with exactly `env` (plus the socket's variables), in a new session
     (its own process group), stdin from /dev/null, stdout and stderr to files under `logs`. The
     child inherits a listening TCP socket on 127.0.0.1 (SESSIONQ_A2A_FD, SESSIONQ_A2A_PORT): its
-    private A2A endpoint accepts connections from the moment it starts. Raises OSError when the
+    private A2A endpoint accepts connections from the moment it starts; and another, its readiness
+    endpoint (SESSIONQ_READY_FD, SESSIONQ_READY_PORT). Raises OSError when the
     command cannot be started (not found, not executable)."""
     program = resolve(argv[0], env.get("PATH"))
     exec_argv = [program, *argv[1:]]
@@ -234,10 +264,11 @@ async def start_child(
             stdout=endpoint.stdout,
             stderr=endpoint.stderr,
             start_new_session=True,
-            pass_fds=(endpoint.sock.fileno(),),
+            pass_fds=(endpoint.sock.fileno(), endpoint.ready.fileno()),
         )
+        ready_at = ReadyAddress(port=endpoint.ready_port)
     return Child(uid=uid, process=process, pid=process.pid, port=endpoint.port, stderr=logs / f"{uid}.stderr",
-                 secrets=secrets)
+                 secrets=secrets, ready_at=ready_at)
 
 
 async def start_sandboxed(
@@ -247,6 +278,7 @@ async def start_sandboxed(
     cwd: Path,
     logs: Path,
     port: int,
+    ready_at: ReadyAddress,
     secrets: tuple[str, ...] = (),
 ) -> Child:
     """Start a sandbox's `command` (sandbox.py: nsenter, then bwrap or runsc) with `env`, in a new
@@ -267,7 +299,7 @@ async def start_sandboxed(
             start_new_session=True,
         )
     return Child(uid=uid, process=process, pid=process.pid, port=port, stderr=logs / f"{uid}.stderr",
-                 secrets=secrets)
+                 secrets=secrets, ready_at=ready_at)
 
 
 def crash_message(child: Child) -> str:
@@ -281,6 +313,8 @@ async def stop_child(child: Child, grace: float, *, paused: bool = False) -> Non
     """Stop the child's process group: SIGTERM (a paused group is continued so it can act on it),
     SIGKILL after `grace` seconds, then SIGKILL whatever of the group is left."""
     child.stopping = True
+    if child.prober is not None:
+        child.prober.cancel()
     if child.returncode is None:
         kill_group(child.pid, signal.SIGTERM)
         if paused:

@@ -15,7 +15,9 @@ only a loopback, and on it only what the runtime listens on, so these are its on
   - anything else is refused with ``403`` and a one-line reason the agent can read. The proxy
     resolves a name only once a rule matched it; inside the sandbox no name resolves at all (no
     resolver, no route), so DNS answers exist only for the names the policy matches.
-- the task store's forwarder (127.0.0.1:TASKSTORE_PORT inside), to the runtime's TaskStoreService;
+- the task store's forwarder (127.0.0.1:TASKSTORE_PORT inside), passing the TaskStoreService calls
+  the agent kit makes to the runtime's task store, and no other path of its API
+  (taskstore_forward.py);
 - the Actor's A2A endpoint: a listener on the host's 127.0.0.1 (the port the runtime records and
   `invoke` dials) whose connections the runtime opens to 127.0.0.1:A2A_PORT inside.
 """
@@ -35,6 +37,7 @@ from urllib.parse import urlsplit
 from sessionq.runtime.base import EgressRule
 from sessionq.runtime.process import children
 from sessionq.runtime.process.sandbox import A2A_PORT, PROXY_PORT, TASKSTORE_PORT, NetNamespace
+from sessionq.runtime.process.taskstore_forward import TaskStoreForwarder
 
 log = logging.getLogger(__name__)
 
@@ -160,20 +163,37 @@ class ActorNetwork:
         self.closed = False
         self._servers: list[asyncio.Server] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        self._forwarder: TaskStoreForwarder | None = None
 
     async def start(self) -> None:
         proxy = self.netns.listen(PROXY_PORT)
         self._servers.append(await asyncio.start_server(self._tracked(self._proxy), sock=proxy, limit=HEAD_LIMIT))
-        if self.taskstore:
-            store = self.netns.listen(TASKSTORE_PORT)
-            self._servers.append(await asyncio.start_server(self._tracked(self._to_taskstore), sock=store))
+        await self.serve_taskstore(self.taskstore)
         a2a = children.listen()
         a2a.set_inheritable(False)
         self.port = a2a.getsockname()[1]
         self._servers.append(await asyncio.start_server(self._tracked(self._to_actor), sock=a2a))
 
+    async def serve_taskstore(self, address: str | None) -> None:
+        """Forward 127.0.0.1:TASKSTORE_PORT inside to `address` (a warm sandbox's network is made
+        before the runtime may know its task store: it is served from the hand-over on)."""
+        if not address:
+            return
+        self.taskstore = address
+        if self._forwarder is None:
+            forwarder = TaskStoreForwarder(self.netns, address)
+            try:
+                await forwarder.start(TASKSTORE_PORT)
+            except BaseException:
+                await forwarder.close()
+                raise
+            self._forwarder = forwarder
+
     async def close(self) -> None:
         self.closed = True
+        forwarder, self._forwarder = self._forwarder, None
+        if forwarder is not None:
+            await forwarder.close()
         for server in self._servers:
             server.close()
         for task in list(self._tasks):
@@ -204,12 +224,6 @@ class ActorNetwork:
         return self.hosts.get(_name(host), host)
 
     # forwarders ------------------------------------------------------------------------------
-
-    async def _to_taskstore(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        assert self.taskstore is not None
-        host, port = _split_host_port(self.taskstore, 0)
-        upstream = await asyncio.open_connection(host, port)
-        await _splice((reader, writer), upstream)
 
     async def _to_actor(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         loop = asyncio.get_running_loop()

@@ -211,6 +211,16 @@ class NetNamespace:
 
         return _in_thread(make)
 
+    def call_inside(self, fn: Callable[[], T]) -> T:
+        """`fn()` on a thread that entered this namespace: the sockets it makes are there."""
+
+        def run() -> T:
+            assert _libc is not None
+            _check(_libc.setns(self.fd, CLONE_NEWNET))
+            return fn()
+
+        return _in_thread(run)
+
     def listen(self, port: int) -> sockets.socket:
         """A listening socket at 127.0.0.1:`port` of this namespace."""
         s = self.socket()

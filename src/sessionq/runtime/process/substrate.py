@@ -30,6 +30,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import os
@@ -62,11 +63,11 @@ from sessionq.runtime.base import (
     Tag,
     Worker,
 )
-from sessionq.runtime.process import archive, children, sandbox, warm
+from sessionq.runtime.process import archive, children, readiness, sandbox, spare, warm
 from sessionq.runtime.process.children import Child
 from sessionq.runtime.process.database import SERVER_LOCK_KEY, ProcessDatabase, install_schema
 from sessionq.runtime.process.egress import ActorNetwork
-from sessionq.runtime.process.invoke import cancel_actor_turn, invoke_actor
+from sessionq.runtime.process.invoke import EXIT_GRACE, cancel_actor_turn, invoke_actor
 from sessionq.runtime.process.sandbox import Isolation, NetNamespace, Sandbox
 from sessionq.runtime.stand_in.egress import canonical_rules, rule_collection
 from sessionq.runtime.stand_in.names import require_name, require_ref, split_template
@@ -124,6 +125,9 @@ class ProcessConfig:
     isolation: Isolation | str | None = None
     # read-only paths a sandbox shows besides what the runtime's own programs need
     sandbox_paths: tuple[str, ...] = ()
+    # seconds a started Actor has to answer 200 at its private GET /readyz (readiness.py); a turn
+    # sent to an Actor that is not ready by then fails (UNAVAILABLE)
+    ready_timeout: float = 60.0
 
 
 # row mappers: the stand-in core's, with where the process runtime keeps a snapshot (its archive's
@@ -193,6 +197,20 @@ class ProcessSubstrate:
             logs=self.root / "logs",
             marker=str(self.root),
         )
+        # warm sandboxes (spare.py): the warm interpreters of gvisor and namespaces
+        self._spares = spare.SparePool(
+            size=max(config.warm_interpreters, 0) if self.isolation != Isolation.NONE else 0,
+            level=self.isolation,
+            root=self.root,
+            read_only=lambda: self._read_only,
+            env=self._spare_env,
+            rules=lambda uid: self._policies.get(uid, ()),
+            taskstore=lambda: self.taskstore_address,
+            hosts=self.egress_hosts,
+            interpreter=sys.executable,
+        )
+        self._spare_bundles: dict[str, Path] = {}
+        self._in_flight: dict[str, int] = {}  # invoke calls under way, by Actor UID (tests)
         # tests: runs between an archive's write and its rename
         self.before_rename: Callable[[Path], None] | None = None
 
@@ -212,6 +230,7 @@ class ProcessSubstrate:
         if self.isolation != Isolation.NONE:
             # what an earlier server's sandboxes left (their processes died with it)
             await asyncio.to_thread(archive.remove_tree, self.root / "runsc")
+            await asyncio.to_thread(archive.remove_tree, self.root / "spares")
             self._read_only = sandbox.read_only_paths(
                 [self.root, *self.config.private_paths], self.config.sandbox_paths
             )
@@ -232,11 +251,13 @@ class ProcessSubstrate:
         await self._db.open()
         await self.reconcile()
         self._warm.fill()
+        self._spares.fill()
 
     async def close(self) -> None:
         """Stop every child process (no process outlives the runtime server); their Actors become
         CRASHED at the next start's reconciliation unless suspended first."""
         await self._warm.close()
+        await self._spares.close()
         kids = list(self._children.values())
         await asyncio.gather(*(children.stop_child(c, 1.0) for c in kids), return_exceptions=True)
         for c in kids:
@@ -255,6 +276,7 @@ class ProcessSubstrate:
         """SIGKILL every child's process group at once, without waiting (a forced stop of its owner;
         any thread). Their Actors become CRASHED at the next start's reconciliation."""
         self._warm.kill_all()
+        self._spares.kill_all()
         for child in list(self._children.values()):
             child.stopping = True
             children.kill_group(child.pid)
@@ -502,7 +524,8 @@ class ProcessSubstrate:
             logs = self.root / "logs"
             if self.isolation != Isolation.NONE:
                 env = self._sandbox_env(atespace, name, dict(template.get("env") or {}), dict(step.get("env") or {}))
-                child = await self._start_sandboxed(uid, argv, env, data, logs, secrets)
+                spared = await self._start_spare(uid, argv, env, data, logs, secrets)
+                child = spared or await self._start_sandboxed(uid, argv, env, data, logs, secrets)
             else:
                 warm_child = await self._warm.start(uid, argv, env, data, logs, secrets)
                 child = warm_child or await children.start_child(uid, argv, env, data, logs, secrets)
@@ -511,7 +534,9 @@ class ProcessSubstrate:
             await self._db.call("SELECT sessionq_process.crash(%s, NULL, NULL, %s)", (uid, message))
             raise SubstrateError(Code.FAILED_PRECONDITION, f"actor {atespace}/{name}: {message}") from exc
         self._children[uid] = child
-        child.watcher = asyncio.get_running_loop().create_task(self._watch(child))
+        loop = asyncio.get_running_loop()
+        child.watcher = loop.create_task(self._watch(child))
+        child.prober = loop.create_task(readiness.probe(child))
         try:
             await self._db.call(
                 "SELECT sessionq_process.finish_resume(%s, %s, %s, %s, %s)",
@@ -527,8 +552,8 @@ class ProcessSubstrate:
         """A sandboxed process's environment, exactly: a PATH of the runtime's directories the sandbox
         shows, HOME (/tmp), the template's (Agent spec's) and the Actor's variables (the workload
         credential), then what the agent kit needs: SESSIONQ_DATA_DIR, SESSIONQ_ACTOR, its A2A port,
-        the task store's address inside, and the egress proxy (HTTP_PROXY, HTTPS_PROXY; NO_PROXY for
-        the loopback)."""
+        its readiness port (SESSIONQ_READY_PORT), the task store's address inside, and the egress
+        proxy (HTTP_PROXY, HTTPS_PROXY; NO_PROXY for the loopback)."""
         path = [p for p in os.environ.get("PATH", os.defpath).split(os.pathsep)
                 if p and sandbox.visible(p, self._read_only)]
         env = {"PATH": os.pathsep.join(path) or "/usr/bin:/bin", "HOME": "/tmp"}
@@ -537,7 +562,9 @@ class ProcessSubstrate:
         env[DATA_DIR_ENV] = sandbox.DATA
         env[ACTOR_ENV] = f"{atespace}/{name}"
         env[children.A2A_PORT_ENV] = str(sandbox.A2A_PORT)
+        env[children.READY_PORT_ENV] = str(readiness.READY_PORT)
         env.pop(children.A2A_FD_ENV, None)
+        env.pop(children.READY_FD_ENV, None)
         if self.taskstore_address:
             env[TASKSTORE_ENV] = f"127.0.0.1:{sandbox.TASKSTORE_PORT}"
         proxy = f"http://127.0.0.1:{sandbox.PROXY_PORT}"
@@ -546,6 +573,45 @@ class ProcessSubstrate:
         for key in ("NO_PROXY", "no_proxy"):
             env[key] = "127.0.0.1,localhost"
         return env
+
+    def _spare_env(self) -> dict[str, str]:
+        """A warm sandbox's environment before its Actor is known: the sandbox's own variables only."""
+        env = self._sandbox_env("", "", {}, {})
+        env.pop(ACTOR_ENV, None)
+        return env
+
+    async def _start_spare(
+        self, uid: str, argv: list[str], env: dict[str, str], data: Path, logs: Path, secrets: tuple[str, ...]
+    ) -> Child | None:
+        """The Actor's process from a warm sandbox (spare.py), or None: its command is not one a
+        warm interpreter runs (`warm.plan`), no warm sandbox is ready, or the one taken is gone."""
+        try:
+            program = children.resolve(argv[0], env.get("PATH"))
+        except OSError:
+            return None  # the cold start reports it
+        if not sandbox.visible(program, self._read_only):
+            return None
+        how = warm.plan(program, argv, env, data, sys.executable, self._spare_env())
+        if how is None:
+            return None
+        box = self._spares.take()
+        if box is None:
+            return None
+        await self._load_policy(uid)
+        task: dict[str, object] = {"env": env, "cwd": sandbox.DATA, "program": how.program, "mode": how.mode,
+                                   "target": how.target, "args": list(how.args)}
+        try:
+            await self._spares.hand_over(box, uid, data, logs, task)
+        except OSError as exc:
+            log.warning("process runtime: a warm sandbox did not take actor %s (%s): starting it cold", uid, exc)
+            box.taken = False
+            await self._spares._discard(box)
+            return None
+        self._networks[uid] = box.network
+        self._spare_bundles[uid] = box.bundle
+        return Child(uid=uid, process=box.process, pid=box.process.pid, port=box.network.port,
+                     stderr=logs / f"{uid}.stderr", secrets=secrets, warm=True, user=box.user,
+                     ready_at=children.ReadyAddress(port=readiness.READY_PORT, netns=box.network.netns.socket))
 
     async def _start_sandboxed(
         self, uid: str, argv: list[str], env: dict[str, str], data: Path, logs: Path, secrets: tuple[str, ...]
@@ -577,7 +643,9 @@ class ProcessSubstrate:
             command = box.command([program, *argv[1:]], env)
             # runsc reads the environment from the bundle: its own process gets none of the Actor's
             outer = env if self.isolation == Isolation.NAMESPACES else {"PATH": os.defpath}
-            child = await children.start_sandboxed(uid, command, outer, data, logs, network.port, secrets)
+            ready_at = children.ReadyAddress(port=readiness.READY_PORT, netns=network.netns.socket)
+            child = await children.start_sandboxed(uid, command, outer, data, logs, network.port, ready_at, secrets)
+            child.user = user
         except BaseException:
             await network.close()
             raise
@@ -597,6 +665,9 @@ class ProcessSubstrate:
         if network is not None:
             await network.close()
         sandbox.remove_bundle(self.root / "sandboxes" / uid)
+        spare_bundle = self._spare_bundles.pop(uid, None)
+        if spare_bundle is not None:
+            await asyncio.to_thread(archive.remove_tree, spare_bundle)
 
     async def _watch(self, child: Child) -> None:
         """Wait for the process to end; an end the runtime did not ask for is a crash."""
@@ -877,15 +948,23 @@ class ProcessSubstrate:
         # the Actor's UID finds its process, whose recorded exit ends the call
         uid, url = await self._running(atespace, name, uid)
         child = self._children.get(uid)
-        # the call ends once the crash is recorded, so whoever reads the Actor next sees it CRASHED
-        exited = child.exit_recorded if child is not None else None
-        await invoke_actor(
-            url,
-            request,
-            timeout=self.config.turn_timeout,
-            exited=exited,
-            describe=lambda: self._exit_message(uid, child),
-        )
+        self._in_flight[uid] = self._in_flight.get(uid, 0) + 1
+        try:
+            if child is not None:
+                await self._until_ready(atespace, name, uid, child)
+            # the call ends once the crash is recorded, so whoever reads the Actor next sees it CRASHED
+            exited = child.exit_recorded if child is not None else None
+            await invoke_actor(
+                url,
+                request,
+                timeout=self.config.turn_timeout,
+                exited=exited,
+                describe=lambda: self._exit_message(uid, child),
+            )
+        finally:
+            self._in_flight[uid] -= 1
+            if not self._in_flight[uid]:
+                del self._in_flight[uid]
 
     async def cancel_turn(
         self, atespace: str, name: str, uid: str, session_id: str, task_id: str, *, credential: str | None = None
@@ -899,6 +978,23 @@ class ProcessSubstrate:
         await cancel_actor_turn(
             f"http://127.0.0.1:{row['port']}", session_id, task_id, timeout=self.config.cancel_timeout
         )
+
+    async def _until_ready(self, atespace: str, name: str, uid: str, child: Child) -> None:
+        """Wait until the Actor's /readyz answered 200 (RT-3); UNAVAILABLE when it will not: its
+        process ended (with its exit status, once recorded) or it was not ready in time."""
+        why = await readiness.wait_ready(child, self.config.ready_timeout)
+        if why is None:
+            return
+        if child.exited.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(child.exit_recorded.wait(), EXIT_GRACE)
+            raise SubstrateError(Code.UNAVAILABLE, self._exit_message(uid, child))
+        raise SubstrateError(Code.UNAVAILABLE, f"actor {atespace}/{name}: {why}")
+
+    def actor_ready(self, uid: str) -> bool | None:
+        """Whether the Actor's current process answered 200 at its /readyz (None: no process)."""
+        child = self._children.get(uid)
+        return child.ready.is_set() if child is not None else None
 
     def _exit_message(self, uid: str, child: Child | None) -> str:
         if child is None or child.returncode is None:
@@ -923,12 +1019,24 @@ class ProcessSubstrate:
         return child.warm if child is not None else None
 
     def warm_pids(self) -> list[int]:
-        """The pids of the warm interpreters waiting for an Actor."""
-        return self._warm.pids()
+        """The pids of the warm interpreters (or warm sandboxes) waiting for an Actor."""
+        return [*self._warm.pids(), *self._spares.pids()]
 
     async def warm_ready(self, timeout: float = 60.0) -> None:
-        """Wait until every warm interpreter the runtime keeps is started and has done its imports."""
+        """Wait until every warm interpreter (or warm sandbox) the runtime keeps is started and has
+        done its imports."""
         await self._warm.wait_ready(timeout)
+        await self._spares.wait_ready(timeout)
+
+    def turns_in_flight(self, uid: str) -> int:
+        """The invoke calls to the Actor under way in this server (waiting for its readiness, or
+        for its answer)."""
+        return self._in_flight.get(uid, 0)
+
+    def sandbox_user(self, uid: str) -> int | None:
+        """The unprivileged user the Actor's sandboxed process runs as (None: no such process)."""
+        child = self._children.get(uid)
+        return child.user if child is not None else None
 
     async def wait_exited(self, uid: str, timeout: float = 10.0) -> None:
         """Wait until the Actor's process has ended and the runtime has recorded how."""

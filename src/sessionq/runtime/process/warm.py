@@ -5,9 +5,9 @@ Actor's start then skips the interpreter's start and the SDK's imports (most of 
 suspended Actor), and the process is the Actor's from then on (its pid, group, exit status, stderr).
 
 What the Actor sees is what a process exec'd for it sees (agentkit/warm.py says how): its environment
-exactly, its working directory, argv, sys.path, the listening socket at the descriptor its
-environment names, stdout and stderr on its log files, stdin /dev/null, its own process group, a
-SIGKILL when the runtime dies (setpriv --pdeathsig). The differences: the modules the interpreter
+exactly, its working directory, argv, sys.path, the listening sockets (A2A, readiness) at the
+descriptors its environment names, stdout and stderr on its log files, stdin /dev/null, its own
+process group, a SIGKILL when the runtime dies (setpriv --pdeathsig). The differences: the modules the interpreter
 imported are already in `sys.modules` (imported under the runtime's base environment, see
 `STARTUP_PREFIXES`), its command line (`ps`, /proc/PID/cmdline) and /proc/PID/environ are the
 interpreter's, and its process started before the Actor's resume.
@@ -315,17 +315,19 @@ class WarmPool:
                 "target": how.target,
                 "args": list(how.args),
                 "a2a_fd": endpoint.sock.fileno(),
+                "ready_fd": endpoint.ready.fileno(),
             }
-            fds = [endpoint.sock.fileno(), endpoint.stdout.fileno(), endpoint.stderr.fileno()]
+            fds = [endpoint.sock.fileno(), endpoint.ready.fileno(), endpoint.stdout.fileno(), endpoint.stderr.fileno()]
             problem = await self._assign(interpreter, task, fds)
-            port = endpoint.port
+            port, ready_port = endpoint.port, endpoint.ready_port
         if problem is not None:
             log.warning("process runtime: a warm interpreter (pid %d) did not take actor %s (%s): starting it cold",
                         interpreter.pid, uid, problem)
             await _kill(interpreter)
             return None
         return Child(uid=uid, process=interpreter.process, pid=interpreter.pid, port=port,
-                     stderr=logs / f"{uid}.stderr", secrets=secrets, warm=True)
+                     stderr=logs / f"{uid}.stderr", secrets=secrets, warm=True,
+                     ready_at=children.ReadyAddress(port=ready_port))
 
     async def _assign(self, interpreter: WarmInterpreter, task: dict[str, object], fds: list[int]) -> str | None:
         """Send the assignment; None once the interpreter accepted it, else why not."""

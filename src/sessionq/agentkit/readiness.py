@@ -1,0 +1,115 @@
+"""The Actor's runtime readiness (RT-3): a private HTTP endpoint answering ``GET /readyz``.
+
+The runtime asks it to know that a started Actor serves its A2A endpoint before it sends a turn
+(the seed's "runtime readiness is private HTTP /readyz on port 8081"). It is private like the A2A
+endpoint: the runtime alone reaches it, no client is ever given its address.
+
+- Where: the listening socket the runtime hands over (SESSIONQ_READY_FD), else SESSIONQ_READY_PORT
+  on 127.0.0.1 (8081 inside a sandbox's network namespace); neither set: no endpoint (an agent run
+  by hand).
+- What: ``GET`` or ``HEAD /readyz`` answers ``200 ready`` once the agent's A2A server listens, ``503
+  not ready: starting`` before and ``503 not ready: stopping`` once the process was told to stop;
+  any other path ``404``, any other method ``405``, a request that is not HTTP/1 ``400``. One
+  request per connection (``Connection: close``); a request head is at most 8 KiB.
+
+Standard library only: it must cost the Actor's start next to nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+
+__all__ = ["PATH", "READY_FD_ENV", "READY_PORT_ENV", "Readiness", "listening_socket"]
+
+READY_FD_ENV = "SESSIONQ_READY_FD"
+READY_PORT_ENV = "SESSIONQ_READY_PORT"
+PATH = "/readyz"
+HEAD_LIMIT = 8 * 1024
+READ_TIMEOUT = 5.0  # seconds a connection may take to send its request's head
+
+
+def listening_socket() -> socket.socket | None:
+    """The readiness endpoint's listening socket (module docstring), None when none is asked for."""
+    fd = os.environ.get(READY_FD_ENV)
+    if fd:
+        sock = socket.socket(fileno=int(fd))
+    else:
+        port = os.environ.get(READY_PORT_ENV)
+        if not port:
+            return None
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", int(port)))
+        sock.listen(16)
+    sock.set_inheritable(False)  # the agent's own children (a bash call) do not get it
+    sock.setblocking(False)
+    return sock
+
+
+class Readiness:
+    """The endpoint's state (`starting`, `ready`, `stopping`) and its server."""
+
+    def __init__(self) -> None:
+        self.state = "starting"
+        self._server: asyncio.Server | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "ready"
+
+    def mark_ready(self) -> None:
+        if self.state == "starting":
+            self.state = "ready"
+
+    def mark_stopping(self) -> None:
+        self.state = "stopping"
+
+    async def start(self, sock: socket.socket | None) -> None:
+        if sock is not None:
+            self._server = await asyncio.start_server(self._answer, sock=sock, limit=HEAD_LIMIT)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(OSError):
+                await self._server.wait_closed()
+            self._server = None
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            try:
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT)
+            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
+                status, body = "400 Bad Request", "bad request"
+                head = b""
+            else:
+                status, body = self._response(head.split(b"\r\n", 1)[0])
+            text = f"{body}\n"
+            writer.write(
+                f"HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {len(text)}"
+                f"\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n".encode()
+                + (b"" if head.startswith(b"HEAD ") else text.encode())
+            )
+            await writer.drain()
+        except OSError:
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+    def _response(self, line: bytes) -> tuple[str, str]:
+        parts = line.decode("latin-1").split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            return "400 Bad Request", "bad request"
+        method, target, _version = parts
+        if target.split("?", 1)[0] != PATH:
+            return "404 Not Found", "not found"
+        if method not in ("GET", "HEAD"):
+            return "405 Method Not Allowed", "method not allowed"
+        if self.ready:
+            return "200 OK", "ready"
+        return "503 Service Unavailable", f"not ready: {self.state}"

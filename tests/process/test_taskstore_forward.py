@@ -1,0 +1,80 @@
+"""The task store's forwarder of a sandboxed Actor (taskstore_forward.py) passes the TaskStoreService
+calls the agent kit makes, with their credential, and refuses every other path of the API from
+inside the sandbox."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import grpc.aio
+import pytest
+
+from sessionq.runtime.process import ProcessSubstrate
+from sessionq.runtime.process.sandbox import Isolation
+from tests.process.conftest import ATESPACE, config, wait_for
+from tests.process.test_isolation import SANDBOXED, WARM
+
+PROBE = str(Path(__file__).with_name("taskstore_probe.py"))
+
+
+class _Api(grpc.GenericRpcHandler):
+    """Stands for sessionq's API: answers every method (so that only the forwarder refuses any)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
+        method = handler_call_details.method
+
+        async def answer(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+            metadata = dict(context.invocation_metadata() or ())
+            self.calls.append((method, str(metadata.get("authorization"))))
+            return b"answered " + request
+
+        return grpc.unary_unary_rpc_method_handler(answer)
+
+
+@pytest.fixture
+async def api() -> AsyncIterator[tuple[str, _Api]]:
+    handler = _Api()
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers((handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    yield f"127.0.0.1:{port}", handler
+    await server.stop(0)
+
+
+@pytest.mark.clause("RT-9")
+@pytest.mark.parametrize("warm", WARM)
+@pytest.mark.parametrize("level", SANDBOXED)
+async def test_only_the_task_store_paths_are_reachable_from_inside_the_sandbox(
+    level: Isolation, warm: int, database_url: str, tmp_path: Path, api: tuple[str, _Api]
+) -> None:
+    address, handler = api
+    rt = ProcessSubstrate(database_url, config(tmp_path / "runtime", level, slots=2, stop_grace=1.0,
+                                               warm_interpreters=warm, taskstore_address=address))
+    await rt.open()
+    try:
+        await rt.create_actor_template(ATESPACE, "probe", "local/probe:1", command=[sys.executable, PROBE])
+        actor = await rt.create_actor(ATESPACE, "p1", f"{ATESPACE}/probe")
+        await rt.warm_ready(120)
+        await rt.resume_actor(ATESPACE, "p1", actor.uid)
+        assert rt.started_warm(actor.uid) is bool(warm)
+        report_file = rt.data_dir(actor.uid) / "forward.json"
+        await wait_for(report_file.exists, 60, what="the probe's report")
+        report = json.loads(report_file.read_text())
+        allowed = report["/kagent.api.v1alpha1.TaskStoreService/GetTask"]
+        assert allowed == {"code": "OK", "answer": "answered probe"}, allowed
+        for method in ("/kagent.api.v1alpha1.SessionService/GetSession", "/grpc.health.v1.Health/Check",
+                       "/a2a.v1.A2AService/SendMessage", "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"):
+            assert report[method]["code"] == "UNIMPLEMENTED", (method, report[method])
+        assert "HTTP/1.1 200" not in report["http1"], report["http1"]
+        # only the task store's call reached the API, with the Actor's credential
+        assert handler.calls == [("/kagent.api.v1alpha1.TaskStoreService/GetTask", "Bearer sqw.t.probe")]
+    finally:
+        await rt.close()
