@@ -250,7 +250,7 @@ def ttl(ctx: click.Context, session_id: str, ttl: float | None, output: str) -> 
 @output_option
 @click.pass_context
 def usage(ctx: click.Context, session_id: str, output: str) -> None:
-    """What a Session used: turns, Actor running time, snapshots, checkpoints, resumes."""
+    """What a Session used: turns, Actor running time, snapshots and their bytes, checkpoints, resumes."""
     response = get_client(ctx).call(_stub(ctx).GetSessionUsage, fleet_pb2.GetSessionUsageRequest(session_id=session_id))
     if output == "json":
         print_json(response)
@@ -259,9 +259,19 @@ def usage(ctx: click.Context, session_id: str, output: str) -> None:
     mean = u.resume_seconds_total / u.resumes if u.resumes else 0.0
     click.echo(boxed_table(["FIGURE", "VALUE"], [
         ("TURNS", u.turns), ("ACTOR RUNNING", f"{u.running_seconds:.1f}s" + (" (running now)" if u.running else "")),
-        ("SNAPSHOTS", u.snapshots), ("CHECKPOINTS HELD", u.checkpoints_held), ("RESUMES", u.resumes),
+        ("SNAPSHOTS", u.snapshots), ("SNAPSHOT BYTES", snapshot_bytes(u)),
+        ("CHECKPOINTS HELD", u.checkpoints_held), ("RESUMES", u.resumes),
         ("RESUME LATENCY", f"mean {mean * 1000:.0f} ms, max {u.resume_seconds_max * 1000:.0f} ms"),
     ]))
+
+
+def snapshot_bytes(u: fleet_pb2.SessionUsage) -> str:
+    """The snapshots' bytes, saying how many snapshots they cover when not all sizes are known."""
+    if not u.snapshots_sized:
+        return "unknown (the runtime reports no sizes)" if u.snapshots else "0"
+    if u.snapshots_sized == u.snapshots:
+        return str(u.snapshot_bytes)
+    return f"{u.snapshot_bytes} (size known of {u.snapshots_sized} of {u.snapshots} snapshots)"
 
 
 def bulk_table(actions: list[fleet_pb2.BulkAction]) -> str:

@@ -576,6 +576,8 @@ BEGIN
          snapshot_status = coalesce(p_result -> 'snapshot' ->> 'status', s.snapshot_status),
          snapshot_event_seq = CASE WHEN p_result -> 'snapshot' ? 'generation' THEN s.last_event_seq
                                    ELSE s.snapshot_event_seq END,
+         snapshot_bytes = sessionq.recorded_snapshot_bytes(s.snapshot_generation, s.snapshot_bytes,
+                                                           p_result -> 'snapshot'),  -- 45_usage.sql
          updated_at = clock_timestamp()
    WHERE s.id = v.id
   RETURNING * INTO v;

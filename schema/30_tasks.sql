@@ -670,7 +670,7 @@ BEGIN
   RETURN v;
 END $$;
 COMMENT ON FUNCTION sessionq.finish_idle(uuid, uuid, uuid, jsonb) IS
-  'Record a quiescence outcome by the claim holder: the exact snapshot (generation, uri, status) and the end of the idle claim (an uncertain one included); a paused Actor is paused no longer. A recorded snapshot clears the last quiescence failure. Retried on database failure without repeating the runtime call.';
+  'Record a quiescence outcome by the claim holder: the exact snapshot (generation, uri, status, bytes: its size, optional) and the end of the idle claim (an uncertain one included); a paused Actor is paused no longer. A recorded snapshot clears the last quiescence failure. Retried on database failure without repeating the runtime call.';
 
 -- record_quiescence_failure: the quiescence failure record (Session.last_quiescence_failure).
 CREATE OR REPLACE FUNCTION sessionq.record_quiescence_failure(
@@ -781,15 +781,19 @@ LANGUAGE sql STABLE AS $$ SELECT to_jsonb(t) FROM sessionq.tasks t WHERE t.id = 
 COMMENT ON FUNCTION sessionq.get_task(text) IS 'One task row (published task, version, phase) by id.';
 
 -- record_snapshot_completed: a pending snapshot generation became durable.
-CREATE OR REPLACE FUNCTION sessionq.record_snapshot_completed(p_session uuid, p_generation bigint, p_uri text)
+CREATE OR REPLACE FUNCTION sessionq.record_snapshot_completed(p_session uuid, p_generation bigint, p_uri text,
+                                                              p_bytes bigint DEFAULT NULL)
 RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+  v_bytes bigint := sessionq.check_snapshot_bytes(p_bytes);  -- 45_usage.sql
 BEGIN
-  UPDATE sessionq.sessions SET snapshot_uri = p_uri, snapshot_status = 'COMPLETED', updated_at = clock_timestamp()
+  UPDATE sessionq.sessions SET snapshot_uri = p_uri, snapshot_status = 'COMPLETED',
+                               snapshot_bytes = coalesce(snapshot_bytes, v_bytes), updated_at = clock_timestamp()
    WHERE id = p_session AND snapshot_generation = p_generation AND snapshot_status = 'IN_PROGRESS';
   RETURN FOUND;
 END $$;
-COMMENT ON FUNCTION sessionq.record_snapshot_completed(uuid, bigint, text) IS
-  'Record that the exact pending snapshot generation is now COMPLETED (with its URI). False when the Session has moved on to another generation.';
+COMMENT ON FUNCTION sessionq.record_snapshot_completed(uuid, bigint, text, bigint) IS
+  'Record that the exact pending snapshot generation is now COMPLETED (with its URI, and its size in bytes when the runtime gave one: counted into the Session''s usage). False when the Session has moved on to another generation.';
 
 -- retry_quiescence: an operator's way to resolve a quiescence claim at once (Q-10 keeps such claims,
 -- because the suspend may have been issued; the quiescence workers resolve uncertain ones by
@@ -956,6 +960,7 @@ BEGIN
          snapshot_uri = CASE WHEN p_snapshot ? 'generation' THEN p_snapshot ->> 'uri' ELSE s.snapshot_uri END,
          snapshot_status = coalesce(p_snapshot ->> 'status', s.snapshot_status),
          snapshot_event_seq = CASE WHEN p_snapshot ? 'generation' THEN s.last_event_seq ELSE s.snapshot_event_seq END,
+         snapshot_bytes = sessionq.recorded_snapshot_bytes(s.snapshot_generation, s.snapshot_bytes, p_snapshot),  -- 45_usage.sql
          quiescence_failure = CASE WHEN p_snapshot ? 'generation' THEN NULL ELSE s.quiescence_failure END,
          updated_at = clock_timestamp()
    WHERE s.id = p_session AND s.idle_boundary_id = p_boundary AND s.idle_executor = p_executor
@@ -972,7 +977,7 @@ BEGIN
   RETURN to_jsonb(v);
 END $$;
 COMMENT ON FUNCTION sessionq.record_idle_outcome(uuid, uuid, uuid, jsonb) IS
-  'Internal to finish_idle and finish_idle_many: record the quiescence outcome of the claim p_executor holds (the exact snapshot, the end of the claim; an IN_PROGRESS snapshot queues refresh_snapshot). The row, or NULL when p_executor does not hold the idle claim of p_boundary.';
+  'Internal to finish_idle and finish_idle_many: record the quiescence outcome of the claim p_executor holds (the exact snapshot with its size when the runtime gave one, the end of the claim; an IN_PROGRESS snapshot queues refresh_snapshot). The row, or NULL when p_executor does not hold the idle claim of p_boundary.';
 
 -- finish_idle_many: the outcomes of several claims in one statement (the quiescence workers batch them).
 CREATE OR REPLACE FUNCTION sessionq.finish_idle_many(p_items jsonb) RETURNS jsonb

@@ -94,6 +94,17 @@ AGENT_USAGE = {
         "sessionq_agent_running_seconds", "Seconds the Actors of the Agent's live Sessions ran", ["agent"]
     ),
     "snapshots": Gauge("sessionq_agent_snapshots", "Snapshots taken of the Agent's live Sessions", ["agent"]),
+    # sizes as the runtime reported them: snapshot_bytes covers snapshots_sized of the snapshots
+    "snapshot_bytes": Gauge(
+        "sessionq_agent_snapshot_bytes",
+        "Bytes of the snapshots of the Agent's live Sessions whose size the runtime reported",
+        ["agent"],
+    ),
+    "snapshots_sized": Gauge(
+        "sessionq_agent_snapshots_sized",
+        "Snapshots of the Agent's live Sessions whose size the runtime reported (counted in snapshot_bytes)",
+        ["agent"],
+    ),
     "checkpoints_held": Gauge(
         "sessionq_agent_checkpoints_held", "Checkpoints held by the Agent's live Sessions", ["agent"]
     ),

@@ -439,6 +439,8 @@ class Session(Row):
     idle_ttl: float | None = None
     # since when the Actor is paused waiting for input (sessions.pausedRuntimeTtl), not suspended
     actor_paused_at: datetime | None = None
+    # the recorded snapshot's size in bytes, as the runtime reported it (None: unknown)
+    snapshot_bytes: int | None = None
 
     def view(self) -> SessionView:
         """What the API shows of this Session."""

@@ -4,6 +4,7 @@ bulk actions with a dry run, usage (FleetService, through the CLI against the in
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -54,5 +55,8 @@ async def test_fleet_commands(cli, store):
     assert "SET_IDLE_TTL" in status and "DONE" in status
     usage = ok(await cli("session", "usage", ids["b1"])).stdout
     assert "TURNS" in usage and "RESUMES" in usage
+    figures = json.loads(ok(await cli("session", "usage", ids["b1"], "-o", "json")).stdout)["usage"]
+    # no snapshot yet: 0 bytes of 0 (with snapshots of unknown size it would say "unknown")
+    assert int(figures.get("snapshots", 0)) == 0 and re.search(r"SNAPSHOT BYTES\s*\S\s*0\b", usage), usage
     denied = await cli("session", "count", "--all-creators", "--selector", "team=billing")
     assert denied.exit_code == 1 and "administrator" in denied.stderr

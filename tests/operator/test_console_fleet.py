@@ -146,3 +146,30 @@ async def test_an_admin_edits_labels_and_the_idle_ttl_in_a_browser(browser, cons
                             data={"labels": "team=x", "csrf": csrf})
         assert r.status_code == 303 and "not%20found" in r.headers["location"].replace("+", "%20"), r.headers
     assert (await row()).labels == {"team": "billing", "env": "prod"} and (await row()).idle_ttl is None
+
+
+async def snapshot_recorded(store: Any, sim: Any, session: Any, size: int | None) -> None:
+    """A turn, and its quiescence outcome recorded with a snapshot of `size` bytes (None: unknown)."""
+    import uuid
+
+    from lifecycle import turn_by_store
+
+    await turn_by_store(store, sim, session)
+    executor = uuid.uuid4()
+    claimed = (await store.claim_idle_work(executor, 0.0, 1)).claimed
+    assert [c.id for c in claimed] == [session.id]
+    snap = {"generation": 1, "uri": "sim://snapshots/x/1", "status": "COMPLETED", "bytes": size}
+    await store.finish_idle(session.id, claimed[0].idle_boundary_id, executor, snap)
+
+
+@pytest.mark.clause("FLEET-5")
+async def test_the_session_page_shows_snapshot_bytes_and_says_when_unknown(console, store, sim):
+    sized = await ready_session(store, sim, "sz1", user="rita")
+    unsized = await ready_session(store, sim, "sz2", user="rita")
+    await snapshot_recorded(store, sim, sized, 4096)
+    await snapshot_recorded(store, sim, unsized, None)
+    async with httpx.AsyncClient(base_url=console, cookies={"sessionq_console": READER}) as reader:
+        shown = (await reader.get(f"/sessions/{sized.id}")).text
+        assert re.search(r'class="snapshot-bytes">4096 bytes</td>', shown), shown
+        shown = (await reader.get(f"/sessions/{unsized.id}")).text
+        assert re.search(r'class="snapshot-bytes">unknown <span class="muted">\(the runtime reports no sizes\)', shown)

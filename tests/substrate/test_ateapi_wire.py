@@ -37,6 +37,7 @@ async def rt(served: Any) -> Any:
     return served.client
 
 
+@pytest.mark.clause("FLEET-5")
 async def test_actor_lifecycle_through_the_wire(rt: SubstrateClient, sim: SimulatedSubstrate) -> None:
     made = await rt.create_actor(NS, "a1", TEMPLATE, env={"K": "v"})
     assert made.state == ActorState.SUSPENDED and made.uid and made.template == TEMPLATE
@@ -54,6 +55,10 @@ async def test_actor_lifecycle_through_the_wire(rt: SubstrateClient, sim: Simula
     got = await rt.get_actor(NS, "a1")
     assert got.uid == made.uid and got.version == suspended.version
     assert [s.generation for s in got.snapshots] == [s.generation for s in suspended.snapshots]
+    # the simulator knows each snapshot's size, ateapi's Snapshot carries none: unknown through the wire
+    direct = await sim.get_actor(NS, "a1")
+    assert all(s.size_bytes is not None for s in direct.snapshots) and direct.snapshots
+    assert all(s.size_bytes is None for s in got.snapshots)
     page = await rt.list_actors(NS, 10, "")
     assert [a.name for a in page.items] == ["a1"] and page.next_page_token == ""
     await rt.delete_actor(NS, "a1", made.uid)

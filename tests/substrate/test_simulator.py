@@ -521,7 +521,9 @@ async def test_outcome_faults_on_each_single_statement_call(sim: SimulatedSubstr
     elif method == "suspend_actor":
         assert isinstance(actor, Actor) and actor.state == ActorState.SUSPENDED and actor.version == 3
         assert [(s.generation, s.fidelity) for s in actor.snapshots] == [(1, SnapshotFidelity.MEMORY)]
-        assert detail == {"from": ActorState.RUNNING.value, "generation": 1, "fidelity": SnapshotFidelity.MEMORY.value}
+        # size_bytes: the snapshot's size, the length of the empty durable state kept ('{}')
+        assert detail == {"from": ActorState.RUNNING.value, "generation": 1, "fidelity": SnapshotFidelity.MEMORY.value,
+                          "size_bytes": 2}
     elif method == "delete_actor":
         assert actor == Code.NOT_FOUND
         assert detail == {"from": ActorState.SUSPENDED.value}

@@ -310,5 +310,6 @@ class FleetService(fleet_pb2_grpc.FleetServiceServicer):
         return fleet_pb2.GetSessionUsageResponse(usage=fleet_pb2.SessionUsage(
             turns=u["turns"], running_seconds=u["running_seconds"], running=u["running"], snapshots=u["snapshots"],
             checkpoints_held=u["checkpoints_held"], resumes=u["resumes"], resume_seconds_total=u["resume_seconds"],
-            resume_seconds_max=u["resume_seconds_max"],
+            resume_seconds_max=u["resume_seconds_max"], snapshot_bytes=u["snapshot_bytes"],
+            snapshots_sized=u["snapshots_sized"],
         ))

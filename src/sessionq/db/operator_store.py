@@ -479,7 +479,8 @@ class OperatorStore:
         """A Session's labels, own idle TTL, Actor state and usage (the caller checked it may see it)."""
         return await self._one(
             "SELECT s.labels, s.idle_ttl, sessionq.actor_state(s) AS actor_state, u.turns, u.running_seconds,"
-            " u.running_since, u.snapshots, u.checkpoints_held, u.resumes, u.resume_seconds, u.resume_seconds_max"
+            " u.running_since, u.snapshots, u.snapshot_bytes, u.snapshots_sized, u.checkpoints_held, u.resumes,"
+            " u.resume_seconds, u.resume_seconds_max"
             " FROM sessionq.sessions s LEFT JOIN sessionq.session_usage u ON u.session_id = s.id WHERE s.id = %s",
             (session_id,))
 

@@ -188,4 +188,4 @@ async def refresh_snapshot(store: Store, runtime: Substrate, session_id: UUID, g
     picked = pick_snapshot([snap])
     if picked is None or picked["status"] != SnapshotState.COMPLETED:
         raise SubstrateError(Code.UNAVAILABLE, f"snapshot generation {generation} is still being written")
-    return await store.record_snapshot_completed(session_id, generation, picked["uri"])
+    return await store.record_snapshot_completed(session_id, generation, picked["uri"], picked["bytes"])

@@ -93,6 +93,9 @@ class Snapshot:
     status: SnapshotStatus
     uri: str  # object-storage URI; meaningful only when status is COMPLETED
     created_at: datetime
+    # what the snapshot takes in storage, in bytes, when the runtime can say (None: unknown, e.g.
+    # ateapi, whose Snapshot has no size); counted into the Session's usage (domain/snapshots.py)
+    size_bytes: int | None = None
 
 
 @dataclass(frozen=True)

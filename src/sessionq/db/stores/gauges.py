@@ -20,7 +20,10 @@ class GaugeStore(StoreBase):
         sessions = await self._rows(
             "SELECT state, count(*) AS n FROM sessionq.sessions WHERE kind = 'session' GROUP BY state"  # not Sandboxes
         )
-        usage = await self._rows("SELECT * FROM sessionq.agent_usage()")  # 45_usage.sql
+        usage = await self._rows(  # 45_usage.sql
+            "SELECT a.*, b.snapshot_bytes, b.snapshots_sized FROM sessionq.agent_usage() a"
+            " LEFT JOIN sessionq.agent_snapshot_usage() b USING (agent_namespace, agent_name)"
+        )
         return {
             "agent_usage": {f"{r['agent_namespace']}/{r['agent_name']}": r for r in usage},
             "jobs": {(r["queue_name"], r["status"]): int(r["jobs"]) for r in jobs},

@@ -294,7 +294,11 @@ class TaskStore(StoreBase):
         )
         return Session.from_json(value) if value else None
 
-    async def record_snapshot_completed(self, session_id: UUID, generation: int, uri: str) -> bool:
+    async def record_snapshot_completed(
+        self, session_id: UUID, generation: int, uri: str, size_bytes: int | None = None
+    ) -> bool:
         return bool(
-            await self._value("SELECT sessionq.record_snapshot_completed(%s, %s, %s)", (session_id, generation, uri))
+            await self._value(
+                "SELECT sessionq.record_snapshot_completed(%s, %s, %s, %s)", (session_id, generation, uri, size_bytes)
+            )
         )

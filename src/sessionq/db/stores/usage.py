@@ -27,4 +27,7 @@ class UsageStore(StoreBase):
 
     async def agent_usage(self) -> list[dict[str, Any]]:
         """Usage summed per Agent over its live Sessions (the metrics' gauges)."""
-        return await self._rows("SELECT * FROM sessionq.agent_usage()")
+        return await self._rows(
+            "SELECT a.*, b.snapshot_bytes, b.snapshots_sized FROM sessionq.agent_usage() a"
+            " LEFT JOIN sessionq.agent_snapshot_usage() b USING (agent_namespace, agent_name)"
+        )

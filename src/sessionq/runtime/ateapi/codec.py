@@ -146,6 +146,7 @@ def snapshot_from_pb(s: pb.Snapshot, created_at: datetime, what: str) -> Snapsho
         status=status,
         uri=chosen.object.snapshot_uri if chosen.HasField("object") else "",
         created_at=created_at,
+        size_bytes=None,  # ateapi's Snapshot has no size: unknown (the Session's usage counts it apart)
     )
 
 

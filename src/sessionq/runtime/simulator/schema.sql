@@ -135,6 +135,12 @@ COMMENT ON FUNCTION substrate_sim.take_faults(text, text) IS
     'oldest of an outcome kind matching the method and target (faults naming no actor match any target); '
     'returns them as a jsonb array of {id, kind, code, delay} ordered by id, NULL when none matched.';
 
+-- snapshot_size: what a simulated snapshot takes, deterministically: the bytes of the durable state it keeps.
+CREATE OR REPLACE FUNCTION substrate_sim.snapshot_size(p_durable jsonb) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$ SELECT octet_length(coalesce(p_durable, '{}'::jsonb)::text)::bigint $$;
+COMMENT ON FUNCTION substrate_sim.snapshot_size(jsonb) IS
+    'A simulated snapshot''s size in bytes: the length of the durable state it keeps, as jsonb text (deterministic).';
+
 -- actor_json: an Actor as the simulator returns it, with its snapshots.
 CREATE OR REPLACE FUNCTION substrate_sim.actor_json(p_atespace text, p_name text)
 RETURNS jsonb LANGUAGE sql STABLE AS $$
@@ -144,7 +150,8 @@ RETURNS jsonb LANGUAGE sql STABLE AS $$
            'created_at', a.created_at, 'updated_at', a.updated_at,
            'snapshots', coalesce(
              (SELECT jsonb_agg(jsonb_build_object('generation', s.generation, 'fidelity', s.fidelity,
-                                                  'status', s.status, 'uri', s.uri, 'created_at', s.created_at)
+                                                  'status', s.status, 'uri', s.uri, 'created_at', s.created_at,
+                                                  'size_bytes', substrate_sim.snapshot_size(s.durable))
                                ORDER BY s.generation)
                 FROM substrate_sim.snapshots s WHERE s.actor_uid = a.uid),
              '[]'::jsonb))
@@ -153,7 +160,7 @@ RETURNS jsonb LANGUAGE sql STABLE AS $$
 $$;
 COMMENT ON FUNCTION substrate_sim.actor_json(text, text) IS
     'The Actor as jsonb: its columns but env and durable, worker_ip from its worker, and snapshots (generation, '
-    'fidelity, status, uri, created_at) ascending by generation; NULL when there is no such Actor.';
+    'fidelity, status, uri, created_at, size_bytes) ascending by generation; NULL when there is no such Actor.';
 
 -- release_worker (one argument): runtime/stand_in/core.sql; a schema installed before the core had it
 -- holds a two-argument form, dropped here.
@@ -306,7 +313,9 @@ BEGIN
    WHERE uid = p_uid;
   INSERT INTO substrate_sim.calls (method, atespace, name, uid, detail, pid)
     VALUES ('suspend_actor', p_atespace, p_name, p_uid,
-            jsonb_build_object('from', v_row.state, 'generation', v_generation, 'fidelity', p_fidelity), p_pid);
+            jsonb_build_object('from', v_row.state, 'generation', v_generation, 'fidelity', p_fidelity,
+                               'size_bytes', (SELECT substrate_sim.snapshot_size(s.durable) FROM substrate_sim.snapshots s
+                                               WHERE s.actor_uid = p_uid AND s.generation = v_generation)), p_pid);
   RETURN jsonb_build_object('actor', substrate_sim.actor_json(p_atespace, p_name));
 END $$;
 COMMENT ON FUNCTION substrate_sim.suspend_actor(text, text, text, text, integer) IS

@@ -118,7 +118,8 @@ _READS = StandInReads(
     schema="substrate_sim",
     actor_columns="a.atespace, a.name, a.uid, a.template, a.state, a.worker, a.version, a.durable,"
     " a.created_at, a.updated_at, w.ip AS worker_ip",
-    snapshot_columns="actor_uid, generation, fidelity, status, uri, created_at",
+    snapshot_columns="actor_uid, generation, fidelity, status, uri, created_at,"
+    " substrate_sim.snapshot_size(durable) AS size_bytes",
     to_snapshot=_snapshot,
 )
 

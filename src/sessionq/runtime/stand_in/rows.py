@@ -37,6 +37,7 @@ def snapshot_from_row(row: Row, uri: str) -> Snapshot:
         status=SnapshotStatus(row["status"]),
         uri=uri,
         created_at=row["created_at"],
+        size_bytes=row.get("size_bytes"),  # where the runtime's schema has it
     )
 
 

@@ -283,7 +283,7 @@ class ListBulkActionItemsResponse(_message.Message):
     def __init__(self, items: _Optional[_Iterable[_Union[BulkActionItem, _Mapping]]] = ..., page: _Optional[_Union[_common_pb2.PageResponse, _Mapping]] = ...) -> None: ...
 
 class SessionUsage(_message.Message):
-    __slots__ = ("turns", "running_seconds", "running", "snapshots", "checkpoints_held", "resumes", "resume_seconds_total", "resume_seconds_max")
+    __slots__ = ("turns", "running_seconds", "running", "snapshots", "checkpoints_held", "resumes", "resume_seconds_total", "resume_seconds_max", "snapshot_bytes", "snapshots_sized")
     TURNS_FIELD_NUMBER: _ClassVar[int]
     RUNNING_SECONDS_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
@@ -292,6 +292,8 @@ class SessionUsage(_message.Message):
     RESUMES_FIELD_NUMBER: _ClassVar[int]
     RESUME_SECONDS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     RESUME_SECONDS_MAX_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOTS_SIZED_FIELD_NUMBER: _ClassVar[int]
     turns: int
     running_seconds: float
     running: bool
@@ -300,7 +302,9 @@ class SessionUsage(_message.Message):
     resumes: int
     resume_seconds_total: float
     resume_seconds_max: float
-    def __init__(self, turns: _Optional[int] = ..., running_seconds: _Optional[float] = ..., running: _Optional[bool] = ..., snapshots: _Optional[int] = ..., checkpoints_held: _Optional[int] = ..., resumes: _Optional[int] = ..., resume_seconds_total: _Optional[float] = ..., resume_seconds_max: _Optional[float] = ...) -> None: ...
+    snapshot_bytes: int
+    snapshots_sized: int
+    def __init__(self, turns: _Optional[int] = ..., running_seconds: _Optional[float] = ..., running: _Optional[bool] = ..., snapshots: _Optional[int] = ..., checkpoints_held: _Optional[int] = ..., resumes: _Optional[int] = ..., resume_seconds_total: _Optional[float] = ..., resume_seconds_max: _Optional[float] = ..., snapshot_bytes: _Optional[int] = ..., snapshots_sized: _Optional[int] = ...) -> None: ...
 
 class GetSessionUsageRequest(_message.Message):
     __slots__ = ("session_id",)
