@@ -1,4 +1,4 @@
--- Upgrade 0022_snapshot_bytes: a snapshot's size in the Session's usage.
+-- Upgrade 0021_snapshot_bytes: a snapshot's size in the Session's usage.
 --
 -- Applied by its revision only, to a database whose schema was installed before it; a database
 -- installed from schema/ at or after it has all of this already. Frozen: a later change to these

@@ -1,17 +1,17 @@
 """Snapshot bytes: a snapshot's size, as the runtime reports it, in the Session's usage.
 
-Revision ID: 0022_snapshot_bytes
-Revises: 0019_traced_jobs
+Revision ID: 0021_snapshot_bytes
+Revises: 0020_turns_rest
 
-schema/upgrades/0022_snapshot_bytes.sql: sessions.snapshot_bytes, session_usage.snapshot_bytes and
+schema/upgrades/0021_snapshot_bytes.sql: sessions.snapshot_bytes, session_usage.snapshot_bytes and
 snapshots_sized, recorded with the snapshot (record_idle_outcome, complete_operation,
 record_snapshot_completed) and shown by get_session_usage and agent_usage.
 """
 
 from sessionq.db.migrations.sqlfiles import apply_upgrade
 
-revision = "0022_snapshot_bytes"
-down_revision = "0019_traced_jobs"
+revision = "0021_snapshot_bytes"
+down_revision = "0020_turns_rest"
 branch_labels = None
 depends_on = None
 
