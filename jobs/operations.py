@@ -10,6 +10,7 @@ from sessionq.jobs.bridge import worker_job_manager
 from sessionq.jobs.deps import deps
 
 from sessionq.domain.operations import OutcomeStatus
+from sessionq.models import OperationStart
 
 log = logging.getLogger(__name__)
 
@@ -26,8 +27,11 @@ async def execute_operation(context: JobContext, session_id: str) -> OutcomeStat
     # its own finish call (jobs/bridge.py, WorkerJobManager)
     ending = worker_job_manager(context)
     job_id = context.job.id if ending is not None and context.job else None
+    # the operation begun by the fetch of this job, if it was (WorkerJobManager.begin_operations_at_fetch)
+    fetched = ending.take_begun(job_id) if ending is not None and job_id is not None else None
+    begun = (fetched.executor, fetched.sent_at, OperationStart.from_row(fetched.row, "begun_")) if fetched else None
     try:
-        outcome = await d.executor.run(UUID(session_id), job_id=job_id)
+        outcome = await d.executor.run(UUID(session_id), job_id=job_id, begun=begun)
     except BaseException:
         if ending is not None and job_id is not None:
             ending.completion_uncertain(job_id)  # a lost response may hide a committed completion

@@ -14,7 +14,8 @@
 --               sessionq.worker_heartbeats (registered workers)
 --   queueing    sessionq.defer_job, sessionq.run_waiting_job, sessionq.run_job_now, sessionq.wake_workers,
 --               sessionq.move_waiting_jobs
---   fetching    sessionq.fetch_job (procrastinate's fetch, minus the queues in sessionq.paused_queues)
+--   fetching    sessionq.fetch_job (procrastinate's fetch, minus the queues in sessionq.paused_queues),
+--               sessionq.fetch_job_begun (the same, an execute_operation job's begin_operation with it)
 --   ending      sessionq.finish_operation_job, sessionq.end_job_attempt, sessionq.retry_job_attempt,
 --               sessionq.finish_job, sessionq.retry_job_now, sessionq.cancel_or_abort_job,
 --               sessionq.prune_dead_workers
@@ -405,6 +406,44 @@ BEGIN
 END $$;
 COMMENT ON FUNCTION sessionq.fetch_job(varchar[], bigint) IS
   'procrastinate''s fetch of the next job for worker p_worker_id from p_queues (NULL: every queue), leaving out the paused queues (sessionq.paused_queues). Returns the job row, marked doing, or a row of NULLs when there is none.';
+
+-- An execute_operation job begins its operation in the statement that fetches it (jobs/bridge.py,
+-- WorkerJobManager with begin_operations_at_fetch): one round trip instead of two per operation.
+-- sessionq.begin_operation claims only a first attempt at a plain creation; it runs in a
+-- subtransaction, so that its failure leaves the fetch alone (the job then begins as before).
+CREATE OR REPLACE FUNCTION sessionq.fetch_job_begun(
+  p_queues varchar[], p_worker_id bigint, p_executor uuid, p_lifetime double precision
+) RETURNS TABLE (id bigint, status procrastinate_job_status, task_name varchar, priority integer, lock text,
+                 queueing_lock text, args jsonb, scheduled_at timestamptz, queue_name varchar, attempts integer,
+                 worker_id bigint, begun_status text, begun_previous_executor uuid, begun_expires_at timestamptz,
+                 begun_session jsonb, begun_revision jsonb)
+LANGUAGE plpgsql
+SET search_path = sessionq, public
+AS $$
+DECLARE
+  v procrastinate_jobs;
+  b_status text;
+  b_previous uuid;
+  b_expires timestamptz;
+  b_session jsonb;
+  b_revision jsonb;
+BEGIN
+  v := sessionq.fetch_job(p_queues, p_worker_id);
+  IF v.id IS NOT NULL AND v.task_name = 'execute_operation' AND p_executor IS NOT NULL THEN
+    BEGIN
+      SELECT o.status, o.previous_executor, o.expires_at, o.session, o.revision
+        INTO b_status, b_previous, b_expires, b_session, b_revision
+        FROM sessionq.begin_operation((v.args->>'session_id')::uuid, p_executor, p_lifetime) o;
+    EXCEPTION WHEN OTHERS THEN
+      b_status := NULL;  -- rolled back alone: the job's own begin_operation meets the error and reports it
+    END;
+  END IF;
+  RETURN QUERY SELECT v.id, v.status, v.task_name, v.priority, v.lock, v.queueing_lock, v.args, v.scheduled_at,
+                      v.queue_name, v.attempts, v.worker_id, b_status, b_previous, b_expires, b_session,
+                      b_revision;
+END $$;
+COMMENT ON FUNCTION sessionq.fetch_job_begun(varchar[], bigint, uuid, double precision) IS
+  'sessionq.fetch_job, and for an execute_operation job sessionq.begin_operation of its Session by executor p_executor (claim lifetime p_lifetime seconds) in the same transaction: its columns begun_* (NULL when the job is of another task, or the begin failed and was rolled back alone). A worker passes p_executor NULL to fetch only.';
 
 CREATE OR REPLACE FUNCTION sessionq.run_job_now(p_job bigint) RETURNS boolean
 LANGUAGE plpgsql

@@ -504,6 +504,19 @@ class OperationStart:
     revision: Revision | None
     claim: Claim | None
 
+    @classmethod
+    def from_row(cls, row: Any, prefix: str = "") -> OperationStart:
+        """From begin_operation's row (status, previous_executor, expires_at, session, revision),
+        its columns named with `prefix` (sessionq.fetch_job_begun: "begun_")."""
+        s, r = row[prefix + "session"], row[prefix + "revision"]
+        session = Session.from_json(s) if s is not None else None
+        revision = Revision.from_json(r) if r is not None else None
+        status = ClaimStatus(row[prefix + "status"])
+        claim = None
+        if status not in (ClaimStatus.PREPARE, ClaimStatus.GONE):
+            claim = Claim(status, row[prefix + "previous_executor"], row[prefix + "expires_at"], session)
+        return cls(session, revision, claim)
+
 
 @dataclass(frozen=True)
 class Observation:

@@ -7,6 +7,8 @@ it never ends a later attempt of the same job."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -23,6 +25,8 @@ from sessionq.jobs.bridge import WorkerJobManager
 from sessionq.db.store import Store
 from sessionq.domain.operations import OperationExecutor
 from sessionq.errors import SessionqError
+from sessionq.models import OperationStart
+from sessionq.runtime.base import SubstrateError
 
 
 async def running_job(app: App, worker_id: int, session_id: UUID) -> Job:
@@ -178,3 +182,118 @@ async def test_an_uncertain_attempt_never_ends_a_later_attempt(store: Store, sim
     # the second worker's own attempt ends normally
     await manager.finish_job(again, Status.SUCCEEDED, delete_job=True)
     assert await job_status(store, attempt.id) is None
+
+
+# -- an operation begun by its job's fetch (sessionq.fetch_job_begun) ------------------------------
+
+
+async def executor_of(store: Store, session_id: UUID) -> UUID | None:
+    async with store.pool.connection() as conn:
+        cur = await conn.execute("SELECT executor_id FROM sessionq.sessions WHERE id = %s", (session_id,))
+        row = await cur.fetchone()
+    assert row is not None
+    return row["executor_id"]  # type: ignore[no-any-return]
+
+
+def begun_of(manager: WorkerJobManager, job: Job) -> tuple[UUID, float, OperationStart]:
+    assert job.id is not None
+    fetched = manager.take_begun(job.id)
+    assert fetched is not None
+    assert manager.take_begun(job.id) is None  # taken once
+    return fetched.executor, fetched.sent_at, OperationStart.from_row(fetched.row, "begun_")
+
+
+@pytest.mark.clause("OP-2")
+async def test_racing_fetches_claim_each_first_creation_once_in_the_fetch(store: Store, sim: Any, app: App) -> None:
+    await apply_agent(store, sim)
+    manager = app.job_manager
+    assert isinstance(manager, WorkerJobManager)
+    manager.begin_operations_at_fetch(30)
+    sessions = [(await store.admit_create("alice", f"race-{i}", "kagent", AGENT, "")).session.id for i in range(12)]
+    workers = [await manager.register_worker() for _ in range(4)]
+    # 20 fetches on the app's pool of real connections for 12 waiting jobs
+    fetched = await asyncio.gather(*(manager.fetch_job(["operations"], workers[i % 4]) for i in range(20)))
+    jobs = [job for job in fetched if job is not None]
+    assert len(jobs) == 12 and {job.task_kwargs["session_id"] for job in jobs} == {str(s) for s in sessions}
+    executor = OperationExecutor(store, sim, 30)
+    for job in jobs:
+        sid = UUID(job.task_kwargs["session_id"])
+        begun = begun_of(manager, job)
+        start = begun[2]
+        # claimed by the fetch itself, by the executor id the fetch made, in its transaction
+        assert start.claim is not None and start.claim.status == "claimed" and start.claim.previous_executor is None
+        assert await executor_of(store, sid) == begun[0]
+        assert await job_status(store, job.id) == "doing"  # type: ignore[arg-type]
+        # the job's attempt goes on from there: no other executor may claim meanwhile
+        claim = await store.claim_operation(sid, start.session.operation_id, uuid4(), 30)  # type: ignore[union-attr,arg-type]
+        assert claim.status == "busy"
+        out = await executor.run(sid, job_id=job.id, begun=begun)
+        assert out.status == "completed" and out.session is not None and out.session.state == "READY"
+        assert await job_status(store, job.id) is None  # type: ignore[arg-type]
+    assert await count(store, "SELECT count(*) FROM sessionq.sessions WHERE state = 'READY'") == 12
+
+
+@pytest.mark.clause("OP-12")
+async def test_an_attempt_begun_at_its_fetch_has_its_deadline_counted_from_the_fetch(
+    store: Store, sim: Any, app: App
+) -> None:
+    await apply_agent(store, sim)
+    manager = app.job_manager
+    assert isinstance(manager, WorkerJobManager)
+    lifetime = 30.0
+    manager.begin_operations_at_fetch(lifetime)
+    adm = await store.admit_create("alice", "late", "kagent", AGENT, "")
+    job = await running_job(app, await manager.register_worker(), adm.session.id)
+    executor_id, _, start = begun_of(manager, job)
+    # the job reached its task a whole claim lifetime after its fetch was sent: the attempt has
+    # no time left for runtime I/O, it fails by its deadline and releases the claim
+    late = (executor_id, time.monotonic() - lifetime, start)
+    with pytest.raises(SubstrateError) as timed_out:
+        await OperationExecutor(store, sim, lifetime).run(adm.session.id, job_id=job.id, begun=late)
+    assert "claim lifetime" in str(timed_out.value)
+    # released: another attempt claims at once
+    claim = await store.claim_operation(adm.session.id, adm.generation, uuid4(), lifetime)
+    assert claim.status == "claimed" and claim.previous_executor == executor_id  # the fetch's executor held it
+    assert await count(store, "SELECT count(*) FROM substrate_sim.actors") == 0
+
+
+@pytest.mark.clause("OP-11")
+async def test_a_worker_lost_after_a_fetch_that_claimed_leaves_a_claim_that_expires(
+    store: Store, sim: Any, app: App
+) -> None:
+    await apply_agent(store, sim)
+    manager = app.job_manager
+    assert isinstance(manager, WorkerJobManager)
+    manager.begin_operations_at_fetch(1.0)
+    adm = await store.admit_create("alice", "lost", "kagent", AGENT, "")
+    job = await running_job(app, await manager.register_worker(), adm.session.id)
+    lost, _, _ = begun_of(manager, job)  # the worker dies here: its task never runs
+    assert await executor_of(store, adm.session.id) == lost
+    # a retry before the claim lapses is told to wait; once it has lapsed it claims the same
+    # operation with a new executor id and completes it
+    executor = OperationExecutor(store, sim, 30)
+    assert (await executor.run(adm.session.id)).status == "busy"
+    async with store.pool.connection() as conn:  # wait out the lapse on the database's clock
+        while (await (await conn.execute(
+                "SELECT executor_expires_at > clock_timestamp() AS live FROM sessionq.sessions WHERE id = %s",
+                (adm.session.id,))).fetchone())["live"]:  # type: ignore[index]
+            await asyncio.sleep(0.05)
+    out = await executor.run(adm.session.id)
+    assert out.status == "completed" and out.session is not None and out.session.state == "READY"
+
+
+async def test_a_begin_that_fails_leaves_the_fetch_and_other_tasks_begin_nothing(store: Store, app: App) -> None:
+    manager = app.job_manager
+    assert isinstance(manager, WorkerJobManager)
+    manager.begin_operations_at_fetch(30)
+    async with store.pool.connection() as conn:
+        # an execute_operation job whose begin_operation fails (its Session id is not one)
+        await conn.execute("SELECT sessionq.defer('execute_operation', 'bad', '{\"session_id\": \"not-a-uuid\"}')")
+        await conn.execute("SELECT sessionq.defer('refresh_snapshot', 'other', '{\"checkpoint_id\": \"x\"}')")
+    worker_id = await manager.register_worker()
+    fetched = [await manager.fetch_job(["operations"], worker_id) for _ in range(2)]
+    assert {job.task_name for job in fetched if job is not None} == {"execute_operation", "refresh_snapshot"}
+    for job in fetched:
+        assert job is not None and job.id is not None
+        assert await job_status(store, job.id) == "doing"
+        assert manager.take_begun(job.id) is None

@@ -14,6 +14,7 @@ from sessionq.db.store import Store
 from sessionq.domain.operations import OperationExecutor
 from sessionq.domain.quiescence import QuiescencePool
 from sessionq.jobs.app import PUSH_QUEUE, build_app
+from sessionq.jobs.bridge import WorkerJobManager
 from sessionq.jobs.deps import Deps
 from sessionq.jobs.drain import DrainRequest, default_worker_name, run_drainable_worker, unless_stopped
 from sessionq.metrics import REVISION_GC
@@ -56,6 +57,8 @@ async def run_worker(
     executor = OperationExecutor(store, runtime, settings.sessions.claim_lifetime, keep_jobs=keep_jobs)
     # Sandboxes expire even when sessions.idleTtl is 0s
     app = build_app(url, expiry=True, direct_url=direct, queue_limits={PUSH_QUEUE: push_slots(settings)})
+    if isinstance(app.job_manager, WorkerJobManager):  # an operation begins with its job's fetch
+        app.job_manager.begin_operations_at_fetch(settings.sessions.claim_lifetime)
     quiescence = QuiescencePool(
         store,
         runtime,

@@ -40,6 +40,7 @@ from sessionq.models import (
     CheckpointState,
     ClaimStatus,
     OperationKind,
+    OperationStart,
     PreparationFailure,
     Revision,
     RevisionState,
@@ -144,16 +145,23 @@ class OperationExecutor:
             workload.ENV: workload.token_for(self._workload_secret, session.id),
         }
 
-    async def run(self, session_id: UUID, job_id: int | None = None) -> Outcome:
+    async def run(
+        self, session_id: UUID, job_id: int | None = None, begun: tuple[UUID, float, OperationStart] | None = None
+    ) -> Outcome:
         """Execute the Session's current operation. `job_id` is the execute_operation job running
         it, if any: a completion ends that job in its own transaction (its status is then
-        "completed")."""
-        executor = uuid4()
+        "completed"). `begun`: the operation was begun already, by the statement that fetched the
+        job (sessionq.fetch_job_begun): the executor id it began as, when that statement was sent
+        (time.monotonic()) and begin_operation's answer."""
         lifetime = self.claim_lifetime
-        started = time.monotonic()
-        # the Session and its revision; a first attempt at a plain creation is claimed right here,
-        # its preparation (a READY revision) decided in the same statement
-        start = await self.store.begin_operation(session_id, executor, lifetime)
+        if begun is not None:
+            executor, started, start = begun
+        else:
+            executor = uuid4()
+            started = time.monotonic()
+            # the Session and its revision; a first attempt at a plain creation is claimed right
+            # here, its preparation (a READY revision) decided in the same statement
+            start = await self.store.begin_operation(session_id, executor, lifetime)
         session, revision = start.session, start.revision
         if session is None or session.operation == OperationKind.NONE or session.operation_id is None:
             return Outcome(OutcomeStatus.NOTHING, session)

@@ -28,7 +28,6 @@ from sessionq.models import (
     ObservationStatus,
     OperationKind,
     OperationStart,
-    Revision,
     RowKind,
     Session,
     SessionView,
@@ -276,14 +275,7 @@ class SessionStore(StoreBase):
         row = await self._one(
             "SELECT * FROM sessionq.begin_operation(%s, %s, %s)", (session_id, executor, lifetime)
         )
-        s, r = row["session"], row["revision"]
-        session = Session.from_json(s) if s is not None else None
-        revision = Revision.from_json(r) if r is not None else None
-        claim = None
-        status = ClaimStatus(row["status"])
-        if status not in (ClaimStatus.PREPARE, ClaimStatus.GONE):
-            claim = Claim(status, row["previous_executor"], row["expires_at"], session)
-        return OperationStart(session, revision, claim)
+        return OperationStart.from_row(row)
 
     async def list_sessions(
         self,
