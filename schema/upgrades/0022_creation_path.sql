@@ -1,4 +1,4 @@
--- 0023_creation_path: an execute_operation job begins its operation in the statement that fetches it.
+-- 0022_creation_path: an execute_operation job begins its operation in the statement that fetches it.
 CREATE OR REPLACE FUNCTION sessionq.fetch_job_begun(
   p_queues varchar[], p_worker_id bigint, p_executor uuid, p_lifetime double precision
 ) RETURNS TABLE (id bigint, status procrastinate_job_status, task_name varchar, priority integer, lock text,
