@@ -12,6 +12,7 @@ shares one clone (`module_database_url`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import threading
@@ -92,7 +93,13 @@ class _Clones:
     thread beside the tests: a clone (CREATE DATABASE ... TEMPLATE) takes 0.3-1 s on a busy machine,
     most of a short test's time, and the server makes it while the previous test runs (a drop waits
     while a clone is wanted). A test gets a database no one has connected to, exactly what the
-    template holds, as before."""
+    template holds, as before.
+
+    A CREATE or DROP DATABASE is a transaction of the server: while it runs it holds back the
+    oldest running transaction that every database sees (pg_current_snapshot's xmin), so lifecycle
+    events are not yet readable (their positions wait for it, schema/45_events.sql) and row
+    versions are not pruned. A test marked `quiet_horizon` asserts on those at once: the thread
+    finishes what it is doing before such a test's body runs and starts nothing until it ends."""
 
     def __init__(self, admin_url: str, template: str) -> None:
         self._admin_url, self._template = admin_url, template
@@ -101,6 +108,8 @@ class _Clones:
         self._ready: list[str | BaseException] = []
         self._drops: list[str] = []
         self._closing = False
+        self._quiet = 0  # test bodies running that the thread must not overlap
+        self._busy = False  # a CREATE or DROP DATABASE is under way
         self._thread = threading.Thread(target=self._run, name="database-clones", daemon=True)
         self._thread.start()
 
@@ -108,7 +117,9 @@ class _Clones:
         conn: psycopg.Connection[Any] | None = None
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._wanted > 0 or self._drops or self._closing)
+                self._cond.wait_for(
+                    lambda: self._closing or (not self._quiet and (self._wanted > 0 or bool(self._drops))))
+                self._busy = True
                 if self._wanted > 0:
                     self._wanted -= 1
                     what, name = "create", f"sq_t_{uuid.uuid4().hex[:16]}"
@@ -128,10 +139,11 @@ class _Clones:
                 if conn is not None:
                     conn.close()
                 conn, result = None, e
-            if what == "create":
-                with self._cond:
+            with self._cond:
+                self._busy = False
+                if what == "create":
                     self._ready.append(result)
-                    self._cond.notify_all()
+                self._cond.notify_all()
         if conn is not None:
             conn.close()
 
@@ -146,6 +158,19 @@ class _Clones:
         if isinstance(got, BaseException):
             raise RuntimeError(f"could not clone the template database: {got}") from got
         return got
+
+    @contextlib.contextmanager
+    def quiet(self) -> Iterator[None]:
+        """No CREATE or DROP DATABASE of the thread runs inside this block."""
+        with self._cond:
+            self._quiet += 1
+            self._cond.wait_for(lambda: not self._busy)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._quiet -= 1
+                self._cond.notify_all()
 
     def drop(self, name: str) -> None:
         with self._cond:
@@ -166,9 +191,23 @@ class _Clones:
 
 @pytest.fixture(scope="session")
 def _clones(pg_admin_url: str, template_database: str) -> Iterator[_Clones]:
-    clones = _Clones(pg_admin_url, template_database)
+    global _CLONES
+    clones = _CLONES = _Clones(pg_admin_url, template_database)
     yield clones
+    _CLONES = None
     clones.close()
+
+
+_CLONES: _Clones | None = None  # the run's clone thread, for the quiet_horizon tests' bodies
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    if _CLONES is not None and item.get_closest_marker("quiet_horizon") is not None:
+        with _CLONES.quiet():
+            yield
+    else:
+        yield
 
 
 @pytest.fixture
@@ -249,7 +288,6 @@ async def aconn(database_url: str) -> AsyncIterator[psycopg.AsyncConnection]:
 
 # -- the running pieces: store, simulated runtime, workers, API -------------------------------------
 
-import contextlib  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from typing import Any  # noqa: E402
 

@@ -16,6 +16,9 @@ from sessionq import config
 from sessionq.console.app import EVENTS_LIVE_EVERY
 from sessionq.console.server import ConsoleServer
 
+# events are readable once no older transaction runs on the server (schema/45_events.sql)
+pytestmark = pytest.mark.quiet_horizon
+
 ADMIN, ALICE, BOB = "admin-token-1a2b", "alice-token-3c4d", "bob-token-5e6f"
 
 

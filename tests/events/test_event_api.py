@@ -22,6 +22,9 @@ from sessionq.db.store import Store
 from sessionq.domain.operations import OperationExecutor
 from sessionq.models import OperationKind
 
+# events are readable once no older transaction runs on the server (schema/45_events.sql)
+pytestmark = pytest.mark.quiet_horizon
+
 
 def stub(api: Any) -> events_pb2_grpc.EventServiceStub:
     return events_pb2_grpc.EventServiceStub(api.channel)

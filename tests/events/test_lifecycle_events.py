@@ -18,6 +18,9 @@ from sessionq.domain.quiescence import QuiescencePool, claim_and_quiesce
 from sessionq.errors import SessionqError
 from sessionq.models import DeletionReason, EventKind, OperationKind, SharePermission
 
+# events are readable once no older transaction runs on the server (schema/45_events.sql)
+pytestmark = pytest.mark.quiet_horizon
+
 ADMIN = ("root", None, True)
 
 

@@ -264,6 +264,7 @@ async def test_buf_curl_native_grpc_through_the_port(store, sim, database_url):
         assert json.loads(out.stdout)["session"]["id"] == session.id
 
 
+@pytest.mark.quiet_horizon
 async def test_lifecycle_event_streams_are_served_on_the_port(store, sim, database_url):
     """The resumable event streams (/v1/events, /v1/sessions/{id}/events) are on the API port with the
     API's authentication: a caller without a token gets 401, the owner reads the created and ready
