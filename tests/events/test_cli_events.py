@@ -7,9 +7,13 @@ import asyncio
 import json
 import sys
 
+import pytest
 from click.testing import CliRunner
 from lifecycle import ready_session
 from sessionq.cli.main import main
+
+# events are readable once no older transaction runs on the server (schema/45_events.sql)
+pytestmark = pytest.mark.quiet_horizon
 
 
 async def cli(api, *args: str, token: str = "alice-token"):
