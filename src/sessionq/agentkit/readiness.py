@@ -22,7 +22,7 @@ import contextlib
 import os
 import socket
 
-__all__ = ["PATH", "READY_FD_ENV", "READY_PORT_ENV", "Readiness", "listening_socket"]
+__all__ = ["PATH", "READY_FD_ENV", "READY_PORT_ENV", "Readiness", "env_listener", "listening_socket"]
 
 READY_FD_ENV = "SESSIONQ_READY_FD"
 READY_PORT_ENV = "SESSIONQ_READY_PORT"
@@ -31,21 +31,30 @@ HEAD_LIMIT = 8 * 1024
 READ_TIMEOUT = 5.0  # seconds a connection may take to send its request's head
 
 
-def listening_socket() -> socket.socket | None:
-    """The readiness endpoint's listening socket (module docstring), None when none is asked for."""
-    fd = os.environ.get(READY_FD_ENV)
+def env_listener(fd_env: str, port_env: str, *, default_port: int | None, backlog: int) -> socket.socket | None:
+    """A non-blocking listening socket the runtime gave this process: the descriptor named by
+    `fd_env`, else one bound on 127.0.0.1 at the port named by `port_env` (or `default_port`);
+    None when neither is set and there is no default."""
+    fd = os.environ.get(fd_env)
     if fd:
         sock = socket.socket(fileno=int(fd))
     else:
-        port = os.environ.get(READY_PORT_ENV)
-        if not port:
+        port = os.environ.get(port_env) or default_port
+        if port is None:
             return None
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", int(port)))
-        sock.listen(16)
-    sock.set_inheritable(False)  # the agent's own children (a bash call) do not get it
+        sock.listen(backlog)
     sock.setblocking(False)
+    return sock
+
+
+def listening_socket() -> socket.socket | None:
+    """The readiness endpoint's listening socket (module docstring), None when none is asked for."""
+    sock = env_listener(READY_FD_ENV, READY_PORT_ENV, default_port=None, backlog=16)
+    if sock is not None:
+        sock.set_inheritable(False)  # the agent's own children (a bash call) do not get it
     return sock
 
 

@@ -46,7 +46,7 @@ from a2a.types import a2a_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
 from starlette.applications import Starlette
 
-from sessionq.agentkit.readiness import Readiness, listening_socket
+from sessionq.agentkit.readiness import Readiness, env_listener, listening_socket
 from sessionq.agentkit.taskstore import DISPATCH_STATE, NEW_TASK_STATE, SESSION_STATE, TOKEN_STATE, KagentTaskStore
 from sessionq.runtime.base import WORKLOAD_TOKEN_HEADER
 from sessionq.runtime.taskstore_client import TRACEPARENT, TaskStoreClient
@@ -300,16 +300,8 @@ def default_card(url: str, name: str | None = None, description: str = "An agent
 
 
 def _listening_socket() -> socket.socket:
-    fd = os.environ.get(A2A_FD_ENV)
-    if fd:
-        sock = socket.socket(fileno=int(fd))
-    else:
-        port = int(os.environ.get(A2A_PORT_ENV) or 0)
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", port))
-        sock.listen(128)
-    sock.setblocking(False)
+    sock = env_listener(A2A_FD_ENV, A2A_PORT_ENV, default_port=0, backlog=128)
+    assert sock is not None  # a default port is given
     return sock
 
 
