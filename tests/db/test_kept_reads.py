@@ -107,7 +107,8 @@ async def _in_flight(database_url: str, pattern: str) -> list[int]:
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         for _ in range(200):
             cur = await conn.execute(
-                "SELECT pid FROM pg_stat_activity WHERE state = 'active' AND query LIKE %s AND pid <> pg_backend_pid()",
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND state = 'active'"
+                " AND query LIKE %s AND pid <> pg_backend_pid()",
                 (f"%{pattern}%",),
             )
             pids = [r[0] for r in await cur.fetchall()]

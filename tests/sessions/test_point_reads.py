@@ -65,7 +65,8 @@ async def _blocked(database_url: str, function: str, n: int = 1) -> list[int]:
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         for _ in range(500):
             cur = await conn.execute(
-                "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock' AND query LIKE %s",
                 (f"%sessionq.{function}(%",))
             pids = [r[0] for r in await cur.fetchall()]
             if len(pids) >= n:
