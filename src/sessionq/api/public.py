@@ -72,7 +72,7 @@ class PublicPort:
         if self.tls is not None:
             self.cards.scheme = "https"
         self.grpc_web = GrpcWeb(self.api.handlers, grpc_message_limit(settings.a2a.max_message_bytes), settings.server.cors_origins)
-        self.mcp = McpApp(store, self.api.auth, self.private.grpc_address, stateless=settings.server.mcp_stateless,
+        self.mcp = McpApp(store, self.api.auth, self.api.handlers, stateless=settings.server.mcp_stateless,
                           max_body=grpc_message_limit(settings.a2a.max_message_bytes))
         self.front: OnePort | None = None
         self.port = 0
