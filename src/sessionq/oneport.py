@@ -34,8 +34,9 @@ HTTP/2) and http/1.1 (uvicorn, which then says `https` to the app). The connecti
 decides: a TLS handshake record goes to asyncio's TLS protocol with the bytes read so far (its
 handshake within the same server.httpHeaderTimeout), anything else is a plaintext client on the
 TLS port and is told so in its own protocol (HTTP/2: a GOAWAY INADEQUATE_SECURITY; else an HTTP
-400) and closed. Every connection is counted from its accept, its handshake included. A TLS client on a plaintext port
-gets the HTTP side's 400, which its TLS library reports as a wrong version number.
+400) and closed. Every connection is counted from its accept, its handshake included. A TLS
+client on a plaintext port gets the HTTP side's 400, which its TLS library reports as a wrong
+version number.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import datetime as dt
 import ipaddress
 import json
 import logging
+import os
 import ssl
 import subprocess
 import sys
@@ -247,3 +248,29 @@ async def test_serve_with_a_missing_certificate_says_so_in_one_line(database_url
     text = err.decode()
     assert "server.tls.certFile: cannot read" in text and "missing.crt" in text, text
     assert "Traceback" not in text and len(text.strip().splitlines()) <= 2, text
+
+
+async def test_the_cli_reaches_a_tls_port_with_tls_in_its_client_config(store, sim, database_url, tmp_path):
+    """`sessionq agent apply` (its own process) over TLS: `tls: true` and `caFile` in the client
+    config; without them the same command fails in one line and nothing is applied."""
+    overrides, _ = tls_settings(tmp_path)  # (the CA's PEM is in tmp_path/ca.crt too)
+    async with public_port(store, sim, database_url, **overrides) as public:
+        spec = tmp_path / "agent.yaml"
+        spec.write_text("name: over-tls\nnamespace: kagent\n")
+
+        async def apply(client_config: str) -> tuple[int, str]:
+            path = tmp_path / "client.yaml"
+            path.write_text(client_config)
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "sessionq.cli.main", "--token", "alice-token", "--timeout", "10",
+                "agent", "apply", "--no-wait", "-f", str(spec), stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, env={**os.environ, "SESSIONQ_CLIENT_CONFIG": str(path)})
+            _, err = await asyncio.wait_for(proc.communicate(), 60)
+            return proc.returncode or 0, err.decode()
+
+        code, err = await apply(f"server: 127.0.0.1:{public.port}\n")
+        assert code != 0 and "Traceback" not in err and len(err.strip().splitlines()) <= 2, err
+        assert [a for a in await store.list_agents(None, None, 100) if a.name == "over-tls"] == []
+        code, err = await apply(f"server: 127.0.0.1:{public.port}\ntls: true\ncaFile: {tmp_path / 'ca.crt'}\n")
+        assert code == 0, err
+        assert [a.name for a in await store.list_agents(None, None, 100) if a.name == "over-tls"] == ["over-tls"]
