@@ -2,6 +2,8 @@
 
 Client config lookup: --client-config, $SESSIONQ_CLIENT_CONFIG, ./.sessionq/client.yaml,
 ~/.config/sessionq/client.yaml ($XDG_CONFIG_HOME respected). `sessionq up` writes the last two.
+A server whose port speaks TLS (server.tls) is reached with `tls: true` in the client config, its
+certificate checked against the system's trusted CAs, or against `caFile` (PEM) when set.
 """
 
 from __future__ import annotations
@@ -129,6 +131,8 @@ class Client:
     token: str | None = None
     timeout: float = DEFAULT_TIMEOUT
     config_path: Path | None = None
+    tls: bool = False
+    ca_file: str = ""
     _channel: grpc.Channel | None = field(default=None, repr=False)
     _reached: bool = field(default=False, repr=False)
 
@@ -142,13 +146,27 @@ class Client:
             token=token or (str(data["token"]) if data.get("token") else None),
             timeout=timeout,
             config_path=path,
+            tls=bool(data.get("tls")) or bool(data.get("caFile")),
+            ca_file=str(data.get("caFile") or ""),
         )
 
     @property
     def channel(self) -> grpc.Channel:
         if self._channel is None:
-            self._channel = grpc.insecure_channel(self.server)
+            if self.tls:
+                self._channel = grpc.secure_channel(self.server, grpc.ssl_channel_credentials(self._roots()))
+            else:
+                self._channel = grpc.insecure_channel(self.server)
         return self._channel
+
+    def _roots(self) -> bytes | None:
+        """The CA certificates (PEM) the server's certificate is checked against: caFile, else the system's."""
+        if not self.ca_file:
+            return None
+        try:
+            return Path(self.ca_file).expanduser().read_bytes()
+        except OSError as e:
+            raise CliError(f"cannot read caFile {self.ca_file} of the client config: {e.strerror or e}") from None
 
     def close(self) -> None:
         if self._channel is not None:

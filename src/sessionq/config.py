@@ -300,6 +300,20 @@ KEYS: tuple[Key, ...] = (
         " its HTTP/2 handshake by then.",
     ),
     Key(
+        "server.tls.certFile",
+        _str,
+        "",
+        "PEM file of server.address's TLS certificate (its chain after it); with server.tls.keyFile the"
+        " port speaks TLS only, ALPN h2 (native gRPC, gRPC-Web, MCP, the A2A bindings) and http/1.1."
+        " Empty: plaintext (TLS may be terminated in front of the port instead).",
+    ),
+    Key(
+        "server.tls.keyFile",
+        _str,
+        "",
+        "PEM file of the private key of server.tls.certFile (unencrypted); set both or neither.",
+    ),
+    Key(
         "server.eventLoop",
         _choice("uvloop", "asyncio"),
         "uvloop",
@@ -813,6 +827,8 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None) -
         values[key.path] = key.parse(raw[key.path], key.path) if key.path in raw else key.default
     if values["sandboxes.defaultTtl"] > 86400:
         raise ConfigError("sandboxes.defaultTtl: must be at most 24h (a CreateSandbox ttl's own bound)")
+    if bool(values["server.tls.certFile"]) != bool(values["server.tls.keyFile"]):
+        raise ConfigError("server.tls: set both certFile and keyFile (TLS on) or neither (plaintext)")
     if values["sessions.claimLifetime"] > 120:
         raise ConfigError(
             "sessions.claimLifetime: must be at most 120s (a crashed executor's claim expires within two minutes)"

@@ -33,6 +33,21 @@ class RuntimeSubstrateTlsSettings:
 
 
 @dataclass(frozen=True)
+class ServerTlsSettings:
+    """server.tls.*"""
+
+    cert_file: str  # server.tls.certFile
+    key_file: str  # server.tls.keyFile
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> ServerTlsSettings:
+        return cls(
+            cert_file=values["server.tls.certFile"],
+            key_file=values["server.tls.keyFile"],
+        )
+
+
+@dataclass(frozen=True)
 class A2aPushSettings:
     """a2a.push.*"""
 
@@ -203,6 +218,7 @@ class ServerSettings:
     mcp_stateless: bool  # server.mcpStateless
     http_max_connections: int  # server.httpMaxConnections
     http_header_timeout: float  # server.httpHeaderTimeout
+    tls: ServerTlsSettings  # server.tls.*
     event_loop: Literal["uvloop", "asyncio"]  # server.eventLoop
     processes: int  # server.processes
 
@@ -216,6 +232,7 @@ class ServerSettings:
             mcp_stateless=values["server.mcpStateless"],
             http_max_connections=values["server.httpMaxConnections"],
             http_header_timeout=values["server.httpHeaderTimeout"],
+            tls=ServerTlsSettings.from_values(values),
             event_loop=values["server.eventLoop"],
             processes=values["server.processes"],
         )

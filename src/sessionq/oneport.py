@@ -27,15 +27,27 @@ oldest one still waiting for its first bytes or for a request head (what a slowl
 a flood of half-sent requests never keeps a gRPC client out; only when every connection is busy
 is the new one answered 503. A connection that has not said which it is within
 server.httpHeaderTimeout is answered 408 and closed.
+
+With server.tls (`tls_context`) the port speaks TLS only, and the same routing runs on what the
+TLS layer decrypts: ALPN offers h2 (native gRPC, piped to grpcio decrypted, and the HTTP app over
+HTTP/2) and http/1.1 (uvicorn, which then says `https` to the app). The connection's first byte
+decides: a TLS handshake record goes to asyncio's TLS protocol with the bytes read so far (its
+handshake within the same server.httpHeaderTimeout), anything else is a plaintext client on the
+TLS port and is told so in its own protocol (HTTP/2: a GOAWAY INADEQUATE_SECURITY; else an HTTP
+400) and closed. Every connection is counted from its accept, its handshake included. A TLS
+client on a plaintext port gets the HTTP side's 400, which its TLS library reports as a wrong
+version number.
 """
 
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto
 import contextlib
 import logging
 import os
 import shutil
+import ssl
 import tempfile
 from typing import Any, cast
 from urllib.parse import unquote
@@ -50,6 +62,7 @@ import hpack
 from starlette.types import ASGIApp, Message
 
 from sessionq import webserve
+from sessionq.config import ConfigError
 from sessionq.webserve import BUSY, REFUSED, TIMED_OUT, TIMEOUTS, Limits, _Every
 
 EVICTED = _Every("closed the oldest connection still waiting for its request to admit a new one"
@@ -60,7 +73,41 @@ MAX_CONCURRENT = 2**31 - 1  # MAX_CONCURRENT_STREAMS announced for grpcio (which
 MAX_STREAMS = 128  # concurrent streams of one HTTP/2 connection served by the ASGI app
 HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade"})
 GRPC, HTTP, WAIT, BAD = "grpc", "http", "wait", "bad"
+TLS_RECORD = 0x16  # the first byte of a TLS handshake record (a ClientHello)
+PLAIN_ON_TLS = _Every("refused a plaintext connection to the TLS port (server.tls)")
+HTTPS_ONLY = (b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nContent-Length: 54\r\n"
+              b"Connection: close\r\n\r\nthis port speaks TLS only: connect with https or TLS.\n")
 log = logging.getLogger("sessionq.oneport")
+
+
+def tls_context(cert_file: str, key_file: str) -> ssl.SSLContext:
+    """The server TLS context of the port (server.tls.certFile, server.tls.keyFile): TLS 1.2 or
+    later, ALPN h2 then http/1.1. ConfigError, naming the key and the file, when a file cannot be
+    read or is not a certificate and its key."""
+    for key, path in (("server.tls.certFile", cert_file), ("server.tls.keyFile", key_file)):
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as e:
+            raise ConfigError(f"{key}: cannot read {path[:200]}: {(e.strerror or str(e)).lower()}") from None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert_file, key_file)
+    except ssl.SSLError as e:
+        raise ConfigError(f"server.tls: {cert_file[:200]} and {key_file[:200]} are not a PEM certificate and its"
+                          f" unencrypted private key ({e.reason or e})") from None
+    context.set_alpn_protocols(["h2", "http/1.1"])
+    return context
+
+
+def _goaway_inadequate_security() -> bytes:
+    """What an HTTP/2 client that spoke plaintext to the TLS port is sent: a GOAWAY
+    INADEQUATE_SECURITY whose debug data says why, without the server's SETTINGS first (so that a
+    client fails the connection at once rather than retrying a connection it thinks was made)."""
+    debug = b"this port speaks TLS only: connect with TLS"
+    goaway = (0).to_bytes(4, "big") + (0xC).to_bytes(4, "big") + debug
+    return len(goaway).to_bytes(3, "big") + b"\x07\0\0\0\0\0" + goaway
 
 
 def first_request(buffer: bytes) -> str:
@@ -180,8 +227,14 @@ class _Sniff(asyncio.Protocol):
         self.timer: asyncio.TimerHandle | None = None
         self.counted = False
         self.announced = False  # grpcio's SETTINGS sent to an HTTP/2 client
+        self.tls = front.tls is not None  # on the TLS port, still undecided: TLS or not
+        self.handshaking = False  # in the TLS handshake: nothing decrypted yet
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self.handshaking:  # the TLS layer's transport, its handshake done: what arrives is decrypted
+            self.transport = cast(asyncio.Transport, transport)
+            self.handshaking = False
+            return
         self.transport = t = cast(asyncio.Transport, transport)
         front = self.front
         if front.connections() >= front.limits.max_connections and not front.evict_one():
@@ -193,8 +246,55 @@ class _Sniff(asyncio.Protocol):
         self.counted = True
         self.timer = front.loop.call_later(front.limits.header_timeout, self._expired)
 
+    # -- the TLS port: TLS or not, from the first byte ---------------------------------------------
+
+    def _start_tls(self, data: bytes) -> None:
+        """Put asyncio's TLS protocol (the one loop.start_tls uses; it needs only the transport's
+        public methods, so it runs on uvloop's transports too) between the connection and this
+        protocol, and give it the bytes read so far; its handshake ends in connection_made (the
+        decrypted transport) or, failed or past server.httpHeaderTimeout, in _handshake_done."""
+        front = self.front
+        raw = self.transport
+        assert raw is not None and front.tls is not None
+        self.tls, self.handshaking, self.buffer = False, True, b""
+        waiter = front.loop.create_future()
+        waiter.add_done_callback(self._handshake_done)
+        layer = asyncio.sslproto.SSLProtocol(  # (typeshed says int seconds; any positive number is taken)
+            front.loop, self, front.tls, waiter, server_side=True,
+            ssl_handshake_timeout=front.limits.header_timeout)  # type: ignore[arg-type]
+        raw.set_protocol(layer)
+        layer.connection_made(raw)
+        view = memoryview(data)
+        while view and not raw.is_closing():
+            buffer = layer.get_buffer(len(view))
+            n = min(len(buffer), len(view))
+            buffer[:n] = view[:n]
+            layer.buffer_updated(n)
+            view = view[n:]
+
+    def _handshake_done(self, waiter: asyncio.Future[None]) -> None:
+        if waiter.cancelled() or waiter.exception() is not None:  # a failed handshake: closed by the TLS layer
+            self.handshaking = False
+            if self.counted:
+                self._decided()
+
+    def _refuse_plaintext(self) -> None:
+        if len(self.buffer) < 3 and PREFACE.startswith(self.buffer):
+            return  # perhaps an HTTP/2 preface: wait for more
+        PLAIN_ON_TLS.note(self.front.limits.name)
+        self._decided()
+        assert self.transport is not None
+        self.transport.write(_goaway_inadequate_security() if self.buffer.startswith(PREFACE[:3]) else HTTPS_ONLY)
+        self.transport.close()
+
     def data_received(self, data: bytes) -> None:
         self.buffer += data
+        if self.tls:
+            if self.buffer[0] == TLS_RECORD:
+                self._start_tls(self.buffer)
+            else:
+                self._refuse_plaintext()
+            return
         if len(self.buffer) < len(PREFACE) and PREFACE.startswith(self.buffer):
             return  # perhaps the preface: wait for the rest of it
         front = self.front
@@ -237,9 +337,11 @@ class _Sniff(asyncio.Protocol):
             return
         TIMEOUTS.note(self.front.limits.name)
         if self.transport is not None and not self.transport.is_closing():
-            if not self.buffer:
+            if not self.buffer and not self.handshaking and not self.tls:  # (a TLS client would not read it)
                 self.transport.write(TIMED_OUT)
             self.transport.close()
+        if self.handshaking:  # a handshake not done in time: its transport closed, uncounted now
+            self._decided()
 
     def eof_received(self) -> bool:
         return False
@@ -293,6 +395,7 @@ class _H2(asyncio.Protocol):
         self.server = (sock[0], sock[1]) if isinstance(sock, tuple) else None
         peer = transport.get_extra_info("peername")
         self.client = (peer[0], peer[1]) if isinstance(peer, tuple) else None
+        self.scheme = "https" if transport.get_extra_info("sslcontext") is not None else "http"
 
     def flush(self) -> None:
         data = self.conn.data_to_send()
@@ -343,7 +446,7 @@ class _H2(asyncio.Protocol):
         raw_path, _, query = pseudo.get(b":path", b"/").partition(b"?")
         scope = {
             "type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "2",
-            "method": pseudo.get(b":method", b"GET").decode("latin-1"), "scheme": "http",
+            "method": pseudo.get(b":method", b"GET").decode("latin-1"), "scheme": self.scheme,
             "path": unquote(raw_path.decode("latin-1")), "raw_path": raw_path, "query_string": query,
             "root_path": "", "headers": headers, "client": self.client, "server": self.server,
             "state": dict(self.state), "extensions": {},
@@ -492,10 +595,12 @@ class _H2(asyncio.Protocol):
 
 class OnePort:
     """The front of server.address: gRPC piped to grpcio on `grpc_path` (a unix socket), HTTP/1.1
-    served by uvicorn with `app` under `limits`. `port` once started."""
+    served by uvicorn with `app` under `limits`; `tls` (tls_context): TLS only. `port` once started."""
 
-    def __init__(self, app: ASGIApp, limits: Limits, grpc_path: str, max_body: int = 64 << 20) -> None:
+    def __init__(self, app: ASGIApp, limits: Limits, grpc_path: str, max_body: int = 64 << 20,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.app = app
+        self.tls = tls
         self.limits = limits
         self.grpc_path = grpc_path
         self.max_body = max_body  # what an HTTP/2 request may send (the app refuses less, first)

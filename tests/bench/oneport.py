@@ -12,7 +12,8 @@ Target: >= 0.9x. Then gRPC-Web: the same unary GetSession as `application/grpc-w
 HTTP/1.1 (h2load --h1, 32 connections) to the bare servicer behind the front (api/grpcweb.py makes
 each call native to the same grpcio), against native gRPC through the same port in the same
 round: target >= 0.5x; and the same over HTTP/2 (h2c prior knowledge, h2load; reported, no
-target). The MCP invoke_agent turn against A2A JSON-RPC is not measured here.
+target). The MCP invoke_agent turn against A2A JSON-RPC is measured by scenario `a2a`, beside
+its other kinds of turn.
 """
 
 from __future__ import annotations
@@ -178,6 +179,6 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
     say(f"ratio line: one port / grpcio alone, bare {results['bare']['median_ratio']}x, floor "
         f"{results['floor']['median_ratio']}x (target >= {TARGET}x: "
         f"{'met' if results['bare']['met'] and results['floor']['met'] else 'NOT met'}); {web_line}; "
-        f"MCP invoke_agent vs A2A JSON-RPC not measured")
+        f"MCP invoke_agent vs A2A JSON-RPC: scenario a2a")
     results["ratio"] = ratio(statistics.median(per_s["bare-oneport"]), statistics.median(per_s["bare-alone"]))
     return results

@@ -234,3 +234,23 @@ async def test_invoke_agent_reports_progress_and_a_cancel_cancels_the_turn(store
         while not await cancelled():
             assert asyncio.get_running_loop().time() < deadline, "the turn was not cancelled"
             await asyncio.sleep(0.3)
+
+
+async def test_mcp_tools_call_the_handlers_in_process(store, sim, database_url):
+    """MCP's tools call the API's method handlers in this process, as gRPC-Web does, not grpcio over
+    its private socket: with that socket's path gone (no new connection reaches grpcio), the tools
+    still answer, with the same authorization and errors."""
+    await apply_agent(store, sim)
+    async with public_port(store, sim, database_url) as public:
+        session = await create_session(f"127.0.0.1:{public.port}")  # alice's, over native gRPC
+        os.unlink(public.private.path)
+        async with mcp_session(public.port) as alice:
+            got = structured(await alice.call_tool("get_session", {"session_id": session.id}))
+            assert got["session"]["id"] == session.id
+            listed = structured(await alice.call_tool("list_sessions", {"agent": "kagent/my-first-agent"}))
+            assert session.id in [s["id"] for s in listed["sessions"]]
+        async with mcp_session(public.port, "bob-token") as bob:
+            r = await bob.call_tool("get_session", {"session_id": session.id})
+            assert r.is_error and "NOT_FOUND: session" in r.content[0].text, r.content
+            r = await bob.call_tool("get_session", {"session_id": "not-a-uuid"})
+            assert r.is_error and "INVALID_ARGUMENT: " in r.content[0].text, r.content

@@ -41,7 +41,8 @@ async def public_port(store: Any, sim: Any, database_url: str, **overrides: Any)
     async with running_worker(settings, database_url, store, sim):
         public = PublicPort(settings, store, address="127.0.0.1:0", runtime=sim)
         await public.start()
-        sim.taskstore_address = f"127.0.0.1:{public.port}"  # the Actors report through the one port too
+        # the Actors report through the one port too; on a TLS port through the private socket, as `serve`
+        sim.taskstore_address = public.private.grpc_address if public.tls else f"127.0.0.1:{public.port}"
         try:
             yield public
         finally:

@@ -398,6 +398,7 @@ class AgentCardServer:
         self.max_connections = max_connections
         self.header_timeout = header_timeout
         self.port = 0
+        self.scheme = "http"  # "https" on a TLS port (api/public.py)
         self._http: HttpServer | None = None
         if handler is not None and handler.card is None:
             handler.card = self.extended_card
@@ -405,7 +406,7 @@ class AgentCardServer:
     def _base(self, seen_as: str | None = None) -> str:
         """The base URL the card advertises: a2a.publicUrl, else how the client reached this server
         (the card request's Host), else this server's loopback address."""
-        return self.base_url or seen_as or f"http://127.0.0.1:{self.port}"
+        return self.base_url or seen_as or f"{self.scheme}://127.0.0.1:{self.port}"
 
     def _grpc(self, host: str | None = None) -> str:
         """The gRPC address the card advertises: a wildcard listen host is replaced by the host the

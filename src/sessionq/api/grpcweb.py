@@ -3,7 +3,8 @@
 streaming).
 
 A gRPC-Web request is served in this process by the API server's own handler of its method (the
-table grpcio calls, api/handlers.py), with a servicer context of its own (`DirectContext`): the
+table grpcio calls, api/handlers.py), with a servicer context of its own (api/inprocess.py, the
+one way the port's HTTP protocols call a handler, MCP's tools too): the
 same checks, the same authentication (the `authorization` header is the call's metadata: a bearer
 token means the same user, none is UNAUTHENTICATED), the same status codes and messages, the
 request decoded once, no second hop through grpcio (that hop, a gRPC client call to the same
@@ -28,15 +29,14 @@ import contextlib
 import logging
 import re
 import struct
-import time
-from collections.abc import Awaitable, Callable
-from typing import Any, NoReturn, Protocol
+from typing import Any
 from urllib.parse import quote
 
 import grpc
 from starlette.types import Receive, Scope, Send
 
 from sessionq import errors
+from sessionq.api.inprocess import CallFailed, DirectContext, Handlers, call_unary, loop_time
 from sessionq.webserve import BodyTooLarge, read_body
 
 GRPC_WEB = "application/grpc-web"
@@ -54,14 +54,6 @@ TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e
 ANSWER_BINARY = (GRPC_WEB + "+proto").encode()
 ANSWER_TEXT = (GRPC_WEB_TEXT + "+proto").encode()
 log = logging.getLogger("sessionq.api")
-
-
-class Handlers(Protocol):
-    """The API server's method handlers (api/handlers.py HandlerTable)."""
-
-    def handler(self, method: str) -> grpc.RpcMethodHandler | None: ...
-
-    def unknown(self, method: str) -> None: ...
 
 
 def is_grpc_web(scope: Scope) -> bool:
@@ -158,112 +150,6 @@ def _trailer(code: grpc.StatusCode, message: str, trailing: Any) -> bytes:
     return ("\r\n".join(lines) + "\r\n").encode()
 
 
-class DirectContext(grpc.aio.ServicerContext):
-    """The servicer context of a gRPC-Web call served in this process: what grpcio's own context
-    tells a handler (its metadata, deadline, peer) and records of it (the status it sets or aborts
-    with, its initial and trailing metadata)."""
-
-    __slots__ = ("_callbacks", "_cancelled", "_code", "_deadline", "_details", "_done", "_initial", "_metadata",
-                 "_peer", "_trailing", "_writer")
-
-    def __init__(self, metadata: tuple[tuple[str, str | bytes], ...], timeout: float | None, peer: str) -> None:
-        self._metadata = metadata
-        self._deadline = None if timeout is None else time.monotonic() + timeout
-        self._peer = peer
-        self._code: grpc.StatusCode | None = None
-        self._details = ""
-        self._initial: Any = ()
-        self._trailing: Any = ()
-        self._cancelled = False
-        self._done = False
-        self._callbacks: list[Callable[[Any], None]] = []
-        self._writer: Callable[[Any], Awaitable[None]] | None = None
-
-    # what handlers read
-
-    def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
-        return self._metadata
-
-    def time_remaining(self) -> float | None:
-        return None if self._deadline is None else max(0.0, self._deadline - time.monotonic())
-
-    def peer(self) -> str:
-        return self._peer
-
-    def peer_identities(self) -> None:
-        return None
-
-    def peer_identity_key(self) -> None:
-        return None
-
-    def auth_context(self) -> dict[str, Any]:
-        return {}
-
-    def cancelled(self) -> bool:
-        return self._cancelled
-
-    def done(self) -> bool:
-        return self._done
-
-    def add_done_callback(self, callback: Callable[[Any], None]) -> None:
-        self._callbacks.append(callback)
-
-    # the status and metadata of the answer
-
-    async def abort(self, code: grpc.StatusCode, details: str = "", trailing_metadata: Any = ()) -> NoReturn:
-        if code == grpc.StatusCode.OK:  # as grpcio: an abort is an error
-            code = grpc.StatusCode.UNKNOWN
-        self._code, self._details = code, details
-        if trailing_metadata:
-            self._trailing = tuple(trailing_metadata)
-        raise grpc.aio.AbortError()
-
-    async def abort_with_status(self, status: Any) -> NoReturn:
-        await self.abort(status.code, status.details, status.trailing_metadata)
-
-    def set_code(self, code: grpc.StatusCode) -> None:
-        self._code = code
-
-    def set_details(self, details: str) -> None:
-        self._details = details
-
-    def code(self) -> grpc.StatusCode | None:
-        return self._code
-
-    def details(self) -> str:
-        return self._details
-
-    def trailing_metadata(self) -> Any:
-        return self._trailing
-
-    def set_trailing_metadata(self, trailing_metadata: Any) -> None:
-        self._trailing = tuple(trailing_metadata)
-
-    async def send_initial_metadata(self, initial_metadata: Any) -> None:
-        self._initial = tuple(initial_metadata)
-
-    def set_compression(self, compression: Any) -> None:
-        pass  # gRPC-Web answers uncompressed
-
-    def disable_next_message_compression(self) -> None:
-        pass
-
-    async def read(self) -> Any:
-        raise RuntimeError("gRPC-Web calls have no client stream")
-
-    async def write(self, message: Any) -> None:
-        """A message of a server stream, for servicers that write rather than yield (grpc.health's Watch)."""
-        if self._writer is None:
-            raise RuntimeError("write() outside a server stream")
-        await self._writer(message)
-
-    def _finish(self) -> None:
-        self._done = True
-        for callback in self._callbacks:
-            with contextlib.suppress(Exception):
-                callback(self)
-
-
 class GrpcWeb:
     """The gRPC-Web ASGI app: a call is served in this process by the handler `handlers` has for
     its method (the API server's table: the same wrapped handlers grpcio calls, so the same checks,
@@ -347,24 +233,9 @@ class GrpcWeb:
                      reply: _Reply) -> None:
         request = handler.request_deserializer(message) if handler.request_deserializer else message
         try:
-            if context._deadline is None:
-                answer = await handler.unary_unary(request, context)
-            else:
-                async with asyncio.timeout_at(_loop_time(context._deadline)):
-                    answer = await handler.unary_unary(request, context)
-        except grpc.aio.AbortError:
-            await reply.status(context._code or grpc.StatusCode.UNKNOWN, context._details, context._trailing)
-            return
-        except TimeoutError:
-            await reply.status(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded", ())
-            return
-        except Exception as e:  # as grpcio answers a handler that raised
-            log.exception("unexpected error in %s", errors.clip(method, 200))
-            await reply.status(grpc.StatusCode.UNKNOWN, f"Unexpected {type(e).__name__}", ())
-            return
-        code = context._code or grpc.StatusCode.OK
-        if code != grpc.StatusCode.OK:  # a handler that set its status and returned
-            await reply.status(code, context._details, context._trailing)
+            answer = await call_unary(method, handler, request, context)
+        except CallFailed as e:
+            await reply.status(e.code, e.details, e.trailing)
             return
         data = handler.response_serializer(answer) if handler.response_serializer else answer
         await reply.message(data, context._initial)
@@ -393,7 +264,7 @@ class GrpcWeb:
         watcher = asyncio.get_running_loop().create_task(watch())
         self.streams.add(context)
         stream = handler.unary_stream(request, context)
-        deadline = None if context._deadline is None else _loop_time(context._deadline)
+        deadline = None if context._deadline is None else loop_time(context._deadline)
         try:
             async with asyncio.timeout_at(deadline):
                 async for answer in stream:
@@ -418,11 +289,6 @@ class GrpcWeb:
             watcher.cancel()
             with contextlib.suppress(BaseException):
                 await stream.aclose()
-
-
-def _loop_time(deadline: float) -> float:
-    """A time.monotonic() deadline on the running loop's clock."""
-    return asyncio.get_running_loop().time() + (deadline - time.monotonic())
 
 
 class _Reply:

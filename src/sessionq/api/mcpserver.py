@@ -3,9 +3,10 @@
 
 Every request is authenticated before the SDK sees it, as the rest of the port: a bearer token
 means the same user as over gRPC; none (without auth.anonymousUser) or an unknown one is 401 with
-a short message. Each tool is one native call to the API's own grpcio server with the request's
-credentials (as gRPC-Web's calls are): the same authorization, the same errors; an error is a
-tool result with ``isError`` and the status and its short message, never a protocol error.
+a short message. Each tool is one call of the API's own method handler in this process
+(api/inprocess.py, as gRPC-Web's calls are) with the request's credentials as its metadata: the
+same authorization, the same errors; an error is a tool result with ``isError`` and the status and
+its short message, never a protocol error.
 
 Tools, kagent's (server name ``kagent-agents``): ``list_agents`` (the Agents with a prepared
 revision in the namespaces the caller may use: ``{"agents": [{"ref", "description"}]}``) and
@@ -28,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import uuid
 from typing import Any
 
@@ -47,6 +49,7 @@ from starlette.types import Receive, Scope, Send
 from sessionq import errors
 from sessionq._pb.kagent.api.v1alpha1 import checkpoints_pb2, common_pb2, sessions_pb2
 from sessionq.api.auth import SHARE_TOKEN_HEADER, Authenticator, credential_headers
+from sessionq.api.inprocess import CallFailed, DirectContext, Handlers, call_unary, loop_time
 from sessionq.db.notify import Channel
 from sessionq.db.store import Store
 from sessionq.errors import SessionqError
@@ -55,7 +58,16 @@ PATH = "/mcp"
 AGENTS_URI = "kagent://agents"
 SERVER_NAME = "kagent-agents"
 AGENTS_PAGE = 100
+log = logging.getLogger("sessionq.api")
 INVOKE_TIMEOUT = 600.0  # seconds an invoke_agent waits for its turn
+CALL_TIMEOUT = 60.0  # seconds any other tool's call may take
+SESSIONS = "/kagent.api.v1alpha1.SessionService/"
+CHECKPOINTS = "/kagent.api.v1alpha1.CheckpointService/"
+SEND_STREAMING = "/lf.a2a.v1.A2AService/SendStreamingMessage"
+CANCEL_TASK = "/lf.a2a.v1.A2AService/CancelTask"
+METHODS = (SEND_STREAMING, CANCEL_TASK, *(SESSIONS + m for m in (
+    "ListSessions", "GetSession", "SuspendSession", "ResumeSession", "DeleteSession")),
+    CHECKPOINTS + "CreateCheckpoint", CHECKPOINTS + "ForkSession")
 
 
 def _ref(agent: str) -> tuple[str, str]:
@@ -65,6 +77,10 @@ def _ref(agent: str) -> tuple[str, str]:
     return namespace, name
 
 
+def _tool_error(e: CallFailed) -> ToolError:
+    return ToolError(f"{e.code.name}: {errors.clip(e.details or '', errors.MAX_STATUS_MESSAGE)}")
+
+
 def _answer_text(task: a2a_pb2.Task) -> str:
     """The answer of a turn: its artifacts' text, else its status message's."""
     parts = [p for artifact in task.artifacts for p in artifact.parts] or list(task.status.message.parts)
@@ -72,13 +88,19 @@ def _answer_text(task: a2a_pb2.Task) -> str:
 
 
 class McpApp:
-    """The MCP endpoint of the public port: `target` is the API's private grpcio address."""
+    """The MCP endpoint of the public port: `handlers` is the API server's table of method handlers
+    (each tool calls one in this process)."""
 
-    def __init__(self, store: Store, auth: Authenticator, target: str, *, stateless: bool, max_body: int) -> None:
+    def __init__(self, store: Store, auth: Authenticator, handlers: Handlers, *, stateless: bool,
+                 max_body: int) -> None:
         self.store = store
         self.auth = auth
-        self.target = target
-        self._channel: grpc.aio.Channel | None = None
+        self.handlers: dict[str, grpc.RpcMethodHandler] = {}
+        for method in METHODS:
+            handler = handlers.handler(method)
+            if handler is None:
+                raise RuntimeError(f"the API serves no {method}")
+            self.handlers[method] = handler
         # the current way to hear of changes (protocol 2026-07-28: `subscriptions/listen`, whose
         # stream the SDK's ListenHandler serves from this bus); `resources/subscribe`, which that
         # version removed, is still answered for clients of earlier versions (kagent's own)
@@ -121,8 +143,6 @@ class McpApp:
         if self._task is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._task, 5)
-        if self._channel is not None:
-            await self._channel.close()
 
     # -- HTTP ------------------------------------------------------------------------------------
 
@@ -142,11 +162,6 @@ class McpApp:
 
     # -- calls -----------------------------------------------------------------------------------
 
-    def channel(self) -> grpc.aio.Channel:
-        if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(self.target, options=[("grpc.max_receive_message_length", -1)])
-        return self._channel
-
     @staticmethod
     def _credentials(ctx: Any) -> list[tuple[str, str]]:
         """The credentials of the HTTP request that carried this MCP request (a tool's Context or
@@ -154,6 +169,14 @@ class McpApp:
         request = getattr(ctx, "request_context", ctx).request
         headers = getattr(request, "headers", None) or {}
         return [(k, headers[k]) for k in ("authorization", SHARE_TOKEN_HEADER) if k in headers]
+
+    @staticmethod
+    def _context(ctx: Any, credentials: list[tuple[str, str]], timeout: float) -> DirectContext:
+        """The servicer context of one handler call for the MCP request `ctx`: its credentials as
+        the call's metadata, `timeout` its deadline, the HTTP client its peer."""
+        client = getattr(getattr(ctx, "request_context", ctx).request, "client", None)  # a Starlette Request's
+        peer = f"ipv4:{client.host}:{client.port}" if client is not None else ""
+        return DirectContext(tuple(credentials), timeout, peer)
 
     async def agents(self, credentials: list[tuple[str, str]]) -> list[dict[str, str]]:
         """The Agents with a prepared revision in the namespaces the caller may use."""
@@ -227,29 +250,63 @@ class McpApp:
                 self.subscribers.discard(session)
         self._pending.discard(asyncio.current_task())
 
-    async def _call(self, ctx: Context, method: str, request: Message, answer: type[Message],
-                    timeout: float = 60.0) -> Any:
-        call = self.channel().unary_unary(method, request_serializer=lambda m: m.SerializeToString(),
-                                          response_deserializer=answer.FromString)
+    async def _call(self, ctx: Context, method: str, request: Message, timeout: float = CALL_TIMEOUT,
+                    credentials: list[tuple[str, str]] | None = None) -> Any:
+        """The answer of `method`'s handler, called in this process with the MCP request's credentials."""
+        context = self._context(ctx, self._credentials(ctx) if credentials is None else credentials, timeout)
         try:
-            return await call(request, metadata=self._credentials(ctx), timeout=timeout)
-        except grpc.aio.AioRpcError as e:
-            raise ToolError(f"{e.code().name}: {errors.clip(e.details() or '', errors.MAX_STATUS_MESSAGE)}") from None
+            return await call_unary(method, self.handlers[method], request, context)
+        except CallFailed as e:
+            raise _tool_error(e) from None
+        finally:
+            context._finish()
 
     async def invoke(self, ctx: Context, agent: str, text: str, context_id: str) -> dict[str, Any]:
-        """One turn, as A2A SendStreamingMessage on the private channel: each event of the turn is a
-        progress notification (when the client asked for them); a cancelled MCP request becomes the
-        A2A CancelTask of the turn (the cancel intent every binding has) before it ends."""
+        """One turn, as A2A SendStreamingMessage's handler called in this process: each event of
+        the turn is a progress notification (when the client asked for them); a cancelled MCP
+        request becomes the A2A CancelTask of the turn (the cancel intent every binding has) before
+        it ends."""
         namespace, name = _ref(agent)
         tenant = f"{namespace}/{name}"
         message = a2a_pb2.Message(message_id=str(uuid.uuid4()), role=a2a_pb2.ROLE_USER, context_id=context_id,
                                   parts=[a2a_pb2.Part(text=text)])
         credentials = self._credentials(ctx)
-        stream = self.channel().unary_stream(
-            "/lf.a2a.v1.A2AService/SendStreamingMessage", request_serializer=lambda m: m.SerializeToString(),
-            response_deserializer=a2a_pb2.StreamResponse.FromString,
-        )(a2a_pb2.SendMessageRequest(tenant=tenant, message=message), metadata=credentials, timeout=INVOKE_TIMEOUT)
+        context = self._context(ctx, credentials, INVOKE_TIMEOUT)
+        assert context._deadline is not None
+        stream = self.handlers[SEND_STREAMING].unary_stream(
+            a2a_pb2.SendMessageRequest(tenant=tenant, message=message), context)
         task = a2a_pb2.Task()
+        try:
+            async with asyncio.timeout_at(loop_time(context._deadline)):
+                await self._events(ctx, stream, task)
+        except grpc.aio.AbortError:
+            raise _tool_error(CallFailed(context._code or grpc.StatusCode.UNKNOWN, context._details)) from None
+        except TimeoutError:
+            raise ToolError("DEADLINE_EXCEEDED: Deadline Exceeded") from None
+        except Exception as e:  # as grpcio answers a handler that raised
+            log.exception("unexpected error in %s", SEND_STREAMING)
+            raise ToolError(f"UNKNOWN: Unexpected {type(e).__name__}") from None
+        except asyncio.CancelledError:
+            context._cancelled = True  # (the stream was closed by _events)
+            if task.id:
+                with contextlib.suppress(ToolError, asyncio.CancelledError):
+                    await asyncio.shield(self._call(ctx, CANCEL_TASK, a2a_pb2.CancelTaskRequest(tenant=tenant, id=task.id),
+                                                    timeout=30, credentials=credentials))
+            raise
+        finally:
+            context._finish()
+        code = context._code or grpc.StatusCode.OK
+        if code != grpc.StatusCode.OK:  # a handler that set its status and ended
+            raise _tool_error(CallFailed(code, context._details))
+        if task.status.state in (a2a_pb2.TASK_STATE_FAILED, a2a_pb2.TASK_STATE_REJECTED,
+                                 a2a_pb2.TASK_STATE_CANCELED):
+            raise ToolError(f"the turn ended {a2a_pb2.TaskState.Name(task.status.state).removeprefix('TASK_STATE_')}:"
+                            f" {errors.clip(_answer_text(task), 200)}")
+        return {"agent": tenant, "text": _answer_text(task), "context_id": task.context_id}
+
+    @staticmethod
+    async def _events(ctx: Context, stream: Any, task: a2a_pb2.Task) -> None:
+        """The turn's events into `task`, each a progress notification."""
         events = 0
         try:
             async for event in stream:
@@ -269,27 +326,13 @@ class McpApp:
                     task.status.message.CopyFrom(event.message)
                     task.status.state = a2a_pb2.TASK_STATE_COMPLETED
                 await ctx.report_progress(events, None, state.removeprefix("TASK_STATE_").lower() or None)
-        except grpc.aio.AioRpcError as e:
-            raise ToolError(f"{e.code().name}: {errors.clip(e.details() or '', errors.MAX_STATUS_MESSAGE)}") from None
-        except asyncio.CancelledError:
-            stream.cancel()
-            if task.id:
-                with contextlib.suppress(grpc.aio.AioRpcError, asyncio.CancelledError):
-                    await asyncio.shield(self.channel().unary_unary(
-                        "/lf.a2a.v1.A2AService/CancelTask", request_serializer=lambda m: m.SerializeToString(),
-                        response_deserializer=a2a_pb2.Task.FromString,
-                    )(a2a_pb2.CancelTaskRequest(tenant=tenant, id=task.id), metadata=credentials, timeout=30))
-            raise
-        if task.status.state in (a2a_pb2.TASK_STATE_FAILED, a2a_pb2.TASK_STATE_REJECTED,
-                                 a2a_pb2.TASK_STATE_CANCELED):
-            raise ToolError(f"the turn ended {a2a_pb2.TaskState.Name(task.status.state).removeprefix('TASK_STATE_')}:"
-                            f" {errors.clip(_answer_text(task), 200)}")
-        return {"agent": tenant, "text": _answer_text(task), "context_id": task.context_id}
+        finally:
+            with contextlib.suppress(BaseException):
+                await stream.aclose()
 
     def _tools(self) -> None:
         server = self.server
-        sessions = "/kagent.api.v1alpha1.SessionService/"
-        checkpoints = "/kagent.api.v1alpha1.CheckpointService/"
+        sessions, checkpoints = SESSIONS, CHECKPOINTS
 
         def session_dict(s: sessions_pb2.Session) -> dict[str, Any]:
             return json_format.MessageToDict(s, preserving_proto_field_name=True)
@@ -309,44 +352,39 @@ class McpApp:
             if agent:
                 namespace, name = _ref(agent)
                 request.agent.CopyFrom(common_pb2.ResourceReference(namespace=namespace, name=name))
-            answer = await self._call(ctx, sessions + "ListSessions", request, sessions_pb2.ListSessionsResponse)
+            answer = await self._call(ctx, sessions + "ListSessions", request)
             return {"sessions": [session_dict(s) for s in answer.sessions],
                     "next_page_token": answer.page.next_page_token}
 
-        async def lifecycle(ctx: Context, rpc: str, request: Message, answer: type[Message]) -> dict[str, Any]:
-            got = await self._call(ctx, sessions + rpc, request, answer)
+        async def lifecycle(ctx: Context, rpc: str, request: Message) -> dict[str, Any]:
+            got = await self._call(ctx, sessions + rpc, request)
             return {"session": session_dict(got.session)}
 
         @server.tool(description="Get one of your Sessions.")
         async def get_session(ctx: Context, session_id: str) -> dict[str, Any]:
-            return await lifecycle(ctx, "GetSession", sessions_pb2.GetSessionRequest(session_id=session_id),
-                                   sessions_pb2.GetSessionResponse)
+            return await lifecycle(ctx, "GetSession", sessions_pb2.GetSessionRequest(session_id=session_id))
 
         @server.tool(description="Suspend a Session (its Actor stops; its state is kept).")
         async def suspend_session(ctx: Context, session_id: str) -> dict[str, Any]:
-            return await lifecycle(ctx, "SuspendSession", sessions_pb2.SuspendSessionRequest(session_id=session_id),
-                                   sessions_pb2.SuspendSessionResponse)
+            return await lifecycle(ctx, "SuspendSession", sessions_pb2.SuspendSessionRequest(session_id=session_id))
 
         @server.tool(description="Resume a suspended Session.")
         async def resume_session(ctx: Context, session_id: str) -> dict[str, Any]:
-            return await lifecycle(ctx, "ResumeSession", sessions_pb2.ResumeSessionRequest(session_id=session_id),
-                                   sessions_pb2.ResumeSessionResponse)
+            return await lifecycle(ctx, "ResumeSession", sessions_pb2.ResumeSessionRequest(session_id=session_id))
 
         @server.tool(description="Delete a Session.")
         async def delete_session(ctx: Context, session_id: str) -> dict[str, Any]:
-            return await lifecycle(ctx, "DeleteSession", sessions_pb2.DeleteSessionRequest(session_id=session_id),
-                                   sessions_pb2.DeleteSessionResponse)
+            return await lifecycle(ctx, "DeleteSession", sessions_pb2.DeleteSessionRequest(session_id=session_id))
 
         @server.tool(description="Checkpoint a Session at its current turn (expected_head_task_id: refuse if the"
                                  " conversation has moved past that task).")
         async def checkpoint_session(ctx: Context, session_id: str, expected_head_task_id: str = "") -> dict[str, Any]:
             got = await self._call(ctx, checkpoints + "CreateCheckpoint", checkpoints_pb2.CreateCheckpointRequest(
-                session_id=session_id, request_id=str(uuid.uuid4()), expected_head_task_id=expected_head_task_id),
-                checkpoints_pb2.CreateCheckpointResponse)
+                session_id=session_id, request_id=str(uuid.uuid4()), expected_head_task_id=expected_head_task_id))
             return {"checkpoint": json_format.MessageToDict(got.checkpoint, preserving_proto_field_name=True)}
 
         @server.tool(description="Fork a new Session from a checkpoint.")
         async def fork_checkpoint(ctx: Context, checkpoint_id: str) -> dict[str, Any]:
             got = await self._call(ctx, checkpoints + "ForkSession", checkpoints_pb2.ForkSessionRequest(
-                checkpoint_id=checkpoint_id, request_id=str(uuid.uuid4())), checkpoints_pb2.ForkSessionResponse)
+                checkpoint_id=checkpoint_id, request_id=str(uuid.uuid4())))
             return {"session": session_dict(got.session)}

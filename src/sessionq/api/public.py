@@ -11,7 +11,8 @@
   and the runtime answers): 200 ``ok`` or 503, no authentication, no Host check (a kubelet names
   the Pod's address), nothing else said.
 
-The cards advertise this same port for gRPC and for the HTTP bindings.
+The cards advertise this same port for gRPC and for the HTTP bindings. With server.tls the port
+speaks TLS only (oneport.py: ALPN h2 and http/1.1) and the cards' HTTP bindings are https URLs.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from sessionq.api.mcpserver import McpApp
 from sessionq.api.server import ApiServer
 from sessionq.config import Settings, grpc_message_limit
 from sessionq.db.store import Store
-from sessionq.oneport import OnePort, PrivateSocket
+from sessionq.oneport import OnePort, PrivateSocket, tls_context
 from sessionq.runtime.base import RuntimeReader
 from sessionq.webserve import AllowedHosts, BodyLimit, HostCheck, Limits
 
@@ -46,6 +47,9 @@ class PublicPort:
         self.settings = settings
         self.address = address or settings.server.address
         self.reuse_port = reuse_port
+        tls = settings.server.tls
+        # the files are read now: one that is missing or unreadable is a ConfigError at start
+        self.tls = tls_context(tls.cert_file, tls.key_file) if tls.cert_file else None
         self.private = PrivateSocket()
         try:
             self.api = ApiServer(settings, store, address=self.private.grpc_address, runtime=runtime)
@@ -65,8 +69,10 @@ class PublicPort:
             header_timeout=settings.server.http_header_timeout,
             routes=event_routes(self.api.events, self.api.auth),
         )
+        if self.tls is not None:
+            self.cards.scheme = "https"
         self.grpc_web = GrpcWeb(self.api.handlers, grpc_message_limit(settings.a2a.max_message_bytes), settings.server.cors_origins)
-        self.mcp = McpApp(store, self.api.auth, self.private.grpc_address, stateless=settings.server.mcp_stateless,
+        self.mcp = McpApp(store, self.api.auth, self.api.handlers, stateless=settings.server.mcp_stateless,
                           max_body=grpc_message_limit(settings.a2a.max_message_bytes))
         self.front: OnePort | None = None
         self.port = 0
@@ -108,7 +114,8 @@ class PublicPort:
                         self.settings.server.http_header_timeout)
         # an HTTP/2 request's body is bounded by the app's limit (413) and, past twice that, by the front
         self.front = OnePort(self.app(), limits, self.private.path,
-                             max_body=2 * grpc_message_limit(self.settings.a2a.max_message_bytes) + (64 << 10))
+                             max_body=2 * grpc_message_limit(self.settings.a2a.max_message_bytes) + (64 << 10),
+                             tls=self.tls)
         await self.front.start(self.address, reuse_port=self.reuse_port)
         self.port = self.cards.port = self.front.port
         if not self.advertised:  # a port chosen at start (0) is advertised as it is

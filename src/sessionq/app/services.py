@@ -29,7 +29,7 @@ from sessionq.app.runtimes import (
     substrate_options,
 )
 from sessionq.app.shutdown import API_GRACE, EXIT_FORCED, Shutdown
-from sessionq.app.startup import StartupError, listen_error, why_failed
+from sessionq.app.startup import StartupError, check_tls_files, listen_error, why_failed
 from sessionq.app.worker import run_worker
 from sessionq.config import ConfigError, Settings
 from sessionq.console.server import ConsoleServer
@@ -212,6 +212,8 @@ async def _start_api(running: _Running, settings: Settings, runtime: Any, api_in
     reuse_port = api_index is not None
     try:
         running.public = public = PublicPort(settings, running.store, runtime=runtime, reuse_port=reuse_port)
+    except ConfigError as e:  # server.tls's files
+        raise StartupError(f"invalid configuration: {e}") from None
     except (OSError, RuntimeError) as e:
         raise listen_error("the API", "server.address", settings.server.address, e) from None
     running.server = public.api
@@ -223,7 +225,9 @@ async def _start_api(running: _Running, settings: Settings, runtime: Any, api_in
         await _start_console(running, settings, console_local_user)
     if hasattr(runtime, "taskstore_address") and not settings.runtime.simulator.task_store_address:
         host = settings.server.address.rpartition(":")[0]
-        runtime.taskstore_address = f"{host}:{public.port}"  # simulated Actors report here
+        # the stand-in runtime's Actors report here; on a TLS port (which they do not speak) they
+        # report on the API's private socket instead, as this process's user (its directory's owner)
+        runtime.taskstore_address = public.private.grpc_address if public.tls else f"{host}:{public.port}"
 
 
 async def _start_console(running: _Running, settings: Settings, local_user: str | None) -> None:
@@ -324,6 +328,8 @@ async def serve(
             substrate_options(settings)  # the files and values must be usable: one line, not a traceback
         except ConfigError as e:
             raise StartupError(f"invalid configuration: {e}") from None
+    if api:
+        check_tls_files(settings)
     await check_async(url)  # DatabaseUnreachable: one line, not a traceback
     if settings.database.direct_url:
         await check_async(settings.database.direct_url)

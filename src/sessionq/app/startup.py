@@ -6,6 +6,9 @@ from __future__ import annotations
 import errno
 import socket
 
+from sessionq.config import ConfigError, Settings
+from sessionq.oneport import tls_context
+
 
 class StartupError(Exception):
     """A common failure at start (an address in use, a data directory that cannot be used, a
@@ -43,3 +46,13 @@ def listen_error(what: str, key: str, address: str, e: BaseException) -> Startup
     why = why_failed(e, address)
     return StartupError(f"cannot listen on {address} for {what}: {why} (another sessionq, or another program,"
                         f" may use it; set {key} to another HOST:PORT)")
+
+
+def check_tls_files(settings: Settings) -> None:
+    """server.tls's certificate and key must be readable and a pair before anything starts."""
+    tls = settings.server.tls
+    if tls.cert_file:
+        try:
+            tls_context(tls.cert_file, tls.key_file)
+        except ConfigError as e:
+            raise StartupError(f"invalid configuration: {e}") from None

@@ -52,7 +52,7 @@ from pathlib import Path
 
 from sessionq.app.runtimes import withheld_environment
 from sessionq.app.shutdown import FORCE_AFTER, FORCE_BUDGET
-from sessionq.app.startup import listen_error
+from sessionq.app.startup import check_tls_files, listen_error
 from sessionq.config import Settings
 from sessionq.db.reachable import check_async
 
@@ -290,6 +290,7 @@ async def supervise(settings: Settings, count: int, config_file: str | None) -> 
     database does not answer: each API process would fail the same way."""
     if not settings.database.url:
         raise SystemExit("database.url is required (set it in the config file or SESSIONQ_DATABASE__URL)")
+    check_tls_files(settings)
     await check_async(settings.database.url)
     try:
         reserved, address = reserve_port(settings.server.address)
