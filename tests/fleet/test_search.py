@@ -1,5 +1,6 @@
-"""Search and count (sessionq.search_sessions, sessionq.count_sessions) against a brute-force filter
-over a few thousand generated Sessions, and the index a selective label filter reads."""
+"""Search and count (sessionq.search_session_ids, the rows of those ids: sessionq.search_sessions and
+sessionq.search_session_views; sessionq.count_sessions) against a brute-force filter over a few
+thousand generated Sessions, and the index a selective label filter reads."""
 
 from __future__ import annotations
 
@@ -180,19 +181,25 @@ def test_search_and_count_agree_with_a_brute_force_filter(population, f, who):
     if "namespace" in f:
         sql_filter["namespace"], sql_filter["agent"] = f["namespace"], f["agent"]
     expected = brute_force(rows, caller, share, all_creators, f)
+    args = (caller, share, all_creators, Jsonb(sql_filter))
     with psycopg.connect(url) as conn:
         found: list[uuid.UUID] = []
         after = None
         while True:  # page through with ListSessions' cursor rule: after the last id, limit + 1
+            ids = conn.execute("SELECT sessionq.search_session_ids(%s, %s, %s, %s, %s, %s)",
+                               (*args, after, 101)).fetchone()[0]
             page = [uuid.UUID(r[0]["id"]) for r in conn.execute(
-                "SELECT p FROM sessionq.search_sessions(%s, %s, %s, %s, %s, %s) p",
-                (caller, share, all_creators, Jsonb(sql_filter), after, 101)).fetchall()]
+                "SELECT p FROM sessionq.search_sessions(%s, %s, %s, %s, %s, %s) p", (*args, after, 101)).fetchall()]
+            views = conn.execute("SELECT ord, id FROM sessionq.search_session_views(%s, %s, %s, %s, %s, %s)",
+                                 (*args, after, 101)).fetchall()
+            # the page's ids, the rows of those ids as JSON and as SearchSessions' columns: one page
+            assert ids == page
+            assert views == [(i, str(sid)) for i, sid in enumerate(page, 1)]
             found += page[:100]
             if len(page) <= 100:
                 break
             after = page[99]
-        counted = conn.execute("SELECT sessionq.count_sessions(%s, %s, %s, %s)",
-                               (caller, share, all_creators, Jsonb(sql_filter))).fetchone()[0]
+        counted = conn.execute("SELECT sessionq.count_sessions(%s, %s, %s, %s)", args).fetchone()[0]
     assert found == expected
     assert counted == len(expected)
 
