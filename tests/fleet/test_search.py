@@ -1,5 +1,6 @@
-"""Search and count (sessionq.search_sessions, sessionq.count_sessions) against a brute-force filter
-over a few thousand generated Sessions, and the index a selective label filter reads."""
+"""Search and count (sessionq.search_session_ids, the rows of those ids: sessionq.search_sessions and
+sessionq.search_session_views; sessionq.count_sessions) against a brute-force filter over a few
+thousand generated Sessions, and the index a selective label filter reads."""
 
 from __future__ import annotations
 
@@ -180,19 +181,25 @@ def test_search_and_count_agree_with_a_brute_force_filter(population, f, who):
     if "namespace" in f:
         sql_filter["namespace"], sql_filter["agent"] = f["namespace"], f["agent"]
     expected = brute_force(rows, caller, share, all_creators, f)
+    args = (caller, share, all_creators, Jsonb(sql_filter))
     with psycopg.connect(url) as conn:
         found: list[uuid.UUID] = []
         after = None
         while True:  # page through with ListSessions' cursor rule: after the last id, limit + 1
+            ids = conn.execute("SELECT sessionq.search_session_ids(%s, %s, %s, %s, %s, %s)",
+                               (*args, after, 101)).fetchone()[0]
             page = [uuid.UUID(r[0]["id"]) for r in conn.execute(
-                "SELECT p FROM sessionq.search_sessions(%s, %s, %s, %s, %s, %s) p",
-                (caller, share, all_creators, Jsonb(sql_filter), after, 101)).fetchall()]
+                "SELECT p FROM sessionq.search_sessions(%s, %s, %s, %s, %s, %s) p", (*args, after, 101)).fetchall()]
+            views = conn.execute("SELECT ord, id FROM sessionq.search_session_views(%s, %s, %s, %s, %s, %s)",
+                                 (*args, after, 101)).fetchall()
+            # the page's ids, the rows of those ids as JSON and as SearchSessions' columns: one page
+            assert ids == page
+            assert views == [(i, str(sid)) for i, sid in enumerate(page, 1)]
             found += page[:100]
             if len(page) <= 100:
                 break
             after = page[99]
-        counted = conn.execute("SELECT sessionq.count_sessions(%s, %s, %s, %s)",
-                               (caller, share, all_creators, Jsonb(sql_filter))).fetchone()[0]
+        counted = conn.execute("SELECT sessionq.count_sessions(%s, %s, %s, %s)", args).fetchone()[0]
     assert found == expected
     assert counted == len(expected)
 
@@ -231,3 +238,57 @@ def test_a_selective_label_filter_reads_the_index(database_url):
         n = conn.execute("SELECT sessionq.count_sessions('x', NULL, true, %s)",
                          (Jsonb({"selector": [{"key": "team", "op": "in", "values": ["rare"]}]}),)).fetchone()[0]
         assert n == 20
+
+
+@pytest.mark.clause("FLEET-2")
+def test_a_label_pair_is_answered_by_its_index_and_follows_the_labels(database_url):
+    """Equality and set membership compare the labels' pairs (sessions.label_pairs), whose GIN index
+    is exact: neither the page's plan nor the count's reads a row's labels again (an index of the
+    jsonb hashes its entries, so every match's labels were rechecked, the last columns of a wide row).
+    The pairs follow the labels: set at creation, changed, replaced and removed (set_session_labels)."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        rev = conn.execute(
+            "INSERT INTO sessionq.revisions (agent_namespace, agent_name, number, spec, spec_hash, image,"
+            " template_atespace, template_name) VALUES ('kagent', 'a1', 1, '{}', 'h', 'img', 'ns', 'tpl') RETURNING id"
+        ).fetchone()[0]
+        conn.execute(
+            "INSERT INTO sessionq.sessions (creator, request_kind, request_id, request_fingerprint, agent_namespace,"
+            " agent_name, revision_id, state, operation, actor_atespace, actor_name, actor_template, labels)"
+            " SELECT 'alice', 'create', 'r' || g, 'f', 'kagent', 'a1', %s, 'READY', 'NONE', 'ns', 'session-' || g,"
+            " 'ns/tpl', CASE WHEN g %% 1000 = 0 THEN '{\"team\": \"rare\"}'::jsonb"
+            " ELSE jsonb_build_object('team', 'common', 'n', (g %% 50)::text) END"
+            " FROM generate_series(1, 20000) g", (rev,))
+        conn.execute("ANALYZE sessionq.sessions")
+        for all_creators in (True, False):
+            for selector in ("team=rare", "team in (rare,gone)"):
+                sql = conn.execute("SELECT sessionq.session_filter_sql('alice', NULL, %s, %s)",
+                                   (all_creators, Jsonb({"selector": [r.to_json() for r in parse_selector(selector)]}))
+                                   ).fetchone()[0]
+                for query in (f"SELECT t.id FROM sessionq.sessions t WHERE {sql} ORDER BY t.id LIMIT 51",
+                              f"SELECT count(*) FROM sessionq.sessions t WHERE {sql}"):
+                    plan = "\n".join(r[0] for r in conn.execute("EXPLAIN (VERBOSE) " + query).fetchall())
+                    assert "sessions_label_pairs_idx" in plan, plan
+                    assert "t.labels" not in plan, plan
+
+        def found(selector: str) -> list[uuid.UUID]:
+            f = Jsonb({"selector": [r.to_json() for r in parse_selector(selector)]})
+            ids = conn.execute("SELECT sessionq.search_session_ids('alice', NULL, false, %s, NULL, 50000)", (f,)).fetchone()[0]
+            assert conn.execute("SELECT sessionq.count_sessions('alice', NULL, false, %s)", (f,)).fetchone()[0] == len(ids)
+            return ids
+
+        one = conn.execute("SELECT id FROM sessionq.sessions WHERE request_id = 'r1'").fetchone()[0]
+        assert one not in found("team=rare") and one in found("team=common")
+
+        def relabel(set_: dict[str, str], remove: list[str], replace: bool) -> None:
+            conn.execute("SELECT sessionq.set_session_labels(%s, 'alice', NULL, %s, %s, %s)",
+                         (one, Jsonb(set_), remove, replace))
+
+        relabel({"team": "rare"}, [], False)
+        assert one in found("team=rare") and one in found("n=1") and one not in found("team=common")
+        relabel({"tier": "gold"}, [], True)
+        assert one in found("tier in (gold,silver)") and one not in found("team in (rare,common)")
+        assert one not in found("n=1") and one in found("team notin (rare)")
+        relabel({}, ["tier"], False)
+        assert conn.execute("SELECT labels, label_pairs FROM sessionq.sessions WHERE id = %s", (one,)).fetchone() \
+            == ({}, None)
+        assert one not in found("tier=gold") and one in found("tier notin (gold)") and one in found("!tier")
