@@ -1,4 +1,4 @@
--- 0026_fleet_search_page: a fleet search's page. A label's equality and set membership compare the
+-- 0023_fleet_search_page: a fleet search's page. A label's equality and set membership compare the
 -- labels' pairs kept with the row (sessions.label_pairs, sessionq.label_pairs), whose GIN index
 -- answers them exactly (the jsonb_path_ops index it replaces had every match's labels rechecked);
 -- the page's ids are read by the one statement planned with the filter's values
