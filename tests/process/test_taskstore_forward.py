@@ -5,9 +5,11 @@ inside the sandbox."""
 from __future__ import annotations
 
 import json
+import socket
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -15,6 +17,7 @@ import pytest
 
 from sessionq.runtime.process import ProcessSubstrate
 from sessionq.runtime.process.sandbox import Isolation
+from sessionq.runtime.process.taskstore_forward import TaskStoreForwarder
 from tests.process.conftest import ATESPACE, config, wait_for
 from tests.process.test_isolation import SANDBOXED, WARM
 
@@ -26,6 +29,8 @@ class _Api(grpc.GenericRpcHandler):
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
+        self.settle: list[str] = []  # the x-sessionq-settle header of each call that had one
+        self.trailers: tuple[tuple[str, str], ...] = ()  # what every answer carries as its trailers
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
         method = handler_call_details.method
@@ -33,6 +38,10 @@ class _Api(grpc.GenericRpcHandler):
         async def answer(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
             metadata = dict(context.invocation_metadata() or ())
             self.calls.append((method, str(metadata.get("authorization"))))
+            if "x-sessionq-settle" in metadata:
+                self.settle.append(str(metadata["x-sessionq-settle"]))
+            if self.trailers:
+                context.set_trailing_metadata(self.trailers)
             return b"answered " + request
 
         return grpc.unary_unary_rpc_method_handler(answer)
@@ -78,3 +87,32 @@ async def test_only_the_task_store_paths_are_reachable_from_inside_the_sandbox(
         assert handler.calls == [("/kagent.api.v1alpha1.TaskStoreService/GetTask", "Bearer sqw.t.probe")]
     finally:
         await rt.close()
+
+
+class _Here:
+    """Stands for the Actor's network namespace: the forwarder listens in this process's own."""
+
+    def call_inside(self, fn: Any) -> Any:
+        return fn()
+
+
+async def test_the_forwarder_passes_the_metadata_on_and_the_answers_trailers_back(api: tuple[str, _Api]) -> None:
+    """The settle header goes up with the call and the task store's x-sessionq-settled trailer comes
+    back (the agent kit ends a turn with one write only when it sees that trailer)."""
+    address, handler = api
+    handler.trailers = (("x-sessionq-settled", "1"),)
+    forwarder = TaskStoreForwarder(_Here(), address)  # type: ignore[arg-type]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    await forwarder.start(port)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = channel.unary_unary("/kagent.api.v1alpha1.TaskStoreService/UpdateTask")(
+                b"update", metadata=(("authorization", "Bearer sqw.t.x"), ("x-sessionq-settle", "1")), timeout=10)
+            assert await call == b"answered update"
+            assert ("x-sessionq-settled", "1") in tuple(await call.trailing_metadata())
+    finally:
+        await forwarder.close()
+    assert handler.calls == [("/kagent.api.v1alpha1.TaskStoreService/UpdateTask", "Bearer sqw.t.x")]
+    assert handler.settle == ["1"]

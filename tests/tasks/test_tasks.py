@@ -98,6 +98,40 @@ async def test_final_update_is_staged_and_settlement_publishes_atomically(store,
     assert await count(store, "SELECT count(*) FROM sessionq.events WHERE session_id = %s", s.id) == events + 1
 
 
+@pytest.mark.clause("TASK-3")
+async def test_a_final_update_that_settles_publishes_and_ends_the_turn_in_one_write(store, sim):
+    """task_finish (UpdateTask with the settle header): what task_update then task_settle do, in one
+    transaction; a state that does not end a turn is refused with nothing written; a retry is a no-op."""
+    s = await ready_session(store, sim)
+    adm = await store.admit_turn(s.id, "alice", None, MSG, None, 600)
+    await store.task_create(s.id, "t1", task_json("t1", s.id, "TASK_STATE_WORKING"), adm.dispatch_id)
+    events = await count(store, "SELECT count(*) FROM sessionq.events WHERE session_id = %s", s.id)
+    working = task_json("t1", s.id, "TASK_STATE_WORKING", "still going")
+    err = await expect(store.task_finish(s.id, "t1", working, 1, None, adm.dispatch_id), "SQ400")
+    assert "final or waiting state" in err.message
+    assert (await store.get_task("t1")).version == 1  # nothing written
+    final = task_json("t1", s.id, "TASK_STATE_COMPLETED", "4")
+    event = {"statusUpdate": {"taskId": "t1", "status": {"state": "TASK_STATE_COMPLETED"}}}
+    await expect(store.task_finish(s.id, "t1", final, 7, event, adm.dispatch_id), "SQ409")  # stale, as task_update
+    v = await store.task_finish(s.id, "t1", final, 1, event, adm.dispatch_id)
+    assert v == 2
+    done = await store.get_task("t1")
+    assert done.state == "TASK_STATE_COMPLETED" and done.phase == "settled" and done.published_version == v
+    assert done.staged_task is None
+    assert await count(store, "SELECT count(*) FROM sessionq.events WHERE session_id = %s", s.id) == events + 1
+    row = await raw_session(store, s.id)
+    assert row.idle_boundary_id is not None and row.unsettled_task_id is None and row.dispatch_id is None
+    assert row.active_task_id is None
+    # an identical retry (its answer lost) returns the committed version and settles nothing twice
+    boundary = row.idle_boundary_id
+    assert await store.task_finish(s.id, "t1", final, 1, event, adm.dispatch_id) == v
+    assert await count(store, "SELECT count(*) FROM sessionq.events WHERE session_id = %s", s.id) == events + 1
+    assert (await raw_session(store, s.id)).idle_boundary_id == boundary
+    # the Session takes its next turn at once
+    nxt = await store.admit_turn(s.id, "alice", None, MSG, None, 600)
+    assert nxt.dispatch_id is not None and nxt.dispatch_id != adm.dispatch_id
+
+
 @pytest.mark.clause("TASK-4")
 async def test_events_have_database_timestamps_and_per_session_sequence(store, sim):
     a = await ready_session(store, sim, "a")

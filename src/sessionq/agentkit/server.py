@@ -14,9 +14,11 @@ card)`` instead. Under sessionq it then
   request headers the agent's code sees, and never logged;
 - answers the runtime's readiness probe, ``GET /readyz`` on a private endpoint of its own
   (SESSIONQ_READY_FD or SESSIONQ_READY_PORT; readiness.py): 200 once it serves A2A;
-- settles the task (SettleTask at the last version it wrote) when the SDK's execution of the
-  request stops: a terminal state, or a wait for input or authorization. An agent that answers with
-  a bare Message gets a COMPLETED task holding it.
+- settles the task when the SDK's execution of the request stops: a terminal state, or a wait for
+  input or authorization. The update that reaches that state settles it in the same write (the task
+  store's UpdateTask with the settle header); a turn that ends otherwise (an error) is settled at the
+  last version it wrote (SettleTask). An agent that answers with a bare Message gets a COMPLETED
+  task holding it.
 
 Stopped with SIGTERM (the runtime suspends it), it finishes what it serves and exits.
 """
@@ -47,7 +49,15 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from starlette.applications import Starlette
 
 from sessionq.agentkit.readiness import Readiness, env_listener, listening_socket
-from sessionq.agentkit.taskstore import DISPATCH_STATE, NEW_TASK_STATE, SESSION_STATE, TOKEN_STATE, KagentTaskStore
+from sessionq.agentkit.taskstore import (
+    DISPATCH_STATE,
+    NEW_TASK_STATE,
+    SESSION_STATE,
+    SETTLE_STATE,
+    SETTLING_STATES,
+    TOKEN_STATE,
+    KagentTaskStore,
+)
 from sessionq.runtime.base import WORKLOAD_TOKEN_HEADER
 from sessionq.runtime.taskstore_client import TRACEPARENT, TaskStoreClient
 
@@ -76,16 +86,6 @@ A2A_FD_ENV = "SESSIONQ_A2A_FD"
 A2A_PORT_ENV = "SESSIONQ_A2A_PORT"
 ACTOR_ENV = "SESSIONQ_ACTOR"
 
-_SETTLED_STATES = frozenset(
-    {
-        a2a_pb2.TASK_STATE_COMPLETED,
-        a2a_pb2.TASK_STATE_FAILED,
-        a2a_pb2.TASK_STATE_CANCELED,
-        a2a_pb2.TASK_STATE_REJECTED,
-        a2a_pb2.TASK_STATE_INPUT_REQUIRED,
-        a2a_pb2.TASK_STATE_AUTH_REQUIRED,
-    }
-)
 _WRITTEN = "sessionq.dev/tasks-written"
 
 
@@ -151,13 +151,15 @@ class SettlingRequestHandler(DefaultRequestHandler):
             value = params.metadata.fields.get(key)
             if value is not None and value.string_value:
                 context.state[key] = value.string_value
-        if isinstance(params, a2a_pb2.SendMessageRequest) and not params.message.task_id:
-            context.state[NEW_TASK_STATE] = True  # the task store knows the new task is not stored yet
+        if isinstance(params, a2a_pb2.SendMessageRequest):
+            context.state[SETTLE_STATE] = True  # the update that ends this turn settles it (one write)
+            if not params.message.task_id:
+                context.state[NEW_TASK_STATE] = True  # the task store knows the new task is not stored yet
 
     async def _settle_written(self, context: ServerCallContext) -> None:
         for task_id in list(context.state.get(_WRITTEN) or ()):
             known = self.store.versions.get(task_id)
-            if known is not None and known[1] in _SETTLED_STATES:
+            if known is not None and known[1] in SETTLING_STATES:
                 await self.store.settle(context, task_id)
 
     async def _record_message(

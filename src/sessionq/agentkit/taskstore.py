@@ -9,7 +9,12 @@ the server's context builder), else the last one a request brought, else the env
 (SESSIONQ_WORKLOAD_TOKEN, runtimes that set it at creation); the dispatch id comes with the
 request's metadata (sessionq.dev/dispatch-id, copied into the call context by
 `SettlingRequestHandler`). The last version written of each task is kept so that the turn can be
-settled (SettleTask) at it when the SDK's execution of the request stops.
+settled (SettleTask) at it when the SDK's execution of the request stops. In a request that settles
+its turn (SETTLE_STATE, set by `SettlingRequestHandler` for SendMessage), the update to a final or
+waiting state settles the task in the same write (UpdateTask with the settle header): that update is
+the last of the request's turn, the SDK stops the turn when it has saved it, and one write to the
+task store is saved; `settle` then has nothing left to do, unless the task store did not say it
+settled the task (one that does not know the header), when it sends SettleTask as before.
 """
 
 from __future__ import annotations
@@ -28,13 +33,25 @@ from sessionq.runtime.taskstore_client import TaskStoreClient, TaskStoreError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DISPATCH_STATE", "NEW_TASK_STATE", "SESSION_STATE", "TOKEN_STATE", "KagentTaskStore", "session_of_token"]
+__all__ = [
+    "DISPATCH_STATE",
+    "NEW_TASK_STATE",
+    "SESSION_STATE",
+    "SETTLE_STATE",
+    "SETTLING_STATES",
+    "TOKEN_STATE",
+    "KagentTaskStore",
+    "session_of_token",
+]
 
 SESSION_STATE = INVOKE_SESSION_KEY  # keys of ServerCallContext.state
 DISPATCH_STATE = INVOKE_DISPATCH_KEY
 TOKEN_STATE = "sessionq.dev/workload-token"
 # set by the request handler for a message that names no task: the SDK gives it a new task id
 NEW_TASK_STATE = "sessionq.dev/new-task"
+# set by the request handler for a request whose turn it settles (SendMessage): the update to a final
+# or waiting state settles the task in the same write
+SETTLE_STATE = "sessionq.dev/settle"
 _NEW_TASK_READ = "sessionq.dev/new-task-read"  # the new task's id, once the task store said NOT_FOUND
 TOKEN_PREFIX = "sqw."
 
@@ -58,6 +75,16 @@ def _event(event: Event | None) -> a2a_pb2.StreamResponse | None:
 
 
 _WAITING_STATES = frozenset({a2a_pb2.TASK_STATE_INPUT_REQUIRED, a2a_pb2.TASK_STATE_AUTH_REQUIRED})
+# the states that end a turn: the task is settled at the write that reaches one
+SETTLING_STATES = frozenset(
+    {
+        a2a_pb2.TASK_STATE_COMPLETED,
+        a2a_pb2.TASK_STATE_FAILED,
+        a2a_pb2.TASK_STATE_CANCELED,
+        a2a_pb2.TASK_STATE_REJECTED,
+        *_WAITING_STATES,
+    }
+)
 
 
 def _value(version: TaskVersion) -> int:
@@ -69,6 +96,7 @@ class KagentTaskStore(VersionedTaskStore):
         self.client = client
         self._token = token or None  # the environment's, then the last one a request brought
         self.versions: dict[str, tuple[int, int]] = {}  # task id -> (last version written, its state)
+        self.settled: dict[str, int] = {}  # task id -> the version its settling update wrote
 
     @property
     def default_session(self) -> str | None:
@@ -108,17 +136,27 @@ class KagentTaskStore(VersionedTaskStore):
         token = self._credential(context)
         session = self._session(context)
         dispatch = self._dispatch(context)
+        settled = False
         try:
             if prev_version.is_missing and task.id not in self.versions:
                 version = await self.client.create_task(session, task, dispatch, token=token)
             else:
                 expected = _value(prev_version) or self.versions.get(task.id, (0, 0))[0]
-                version = await self.client.update_task(session, task, expected, _event(event), dispatch, token=token)
+                if context.state.get(SETTLE_STATE) and int(task.status.state) in SETTLING_STATES:
+                    version, settled = await self.client.finish_task(
+                        session, task, expected, _event(event), dispatch, token=token
+                    )
+                else:
+                    version = await self.client.update_task(
+                        session, task, expected, _event(event), dispatch, token=token
+                    )
         except TaskStoreError as exc:
             if exc.code == grpc.StatusCode.ABORTED:
                 raise ConcurrentTaskModificationError(task.id) from exc
             raise
         self.versions[task.id] = (version, int(task.status.state))
+        if settled:
+            self.settled[task.id] = version
         return TaskVersion(version)
 
     def _records_answer(self, task: a2a_pb2.Task, event: Event | None, prev_version: TaskVersion) -> bool:
@@ -175,10 +213,13 @@ class KagentTaskStore(VersionedTaskStore):
         log.debug("task %s: delete ignored (sessionq keeps a Session's tasks)", task_id)
 
     async def settle(self, context: ServerCallContext, task_id: str) -> bool:
-        """Settle the task at the last version this Actor wrote; False when it wrote none."""
+        """Settle the task at the last version this Actor wrote (nothing to do when that write
+        settled it already); False when it wrote none."""
         known = self.versions.get(task_id)
         if known is None:
             return False
+        if self.settled.get(task_id) == known[0]:
+            return True
         token = self._credential(context)
         await self.client.settle_task(self._session(context), task_id, known[0], token=token)
         return True

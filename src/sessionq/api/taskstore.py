@@ -3,7 +3,10 @@
 Callers authenticate as the Session's Actor with the workload credential the runtime was given
 when the Actor was created (sessionq.domain.workload); a user's token is refused. Every rule (versions,
 staging, settlement, admission under the Session row lock) lives in the stored procedures of
-schema/30_tasks.sql.
+schema/30_tasks.sql. An UpdateTask to a final or waiting state sent with the metadata
+`x-sessionq-settle: 1` (SETTLE_HEADER) also settles the task at the version it makes, in the same
+transaction (sessionq.task_finish), and says so in the trailer `x-sessionq-settled: 1`: the agent
+kit ends a turn with one write instead of two.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from sessionq.api.rpc import rpc
 from sessionq.db.store import Store
 from sessionq.domain import workload
 from sessionq.models import Task
+from sessionq.runtime.base import SETTLE_HEADER, SETTLED_TRAILER
 
 STATE_NAMES = {v: k for k, v in a2a_pb2.TaskState.items()}
 
@@ -47,6 +51,10 @@ class TaskStoreService(task_store_pb2_grpc.TaskStoreServiceServicer):
         self._secret: str | None = None
 
     async def _session(self, context: grpc.aio.ServicerContext, session_id: str) -> UUID:
+        return (await self._caller(context, session_id))[0]
+
+    async def _caller(self, context: grpc.aio.ServicerContext, session_id: str) -> tuple[UUID, dict[str, str]]:
+        """The Session whose workload credential the call carries, and the call's metadata."""
         sid = parse_uuid(session_id, "session_id")
         md = credential_headers(context.invocation_metadata() or ())
         scheme, _, token = md.get("authorization", "").partition(" ")
@@ -59,7 +67,7 @@ class TaskStoreService(task_store_pb2_grpc.TaskStoreServiceServicer):
             raise errors.unauthenticated("the task store accepts only an Actor's workload credential")
         if holder != sid:
             raise errors.permission_denied(f"this workload credential is not for session {sid}")
-        return sid
+        return sid, md
 
     async def _task(self, sid: UUID, task_id: str) -> Task:
         task = await self.store.get_task(task_id) if task_id else None
@@ -99,12 +107,18 @@ class TaskStoreService(task_store_pb2_grpc.TaskStoreServiceServicer):
     async def UpdateTask(
         self, request: task_store_pb2.TaskStoreServiceUpdateTaskRequest, context: grpc.aio.ServicerContext
     ) -> task_store_pb2.TaskStoreServiceUpdateTaskResponse:
-        sid = await self._session(context, request.session_id)  # expected_version > 0, task ids: the rules
+        sid, md = await self._caller(context, request.session_id)  # expected_version > 0, task ids: the rules
         dispatch = self._dispatch(request.dispatch_id, request.HasField("dispatch_id"))
         event = to_json(request.event) if request.HasField("event") else None
-        version = await self.store.task_update(
-            sid, request.task.id, to_json(request.task), request.expected_version, event, dispatch
-        )
+        settle = md.get(SETTLE_HEADER)
+        if settle is not None and settle != "1":
+            raise errors.invalid(f"{SETTLE_HEADER} must be 1 when sent")
+        # with the settle header: the turn's final update, settled at the version it makes (one
+        # transaction), which the answer's trailer confirms
+        write = self.store.task_finish if settle else self.store.task_update
+        version = await write(sid, request.task.id, to_json(request.task), request.expected_version, event, dispatch)
+        if settle:
+            context.set_trailing_metadata(((SETTLED_TRAILER, "1"),))
         return task_store_pb2.TaskStoreServiceUpdateTaskResponse(version=version)
 
     @rpc

@@ -186,6 +186,12 @@ WORKLOAD_TOKEN_HEADER = "x-sessionq-workload-token"
 # the environment variable runtimes with a per-Actor environment (the simulator, the process
 # runtime) also set at creation
 WORKLOAD_TOKEN_ENV = "SESSIONQ_WORKLOAD_TOKEN"
+# gRPC metadata of a task store UpdateTask to a final or waiting state ("1"): the write also settles
+# the task at the version it makes, in the same transaction (UpdateTask and SettleTask in one); the
+# agent kit sends it with the update that ends a turn. The answer's trailer SETTLED_TRAILER ("1")
+# says it did: without it (a task store that does not know the header) the kit sends SettleTask
+SETTLE_HEADER = "x-sessionq-settle"
+SETTLED_TRAILER = "x-sessionq-settled"
 
 
 @dataclass(frozen=True)

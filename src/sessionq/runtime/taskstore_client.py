@@ -17,18 +17,17 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 import grpc
 from a2a.types import a2a_pb2
 
 from sessionq._pb.kagent.api.v1alpha1 import task_store_pb2, task_store_pb2_grpc
 from sessionq.limits import MIB, grpc_message_limit  # not sessionq.config: an Actor's process loads this
+from sessionq.runtime.base import SETTLE_HEADER, SETTLED_TRAILER
 
 __all__ = ["RETRYABLE", "TRACEPARENT", "TaskStoreClient", "TaskStoreError"]
-
-R = TypeVar("R")
 
 # the W3C traceparent of the turn being reported, when it is traced: sent with every call as
 # metadata, so the API's spans of the reports join the turn's trace (set by the worker's traced
@@ -90,13 +89,20 @@ class TaskStoreClient:
         await self.close()
 
     async def _call(
-        self, method: str, rpc: Callable[..., Awaitable[R]], request: Any, token: str | None = None
-    ) -> R:
-        """Send `request` until it succeeds, a non-retryable code comes back or the budget is spent."""
+        self,
+        method: str,
+        rpc: Callable[..., Any],
+        request: Any,
+        token: str | None = None,
+        extra: tuple[tuple[str, str], ...] = (),
+        trailers: dict[str, str] | None = None,
+    ) -> Any:
+        """Send `request` (with the `extra` metadata) until it succeeds, a non-retryable code comes
+        back or the budget is spent; the answer's text trailers go into `trailers` when given."""
         token = token or self._token
         if not token:
             raise TaskStoreError(method, grpc.StatusCode.UNAUTHENTICATED, "no workload credential to send")
-        metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),)
+        metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"), *extra)
         if (traceparent := TRACEPARENT.get()) is not None:
             metadata += (("traceparent", traceparent),)
         deadline = time.monotonic() + self._retry_budget
@@ -104,11 +110,11 @@ class TaskStoreClient:
         while True:
             remaining = deadline - time.monotonic()
             try:
-                return await rpc(
-                    request,
-                    metadata=metadata,
-                    timeout=max(min(self._attempt_timeout, remaining), 0.01),
-                )
+                call = rpc(request, metadata=metadata, timeout=max(min(self._attempt_timeout, remaining), 0.01))
+                response = await call
+                if trailers is not None:
+                    trailers.update((k, v) for k, v in (await call.trailing_metadata() or ()) if isinstance(v, str))
+                return response
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()
                 if code not in RETRYABLE or time.monotonic() + backoff > deadline:
@@ -137,6 +143,39 @@ class TaskStoreClient:
         token: str | None = None,
     ) -> int:
         """Replace the task stored at `expected_version`, recording `event`; returns the new version."""
+        request = self._update(session_id, task, expected_version, event, dispatch_id)
+        response = await self._call("UpdateTask", self._stub.UpdateTask, request, token)
+        return int(response.version)
+
+    async def finish_task(
+        self,
+        session_id: str,
+        task: a2a_pb2.Task,
+        expected_version: int,
+        event: a2a_pb2.StreamResponse | None,
+        dispatch_id: str | None,
+        *,
+        token: str | None = None,
+    ) -> tuple[int, bool]:
+        """`update_task` to a final or waiting state that also settles the task at the version it
+        makes, in the same write (UpdateTask with SETTLE_HEADER): (the new version, whether the task
+        store says it settled it, SETTLED_TRAILER). A task store that does not know the header only
+        stages the update: the caller then settles it with `settle_task`."""
+        request = self._update(session_id, task, expected_version, event, dispatch_id)
+        trailers: dict[str, str] = {}
+        response = await self._call(
+            "UpdateTask", self._stub.UpdateTask, request, token, ((SETTLE_HEADER, "1"),), trailers
+        )
+        return int(response.version), trailers.get(SETTLED_TRAILER) == "1"
+
+    @staticmethod
+    def _update(
+        session_id: str,
+        task: a2a_pb2.Task,
+        expected_version: int,
+        event: a2a_pb2.StreamResponse | None,
+        dispatch_id: str | None,
+    ) -> task_store_pb2.TaskStoreServiceUpdateTaskRequest:
         request = task_store_pb2.TaskStoreServiceUpdateTaskRequest(
             session_id=session_id, task=task, expected_version=expected_version
         )
@@ -144,8 +183,7 @@ class TaskStoreClient:
             request.event.CopyFrom(event)
         if dispatch_id is not None:
             request.dispatch_id = dispatch_id
-        response = await self._call("UpdateTask", self._stub.UpdateTask, request, token)
-        return int(response.version)
+        return request
 
     async def settle_task(self, session_id: str, task_id: str, version: int, *, token: str | None = None) -> None:
         """Native execution of the task stopped at `version`: publish its state and history."""

@@ -117,6 +117,31 @@ class TaskStore(StoreBase):
             )
         )
 
+    async def task_finish(
+        self,
+        session_id: UUID,
+        task_id: str,
+        task: dict[str, Any],
+        expected_version: int,
+        event: dict[str, Any] | None,
+        dispatch_id: UUID | None,
+    ) -> int:
+        """The turn's final update and its settlement in one transaction (sessionq.task_finish)."""
+        return int(
+            await self._value(
+                "SELECT sessionq.task_finish(%s, %s, %s, %s, %s, %s, %s)",
+                (
+                    session_id,
+                    task_id,
+                    Jsonb(task),
+                    expected_version,
+                    Jsonb(event) if event is not None else None,
+                    dispatch_id,
+                    payload_hash(task, event, dispatch_id),
+                ),
+            )
+        )
+
     async def task_settle(self, session_id: UUID, task_id: str, version: int) -> None:
         await self._rows("SELECT sessionq.task_settle(%s, %s, %s)", (session_id, task_id, version))
 

@@ -5,7 +5,7 @@ method is refused with UNIMPLEMENTED before it leaves the sandbox's side, and wh
 (an HTTP/1 request to /healthz, the console, A2A's HTTP bindings) gets no answer from this port.
 
 Each call is passed on as it came: the request's bytes, its metadata (the workload credential in
-``authorization``) and its deadline; the answer's bytes, or its status code and details.
+``authorization``) and its deadline; the answer's bytes and trailers, or its status code and details.
 """
 
 from __future__ import annotations
@@ -39,9 +39,13 @@ class _Forward(grpc.GenericRpcHandler):
             metadata = tuple((k, v) for k, v in context.invocation_metadata() or ()
                              if not k.startswith(":") and k not in _HOP)
             try:
-                answer: bytes = await call(request, metadata=metadata, timeout=context.time_remaining())
+                sent = call(request, metadata=metadata, timeout=context.time_remaining())
+                answer: bytes = await sent
+                trailers = await sent.trailing_metadata()
             except grpc.aio.AioRpcError as exc:
                 await context.abort(exc.code(), exc.details() or "")
+            if trailers:  # what the task store says beside the answer (x-sessionq-settled)
+                context.set_trailing_metadata(tuple(trailers))
             return answer
 
         return grpc.unary_unary_rpc_method_handler(forward)
