@@ -1,4 +1,4 @@
--- 0027_task_finish: a turn's final update and its settlement in one transaction (task store UpdateTask with
+-- 0024_task_finish: a turn's final update and its settlement in one transaction (task store UpdateTask with
 -- the settle header).
 CREATE OR REPLACE FUNCTION sessionq.task_finish(
   p_session uuid, p_task_id text, p_task jsonb, p_expected bigint, p_event jsonb, p_dispatch uuid, p_hash text

@@ -1,17 +1,17 @@
 """Task finish: a turn's final update and its settlement in one transaction.
 
-Revision ID: 0027_task_finish
-Revises: 0022_creation_path
+Revision ID: 0024_task_finish
+Revises: 0023_fleet_search_page
 
-schema/upgrades/0027_task_finish.sql: sessionq.task_finish (sessionq.task_update of a final or
+schema/upgrades/0024_task_finish.sql: sessionq.task_finish (sessionq.task_update of a final or
 waiting state, then sessionq.task_settle at the version it made), for the task store's UpdateTask
 sent with the settle header.
 """
 
 from sessionq.db.migrations.sqlfiles import apply_upgrade
 
-revision = "0027_task_finish"
-down_revision = "0022_creation_path"
+revision = "0024_task_finish"
+down_revision = "0023_fleet_search_page"
 branch_labels = None
 depends_on = None
 
