@@ -10,7 +10,9 @@ CreateSession at 64 clients, closed loop, alternating in the same run on the sam
 
 Reported: creations/s and p99 of both, their ratio (target >= 0.9), and the webhook delivery
 latency from the transition's commit (the event's created_at, taken in its transaction) to the
-receiver's reading of the POST: p50/p99 over the events delivered while the run lasted.
+receiver's reading of the POST: p50/p99 over the events delivered while the run lasted. Then, in
+the on run, what one delivery costs each process when nothing else runs (`delivery_cost`: events
+recorded at once, CPU per delivery), a figure the machine's other tenants hardly move.
 """
 
 from __future__ import annotations
@@ -79,6 +81,35 @@ def percentile(values: list[float], q: float) -> float | None:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
 
 
+async def delivery_cost(srv: Server, url: str, receiver: Receiver, pids: dict[str, int], n: int) -> dict[str, Any]:
+    """What a webhook delivery costs with nothing else to do: once the run's deliveries are done,
+    `n` events recorded in one transaction over the run's Sessions (a few per Session, so the job
+    delivers to several Sessions at a time, each in order), and the CPU each process used until
+    the receiver had them all, per delivery. Unlike the throughput, CPU per delivery barely
+    depends on what other tenants of the machine run."""
+    pending = "SELECT count(*) FROM sessionq.webhook_deliveries WHERE state = 'pending'"
+    deadline = time.monotonic() + 120
+    while int(await query_value(url, pending)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    sessions = int(await query_value(url, "SELECT count(*) FROM sessionq.sessions WHERE kind = 'session'"))
+    if not sessions:
+        return {}
+    per = max(1, -(-n // sessions))
+    before = len(receiver.received)
+    with CpuMeter(srv, pids) as cpu:
+        recorded = int(await query_value(
+            url, "SELECT count(*) FROM (SELECT sessionq.record_event(s, 'ready') FROM sessionq.sessions s"
+                 " CROSS JOIN generate_series(1, %s) WHERE s.kind = 'session') e", (per,)))
+        deadline = time.monotonic() + 300
+        while len(receiver.received) - before < recorded and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+    delivered = len(receiver.received) - before
+    return {"events": recorded, "delivered": delivered, "seconds": cpu.result["wall_seconds"],
+            "cpu_ms_per_delivery": {k: round(v * 1000 / max(delivered, 1), 3)
+                                    for k, v in cpu.result["cpu_seconds"].items()},
+            "machine_busy_pct": cpu.result["machine_busy_pct"]}
+
+
 async def one(srv: Server, log_dir: Path, on: bool, sizes: dict[str, Any], tag: str) -> dict[str, Any]:
     import json
 
@@ -116,6 +147,8 @@ async def one(srv: Server, log_dir: Path, on: bool, sizes: dict[str, Any], tag: 
                 r["census"] = census.per(counted["creations"], top=16)
             if on:  # let the deliveries of the last creations arrive
                 await asyncio.sleep(float(sizes["drain"]))
+            if on and int(sizes.get("delivery_events", 0)) > 0 and sizes.get("webhook", True):
+                r["delivery_cost"] = await delivery_cost(srv, url, receiver, pids, int(sizes["delivery_events"]))
             procs.check()
         r["events_on"] = on
         r["events"] = int(await query_value(url, "SELECT count(*) FROM sessionq.lifecycle_events"))
@@ -137,6 +170,7 @@ async def one(srv: Server, log_dir: Path, on: bool, sizes: dict[str, Any], tag: 
 async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | None = None) -> dict[str, Any]:
     sizes = {"seconds": 5.0 if quick else 15.0, "warmup": 1.0 if quick else 3.0, "clients": 64,
              "rounds": 1 if quick else 2, "drain": 3.0 if quick else 10.0, "census_seconds": 3.0,
+             "delivery_events": 1000 if quick else 4000,
              **(sizes or {})}
     say("", "== events: CreateSession with lifecycle events and one webhook subscription vs none ==")
     runs: list[dict[str, Any]] = []
@@ -162,6 +196,10 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
     for r in runs:
         say(f"  {'on ' if r['events_on'] else 'off'}: CPU ms per creation {r['cpu_ms_per_creation']} "
             f"(machine busy {r['machine_busy_pct']}%, other tenants included)")
+        if r.get("delivery_cost"):
+            d = r["delivery_cost"]
+            say(f"  on : {d['delivered']} of {d['events']} events recorded at once delivered in {d['seconds']} s; "
+                f"CPU ms per delivery {d['cpu_ms_per_delivery']} (machine busy {d['machine_busy_pct']}%)")
         if r.get("census"):
             say(*census_lines(r["census"], f"creation ({'on' if r['events_on'] else 'off'})", top=16))
     say(f"ratio line: events + 1 webhook on / off: throughput {throughput} (target >= 0.9), p99 {p99}")

@@ -197,7 +197,7 @@ async def check_target(url: str, allow_private: bool) -> None:
 
 
 @functools.cache
-def _tls_context() -> ssl.SSLContext:
+def tls_context() -> ssl.SSLContext:
     """The TLS context of every delivery client, made once per process: loading the CA bundle takes
     tens of milliseconds of CPU, which a client made per job would spend on the worker's event loop
     each time (stalling every other job of the worker)."""
@@ -213,7 +213,7 @@ def delivery_client(timeout: float, keep_alive: int = 0) -> httpx.AsyncClient:
     checked for that same name."""
     return httpx.AsyncClient(
         timeout=timeout,
-        verify=_tls_context(),
+        verify=tls_context(),
         follow_redirects=False,
         trust_env=False,
         limits=httpx.Limits(max_keepalive_connections=keep_alive),
