@@ -13,7 +13,8 @@ become monotonic cumulative sums, gauges gauges, histograms explicit-bucket hist
 instrument made on the MeterProvider itself (`meter()`) is exported with them.
 
 Traces: every gRPC call the API answers is a server span (`server_span`, from the `rpc` wrapper),
-its parent the W3C trace context of the call's metadata (`traceparent`, `tracestate`), sampled
+and so is every call of the A2A HTTP bindings (`http_server_span`, from `webserve.TracedHttp`),
+its parent the W3C trace context of the call's metadata or headers (`traceparent`, `tracestate`), sampled
 parent-based with the configured ratio; log lines written inside carry its trace and span ids
 (`logs.py`). The trace follows the call: `traceparent()` is what travels with the work a sampled
 span starts (the store sets it on the statement's transaction, `sessionq.defer` puts it in the
@@ -29,6 +30,7 @@ Off (no endpoint): no provider, no thread, nothing exported.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import math
 import os
@@ -230,6 +232,7 @@ def start(endpoint: str, *, service: str, interval: float = 60.0, insecure: bool
 
 _tracer: trace.Tracer | None = None  # set while tracing is on: the rpc wrapper does nothing else otherwise
 _propagator = TraceContextTextMapPropagator()
+_http_span: contextvars.ContextVar[trace.Span | None] = contextvars.ContextVar("sessionq_http_span", default=None)
 
 
 CLIENT, CONSUMER, INTERNAL = trace.SpanKind.CLIENT, trace.SpanKind.CONSUMER, trace.SpanKind.INTERNAL
@@ -272,6 +275,51 @@ def server_span(name: str, metadata: Iterable[tuple[str, Any]] | None) -> Iterat
     with _tracer.start_as_current_span(name, context=_propagator.extract(carrier), kind=trace.SpanKind.SERVER,
                                        attributes={"rpc.system": "grpc", "rpc.method": name}):
         yield
+
+
+@contextlib.contextmanager
+def http_server_span(method: str, route: str, path: str,
+                     headers: Iterable[tuple[bytes, bytes]]) -> Iterator[trace.Span | None]:
+    """A server span for an HTTP request (named `method route`, the route a template, no ids in
+    it), child of the W3C trace context of its headers (`traceparent`, `tracestate`); the span, to
+    record the answer's status (`http_status`), or None while tracing is off."""
+    if _tracer is None:
+        yield None
+        return
+    carrier = {}
+    for k, v in headers:
+        name = k.decode("latin-1").lower()
+        if name in ("traceparent", "tracestate"):
+            carrier[name] = v.decode("latin-1")
+    with _tracer.start_as_current_span(f"{method} {route}", context=_propagator.extract(carrier),
+                                       kind=trace.SpanKind.SERVER,
+                                       attributes={"http.request.method": method, "http.route": route,
+                                                   "url.path": path}) as one:
+        token = _http_span.set(one)
+        try:
+            yield one
+        finally:
+            _http_span.reset(token)
+
+
+def http_status(one: trace.Span | None, status: int) -> None:
+    """The HTTP answer's status on its server span (a 5xx marks the span an error)."""
+    if one is None or not status:
+        return
+    one.set_attribute("http.response.status_code", status)
+    if status >= 500:
+        one.set_status(trace.StatusCode.ERROR)
+
+
+def annotate(attributes: dict[str, str]) -> None:
+    """Attributes on the server span of the HTTP request being answered, when tracing is on (one
+    check otherwise). Its own: libraries in between (the a2a-sdk) may make spans of their own,
+    non-recording ones when they trace with OpenTelemetry's global provider."""
+    if _tracer is None:
+        return
+    one = _http_span.get()
+    if one is not None:
+        one.set_attributes(attributes)
 
 
 def traceparent() -> str | None:

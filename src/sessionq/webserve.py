@@ -20,6 +20,9 @@ what one listener's clients can hold is bounded, and the rest of the process kee
   once, and the connection ends without reading the rest (what arrives for LINGER seconds after
   the answer is dropped, so that the client reads the answer rather than a reset).
 
+While tracing is on, the requests an app names a route for are server spans (`TracedHttp`), children
+of the trace context of their headers; off, each request checks one flag.
+
 What a client gets wrong is logged as one line a minute at most per kind (logger sessionq.http),
 uvicorn's line per unparsable request included.
 
@@ -38,7 +41,7 @@ import resource
 import socket
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
@@ -47,6 +50,8 @@ import h11
 import uvicorn
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from sessionq import telemetry
 
 log = logging.getLogger("sessionq.http")
 
@@ -332,6 +337,40 @@ class HostCheck:
             await _answer(send, 400, {"error": "the Host header does not name this server (server.allowedHosts)"})
             return
         await self.app(scope, receive, send)
+
+
+class TracedHttp:
+    """A server span per HTTP request whose path `route` names (its route template, e.g.
+    ``/api/a2a/{namespace}/{agent}/jsonrpc``; None: not traced), child of the W3C trace context of
+    its headers, lasting until the answer's last byte (a stream's too), the answer's status on it.
+    While tracing is off a request costs one flag check."""
+
+    def __init__(self, app: ASGIApp, route: Callable[[str], str | None]) -> None:
+        self.app = app
+        self.route = route
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not telemetry.tracing() or scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        route = self.route(path)
+        if route is None:
+            await self.app(scope, receive, send)
+            return
+        status = 0
+
+        async def answering(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        with telemetry.http_server_span(scope.get("method", ""), route, path, scope.get("headers", ())) as span:
+            try:
+                await self.app(scope, receive, answering)
+            finally:
+                telemetry.http_status(span, status or 500)
 
 
 class BodyTooLarge(Exception):

@@ -10,7 +10,9 @@ CreateSession at 64 clients, closed loop, alternating in the same run on the sam
 
 Reported: creations/s and p99 of both, their ratio (target >= 0.9), and the webhook delivery
 latency from the transition's commit (the event's created_at, taken in its transaction) to the
-receiver's reading of the POST: p50/p99 over the events delivered while the run lasted.
+receiver's reading of the POST: p50/p99 over the events delivered while the run lasted. Then, in
+the on run, what one delivery costs each process when nothing else runs (`delivery_cost`: events
+recorded at once, CPU per delivery), a figure the machine's other tenants hardly move.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from typing import Any
 import psycopg
 
 from tests.bench.common import (
+    AGENT,
+    NAMESPACE,
     USER,
     Census,
     CpuMeter,
@@ -79,6 +83,91 @@ def percentile(values: list[float], q: float) -> float | None:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
 
 
+async def delivery_cost(srv: Server, url: str, receiver: Receiver, pids: dict[str, int], n: int) -> dict[str, Any]:
+    """What a webhook delivery costs with nothing else to do: once the run's deliveries are done,
+    `n` events recorded in one transaction over the run's Sessions (a few per Session, so the job
+    delivers to several Sessions at a time, each in order), and the CPU each process used until
+    the receiver had them all, per delivery. Unlike the throughput, CPU per delivery barely
+    depends on what other tenants of the machine run."""
+    pending = "SELECT count(*) FROM sessionq.webhook_deliveries WHERE state = 'pending'"
+    deadline = time.monotonic() + 120
+    while int(await query_value(url, pending)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    sessions = int(await query_value(url, "SELECT count(*) FROM sessionq.sessions WHERE kind = 'session'"))
+    if not sessions:
+        return {}
+    per = max(1, -(-n // sessions))
+    before = len(receiver.received)
+    with CpuMeter(srv, pids) as cpu:
+        recorded = int(await query_value(
+            url, "SELECT count(*) FROM (SELECT sessionq.record_event(s, 'ready') FROM sessionq.sessions s"
+                 " CROSS JOIN generate_series(1, %s) WHERE s.kind = 'session') e", (per,)))
+        deadline = time.monotonic() + 300
+        while len(receiver.received) - before < recorded and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+    delivered = len(receiver.received) - before
+    return {"events": recorded, "delivered": delivered, "seconds": cpu.result["wall_seconds"],
+            "cpu_ms_per_delivery": {k: round(v * 1000 / max(delivered, 1), 3)
+                                    for k, v in cpu.result["cpu_seconds"].items()},
+            "machine_busy_pct": cpu.result["machine_busy_pct"]}
+
+
+async def cpu_per_creation(srv: Server, sizes: dict[str, Any]) -> dict[str, Any]:
+    """CPU per creation with events and one webhook subscription on vs off, one creation after the
+    other in this process (admission, the executor, and, on, the deliveries of its events by the
+    deliver_webhooks job's code to a receiver here), alternating rounds on one database: this
+    process's CPU plus the server backends'. The throughput of the 64-client runs follows the CPU
+    a creation costs on a machine that is CPU-bound; this measure of it hardly depends on what
+    other tenants run, where the throughput of one round varies more than the change."""
+    from sessionq.db.store import Store
+    from sessionq.domain import push, webhooks
+    from sessionq.domain.operations import OperationExecutor
+    from sessionq.runtime.simulator import SimulatedSubstrate
+
+    receiver = Receiver()
+    server = await asyncio.start_server(receiver.handle, "127.0.0.1", 0)
+    url = srv.fresh_database("events_cpu")
+    await setup_agent(url)
+    hook = await query_value(url, "SELECT (sessionq.create_webhook(%s, false, %s, '{}', NULL, NULL, %s) ->> 'id')::uuid",
+                             (USER, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/hook",
+                              "whsec_" + "QUFB" * 8))
+    store = await Store.open(url, pool_size=2, listen=False, name="bench-cpu")
+    sim = SimulatedSubstrate(url, worker_pool_size=4)
+    await sim.open()
+    n = int(sizes["cpu_creations"])
+    rounds: list[dict[str, Any]] = []
+    try:
+        async with server:
+            executor = OperationExecutor(store, sim, 60)
+            for i in range(int(sizes["cpu_rounds"])):
+                for on in (True, False):
+                    verb = "ENABLE" if on else "DISABLE"
+                    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+                        for trigger in OFF:
+                            name, table = trigger.split(" ON ")
+                            await conn.execute(f"ALTER TABLE {table} {verb} TRIGGER {name}")
+                    with CpuMeter(srv, {}) as cpu:
+                        for j in range(n):
+                            admitted = await store.admit_create(USER, f"cpu-{i}-{on}-{j}", NAMESPACE, AGENT, "")
+                            await executor.run(admitted.session.id)
+                        delivered = 0
+                        while on and delivered < 2 * n:  # created and ready
+                            delivered += await webhooks.deliver_subscription(
+                                store, hook, policy=push.TargetPolicy(allow_loopback=True), timeout=5)
+                    spent = cpu.result["cpu_seconds"]
+                    rounds.append({"on": on, "ms": {k: round(v * 1000 / n, 2) for k, v in spent.items()},
+                                   "total_ms": round(sum(spent.values()) * 1000 / n, 2)})
+    finally:
+        await sim.close()
+        await store.close()
+        srv.drop(url)
+    on_ms = [r["total_ms"] for r in rounds if r["on"]]
+    off_ms = [r["total_ms"] for r in rounds if not r["on"]]
+    return {"creations_per_round": n, "rounds": rounds, "on_ms": round(sum(on_ms) / len(on_ms), 2),
+            "off_ms": round(sum(off_ms) / len(off_ms), 2),
+            "ratio_off_to_on": round(sum(off_ms) / sum(on_ms), 3)}
+
+
 async def one(srv: Server, log_dir: Path, on: bool, sizes: dict[str, Any], tag: str) -> dict[str, Any]:
     import json
 
@@ -116,6 +205,8 @@ async def one(srv: Server, log_dir: Path, on: bool, sizes: dict[str, Any], tag: 
                 r["census"] = census.per(counted["creations"], top=16)
             if on:  # let the deliveries of the last creations arrive
                 await asyncio.sleep(float(sizes["drain"]))
+            if on and int(sizes.get("delivery_events", 0)) > 0 and sizes.get("webhook", True):
+                r["delivery_cost"] = await delivery_cost(srv, url, receiver, pids, int(sizes["delivery_events"]))
             procs.check()
         r["events_on"] = on
         r["events"] = int(await query_value(url, "SELECT count(*) FROM sessionq.lifecycle_events"))
@@ -137,12 +228,14 @@ async def one(srv: Server, log_dir: Path, on: bool, sizes: dict[str, Any], tag: 
 async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | None = None) -> dict[str, Any]:
     sizes = {"seconds": 5.0 if quick else 15.0, "warmup": 1.0 if quick else 3.0, "clients": 64,
              "rounds": 1 if quick else 2, "drain": 3.0 if quick else 10.0, "census_seconds": 3.0,
+             "delivery_events": 1000 if quick else 4000, "cpu_rounds": 4 if quick else 8, "cpu_creations": 100,
              **(sizes or {})}
     say("", "== events: CreateSession with lifecycle events and one webhook subscription vs none ==")
     runs: list[dict[str, Any]] = []
     for i in range(int(sizes["rounds"])):
         for on, tag in ((False, f"off{i}"), (True, f"on{i}")):
             runs.append(await one(srv, log_dir, on, sizes, tag))
+    cpu = await cpu_per_creation(srv, sizes) if int(sizes["cpu_rounds"]) > 0 else None
     on_runs = [r for r in runs if r["events_on"]]
     off_runs = [r for r in runs if not r["events_on"]]
 
@@ -162,8 +255,18 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
     for r in runs:
         say(f"  {'on ' if r['events_on'] else 'off'}: CPU ms per creation {r['cpu_ms_per_creation']} "
             f"(machine busy {r['machine_busy_pct']}%, other tenants included)")
+        if r.get("delivery_cost"):
+            d = r["delivery_cost"]
+            say(f"  on : {d['delivered']} of {d['events']} events recorded at once delivered in {d['seconds']} s; "
+                f"CPU ms per delivery {d['cpu_ms_per_delivery']} (machine busy {d['machine_busy_pct']}%)")
         if r.get("census"):
             say(*census_lines(r["census"], f"creation ({'on' if r['events_on'] else 'off'})", top=16))
+    if cpu is not None:
+        say(f"CPU per creation, one at a time in this process (+ the server's backends), {cpu['creations_per_round']}"
+            f" a round, alternating: on {cpu['on_ms']} ms, off {cpu['off_ms']} ms; rounds "
+            + ", ".join(f"{'on' if r['on'] else 'off'} {r['total_ms']}" for r in cpu["rounds"]))
+        say(f"ratio line: events + 1 webhook, CPU per creation off / on (the throughput ratio of a CPU-bound"
+            f" machine): {cpu['ratio_off_to_on']} (target >= 0.9)")
     say(f"ratio line: events + 1 webhook on / off: throughput {throughput} (target >= 0.9), p99 {p99}")
     return {
         "processes": f"1 x sessionq serve + {WORKER_PROCESSES} x sessionq worker + the gRPC client and the webhook "
@@ -172,5 +275,6 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
         "sizes": sizes,
         "runs": runs,
         "ratio_throughput_on_to_off": throughput,
+        "cpu_per_creation": cpu,
         "ratio_p99_on_to_off": p99,
     }

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import pytest
@@ -15,7 +16,7 @@ from conftest import apply_agent
 from starlette.requests import Request
 from trace_receiver import Receiver, serving
 
-from sessionq import config, logs, telemetry
+from sessionq import config, logs, telemetry, webserve
 from sessionq._pb.kagent.api.v1alpha1 import (
     common_pb2,
     sessions_pb2,
@@ -24,6 +25,7 @@ from sessionq._pb.kagent.api.v1alpha1 import (
     task_store_pb2_grpc,
 )
 from sessionq.agentkit.server import CredentialContextBuilder
+from sessionq.api.agentcard import binding_route
 from sessionq.errors import SessionqError
 from sessionq.runtime.taskstore_client import TRACEPARENT, TaskStoreClient
 
@@ -133,3 +135,54 @@ async def test_an_actor_process_sends_its_turns_trace_context_with_its_reports()
         await server.stop(0)
     assert seen[0].get("traceparent") == traceparent and seen[0]["authorization"] == "Bearer token"
     assert "traceparent" not in seen[1]
+
+
+@pytest.mark.clause("OBS-1")
+async def test_an_http_binding_request_is_a_server_span_of_its_callers_trace_and_nothing_while_off(trace_receiver):
+    """`TracedHttp` (the A2A HTTP bindings' server span): while tracing is off it only passes the
+    request on (the route is not even computed); on, a binding's request is a span named by its
+    route (no namespace, Agent or task id), child of the request's traceparent, with the answer's
+    status; other paths make none."""
+    r, port = trace_receiver
+    answered: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        answered.append(scope["path"])
+        await send({"type": "http.response.start", "status": 404, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    def no_route(path: str) -> str | None:
+        raise AssertionError("the route is computed while tracing is off")
+
+    async def call(traced: webserve.TracedHttp, path: str) -> None:
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message: dict[str, Any]) -> None:
+            pass
+
+        await traced({"type": "http", "method": "GET", "path": path,
+                      "headers": [(b"traceparent", f"00-{TRACE_ID}-{PARENT}-01".encode())]}, receive, send)
+
+    task_path = "/api/a2a/kagent/my-first-agent/rest/tasks/0193-abc"
+    await call(webserve.TracedHttp(app, no_route), task_path)  # off
+    assert answered == [task_path]
+    assert binding_route(task_path) == "/api/a2a/{namespace}/{agent}/rest/tasks/{id}"
+    assert binding_route("/api/a2a/kagent/my-first-agent/rest/tasks/t-1:cancel") == \
+        "/api/a2a/{namespace}/{agent}/rest/tasks/{id}:cancel"
+    assert binding_route("/api/a2a/kagent/my-first-agent/jsonrpc") == "/api/a2a/{namespace}/{agent}/jsonrpc"
+    assert binding_route("/api/a2a/kagent/my-first-agent/.well-known/agent-card.json") is None
+
+    provider = telemetry.start_tracing(f"127.0.0.1:{port}", service="sessionq-api", ratio=1.0)
+    try:
+        traced = webserve.TracedHttp(app, binding_route)
+        await call(traced, task_path)
+        await call(traced, "/api/a2a/kagent/my-first-agent/.well-known/agent-card.json")
+        assert provider is not None and provider.force_flush()
+    finally:
+        telemetry.stop_tracing(provider)
+    assert len(answered) == 3
+    assert [s.name for s in r.spans] == ["GET /api/a2a/{namespace}/{agent}/rest/tasks/{id}"]
+    one = r.spans[0]
+    assert one.trace_id.hex() == TRACE_ID and one.parent_span_id.hex() == PARENT
+    assert {a.key: a.value.int_value for a in one.attributes}["http.response.status_code"] == 404

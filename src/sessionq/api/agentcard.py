@@ -44,7 +44,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sessionq import errors, webserve
+from sessionq import errors, telemetry, webserve
 from sessionq.api.a2a import BUDGET, IDENTITY, TENANT, A2AHandler
 from sessionq.api.auth import Authenticator, credential_headers
 from sessionq.api.guard import RateLimitedLog, Rejection
@@ -52,7 +52,7 @@ from sessionq.api.storable import check_storable
 from sessionq.db.store import Store
 from sessionq.errors import SessionqError
 from sessionq.models import Agent
-from sessionq.webserve import AllowedHosts, BodyLimit, HostCheck, HttpServer, Limits
+from sessionq.webserve import AllowedHosts, BodyLimit, HostCheck, HttpServer, Limits, TracedHttp
 
 log = logging.getLogger("sessionq.api")
 
@@ -179,6 +179,7 @@ class SdkErrors(RequestHandler):
         self.inner = inner
 
     async def _call(self, name: str, params: Any, context: ServerCallContext) -> Any:
+        telemetry.annotate({"rpc.method": name})  # on the request's server span (TracedHttp)
         try:
             check_storable(params)  # as the gRPC binding does: NUL characters, NaN, ... are the client's
             return await getattr(self.inner, name)(params, context)
@@ -190,6 +191,7 @@ class SdkErrors(RequestHandler):
             raise sdk.InternalError("the database is unavailable; retry the same call") from None
 
     async def _stream(self, name: str, params: Any, context: ServerCallContext) -> AsyncGenerator[Any]:
+        telemetry.annotate({"rpc.method": name})
         try:
             check_storable(params)
             async for response in getattr(self.inner, name)(params, context):
@@ -276,6 +278,19 @@ class _Gate:
             scope[IDENTITY] = who
             scope[TENANT] = f"{m.group(1)}/{m.group(2)}"
         await self.app(scope, receive, send)
+
+
+TASK_ID = re.compile(r"/(tasks|pushNotificationConfigs)/[^/:]+")
+
+
+def binding_route(path: str) -> str | None:
+    """The route template of a request to an A2A HTTP binding (its server span's name: no
+    namespace, Agent or task id in it), None for any other path (not traced)."""
+    m = AGENT_PREFIX.match(path)
+    if m is None:
+        return None
+    rest = TASK_ID.sub(lambda t: f"/{t.group(1)}/{{id}}", m.group(4) or "")
+    return f"/api/a2a/{{namespace}}/{{agent}}/{m.group(3)}{rest}"
 
 
 MAX_JSON_DEPTH = 64  # nesting a request body may have (a request needs a handful; Struct values a few more)
@@ -480,7 +495,8 @@ class AgentCardServer:
         app = Starlette(routes=routes, exception_handlers={404: self._http_error, 405: self._http_error})
         # the caller is identified before its body is read
         guarded: ASGIApp = _Gate(BodyLimit(_JsonBodies(app, self.max_body_bytes), self.max_body_bytes), self.auth)
-        return HostCheck(guarded, allowed, "a2a http") if allowed is not None else guarded
+        checked = HostCheck(guarded, allowed, "a2a http") if allowed is not None else guarded
+        return TracedHttp(checked, binding_route)  # a binding's call joins the trace of its traceparent
 
     async def start(self, address: str, *, reuse_port: bool = False) -> None:
         """Listen on address; reuse_port: share the port with the other API processes of one

@@ -6,7 +6,9 @@ means the same user as over gRPC; none (without auth.anonymousUser) or an unknow
 a short message. Each tool is one call of the API's own method handler in this process
 (api/inprocess.py, as gRPC-Web's calls are) with the request's credentials as its metadata: the
 same authorization, the same errors; an error is a tool result with ``isError`` and the status and
-its short message, never a protocol error.
+its short message, never a protocol error. While tracing is on the call's metadata also
+carries the request's W3C trace context (``traceparent``, ``tracestate``), so its server span, and
+the work it starts, join the MCP client's trace.
 
 Tools, kagent's (server name ``kagent-agents``): ``list_agents`` (the Agents with a prepared
 revision in the namespaces the caller may use: ``{"agents": [{"ref", "description"}]}``) and
@@ -46,7 +48,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ResourceUpdated
 from starlette.types import Receive, Scope, Send
 
-from sessionq import errors
+from sessionq import errors, telemetry
 from sessionq._pb.kagent.api.v1alpha1 import checkpoints_pb2, common_pb2, sessions_pb2
 from sessionq.api.auth import SHARE_TOKEN_HEADER, Authenticator, credential_headers
 from sessionq.api.inprocess import CallFailed, DirectContext, Handlers, call_unary, loop_time
@@ -172,11 +174,17 @@ class McpApp:
 
     @staticmethod
     def _context(ctx: Any, credentials: list[tuple[str, str]], timeout: float) -> DirectContext:
-        """The servicer context of one handler call for the MCP request `ctx`: its credentials as
-        the call's metadata, `timeout` its deadline, the HTTP client its peer."""
-        client = getattr(getattr(ctx, "request_context", ctx).request, "client", None)  # a Starlette Request's
+        """The servicer context of one handler call for the MCP request `ctx`: its credentials (and,
+        while tracing is on, its trace context) as the call's metadata, `timeout` its deadline, the
+        HTTP client its peer."""
+        request = getattr(ctx, "request_context", ctx).request
+        client = getattr(request, "client", None)  # a Starlette Request's
         peer = f"ipv4:{client.host}:{client.port}" if client is not None else ""
-        return DirectContext(tuple(credentials), timeout, peer)
+        metadata = list(credentials)
+        if telemetry.tracing():
+            headers = getattr(request, "headers", None) or {}
+            metadata.extend((k, headers[k]) for k in ("traceparent", "tracestate") if k in headers)
+        return DirectContext(tuple(metadata), timeout, peer)
 
     async def agents(self, credentials: list[tuple[str, str]]) -> list[dict[str, str]]:
         """The Agents with a prepared revision in the namespaces the caller may use."""

@@ -145,8 +145,11 @@ def _literal(host: str) -> IPAddress | None:
         return None
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_target(url: str) -> httpx.URL:
-    """The URL of a push target; SQ400 unless it is an http(s) URL with a host (and a valid port)."""
+    """The URL of a push target; SQ400 unless it is an http(s) URL with a host (and a valid port).
+    Kept per URL (a URL parses the same every time; a webhook job POSTs to one URL hundreds of
+    times): the host is still resolved and checked at every attempt (`resolve_target`)."""
     if len(url) > URL_LIMIT:
         raise errors.invalid(f"the push notification url must be at most {URL_LIMIT} characters")
     try:
@@ -197,26 +200,25 @@ async def check_target(url: str, allow_private: bool) -> None:
 
 
 @functools.cache
-def _tls_context() -> ssl.SSLContext:
+def tls_context() -> ssl.SSLContext:
     """The TLS context of every delivery client, made once per process: loading the CA bundle takes
     tens of milliseconds of CPU, which a client made per job would spend on the worker's event loop
     each time (stalling every other job of the worker)."""
     return httpx.create_ssl_context()
 
 
-def delivery_client(timeout: float, keep_alive: int = 0) -> httpx.AsyncClient:
+def delivery_client(timeout: float) -> httpx.AsyncClient:
     """The HTTP client of one deliver_push job: no proxies from the environment (a delivery connects
     to the address it checked), no redirects, and no connection kept alive (a connection opened for
-    one name's TLS server name is never reused for another name that shares its address).
-    `keep_alive`: connections kept open between POSTs, for a client whose every POST goes to one
-    URL (a deliver_webhooks job: one subscription), which may reuse a connection to an address it
-    checked for that same name."""
+    one name's TLS server name is never reused for another name that shares its address). A
+    deliver_webhooks job, whose every POST goes to one URL, keeps its connections instead
+    (domain/delivery_http.py)."""
     return httpx.AsyncClient(
         timeout=timeout,
-        verify=_tls_context(),
+        verify=tls_context(),
         follow_redirects=False,
         trust_env=False,
-        limits=httpx.Limits(max_keepalive_connections=keep_alive),
+        limits=httpx.Limits(max_keepalive_connections=0),
     )
 
 

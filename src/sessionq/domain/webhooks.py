@@ -7,7 +7,8 @@ the epoch, of this attempt) and ``webhook-signature`` (``v1,<base64 HMAC-SHA256 
 "<id>.<timestamp>.<body>" keyed by the secret's bytes>``); the secret is ``whsec_<base64>``, shown
 to its creator once.
 
-Delivery is A2A push's (domain/push.py): the same target rules (http(s) only; loopback, private
+Delivery follows A2A push's rules (domain/push.py), over connections kept between the job's POSTs
+(domain/delivery_http.py): the same target rules (http(s) only; loopback, private
 and link-local addresses refused unless configured; checked again before every attempt, connecting
 only to the addresses checked), no redirects followed, one deadline for an attempt, at most a few
 KiB of the answer read. The deliver_webhooks job (one waiting per subscription: under load it
@@ -35,11 +36,10 @@ import uuid
 from typing import Any
 from uuid import UUID
 
-import httpx
-
 from sessionq import errors
 from sessionq.db.store import Store
 from sessionq.domain import push
+from sessionq.domain.delivery_http import KeptConnections
 from sessionq.models import LifecycleEvent
 
 log = logging.getLogger(__name__)
@@ -101,17 +101,17 @@ async def deliver_subscription(
     disable_after: int = 50,
     streams: int = STREAMS,
     batch: int = BATCH,
-    client: httpx.AsyncClient | None = None,
+    connections: KeptConnections | None = None,
 ) -> int:
     """The deliver_webhooks job: the subscription's pending deliveries, claimed `batch` at a time in
     one statement (sessionq.claim_webhook_batch) and recorded in one (record_webhook_attempts);
     `streams` Sessions at a time, each Session's in order, a failed attempt ending its stream.
     Returns how many were delivered. Raises WebhookFailed after a batch with a failed attempt (the
     job is retried with backoff; the rest went through) or when another job held a stream."""
-    own = client is None
+    own = connections is None
     # every POST of the job goes to the subscription's one URL: its connections are kept between
     # POSTs (each attempt still checks the address it connects to)
-    http = client or push.delivery_client(timeout, keep_alive=streams)
+    http = connections or KeptConnections(keep=streams)
     executor = uuid.uuid4()
     # the claim covers a whole batch: a stream's attempts follow each other, a failure ends it
     lease = LEASE_MARGIN + timeout * max(1, min(batch // max(streams, 1), 8))
@@ -139,8 +139,7 @@ async def deliver_subscription(
                 async with gate:
                     for d in items:
                         body, headers = message(LifecycleEvent.from_json(d["event"]), secret)
-                        ok, code, error = await push.post(http, {"url": url, "body": body, "headers": headers},
-                                                          policy, timeout)
+                        ok, code, error = await http.post(url, body, headers, policy, timeout)
                         give_up = not ok and d["attempts"] + 1 >= max_attempts
                         outcomes.append({"id": d["id"], "ok": ok, "status": code, "error": error, "give_up": give_up})
                         if ok:
