@@ -37,5 +37,8 @@ try:
     report["http1"] = got.decode("latin-1")[:200]
 except OSError as exc:
     report["http1"] = f"error {type(exc).__name__}"
-pathlib.Path(os.environ["SESSIONQ_DATA_DIR"], "forward.json").write_text(json.dumps(report))
+# written whole, then renamed: the test reads the file as soon as it exists
+out = pathlib.Path(os.environ["SESSIONQ_DATA_DIR"], "forward.json")
+out.with_suffix(".tmp").write_text(json.dumps(report))
+out.with_suffix(".tmp").replace(out)
 time.sleep(3600)
