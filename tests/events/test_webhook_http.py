@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from sessionq.domain import push
-from sessionq.domain.delivery_http import KeptConnections
+from sessionq.domain.delivery_http import HEAD_LIMIT, KeptConnections
 
 LOOPBACK = push.TargetPolicy(allow_loopback=True)
 BODY = b'{"type":"created"}'
@@ -134,6 +134,33 @@ async def test_a_huge_answer_is_not_read_and_a_silent_receiver_costs_one_deadlin
             f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/", BODY, {}, LOOPBACK, 0.5)
         assert time.monotonic() - started < 2
     assert (ok, status) == (False, None) and error == "no answer within 0.5s (webhooks.timeout)"
+
+
+async def test_an_answer_that_cannot_carry_the_next_request_closes_its_connection():
+    """HTTP/1.0, a chunked body past the read limit, and bytes after the answer: the status counts,
+    the connection is not kept; a head past HEAD_LIMIT is not HTTP/1.1."""
+    answers = [
+        b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n",  # HTTP/1.0: not kept
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + b"".join(b"400\r\n" + b"x" * 1024 + b"\r\n" for _ in range(push.ANSWER_LIMIT // 1024 + 2))
+        + b"0\r\n\r\n",  # more than ANSWER_LIMIT: not read whole, not kept
+        b"HTTP/1.1 201 Created\r\nContent-Length: 0\r\n\r\nHTTP/1.1 200 OK\r\n\r\n",  # bytes after it: not kept
+        b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",  # kept
+        b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nX-Big: " + b"y" * HEAD_LIMIT + b"\r\nContent-Length: 0\r\n\r\n",  # head too long
+    ]
+    r = Raw(lambda n: answers[n])
+    async with serving(r):
+        http = KeptConnections(keep=1)
+        url = f"http://127.0.0.1:{r.port}/"
+        outcomes = [await http.post(url, BODY, {}, LOOPBACK, 5) for _ in answers]
+        await http.aclose()
+    assert outcomes[:5] == [(True, 200, None), (True, 200, None), (True, 201, None), (True, 200, None),
+                            (True, 200, None)]
+    ok, status, error = outcomes[5]
+    assert not ok and status is None and error is not None and "not HTTP/1.1" in error
+    assert len(error) < 300  # the head is not echoed
+    assert [conn for conn, _, _ in r.requests] == [1, 2, 3, 4, 4, 4]
 
 
 async def test_a_refused_target_is_never_dialled():

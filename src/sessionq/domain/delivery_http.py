@@ -1,5 +1,6 @@
 """The POSTs of a deliver_webhooks job: HTTP/1.1 over asyncio streams, on connections kept between
-POSTs.
+POSTs; the framing (the request written, the answer's head and body parsed, whether the connection
+may carry the next request) is h11's.
 
 A job POSTs to its subscription's one URL only, many times, several Sessions at a time. httpx's
 connection pool spent 2-3 ms of the worker's CPU per POST at that concurrency (most of it finding,
@@ -10,35 +11,46 @@ The rules are A2A push's (domain/push.py), whose target checks it uses: every at
 checks the URL's host again and connects only to an address it checked (a kept connection is
 reused only for an address the attempt checked), TLS verifies the certificate for the URL's host
 (SNI), no redirect is followed (a 3xx is just a status that is not 2xx), the environment's proxies
-are never used, one deadline covers the attempt, and at most `ANSWER_LIMIT` bytes of the answer's
-body are read. A connection is kept only after an answer read whole (Content-Length or chunked, no
-``Connection: close``); anything else closes it. A kept connection the receiver closed while it
-waited is noticed before reuse; one that fails before any byte of the answer came is replaced by a
-new one for the same attempt once (the receiver never read that request, as a closed idle
-connection means).
+are never used, one deadline covers the attempt, the answer's head is at most `HEAD_LIMIT` bytes
+and at most `ANSWER_LIMIT` bytes of its body are read. A connection is kept only after an answer
+read whole that leaves it open for the next request (h11's cycle done on both sides: a
+Content-Length or chunked body, no ``Connection: close``, HTTP/1.1, nothing unread after it);
+anything else closes it, and a body that only the receiver's close would end is not read at all.
+A kept connection the receiver closed while it waited is noticed before reuse; one that fails
+before any byte of the answer came is replaced by a new one for the same attempt once (the
+receiver never read that request, as a closed idle connection means).
 """
 
 from __future__ import annotations
 
 import asyncio
 import ssl
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import h11
 
 from sessionq import errors
 from sessionq.domain import push
 
-HEAD_LIMIT = 64 * 1024  # bytes of an answer's status line and headers
+HEAD_LIMIT = 64 * 1024  # bytes of an answer's status line and headers (a chunk's size line too)
 USER_AGENT = "sessionq-webhooks"
+# the fields every POST carries after its Host, as bytes (h11 takes them as they are)
+_FIELDS = ((b"User-Agent", USER_AGENT.encode()), (b"Content-Type", b"application/json"), (b"Accept", b"*/*"))
 
 
 class _Closed(Exception):
     """A kept connection ended before any byte of the answer came."""
 
 
+def _client() -> h11.Connection:
+    return h11.Connection(h11.CLIENT, max_incomplete_event_size=HEAD_LIMIT)
+
+
 @dataclass
 class _Connection:
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
+    http: h11.Connection = field(default_factory=_client)
 
     def usable(self) -> bool:
         return not self.writer.is_closing() and not self.reader.at_eof()
@@ -106,7 +118,7 @@ class KeptConnections:
             c = self._take(key)
             if c is not None:
                 try:
-                    return await self._exchange(key, c, request, reused=True)
+                    return await self._exchange(key, c, request, body, reused=True)
                 except _Closed:
                     pass  # a kept connection the receiver had closed: a new one, once
             try:
@@ -115,19 +127,19 @@ class KeptConnections:
                 error = f"ConnectError: {errors.clip(e, 200)}"  # the next checked address, if any
                 continue
             try:
-                return await self._exchange(key, c, request, reused=False)
+                return await self._exchange(key, c, request, body, reused=False)
             except _Closed:
                 return "RemoteProtocolError: the connection closed without an answer"
         return error
 
     @staticmethod
-    def _request(host: str, path: str, body: bytes, headers: dict[str, str]) -> bytes:
-        lines = [f"POST {path or '/'} HTTP/1.1", f"Host: {host}", f"User-Agent: {USER_AGENT}",
-                 "Content-Type: application/json", f"Content-Length: {len(body)}", "Accept: */*"]
-        lines.extend(f"{k}: {v}" for k, v in headers.items())
-        if any("\r" in line or "\n" in line for line in lines):  # never: the URL is parsed, the headers ours
-            raise errors.invalid("a webhook request's head holds a line break")
-        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+    def _request(host: str, path: str, body: bytes, headers: dict[str, str]) -> h11.Request:
+        try:
+            fields = [(b"Host", host.encode("ascii")), *_FIELDS, (b"Content-Length", b"%d" % len(body)),
+                      *((k.encode("ascii"), v.encode("ascii")) for k, v in headers.items())]
+            return h11.Request(method="POST", target=path or "/", headers=fields)
+        except (h11.LocalProtocolError, UnicodeEncodeError) as e:  # never: the URL is parsed, the headers ours
+            raise errors.invalid(f"a webhook request's head is not HTTP/1.1: {errors.clip(e, 200)}") from None
 
     async def _connect(self, target: push.Target, key: tuple[str, int]) -> _Connection:
         tls: ssl.SSLContext | None = None
@@ -140,35 +152,56 @@ class KeptConnections:
                                                        limit=HEAD_LIMIT)
         return _Connection(reader, writer)
 
-    async def _exchange(self, key: tuple[str, int], c: _Connection, request: bytes, *, reused: bool) -> int | str:
+    async def _exchange(self, key: tuple[str, int], c: _Connection, request: h11.Request, body: bytes, *,
+                        reused: bool) -> int | str:
         """Write the request, read the answer's head and at most ANSWER_LIMIT bytes of its body; the
-        connection is kept when the answer was read whole and the receiver keeps it. _Closed when
-        the connection ended before any byte of the answer came."""
+        connection is kept when h11 says it may carry the next request. _Closed when the connection
+        ended before any byte of the answer came."""
+        http = c.http
         keep = False
+        came = 0  # bytes of the answer received
         try:
             try:
-                c.writer.write(request)
+                c.writer.write(b"".join((http.send(request), http.send(h11.Data(data=body)),
+                                         http.send(h11.EndOfMessage()))))
                 await c.writer.drain()
-                status, fields = await self._head(c.reader)
-            except asyncio.IncompleteReadError as e:
-                if not e.partial:
-                    raise _Closed from None
-                return f"RemoteProtocolError: the answer ended in its head: {errors.clip(e.partial, 80)}"
+                answer: h11.Response | None = None
+                while answer is None:  # a cycle starts with nothing unread (see _body): read first
+                    # at most HEAD_LIMIT + 1 bytes before the final answer's head is whole: h11 refuses
+                    # a head it has not parsed in that many
+                    if came > HEAD_LIMIT:  # 1xx answers, parsed, fill it
+                        return f"RemoteProtocolError: the answer's head is longer than {HEAD_LIMIT} bytes"
+                    data = await c.reader.read(HEAD_LIMIT + 1 - came)
+                    if not data and not came:
+                        raise _Closed
+                    came += len(data)
+                    http.receive_data(data)  # b"": the receiver closed
+                    while (event := http.next_event()) is not h11.NEED_DATA:
+                        if type(event) is h11.Response:
+                            answer = event
+                            break
+                        # an InformationalResponse (1xx): the final answer follows
             except ConnectionError as e:
-                if reused:
+                if reused and not came:
                     raise _Closed from None
                 return f"RemoteProtocolError: {type(e).__name__}: {errors.clip(e, 200)}"
-            except (ValueError, asyncio.LimitOverrunError) as e:
+            except h11.RemoteProtocolError as e:
+                unread, closed = http.trailing_data
+                if closed:
+                    return f"RemoteProtocolError: the answer ended in its head: {errors.clip(unread, 80)}"
                 return f"RemoteProtocolError: the answer is not HTTP/1.1: {errors.clip(e, 200)}"
             except OSError as e:
                 return f"NetworkError: {type(e).__name__}: {errors.clip(e, 200)}"
-            try:
-                # a 204 or 304 has no body whatever its headers say (RFC 9112, 6.3)
-                whole = status in (204, 304) or await self._body(c.reader, fields)
-            except (OSError, asyncio.IncompleteReadError, ValueError, asyncio.LimitOverrunError):
-                whole = False  # the status has come; the rest of the answer is not needed
-            keep = whole and "close" not in fields.get("connection", "").lower()
-            return status
+            # a body without Content-Length or chunks ends only when the receiver closes (RFC 9112,
+            # 6.3): that connection is never kept, so the body is not read; h11 frames the others
+            # (a 204 or 304 has none whatever its headers say)
+            if answer.status_code in (204, 304) or any(
+                    name in (b"content-length", b"transfer-encoding") for name, _ in answer.headers):
+                try:
+                    keep = await self._body(c)
+                except (OSError, h11.RemoteProtocolError):
+                    pass  # the status has come; the rest of the answer is not needed
+            return answer.status_code
         finally:
             if keep:
                 self._give_back(key, c)
@@ -176,47 +209,25 @@ class KeptConnections:
                 c.close()
 
     @staticmethod
-    async def _head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
-        """The final answer's status and headers (names in lower case); 1xx answers skipped."""
-        while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            lines = head.decode("latin-1").split("\r\n")
-            version, _, rest = lines[0].partition(" ")
-            if not version.startswith("HTTP/1."):
-                raise ValueError(f"status line {lines[0][:80]!r}")
-            status = int(rest[:3])
-            if not 100 <= status < 600:
-                raise ValueError(f"status {status}")
-            fields: dict[str, str] = {}
-            for line in lines[1:]:
-                if line:
-                    name, _, value = line.partition(":")
-                    fields[name.strip().lower()] = value.strip()
-            if status >= 200 or status == 101:
-                return status, fields
-
-    @staticmethod
-    async def _body(reader: asyncio.StreamReader, fields: dict[str, str]) -> bool:
-        """Read the answer's body, at most about ANSWER_LIMIT bytes: whether it was read whole."""
+    async def _body(c: _Connection) -> bool:
+        """Read the answer's body, at most about ANSWER_LIMIT bytes: whether it was read whole and the
+        connection is ready for the next request (then its next cycle has begun)."""
+        http = c.http
         limit = push.ANSWER_LIMIT
-        if "chunked" in fields.get("transfer-encoding", "").lower():
-            read = 0
-            while True:
-                size = int((await reader.readuntil(b"\r\n")).split(b";", 1)[0].strip(), 16)
-                if size == 0:
-                    while (await reader.readuntil(b"\r\n")) != b"\r\n":  # trailers
-                        pass
-                    return True
-                read += size
+        read = 0
+        while True:
+            event = http.next_event()
+            if event is h11.NEED_DATA:
+                http.receive_data(await c.reader.read(max(1, limit + 1 - read)))
+            elif type(event) is h11.Data:
+                read += len(event.data)
                 if read > limit:
                     return False
-                await reader.readexactly(size + 2)
-        length = fields.get("content-length")
-        if length is not None:
-            n = int(length)
-            if n > limit:
+            elif type(event) is h11.EndOfMessage:
+                break
+            else:
                 return False
-            await reader.readexactly(n)
+        if http.our_state is h11.DONE and http.their_state is h11.DONE and not http.trailing_data[0]:
+            http.start_next_cycle()
             return True
-        await reader.read(limit)  # until the receiver closes: never kept
-        return False
+        return False  # Connection: close, HTTP/1.0, or bytes after the answer
