@@ -147,7 +147,7 @@ def test_unavailable_levels_say_why() -> None:
 async def test_every_escape_attempt_fails_in_a_sandbox(
     level: Isolation, warm: int, database_url: str, tmp_path: Path
 ) -> None:
-    """Each attempt, in a sandbox started for the Actor (cold) and in a warm one (spare.py)."""
+    """Each attempt, in a sandbox started for the Actor (cold) and in a warm one (warm.py)."""
     runtime = ProcessSubstrate(database_url, config(tmp_path / "state" / "runtime", level, slots=4,
                                                     stop_grace=1.0, warm_interpreters=warm))
     await runtime.open()

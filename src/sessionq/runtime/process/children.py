@@ -222,7 +222,7 @@ class Child:
     secrets: tuple[str, ...] = ()  # values its crash message never quotes (its environment's)
     # how the runtime reaches its readiness endpoint (GET /readyz, readiness.py): a TCP connection there
     ready_at: ReadyAddress | None = None
-    warm: bool = False  # started from a warm interpreter (warm.py) or sandbox (spare.py), not exec'd for it
+    warm: bool = False  # started from a warm interpreter (warm.py) or warm sandbox (warm.py), not exec'd for it
     user: int | None = None  # in a sandbox: the unprivileged user it runs as
     stopping: bool = False  # a stop the runtime asked for: its exit is no crash
     exited: asyncio.Event = field(default_factory=asyncio.Event)

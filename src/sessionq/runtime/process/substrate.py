@@ -24,7 +24,8 @@
   mount namespaces, its own network namespace whose only way out is the runtime: the egress proxy
   enforcing its persisted egress policy, the task store's forwarder, egress.py); under ``none`` it
   is a plain process of the runtime's user and its egress policy is stored, not enforced. Warm
-  interpreters serve ``none`` only: a warm interpreter runs outside any sandbox.
+  interpreters (warm.py) serve every level: plain processes under ``none``, each inside a warm
+  sandbox of its own under ``gvisor`` and ``namespaces``.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ from sessionq.runtime.base import (
     Tag,
     Worker,
 )
-from sessionq.runtime.process import archive, children, readiness, sandbox, spare, warm
+from sessionq.runtime.process import archive, children, readiness, sandbox, warm
 from sessionq.runtime.process.children import Child
 from sessionq.runtime.process.database import SERVER_LOCK_KEY, ProcessDatabase, install_schema
 from sessionq.runtime.process.egress import ActorNetwork
@@ -193,23 +194,23 @@ class ProcessSubstrate:
             size=max(config.warm_interpreters, 0) if self.isolation == Isolation.NONE else 0,
             interpreter=sys.executable,
             env=self._base_env(),
-            cwd=self.root / "spare",
+            cwd=self.root / "warm",
             logs=self.root / "logs",
             marker=str(self.root),
         )
-        # warm sandboxes (spare.py): the warm interpreters of gvisor and namespaces
-        self._spares = spare.SparePool(
+        # warm sandboxes (warm.py): the warm interpreters of gvisor and namespaces
+        self._warm_sandboxes = warm.WarmSandboxPool(
             size=max(config.warm_interpreters, 0) if self.isolation != Isolation.NONE else 0,
             level=self.isolation,
             root=self.root,
             read_only=lambda: self._read_only,
-            env=self._spare_env,
+            env=self._warm_sandbox_env,
             rules=lambda uid: self._policies.get(uid, ()),
             taskstore=lambda: self.taskstore_address,
             hosts=self.egress_hosts,
             interpreter=sys.executable,
         )
-        self._spare_bundles: dict[str, Path] = {}
+        self._warm_bundles: dict[str, Path] = {}
         self._in_flight: dict[str, int] = {}  # invoke calls under way, by Actor UID (tests)
         # tests: runs between an archive's write and its rename
         self.before_rename: Callable[[Path], None] | None = None
@@ -230,7 +231,7 @@ class ProcessSubstrate:
         if self.isolation != Isolation.NONE:
             # what an earlier server's sandboxes left (their processes died with it)
             await asyncio.to_thread(archive.remove_tree, self.root / "runsc")
-            await asyncio.to_thread(archive.remove_tree, self.root / "spares")
+            await asyncio.to_thread(archive.remove_tree, self.root / "warm")
             self._read_only = sandbox.read_only_paths(
                 [self.root, *self.config.private_paths], self.config.sandbox_paths
             )
@@ -251,13 +252,13 @@ class ProcessSubstrate:
         await self._db.open()
         await self.reconcile()
         self._warm.fill()
-        self._spares.fill()
+        self._warm_sandboxes.fill()
 
     async def close(self) -> None:
         """Stop every child process (no process outlives the runtime server); their Actors become
         CRASHED at the next start's reconciliation unless suspended first."""
         await self._warm.close()
-        await self._spares.close()
+        await self._warm_sandboxes.close()
         kids = list(self._children.values())
         await asyncio.gather(*(children.stop_child(c, 1.0) for c in kids), return_exceptions=True)
         for c in kids:
@@ -276,7 +277,7 @@ class ProcessSubstrate:
         """SIGKILL every child's process group at once, without waiting (a forced stop of its owner;
         any thread). Their Actors become CRASHED at the next start's reconciliation."""
         self._warm.kill_all()
-        self._spares.kill_all()
+        self._warm_sandboxes.kill_all()
         for child in list(self._children.values()):
             child.stopping = True
             children.kill_group(child.pid)
@@ -524,8 +525,8 @@ class ProcessSubstrate:
             logs = self.root / "logs"
             if self.isolation != Isolation.NONE:
                 env = self._sandbox_env(atespace, name, dict(template.get("env") or {}), dict(step.get("env") or {}))
-                spared = await self._start_spare(uid, argv, env, data, logs, secrets)
-                child = spared or await self._start_sandboxed(uid, argv, env, data, logs, secrets)
+                from_warm = await self._start_warm_sandbox(uid, argv, env, data, logs, secrets)
+                child = from_warm or await self._start_sandboxed(uid, argv, env, data, logs, secrets)
             else:
                 warm_child = await self._warm.start(uid, argv, env, data, logs, secrets)
                 child = warm_child or await children.start_child(uid, argv, env, data, logs, secrets)
@@ -574,16 +575,16 @@ class ProcessSubstrate:
             env[key] = "127.0.0.1,localhost"
         return env
 
-    def _spare_env(self) -> dict[str, str]:
+    def _warm_sandbox_env(self) -> dict[str, str]:
         """A warm sandbox's environment before its Actor is known: the sandbox's own variables only."""
         env = self._sandbox_env("", "", {}, {})
         env.pop(ACTOR_ENV, None)
         return env
 
-    async def _start_spare(
+    async def _start_warm_sandbox(
         self, uid: str, argv: list[str], env: dict[str, str], data: Path, logs: Path, secrets: tuple[str, ...]
     ) -> Child | None:
-        """The Actor's process from a warm sandbox (spare.py), or None: its command is not one a
+        """The Actor's process from a warm sandbox (warm.py), or None: its command is not one a
         warm interpreter runs (`warm.plan`), no warm sandbox is ready, or the one taken is gone."""
         try:
             program = children.resolve(argv[0], env.get("PATH"))
@@ -591,24 +592,24 @@ class ProcessSubstrate:
             return None  # the cold start reports it
         if not sandbox.visible(program, self._read_only):
             return None
-        how = warm.plan(program, argv, env, data, sys.executable, self._spare_env())
+        how = warm.plan(program, argv, env, data, sys.executable, self._warm_sandbox_env())
         if how is None:
             return None
-        box = self._spares.take()
+        box = self._warm_sandboxes.take()
         if box is None:
             return None
         await self._load_policy(uid)
         task: dict[str, object] = {"env": env, "cwd": sandbox.DATA, "program": how.program, "mode": how.mode,
                                    "target": how.target, "args": list(how.args)}
         try:
-            await self._spares.hand_over(box, uid, data, logs, task)
+            await self._warm_sandboxes.hand_over(box, uid, data, logs, task)
         except OSError as exc:
             log.warning("process runtime: a warm sandbox did not take actor %s (%s): starting it cold", uid, exc)
             box.taken = False
-            await self._spares._discard(box)
+            await self._warm_sandboxes._discard(box)
             return None
         self._networks[uid] = box.network
-        self._spare_bundles[uid] = box.bundle
+        self._warm_bundles[uid] = box.bundle
         return Child(uid=uid, process=box.process, pid=box.process.pid, port=box.network.port,
                      stderr=logs / f"{uid}.stderr", secrets=secrets, warm=True, user=box.user,
                      ready_at=children.ReadyAddress(port=readiness.READY_PORT, netns=box.network.netns.socket))
@@ -665,9 +666,9 @@ class ProcessSubstrate:
         if network is not None:
             await network.close()
         sandbox.remove_bundle(self.root / "sandboxes" / uid)
-        spare_bundle = self._spare_bundles.pop(uid, None)
-        if spare_bundle is not None:
-            await asyncio.to_thread(archive.remove_tree, spare_bundle)
+        warm_bundle = self._warm_bundles.pop(uid, None)
+        if warm_bundle is not None:
+            await asyncio.to_thread(archive.remove_tree, warm_bundle)
 
     async def _watch(self, child: Child) -> None:
         """Wait for the process to end; an end the runtime did not ask for is a crash."""
@@ -1020,13 +1021,13 @@ class ProcessSubstrate:
 
     def warm_pids(self) -> list[int]:
         """The pids of the warm interpreters (or warm sandboxes) waiting for an Actor."""
-        return [*self._warm.pids(), *self._spares.pids()]
+        return [*self._warm.pids(), *self._warm_sandboxes.pids()]
 
     async def warm_ready(self, timeout: float = 60.0) -> None:
         """Wait until every warm interpreter (or warm sandbox) the runtime keeps is started and has
         done its imports."""
         await self._warm.wait_ready(timeout)
-        await self._spares.wait_ready(timeout)
+        await self._warm_sandboxes.wait_ready(timeout)
 
     def turns_in_flight(self, uid: str) -> int:
         """The invoke calls to the Actor under way in this server (waiting for its readiness, or
