@@ -35,6 +35,7 @@ import contextlib
 import errno
 import logging
 import os
+import ssl
 import sys
 import uuid
 from collections.abc import Callable
@@ -64,11 +65,19 @@ from sessionq.runtime.base import (
     Tag,
     Worker,
 )
-from sessionq.runtime.process import archive, children, readiness, sandbox, warm
+from sessionq.runtime.process import archive, children, egress, readiness, sandbox, warm
 from sessionq.runtime.process.children import Child
 from sessionq.runtime.process.database import SERVER_LOCK_KEY, ProcessDatabase, install_schema
 from sessionq.runtime.process.egress import ActorNetwork
 from sessionq.runtime.process.invoke import EXIT_GRACE, cancel_actor_turn, invoke_actor
+from sessionq.runtime.process.limits import (
+    DEFAULT_CPUS,
+    DEFAULT_MEMORY,
+    DEFAULT_PROCESSES,
+    ActorGroup,
+    ControlGroups,
+    Limits,
+)
 from sessionq.runtime.process.sandbox import Isolation, NetNamespace, Sandbox
 from sessionq.runtime.stand_in.egress import canonical_rules, rule_collection
 from sessionq.runtime.stand_in.names import require_name, require_ref, split_template
@@ -129,6 +138,13 @@ class ProcessConfig:
     # seconds a started Actor has to answer 200 at its private GET /readyz (readiness.py); a turn
     # sent to an Actor that is not ready by then fails (UNAVAILABLE)
     ready_timeout: float = 60.0
+    # what one sandbox may take (limits.py; 0: no limit): memory in bytes, CPU in cores, processes
+    memory_limit: int = DEFAULT_MEMORY
+    cpu_limit: float = DEFAULT_CPUS
+    max_processes: int = DEFAULT_PROCESSES
+    # PEM file of CAs the egress proxy trusts, besides the system's, when it opens TLS to an https
+    # origin for a request the agent sent it in the clear (egress.py); None: the system's only
+    egress_ca_file: str | None = None
 
 
 # row mappers: the stand-in core's, with where the process runtime keeps a snapshot (its archive's
@@ -185,6 +201,11 @@ class ProcessSubstrate:
         self._read_only: list[str] = []
         self._networks: dict[str, ActorNetwork] = {}
         self._policies: dict[str, tuple[EgressRule, ...]] = {}
+        self.limits = Limits(memory=max(config.memory_limit, 0), cpus=max(config.cpu_limit, 0.0),
+                             processes=max(config.max_processes, 0))
+        self.cgroups: ControlGroups | None = None  # where the sandboxes' control groups are made (open)
+        self._groups: dict[str, ActorGroup] = {}  # a running sandboxed Actor's control group, by UID
+        self.origination: ssl.SSLContext | None = None  # the egress proxy's TLS to https origins (open)
         # tests: DNS names the egress proxy dials at a fixed address instead of resolving them
         self.egress_hosts: dict[str, str] = {}
         self._lock_conn: psycopg.AsyncConnection[Any] | None = None
@@ -209,6 +230,9 @@ class ProcessSubstrate:
             taskstore=lambda: self.taskstore_address,
             hosts=self.egress_hosts,
             interpreter=sys.executable,
+            limits=self.limits,
+            cgroups=lambda: self.cgroups,
+            origination=lambda: self.origination,
         )
         self._warm_bundles: dict[str, Path] = {}
         self._in_flight: dict[str, int] = {}  # invoke calls under way, by Actor UID (tests)
@@ -224,6 +248,12 @@ class ProcessSubstrate:
                 Code.FAILED_PRECONDITION,
                 f"{problem}; set runtime.process.isolation to a level this machine has (none: no sandbox)",
             )
+        try:
+            self.origination = egress.origination_context(self.config.egress_ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise SubstrateError(
+                Code.FAILED_PRECONDITION, f"runtime.process.egressCaFile cannot be read as PEM CA certificates ({exc})"
+            ) from None
         # the runtime's alone: other users of the machine read no snapshot, tag, log or directory
         archive.private_dir(self.root)
         for sub in ("actors", "snapshots", "tags", "logs", "sandboxes"):
@@ -235,6 +265,13 @@ class ProcessSubstrate:
             self._read_only = sandbox.read_only_paths(
                 [self.root, *self.config.private_paths], self.config.sandbox_paths
             )
+            self.cgroups, how = await asyncio.to_thread(ControlGroups.detect, str(self.root))
+            if self.cgroups is not None:
+                await asyncio.to_thread(self.cgroups.remove_stale)
+            log.info("process runtime: isolation %s, each sandbox's limits by %s: memory %s bytes, %s CPUs, "
+                     "%s processes (0: none)", self.isolation.value,
+                     how if self.cgroups is not None else f"rlimits, no CPU limit ({how})",
+                     self.limits.memory, self.limits.cpus, self.limits.processes)
         await install_schema(self._conninfo, slots=self.config.slots)
         # the lock's connection names the isolation level: `sessionq status` and the console read it
         conn = await psycopg.AsyncConnection.connect(
@@ -268,6 +305,12 @@ class ProcessSubstrate:
         networks = list(self._networks.values())
         self._networks.clear()
         await asyncio.gather(*(n.close() for n in networks), return_exceptions=True)
+        groups = list(self._groups.values())
+        self._groups.clear()
+        for group in groups:
+            await asyncio.to_thread(group.remove)
+        if self.cgroups is not None:
+            await asyncio.to_thread(self.cgroups.close)
         await self._db.close()
         conn, self._lock_conn = self._lock_conn, None
         if conn is not None:
@@ -610,6 +653,8 @@ class ProcessSubstrate:
             return None
         self._networks[uid] = box.network
         self._warm_bundles[uid] = box.bundle
+        if box.group is not None:
+            self._groups[uid] = box.group
         return Child(uid=uid, process=box.process, pid=box.process.pid, port=box.network.port,
                      stderr=logs / f"{uid}.stderr", secrets=secrets, warm=True, user=box.user,
                      ready_at=children.ReadyAddress(port=readiness.READY_PORT, netns=box.network.netns.socket))
@@ -626,12 +671,16 @@ class ProcessSubstrate:
             )
         await self._load_policy(uid)
         network = ActorNetwork(
-            NetNamespace.create(), lambda: self._policies.get(uid, ()), self.taskstore_address, self.egress_hosts
+            NetNamespace.create(), lambda: self._policies.get(uid, ()), self.taskstore_address, self.egress_hosts,
+            self.origination,
         )
+        group: ActorGroup | None = None
         try:
             await network.start()
             user = sandbox.actor_uid(uid)
             await asyncio.to_thread(sandbox.chown_tree, data, user)
+            if self.cgroups is not None:
+                group = await asyncio.to_thread(self.cgroups.create, uuid.uuid4().hex, self.limits)
             box = Sandbox(
                 level=self.isolation,
                 uid=user,
@@ -640,6 +689,8 @@ class ProcessSubstrate:
                 netns=network.netns.path,
                 bundle=self.root / "sandboxes" / uid,
                 runsc_root=self.root / "runsc",
+                limits=self.limits,
+                group=group,
             )
             command = box.command([program, *argv[1:]], env)
             # runsc reads the environment from the bundle: its own process gets none of the Actor's
@@ -649,8 +700,12 @@ class ProcessSubstrate:
             child.user = user
         except BaseException:
             await network.close()
+            if group is not None:
+                await asyncio.to_thread(group.remove)
             raise
         self._networks[uid] = network
+        if group is not None:
+            self._groups[uid] = group
         return child
 
     async def _load_policy(self, uid: str) -> None:
@@ -665,6 +720,9 @@ class ProcessSubstrate:
         network = self._networks.pop(uid, None)
         if network is not None:
             await network.close()
+        group = self._groups.pop(uid, None)
+        if group is not None:
+            await asyncio.to_thread(group.remove)
         sandbox.remove_bundle(self.root / "sandboxes" / uid)
         warm_bundle = self._warm_bundles.pop(uid, None)
         if warm_bundle is not None:
@@ -674,6 +732,10 @@ class ProcessSubstrate:
         """Wait for the process to end; an end the runtime did not ask for is a crash."""
         returncode = await child.process.wait()
         child.returncode = returncode
+        group = self._groups.get(child.uid)
+        if group is not None and not child.stopping and self._children.get(child.uid) is child and group.oom_kills():
+            child.note = (f"the Actor's sandbox reached its memory limit of {self.limits.describe_memory()}"
+                          " and the kernel ended its largest process")
         child.exited.set()
         if self._networks.get(child.uid) is not None and self._children.get(child.uid) in (child, None):
             await self._release(child.uid)
@@ -1033,6 +1095,10 @@ class ProcessSubstrate:
         """The invoke calls to the Actor under way in this server (waiting for its readiness, or
         for its answer)."""
         return self._in_flight.get(uid, 0)
+
+    def control_group(self, uid: str) -> ActorGroup | None:
+        """The control group of the Actor's running sandbox (None: none, limits.py)."""
+        return self._groups.get(uid)
 
     def sandbox_user(self, uid: str) -> int | None:
         """The unprivileged user the Actor's sandboxed process runs as (None: no such process)."""

@@ -57,6 +57,7 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import time
 import uuid
 import zipfile
@@ -69,6 +70,7 @@ from sessionq.runtime.base import EgressRule
 from sessionq.runtime.process import archive, children, sandbox
 from sessionq.runtime.process.children import Child
 from sessionq.runtime.process.egress import ActorNetwork
+from sessionq.runtime.process.limits import ActorGroup, ControlGroups, Limits
 from sessionq.runtime.process.sandbox import Isolation, NetNamespace, Sandbox
 
 log = logging.getLogger(__name__)
@@ -437,6 +439,7 @@ class WarmSandbox:
     stdout: Path
     stderr: Path
     bundle: Path
+    group: ActorGroup | None = None  # its control group (limits.py), made with it
     actor: str | None = None  # the Actor's UID once handed over (whose egress policy applies)
     ready: bool = False
     taken: bool = False
@@ -460,6 +463,9 @@ class WarmSandboxPool:
     taskstore: Callable[[], str | None]
     hosts: dict[str, str]
     interpreter: str
+    limits: Limits = field(default_factory=Limits)
+    cgroups: Callable[[], ControlGroups | None] = lambda: None  # the runtime's, once it is open
+    origination: Callable[[], ssl.SSLContext | None] = lambda: None  # the egress proxy's TLS (egress.py)
     waiting: list[WarmSandbox] = field(default_factory=list)
     starting: int = 0
     failures: int = 0
@@ -509,12 +515,17 @@ class WarmSandboxPool:
         data.mkdir(mode=0o700)
         user = sandbox.actor_uid(str(uuid.UUID(box_id)))
         os.chown(data, user, user)
-        network = ActorNetwork(NetNamespace.create(), lambda: (), self.taskstore(), self.hosts)
+        network = ActorNetwork(NetNamespace.create(), lambda: (), self.taskstore(), self.hosts, self.origination())
+        group: ActorGroup | None = None
         try:
             await network.start()
+            cgroups = self.cgroups()
+            if cgroups is not None:
+                group = await asyncio.to_thread(cgroups.create, box_id, self.limits)
             bundle = self.root / "sandboxes" / f"warm-{box_id}"
             wrapper = Sandbox(level=self.level, uid=user, data=data, read_only=tuple(self.read_only()),
-                          netns=network.netns.path, bundle=bundle, runsc_root=self.root / "runsc")
+                              netns=network.netns.path, bundle=bundle, runsc_root=self.root / "runsc",
+                              limits=self.limits, group=group)
             env = self.env()
             command = wrapper.command([self.interpreter, "-c", WARM_SANDBOX_CODE], env)
             outer = env if self.level == Isolation.NAMESPACES else {"PATH": os.defpath}
@@ -530,9 +541,12 @@ class WarmSandboxPool:
                 )
         except BaseException:
             await network.close()
+            if group is not None:
+                await asyncio.to_thread(group.remove)
             raise
         box = WarmSandbox(id=box_id, user=user, data=data, network=network, process=process,
-                          stdout=logs / f"warm-{box_id}.stdout", stderr=logs / f"warm-{box_id}.stderr", bundle=bundle)
+                          stdout=logs / f"warm-{box_id}.stdout", stderr=logs / f"warm-{box_id}.stderr", bundle=bundle,
+                          group=group)
         # the egress policy of the Actor it serves, none before (everything refused)
         network.rules = lambda: self.rules(box.actor) if box.actor else ()
         return box
@@ -580,6 +594,8 @@ class WarmSandboxPool:
             children.kill_group(box.process.pid)
             await asyncio.sleep(0.02)
         await box.network.close()
+        if box.group is not None:
+            await asyncio.to_thread(box.group.remove)
         sandbox.remove_bundle(box.bundle)
         await asyncio.to_thread(archive.remove_tree, box.data.parent)
         for path in (box.stdout, box.stderr):
