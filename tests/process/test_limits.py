@@ -6,6 +6,7 @@ other Actors go on; a busy turn gets no more CPU than its sandbox's limit."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -32,17 +33,21 @@ MEMORY = 256 << 20
 CPUS = 0.5
 
 
-@pytest.fixture(params=SANDBOXED)
-async def limited(request: pytest.FixtureRequest, settings: Any, store: Store, database_url: str,
-                  tmp_path: Path) -> AsyncIterator[ProcessApi]:
-    """The API and a worker over a process runtime whose sandboxes may have 256 MiB and half a core,
-    with the hog agent."""
+@contextlib.asynccontextmanager
+async def _served(level: Isolation, settings: Any, store: Store, database_url: str, root: Path, memory: int,
+                  cgroups: bool = True) -> AsyncIterator[ProcessApi]:
+    """The API and a worker over a process runtime whose sandboxes may have `memory` bytes and half a
+    core, with the hog agent (`cgroups` False: as on a machine without a writable cgroup hierarchy)."""
     from sessionq.api.server import ApiServer
 
-    root = tmp_path / "runtime"
-    runtime = ProcessSubstrate(database_url, config(root, request.param, slots=4, stop_grace=2.0,
-                                                    warm_interpreters=1, memory_limit=MEMORY, cpu_limit=CPUS))
+    runtime = ProcessSubstrate(database_url, config(root, level, slots=4, stop_grace=2.0,
+                                                    warm_interpreters=1 if cgroups else 0,
+                                                    memory_limit=memory, cpu_limit=CPUS))
     await runtime.open()
+    if not cgroups:
+        assert runtime.cgroups is not None
+        await asyncio.to_thread(runtime.cgroups.close)
+        runtime.cgroups = None
     try:
         async with running_worker(settings, database_url, store, runtime):
             server = ApiServer(settings, store, address="127.0.0.1:0", runtime=runtime)
@@ -63,6 +68,14 @@ async def limited(request: pytest.FixtureRequest, settings: Any, store: Store, d
     assert processes_with(str(root)) == [], "no agent process outlives the runtime"
 
 
+@pytest.fixture(params=SANDBOXED)
+async def limited(request: pytest.FixtureRequest, settings: Any, store: Store, database_url: str,
+                  tmp_path: Path) -> AsyncIterator[ProcessApi]:
+    """`_served` with 256 MiB at each sandboxed level."""
+    async with _served(request.param, settings, store, database_url, tmp_path / "runtime", MEMORY) as api:
+        yield api
+
+
 def test_this_machine_gives_the_sandboxes_control_groups() -> None:
     """What the limits below rely on (skipped where the machine has no writable cgroup hierarchy:
     limits.py says what applies then)."""
@@ -70,8 +83,7 @@ def test_this_machine_gives_the_sandboxes_control_groups() -> None:
     if groups is None:
         pytest.skip(how)
     assert groups.cpu and groups.pids, how
-    for parent in groups.parents.values():
-        parent.rmdir()
+    groups.close()
 
 
 @pytest.mark.clause("RT-9")
@@ -126,6 +138,29 @@ async def test_a_busy_turn_gets_no_more_cpu_than_its_limit(limited: ProcessApi) 
     assert max(rates) <= CPUS * 1.25, f"the sandbox used {max(rates):.2f} of a core, over the limit of {CPUS}"
     assert max(rates) >= CPUS * 0.5, f"the turn spun ({max(rates):.2f} of a core)"
     assert throttled > 0, "the sandbox's control group was throttled"
+
+
+@pytest.mark.parametrize("level", SANDBOXED)
+async def test_without_control_groups_the_memory_limit_is_the_address_space(
+    level: Isolation, settings: Any, store: Store, database_url: str, tmp_path: Path
+) -> None:
+    """The fallback where no cgroup hierarchy can be written: RLIMIT_AS. An allocation past it fails
+    inside the agent (its turn fails), the agent's process lives on and serves the next turn."""
+    probe, _ = ControlGroups.detect("probe")
+    if probe is None:
+        pytest.skip("no control groups here: every test above runs the fallback already")
+    probe.close()
+    async with _served(level, settings, store, database_url, tmp_path / "runtime", 1 << 30, cgroups=False) as api:
+        sid = await new_session(api, "as-1", agent="hog")
+        assert answer(await send(api, "memory 50", sid, agent="hog")) == "holding 50 MiB"
+        try:
+            failed = await send(api, "memory 1500", sid, agent="hog")
+        except grpc.aio.AioRpcError as e:
+            assert e.code() == grpc.StatusCode.UNAVAILABLE, e
+        else:
+            assert failed.status.state == a2a_pb2.TASK_STATE_FAILED, failed
+        assert (await actor_of(api, sid)).state != ActorState.CRASHED, "the allocation failed, not the process"
+        assert answer(await send(api, "hello", sid, agent="hog")) == "ok"
 
 
 def test_the_limits_reach_the_sandbox(tmp_path: Path) -> None:
