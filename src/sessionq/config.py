@@ -679,16 +679,18 @@ KEYS: tuple[Key, ...] = (
     Key(
         "runtime.process.cpuLimit",
         _cores,
-        1.0,
+        2.0,
         "Process runtime: CPU cores one Actor's sandbox may use (its control group's CFS quota: a busy sandbox"
-        " is throttled). Needs a writable cgroup hierarchy. 0: no limit; isolation none: not applied.",
+        " is throttled; under gvisor gVisor's own kernel counts too). Needs a writable cgroup hierarchy. 0: no"
+        " limit; isolation none: not applied.",
     ),
     Key(
         "runtime.process.maxProcesses",
         _int(0, 1 << 22),
         512,
-        "Process runtime: processes and threads one Actor's sandbox may have (pids.max of its control group and "
-        "RLIMIT_NPROC of its user): a fork bomb stops there. 0: no limit; isolation none: not applied.",
+        "Process runtime: processes and threads one Actor's sandbox may have (RLIMIT_NPROC of its user, and under "
+        "namespaces pids.max of its control group): a fork bomb stops there. 0: no limit; isolation none: not "
+        "applied.",
     ),
     Key("inventory.watchedAtespaces", _atespaces, [], "Atespaces the inventory lists (empty: all)."),
     Key(

@@ -1,8 +1,9 @@
 """A test agent that takes what its turn asks for: ``memory N`` holds N MiB (every page written),
-``cpu S`` spins S seconds of wall-clock time and notes in cpu.json of its durable directory how much
-CPU time it got; anything else is answered at once. Each answer is a bare A2A Message."""
+``cpu S N`` spins S seconds of wall-clock time in N processes and notes in cpu.json of its durable
+directory how much CPU time its own process got; anything else is answered at once. Each answer is a bare A2A Message."""
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -33,7 +34,16 @@ class Hog(AgentExecutor):
                 held.append(b"\x01" * (1 << 20))
             text = f"holding {len(held)} MiB"
         elif words[:1] == ["cpu"]:
+            helpers = []
+            for _ in range(int(words[2]) - 1 if len(words) > 2 else 0):
+                pid = os.fork()
+                if pid == 0:
+                    spin(float(words[1]))
+                    os._exit(0)
+                helpers.append(pid)
             result = spin(float(words[1]))
+            for pid in helpers:
+                os.waitpid(pid, 0)  # noqa: ASYNC222 (the turn blocks on purpose: it spins)
             (Path(agentkit.data_dir()) / "cpu.json").write_text(json.dumps(result))
             text = f"cpu share {result['share']:.2f}"
         await event_queue.enqueue_event(a2a_pb2.Message(

@@ -15,7 +15,11 @@ everything the sandbox runs, gVisor's own processes included, is inside:
   the group's ``oom_kill`` count and says so in the crash message (`oom_killed`).
 - CPU: the CFS quota, ``cpu.cfs_quota_us`` / ``cpu.cfs_period_us`` (v1) or ``cpu.max`` (v2):
   `cpus` cores' worth of time per period; a busy sandbox is throttled, not killed.
-- processes: ``pids.max``; beside it the sandbox's user always has RLIMIT_NPROC (sandbox.py).
+- processes: ``pids.max``; beside it the sandbox's user always has RLIMIT_NPROC (sandbox.py). Under
+  gVisor the group has no ``pids.max``: it holds gVisor's own host threads and its ptrace platform's
+  stub processes, many more than the Actor's processes (a fork storm of 512 inside passed 4,000 host
+  tasks here), and gVisor's kernel dies when it cannot make one; the Actor's own count is bounded
+  by RLIMIT_NPROC, which gVisor's kernel enforces inside.
 
 Without one (no cgroup hierarchy the runtime may write, e.g. in an unprivileged container): the
 memory limit becomes RLIMIT_AS of the Actor's processes (address space, not resident memory: an
@@ -27,6 +31,7 @@ at start.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import os
@@ -41,7 +46,7 @@ log = logging.getLogger(__name__)
 __all__ = ["DEFAULT_CPUS", "DEFAULT_MEMORY", "DEFAULT_PROCESSES", "ActorGroup", "ControlGroups", "Limits"]
 
 DEFAULT_MEMORY = 2 << 30  # bytes
-DEFAULT_CPUS = 1.0
+DEFAULT_CPUS = 2.0  # gVisor's kernel runs in the group too: its overhead counts against the quota
 DEFAULT_PROCESSES = 512  # processes (threads included): a fork bomb stops there
 CFS_PERIOD = 100_000  # microseconds
 SHELL = "/bin/sh"
@@ -163,14 +168,17 @@ class ControlGroups:
                     if entry.is_dir():
                         ActorGroup(self.version, (entry,)).remove()
 
-    def create(self, name: str, limits: Limits) -> ActorGroup:
-        """A group `name` with `limits` (OSError when it cannot be made: nothing is left)."""
+    def create(self, name: str, limits: Limits, *, gvisor: bool = False) -> ActorGroup:
+        """A group `name` with `limits` (OSError when it cannot be made: nothing is left); `gvisor`:
+        the group holds a gVisor sandbox (no pids.max: the module docstring)."""
         # (one directory where two controllers share a hierarchy, e.g. cpu,cpuacct)
         dirs = tuple(dict.fromkeys(parent / name for parent in self.parents.values()))
         group = ActorGroup(self.version, dirs)
         try:
             for d in dirs:
                 d.mkdir()
+            if gvisor and limits.processes:
+                limits = dataclasses.replace(limits, processes=0)
             group.apply(limits)
         except BaseException:
             group.remove()

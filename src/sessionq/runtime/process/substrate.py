@@ -680,7 +680,8 @@ class ProcessSubstrate:
             user = sandbox.actor_uid(uid)
             await asyncio.to_thread(sandbox.chown_tree, data, user)
             if self.cgroups is not None:
-                group = await asyncio.to_thread(self.cgroups.create, uuid.uuid4().hex, self.limits)
+                group = await asyncio.to_thread(self.cgroups.create, uuid.uuid4().hex, self.limits,
+                                                gvisor=self.isolation == Isolation.GVISOR)
             box = Sandbox(
                 level=self.isolation,
                 uid=user,

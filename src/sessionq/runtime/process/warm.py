@@ -521,7 +521,8 @@ class WarmSandboxPool:
             await network.start()
             cgroups = self.cgroups()
             if cgroups is not None:
-                group = await asyncio.to_thread(cgroups.create, box_id, self.limits)
+                group = await asyncio.to_thread(cgroups.create, box_id, self.limits,
+                                                gvisor=self.level == Isolation.GVISOR)
             bundle = self.root / "sandboxes" / f"warm-{box_id}"
             wrapper = Sandbox(level=self.level, uid=user, data=data, read_only=tuple(self.read_only()),
                               netns=network.netns.path, bundle=bundle, runsc_root=self.root / "runsc",
