@@ -155,7 +155,9 @@ class ControlGroups:
         return self.version == 2 or "pids" in self.parents
 
     def close(self) -> None:
-        """Remove the runtime's own directories once its sandboxes' groups are gone."""
+        """Remove the runtime's own directories, with any sandbox's group still in them (the runtime
+        is closing: nothing of its sandboxes outlives it)."""
+        self.remove_stale()
         for parent in set(self.parents.values()):
             with contextlib.suppress(OSError):
                 parent.rmdir()

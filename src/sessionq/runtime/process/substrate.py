@@ -265,13 +265,6 @@ class ProcessSubstrate:
             self._read_only = sandbox.read_only_paths(
                 [self.root, *self.config.private_paths], self.config.sandbox_paths
             )
-            self.cgroups, how = await asyncio.to_thread(ControlGroups.detect, str(self.root))
-            if self.cgroups is not None:
-                await asyncio.to_thread(self.cgroups.remove_stale)
-            log.info("process runtime: isolation %s, each sandbox's limits by %s: memory %s bytes, %s CPUs, "
-                     "%s processes (0: none)", self.isolation.value,
-                     how if self.cgroups is not None else f"rlimits, no CPU limit ({how})",
-                     self.limits.memory, self.limits.cpus, self.limits.processes)
         await install_schema(self._conninfo, slots=self.config.slots)
         # the lock's connection names the isolation level: `sessionq status` and the console read it
         conn = await psycopg.AsyncConnection.connect(
@@ -286,6 +279,15 @@ class ProcessSubstrate:
                 "another process runtime server already runs on this database (schema sessionq_process)",
             )
         self._lock_conn = conn
+        if self.isolation != Isolation.NONE:
+            # (once this server owns the runtime: a refused second server touches no group)
+            self.cgroups, how = await asyncio.to_thread(ControlGroups.detect, str(self.root))
+            if self.cgroups is not None:
+                await asyncio.to_thread(self.cgroups.remove_stale)
+            log.info("process runtime: isolation %s, each sandbox's limits by %s: memory %s bytes, %s CPUs, "
+                     "%s processes (0: none)", self.isolation.value,
+                     how if self.cgroups is not None else f"rlimits, no CPU limit ({how})",
+                     self.limits.memory, self.limits.cpus, self.limits.processes)
         await self._db.open()
         await self.reconcile()
         self._warm.fill()
