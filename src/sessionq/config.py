@@ -137,6 +137,16 @@ def _ratio(value: Any, key: str) -> float:
     return ratio
 
 
+def _cores(value: Any, key: str) -> float:
+    try:
+        cores = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{key}: {str(value)[:80]!r} is not a number of CPU cores") from None
+    if not 0 <= cores <= 1024:
+        raise ConfigError(f"{key}: {cores} is not between 0 and 1024")
+    return cores
+
+
 def _tokens(value: Any, key: str) -> dict[str, str]:
     if isinstance(value, str):  # env form: "token1=alice,token2=bob"
         out: dict[str, str] = {}
@@ -664,6 +674,37 @@ KEYS: tuple[Key, ...] = (
         "",
         "Process runtime: extra read-only paths (separated by ':') a sandbox shows at the same path, besides "
         "/usr, the runtime's Python and the agent kit (never the runtime's root or configuration).",
+    ),
+    Key(
+        "runtime.process.egressCaFile",
+        _str,
+        "",
+        "Process runtime: PEM file of CA certificates the egress proxy trusts, besides the system's, when it opens"
+        " TLS to an https origin for a request an Actor sent it in the clear (empty: the system's only).",
+    ),
+    Key(
+        "runtime.process.memoryLimit",
+        _int(0, 2**62),
+        2 << 30,
+        "Process runtime: bytes of memory one Actor's sandbox may use (its control group's limit; past it the "
+        "kernel ends its largest process and the turn fails saying so). Without a writable cgroup hierarchy: "
+        "the address space of each of its processes. 0: no limit; isolation none: not applied.",
+    ),
+    Key(
+        "runtime.process.cpuLimit",
+        _cores,
+        2.0,
+        "Process runtime: CPU cores one Actor's sandbox may use (its control group's CFS quota: a busy sandbox"
+        " is throttled; under gvisor gVisor's own kernel counts too). Needs a writable cgroup hierarchy. 0: no"
+        " limit; isolation none: not applied.",
+    ),
+    Key(
+        "runtime.process.maxProcesses",
+        _int(0, 1 << 22),
+        512,
+        "Process runtime: processes and threads one Actor's sandbox may have (RLIMIT_NPROC of its user, and under "
+        "namespaces pids.max of its control group): a fork bomb stops there. 0: no limit; isolation none: not "
+        "applied.",
     ),
     Key("inventory.watchedAtespaces", _atespaces, [], "Atespaces the inventory lists (empty: all)."),
     Key(

@@ -142,6 +142,10 @@ class RuntimeProcessSettings:
     warm_interpreters: int  # runtime.process.warmInterpreters
     isolation: Literal["auto", "gvisor", "namespaces", "none"]  # runtime.process.isolation
     sandbox_paths: str  # runtime.process.sandboxPaths
+    egress_ca_file: str  # runtime.process.egressCaFile
+    memory_limit: int  # runtime.process.memoryLimit
+    cpu_limit: float  # runtime.process.cpuLimit
+    max_processes: int  # runtime.process.maxProcesses
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> RuntimeProcessSettings:
@@ -153,6 +157,10 @@ class RuntimeProcessSettings:
             warm_interpreters=values["runtime.process.warmInterpreters"],
             isolation=values["runtime.process.isolation"],
             sandbox_paths=values["runtime.process.sandboxPaths"],
+            egress_ca_file=values["runtime.process.egressCaFile"],
+            memory_limit=values["runtime.process.memoryLimit"],
+            cpu_limit=values["runtime.process.cpuLimit"],
+            max_processes=values["runtime.process.maxProcesses"],
         )
 
 

@@ -6,6 +6,10 @@ credential headers the proxy adds; under none the suite says plainly what a plai
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import ipaddress
+import itertools
 import json
 import os
 import subprocess
@@ -17,6 +21,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from sessionq.db.operator_store import PROCESS_RUNTIME_APPLICATION
 from sessionq.runtime.base import ActorState, Code, EgressRule, SubstrateError
@@ -28,6 +36,7 @@ ESCAPE = str(Path(__file__).with_name("escape_process.py"))
 ORIGIN_NAME = "origin.sessionq.test"
 SECRET = "Bearer origin-secret-7f3a"
 UNMATCHED = "blocked.sessionq.test"
+TLS_PORT = 8443
 SANDBOXED = [p for p in LEVELS if p.values[0] != Isolation.NONE]  # type: ignore[attr-defined]
 WARM = [pytest.param(0, id="cold"), pytest.param(1, id="warm")]  # runtime.process.warmInterpreters
 
@@ -53,8 +62,8 @@ def _targets(rt: ProcessSubstrate, database_url: str, other: Path, config_file: 
     }
 
 
-async def _run_escape(rt: ProcessSubstrate, database_url: str, tmp_path: Path, name: str = "escaper") -> tuple[
-        str, dict[str, Any]]:
+async def _run_escape(rt: ProcessSubstrate, database_url: str, tmp_path: Path, name: str = "escaper",
+                      rules: list[EgressRule] | None = None) -> tuple[str, dict[str, Any]]:
     """Start the escape program as an Actor with another Actor's files and sessionq's configuration
     beside its own; returns its UID and its report."""
     other = rt.root / "actors" / str(uuid.uuid4()) / "data"
@@ -66,7 +75,7 @@ async def _run_escape(rt: ProcessSubstrate, database_url: str, tmp_path: Path, n
     targets = _targets(rt, database_url, other, config_file)
     actor = await rt.create_actor(ATESPACE, name, f"{ATESPACE}/{name}", env={
         "ESCAPE_TARGETS": json.dumps(targets), "SESSIONQ_WORKLOAD_TOKEN": "sqw.test.token"})
-    await rt.create_egress_policy(ATESPACE, name, actor.uid, [
+    await rt.create_egress_policy(ATESPACE, name, actor.uid, rules if rules is not None else [
         EgressRule("http", ORIGIN_NAME, 8080, {"Authorization": SECRET})])
     await rt.warm_ready(120)  # (a warm sandbox, when the runtime keeps one, is ready: it is taken)
     await rt.resume_actor(ATESPACE, name, actor.uid)
@@ -75,16 +84,34 @@ async def _run_escape(rt: ProcessSubstrate, database_url: str, tmp_path: Path, n
     return actor.uid, json.loads(report.read_text())
 
 
-@pytest.fixture
-def origin(tmp_path: Path) -> Iterator[tuple[str, Path]]:
-    """An HTTP server in a network namespace of its own (reached over a veth pair), standing for an
-    allowed origin: it answers 200 and records each request's headers. Yields (address, record)."""
+_origins = itertools.count()
+
+
+def _veth_addresses() -> tuple[str, str]:
+    """The host's and the origin's address on a /30 of 10.214.0.0/16 for one origin's veth pair,
+    derived from this process's pid and a count: two suites running at once do not collide."""
+    block = (os.getpid() * 8 + next(_origins) % 8) % (1 << 14)
+    base = ipaddress.IPv4Address("10.214.0.0") + block * 4
+    return str(base + 1), str(base + 2)
+
+
+@contextlib.contextmanager
+def _origin_in_netns(tmp_path: Path, port: int, tls: bool = False) -> Iterator[tuple[str, Path]]:
+    """An HTTP server (HTTPS with `tls`: origin.pem and origin.key of `tmp_path`) in a network namespace of its own,
+    reached over a veth pair, standing for an allowed origin: it answers 200 and records each
+    request's headers. Yields (its address, the record)."""
     if os.geteuid() != 0:
         pytest.skip("the origin's network namespace needs root")
     tag = uuid.uuid4().hex[:6]
     ns, host_if, ns_if = f"sqo-{tag}", f"sqh{tag}", f"sqn{tag}"
-    record = tmp_path / "origin-requests.jsonl"
-    server = tmp_path / "origin.py"
+    host_ip, origin_ip = _veth_addresses()
+    record = tmp_path / f"origin-{port}-requests.jsonl"
+    server = tmp_path / f"origin-{port}.py"
+    wrap = ""
+    if tls:
+        wrap = (f"import ssl\nctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)\n"
+                f"ctx.load_cert_chain({str(tmp_path / 'origin.pem')!r}, {str(tmp_path / 'origin.key')!r})\n"
+                "httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)\n")
     server.write_text(
         "import http.server, json, sys\n"
         "class H(http.server.BaseHTTPRequestHandler):\n"
@@ -94,15 +121,17 @@ def origin(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         "        self.send_response(200); self.send_header('Content-Length', str(len(body))); self.end_headers()\n"
         "        self.wfile.write(body)\n"
         "    def log_message(self, *a): pass\n"
-        "http.server.HTTPServer(('0.0.0.0', 8080), H).serve_forever()\n"
+        f"httpd = http.server.HTTPServer(('0.0.0.0', {port}), H)\n"
+        f"{wrap}"
+        "httpd.serve_forever()\n"
     )
     steps = [
         ["ip", "netns", "add", ns],
         ["ip", "link", "add", host_if, "type", "veth", "peer", "name", ns_if],
         ["ip", "link", "set", ns_if, "netns", ns],
-        ["ip", "addr", "add", "10.213.7.1/30", "dev", host_if],
+        ["ip", "addr", "add", f"{host_ip}/30", "dev", host_if],
         ["ip", "link", "set", host_if, "up"],
-        ["ip", "netns", "exec", ns, "ip", "addr", "add", "10.213.7.2/30", "dev", ns_if],
+        ["ip", "netns", "exec", ns, "ip", "addr", "add", f"{origin_ip}/30", "dev", ns_if],
         ["ip", "netns", "exec", ns, "ip", "link", "set", ns_if, "up"],
         ["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"],
     ]
@@ -111,13 +140,54 @@ def origin(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         for step in steps:
             subprocess.run(step, check=True, capture_output=True)
         proc = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, str(server)])
-        yield "10.213.7.2", record
+        yield origin_ip, record
     finally:
         if proc is not None:
             proc.kill()
             proc.wait()
         subprocess.run(["ip", "link", "del", host_if], capture_output=True)
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+@pytest.fixture
+def origin(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """An allowed origin over plain HTTP at ORIGIN_NAME:8080 (`_origin_in_netns`)."""
+    with _origin_in_netns(tmp_path, 8080) as found:
+        yield found
+
+
+def _certificates(tmp_path: Path) -> Path:
+    """A CA made for the test and the origin's certificate for ORIGIN_NAME signed by it (origin.pem,
+    origin.key); returns the CA's PEM file."""
+    now = datetime.datetime.now(datetime.UTC)
+
+    def name(common: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = (x509.CertificateBuilder().subject_name(name("sessionq test CA")).issuer_name(name("sessionq test CA"))
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
+                                       data_encipherment=False, key_agreement=False, key_cert_sign=True,
+                                       crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
+          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder().subject_name(name(ORIGIN_NAME)).issuer_name(ca.subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(ORIGIN_NAME)]), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    (tmp_path / "origin.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "origin.key").write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    ca_file = tmp_path / "ca.pem"
+    ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    return ca_file
 
 
 async def _fetch(rt: ProcessSubstrate, uid: str, url: str) -> dict[str, Any]:
@@ -147,7 +217,7 @@ def test_unavailable_levels_say_why() -> None:
 async def test_every_escape_attempt_fails_in_a_sandbox(
     level: Isolation, warm: int, database_url: str, tmp_path: Path
 ) -> None:
-    """Each attempt, in a sandbox started for the Actor (cold) and in a warm one (spare.py)."""
+    """Each attempt, in a sandbox started for the Actor (cold) and in a warm one (warm.py)."""
     runtime = ProcessSubstrate(database_url, config(tmp_path / "state" / "runtime", level, slots=4,
                                                     stop_grace=1.0, warm_interpreters=warm))
     await runtime.open()
@@ -241,6 +311,78 @@ async def test_the_allowed_origin_gets_the_request_with_the_credential_header_an
         assert (await runtime.get_actor(ATESPACE, "escaper")).state == ActorState.RUNNING
     finally:
         await runtime.close()
+
+
+@pytest.mark.clause("EGR-1")
+@pytest.mark.clause("EGR-2")
+@pytest.mark.clause("RT-9")
+@pytest.mark.parametrize("warm", WARM)
+@pytest.mark.parametrize("level", SANDBOXED)
+async def test_the_proxy_originates_tls_to_an_https_origin_with_the_credential_header(
+    level: Isolation, warm: int, database_url: str, tmp_path: Path
+) -> None:
+    """An https origin whose rule carries a credential header: the agent sends its request to the
+    proxy in the clear (http://name:8443/...), the proxy adds the header and opens TLS to the origin,
+    verifying its certificate against runtime.process.egressCaFile (a CA made here). The origin, an
+    HTTPS server in its own network namespace, gets the request over TLS with the header; the agent
+    never holds the secret, and a CONNECT tunnel to that origin (where the proxy could not add it)
+    is refused."""
+    ca_file = _certificates(tmp_path)
+    with _origin_in_netns(tmp_path, TLS_PORT, tls=True) as (address, record):
+        runtime = ProcessSubstrate(database_url, config(
+            tmp_path / "state" / "runtime", level, slots=4, stop_grace=1.0, warm_interpreters=warm,
+            egress_ca_file=str(ca_file)))
+        runtime.egress_hosts[ORIGIN_NAME] = address
+        await runtime.open()
+        try:
+            uid, report = await _run_escape(runtime, database_url, tmp_path, rules=[
+                EgressRule("https", ORIGIN_NAME, TLS_PORT, {"Authorization": SECRET})])
+            answer = await _fetch(runtime, uid, f"http://{ORIGIN_NAME}:{TLS_PORT}/hello")
+            assert answer == {"reached": True, "value": "200 hello from the origin"}, answer
+            seen = [json.loads(line) for line in record.read_text().splitlines()]
+            assert len(seen) == 1 and seen[0]["Authorization"] == SECRET, "over TLS, with the proxy's header"
+            assert seen[0]["Host"] == f"{ORIGIN_NAME}:{TLS_PORT}"
+            tunnel = await _fetch(runtime, uid, f"https://{ORIGIN_NAME}:{TLS_PORT}/hello")
+            assert not tunnel["reached"] and "403" in tunnel["error"], tunnel  # its reason: the decide test below
+            assert len(record.read_text().splitlines()) == 1, "the refused tunnel reached nothing"
+            assert SECRET not in json.dumps(report)
+        finally:
+            await runtime.close()
+
+
+async def test_the_proxy_verifies_the_https_origin_it_opens_tls_to(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Without the origin's CA among those the proxy trusts, its certificate is refused: 502, and the
+    origin gets no request (so no credential header)."""
+    levels = [p.values[0] for p in SANDBOXED if unavailable(p.values[0]) is None]  # type: ignore[attr-defined]
+    if not levels:
+        pytest.skip("no sandbox level on this machine")
+    _certificates(tmp_path)
+    with _origin_in_netns(tmp_path, TLS_PORT, tls=True) as (address, record):
+        runtime = ProcessSubstrate(database_url, config(tmp_path / "state" / "runtime", levels[0], slots=2,
+                                                        stop_grace=1.0, warm_interpreters=0))
+        runtime.egress_hosts[ORIGIN_NAME] = address
+        await runtime.open()
+        try:
+            uid, _ = await _run_escape(runtime, database_url, tmp_path, rules=[
+                EgressRule("https", ORIGIN_NAME, TLS_PORT, {"Authorization": SECRET})])
+            answer = await _fetch(runtime, uid, f"http://{ORIGIN_NAME}:{TLS_PORT}/hello")
+            assert not answer["reached"] and "502" in answer["error"] and "could not be reached" in answer["error"]
+            assert not record.exists() or record.read_text() == ""
+        finally:
+            await runtime.close()
+
+
+async def test_an_egress_ca_file_that_is_not_pem_is_refused_at_open(database_url: str, tmp_path: Path) -> None:
+    bad = tmp_path / "ca.pem"
+    bad.write_text("not a certificate")
+    runtime = ProcessSubstrate(database_url, config(tmp_path / "rt", Isolation.NONE, egress_ca_file=str(bad)))
+    with pytest.raises(SubstrateError) as refused:
+        await runtime.open()
+    assert refused.value.code == Code.FAILED_PRECONDITION
+    assert "runtime.process.egressCaFile" in refused.value.message and "not a certificate" not in refused.value.message
+    await runtime.close()
 
 
 @pytest.mark.clause("EGR-4")

@@ -1,4 +1,4 @@
-"""Warm sandboxes (spare.py): under gvisor and namespaces an Actor whose command a warm interpreter
+"""Warm sandboxes (warm.py): under gvisor and namespaces an Actor whose command a warm interpreter
 runs is handed a sandbox started ahead, with its restored durable directory at /data, its own
 user, its egress policy, exactly its environment; a sandbox serves one Actor once."""
 
@@ -35,11 +35,11 @@ async def warm_runtime(request: pytest.FixtureRequest, database_url: str, tmp_pa
 
 async def _probe(rt: ProcessSubstrate, name: str, tag: str | None = None) -> tuple[str, dict[str, object]]:
     await rt.warm_ready(120)
-    spares = rt.warm_pids()
-    assert len(spares) == 1
+    waiting = rt.warm_pids()
+    assert len(waiting) == 1
     actor = await rt.create_actor(ATESPACE, name, f"{ATESPACE}/probe", env={"FROM_ACTOR": "b"}, from_tag=tag)
     await rt.resume_actor(ATESPACE, name, actor.uid)
-    assert rt.started_warm(actor.uid) is True and rt.pid_of(actor.uid) == spares[0]
+    assert rt.started_warm(actor.uid) is True and rt.pid_of(actor.uid) == waiting[0]
     probe = rt.data_dir(actor.uid) / "probe.json"
     await wait_for(lambda: probe.exists() and probe.stat().st_size > 0, 60, what="the probe's report")
     return actor.uid, json.loads(probe.read_text())
@@ -71,7 +71,7 @@ async def test_an_actor_is_handed_a_warm_sandbox_with_its_directory_user_and_env
     assert stat.st_uid == rt.sandbox_user(fork), "the restored files are given to the sandbox's user"
     await rt.suspend_actor(ATESPACE, "p2", fork)
     assert (await rt.get_actor(ATESPACE, "p2")).state == ActorState.SUSPENDED
-    assert not list((rt.root / "spares").glob("*/data/*")), "no spare holds an Actor's file"
+    assert not list((rt.root / "warm").glob("*/data/*")), "no warm sandbox holds an Actor's file"
 
 
 async def test_an_agent_kit_agent_in_a_warm_sandbox_gets_ready(warm_runtime: ProcessSubstrate) -> None:

@@ -1,5 +1,6 @@
 """A warm interpreter: a Python process that has imported `sessionq.agentkit` (and so a2a-sdk's
-server) and waits for the process runtime to hand it an Actor (sessionq.runtime.process.warm).
+server) and waits for the process runtime to hand it an Actor (sessionq.runtime.process.warm). It
+runs plain (`main`, under isolation none) or inside a warm sandbox (`sandbox_main`).
 
 The runtime starts it as ``python -c "<import this module and call main>" FD ROOT`` in its own
 process group (setpriv --pdeathsig KILL, like an Actor's process), with the runtime's base
@@ -22,6 +23,18 @@ environment, stdin from /dev/null. FD is its end of a unix socket pair. The prot
   uncaught exception is reported by `sys.excepthook` without this module's frames and exits with
   status 1, a missing script with the interpreter's message and status 2, SystemExit as always.
 
+Inside a warm sandbox (`sandbox_main`) the runtime starts it as ``python -c "<import this module and
+call sandbox_main>"`` (its own user, ``/data`` an empty directory of the runtime's, its own network
+namespace), stdin a pipe from the runtime, stdout and stderr the sandbox's log files; no descriptor
+is passed (gVisor's sandbox takes none but its standard streams):
+
+- once its imports are done it listens on 127.0.0.1:SANDBOX_PORT of its network namespace (what the
+  runtime connects to, to know it is ready) and reads one line from stdin;
+- the line is the assignment, JSON (``env``, ``cwd``, ``program``, ``mode``, ``target``, ``args``):
+  it closes that listener, takes /dev/null as stdin, the durable directory as working directory and
+  exactly the Actor's environment, then runs the script or module as above (`run_assigned`);
+- an empty stdin (the runtime let it go) ends it.
+
 Besides the agent kit it imports the standard library and the uvicorn modules an agent kit agent
 loads when it starts serving (`SERVING_MODULES`): what an Actor would load anyway.
 """
@@ -35,7 +48,7 @@ import sys
 from types import TracebackType
 from typing import Any
 
-__all__ = ["main", "run_assigned"]
+__all__ = ["SANDBOX_PORT", "main", "run_assigned", "sandbox_main"]
 
 # what an agent kit agent imports when it starts serving (uvicorn's Config.load), imported here too
 # (lifespan "off", the event loop asyncio.run's: server.serve does not load uvicorn.loops)
@@ -45,6 +58,7 @@ ACCEPTED = b"A"
 REFUSED = b"E"
 HEADER = struct.Struct(">Q")
 FDS = 4  # the A2A socket, the readiness socket, stdout, stderr
+SANDBOX_PORT = 8079  # on the loopback of a warm sandbox's network namespace, until an Actor is handed over
 
 
 def _receive(control: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
@@ -147,9 +161,7 @@ def _without_own_frames(tb: TracebackType | None) -> TracebackType | None:
     return tb
 
 
-def main() -> None:
-    """Wait for an assignment and run it (see the module docstring)."""
-    control = socket.socket(family=socket.AF_UNIX, type=socket.SOCK_STREAM, fileno=int(sys.argv[1]))
+def _import_serving() -> None:
     import importlib
 
     for name in SERVING_MODULES:
@@ -157,6 +169,12 @@ def main() -> None:
             importlib.import_module(name)
         except ImportError:
             pass
+
+
+def main() -> None:
+    """Wait for an assignment and run it (see the module docstring)."""
+    control = socket.socket(family=socket.AF_UNIX, type=socket.SOCK_STREAM, fileno=int(sys.argv[1]))
+    _import_serving()
     control.sendall(READY)
     got = _receive(control)
     if got is None:
@@ -195,3 +213,25 @@ def run_assigned(task: dict[str, Any]) -> None:
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
         raise SystemExit(1) from None
+
+
+def sandbox_main() -> None:
+    """Inside a warm sandbox: listen to say ready, read the assignment from stdin and run it (see the
+    module docstring)."""
+    _import_serving()
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", SANDBOX_PORT))
+    listener.listen(8)
+    line = sys.stdin.buffer.readline()
+    listener.close()
+    if not line.strip():
+        return  # the runtime let this warm sandbox go
+    task = json.loads(line)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.chdir(task["cwd"])
+    os.environ.clear()
+    os.environ.update(task["env"])
+    run_assigned(task)

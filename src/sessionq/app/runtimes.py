@@ -130,6 +130,10 @@ def process_runtime(settings: Settings, url: str) -> ProcessSubstrate:
             warm_interpreters=p.warm_interpreters,
             isolation=p.isolation,
             sandbox_paths=tuple(x for x in p.sandbox_paths.split(":") if x),
+            memory_limit=p.memory_limit,
+            cpu_limit=p.cpu_limit,
+            max_processes=p.max_processes,
+            egress_ca_file=p.egress_ca_file or None,
             taskstore_address=settings.runtime.simulator.task_store_address or settings.server.address,
         ),
     )

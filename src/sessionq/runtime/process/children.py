@@ -222,7 +222,7 @@ class Child:
     secrets: tuple[str, ...] = ()  # values its crash message never quotes (its environment's)
     # how the runtime reaches its readiness endpoint (GET /readyz, readiness.py): a TCP connection there
     ready_at: ReadyAddress | None = None
-    warm: bool = False  # started from a warm interpreter (warm.py) or sandbox (spare.py), not exec'd for it
+    warm: bool = False  # started from a warm interpreter (warm.py) or warm sandbox (warm.py), not exec'd for it
     user: int | None = None  # in a sandbox: the unprivileged user it runs as
     stopping: bool = False  # a stop the runtime asked for: its exit is no crash
     exited: asyncio.Event = field(default_factory=asyncio.Event)
@@ -230,6 +230,7 @@ class Child:
     # waiting on the process's end waits for, so the Actor it reads next is already CRASHED
     exit_recorded: asyncio.Event = field(default_factory=asyncio.Event)
     returncode: int | None = None
+    note: str | None = None  # what the runtime knows of its end beyond the status (its memory limit)
     started_at: float = field(default_factory=time.time)  # the wall-clock time it was started
     watcher: asyncio.Task[None] | None = None
     ready: asyncio.Event = field(default_factory=asyncio.Event)  # its /readyz answered 200
@@ -303,10 +304,12 @@ async def start_sandboxed(
 
 
 def crash_message(child: Child) -> str:
-    """Why the child's process ended: its exit status and the redacted end of its stderr."""
+    """Why the child's process ended: what the runtime knows of it (`note`), its exit status and the
+    redacted end of its stderr."""
     assert child.returncode is not None
     tail = stderr_tail(child.stderr, secrets=child.secrets)
-    return describe_exit(child.returncode) + (f"; stderr: {tail}" if tail else "")
+    note = f"{child.note}: " if child.note else ""
+    return note + describe_exit(child.returncode) + (f"; stderr: {tail}" if tail else "")
 
 
 async def stop_child(child: Child, grace: float, *, paused: bool = False) -> None:

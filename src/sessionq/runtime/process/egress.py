@@ -6,7 +6,8 @@ only a loopback, and on it only what the runtime listens on, so these are its on
   applies to the next request of the running Actor):
   - ``GET http://host:port/...`` (absolute form) is forwarded when a rule allows that DNS name and
     port with protocol ``http``, or ``https`` (the proxy then opens TLS to the origin itself and
-    verifies its certificate: the way to reach an https origin whose rule carries credential
+    verifies its certificate against the system's CAs and `runtime.process.egressCaFile`'s,
+    `origination_context`: the way to reach an https origin whose rule carries credential
     headers, which the proxy adds, so the agent never holds them);
   - ``CONNECT host:port`` opens a tunnel when a rule allows it with ``tls_passthrough``, or ``https``
     without credential headers (the proxy cannot add headers to a stream it cannot read);
@@ -41,7 +42,7 @@ from sessionq.runtime.process.taskstore_forward import TaskStoreForwarder
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ActorNetwork", "Decision", "decide"]
+__all__ = ["ActorNetwork", "Decision", "decide", "origination_context"]
 
 HEAD_LIMIT = 64 * 1024  # bytes of a request's line and headers the proxy reads, at most
 CHUNK = 64 * 1024
@@ -50,6 +51,15 @@ A2A_WAIT = 60.0  # seconds a connection to the A2A endpoint waits for the Actor 
 REFUSED_HEADER = "X-Sessionq-Egress"
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade"}
+
+
+def origination_context(ca_file: str | None = None) -> ssl.SSLContext:
+    """How the proxy verifies an origin it opens TLS to: the system's CAs, and those of `ca_file`
+    (PEM) when given (OSError or ssl.SSLError when it cannot be read)."""
+    context = ssl.create_default_context()
+    if ca_file:
+        context.load_verify_locations(cafile=ca_file)
+    return context
 
 
 @dataclass(frozen=True)
@@ -154,8 +164,10 @@ class ActorNetwork:
         rules: Callable[[], Sequence[EgressRule]],
         taskstore: str | None,
         hosts: Mapping[str, str] | None = None,
+        origination: ssl.SSLContext | None = None,
     ) -> None:
         self.netns = netns
+        self.origination = origination  # the TLS the proxy opens to https origins (None: the system's CAs)
         self.hosts = hosts if hosts is not None else {}  # names dialled at a fixed address (tests)
         self.rules = rules
         self.taskstore = taskstore
@@ -271,7 +283,7 @@ class ActorNetwork:
             await _refuse(writer, "403 Forbidden", decision.reason)
             return
         rule = decision.rule
-        context = ssl.create_default_context() if decision.tls else None
+        context = (self.origination or origination_context()) if decision.tls else None
         try:
             upstream = await asyncio.wait_for(
                 asyncio.open_connection(self._address(url.hostname), port, ssl=context,

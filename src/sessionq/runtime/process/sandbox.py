@@ -20,6 +20,9 @@ Both sandboxes give the Actor the same view:
   gVisor the sandbox uses that namespace's loopback (``--network=host`` inside the Actor's own
   namespace: gVisor's netstack would keep its own loopback, unreachable from the runtime's sockets).
 
+Each sandbox is bounded by its `limits.Limits` (memory, CPU, processes): a control group of its own
+where the machine lets the runtime make one, else resource limits of its processes (limits.py).
+
 Both need root (mounts, namespaces) and util-linux's nsenter and setpriv (`unavailable` says why a
 level cannot run on this machine).
 """
@@ -39,11 +42,12 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
 import sessionq
+from sessionq.runtime.process.limits import ActorGroup, Limits
 
 __all__ = [
     "A2A_PORT",
@@ -69,7 +73,6 @@ TASKSTORE_PORT = 8083  # the task store's forwarder, on that loopback
 PROXY_PORT = 3128  # the egress proxy, on that loopback
 UID_BASE = 200_000  # the Actors' users: UID_BASE + a number derived from the Actor's UID
 UID_SPAN = 100_000
-MAX_PROCESSES = 512  # processes (threads included) an Actor's user may have: a fork bomb stops there
 MERGED_USR = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 SYSTEM_READ_ONLY = ("/usr", "/etc/ssl", "/etc/ca-certificates", "/etc/alternatives", "/etc/localtime")
 
@@ -315,11 +318,23 @@ class Sandbox:
     netns: str  # NetNamespace.path
     bundle: Path  # gvisor: where the OCI bundle is written
     runsc_root: Path  # gvisor: runsc's state directory
+    limits: Limits = field(default_factory=Limits)
+    group: ActorGroup | None = None  # its control group (None: limits by rlimits only, limits.py)
 
     def command(self, argv: list[str], env: Mapping[str, str]) -> list[str]:
-        if self.level == Isolation.GVISOR:
-            return self._gvisor(argv, env)
-        return self._bwrap(argv)
+        wrapped = self._gvisor(argv, env) if self.level == Isolation.GVISOR else self._bwrap(argv)
+        # the whole sandbox (bwrap, or runsc and gVisor's own processes) in the Actor's control group
+        return self.group.join(wrapped) if self.group is not None else wrapped
+
+    def _rlimits(self) -> dict[str, int]:
+        """The rlimits of the Actor's processes: its user's process count, and its address space
+        when no control group bounds its memory."""
+        found = {}
+        if self.limits.processes:
+            found["RLIMIT_NPROC"] = self.limits.processes
+        if self.limits.memory and self.group is None:
+            found["RLIMIT_AS"] = self.limits.memory
+        return found
 
     def _prefix(self) -> list[str]:
         assert NSENTER is not None
@@ -351,8 +366,10 @@ class Sandbox:
             "--bind", str(self.data), DATA,
             "--chdir", DATA,
         ]
-        if PRLIMIT is not None:
-            cmd += [PRLIMIT, f"--nproc={MAX_PROCESSES}:{MAX_PROCESSES}", "--"]
+        rlimits = self._rlimits()
+        if PRLIMIT is not None and rlimits:
+            flags = {"RLIMIT_NPROC": "--nproc", "RLIMIT_AS": "--as"}
+            cmd += [PRLIMIT, *(f"{flags[k]}={v}:{v}" for k, v in rlimits.items()), "--"]
         cmd += [
             SETPRIV, f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups",
             "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--",
@@ -389,7 +406,7 @@ class Sandbox:
                 "capabilities": {k: no_caps for k in ("bounding", "effective", "inheritable", "permitted", "ambient")},
                 "noNewPrivileges": True,
                 "rlimits": [
-                    {"type": "RLIMIT_NPROC", "hard": MAX_PROCESSES, "soft": MAX_PROCESSES},
+                    *({"type": k, "hard": v, "soft": v} for k, v in self._rlimits().items()),
                     {"type": "RLIMIT_NOFILE", "hard": 4096, "soft": 4096},
                 ],
             },

@@ -24,7 +24,8 @@
   mount namespaces, its own network namespace whose only way out is the runtime: the egress proxy
   enforcing its persisted egress policy, the task store's forwarder, egress.py); under ``none`` it
   is a plain process of the runtime's user and its egress policy is stored, not enforced. Warm
-  interpreters serve ``none`` only: a warm interpreter runs outside any sandbox.
+  interpreters (warm.py) serve every level: plain processes under ``none``, each inside a warm
+  sandbox of its own under ``gvisor`` and ``namespaces``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import contextlib
 import errno
 import logging
 import os
+import ssl
 import sys
 import uuid
 from collections.abc import Callable
@@ -63,11 +65,19 @@ from sessionq.runtime.base import (
     Tag,
     Worker,
 )
-from sessionq.runtime.process import archive, children, readiness, sandbox, spare, warm
+from sessionq.runtime.process import archive, children, egress, readiness, sandbox, warm
 from sessionq.runtime.process.children import Child
 from sessionq.runtime.process.database import SERVER_LOCK_KEY, ProcessDatabase, install_schema
 from sessionq.runtime.process.egress import ActorNetwork
 from sessionq.runtime.process.invoke import EXIT_GRACE, cancel_actor_turn, invoke_actor
+from sessionq.runtime.process.limits import (
+    DEFAULT_CPUS,
+    DEFAULT_MEMORY,
+    DEFAULT_PROCESSES,
+    ActorGroup,
+    ControlGroups,
+    Limits,
+)
 from sessionq.runtime.process.sandbox import Isolation, NetNamespace, Sandbox
 from sessionq.runtime.stand_in.egress import canonical_rules, rule_collection
 from sessionq.runtime.stand_in.names import require_name, require_ref, split_template
@@ -128,6 +138,13 @@ class ProcessConfig:
     # seconds a started Actor has to answer 200 at its private GET /readyz (readiness.py); a turn
     # sent to an Actor that is not ready by then fails (UNAVAILABLE)
     ready_timeout: float = 60.0
+    # what one sandbox may take (limits.py; 0: no limit): memory in bytes, CPU in cores, processes
+    memory_limit: int = DEFAULT_MEMORY
+    cpu_limit: float = DEFAULT_CPUS
+    max_processes: int = DEFAULT_PROCESSES
+    # PEM file of CAs the egress proxy trusts, besides the system's, when it opens TLS to an https
+    # origin for a request the agent sent it in the clear (egress.py); None: the system's only
+    egress_ca_file: str | None = None
 
 
 # row mappers: the stand-in core's, with where the process runtime keeps a snapshot (its archive's
@@ -184,6 +201,11 @@ class ProcessSubstrate:
         self._read_only: list[str] = []
         self._networks: dict[str, ActorNetwork] = {}
         self._policies: dict[str, tuple[EgressRule, ...]] = {}
+        self.limits = Limits(memory=max(config.memory_limit, 0), cpus=max(config.cpu_limit, 0.0),
+                             processes=max(config.max_processes, 0))
+        self.cgroups: ControlGroups | None = None  # where the sandboxes' control groups are made (open)
+        self._groups: dict[str, ActorGroup] = {}  # a running sandboxed Actor's control group, by UID
+        self.origination: ssl.SSLContext | None = None  # the egress proxy's TLS to https origins (open)
         # tests: DNS names the egress proxy dials at a fixed address instead of resolving them
         self.egress_hosts: dict[str, str] = {}
         self._lock_conn: psycopg.AsyncConnection[Any] | None = None
@@ -193,23 +215,26 @@ class ProcessSubstrate:
             size=max(config.warm_interpreters, 0) if self.isolation == Isolation.NONE else 0,
             interpreter=sys.executable,
             env=self._base_env(),
-            cwd=self.root / "spare",
+            cwd=self.root / "warm",
             logs=self.root / "logs",
             marker=str(self.root),
         )
-        # warm sandboxes (spare.py): the warm interpreters of gvisor and namespaces
-        self._spares = spare.SparePool(
+        # warm sandboxes (warm.py): the warm interpreters of gvisor and namespaces
+        self._warm_sandboxes = warm.WarmSandboxPool(
             size=max(config.warm_interpreters, 0) if self.isolation != Isolation.NONE else 0,
             level=self.isolation,
             root=self.root,
             read_only=lambda: self._read_only,
-            env=self._spare_env,
+            env=self._warm_sandbox_env,
             rules=lambda uid: self._policies.get(uid, ()),
             taskstore=lambda: self.taskstore_address,
             hosts=self.egress_hosts,
             interpreter=sys.executable,
+            limits=self.limits,
+            cgroups=lambda: self.cgroups,
+            origination=lambda: self.origination,
         )
-        self._spare_bundles: dict[str, Path] = {}
+        self._warm_bundles: dict[str, Path] = {}
         self._in_flight: dict[str, int] = {}  # invoke calls under way, by Actor UID (tests)
         # tests: runs between an archive's write and its rename
         self.before_rename: Callable[[Path], None] | None = None
@@ -223,6 +248,12 @@ class ProcessSubstrate:
                 Code.FAILED_PRECONDITION,
                 f"{problem}; set runtime.process.isolation to a level this machine has (none: no sandbox)",
             )
+        try:
+            self.origination = egress.origination_context(self.config.egress_ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise SubstrateError(
+                Code.FAILED_PRECONDITION, f"runtime.process.egressCaFile cannot be read as PEM CA certificates ({exc})"
+            ) from None
         # the runtime's alone: other users of the machine read no snapshot, tag, log or directory
         archive.private_dir(self.root)
         for sub in ("actors", "snapshots", "tags", "logs", "sandboxes"):
@@ -230,7 +261,7 @@ class ProcessSubstrate:
         if self.isolation != Isolation.NONE:
             # what an earlier server's sandboxes left (their processes died with it)
             await asyncio.to_thread(archive.remove_tree, self.root / "runsc")
-            await asyncio.to_thread(archive.remove_tree, self.root / "spares")
+            await asyncio.to_thread(archive.remove_tree, self.root / "warm")
             self._read_only = sandbox.read_only_paths(
                 [self.root, *self.config.private_paths], self.config.sandbox_paths
             )
@@ -248,16 +279,25 @@ class ProcessSubstrate:
                 "another process runtime server already runs on this database (schema sessionq_process)",
             )
         self._lock_conn = conn
+        if self.isolation != Isolation.NONE:
+            # (once this server owns the runtime: a refused second server touches no group)
+            self.cgroups, how = await asyncio.to_thread(ControlGroups.detect, str(self.root))
+            if self.cgroups is not None:
+                await asyncio.to_thread(self.cgroups.remove_stale)
+            log.info("process runtime: isolation %s, each sandbox's limits by %s: memory %s bytes, %s CPUs, "
+                     "%s processes (0: none)", self.isolation.value,
+                     how if self.cgroups is not None else f"rlimits, no CPU limit ({how})",
+                     self.limits.memory, self.limits.cpus, self.limits.processes)
         await self._db.open()
         await self.reconcile()
         self._warm.fill()
-        self._spares.fill()
+        self._warm_sandboxes.fill()
 
     async def close(self) -> None:
         """Stop every child process (no process outlives the runtime server); their Actors become
         CRASHED at the next start's reconciliation unless suspended first."""
         await self._warm.close()
-        await self._spares.close()
+        await self._warm_sandboxes.close()
         kids = list(self._children.values())
         await asyncio.gather(*(children.stop_child(c, 1.0) for c in kids), return_exceptions=True)
         for c in kids:
@@ -267,6 +307,12 @@ class ProcessSubstrate:
         networks = list(self._networks.values())
         self._networks.clear()
         await asyncio.gather(*(n.close() for n in networks), return_exceptions=True)
+        groups = list(self._groups.values())
+        self._groups.clear()
+        for group in groups:
+            await asyncio.to_thread(group.remove)
+        if self.cgroups is not None:
+            await asyncio.to_thread(self.cgroups.close)
         await self._db.close()
         conn, self._lock_conn = self._lock_conn, None
         if conn is not None:
@@ -276,7 +322,7 @@ class ProcessSubstrate:
         """SIGKILL every child's process group at once, without waiting (a forced stop of its owner;
         any thread). Their Actors become CRASHED at the next start's reconciliation."""
         self._warm.kill_all()
-        self._spares.kill_all()
+        self._warm_sandboxes.kill_all()
         for child in list(self._children.values()):
             child.stopping = True
             children.kill_group(child.pid)
@@ -524,8 +570,8 @@ class ProcessSubstrate:
             logs = self.root / "logs"
             if self.isolation != Isolation.NONE:
                 env = self._sandbox_env(atespace, name, dict(template.get("env") or {}), dict(step.get("env") or {}))
-                spared = await self._start_spare(uid, argv, env, data, logs, secrets)
-                child = spared or await self._start_sandboxed(uid, argv, env, data, logs, secrets)
+                from_warm = await self._start_warm_sandbox(uid, argv, env, data, logs, secrets)
+                child = from_warm or await self._start_sandboxed(uid, argv, env, data, logs, secrets)
             else:
                 warm_child = await self._warm.start(uid, argv, env, data, logs, secrets)
                 child = warm_child or await children.start_child(uid, argv, env, data, logs, secrets)
@@ -574,16 +620,16 @@ class ProcessSubstrate:
             env[key] = "127.0.0.1,localhost"
         return env
 
-    def _spare_env(self) -> dict[str, str]:
+    def _warm_sandbox_env(self) -> dict[str, str]:
         """A warm sandbox's environment before its Actor is known: the sandbox's own variables only."""
         env = self._sandbox_env("", "", {}, {})
         env.pop(ACTOR_ENV, None)
         return env
 
-    async def _start_spare(
+    async def _start_warm_sandbox(
         self, uid: str, argv: list[str], env: dict[str, str], data: Path, logs: Path, secrets: tuple[str, ...]
     ) -> Child | None:
-        """The Actor's process from a warm sandbox (spare.py), or None: its command is not one a
+        """The Actor's process from a warm sandbox (warm.py), or None: its command is not one a
         warm interpreter runs (`warm.plan`), no warm sandbox is ready, or the one taken is gone."""
         try:
             program = children.resolve(argv[0], env.get("PATH"))
@@ -591,24 +637,26 @@ class ProcessSubstrate:
             return None  # the cold start reports it
         if not sandbox.visible(program, self._read_only):
             return None
-        how = warm.plan(program, argv, env, data, sys.executable, self._spare_env())
+        how = warm.plan(program, argv, env, data, sys.executable, self._warm_sandbox_env())
         if how is None:
             return None
-        box = self._spares.take()
+        box = self._warm_sandboxes.take()
         if box is None:
             return None
         await self._load_policy(uid)
         task: dict[str, object] = {"env": env, "cwd": sandbox.DATA, "program": how.program, "mode": how.mode,
                                    "target": how.target, "args": list(how.args)}
         try:
-            await self._spares.hand_over(box, uid, data, logs, task)
+            await self._warm_sandboxes.hand_over(box, uid, data, logs, task)
         except OSError as exc:
             log.warning("process runtime: a warm sandbox did not take actor %s (%s): starting it cold", uid, exc)
             box.taken = False
-            await self._spares._discard(box)
+            await self._warm_sandboxes._discard(box)
             return None
         self._networks[uid] = box.network
-        self._spare_bundles[uid] = box.bundle
+        self._warm_bundles[uid] = box.bundle
+        if box.group is not None:
+            self._groups[uid] = box.group
         return Child(uid=uid, process=box.process, pid=box.process.pid, port=box.network.port,
                      stderr=logs / f"{uid}.stderr", secrets=secrets, warm=True, user=box.user,
                      ready_at=children.ReadyAddress(port=readiness.READY_PORT, netns=box.network.netns.socket))
@@ -625,12 +673,17 @@ class ProcessSubstrate:
             )
         await self._load_policy(uid)
         network = ActorNetwork(
-            NetNamespace.create(), lambda: self._policies.get(uid, ()), self.taskstore_address, self.egress_hosts
+            NetNamespace.create(), lambda: self._policies.get(uid, ()), self.taskstore_address, self.egress_hosts,
+            self.origination,
         )
+        group: ActorGroup | None = None
         try:
             await network.start()
             user = sandbox.actor_uid(uid)
             await asyncio.to_thread(sandbox.chown_tree, data, user)
+            if self.cgroups is not None:
+                group = await asyncio.to_thread(self.cgroups.create, uuid.uuid4().hex, self.limits,
+                                                gvisor=self.isolation == Isolation.GVISOR)
             box = Sandbox(
                 level=self.isolation,
                 uid=user,
@@ -639,6 +692,8 @@ class ProcessSubstrate:
                 netns=network.netns.path,
                 bundle=self.root / "sandboxes" / uid,
                 runsc_root=self.root / "runsc",
+                limits=self.limits,
+                group=group,
             )
             command = box.command([program, *argv[1:]], env)
             # runsc reads the environment from the bundle: its own process gets none of the Actor's
@@ -648,8 +703,12 @@ class ProcessSubstrate:
             child.user = user
         except BaseException:
             await network.close()
+            if group is not None:
+                await asyncio.to_thread(group.remove)
             raise
         self._networks[uid] = network
+        if group is not None:
+            self._groups[uid] = group
         return child
 
     async def _load_policy(self, uid: str) -> None:
@@ -664,15 +723,22 @@ class ProcessSubstrate:
         network = self._networks.pop(uid, None)
         if network is not None:
             await network.close()
+        group = self._groups.pop(uid, None)
+        if group is not None:
+            await asyncio.to_thread(group.remove)
         sandbox.remove_bundle(self.root / "sandboxes" / uid)
-        spare_bundle = self._spare_bundles.pop(uid, None)
-        if spare_bundle is not None:
-            await asyncio.to_thread(archive.remove_tree, spare_bundle)
+        warm_bundle = self._warm_bundles.pop(uid, None)
+        if warm_bundle is not None:
+            await asyncio.to_thread(archive.remove_tree, warm_bundle)
 
     async def _watch(self, child: Child) -> None:
         """Wait for the process to end; an end the runtime did not ask for is a crash."""
         returncode = await child.process.wait()
         child.returncode = returncode
+        group = self._groups.get(child.uid)
+        if group is not None and not child.stopping and self._children.get(child.uid) is child and group.oom_kills():
+            child.note = (f"the Actor's sandbox reached its memory limit of {self.limits.describe_memory()}"
+                          " and the kernel ended its largest process")
         child.exited.set()
         if self._networks.get(child.uid) is not None and self._children.get(child.uid) in (child, None):
             await self._release(child.uid)
@@ -1020,18 +1086,22 @@ class ProcessSubstrate:
 
     def warm_pids(self) -> list[int]:
         """The pids of the warm interpreters (or warm sandboxes) waiting for an Actor."""
-        return [*self._warm.pids(), *self._spares.pids()]
+        return [*self._warm.pids(), *self._warm_sandboxes.pids()]
 
     async def warm_ready(self, timeout: float = 60.0) -> None:
         """Wait until every warm interpreter (or warm sandbox) the runtime keeps is started and has
         done its imports."""
         await self._warm.wait_ready(timeout)
-        await self._spares.wait_ready(timeout)
+        await self._warm_sandboxes.wait_ready(timeout)
 
     def turns_in_flight(self, uid: str) -> int:
         """The invoke calls to the Actor under way in this server (waiting for its readiness, or
         for its answer)."""
         return self._in_flight.get(uid, 0)
+
+    def control_group(self, uid: str) -> ActorGroup | None:
+        """The control group of the Actor's running sandbox (None: none, limits.py)."""
+        return self._groups.get(uid)
 
     def sandbox_user(self, uid: str) -> int | None:
         """The unprivileged user the Actor's sandboxed process runs as (None: no such process)."""

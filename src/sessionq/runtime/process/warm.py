@@ -1,4 +1,11 @@
-"""Warm interpreters: the process runtime keeps `size` Python processes started ahead of need
+"""Warm Actor hosts: a Python process started ahead of need with the agent kit imported, handed to the
+next Actor whose command it can run. Two kinds, one idea:
+
+- warm interpreters (`WarmPool`, under isolation ``none``): plain processes of the runtime's user;
+- warm sandboxes (`WarmSandboxPool`, under ``gvisor`` and ``namespaces``): each such interpreter
+  inside a sandbox of its own, with its network (egress.py), started before its Actor is known.
+
+Warm interpreters: the process runtime keeps `size` Python processes started ahead of need
 (sessionq.agentkit.warm), each having imported the agent kit and a2a-sdk's server, and hands
 one to the next Actor whose command runs a script or a module with that same interpreter. The
 Actor's start then skips the interpreter's start and the SDK's imports (most of a turn on a
@@ -20,6 +27,25 @@ A command is run warm only when (`plan`):
 - the variables that shape an interpreter's start or were read while the interpreter imported
   (`STARTUP_PREFIXES`, `STARTUP_NAMES`) are the same in the Actor's environment as in the interpreter's.
 Any other command, or no interpreter left, starts cold as before.
+
+Warm sandboxes: under ``gvisor`` and ``namespaces`` the process runtime keeps `size` sandboxes
+started ahead of need, each with its network (egress.py) and, inside, a Python interpreter that has
+imported the agent kit (sessionq.agentkit.warm.sandbox_main), and hands one to the next Actor whose command a
+warm interpreter can run (`warm.plan`). The Actor's start then skips the sandbox's start, the
+interpreter's start and the SDK's imports (most of a turn on a suspended Actor).
+
+A warm sandbox is made before its Actor is known, so nothing of an Actor is in it until the hand-over:
+- its ``/data`` is an empty directory of its own (``<root>/warm/<id>/data``, the bind's source);
+  at the hand-over the Actor's snapshot is restored beside it, its entries moved in, and the
+  directory renamed to the Actor's (``<root>/actors/<uid>/data``: the bind follows the directory);
+- its user is one of its own (`sandbox.actor_uid` of the warm sandbox's id), given the restored files;
+- its egress proxy enforces the policy of the Actor it serves (none before: everything refused);
+- its environment until then is the sandbox's base (no variable of an Actor); the assignment
+  carries the Actor's, which replaces it (`os.environ`; the process's initial environment block,
+  what /proc/PID/environ shows inside, stays the base one);
+- its stdout and stderr log files are renamed to the Actor's (the stdout log then holds this start
+  only, not the earlier starts' too).
+A sandbox is used once: the Actor's stop ends it, and a replacement starts in the background.
 """
 
 from __future__ import annotations
@@ -31,25 +57,42 @@ import logging
 import os
 import signal
 import socket
+import ssl
+import time
+import uuid
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from sessionq.runtime.process import children
+from sessionq.runtime.base import EgressRule
+from sessionq.runtime.process import archive, children, sandbox
 from sessionq.runtime.process.children import Child
+from sessionq.runtime.process.egress import ActorNetwork
+from sessionq.runtime.process.limits import ActorGroup, ControlGroups, Limits
+from sessionq.runtime.process.sandbox import Isolation, NetNamespace, Sandbox
 
 log = logging.getLogger(__name__)
 
-__all__ = ["STARTUP_NAMES", "STARTUP_PREFIXES", "Plan", "WarmPool", "plan"]
+__all__ = [
+    "STARTUP_NAMES",
+    "STARTUP_PREFIXES",
+    "WARM_SANDBOX_CODE",
+    "WARM_SANDBOX_PORT",
+    "Plan",
+    "WarmPool",
+    "WarmSandbox",
+    "WarmSandboxPool",
+    "plan",
+]
 
 WARM_CODE = "__import__('sessionq.agentkit.warm').agentkit.warm.main()"  # binds no name in __main__
 # variables an interpreter reads as it starts, or modules read as the interpreter imported them
 STARTUP_PREFIXES = ("PYTHON", "LC_", "GRPC_", "PYDANTIC")
 STARTUP_NAMES = ("LANG", "LANGUAGE", "TZ", "HOME", "TMPDIR", "SSL_CERT_FILE", "SSL_CERT_DIR")
 ACCEPT_TIMEOUT = 60.0  # seconds an assignment waits for the interpreter (its imports, if not yet done)
-MAX_FAILURES = 3  # warm interpreters in a row that die before they are ready: no more are started
+MAX_FAILURES = 3  # warm interpreters (or sandboxes) in a row that die before they are ready: no more are started
 HEADER_SIZE = 8
 
 
@@ -113,7 +156,7 @@ class WarmPool:
     """`size` warm interpreters of `interpreter` with environment `env`, started in the background
     (`fill`)
     and replaced after each use or death. Their stdout and stderr, before they are handed an Actor,
-    go to `logs`/spares.log; `marker` (the runtime's root) is on their command line."""
+    go to `logs`/warm.log; `marker` (the runtime's root) is on their command line."""
 
     size: int
     interpreter: str
@@ -168,7 +211,7 @@ class WarmPool:
             argv = [self.interpreter, "-c", WARM_CODE, str(theirs.fileno()), self.marker]
             if children.SETPRIV is not None:
                 argv = [children.SETPRIV, "--pdeathsig", "KILL", "--", *argv]
-            with _open_log(self.logs / "spares.log") as out:
+            with _open_log(self.logs / "warm.log") as out:
                 process = await asyncio.create_subprocess_exec(
                     *argv,
                     cwd=self.cwd,
@@ -207,7 +250,7 @@ class WarmPool:
                 self.failures += 1
             log.warning(
                 "process runtime: a warm interpreter (pid %d) ended before it was used: %s; see %s",
-                interpreter.pid, children.describe_exit(returncode), self.logs / "spares.log",
+                interpreter.pid, children.describe_exit(returncode), self.logs / "warm.log",
             )
             if self.failures >= MAX_FAILURES:
                 log.error("process runtime: %d warm interpreters in a row died before they were ready: "
@@ -376,3 +419,250 @@ async def _kill(interpreter: WarmInterpreter) -> None:
         interpreter.process.kill()
     await _close_control(interpreter)
     await interpreter.process.wait()
+
+
+# ------------------------------------------------------------------------------- warm sandboxes
+
+WARM_SANDBOX_CODE = "__import__('sessionq.agentkit.warm').agentkit.warm.sandbox_main()"
+WARM_SANDBOX_PORT = 8079  # sessionq.agentkit.warm.SANDBOX_PORT (not imported: the agent kit is not the runtime's)
+READY_POLL = 0.05  # seconds between two checks of a starting warm sandbox's listener
+DISCARD_WAIT = 5.0  # seconds a discarded warm sandbox's group is given to be gone
+
+
+@dataclass
+class WarmSandbox:
+    id: str
+    user: int
+    data: Path
+    network: ActorNetwork
+    process: asyncio.subprocess.Process
+    stdout: Path
+    stderr: Path
+    bundle: Path
+    group: ActorGroup | None = None  # its control group (limits.py), made with it
+    actor: str | None = None  # the Actor's UID once handed over (whose egress policy applies)
+    ready: bool = False
+    taken: bool = False
+    started_at: float = field(default_factory=time.time)
+
+    @property
+    def alive(self) -> bool:
+        return self.process.returncode is None
+
+
+@dataclass
+class WarmSandboxPool:
+    """`size` warm sandboxes of `level`, started in the background (`fill`), one used per Actor."""
+
+    size: int
+    level: Isolation
+    root: Path  # the runtime's root
+    read_only: Callable[[], Sequence[str]]
+    env: Callable[[], dict[str, str]]  # the sandbox's base environment
+    rules: Callable[[str], Sequence[EgressRule]]  # an Actor's egress rules, by UID
+    taskstore: Callable[[], str | None]
+    hosts: dict[str, str]
+    interpreter: str
+    limits: Limits = field(default_factory=Limits)
+    cgroups: Callable[[], ControlGroups | None] = lambda: None  # the runtime's, once it is open
+    origination: Callable[[], ssl.SSLContext | None] = lambda: None  # the egress proxy's TLS (egress.py)
+    waiting: list[WarmSandbox] = field(default_factory=list)
+    starting: int = 0
+    failures: int = 0
+    closed: bool = False
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)  # warm sandboxes being started
+    _watchers: set[asyncio.Task[None]] = field(default_factory=set)  # of each warm sandbox's readiness and end
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def fill(self) -> None:
+        while (not self.closed and self.size > 0 and self.failures < MAX_FAILURES
+               and len(self.waiting) + self.starting < self.size):
+            self.starting += 1
+            task = asyncio.get_running_loop().create_task(self._start_one())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _signal(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _start_one(self) -> None:
+        try:
+            box = await self._spawn()
+        except Exception:
+            self.failures += 1
+            log.exception("process runtime: a warm sandbox could not be started")
+            return
+        finally:
+            self.starting -= 1
+        if self.closed:
+            await self._discard(box)
+            return
+        self.waiting.append(box)
+        self._signal()
+        loop = asyncio.get_running_loop()
+        for coro in (self._await_ready(box), self._await_exit(box)):
+            task = loop.create_task(coro)
+            self._watchers.add(task)
+            task.add_done_callback(self._watchers.discard)
+
+    async def _spawn(self) -> WarmSandbox:
+        box_id = uuid.uuid4().hex
+        top = self.root / "warm" / box_id
+        data = top / "data"
+        archive.private_dir(self.root / "warm")
+        archive.private_dir(top)
+        data.mkdir(mode=0o700)
+        user = sandbox.actor_uid(str(uuid.UUID(box_id)))
+        os.chown(data, user, user)
+        network = ActorNetwork(NetNamespace.create(), lambda: (), self.taskstore(), self.hosts, self.origination())
+        group: ActorGroup | None = None
+        try:
+            await network.start()
+            cgroups = self.cgroups()
+            if cgroups is not None:
+                group = await asyncio.to_thread(cgroups.create, box_id, self.limits,
+                                                gvisor=self.level == Isolation.GVISOR)
+            bundle = self.root / "sandboxes" / f"warm-{box_id}"
+            wrapper = Sandbox(level=self.level, uid=user, data=data, read_only=tuple(self.read_only()),
+                              netns=network.netns.path, bundle=bundle, runsc_root=self.root / "runsc",
+                              limits=self.limits, group=group)
+            env = self.env()
+            command = wrapper.command([self.interpreter, "-c", WARM_SANDBOX_CODE], env)
+            outer = env if self.level == Isolation.NAMESPACES else {"PATH": os.defpath}
+            logs = self.root / "logs"
+            out, err = children.open_logs(logs, f"warm-{box_id}")
+            argv = list(command)
+            if children.SETPRIV is not None:
+                argv = [children.SETPRIV, "--pdeathsig", "KILL", "--", *argv]
+            with out, err:
+                process = await asyncio.create_subprocess_exec(
+                    *argv, cwd=data, env=outer, stdin=asyncio.subprocess.PIPE, stdout=out, stderr=err,
+                    start_new_session=True,
+                )
+        except BaseException:
+            await network.close()
+            if group is not None:
+                await asyncio.to_thread(group.remove)
+            raise
+        box = WarmSandbox(id=box_id, user=user, data=data, network=network, process=process,
+                          stdout=logs / f"warm-{box_id}.stdout", stderr=logs / f"warm-{box_id}.stderr", bundle=bundle,
+                          group=group)
+        # the egress policy of the Actor it serves, none before (everything refused)
+        network.rules = lambda: self.rules(box.actor) if box.actor else ()
+        return box
+
+    async def _await_ready(self, box: WarmSandbox) -> None:
+        """Until the interpreter inside listens on WARM_SANDBOX_PORT (its imports are done)."""
+        loop = asyncio.get_running_loop()
+        while box.alive and not box.taken and not self.closed:
+            sock = box.network.netns.socket()
+            try:
+                await loop.sock_connect(sock, ("127.0.0.1", WARM_SANDBOX_PORT))
+            except OSError:
+                await asyncio.sleep(READY_POLL)
+                continue
+            finally:
+                sock.close()
+            box.ready = True
+            self.failures = 0
+            self._signal()
+            return
+
+    async def _await_exit(self, box: WarmSandbox) -> None:
+        returncode = await box.process.wait()
+        if box.taken or self.closed:
+            return  # an Actor's process now (the runtime's watcher handles its end), or `close` does
+        if box in self.waiting:
+            self.waiting.remove(box)
+        await self._discard(box)
+        if not self.closed:
+            if not box.ready:
+                self.failures += 1
+            log.warning("process runtime: a warm sandbox ended before it was used: %s; see %s",
+                        children.describe_exit(returncode), box.stderr)
+            self.fill()
+        self._signal()
+
+    async def _discard(self, box: WarmSandbox) -> None:
+        children.kill_group(box.process.pid)
+        with contextlib.suppress(ProcessLookupError):
+            box.process.kill()
+        await box.process.wait()
+        # and the rest of its group (the sandbox's own processes), bounded: none outlives a close
+        deadline = time.monotonic() + DISCARD_WAIT
+        while children.group_alive(box.process.pid) and time.monotonic() < deadline:
+            children.kill_group(box.process.pid)
+            await asyncio.sleep(0.02)
+        await box.network.close()
+        if box.group is not None:
+            await asyncio.to_thread(box.group.remove)
+        sandbox.remove_bundle(box.bundle)
+        await asyncio.to_thread(archive.remove_tree, box.data.parent)
+        for path in (box.stdout, box.stderr):
+            path.unlink(missing_ok=True)
+
+    def take(self) -> WarmSandbox | None:
+        """A ready warm sandbox, no longer the pool's (None: none is ready); a replacement starts."""
+        box = next((s for s in self.waiting if s.alive and s.ready), None)
+        if box is None:
+            return None
+        self.waiting.remove(box)
+        box.taken = True
+        self.fill()
+        return box
+
+    def pids(self) -> list[int]:
+        return [s.process.pid for s in self.waiting if s.alive]
+
+    async def wait_ready(self, timeout: float) -> None:
+        async def ready() -> None:
+            while True:
+                if self.closed or self.failures >= MAX_FAILURES or self.size <= 0:
+                    return
+                live = [s for s in self.waiting if s.alive]
+                if len(live) >= self.size and all(s.ready for s in live):
+                    return
+                await self._changed.wait()
+
+        await asyncio.wait_for(ready(), timeout)
+
+    async def close(self) -> None:
+        self.closed = True
+        waiting, self.waiting = self.waiting, []
+        await asyncio.gather(*(self._discard(s) for s in waiting), return_exceptions=True)
+        # then what is still starting (a start that finishes after the close discards its warm sandbox); the
+        # watchers end here (a warm sandbox handed over is an Actor's process, which the runtime stops)
+        await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        for task in list(self._watchers):
+            task.cancel()
+        await asyncio.gather(*list(self._watchers), return_exceptions=True)
+
+    def kill_all(self) -> None:
+        self.closed = True
+        for box in list(self.waiting):
+            children.kill_group(box.process.pid)
+
+    async def hand_over(self, box: WarmSandbox, uid: str, data: Path, logs: Path, task: dict[str, object]) -> None:
+        """Make `box` the Actor `uid`'s: its restored directory `data` moved into the warm sandbox's
+        /data (which then takes `data`'s place), its files given to the sandbox's user, its logs named
+        as the Actor's, then the assignment written. OSError when the interpreter is gone."""
+
+        def adopt() -> None:
+            for entry in os.listdir(data):
+                os.rename(data / entry, box.data / entry)
+            os.rmdir(data)
+            os.rename(box.data, data)
+            os.rmdir(box.data.parent)
+            sandbox.chown_tree(data, box.user)
+            os.replace(box.stdout, logs / f"{uid}.stdout")
+            os.replace(box.stderr, logs / f"{uid}.stderr")
+
+        await box.network.serve_taskstore(self.taskstore())
+        await asyncio.to_thread(adopt)
+        box.data = data
+        box.actor = uid
+        assert box.process.stdin is not None
+        box.process.stdin.write(json.dumps(task).encode() + b"\n")
+        await box.process.stdin.drain()
+        box.process.stdin.close()
