@@ -205,6 +205,10 @@ class ProcessSubstrate:
                              processes=max(config.max_processes, 0))
         self.cgroups: ControlGroups | None = None  # where the sandboxes' control groups are made (open)
         self._groups: dict[str, ActorGroup] = {}  # a running sandboxed Actor's control group, by UID
+        # a release in progress, by UID: the process's own end (_watch) and a stop (_stop) may both
+        # release it; the second waits for the first, so a suspend returns only once the bundle is gone
+        # (else the first's late removal could take the bundle of the Actor's next start)
+        self._releasing: dict[str, asyncio.Event] = {}
         self.origination: ssl.SSLContext | None = None  # the egress proxy's TLS to https origins (open)
         # tests: DNS names the egress proxy dials at a fixed address instead of resolving them
         self.egress_hosts: dict[str, str] = {}
@@ -720,16 +724,25 @@ class ProcessSubstrate:
 
     async def _release(self, uid: str) -> None:
         """Close what a sandboxed Actor's process had beside it (its network, its bundle)."""
-        network = self._networks.pop(uid, None)
-        if network is not None:
-            await network.close()
-        group = self._groups.pop(uid, None)
-        if group is not None:
-            await asyncio.to_thread(group.remove)
-        sandbox.remove_bundle(self.root / "sandboxes" / uid)
-        warm_bundle = self._warm_bundles.pop(uid, None)
-        if warm_bundle is not None:
-            await asyncio.to_thread(archive.remove_tree, warm_bundle)
+        pending = self._releasing.get(uid)
+        if pending is not None:
+            await pending.wait()
+            return
+        done = self._releasing[uid] = asyncio.Event()
+        try:
+            network = self._networks.pop(uid, None)
+            group = self._groups.pop(uid, None)
+            warm_bundle = self._warm_bundles.pop(uid, None)
+            sandbox.remove_bundle(self.root / "sandboxes" / uid)
+            if network is not None:
+                await network.close()
+            if group is not None:
+                await asyncio.to_thread(group.remove)
+            if warm_bundle is not None:
+                await asyncio.to_thread(archive.remove_tree, warm_bundle)
+        finally:
+            del self._releasing[uid]
+            done.set()
 
     async def _watch(self, child: Child) -> None:
         """Wait for the process to end; an end the runtime did not ask for is a crash."""
