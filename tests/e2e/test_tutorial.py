@@ -387,7 +387,7 @@ def test_the_tutorial_verbatim(buf: str, shell: Shell, servers: list[Up]) -> Non
 
     # another message; a second terminal lists the Actors while the turn runs
     turn = shell.popen_sq("agent", "invoke", "--session", session_id, "--task",
-                          "Summarize this conversation so far. [slow:3]", "-o", "json")
+                          "Summarize this conversation so far. [slow:6]", "-o", "json")
     try:
         running = None
         while turn.poll() is None:
