@@ -9,20 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import ipaddress
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
-
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from sessionq.domain import push
 from sessionq.domain.delivery_http import HEAD_LIMIT, KeptConnections
+from tests.tls_pair import tls_pair
 
 LOOPBACK = push.TargetPolicy(allow_loopback=True)
 BODY = b'{"type":"created"}'
@@ -170,36 +164,6 @@ async def test_a_refused_target_is_never_dialled():
                                                           push.TargetPolicy(), 5)
     assert not ok and status is None and error is not None and "loopback" in error
     assert r.requests == []
-
-
-def _name(cn: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-
-def tls_pair(tmp_path: Path, dns: str) -> tuple[ssl.SSLContext, ssl.SSLContext, list[str | None]]:
-    """A server context with a certificate for `dns` from a CA of its own, a client context that
-    trusts that CA only, and the server names the server was asked for (SNI)."""
-    now = dt.datetime.now(dt.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = (x509.CertificateBuilder().subject_name(_name("hook test CA")).issuer_name(_name("hook test CA"))
-          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-          .not_valid_before(now - dt.timedelta(minutes=1)).not_valid_after(now + dt.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True).sign(ca_key, hashes.SHA256()))
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder().subject_name(_name(dns)).issuer_name(ca.subject).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=1))
-            .not_valid_after(now + dt.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(dns)]), critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    (tmp_path / "server.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (tmp_path / "server.key").write_bytes(key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
-    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    server.load_cert_chain(tmp_path / "server.crt", tmp_path / "server.key")
-    names: list[str | None] = []
-    server.sni_callback = lambda _sock, name, _ctx: names.append(name)  # type: ignore[assignment,func-returns-value]
-    client = ssl.create_default_context(cadata=ca.public_bytes(serialization.Encoding.PEM).decode())
-    return server, client, names
 
 
 async def test_over_tls_the_checked_address_is_dialled_and_the_certificate_checked_for_the_name(tmp_path):
