@@ -102,20 +102,7 @@ class TaskStore(StoreBase):
         event: dict[str, Any] | None,
         dispatch_id: UUID | None,
     ) -> int:
-        return int(
-            await self._value(
-                "SELECT sessionq.task_update(%s, %s, %s, %s, %s, %s, %s)",
-                (
-                    session_id,
-                    task_id,
-                    Jsonb(task),
-                    expected_version,
-                    Jsonb(event) if event is not None else None,
-                    dispatch_id,
-                    payload_hash(task, event, dispatch_id),
-                ),
-            )
-        )
+        return await self._task_write("task_update", session_id, task_id, task, expected_version, event, dispatch_id)
 
     async def task_finish(
         self,
@@ -127,9 +114,23 @@ class TaskStore(StoreBase):
         dispatch_id: UUID | None,
     ) -> int:
         """The turn's final update and its settlement in one transaction (sessionq.task_finish)."""
+        return await self._task_write("task_finish", session_id, task_id, task, expected_version, event, dispatch_id)
+
+    async def _task_write(
+        self,
+        function: Literal["task_update", "task_finish"],
+        session_id: UUID,
+        task_id: str,
+        task: dict[str, Any],
+        expected_version: int,
+        event: dict[str, Any] | None,
+        dispatch_id: UUID | None,
+    ) -> int:
+        """An update of a task by one of the two procedures that take the same arguments; the version
+        it makes."""
         return int(
             await self._value(
-                "SELECT sessionq.task_finish(%s, %s, %s, %s, %s, %s, %s)",
+                f"SELECT sessionq.{function}(%s, %s, %s, %s, %s, %s, %s)",
                 (
                     session_id,
                     task_id,
