@@ -148,7 +148,7 @@ async def test_create_session_and_a_turn_are_each_one_trace_over_the_api_and_wor
             def create_traced() -> bool:
                 spans = trace_of(r, CREATE_TRACE)
                 return {"SessionService/CreateSession", "job execute_operation", "runtime create_actor"} <= {
-                    s.name for s in spans}
+                    s.name for s in spans} and connected(spans, PARENT)  # a parent may come a batch later
             await until("the creation's spans", create_traced, 30, logs)
             spans = trace_of(r, CREATE_TRACE)
             by_name = {s.name: s for s in spans}
@@ -171,9 +171,9 @@ async def test_create_session_and_a_turn_are_each_one_trace_over_the_api_and_wor
             assert task.status.state == a2a_pb2.TASK_STATE_COMPLETED, task.status
 
             def turn_traced() -> bool:
-                names = {s.name for s in trace_of(r, TURN_TRACE)}
+                spans = trace_of(r, TURN_TRACE)
                 return {"A2AService/SendMessage", "job dispatch_turn", "runtime invoke", "TaskStoreService/SettleTask",
-                        "quiescence suspend", "runtime suspend_actor"} <= names
+                        "quiescence suspend", "runtime suspend_actor"} <= {s.name for s in spans} and connected(spans, PARENT)
             await until("the turn's spans", turn_traced, 30, logs)
             spans = trace_of(r, TURN_TRACE)
             by_name = {s.name: s for s in spans}
@@ -264,7 +264,11 @@ async def test_turns_over_the_http_bindings_and_an_mcp_call_join_the_callers_tra
             for trace_id, http_span, method in ((RPC_TRACE, JSONRPC_SPAN, "on_message_send"),
                                                 (STREAM_TRACE, STREAM_SPAN, "on_message_send_stream")):
                 def turn_traced(trace_id: str = trace_id, http_span: str = http_span) -> bool:
-                    return {http_span, "job dispatch_turn", "runtime invoke"} <= {s.name for s in trace_of(r, trace_id)}
+                    # each process exports its spans in batches as they end, so a child (the idle
+                    # suspension's runtime call) can arrive a batch before its parent: wait for both
+                    spans = trace_of(r, trace_id)
+                    return ({http_span, "job dispatch_turn", "runtime invoke"} <= {s.name for s in spans}
+                            and connected(spans, PARENT))
                 await until(f"the spans of {http_span}", turn_traced, 30, logs)
                 spans = trace_of(r, trace_id)
                 by_name = {s.name: s for s in spans}
