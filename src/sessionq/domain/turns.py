@@ -118,6 +118,12 @@ async def dispatch_turn(store: Store, runtime: Substrate, session_id: UUID) -> D
             )
     except (SubstrateError, TimeoutError) as e:
         detail = f"{e.code.name}: {e.message}" if isinstance(e, SubstrateError) else DEADLINE_EXCEEDED
+        after = await store.session_by_id(session_id)
+        if after is None or after.dispatch_id != dispatch_id:
+            # the Actor settled the turn through the task store before its answer to the call came
+            # back, and the idle suspension that followed ended its process: nothing failed
+            log.debug("dispatch ended after its turn settled: %s", detail, extra=extra)
+            return "done"
         log.warning("dispatch failed: %s", detail, extra=extra)
         await store.fail_dispatch(
             session_id, dispatch_id, RUNTIME_FAILED if isinstance(e, SubstrateError) else DEADLINE_EXCEEDED, issued
