@@ -6,8 +6,6 @@ of port while the port keeps serving, and the certificate files checked at start
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
-import ipaddress
 import json
 import logging
 import os
@@ -25,10 +23,6 @@ import pytest
 from a2a.client import A2ACardResolver, ClientCallContext, ClientConfig, ClientFactory
 from a2a.types import a2a_pb2
 from conftest import apply_agent
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
@@ -40,39 +34,18 @@ from sessionq import config
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, sessions_pb2, sessions_pb2_grpc
 from sessionq.config import ConfigError
 from sessionq.oneport import tls_context
+from tests.tls_pair import TestCA
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def _name(cn: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
 
 
 def write_certificates(directory: Path) -> tuple[Path, Path, bytes]:
     """A test CA and a server certificate it signed for 127.0.0.1 and localhost: (cert file, key
     file, the CA's PEM)."""
-    now = dt.datetime.now(dt.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = (x509.CertificateBuilder().subject_name(_name("sessionq test CA")).issuer_name(_name("sessionq test CA"))
-          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-          .not_valid_before(now - dt.timedelta(minutes=1)).not_valid_after(now + dt.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .sign(ca_key, hashes.SHA256()))
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder().subject_name(_name("localhost")).issuer_name(ca.subject)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=1)).not_valid_after(now + dt.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                           critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    cert_file, key_file = directory / "server.crt", directory / "server.key"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    ca_pem = ca.public_bytes(serialization.Encoding.PEM)
-    (directory / "ca.crt").write_bytes(ca_pem)
-    return cert_file, key_file, ca_pem
+    ca = TestCA()
+    cert_file, key_file = ca.write(directory, "server", "localhost", dns=["localhost"], ips=["127.0.0.1"])
+    (directory / "ca.crt").write_bytes(ca.pem)
+    return cert_file, key_file, ca.pem
 
 
 def tls_settings(directory: Path) -> tuple[dict[str, Any], bytes]:

@@ -7,7 +7,6 @@ credential headers the proxy adds; under none the suite says plainly what a plai
 from __future__ import annotations
 
 import contextlib
-import datetime
 import ipaddress
 import itertools
 import json
@@ -21,16 +20,13 @@ from typing import Any
 
 import psycopg
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from sessionq.db.operator_store import PROCESS_RUNTIME_APPLICATION
 from sessionq.runtime.base import ActorState, Code, EgressRule, SubstrateError
 from sessionq.runtime.process import ProcessSubstrate
 from sessionq.runtime.process.sandbox import APPLICATION_NAME, Isolation, actor_uid, unavailable
 from tests.process.conftest import ATESPACE, LEVELS, TESTS, config, wait_for
+from tests.tls_pair import TestCA
 
 ESCAPE = str(Path(__file__).with_name("escape_process.py"))
 ORIGIN_NAME = "origin.sessionq.test"
@@ -159,34 +155,12 @@ def origin(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 def _certificates(tmp_path: Path) -> Path:
     """A CA made for the test and the origin's certificate for ORIGIN_NAME signed by it (origin.pem,
     origin.key); returns the CA's PEM file."""
-    now = datetime.datetime.now(datetime.UTC)
-
-    def name(common: str) -> x509.Name:
-        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = (x509.CertificateBuilder().subject_name(name("sessionq test CA")).issuer_name(name("sessionq test CA"))
-          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-          .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=True, content_commitment=False, key_encipherment=False,
-                                       data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                                       crl_sign=True, encipher_only=False, decipher_only=False), critical=True)
-          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-          .sign(ca_key, hashes.SHA256()))
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder().subject_name(name(ORIGIN_NAME)).issuer_name(ca.subject)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(ORIGIN_NAME)]), critical=False)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    (tmp_path / "origin.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (tmp_path / "origin.key").write_bytes(key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    ca = TestCA()
+    key, cert = ca.issue(ORIGIN_NAME, dns=[ORIGIN_NAME], server=True)
+    (tmp_path / "origin.pem").write_bytes(cert)
+    (tmp_path / "origin.key").write_bytes(key)
     ca_file = tmp_path / "ca.pem"
-    ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    ca_file.write_bytes(ca.pem)
     return ca_file
 
 

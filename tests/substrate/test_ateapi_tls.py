@@ -4,67 +4,30 @@ UNAVAILABLE, never a crash (issue 17)."""
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from sessionq.runtime.ateapi.client import SubstrateClient, SubstrateOptions
 from sessionq.runtime.ateapi.server import start_server
 from sessionq.runtime.base import Code, SubstrateError
 from sessionq.runtime.simulator import SimulatedSubstrate
-
-
-def _name(cn: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-
-def make_ca(cn: str) -> tuple[Any, x509.Certificate]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = dt.datetime.now(dt.UTC)
-    cert = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(_name(cn)).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=1))
-            .not_valid_after(now + dt.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
-    return key, cert
-
-
-def issue(ca_key: Any, ca: x509.Certificate, cn: str, dns: str | None = None) -> tuple[bytes, bytes]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = dt.datetime.now(dt.UTC)
-    builder = (x509.CertificateBuilder().subject_name(_name(cn)).issuer_name(ca.subject).public_key(key.public_key())
-               .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=1))
-               .not_valid_after(now + dt.timedelta(days=1)))
-    if dns:
-        builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(dns)]), critical=False)
-    cert = builder.sign(ca_key, hashes.SHA256())
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
-    return key_pem, cert.public_bytes(serialization.Encoding.PEM)
-
-
-def pem(cert: x509.Certificate) -> bytes:
-    return cert.public_bytes(serialization.Encoding.PEM)
+from tests.tls_pair import TestCA
 
 
 @pytest.mark.timeout(120)
 async def test_mtls_and_refused_certificates(database_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    ca_key, ca = make_ca("substrate test CA")
-    _, other_ca = make_ca("someone else's CA")
-    server_key, server_cert = issue(ca_key, ca, "substrate", dns="substrate.test")
-    client_key, client_cert = issue(ca_key, ca, "sessionq")
-    files = {"ca": pem(ca), "other-ca": pem(other_ca), "client.key": client_key, "client.crt": client_cert}
+    ca = TestCA("substrate test CA")
+    other_ca = TestCA("someone else's CA")
+    server_key, server_cert = ca.issue("substrate", dns=["substrate.test"])
+    client_key, client_cert = ca.issue("sessionq")
+    files = {"ca": ca.pem, "other-ca": other_ca.pem, "client.key": client_key, "client.crt": client_cert}
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
-    creds = grpc.ssl_server_credentials([(server_key, server_cert)], root_certificates=pem(ca),
+    creds = grpc.ssl_server_credentials([(server_key, server_cert)], root_certificates=ca.pem,
                                         require_client_auth=True)
     async with SimulatedSubstrate(database_url) as sim:
         server, port, _ = await start_server(sim, "127.0.0.1:0", credentials=creds)
