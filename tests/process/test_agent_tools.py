@@ -25,7 +25,10 @@ async def _call(rt: ProcessSubstrate, uid: str, tool: str, **args: Any) -> dict[
     answer = data / "result.json"
     answer.unlink(missing_ok=True)
     (data / "call.json").write_text(json.dumps({"tool": tool, "args": args}))
-    await wait_for(answer.exists, timeout=60, what=f"the {tool} call's result")
+    # the tool's own time limit and then some (a fork storm under gVisor may use all of its 90 s)
+    limit = args.get("timeout_seconds")
+    wait = max(60.0, limit + 30.0) if isinstance(limit, int) and 0 < limit <= 600 else 60.0
+    await wait_for(answer.exists, timeout=wait, what=f"the {tool} call's result")
     return json.loads(answer.read_text())  # type: ignore[no-any-return]
 
 
