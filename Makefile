@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PG15_URL ?= postgresql://postgres@127.0.0.1:5432/postgres
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= --durations=15
 
 .PHONY: up test test-embedded test-pg15 test-pooler install install-test lint proto bench soak failover clean
 
@@ -24,15 +24,11 @@ install-test: $(VENV)/.installed-test
 up: install
 	$(VENV)/bin/sessionq up
 
-## make test: the whole suite on the embedded PostgreSQL 18, then on PostgreSQL 15 at 127.0.0.1:5432 if it answers
+## make test: the whole suite on the embedded PostgreSQL 18 and, if it answers, on PostgreSQL 15 at
+## 127.0.0.1:5432 - the two runs at once, each run's output printed whole as it ends - then the API
+## tests through PgBouncer when it is installed (scripts/test_all.sh)
 test: install-test
-	$(MAKE) --no-print-directory test-embedded
-	@if $(PY) -c "import psycopg,sys; psycopg.connect('$(PG15_URL)', connect_timeout=3).close()" 2>/dev/null; then \
-		$(MAKE) --no-print-directory test-pg15; \
-	else echo "PostgreSQL at 127.0.0.1:5432 does not answer: skipping the PostgreSQL 15 run"; fi
-	@if command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ]; then \
-		$(MAKE) --no-print-directory test-pooler; \
-	else echo "pgbouncer is not installed: skipping the API tests through PgBouncer"; fi
+	PY=$(PY) PG15_URL=$(PG15_URL) PYTEST_ARGS="$(PYTEST_ARGS)" scripts/test_all.sh
 
 test-embedded: install-test
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# `make test`: the whole suite on the embedded PostgreSQL 18 and, when it answers, on the PostgreSQL
+# at $PG15_URL - the two runs at once: the suite mostly waits (on service processes, sandboxes,
+# sockets and the database), so on 2 cores two runs take little longer than one. Each run's output
+# is printed whole when it ends (interleaved lines of two runs would mix their tracebacks). Then
+# the API tests through a real PgBouncer, when it is installed. Exit status: 1 if any run failed.
+set -u
+cd "$(dirname "$0")/.."
+PY=${PY:-.venv/bin/python}
+PG15_URL=${PG15_URL:-postgresql://postgres@127.0.0.1:5432/postgres}
+read -r -a extra <<< "${PYTEST_ARGS:-}"
+logs=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$logs"' EXIT
+
+# run NAME [VAR=VALUE...] -- [PYTEST ARGS...]: one run in the background, its output in its log
+names=() pids=()
+run() {
+  local name=$1 vars=()
+  shift
+  while [ "$1" != "--" ]; do vars+=("$1"); shift; done
+  shift
+  echo "[$name] started $(date -u +%H:%M:%S)"
+  env "${vars[@]}" "$PY" -m pytest "$@" "${extra[@]}" > "$logs/$name.log" 2>&1 &
+  names+=("$name") pids+=($!)
+}
+
+# wait_all: wait for every run started, print each one's output as it ends; 1 if one failed
+wait_all() {
+  local failed=0 i
+  for i in "${!pids[@]}"; do
+    if wait "${pids[$i]}"; then status=passed; else status=FAILED; failed=1; fi
+    echo "===== [${names[$i]}] $status $(date -u +%H:%M:%S) ====="
+    cat "$logs/${names[$i]}.log"
+  done
+  names=() pids=()
+  return $failed
+}
+
+failed=0
+run pg18 --
+if "$PY" -c "import psycopg; psycopg.connect('$PG15_URL', connect_timeout=3).close()" 2>/dev/null; then
+  run pg15 SESSIONQ_TEST_DATABASE_URL="$PG15_URL" --
+else
+  echo "PostgreSQL at $PG15_URL does not answer: skipping the PostgreSQL 15 run"
+fi
+wait_all || failed=1
+
+if command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ]; then
+  run pooler SESSIONQ_TEST_POOLER=pgbouncer -- -m pooler
+  wait_all || failed=1
+else
+  echo "pgbouncer is not installed: skipping the API tests through PgBouncer"
+fi
+exit $failed
