@@ -655,7 +655,7 @@ class ProcessSubstrate:
         except OSError as exc:
             log.warning("process runtime: a warm sandbox did not take actor %s (%s): starting it cold", uid, exc)
             box.taken = False
-            await self._warm_sandboxes._discard(box)
+            await self._warm_sandboxes.discard(box)
             return None
         self._networks[uid] = box.network
         self._warm_bundles[uid] = box.bundle

@@ -1,5 +1,6 @@
 """Warm Actor hosts: a Python process started ahead of need with the agent kit imported, handed to the
-next Actor whose command it can run. Two kinds, one idea:
+next Actor whose command it can run. Two kinds, one idea and one pool (`_HostPool`: started in the
+background, replaced after each use or early end, given up after MAX_FAILURES early ends in a row):
 
 - warm interpreters (`WarmPool`, under isolation ``none``): plain processes of the runtime's user;
 - warm sandboxes (`WarmSandboxPool`, under ``gvisor`` and ``namespaces``): each such interpreter
@@ -61,10 +62,10 @@ import ssl
 import time
 import uuid
 import zipfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, ClassVar, Generic, TypeVar
 
 from sessionq.runtime.base import EgressRule
 from sessionq.runtime.process import archive, children, sandbox
@@ -134,13 +135,13 @@ def plan(program: str, argv: list[str], env: Mapping[str, str], cwd: Path, inter
 
 
 @dataclass
-class WarmInterpreter:
+class _Host:
+    """A warm process waiting for its Actor (a warm interpreter or a warm sandbox)."""
+
     process: asyncio.subprocess.Process
-    control: socket.socket  # the runtime's end of the socket pair (non-blocking)
-    ready: bool = False
-    taken: bool = False
-    reader: asyncio.Task[None] | None = None
-    waiter: asyncio.Task[None] | None = None
+    ready: bool = field(default=False, kw_only=True)  # its imports are done
+    taken: bool = field(default=False, kw_only=True)  # handed to an Actor: no longer the pool's
+    reader: asyncio.Task[None] | None = field(default=None, kw_only=True)  # the watcher of its readiness
 
     @property
     def pid(self) -> int:
@@ -151,57 +152,158 @@ class WarmInterpreter:
         return self.process.returncode is None
 
 
+H = TypeVar("H", bound=_Host)
+
+
 @dataclass
-class WarmPool:
-    """`size` warm interpreters of `interpreter` with environment `env`, started in the background
-    (`fill`)
-    and replaced after each use or death. Their stdout and stderr, before they are handed an Actor,
-    go to `logs`/warm.log; `marker` (the runtime's root) is on their command line."""
+class _HostPool(Generic[H]):
+    """What both pools do alike: keep `size` warm hosts started in the background (`fill`), each
+    replaced after its use or its early end, none started any more once MAX_FAILURES in a row ended
+    before they were ready. A pool says how one starts (`_spawn`), when it is ready (`_await_ready`),
+    how it is thrown away (`discard`) and where its output went (`_log_of`)."""
+
+    KIND: ClassVar[str]  # what the log calls one
+    READY_ONLY: ClassVar[bool]  # `take` hands over ready hosts only (else a live one, a ready one first)
 
     size: int
+    waiting: list[H] = field(default_factory=list, init=False)
+    starting: int = field(default=0, init=False)
+    failures: int = field(default=0, init=False)
+    closed: bool = field(default=False, init=False)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)  # hosts being started
+    _watchers: set[asyncio.Task[None]] = field(default_factory=set, init=False)  # of each host's readiness and end
+    _changed: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+
+    async def _spawn(self) -> H:
+        raise NotImplementedError
+
+    async def _await_ready(self, host: H) -> None:
+        """Until `host` is ready: then `ready`, `failures` 0, `_signal`."""
+        raise NotImplementedError
+
+    async def discard(self, host: H) -> None:
+        """End `host` and free what it holds (its process gone when this returns)."""
+        raise NotImplementedError
+
+    def _log_of(self, host: H) -> Path:
+        raise NotImplementedError
+
+    def fill(self) -> None:
+        """Start hosts in the background until there are `size` (none once closed, or after
+        MAX_FAILURES hosts in a row ended before they were ready)."""
+        while not self.closed and self.failures < MAX_FAILURES and len(self.waiting) + self.starting < self.size:
+            self.starting += 1
+            self._track(self._tasks, self._start_one())
+
+    def _track(self, tasks: set[asyncio.Task[None]], coro: Coroutine[object, object, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coro)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        return task
+
+    def _signal(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _start_one(self) -> None:
+        try:
+            host = await self._spawn()
+        except Exception:
+            self.failures += 1
+            log.exception("process runtime: a %s could not be started", self.KIND)
+            return
+        finally:
+            self.starting -= 1
+        if self.closed:  # a start that finishes after the close throws its host away
+            await self.discard(host)
+            return
+        self.waiting.append(host)
+        host.reader = self._track(self._watchers, self._await_ready(host))
+        self._track(self._watchers, self._await_exit(host))
+        self._signal()
+
+    async def _await_exit(self, host: H) -> None:
+        returncode = await host.process.wait()
+        if host.taken or self.closed:
+            return  # an Actor's process now (the runtime's watcher handles its end), or `close` discards it
+        if host in self.waiting:
+            self.waiting.remove(host)
+        await self.discard(host)
+        if not host.ready:
+            self.failures += 1
+        log.warning("process runtime: a %s (pid %d) ended before it was used: %s; see %s",
+                    self.KIND, host.pid, children.describe_exit(returncode), self._log_of(host))
+        if self.failures >= MAX_FAILURES:
+            log.error("process runtime: %d %ss in a row ended before they were ready: no more are started; "
+                      "Actors start cold", self.failures, self.KIND)
+        self.fill()
+        self._signal()
+
+    def take(self) -> H | None:
+        """A host for an Actor (a ready one first), no longer the pool's; a replacement starts."""
+        hosts = [h for h in self.waiting if h.alive and (h.ready or not self.READY_ONLY)]
+        if not hosts:
+            return None
+        host = next((h for h in hosts if h.ready), hosts[0])
+        self.waiting.remove(host)
+        host.taken = True
+        self.fill()
+        return host
+
+    def pids(self) -> list[int]:
+        return [h.pid for h in self.waiting if h.alive]
+
+    async def wait_ready(self, timeout: float) -> None:
+        """Until every host the pool wants is started and ready (tests, benchmarks)."""
+        async def ready() -> None:
+            while True:
+                if self.closed or self.failures >= MAX_FAILURES:
+                    return
+                live = [h for h in self.waiting if h.alive]
+                if len(live) >= self.size and all(h.ready for h in live):
+                    return
+                await self._changed.wait()
+
+        await asyncio.wait_for(ready(), timeout)
+
+    async def close(self) -> None:
+        self.closed = True
+        waiting, self.waiting = self.waiting, []
+        await asyncio.gather(*(self.discard(h) for h in waiting), return_exceptions=True)
+        # then what is still starting: not cancelled (a start cancelled mid-way could leave a process
+        # nobody tracks); one that finishes after the close discards its host (`_start_one`). The
+        # watchers end here (a host handed over is an Actor's process, which the runtime stops)
+        await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        for task in list(self._watchers):
+            task.cancel()
+        await asyncio.gather(*list(self._watchers), return_exceptions=True)
+
+    def kill_all(self) -> None:
+        """SIGKILL every waiting host's group at once (any thread)."""
+        self.closed = True
+        for host in list(self.waiting):
+            children.kill_group(host.pid)
+
+
+@dataclass
+class WarmInterpreter(_Host):
+    control: socket.socket  # the runtime's end of the socket pair (non-blocking)
+
+
+@dataclass
+class WarmPool(_HostPool[WarmInterpreter]):
+    """`size` warm interpreters of `interpreter` with environment `env`, started in the background
+    (`fill`) and replaced after each use or death. Their stdout and stderr, before they are handed an
+    Actor, go to `logs`/warm.log; `marker` (the runtime's root) is on their command line."""
+
+    KIND: ClassVar[str] = "warm interpreter"
+    READY_ONLY: ClassVar[bool] = False  # one still importing is taken too: its start is under way
+
     interpreter: str
     env: dict[str, str]
     cwd: Path
     logs: Path
     marker: str
-    waiting: list[WarmInterpreter] = field(default_factory=list)
-    starting: int = 0
-    failures: int = 0
-    closed: bool = False
-    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
-    _changed: asyncio.Event = field(default_factory=asyncio.Event)
-
-    # pool --------------------------------------------------------------------------------------
-
-    def fill(self) -> None:
-        """Start warm interpreters in the background until there are `size` (none once closed, or after
-        MAX_FAILURES warm interpreters in a row died before they were ready)."""
-        while not self.closed and self.failures < MAX_FAILURES and len(self.waiting) + self.starting < self.size:
-            self.starting += 1
-            self._spawn_task(self._start_one())
-
-    def _spawn_task(self, coro: object) -> None:
-        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _start_one(self) -> None:
-        try:
-            interpreter = await self._spawn()
-        except Exception:
-            self.failures += 1
-            log.exception("process runtime: a warm interpreter could not be started")
-            return
-        finally:
-            self.starting -= 1
-        if self.closed:
-            await _kill(interpreter)
-            return
-        self.waiting.append(interpreter)
-        loop = asyncio.get_running_loop()
-        interpreter.reader = loop.create_task(self._await_ready(interpreter))
-        interpreter.waiter = loop.create_task(self._await_exit(interpreter))
-        self._signal()
 
     async def _spawn(self) -> WarmInterpreter:
         self.cwd.mkdir(parents=True, exist_ok=True)
@@ -230,78 +332,19 @@ class WarmPool:
         ours.setblocking(False)
         return WarmInterpreter(process=process, control=ours)
 
-    async def _await_ready(self, interpreter: WarmInterpreter) -> None:
+    async def _await_ready(self, host: WarmInterpreter) -> None:
         with contextlib.suppress(OSError):
-            data = await asyncio.get_running_loop().sock_recv(interpreter.control, 1)
+            data = await asyncio.get_running_loop().sock_recv(host.control, 1)
             if data == b"R":
-                interpreter.ready = True
+                host.ready = True
                 self.failures = 0
                 self._signal()
 
-    async def _await_exit(self, interpreter: WarmInterpreter) -> None:
-        returncode = await interpreter.process.wait()
-        if interpreter.taken:
-            return  # an Actor's process now: the runtime's watcher handles its end
-        if interpreter in self.waiting:
-            self.waiting.remove(interpreter)
-        await _close_control(interpreter)
-        if not self.closed:
-            if not interpreter.ready:
-                self.failures += 1
-            log.warning(
-                "process runtime: a warm interpreter (pid %d) ended before it was used: %s; see %s",
-                interpreter.pid, children.describe_exit(returncode), self.logs / "warm.log",
-            )
-            if self.failures >= MAX_FAILURES:
-                log.error("process runtime: %d warm interpreters in a row died before they were ready: "
-                          "no more are started; Actors start cold", self.failures)
-            self.fill()
-        self._signal()
+    async def discard(self, host: WarmInterpreter) -> None:
+        await _kill(host)
 
-    def _signal(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
-
-    def take(self) -> WarmInterpreter | None:
-        """A live interpreter (a ready one first), no longer the pool's; a replacement starts."""
-        live = [s for s in self.waiting if s.alive]
-        if not live:
-            return None
-        interpreter = next((s for s in live if s.ready), live[0])
-        self.waiting.remove(interpreter)
-        interpreter.taken = True
-        self.fill()
-        return interpreter
-
-    def pids(self) -> list[int]:
-        return [s.pid for s in self.waiting if s.alive]
-
-    async def wait_ready(self, timeout: float) -> None:
-        """Until every interpreter the pool wants is started and ready (tests, benchmarks)."""
-        async def ready() -> None:
-            while True:
-                if self.closed or self.failures >= MAX_FAILURES:
-                    return
-                live = [s for s in self.waiting if s.alive]
-                if len(live) >= self.size and all(s.ready for s in live):
-                    return
-                await self._changed.wait()
-
-        await asyncio.wait_for(ready(), timeout)
-
-    async def close(self) -> None:
-        self.closed = True
-        # not cancelled: a start cancelled mid-way could leave a process nobody tracks; a start
-        # that finishes after the close kills its interpreter (`_start_one`)
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        waiting, self.waiting = self.waiting, []
-        await asyncio.gather(*(_kill(s) for s in waiting), return_exceptions=True)
-
-    def kill_all(self) -> None:
-        """SIGKILL every interpreter's group at once (any thread)."""
-        self.closed = True
-        for interpreter in list(self.waiting):
-            children.kill_group(interpreter.pid)
+    def _log_of(self, host: WarmInterpreter) -> Path:
+        return self.logs / "warm.log"
 
     # assignment --------------------------------------------------------------------------------
 
@@ -430,31 +473,26 @@ DISCARD_WAIT = 5.0  # seconds a discarded warm sandbox's group is given to be go
 
 
 @dataclass
-class WarmSandbox:
+class WarmSandbox(_Host):
     id: str
     user: int
     data: Path
     network: ActorNetwork
-    process: asyncio.subprocess.Process
     stdout: Path
     stderr: Path
     bundle: Path
     group: ActorGroup | None = None  # its control group (limits.py), made with it
     actor: str | None = None  # the Actor's UID once handed over (whose egress policy applies)
-    ready: bool = False
-    taken: bool = False
     started_at: float = field(default_factory=time.time)
-
-    @property
-    def alive(self) -> bool:
-        return self.process.returncode is None
 
 
 @dataclass
-class WarmSandboxPool:
+class WarmSandboxPool(_HostPool[WarmSandbox]):
     """`size` warm sandboxes of `level`, started in the background (`fill`), one used per Actor."""
 
-    size: int
+    KIND: ClassVar[str] = "warm sandbox"
+    READY_ONLY: ClassVar[bool] = True  # one still starting is no quicker than a cold start
+
     level: Isolation
     root: Path  # the runtime's root
     read_only: Callable[[], Sequence[str]]
@@ -466,45 +504,6 @@ class WarmSandboxPool:
     limits: Limits = field(default_factory=Limits)
     cgroups: Callable[[], ControlGroups | None] = lambda: None  # the runtime's, once it is open
     origination: Callable[[], ssl.SSLContext | None] = lambda: None  # the egress proxy's TLS (egress.py)
-    waiting: list[WarmSandbox] = field(default_factory=list)
-    starting: int = 0
-    failures: int = 0
-    closed: bool = False
-    _tasks: set[asyncio.Task[None]] = field(default_factory=set)  # warm sandboxes being started
-    _watchers: set[asyncio.Task[None]] = field(default_factory=set)  # of each warm sandbox's readiness and end
-    _changed: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def fill(self) -> None:
-        while (not self.closed and self.size > 0 and self.failures < MAX_FAILURES
-               and len(self.waiting) + self.starting < self.size):
-            self.starting += 1
-            task = asyncio.get_running_loop().create_task(self._start_one())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    def _signal(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
-
-    async def _start_one(self) -> None:
-        try:
-            box = await self._spawn()
-        except Exception:
-            self.failures += 1
-            log.exception("process runtime: a warm sandbox could not be started")
-            return
-        finally:
-            self.starting -= 1
-        if self.closed:
-            await self._discard(box)
-            return
-        self.waiting.append(box)
-        self._signal()
-        loop = asyncio.get_running_loop()
-        for coro in (self._await_ready(box), self._await_exit(box)):
-            task = loop.create_task(coro)
-            self._watchers.add(task)
-            task.add_done_callback(self._watchers.discard)
 
     async def _spawn(self) -> WarmSandbox:
         box_id = uuid.uuid4().hex
@@ -569,22 +568,7 @@ class WarmSandboxPool:
             self._signal()
             return
 
-    async def _await_exit(self, box: WarmSandbox) -> None:
-        returncode = await box.process.wait()
-        if box.taken or self.closed:
-            return  # an Actor's process now (the runtime's watcher handles its end), or `close` does
-        if box in self.waiting:
-            self.waiting.remove(box)
-        await self._discard(box)
-        if not self.closed:
-            if not box.ready:
-                self.failures += 1
-            log.warning("process runtime: a warm sandbox ended before it was used: %s; see %s",
-                        children.describe_exit(returncode), box.stderr)
-            self.fill()
-        self._signal()
-
-    async def _discard(self, box: WarmSandbox) -> None:
+    async def discard(self, box: WarmSandbox) -> None:
         children.kill_group(box.process.pid)
         with contextlib.suppress(ProcessLookupError):
             box.process.kill()
@@ -602,46 +586,8 @@ class WarmSandboxPool:
         for path in (box.stdout, box.stderr):
             path.unlink(missing_ok=True)
 
-    def take(self) -> WarmSandbox | None:
-        """A ready warm sandbox, no longer the pool's (None: none is ready); a replacement starts."""
-        box = next((s for s in self.waiting if s.alive and s.ready), None)
-        if box is None:
-            return None
-        self.waiting.remove(box)
-        box.taken = True
-        self.fill()
-        return box
-
-    def pids(self) -> list[int]:
-        return [s.process.pid for s in self.waiting if s.alive]
-
-    async def wait_ready(self, timeout: float) -> None:
-        async def ready() -> None:
-            while True:
-                if self.closed or self.failures >= MAX_FAILURES or self.size <= 0:
-                    return
-                live = [s for s in self.waiting if s.alive]
-                if len(live) >= self.size and all(s.ready for s in live):
-                    return
-                await self._changed.wait()
-
-        await asyncio.wait_for(ready(), timeout)
-
-    async def close(self) -> None:
-        self.closed = True
-        waiting, self.waiting = self.waiting, []
-        await asyncio.gather(*(self._discard(s) for s in waiting), return_exceptions=True)
-        # then what is still starting (a start that finishes after the close discards its warm sandbox); the
-        # watchers end here (a warm sandbox handed over is an Actor's process, which the runtime stops)
-        await asyncio.gather(*list(self._tasks), return_exceptions=True)
-        for task in list(self._watchers):
-            task.cancel()
-        await asyncio.gather(*list(self._watchers), return_exceptions=True)
-
-    def kill_all(self) -> None:
-        self.closed = True
-        for box in list(self.waiting):
-            children.kill_group(box.process.pid)
+    def _log_of(self, box: WarmSandbox) -> Path:
+        return box.stderr
 
     async def hand_over(self, box: WarmSandbox, uid: str, data: Path, logs: Path, task: dict[str, object]) -> None:
         """Make `box` the Actor `uid`'s: its restored directory `data` moved into the warm sandbox's
