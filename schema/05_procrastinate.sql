@@ -114,12 +114,15 @@ COMMENT ON FUNCTION sessionq.run_waiting_job(text, timestamptz) IS
 
 -- job_waiting: whether a job waits (todo) under a queueing lock, read without taking any lock (a
 -- defer that conflicts with another transaction's uncommitted job waits for that transaction).
+-- PL/pgSQL, which keeps the query's plan (an SQL function that reads a table is planned again on
+-- every call before PostgreSQL 18): every lifecycle event with a webhook subscription asks it.
 CREATE OR REPLACE FUNCTION sessionq.job_waiting(p_queueing_lock text) RETURNS boolean
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = sessionq, public
 AS $$
-  SELECT EXISTS (SELECT 1 FROM procrastinate_jobs j WHERE j.queueing_lock = p_queueing_lock AND j.status = 'todo')
-$$;
+BEGIN
+  RETURN EXISTS (SELECT 1 FROM procrastinate_jobs j WHERE j.queueing_lock = p_queueing_lock AND j.status = 'todo');
+END $$;
 COMMENT ON FUNCTION sessionq.job_waiting(text) IS
   'Whether a committed job waits (todo) under queueing lock p_queueing_lock: callers that defer the same work from many concurrent transactions skip the defer then, instead of queueing behind each other''s uncommitted insert.';
 

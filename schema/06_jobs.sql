@@ -29,11 +29,13 @@ INSERT INTO sessionq.job_kinds (task_name, queue_name, lock_prefix, description)
   ('run_bulk_action',   'operations', 'bulk',       'admit the operations of a bulk action page by page (subject: the bulk action id)'),
   ('release_turn_snapshot', 'operations', 'turnpin', 'delete the tag of a released turn pin, then its row (subject: the pin id)');
 
--- job_lock: the queueing lock of a task's job for one subject.
+-- job_lock: the queueing lock of a task's job for one subject. PL/pgSQL, which keeps the query's
+-- plan (an SQL function that reads a table is planned again on every call before PostgreSQL 18).
 CREATE OR REPLACE FUNCTION sessionq.job_lock(p_task text, p_subject text) RETURNS text
-LANGUAGE sql STABLE PARALLEL SAFE AS $$
-  SELECT k.lock_prefix || ':' || p_subject FROM sessionq.job_kinds k WHERE k.task_name = p_task
-$$;
+LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
+BEGIN
+  RETURN (SELECT k.lock_prefix || ':' || p_subject FROM sessionq.job_kinds k WHERE k.task_name = p_task);
+END $$;
 COMMENT ON FUNCTION sessionq.job_lock(text, text) IS
   'The queueing lock <lock prefix>:<subject> of task p_task (sessionq.job_kinds); NULL for an unknown task.';
 

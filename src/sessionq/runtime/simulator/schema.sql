@@ -141,10 +141,12 @@ LANGUAGE sql IMMUTABLE AS $$ SELECT octet_length(coalesce(p_durable, '{}'::jsonb
 COMMENT ON FUNCTION substrate_sim.snapshot_size(jsonb) IS
     'A simulated snapshot''s size in bytes: the length of the durable state it keeps, as jsonb text (deterministic).';
 
--- actor_json: an Actor as the simulator returns it, with its snapshots.
+-- actor_json: an Actor as the simulator returns it, with its snapshots. PL/pgSQL, which keeps the
+-- query's plan (an SQL function that reads a table is planned again on every call before PostgreSQL 18).
 CREATE OR REPLACE FUNCTION substrate_sim.actor_json(p_atespace text, p_name text)
-RETURNS jsonb LANGUAGE sql STABLE AS $$
-  SELECT jsonb_build_object(
+RETURNS jsonb LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  RETURN (SELECT jsonb_build_object(
            'atespace', a.atespace, 'name', a.name, 'uid', a.uid, 'template', a.template, 'state', a.state,
            'worker', a.worker, 'worker_ip', w.ip, 'version', a.version,
            'created_at', a.created_at, 'updated_at', a.updated_at,
@@ -156,8 +158,8 @@ RETURNS jsonb LANGUAGE sql STABLE AS $$
                 FROM substrate_sim.snapshots s WHERE s.actor_uid = a.uid),
              '[]'::jsonb))
     FROM substrate_sim.actors a LEFT JOIN substrate_sim.workers w ON w.name = a.worker
-   WHERE a.atespace = p_atespace AND a.name = p_name
-$$;
+   WHERE a.atespace = p_atespace AND a.name = p_name);
+END $$;
 COMMENT ON FUNCTION substrate_sim.actor_json(text, text) IS
     'The Actor as jsonb: its columns but env and durable, worker_ip from its worker, and snapshots (generation, '
     'fidelity, status, uri, created_at, size_bytes) ascending by generation; NULL when there is no such Actor.';
