@@ -28,7 +28,7 @@ up: install
 ## 127.0.0.1:5432 - the two runs at once, each run's output printed whole as it ends - then the API
 ## tests through PgBouncer when it is installed (scripts/test_all.sh)
 test: install-test
-	PY=$(PY) PG15_URL=$(PG15_URL) PYTEST_ARGS="$(PYTEST_ARGS)" scripts/test_all.sh
+	MAKE="$(MAKE)" PY=$(PY) PG15_URL=$(PG15_URL) PYTEST_ARGS="$(PYTEST_ARGS)" scripts/test_all.sh
 
 test-embedded: install-test
 	$(PY) -m pytest $(PYTEST_ARGS)

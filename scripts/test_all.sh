@@ -3,25 +3,22 @@
 # at $PG15_URL - the two runs at once: the suite mostly waits (on service processes, sandboxes,
 # sockets and the database), so on 2 cores two runs take little longer than one. Each run's output
 # is printed whole when it ends (interleaved lines of two runs would mix their tracebacks). Then
-# the API tests through a real PgBouncer, when it is installed. Exit status: 1 if any run failed.
+# the API tests through a real PgBouncer, when it is installed. Each run is the Makefile's target
+# (test-embedded, test-pg15, test-pooler): their commands live there. Exit status: 1 if any run failed.
 set -u
 cd "$(dirname "$0")/.."
+MAKE=${MAKE:-make}
 PY=${PY:-.venv/bin/python}
 PG15_URL=${PG15_URL:-postgresql://postgres@127.0.0.1:5432/postgres}
-read -r -a extra <<< "${PYTEST_ARGS:-}"
 logs=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$logs"' EXIT
 
-# run NAME [VAR=VALUE...] -- [PYTEST ARGS...]: one run in the background, its output in its log
+# run TARGET: one of the Makefile's runs (which says its command) in the background, its output in its log
 names=() pids=()
 run() {
-  local name=$1 vars=()
-  shift
-  while [ "$1" != "--" ]; do vars+=("$1"); shift; done
-  shift
-  echo "[$name] started $(date -u +%H:%M:%S)"
-  env "${vars[@]}" "$PY" -m pytest "$@" "${extra[@]}" > "$logs/$name.log" 2>&1 &
-  names+=("$name") pids+=($!)
+  echo "[$1] started $(date -u +%H:%M:%S)"
+  "$MAKE" --no-print-directory "$1" > "$logs/$1.log" 2>&1 &
+  names+=("$1") pids+=($!)
 }
 
 # wait_all: wait for every run started, print each one's output as it ends; 1 if one failed
@@ -37,16 +34,16 @@ wait_all() {
 }
 
 failed=0
-run pg18 --
+run test-embedded
 if "$PY" -c "import psycopg; psycopg.connect('$PG15_URL', connect_timeout=3).close()" 2>/dev/null; then
-  run pg15 SESSIONQ_TEST_DATABASE_URL="$PG15_URL" --
+  run test-pg15
 else
   echo "PostgreSQL at $PG15_URL does not answer: skipping the PostgreSQL 15 run"
 fi
 wait_all || failed=1
 
 if command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ]; then
-  run pooler SESSIONQ_TEST_POOLER=pgbouncer -- -m pooler
+  run test-pooler
   wait_all || failed=1
 else
   echo "pgbouncer is not installed: skipping the API tests through PgBouncer"
