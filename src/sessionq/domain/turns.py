@@ -118,8 +118,7 @@ async def dispatch_turn(store: Store, runtime: Substrate, session_id: UUID) -> D
             )
     except (SubstrateError, TimeoutError) as e:
         detail = f"{e.code.name}: {e.message}" if isinstance(e, SubstrateError) else DEADLINE_EXCEEDED
-        after = await store.session_by_id(session_id)
-        if after is None or after.dispatch_id != dispatch_id:
+        if not await _still_dispatched(store, session_id, dispatch_id):
             # the Actor settled the turn through the task store before its answer to the call came
             # back, and the idle suspension that followed ended its process: nothing failed
             log.debug("dispatch ended after its turn settled: %s", detail, extra=extra)
@@ -129,8 +128,13 @@ async def dispatch_turn(store: Store, runtime: Substrate, session_id: UUID) -> D
             session_id, dispatch_id, RUNTIME_FAILED if isinstance(e, SubstrateError) else DEADLINE_EXCEEDED, issued
         )
         return "failed"
-    after = await store.session_by_id(session_id)
-    if after is not None and after.dispatch_id == dispatch_id:
+    if await _still_dispatched(store, session_id, dispatch_id):
         await store.fail_dispatch(session_id, dispatch_id, "the agent ended the turn without settling it", True)
         return "failed"
     return "done"
+
+
+async def _still_dispatched(store: Store, session_id: UUID, dispatch_id: UUID) -> bool:
+    """Whether the Session still waits for this dispatch's turn (not settled, superseded or gone)."""
+    after = await store.session_by_id(session_id)
+    return after is not None and after.dispatch_id == dispatch_id
