@@ -16,8 +16,6 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__test__ = False  # not a test module (pytest would otherwise collect TestCA)
-
 
 def _name(cn: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
@@ -32,7 +30,7 @@ class TestCA:
     """A CA valid for a day, with the extensions strict verifiers ask of one (key usage, key
     identifiers); `issue` signs leaf certificates."""
 
-    __test__ = False
+    __test__ = False  # a test module that imports it would otherwise have pytest collect it
 
     def __init__(self, cn: str = "sessionq test CA") -> None:
         now = dt.datetime.now(dt.UTC)
