@@ -5,7 +5,6 @@ store of an API server; the turn is admitted through the store, and no worker ru
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -111,13 +110,10 @@ async def _turn(store: Any, server: ApiServer, executor: AgentExecutor, sid: UUI
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://actor") as http:
             body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": json_format.MessageToDict(send)}
             r = await http.post("/", json=body, headers={"A2A-Version": "1.0", WORKLOAD_TOKEN_HEADER: token})
-        # the SDK's producer and consumer of the task outlive the answer (a task waiting for input keeps
-        # them for its answer): this app serves no other request, so they are ended here
-        left = [t for t in asyncio.all_tasks() if t.get_name().partition(":")[0] in ("producer", "consumer")]
-        for t in left:
-            t.cancel()
-        await asyncio.gather(*left, return_exceptions=True)
     finally:
+        # the SDK's tasks of the turn outlive the answer (a task waiting for input keeps them for its
+        # answer): this app serves no other request, so they are ended here, not left to the garbage
+        await app.state.request_handler.aclose()
         await client.close()
     return dict(r.json()), client.calls
 

@@ -9,6 +9,7 @@ never appears in a log line or an error."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import uuid
@@ -134,6 +135,11 @@ class _Recorder(AgentExecutor):
         await TaskUpdater(event_queue, context.task_id or "", context.context_id or "").cancel()
 
 
+def _queue_loops() -> list[asyncio.Task[Any]]:
+    """The a2a-sdk's event queue loops running in this process (two per task the SDK holds)."""
+    return [t for t in asyncio.all_tasks() if getattr(t.get_coro(), "__qualname__", "") == "EventQueueSource._dispatch_loop"]
+
+
 async def test_the_agent_kit_takes_the_credential_from_the_request(
     api: Any, store: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -173,7 +179,15 @@ async def test_the_agent_kit_takes_the_credential_from_the_request(
             assert "error" in answer and "UNAUTHENTICATED" not in json.dumps(answer), answer
             for part in _secret_parts(token):
                 assert part not in json.dumps(answer) and part not in caplog.text
+        # nothing of a refused request stays behind in the Actor (the SDK's event queues of a task
+        # whose start failed)
+        for _ in range(50):  # their closing runs beside the answer
+            if not _queue_loops():
+                break
+            await asyncio.sleep(0.1)
+        assert not _queue_loops(), "a refused request left its task's event queues running"
     finally:
+        await app.state.request_handler.aclose()
         await client.close()
     assert recorder.headers, "the agent ran"
     assert all(WORKLOAD_TOKEN_HEADER not in h for h in recorder.headers), "the agent's code never sees the credential"
@@ -221,6 +235,7 @@ async def test_a_cancel_carries_the_credential_to_an_actor_that_never_had_a_turn
         assert client.reads and set(client.reads) == {(task.id, True)}, "with it, the kit reads the task"
     finally:
         await invoker.close()
+        await app.state.request_handler.aclose()
         await client.close()
     for secret in _secret_parts(token):
         assert secret not in caplog.text

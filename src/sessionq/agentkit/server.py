@@ -37,6 +37,7 @@ from typing import Any
 
 import uvicorn
 from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.agent_execution.active_task import ActiveTask
 from a2a.server.cluster.version import TaskVersion
 from a2a.server.context import ServerCallContext
 from a2a.server.events import EventQueue
@@ -133,6 +134,13 @@ async def _settled(producer: asyncio.Task[None] | None, task_id: str) -> None:
         )
 
 
+async def _close_queues(task: ActiveTask) -> None:
+    """Close the event queues of an SDK task whose start failed: the a2a-sdk (1.3) leaves their loops
+    running, two tasks held for the life of the process per refused request."""
+    await task._event_queue_agent.close(immediate=True)
+    await task._event_queue_subscribers.close(immediate=True)
+
+
 class SettlingRequestHandler(DefaultRequestHandler):
     """The SDK's request handler over a `KagentTaskStore`, settling each turn when it stops."""
 
@@ -144,6 +152,18 @@ class SettlingRequestHandler(DefaultRequestHandler):
             super().__init__(agent_executor=executor, task_store=store, agent_card=card)
             logging.getLogger("a2a.server.request_handlers.default_request_handler_v2").disabled = False
         self.store = store
+        self._closing: set[asyncio.Task[None]] = set()
+        registry = self._active_task_registry
+        forward = registry._on_active_task_cleanup
+
+        def cleanup(task: ActiveTask) -> None:
+            forward(task)
+            if task._producer_task is None:  # its start failed (a refused credential, an unknown task)
+                closing = asyncio.create_task(_close_queues(task))
+                self._closing.add(closing)
+                closing.add_done_callback(self._closing.discard)
+
+        registry._on_active_task_cleanup = cleanup  # type: ignore[method-assign,assignment]
 
     @staticmethod
     def _bind(params: a2a_pb2.SendMessageRequest | a2a_pb2.CancelTaskRequest, context: ServerCallContext) -> None:
@@ -377,7 +397,9 @@ def build_app(executor: AgentExecutor, card: a2a_pb2.AgentCard, client: TaskStor
     with each request's workload credential (`token`: the environment's, until a request brings one)."""
     handler = SettlingRequestHandler(executor, _TrackingStore(client, token), card)
     rpc = create_jsonrpc_routes(handler, "/", context_builder=CredentialContextBuilder())
-    return Starlette(routes=[*create_agent_card_routes(card), *rpc])
+    app = Starlette(routes=[*create_agent_card_routes(card), *rpc])
+    app.state.request_handler = handler  # `await app.state.request_handler.aclose()` ends its tasks
+    return app
 
 
 async def serve(executor: AgentExecutor, card: a2a_pb2.AgentCard | None = None) -> None:
@@ -396,6 +418,7 @@ async def serve(executor: AgentExecutor, card: a2a_pb2.AgentCard | None = None) 
     try:
         await server.serve(sockets=[sock])
     finally:
+        await app.state.request_handler.aclose()  # the SDK's tasks end here, not as garbage at exit
         await readiness.close()
         await client.close()
 
