@@ -31,10 +31,10 @@ test: install-test
 	MAKE="$(MAKE)" PY=$(PY) PG15_URL=$(PG15_URL) PYTEST_ARGS="$(PYTEST_ARGS)" scripts/test_all.sh
 
 test-embedded: install-test
-	$(PY) -m pytest $(PYTEST_ARGS)
+	PY=$(PY) scripts/pytest_parallel.sh $(PYTEST_ARGS)
 
 test-pg15: install-test
-	SESSIONQ_TEST_DATABASE_URL=$(PG15_URL) $(PY) -m pytest $(PYTEST_ARGS)
+	SESSIONQ_TEST_DATABASE_URL=$(PG15_URL) PY=$(PY) scripts/pytest_parallel.sh $(PYTEST_ARGS)
 
 ## make test-pooler: the API tests (marked pooler) with their transactions through a real PgBouncer in transaction mode
 test-pooler: install-test

@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # `make test`: the whole suite on the embedded PostgreSQL 18 and, when it answers, on the PostgreSQL
-# at $PG15_URL (meant to run at once - the suite mostly waits on service processes, sandboxes,
-# sockets and the database), so on 2 cores two runs take little longer than one. Each run's output
-# is printed whole when it ends (interleaved lines of two runs would mix their tracebacks). Then
-# the API tests through a real PgBouncer, when it is installed. Each run is the Makefile's target
+# at $PG15_URL, one after the other; each run is two pytest-xdist workers and then the quiet_horizon
+# tests alone (scripts/pytest_parallel.sh), and its output is printed whole when it ends. Then the
+# API tests through a real PgBouncer, when it is installed. Each run is the Makefile's target
 # (test-embedded, test-pg15, test-pooler): their commands live there. Exit status: 1 if any run failed.
 set -u
 cd "$(dirname "$0")/.."
@@ -34,8 +33,7 @@ wait_all() {
 }
 
 failed=0
-# one after the other for now: run at once, the two runs' gVisor fork storms
-# (tests/process/test_agent_tools.py) can meet and outlast the test's wait
+# one after the other: each run already fills both cores with its two workers
 run test-embedded
 wait_all || failed=1
 if "$PY" -c "import psycopg; psycopg.connect('$PG15_URL', connect_timeout=3).close()" 2>/dev/null; then

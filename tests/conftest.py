@@ -201,6 +201,14 @@ def _clones(pg_admin_url: str, template_database: str) -> Iterator[_Clones]:
 _CLONES: _Clones | None = None  # the run's clone thread, for the quiet_horizon tests' bodies
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files that hold a test marked `slow` first, the rest in their order: a parallel run
+    (scripts/pytest_parallel.sh, a file at a time per worker) then ends on short files rather than
+    on one long one started last."""
+    slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow)
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     if _CLONES is not None and item.get_closest_marker("quiet_horizon") is not None:

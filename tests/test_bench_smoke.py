@@ -12,10 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 TINY = {"create": {"seconds": 1.5, "warmup": 0.1, "levels": [1, 4], "pgbench_seconds": 1, "census_seconds": 0}}
 
 
+@pytest.mark.slow
 def test_bench_quick_create_writes_well_formed_results(tmp_path: Path, pg_admin_url: str) -> None:
     """Runs `python -m tests.bench --quick --only create` with tiny sizes on the suite's server
     (the benchmark creates and drops its own sq_bench_* databases there)."""

@@ -19,6 +19,7 @@ def test_ruff():
     assert result.returncode == 0, result.stdout[-3000:]
 
 
+@pytest.mark.slow
 def test_mypy():
     for target in ("src/sessionq", "jobs", "cli"):  # one run each: jobs/ and cli/ install under sessionq
         result = run("mypy", target)

@@ -226,6 +226,7 @@ async def transactions(admin: Any) -> int:
     return int(row[0])
 
 
+@pytest.mark.slow
 async def test_idle_streams_cost_no_queries_and_events_reach_every_one(database_url, store, sim):
     """300 streams on idle tasks add (almost) no transactions to what PostgreSQL sees without them -
     the old once-a-second poll added ~300/s - and a stored event still reaches every stream at once."""

@@ -31,6 +31,7 @@ def wait_for(check, timeout: float = 30.0, what: str = "condition"):  # type: ig
     pytest.fail(f"{what} not reached within {timeout:g}s")
 
 
+@pytest.mark.slow
 def test_up_prints_next_steps_and_a_drain_stops_only_its_worker(shell: Shell, servers: list[Up],  # noqa: F811
                                                                  console_port: int) -> None:
     up = Up(shell)

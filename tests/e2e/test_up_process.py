@@ -35,6 +35,7 @@ def actor_processes(root: Path) -> list[int]:
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_up_runs_real_agent_processes(shell: Shell, servers: list[Up]) -> None:  # noqa: F811
     # the Agent below runs a script of this repository: a sandbox shows it when configured to
     shell.env["SESSIONQ_RUNTIME__PROCESS__SANDBOX_PATHS"] = str(FIRST_AGENT.parent)
@@ -75,6 +76,7 @@ def test_up_runs_real_agent_processes(shell: Shell, servers: list[Up]) -> None: 
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_a_forced_stop_of_up_during_a_turn_leaves_no_agent_process(shell: Shell, servers: list[Up]) -> None:  # noqa: F811
     """Ctrl-C twice while an agent's process runs a turn: the forced stop kills the agents' process
     groups (and says so in its line); nothing of them is left in the process table."""

@@ -36,6 +36,7 @@ def test_up_keeps_one_api_process_unless_configured() -> None:
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_up_with_two_processes_serves_from_both_and_sigterm_stops_all(shell: Shell, servers: list[Up]) -> None:  # noqa: F811
     shell.env.update(SESSIONQ_SERVER__PROCESSES="2", SESSIONQ_SERVER__HTTP_ADDRESS=f"127.0.0.1:{free_port()}",
                      SESSIONQ_SERVER__CONSOLE_ADDRESS=f"127.0.0.1:{free_port()}")

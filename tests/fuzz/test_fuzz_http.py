@@ -134,6 +134,7 @@ async def run_http_case(w: World, http: httpx.AsyncClient, case: Case) -> None:
 
 @settings(FUZZ, max_examples=round(60 * SCALE))
 @given(case=cases(A2A_RPCS))
+@pytest.mark.slow
 async def test_fuzz_a2a_http_bindings(listeners: tuple[World, httpx.AsyncClient], case: Case) -> None:
     await run_http_case(*listeners, case)
 

@@ -43,6 +43,7 @@ async def _bash(rt: ProcessSubstrate, uid: str, command: str, **args: Any) -> di
 @pytest.mark.clause("RT-7")
 @pytest.mark.clause("RT-8")
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 async def test_the_tools_of_an_actor(isolation: Isolation, database_url: str, tmp_path: Path) -> None:
     rt = ProcessSubstrate(database_url, config(tmp_path / "rt", isolation, slots=3, stop_grace=1.0,
                                                warm_interpreters=0))

@@ -82,6 +82,7 @@ async def test_inside_the_window_the_same_process_answers(warm_api: ProcessApi) 
     assert answer(t3) == "4+4 = 8"
 
 
+@pytest.mark.slow
 async def test_waiting_for_input_stops_the_process_then_suspends_it_after_the_ttl(warm_api: ProcessApi) -> None:
     sid = await new_session(warm_api)
     asked = await send(warm_api, "Book a flight [input-required]", sid)

@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 import psycopg.sql
+import pytest
 from lifecycle import ready_session
 
 from sessionq.db.store import Store
@@ -41,6 +42,7 @@ def _buffers(plan: list[str]) -> int:
     return int(m.group(1)) + int(m.group(2) or 0)
 
 
+@pytest.mark.slow
 async def test_a_deep_page_reads_an_index_range_from_a_generic_plan(store: Store, sim: Any,
                                                                   aconn: psycopg.AsyncConnection[Any]) -> None:
     tpl = (await ready_session(store, sim, "tpl", user="alice")).id

@@ -45,6 +45,7 @@ def stopper() -> Iterator[list[subprocess.Popen[str]]]:
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.slow
 def test_a_worker_is_ready_only_while_its_runtime_answers(
     database_url: str, stopper: list[subprocess.Popen[str]]
 ) -> None:
