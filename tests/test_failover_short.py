@@ -29,6 +29,7 @@ def _unavailable() -> str | None:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.clause("HA-3")
+@pytest.mark.serial
 def test_two_failovers_lose_nothing(tmp_path: Path) -> None:
     why = _unavailable()
     if why:

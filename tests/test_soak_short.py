@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+@pytest.mark.serial
 def test_short_soak_has_no_invariant_violations(tmp_path: Path) -> None:
     report = tmp_path / "report.json"
     command = [sys.executable, "-m", "tests.soak", "--duration", "45s", "--seed", "7", "--settle", "90s",
@@ -46,6 +47,7 @@ def test_short_soak_has_no_invariant_violations(tmp_path: Path) -> None:
 @pytest.mark.timeout(600)
 @pytest.mark.clause("HA-1")
 @pytest.mark.clause("HA-2")
+@pytest.mark.serial
 def test_short_soak_through_pgbouncer_has_no_invariant_violations(tmp_path: Path) -> None:
     """The same harness with every process's database.url through a real PgBouncer in transaction mode
     (database.directUrl: the server), PostgreSQL restarted behind it."""
