@@ -7,11 +7,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from click.testing import CliRunner, Result
 from sessionq.cli.main import main
 
+from sessionq.db.operator_store import PROCESS_RUNTIME_APPLICATION
 from sessionq.runtime.process import ProcessSubstrate
-from tests.process.conftest import ATESPACE, argv
+from sessionq.runtime.process.sandbox import Isolation
+from tests.process.conftest import ATESPACE, argv, config
 
 
 class Cli:
@@ -53,3 +56,18 @@ async def test_status_names_the_process_runtime_and_its_isolation_level(
         assert "sandbox" in line and "egress policies enforced" in line
     data = json.loads(ok(await cli("status", "-o", "json")).stdout)
     assert data["process_runtime"] == {"actors": 2, "with_process": 1, "isolation": level}
+
+
+async def test_status_reads_the_process_runtime_of_its_own_database_only(
+    database_url: str, pg_admin_url: str, tmp_path: Path, process_root: Path
+) -> None:
+    """Another sessionq's process runtime on the same PostgreSQL server (another database) is not
+    this one's: with none running here, `status` says so."""
+    rt = ProcessSubstrate(database_url, config(process_root, Isolation.NONE, slots=1))
+    await rt.open()  # installs its schema
+    await rt.close()  # and leaves no runtime server connected to this database
+    async with await psycopg.AsyncConnection.connect(
+        pg_admin_url, application_name=f"{PROCESS_RUNTIME_APPLICATION} gvisor", autocommit=True
+    ):
+        data = json.loads(ok(await Cli(database_url, tmp_path)("status", "-o", "json")).stdout)
+    assert data["process_runtime"] == {"actors": 0, "with_process": 0, "isolation": None}

@@ -422,10 +422,11 @@ class OperatorStore:
                 " FROM sessionq_process.actors"
             )
             process_runtime = counts[0] if counts else None
-            # the running runtime server's isolation level (runtime/process/sandbox.py names its connection)
+            # the running runtime server's isolation level (runtime/process/sandbox.py names its
+            # connection), on this database: another sessionq on the same server is not this one's
             level = await self._rows(
                 "SELECT substr(application_name, length(%s) + 2) AS isolation FROM pg_stat_activity"
-                " WHERE application_name LIKE %s || ' %%' LIMIT 1",
+                " WHERE datname = current_database() AND application_name LIKE %s || ' %%' LIMIT 1",
                 (PROCESS_RUNTIME_APPLICATION, PROCESS_RUNTIME_APPLICATION),
             )
             if process_runtime is not None:
