@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PG15_URL ?= postgresql://postgres@127.0.0.1:5432/postgres
 PYTEST_ARGS ?= --durations=15
 
-.PHONY: up test test-embedded test-pg15 test-pooler install install-test lint proto bench soak failover clean
+.PHONY: up test test-embedded test-pg15 test-pooler test-failover install install-test lint proto bench soak failover clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,7 @@ up: install
 
 ## make test: the whole suite on the embedded PostgreSQL 18 and, if it answers, on PostgreSQL 15 at
 ## 127.0.0.1:5432, one after the other, each run's output printed whole as it ends - then the API
-## tests through PgBouncer when it is installed (scripts/test_all.sh)
+## tests through PgBouncer when it is installed and the failover harness (scripts/test_all.sh)
 test: install-test
 	MAKE="$(MAKE)" PY=$(PY) PG15_URL=$(PG15_URL) PYTEST_ARGS="$(PYTEST_ARGS)" scripts/test_all.sh
 
@@ -39,6 +39,10 @@ test-pg15: install-test
 ## make test-pooler: the API tests (marked pooler) with their transactions through a real PgBouncer in transaction mode
 test-pooler: install-test
 	SESSIONQ_TEST_POOLER=pgbouncer $(PY) -m pytest -m pooler $(PYTEST_ARGS)
+
+## make test-failover: the failover harness's short run (HA-3) on a pg_auto_failover formation of its own
+test-failover: install-test
+	$(PY) -m pytest -m failover $(PYTEST_ARGS)
 
 ## make lint: ruff, mypy, the architecture's import contracts (ARCHITECTURE.md) and the procrastinate bridge rule
 lint: install-test

@@ -2,8 +2,9 @@
 # `make test`: the whole suite on the embedded PostgreSQL 18 and, when it answers, on the PostgreSQL
 # at $PG15_URL, one after the other; each run is two pytest-xdist workers and then the quiet_horizon
 # tests alone (scripts/pytest_parallel.sh), and its output is printed whole when it ends. Then the
-# API tests through a real PgBouncer, when it is installed. Each run is the Makefile's target
-# (test-embedded, test-pg15, test-pooler): their commands live there. Exit status: 1 if any run failed.
+# API tests through a real PgBouncer, when it is installed, and the failover harness on a formation
+# of its own. Each run is the Makefile's target (test-embedded, test-pg15, test-pooler,
+# test-failover): their commands live there. Exit status: 1 if any run failed.
 set -u
 cd "$(dirname "$0")/.."
 MAKE=${MAKE:-make}
@@ -49,4 +50,7 @@ if command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ]; then
 else
   echo "pgbouncer is not installed: skipping the API tests through PgBouncer"
 fi
+# the failover harness: its own PostgreSQL formation, so once, not per PostgreSQL
+run test-failover
+wait_all || failed=1
 exit $failed

@@ -29,14 +29,14 @@ def _unavailable() -> str | None:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.clause("HA-3")
-@pytest.mark.serial
+@pytest.mark.failover
 def test_two_failovers_lose_nothing(tmp_path: Path) -> None:
     why = _unavailable()
     if why:
         pytest.skip(f"no pg_auto_failover formation here: {why}")
     if os.environ.get("SESSIONQ_TEST_DATABASE_URL"):
-        # the formation is its own PostgreSQL 15: the suite's run on another server would repeat it as is
-        pytest.skip("the failover harness builds its own PostgreSQL; it runs in the embedded run of the suite")
+        # the formation is its own PostgreSQL 15: a run of the suite on another server would repeat it as is
+        pytest.skip("the failover harness builds its own PostgreSQL; `make test-failover` runs it")
     report = tmp_path / "report.json"
     command = [sys.executable, "-m", "tests.soak", "--failover", "--duration", "90s", "--seed", "5",
                "--settle", "90s", "--out", str(tmp_path / "run"), "--report", str(report), "--quiet"]
