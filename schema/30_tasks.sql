@@ -172,13 +172,16 @@ END $$;
 COMMENT ON FUNCTION sessionq.busy_policy(sessionq.sessions, text) IS
   'The busy policy of a message to a Session: p_policy (the message''s metadata busyPolicy), else the busyPolicy of the Agent spec of the Session''s revision, else reject. An unknown name is INVALID_ARGUMENT.';
 
--- turn_busy: is a turn running, dispatched, unsettled or waiting in the queue?
+-- turn_busy: is a turn running, dispatched, unsettled or waiting in the queue? PL/pgSQL so that its
+-- plan is kept (PostgreSQL before 18 plans an SQL function's body on every call that is not
+-- inlined, and one that reads a table never is): admit_turn asks it once per message.
 CREATE OR REPLACE FUNCTION sessionq.turn_busy(v sessionq.sessions) RETURNS boolean
-LANGUAGE sql STABLE AS $$
-  SELECT v.active_task_id IS NOT NULL OR v.unsettled_task_id IS NOT NULL
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  RETURN v.active_task_id IS NOT NULL OR v.unsettled_task_id IS NOT NULL
       OR v.dispatch_id IS NOT NULL AND v.dispatch_expires_at > clock_timestamp()
-      OR EXISTS (SELECT 1 FROM sessionq.queued_turns q WHERE q.session_id = v.id)
-$$;
+      OR EXISTS (SELECT 1 FROM sessionq.queued_turns q WHERE q.session_id = v.id);
+END $$;
 COMMENT ON FUNCTION sessionq.turn_busy(sessionq.sessions) IS
   'True while a turn of the Session runs, is dispatched, is unsettled or waits in queued_turns: a new message then follows its busy policy.';
 
@@ -622,6 +625,10 @@ COMMENT ON FUNCTION sessionq.clear_turn_failure(uuid, text) IS
   'Clear the turn failure p_reason that record_turn_failure recorded (a later resume succeeded); a failure of an operation is never touched. True when cleared.';
 
 -- keep_warm_of: how long a Session's Actor stays running after a turn before it may be suspended.
+-- An SQL function, unlike its neighbours: it is only ever called once per row inside one statement
+-- (claim_idle_work, idle_work_blocked, idle_work_state, quiescence_backlog), where its plan is made
+-- once for the statement; as PL/pgSQL each row cost ~1.2 us more (PostgreSQL 15), and those
+-- statements read every warm idle boundary (docs/performance.md, upgrade 0026).
 CREATE OR REPLACE FUNCTION sessionq.keep_warm_of(p_revision uuid, p_default double precision) RETURNS double precision
 LANGUAGE sql STABLE AS $$
   SELECT coalesce((SELECT rtrim(r.spec ->> 'keepWarm', 's')::double precision FROM sessionq.revisions r
@@ -663,14 +670,17 @@ END $$;
 COMMENT ON FUNCTION sessionq.claim_idle(uuid, double precision) IS
   'Claim the oldest idle boundary past its keep-warm window (keep_warm_of: the Agent''s keepWarm, else p_keep_warm seconds) of a READY Session with nothing running, dispatched, unsettled, pending or being checkpointed, and no cancel ended in the last 10 minutes whose Actor was not told of it yet (FOR UPDATE SKIP LOCKED, so replicas never take the same one). NULL when none is eligible now.';
 
--- idle_work_blocked: after an empty claim, is unclaimed idle work waiting on something?
+-- idle_work_blocked: after an empty claim, is unclaimed idle work waiting on something? PL/pgSQL so
+-- that its plan is kept (an SQL function that reads a table is planned on every call before
+-- PostgreSQL 18): idle_work_state asks it once per empty claim.
 CREATE OR REPLACE FUNCTION sessionq.idle_work_blocked(p_keep_warm double precision DEFAULT 0) RETURNS boolean
-LANGUAGE sql STABLE AS $$
-  SELECT EXISTS (SELECT 1 FROM sessionq.sessions s
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  RETURN EXISTS (SELECT 1 FROM sessionq.sessions s
                   WHERE s.idle_boundary_id IS NOT NULL AND s.idle_executor IS NULL AND s.state = 'READY'
                     AND s.idle_boundary_at <= clock_timestamp()
-                                              - make_interval(secs => sessionq.keep_warm_of(s.revision_id, p_keep_warm)))
-$$;
+                                              - make_interval(secs => sessionq.keep_warm_of(s.revision_id, p_keep_warm)));
+END $$;
 COMMENT ON FUNCTION sessionq.idle_work_blocked(double precision) IS
   'True when unclaimed idle boundaries of READY Sessions past their keep-warm window exist that the last claim could not take (blocked by a dispatch, a checkpoint, an operation or a row lock): workers then retry within a second. Suspended or deleted Sessions, claimed work and boundaries still inside their window (idle_work_state times those) do not count.';
 
@@ -715,12 +725,15 @@ COMMENT ON FUNCTION sessionq.record_quiescence_failure(uuid, uuid, uuid, text, t
   'By the idle claim holder whose suspend failed for good (SuspendFailed: it and its retries failed; RuntimeUnavailable: the Actor is gone or replaced; PauseFailed is kagent''s for a failed pause, which sessionq does not issue): record the quiescence failure record of the latest turn (task_id, reason, message, failed_at), shown as Session.last_quiescence_failure. The idle claim stays (Q-10: the suspend may have been issued); a later recorded snapshot clears the record.';
 
 -- turn_waits_for_input: does the Session's last turn wait for the user (INPUT_REQUIRED, AUTH_REQUIRED)?
+-- PL/pgSQL so that its plan is kept (an SQL function that reads a table is planned on every call
+-- before PostgreSQL 18): a quiescence worker asks it once per claimed Session.
 CREATE OR REPLACE FUNCTION sessionq.turn_waits_for_input(p_session uuid) RETURNS boolean
-LANGUAGE sql STABLE AS $$
-  SELECT coalesce((SELECT t.phase = 'settled' AND t.state IN ('TASK_STATE_INPUT_REQUIRED', 'TASK_STATE_AUTH_REQUIRED')
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  RETURN coalesce((SELECT t.phase = 'settled' AND t.state IN ('TASK_STATE_INPUT_REQUIRED', 'TASK_STATE_AUTH_REQUIRED')
                      FROM sessionq.tasks t WHERE t.session_id = p_session AND t.phase <> 'queued'
-                    ORDER BY t.seq DESC LIMIT 1), false)
-$$;
+                    ORDER BY t.seq DESC LIMIT 1), false);
+END $$;
 COMMENT ON FUNCTION sessionq.turn_waits_for_input(uuid) IS
   'True when the Session''s latest turn settled waiting for the user (INPUT_REQUIRED or AUTH_REQUIRED): with sessions.pausedRuntimeTtl the quiescence workers pause its Actor rather than suspend it.';
 

@@ -32,16 +32,19 @@ COMMENT ON COLUMN sessionq.session_usage.resumes IS 'Actor resumes sessionq issu
 COMMENT ON COLUMN sessionq.session_usage.resume_seconds IS 'Total latency of those resumes, as the resuming worker measured the runtime call.';
 COMMENT ON COLUMN sessionq.session_usage.resume_seconds_max IS 'The slowest of those resumes.';
 
+-- record_resume is PL/pgSQL so that its plan is kept (an SQL function that reads a table is planned
+-- on every call before PostgreSQL 18): every resume of an Actor records one.
 CREATE OR REPLACE FUNCTION sessionq.record_resume(p_session uuid, p_seconds double precision) RETURNS void
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+BEGIN
   INSERT INTO sessionq.session_usage AS u (session_id, resumes, resume_seconds, resume_seconds_max, running_since)
   SELECT s.id, 1, greatest(p_seconds, 0), greatest(p_seconds, 0), clock_timestamp()
     FROM sessionq.sessions s WHERE s.id = p_session
   ON CONFLICT (session_id) DO UPDATE
     SET resumes = u.resumes + 1, resume_seconds = u.resume_seconds + excluded.resume_seconds,
         resume_seconds_max = greatest(u.resume_seconds_max, excluded.resume_seconds_max),
-        running_since = coalesce(u.running_since, excluded.running_since)
-$$;
+        running_since = coalesce(u.running_since, excluded.running_since);
+END $$;
 COMMENT ON FUNCTION sessionq.record_resume(uuid, double precision) IS
   'Usage: the Actor of a Session was resumed by a call that took p_seconds; its running interval begins now (unless one is open). A Session gone meanwhile records nothing.';
 
