@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make test`: the whole suite on the embedded PostgreSQL 18 and, when it answers, on the PostgreSQL
-# at $PG15_URL, one after the other; each run is two pytest-xdist workers and then the quiet_horizon
-# tests alone (scripts/pytest_parallel.sh), and its output is printed whole when it ends. Then the
+# at $PG15_URL, one after the other; each run is two pytest-xdist workers and then the serial and
+# quiet_horizon tests one at a time (scripts/pytest_parallel.sh), and its output is printed whole when it ends. Then the
 # API tests through a real PgBouncer, when it is installed, and the failover harness on a formation
 # of its own. Each run is the Makefile's target (test-embedded, test-pg15, test-pooler,
 # test-failover): their commands live there. Exit status: 1 if any run failed.
