@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,14 +50,26 @@ WORKER_PROCESSES = 1
 
 
 async def drive(address: str, clients: int, seconds: float, warmup: float, tag: str,
-                channels: int = 4) -> dict[str, Any]:
+                channels: int = 4, labels: dict[str, str] | None = None) -> dict[str, Any]:
     """Closed-loop CreateSession from `clients` concurrent callers; counts the calls that finish
-    inside the measured window (after the warm-up) and their latencies."""
+    inside the measured window (after the warm-up) and their latencies. `labels` given (empty or
+    not): sessionq's FleetService.CreateSession with those labels instead of kagent's."""
     from sessionq._pb.kagent.api.v1alpha1 import common_pb2, sessions_pb2, sessions_pb2_grpc
+    from sessionq._pb.sessionq.v1 import fleet_pb2, fleet_pb2_grpc
 
     chans = [grpc.aio.insecure_channel(address) for _ in range(max(1, min(channels, clients)))]
-    stubs = [sessions_pb2_grpc.SessionServiceStub(c) for c in chans]
     agent = common_pb2.ResourceReference(namespace=NAMESPACE, name=AGENT)
+    calls: list[Callable[[str], Awaitable[Any]]] = []
+    for c in chans:
+        if labels is None:
+            kagent = sessions_pb2_grpc.SessionServiceStub(c)
+            calls.append(lambda rid, stub=kagent: stub.CreateSession(
+                sessions_pb2.CreateSessionRequest(request_id=rid, agent=agent), metadata=METADATA, timeout=30))
+        else:
+            fleet = fleet_pb2_grpc.FleetServiceStub(c)
+            calls.append(lambda rid, stub=fleet: stub.CreateSession(fleet_pb2.CreateSessionRequest(
+                session=sessions_pb2.CreateSessionRequest(request_id=rid, agent=agent), labels=labels),
+                metadata=METADATA, timeout=30))
     start = time.monotonic()
     t_measure = start + warmup
     t_end = t_measure + seconds
@@ -64,15 +77,13 @@ async def drive(address: str, clients: int, seconds: float, warmup: float, tag: 
     errors: dict[str, int] = {}
 
     async def client(i: int) -> None:
-        stub = stubs[i % len(stubs)]
+        call = calls[i % len(calls)]
         n = 0
         while time.monotonic() < t_end:
             n += 1
             t0 = time.monotonic()
             try:
-                await stub.CreateSession(
-                    sessions_pb2.CreateSessionRequest(request_id=f"{tag}-{i}-{n}", agent=agent),
-                    metadata=METADATA, timeout=30)
+                await call(f"{tag}-{i}-{n}")
             except grpc.aio.AioRpcError as e:
                 key = e.code().name
                 errors[key] = errors.get(key, 0) + 1
