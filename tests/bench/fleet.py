@@ -186,11 +186,11 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
             into.append(round(await admissions(url, labeled, float(sizes["create_seconds"]),
                                                int(sizes["create_clients"])), 1))
     plain, labeled = sum(plain_rates) / len(plain_rates), sum(labeled_rates) / len(labeled_rates)
-    create_ratio = ratio(labeled, plain)
+    admissions_ratio = ratio(labeled, plain)
     say(table(f"admissions/s at {sizes['create_clients']} clients (rounds alternate)", ["what", "rounds", "mean"],
               [("admit_create", plain_rates, round(plain, 1)),
                ("admit_create_labeled (3 labels)", labeled_rates, round(labeled, 1))]))
-    say(f"admissions alone: with labels = {create_ratio} x without (reported; the target is CreateSession's, below)")
+    say(f"admissions alone: with labels = {admissions_ratio} x without (reported; the target is CreateSession's, below)")
     with psycopg.connect(url, autocommit=True) as conn:  # the admissions' jobs: nobody runs them here
         conn.execute("DELETE FROM procrastinate_jobs WHERE status = 'todo'")
 
@@ -286,7 +286,7 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
         "setup": prep,
         "search": search,
         "search_target": {"page_and_count_p50_ms": 10, "met": search_met},
-        "admissions": {"plain_per_s": plain_rates, "labeled_per_s": labeled_rates, "ratio": create_ratio},
+        "admissions": {"plain_per_s": plain_rates, "labeled_per_s": labeled_rates, "ratio": admissions_ratio},
         "create_session": {"clients": sizes["e2e_clients"], "plain_per_s": e2e["plain"],
                            "labeled_per_s": e2e["labeled"], "ratio": e2e_ratio, "cpu_ms_per_creation": e2e_cpu,
                            "cpu_ratio": e2e_cpu_ratio, "errors": e2e_errors,
