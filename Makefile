@@ -25,7 +25,7 @@ up: install
 	$(VENV)/bin/sessionq up
 
 ## make test: the whole suite on the embedded PostgreSQL 18 and, if it answers, on PostgreSQL 15 at
-## 127.0.0.1:5432, one after the other, each run's output printed whole as it ends - then the API
+## 127.0.0.1:5432, one after the other, each in the foreground with a line a run at the end - then the API
 ## tests through PgBouncer when it is installed and the failover harness (scripts/test_all.sh)
 test: install-test
 	MAKE="$(MAKE)" PY=$(PY) PG15_URL=$(PG15_URL) PYTEST_ARGS="$(PYTEST_ARGS)" scripts/test_all.sh
