@@ -15,49 +15,40 @@
 
 ALTER TABLE sessionq.sessions ADD COLUMN labels jsonb NOT NULL DEFAULT '{}'::jsonb;
 ALTER TABLE sessionq.sessions ADD COLUMN idle_ttl double precision CHECK (idle_ttl >= 0);
-COMMENT ON COLUMN sessionq.sessions.labels IS '[audit] Labels: a JSON object of Kubernetes-style keys and string values (sessionq.check_labels: at most 32, 4096 bytes), set at creation or by the owner or a READ_WRITE share (set_session_labels), copied by a fork. Visible to every reader of the Session: never secrets. Searched through label_pairs'' sessions_label_pairs_idx (equality, set membership) and sessions_label_keys_idx (existence).';
+COMMENT ON COLUMN sessionq.sessions.labels IS '[audit] Labels: a JSON object of Kubernetes-style keys and string values (sessionq.check_labels: at most 32, 4096 bytes), set at creation or by the owner or a READ_WRITE share (set_session_labels), copied by a fork. Visible to every reader of the Session: never secrets. Searched through label_terms'' sessions_label_terms_idx (equality, set membership, existence).';
 COMMENT ON COLUMN sessionq.sessions.idle_ttl IS '[lifecycle] The Session''s own idle TTL in seconds (NULL: sessions.idleTtl; 0: never expires), within the operator''s bounds (sessions.maxIdleTtl, sessions.allowNoIdleTtl, checked by the API). The idle sweep (50_expiry.sql) expires the Session at its idle clock plus this.';
 
--- label_pairs and label_keys are PL/pgSQL so that their plan is kept: PostgreSQL before 18 plans an
--- SQL function's body on every row of a generated column or index expression (3x their time, on
--- every labelled creation)
-CREATE OR REPLACE FUNCTION sessionq.label_pairs(p_labels jsonb) RETURNS text[]
+-- label_terms is PL/pgSQL so that its plan is kept: PostgreSQL before 18 plans an SQL function's
+-- body on every row of a generated column (3x its time, on every labelled creation)
+CREATE OR REPLACE FUNCTION sessionq.label_terms(p_labels jsonb) RETURNS text[]
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 BEGIN
-  RETURN ARRAY(SELECT jsonb_build_object(e.key, e.value)::text FROM jsonb_each(p_labels) AS e);
+  RETURN ARRAY(SELECT t.term FROM jsonb_each(p_labels) AS e,
+                      LATERAL (VALUES (jsonb_build_object(e.key, e.value)::text), (e.key)) AS t (term));
 END $$;
-COMMENT ON FUNCTION sessionq.label_pairs(jsonb) IS
-  'The pairs of a label map, each as the text of a one-pair JSON object ({"team": "billing"}): what sessions.label_pairs holds, so that the array overlaps a selector''s pairs exactly when the map contains one of them (labels @> {"team": "billing"}).';
+COMMENT ON FUNCTION sessionq.label_terms(jsonb) IS
+  'The search terms of a label map: each pair as the text of a one-pair JSON object ({"team": "billing"}) and each key as itself (team). What sessions.label_terms holds, so that the array overlaps a selector''s pairs exactly when the map contains one of them (labels @> {"team": "billing"}) and contains a key exactly when the map has it. A pair starts with {, a key (label_key_valid) with an alphanumeric: the two never collide.';
 
--- the labels' pairs, kept with the row (computed when the labels are written, NULL without labels):
--- what equality and set membership read. Its GIN index answers them exactly, so a page of matches
--- reads only the id, the kind and the creator of each match's row, where an index of the jsonb
--- (jsonb_path_ops, which hashes its entries) has every match's labels rechecked, the last columns
--- of a wide row; a filter that reads the table in id order instead compares this column, no
--- function call a row.
-ALTER TABLE sessionq.sessions ADD COLUMN label_pairs text[]
-  GENERATED ALWAYS AS (CASE WHEN labels <> '{}'::jsonb THEN sessionq.label_pairs(labels) END) STORED;
-COMMENT ON COLUMN sessionq.sessions.label_pairs IS '[audit] The labels'' pairs (sessionq.label_pairs; NULL without labels), kept by PostgreSQL from labels: what a selector''s equality and set membership compare (t.label_pairs && pairs, session_filter_sql), through sessions_label_pairs_idx.';
+-- the labels' terms, kept with the row (computed when the labels are written - PostgreSQL
+-- recomputes a stored column only when an update sets a column it reads -, NULL without labels):
+-- what equality, set membership and existence read. Its GIN index answers them exactly, so a page
+-- of matches reads only the id, the kind and the creator of each match's row, where an index of
+-- the jsonb (jsonb_path_ops, which hashes its entries) has every match's labels rechecked, the last
+-- columns of a wide row; a filter that reads the table in id order instead compares this column,
+-- no function call a row.
+ALTER TABLE sessionq.sessions ADD COLUMN label_terms text[]
+  GENERATED ALWAYS AS (CASE WHEN labels <> '{}'::jsonb THEN sessionq.label_terms(labels) END) STORED;
+COMMENT ON COLUMN sessionq.sessions.label_terms IS '[audit] The labels'' search terms, their pairs and their keys (sessionq.label_terms; NULL without labels), kept by PostgreSQL from labels: what a selector''s equality and set membership (t.label_terms && pairs) and existence (t.label_terms @> {key}) compare (session_filter_sql), through sessions_label_terms_idx.';
 
-CREATE OR REPLACE FUNCTION sessionq.label_keys(p_labels jsonb) RETURNS text[]
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
-BEGIN
-  RETURN ARRAY(SELECT jsonb_object_keys(p_labels));
-END $$;
-COMMENT ON FUNCTION sessionq.label_keys(jsonb) IS
-  'The keys of a label map, as an array: what sessions_label_keys_idx indexes, so that an existence requirement (a selector''s key alone) reads an index.';
-
--- label search, two GIN indexes of the live labelled Sessions (a Session without labels has no
--- entry, so its creation writes none): the key-value pairs (label_pairs: one entry a pair, so
--- `team=rare` reads the posting list of that pair alone, and an array's containment and overlap
--- need no recheck of the row), and the keys (existence). Never changed by claims or progress
--- writes, so those stay HOT updates. session_filter_sql adds `labels <> '{}'` to a filter with an
--- existence requirement, which lets the planner use the keys' index (a pair's overlap implies
--- label_pairs IS NOT NULL by itself).
-CREATE INDEX sessions_label_pairs_idx ON sessionq.sessions USING gin (label_pairs)
-  WHERE state <> 'DELETED' AND label_pairs IS NOT NULL;
-CREATE INDEX sessions_label_keys_idx ON sessionq.sessions USING gin (sessionq.label_keys(labels))
-  WHERE state <> 'DELETED' AND labels <> '{}'::jsonb;
+-- label search, one GIN index of the live labelled Sessions (a Session without labels has no
+-- entry, so its creation writes none): one entry a pair, so `team=rare` reads the posting list of
+-- that pair alone and an array's containment and overlap need no recheck of the row, and one a
+-- key (existence). One index, not one for the pairs and one for the keys: a labelled Session's
+-- insert, and the update that changes its state (not HOT: state is in the indexes' predicates),
+-- each write one GIN insert, not two. Never changed by claims or progress writes, so those stay
+-- HOT updates.
+CREATE INDEX sessions_label_terms_idx ON sessionq.sessions USING gin (label_terms)
+  WHERE state <> 'DELETED' AND label_terms IS NOT NULL;
 -- search by Agent: one Agent's live Sessions in id order
 CREATE INDEX sessions_agent_idx ON sessionq.sessions (agent_namespace, agent_name, id) WHERE state <> 'DELETED';
 
@@ -259,10 +250,6 @@ BEGIN
   IF f ? 'active_before' THEN
     v_parts := v_parts || format('greatest(t.created_at, t.last_event_at) < %L::timestamptz', f ->> 'active_before');
   END IF;
-  IF EXISTS (SELECT FROM jsonb_array_elements(coalesce(f -> 'selector', '[]')) r WHERE r ->> 'op' = 'exists') THEN
-    -- implied by the requirement, said for the planner: the keys' index holds labelled Sessions only
-    v_parts := v_parts || 't.labels <> ''{}''::jsonb'::text;
-  END IF;
   FOR v_req IN SELECT r FROM jsonb_array_elements(coalesce(f -> 'selector', '[]')) r LOOP
     v_key := v_req ->> 'key';
     v_pairs := ARRAY(SELECT jsonb_build_object(v_key, x)::text
@@ -271,12 +258,13 @@ BEGIN
       WHEN v_req ->> 'op' IN ('in', 'notin') AND cardinality(v_pairs) = 0 THEN
         CASE v_req ->> 'op' WHEN 'in' THEN 'false' ELSE 'true' END
       ELSE CASE v_req ->> 'op'
-        -- in: the Session has one of the pairs (label_pairs, their index); notin compares the map
-        -- itself, since a Session without labels (label_pairs NULL) has none of them
-        WHEN 'in' THEN format('t.label_pairs && %L::text[]', v_pairs)
+        -- in and exists: the Session has one of the pairs, or the key (label_terms, their index:
+        -- either operator implies label_terms IS NOT NULL, the index's predicate); notin compares
+        -- the map itself, since a Session without labels (label_terms NULL) has none of them
+        WHEN 'in' THEN format('t.label_terms && %L::text[]', v_pairs)
         WHEN 'notin' THEN 'NOT (' || (SELECT string_agg(format('t.labels @> %L::jsonb', x), ' OR ')
                                         FROM unnest(v_pairs) x) || ')'
-        WHEN 'exists' THEN format('sessionq.label_keys(t.labels) @> %L::text[]', ARRAY[v_key])
+        WHEN 'exists' THEN format('t.label_terms @> %L::text[]', ARRAY[v_key])
         WHEN 'notexists' THEN format('NOT t.labels ? %L', v_key)
         ELSE 'false'
       END

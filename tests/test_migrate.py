@@ -5,6 +5,7 @@ import asyncio
 import psycopg
 from click.testing import CliRunner
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from psycopg.types.json import Jsonb
 from sessionq.cli.main import main
 
 from sessionq.db import migrate
@@ -293,6 +294,59 @@ def test_revision_0016_brings_queued_turns_to_an_older_database(empty_database_u
         check = conn.execute("SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'tasks_phase_check'"
                              ).fetchone()
         assert check is not None and "queued" in check[0]
+
+
+def test_revision_0027_moves_label_search_to_one_index_on_an_older_database(empty_database_url):
+    """Revision 0027 gives a database at 0026 (the pairs' stored column and index, the keys'
+    expression index) the one terms column and index: the labelled Sessions it holds are found by
+    a pair and by a key through the new index, and the old column, indexes and functions are gone."""
+    from alembic import command
+
+    migrate.upgrade(empty_database_url)
+    with psycopg.connect(empty_database_url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE sessionq.sessions DROP COLUMN label_terms")
+        conn.execute("DROP FUNCTION sessionq.label_terms(jsonb)")
+        conn.execute("CREATE FUNCTION sessionq.label_pairs(p jsonb) RETURNS text[] LANGUAGE sql IMMUTABLE AS"
+                     " $$ SELECT ARRAY(SELECT jsonb_build_object(e.key, e.value)::text FROM jsonb_each(p) e) $$")
+        conn.execute("CREATE FUNCTION sessionq.label_keys(p jsonb) RETURNS text[] LANGUAGE sql IMMUTABLE AS"
+                     " $$ SELECT ARRAY(SELECT jsonb_object_keys(p)) $$")
+        conn.execute("ALTER TABLE sessionq.sessions ADD COLUMN label_pairs text[] GENERATED ALWAYS AS"
+                     " (CASE WHEN labels <> '{}'::jsonb THEN sessionq.label_pairs(labels) END) STORED")
+        conn.execute("CREATE INDEX sessions_label_pairs_idx ON sessionq.sessions USING gin (label_pairs)"
+                     " WHERE state <> 'DELETED' AND label_pairs IS NOT NULL")
+        conn.execute("CREATE INDEX sessions_label_keys_idx ON sessionq.sessions USING gin (sessionq.label_keys(labels))"
+                     " WHERE state <> 'DELETED' AND labels <> '{}'::jsonb")
+        rev = conn.execute(
+            "INSERT INTO sessionq.revisions (agent_namespace, agent_name, number, spec, spec_hash, image,"
+            " template_atespace, template_name) VALUES ('kagent', 'a1', 1, '{}', 'h', 'img', 'ns', 'tpl') RETURNING id"
+        ).fetchone()[0]
+        conn.execute(
+            "INSERT INTO sessionq.sessions (creator, request_kind, request_id, request_fingerprint, agent_namespace,"
+            " agent_name, revision_id, state, operation, actor_atespace, actor_name, actor_template, labels)"
+            " SELECT 'alice', 'create', 'r' || g, 'f', 'kagent', 'a1', %s, 'READY', 'NONE', 'ns', 'session-' || g,"
+            " 'ns/tpl', CASE WHEN g = 7 THEN '{\"team\": \"rare\", \"odd\": \"\"}'::jsonb"
+            " WHEN g %% 3 = 0 THEN '{}'::jsonb ELSE '{\"team\": \"common\"}'::jsonb END"
+            " FROM generate_series(1, 3000) g", (rev,))
+        conn.execute("UPDATE sessionq.schema_installed SET revision = '0026_plpgsql_quiescence'")
+    command.stamp(migrate.alembic_config(empty_database_url), "0026_plpgsql_quiescence")
+    migrate.upgrade(empty_database_url)
+    assert migrate.current(empty_database_url) == migrate.head()
+    with psycopg.connect(empty_database_url) as conn:
+        assert conn.execute(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = 'sessionq' AND indexname LIKE 'sessions_label%'"
+        ).fetchall() == [("sessions_label_terms_idx",)]
+        assert conn.execute("SELECT count(*) FROM pg_proc WHERE proname IN ('label_pairs', 'label_keys')").fetchone() == (0,)
+        assert conn.execute("SELECT label_terms FROM sessionq.sessions WHERE request_id = 'r7'").fetchone() == (
+            ['{"odd": ""}', "odd", '{"team": "rare"}', "team"],)
+        conn.execute("SET enable_seqscan = off")  # the index answers, whatever a small table's costs say
+        for selector, expected in (([{"key": "team", "op": "in", "values": ["rare"]}], 1),
+                                   ([{"key": "odd", "op": "exists"}], 1),
+                                   ([{"key": "team", "op": "in", "values": ["common"]}], 1999)):
+            f = Jsonb({"selector": selector})
+            assert conn.execute("SELECT sessionq.count_sessions('alice', NULL, false, %s)", (f,)).fetchone() == (expected,)
+            sql = conn.execute("SELECT sessionq.session_filter_sql('alice', NULL, false, %s)", (f,)).fetchone()[0]
+            plan = "\n".join(r[0] for r in conn.execute(f"EXPLAIN SELECT count(*) FROM sessionq.sessions t WHERE {sql}"))
+            assert "sessions_label_terms_idx" in plan, plan
 
 
 CATALOG = {
