@@ -108,7 +108,9 @@ BEGIN
         WHEN 'in' THEN format('t.label_terms && %L::text[]', v_pairs)
         WHEN 'notin' THEN 'NOT (' || (SELECT string_agg(format('t.labels @> %L::jsonb', x), ' OR ')
                                         FROM unnest(v_pairs) x) || ')'
-        WHEN 'exists' THEN format('t.label_terms @> %L::text[]', ARRAY[v_key])
+        -- (a key that breaks the label rules is no label's: it must not match a pair's term)
+        WHEN 'exists' THEN CASE WHEN sessionq.label_key_valid(v_key)
+                                THEN format('t.label_terms @> %L::text[]', ARRAY[v_key]) ELSE 'false' END
         WHEN 'notexists' THEN format('NOT t.labels ? %L', v_key)
         ELSE 'false'
       END

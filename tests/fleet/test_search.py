@@ -295,6 +295,9 @@ def test_a_label_pair_is_answered_by_its_index_and_follows_the_labels(database_u
         assert one not in found("n=1") and one in found("team notin (rare)")
         # a key is a term of its own: existence matches the key, never a value of that name
         assert one in found("tier") and one not in found("team") and one not in found("gold")
+        # nor a pair's term, even asked for directly in SQL with a key no label can have
+        pair_as_key = Jsonb({"selector": [{"key": '{"tier": "gold"}', "op": "exists"}]})
+        assert conn.execute("SELECT sessionq.count_sessions('alice', NULL, false, %s)", (pair_as_key,)).fetchone() == (0,)
         relabel({}, ["tier"], False)
         assert conn.execute("SELECT labels, label_terms FROM sessionq.sessions WHERE id = %s", (one,)).fetchone() \
             == ({}, None)
