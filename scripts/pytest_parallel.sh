@@ -10,6 +10,10 @@
 #      the quiet_horizon ones assert on what the server's oldest running transaction holds back, which
 #      another worker's CREATE DATABASE on the same server would hold.
 # The failover harness builds a PostgreSQL formation of its own: `make test-failover` runs it, once.
+# A worker that dies (a crash in an extension module) ends the parallel part at once with the test it
+# was running named in the summary (--max-worker-restart=0): pytest-xdist 3.8 replacing a crashed worker
+# under --dist loadfile puts the file's finished tests back in its queue and can wait forever
+# (pytest-xdist #784, #1323, #1327), which once used up CI's whole time limit.
 # A part that selects no test (exit 5) is not a failure. Exit status: 1 if either part failed.
 set -u
 cd "$(dirname "$0")/.."
@@ -26,7 +30,7 @@ part() {
 
 failed=0
 echo "[parallel part: $WORKERS workers] $(date -u +%H:%M:%S)"
-part -n "$WORKERS" --dist loadfile --no-loadscope-reorder -m "not (serial or quiet_horizon or failover)" "$@" || failed=1
+part -n "$WORKERS" --dist loadfile --no-loadscope-reorder --max-worker-restart=0 -m "not (serial or quiet_horizon or failover)" "$@" || failed=1
 echo "[serial part: one at a time] $(date -u +%H:%M:%S)"
 part -m "(serial or quiet_horizon) and not failover" "$@" || failed=1
 echo "[done] $(date -u +%H:%M:%S)"
