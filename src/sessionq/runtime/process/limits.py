@@ -51,6 +51,8 @@ DEFAULT_PROCESSES = 512  # processes (threads included): a fork bomb stops there
 CFS_PERIOD = 100_000  # microseconds
 SHELL = "/bin/sh"
 REMOVE_WAIT = 5.0  # seconds a removed group's processes are given to be gone
+REMOVE_FIRST_PAUSE = 0.001  # seconds before a busy group's removal is tried again (doubled each time)
+REMOVE_MAX_PAUSE = 0.05
 V1_CONTROLLERS = ("memory", "cpu", "cpuacct", "pids")  # cpuacct: what the group used (`cpu_seconds`)
 
 
@@ -279,6 +281,7 @@ class ActorGroup:
         """Kill what is left in the group, then remove its directories (bounded wait; a group that
         stays busy is left for the next start's `remove_stale`)."""
         deadline = time.monotonic() + REMOVE_WAIT
+        pause = REMOVE_FIRST_PAUSE
         while True:
             left = self.pids()
             for pid in left:
@@ -297,4 +300,7 @@ class ActorGroup:
                     log.warning("process runtime: control group %s is still busy; left for the next start",
                                 self.dirs[0])
                 return
-            time.sleep(0.02)
+            # the kernel empties a group a moment after its last process is reaped: ask again soon,
+            # then less often
+            time.sleep(pause)
+            pause = min(pause * 2, REMOVE_MAX_PAUSE)

@@ -796,37 +796,51 @@ class ProcessSubstrate:
             if step["action"] == "none":
                 return await self._load(atespace, name)
             generation = int(step["generation"])
-            await self._stop(uid, paused=bool(step["paused"]))
-            data = self.data_dir(uid)
-            limit = self.config.max_directory_bytes
-            size = await asyncio.to_thread(archive.directory_size, data) if data.exists() else 0
-            if limit and size > limit:
-                await self._refuse_snapshot(atespace, name, uid, generation, f"durable directory is {size} bytes")
-            dest = self._snapshot_path(uid, generation)
+            child = self._children.pop(uid, None)
+            if child is not None:
+                await children.stop_child(child, self.config.stop_grace, paused=bool(step["paused"]))
+            # the process is gone: its sandbox's network and control group are released while the
+            # durable directory is archived, and before the snapshot is recorded
+            release = asyncio.ensure_future(self._release(uid))
             try:
-                if not data.exists():
-                    data.mkdir(parents=True)
-                archive_size = await asyncio.to_thread(
-                    archive.write_archive,
-                    data,
-                    dest,
-                    level=self.config.compress_level,
-                    limit=limit,
-                    before_rename=self.before_rename,
-                )
-            except archive.DirectoryTooLarge:  # it grew while it was being written
-                await self._refuse_snapshot(atespace, name, uid, generation, f"durable directory is over {limit} bytes")
-            except Exception as exc:
-                message = f"snapshot generation {generation} could not be written: {exc}"
-                await self._db.call("SELECT sessionq_process.crash(%s, NULL, NULL, %s)", (uid, message))
-                raise SubstrateError(Code.INTERNAL, f"actor {atespace}/{name}: {message}") from exc
+                archive_size, dest = await self._archive(atespace, name, uid, generation)
+            finally:
+                await release
             done = await self._db.call(
                 "SELECT sessionq_process.finish_suspend(%s, %s, %s, %s, %s)",
                 (uid, generation, str(dest), archive_size, max(self.config.keep_snapshots, 1)),
             )
             _unlink(done.get("dropped") or [])
-            await asyncio.to_thread(archive.remove_tree, data)
+            await asyncio.to_thread(archive.remove_tree, self.data_dir(uid))
             return await self._load(atespace, name)
+
+    async def _archive(self, atespace: str, name: str, uid: str, generation: int) -> tuple[int, Path]:
+        """Write the stopped Actor's durable directory as snapshot `generation`: (its size, its path).
+        Over the size limit: refused (`_refuse_snapshot`); a write that fails: CRASHED, INTERNAL."""
+        data = self.data_dir(uid)
+        limit = self.config.max_directory_bytes
+        size = await asyncio.to_thread(archive.directory_size, data) if data.exists() else 0
+        if limit and size > limit:
+            await self._refuse_snapshot(atespace, name, uid, generation, f"durable directory is {size} bytes")
+        dest = self._snapshot_path(uid, generation)
+        try:
+            if not data.exists():
+                data.mkdir(parents=True)
+            archive_size = await asyncio.to_thread(
+                archive.write_archive,
+                data,
+                dest,
+                level=self.config.compress_level,
+                limit=limit,
+                before_rename=self.before_rename,
+            )
+        except archive.DirectoryTooLarge:  # it grew while it was being written
+            await self._refuse_snapshot(atespace, name, uid, generation, f"durable directory is over {limit} bytes")
+        except Exception as exc:
+            message = f"snapshot generation {generation} could not be written: {exc}"
+            await self._db.call("SELECT sessionq_process.crash(%s, NULL, NULL, %s)", (uid, message))
+            raise SubstrateError(Code.INTERNAL, f"actor {atespace}/{name}: {message}") from exc
+        return archive_size, dest
 
     async def _refuse_snapshot(self, atespace: str, name: str, uid: str, generation: int, size: str) -> NoReturn:
         """A durable directory over the limit: CRASHED with why, FAILED_PRECONDITION raised."""
