@@ -214,6 +214,8 @@ async def test_every_escape_attempt_fails_in_a_sandbox(
             "PATH", "HOME", "ESCAPE_TARGETS", "SESSIONQ_WORKLOAD_TOKEN", "SESSIONQ_DATA_DIR", "SESSIONQ_ACTOR",
             "SESSIONQ_A2A_PORT", "SESSIONQ_READY_PORT", "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy",
             "NO_PROXY", "no_proxy",
+            # a warm sandbox listened on the readiness port before the hand-over: its socket's number
+            *(("SESSIONQ_READY_FD",) if warm else ()),
         }, "exactly the Actor's variables and what the agent kit needs"
         assert SECRET not in json.dumps(report), "the credential header is never visible inside"
     finally:

@@ -4,6 +4,7 @@ user, its egress policy, exactly its environment; a sandbox serves one Actor onc
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sessionq.runtime.base import ActorState
-from sessionq.runtime.process import ProcessSubstrate
+from sessionq.runtime.process import ProcessSubstrate, readiness
 from sessionq.runtime.process.sandbox import Isolation, unavailable
 from tests.process.conftest import ATESPACE, config, wait_for
 
@@ -83,3 +84,32 @@ async def test_an_agent_kit_agent_in_a_warm_sandbox_gets_ready(warm_runtime: Pro
     assert rt.started_warm(actor.uid) is True
     await wait_for(lambda: rt.actor_ready(actor.uid) is True, 60, what="its /readyz")
     await rt.suspend_actor(ATESPACE, "e1", actor.uid)
+
+
+@pytest.mark.clause("RT-3")
+async def test_a_warm_sandbox_listens_on_the_readiness_port_before_its_hand_over(
+    warm_runtime: ProcessSubstrate,
+) -> None:
+    """The first GET /readyz after a hand-over waits in the backlog of a socket the warm sandbox made
+    at its start (and hands to its Actor as SESSIONQ_READY_FD), rather than being refused and asked
+    again: connecting to 127.0.0.1:8081 of a waiting warm sandbox's namespace succeeds, and the
+    Actor it is then handed to answers that very connection once it serves."""
+    rt = warm_runtime
+    await rt.create_actor_template(ATESPACE, "echo", "local/echo:1", command=[sys.executable, ECHO])
+    await rt.warm_ready(120)
+    (box,) = rt._warm_sandboxes.waiting
+    loop = asyncio.get_running_loop()
+    sock = box.network.netns.socket()
+    try:
+        await asyncio.wait_for(loop.sock_connect(sock, ("127.0.0.1", readiness.READY_PORT)), 10)
+        actor = await rt.create_actor(ATESPACE, "e2", f"{ATESPACE}/echo",
+                                      env={"SESSIONQ_TASKSTORE_ADDRESS": "127.0.0.1:1"})
+        await rt.resume_actor(ATESPACE, "e2", actor.uid)
+        assert rt.started_warm(actor.uid) is True
+        await loop.sock_sendall(sock, readiness.REQUEST)
+        answer = await asyncio.wait_for(loop.sock_recv(sock, 4096), 60)
+        assert answer.startswith(b"HTTP/1.1 200") or answer.startswith(b"HTTP/1.1 503"), answer
+    finally:
+        sock.close()
+    await wait_for(lambda: rt.actor_ready(actor.uid) is True, 60, what="its /readyz")
+    await rt.suspend_actor(ATESPACE, "e2", actor.uid)

@@ -28,11 +28,14 @@ call sandbox_main>"`` (its own user, ``/data`` an empty directory of the runtime
 namespace), stdin a pipe from the runtime, stdout and stderr the sandbox's log files; no descriptor
 is passed (gVisor's sandbox takes none but its standard streams):
 
-- once its imports are done it listens on 127.0.0.1:SANDBOX_PORT of its network namespace (what the
-  runtime connects to, to know it is ready) and reads one line from stdin;
+- once its imports are done it listens on the readiness port its environment names
+  (SESSIONQ_READY_PORT, the Actor's /readyz) and on 127.0.0.1:SANDBOX_PORT of its network namespace
+  (what the runtime connects to, to know it is ready), and reads one line from stdin;
 - the line is the assignment, JSON (``env``, ``cwd``, ``program``, ``mode``, ``target``, ``args``):
-  it closes that listener, takes /dev/null as stdin, the durable directory as working directory and
-  exactly the Actor's environment, then runs the script or module as above (`run_assigned`);
+  it closes the SANDBOX_PORT listener, takes /dev/null as stdin, the durable directory as working
+  directory and exactly the Actor's environment plus SESSIONQ_READY_FD, the readiness listener
+  (inheritable; closed instead when the Actor's SESSIONQ_READY_PORT is another port), then runs the
+  script or module as above (`run_assigned`);
 - an empty stdin (the runtime let it go) ends it.
 
 Besides the agent kit it imports the standard library and the uvicorn modules an agent kit agent
@@ -59,6 +62,8 @@ REFUSED = b"E"
 HEADER = struct.Struct(">Q")
 FDS = 4  # the A2A socket, the readiness socket, stdout, stderr
 SANDBOX_PORT = 8079  # on the loopback of a warm sandbox's network namespace, until an Actor is handed over
+READY_PORT_ENV = "SESSIONQ_READY_PORT"  # the readiness endpoint's port, and its listening socket's
+READY_FD_ENV = "SESSIONQ_READY_FD"  # descriptor (sessionq.agentkit.readiness; not imported: a script's imports only)
 
 
 def _receive(control: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
@@ -219,10 +224,11 @@ def sandbox_main() -> None:
     """Inside a warm sandbox: listen to say ready, read the assignment from stdin and run it (see the
     module docstring)."""
     _import_serving()
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", SANDBOX_PORT))
-    listener.listen(8)
+    # the Actor's readiness endpoint listens from now on: the runtime's first GET /readyz after the
+    # hand-over waits in its backlog until the agent serves it, as under isolation none, instead of
+    # being refused and asked again
+    ready = _listen(int(os.environ[READY_PORT_ENV]), 16) if os.environ.get(READY_PORT_ENV) else None
+    listener = _listen(SANDBOX_PORT, 8)
     line = sys.stdin.buffer.readline()
     listener.close()
     if not line.strip():
@@ -234,4 +240,18 @@ def sandbox_main() -> None:
     os.chdir(task["cwd"])
     os.environ.clear()
     os.environ.update(task["env"])
+    if ready is not None:
+        if os.environ.get(READY_PORT_ENV) == str(ready.getsockname()[1]):
+            ready.set_inheritable(True)  # what the agent kit serves /readyz on (readiness.env_listener)
+            os.environ[READY_FD_ENV] = str(ready.detach())
+        else:
+            ready.close()
     run_assigned(task)
+
+
+def _listen(port: int, backlog: int) -> socket.socket:
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen(backlog)
+    return listener

@@ -208,6 +208,7 @@ class ReadyAddress:
 
     port: int
     netns: Callable[[], socket.socket] | None = None
+    poll: float | None = None  # seconds between two asks (None: readiness.POLL)
 
 
 @dataclass

@@ -3,9 +3,10 @@ readiness endpoint, ``GET /readyz`` (sessionq.agentkit.readiness serves it), unt
 
 - Where: under ``none`` a listening socket on the host's 127.0.0.1 the Actor inherits
   (SESSIONQ_READY_FD), so a request waits in its backlog until the agent serves it; in a sandbox
-  127.0.0.1:READY_PORT (8081) of the Actor's network namespace, asked again every POLL seconds
-  while nothing listens or it answers 503. The address is the runtime's alone: no client is given
-  it, and nothing of it is recorded.
+  127.0.0.1:READY_PORT (8081) of the Actor's network namespace (a warm sandbox listens there from
+  its start and hands the socket to its Actor: agentkit/warm.py), asked again every POLL seconds
+  (POLL_GVISOR under gVisor) while nothing listens or it answers 503. The address is the runtime's
+  alone: no client is given it, and nothing of it is recorded.
 - When: from the moment the process starts (`probe`, a task of its own) until it answers 200 or
   the process ends. A turn waits for it (`wait_ready`) before it is sent, at most
   `ProcessConfig.ready_timeout` seconds (then it fails, saying why: `Child.not_ready`).
@@ -18,13 +19,15 @@ import socket
 
 from sessionq.runtime.process.children import Child, ReadyAddress
 
-__all__ = ["POLL", "READY_PORT", "probe", "wait_ready"]
+__all__ = ["POLL", "POLL_GVISOR", "READY_PORT", "probe", "wait_ready"]
 
 READY_PORT = 8081  # inside a sandbox's network namespace (the seed's port)
 # seconds between two asks while nothing listens, or the answer is 503: a turn waits for the first 200,
 # so half of it on average is added to a sandboxed resume (an ask that finds nothing: ~0.15 ms, most
 # of it the thread that makes the namespace's socket)
 POLL = 0.002
+# under gVisor each ask the starting agent answers (503) costs it system calls at gVisor's price
+POLL_GVISOR = 0.01
 ASK_TIMEOUT = 30.0  # seconds one ask waits for its answer (under none, in the socket's backlog)
 ANSWER_LIMIT = 4096  # bytes of an answer read, at most
 REQUEST = b"GET /readyz HTTP/1.1\r\nHost: actor\r\nUser-Agent: sessionq-runtime\r\nConnection: close\r\n\r\n"
@@ -83,7 +86,7 @@ async def probe(child: Child) -> None:
                 child.ready.set()
                 return
             child.not_ready = f"its /readyz answered {status}"
-        await asyncio.sleep(POLL)
+        await asyncio.sleep(child.ready_at.poll or POLL)
     child.not_ready = "the actor's process ended before it was ready"
 
 

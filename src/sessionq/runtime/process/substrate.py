@@ -663,7 +663,11 @@ class ProcessSubstrate:
             self._groups[uid] = box.group
         return Child(uid=uid, process=box.process, pid=box.process.pid, port=box.network.port,
                      stderr=logs / f"{uid}.stderr", secrets=secrets, warm=True, user=box.user,
-                     ready_at=children.ReadyAddress(port=readiness.READY_PORT, netns=box.network.netns.socket))
+                     ready_at=children.ReadyAddress(port=readiness.READY_PORT, netns=box.network.netns.socket,
+                                                    poll=self._ready_poll()))
+
+    def _ready_poll(self) -> float:
+        return readiness.POLL_GVISOR if self.isolation == Isolation.GVISOR else readiness.POLL
 
     async def _start_sandboxed(
         self, uid: str, argv: list[str], env: dict[str, str], data: Path, logs: Path, secrets: tuple[str, ...]
@@ -702,7 +706,8 @@ class ProcessSubstrate:
             command = box.command([program, *argv[1:]], env)
             # runsc reads the environment from the bundle: its own process gets none of the Actor's
             outer = env if self.isolation == Isolation.NAMESPACES else {"PATH": os.defpath}
-            ready_at = children.ReadyAddress(port=readiness.READY_PORT, netns=network.netns.socket)
+            ready_at = children.ReadyAddress(port=readiness.READY_PORT, netns=network.netns.socket,
+                                             poll=self._ready_poll())
             child = await children.start_sandboxed(uid, command, outer, data, logs, network.port, ready_at, secrets)
             child.user = user
         except BaseException:
