@@ -26,6 +26,7 @@ def test_bench_quick_create_writes_well_formed_results(tmp_path: Path, pg_admin_
     cmd = [sys.executable, "-m", "tests.bench", "--quick", "--only", "create", "--sizes", json.dumps(TINY),
            "--out", str(out), "--database-url", pg_admin_url]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SESSIONQ_")}
+    before = _bench_databases(pg_admin_url)  # an earlier run's leftovers (a benchmark killed by hand) are not this one's
     r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=150)
     assert r.returncode == 0, f"stdout:\n{r.stdout[-4000:]}\nstderr:\n{r.stderr[-4000:]}"
 
@@ -46,11 +47,15 @@ def test_bench_quick_create_writes_well_formed_results(tmp_path: Path, pg_admin_
     # the printed table and the ratio line
     assert "creations/s" in r.stdout and "ratio line: create@4" in r.stdout
     # it cleaned up after itself
+    left = _bench_databases(pg_admin_url) - before
+    assert not left, left
+
+
+def _bench_databases(url: str) -> set[str]:
     import psycopg
 
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        left = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'sq_bench%'").fetchall()
-    assert not left, left
+    with psycopg.connect(url, autocommit=True) as conn:
+        return {name for (name,) in conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'sq_bench%'")}
 
 
 async def test_pgqueuer_baseline_measures_its_own_jobs(tmp_path: Path, database_url: str) -> None:
