@@ -29,6 +29,11 @@ async def leadership(url: str, role: str, holder: str) -> AsyncIterator[bool]:
         if leader:
             await conn.execute("SELECT sessionq.note_leader(%s, %s)", (role, holder))
         yield leader
+        if leader:
+            # released now: a closed connection's backend lets its locks go only when it has exited,
+            # a moment after the close, and the next holder would find the lock still taken
+            with contextlib.suppress(psycopg.Error):
+                await conn.execute("SELECT pg_advisory_unlock(sessionq.leader_lock_key(%s))", (role,))
     finally:
         with contextlib.suppress(Exception):
-            await conn.close()  # closing the connection releases the lock
+            await conn.close()  # (and closing it releases the lock in any case)
