@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
+
+from tests.ports import free_port as free_port  # the scenarios take it from here
 
 REPO = Path(__file__).resolve().parents[2]
 AGENT = "bench-agent"
@@ -230,12 +231,6 @@ def server_settings(url: str) -> dict[str, str]:
 
 
 # -- processes ----------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def sessionq_command() -> list[str]:

@@ -21,15 +21,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, sessions_pb2, sessions_pb2_grpc
+from tests.ports import free_port
 
 TOKEN = "procs-token"
 START_TIMEOUT = 90.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def api_children(parent: int) -> dict[int, int]:

@@ -21,7 +21,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -44,18 +43,13 @@ from sessionq._pb.kagent.api.v1alpha1 import common_pb2, sessions_pb2, sessions_
 from sessionq.db import embedded, migrate
 from sessionq.db.store import Store
 from sessionq.runtime.simulator import SimulatedSubstrate, install_schema
+from tests.ports import free_port
 
 SHUTDOWN_TIMEOUT = 3.0  # workers.shutdownTimeout of the processes under test
 STOP_MARGIN = 5.0  # what a stop may take beyond it (shutdown.FORCE_AFTER + shutdown.FORCE_BUDGET, plus slack)
 FAST = 2.0  # "within about a second" of the connection loss, with slack for a loaded 2-core machine
 START_TIMEOUT = 90.0
 TOKEN = "shutdown-token"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def members(session_id: int) -> list[str]:

@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 
 from sessionq.runtime.process.sandbox import default_isolation
+from tests.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 AGENT_SPEC = REPO / "examples" / "my-first-agent.yaml"
@@ -87,11 +88,6 @@ def buf() -> str:
 
 
 # -- the user's shell: a working directory, an environment, the CLI -------------------------------
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def sessionq_binary() -> str:

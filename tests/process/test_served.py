@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -25,17 +24,12 @@ from sessionq.domain.agents import compile_egress, parse_spec, prepare_revision
 from sessionq.runtime.ateapi.client import SubstrateClient, SubstrateOptions
 from sessionq.runtime.base import ActorState, SnapshotStatus
 from tests.conftest import running_worker
+from tests.ports import free_port
 from tests.process.conftest import FIXTURE, processes_with, wait_for
 
 NS = "kagent"
 REPO = Path(__file__).resolve().parents[2]
 FIRST_AGENT = REPO / "examples" / "agents" / "first_agent.py"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 
 from sessionq.config import KEYS
+from tests.ports import free_port
 
 TOKENS = {"alice-token": "alice", "bob-token": "bob", "admin-token": "admin"}
 USERS = {user: token for token, user in TOKENS.items()}
@@ -85,12 +85,6 @@ DROP TRIGGER IF EXISTS zz_soak_audit ON sessionq.sessions;
 CREATE TRIGGER zz_soak_audit AFTER INSERT OR UPDATE OR DELETE ON sessionq.sessions
   FOR EACH ROW EXECUTE FUNCTION soak_audit.record_session_change();
 """
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def sessionq_command() -> list[str]:

@@ -9,7 +9,6 @@ import asyncio
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -28,15 +27,10 @@ from sessionq.runtime.ateapi.client import SubstrateClient, SubstrateOptions
 from sessionq.runtime.ateapi.server import ControlService
 from sessionq.runtime.base import ActorState, Code, SubstrateError
 from sessionq.runtime.simulator import SimulatedSubstrate
+from tests.ports import free_port
 
 NS = "team-p"
 TEMPLATE = f"{NS}/rev-1"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_served(database_url: str, port: int, actor_port: int) -> subprocess.Popen[str]:

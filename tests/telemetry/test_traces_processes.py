@@ -29,6 +29,7 @@ from mcp.client.streamable_http import streamable_http_client
 from trace_receiver import Receiver, serving
 
 from sessionq._pb.kagent.api.v1alpha1 import common_pb2, sessions_pb2, sessions_pb2_grpc
+from tests.ports import free_port
 
 
 @pytest.fixture
@@ -41,14 +42,6 @@ TOKEN = "trace-token"
 CREATE_TRACE = "5bf92f3577b34da6a3ce929d0e0e4736"
 TURN_TRACE = "6bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = "00f067aa0ba902b7"
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager
