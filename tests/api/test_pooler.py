@@ -89,13 +89,12 @@ async def test_a_listen_through_the_pooler_would_stick_to_a_server_connection(vi
 @pytest.mark.clause("HA-1")
 async def test_leadership_takes_the_direct_url(via: str, database_url: str) -> None:
     """A session advisory lock through the pooler stays on the shared server connection, so a second
-    holder 'gets' it too (and it outlives both holders); on the direct URL there is one leader."""
+    holder 'gets' it too; on the direct URL there is one leader. (Whether the pooled lock outlives
+    its holders depends on the server connection each holder's unlock is given: not asserted.)"""
     async with leadership(database_url, "expiry", "a") as first, leadership(database_url, "expiry", "b") as second:
         assert first and not second
     async with leadership(via, "expiry", "a") as first, leadership(via, "expiry", "b") as second:
         assert first and second  # two leaders: why leadership never goes through the pooler
-    async with leadership(database_url, "expiry", "c") as third:
-        assert not third  # the pooled server connection still holds it, though both holders are gone
 
 
 @pytest.fixture
