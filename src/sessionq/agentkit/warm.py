@@ -51,6 +51,8 @@ import sys
 from types import TracebackType
 from typing import Any
 
+from sessionq.agentkit.readiness import READY_FD_ENV, READY_PORT_ENV
+
 __all__ = ["SANDBOX_PORT", "main", "run_assigned", "sandbox_main"]
 
 # what an agent kit agent imports when it starts serving (uvicorn's Config.load), imported here too
@@ -62,8 +64,6 @@ REFUSED = b"E"
 HEADER = struct.Struct(">Q")
 FDS = 4  # the A2A socket, the readiness socket, stdout, stderr
 SANDBOX_PORT = 8079  # on the loopback of a warm sandbox's network namespace, until an Actor is handed over
-READY_PORT_ENV = "SESSIONQ_READY_PORT"  # the readiness endpoint's port, and its listening socket's
-READY_FD_ENV = "SESSIONQ_READY_FD"  # descriptor (sessionq.agentkit.readiness; not imported: a script's imports only)
 
 
 def _receive(control: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
