@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sessionq.agentkit.readiness import Readiness
+from sessionq.agentkit.readiness import HOLD, Readiness
 from sessionq.runtime.base import ActorState, Code, InvokeRequest, SubstrateError
 from sessionq.runtime.process import ProcessSubstrate
 from sessionq.runtime.process.sandbox import Isolation
@@ -54,6 +54,26 @@ async def test_readyz_says_starting_then_ready_then_stopping(readiness_server: t
         ready.mark_stopping()
         r = await http.get("/readyz")
         assert (r.status_code, r.text) == (503, "not ready: stopping\n")
+
+
+@pytest.mark.clause("RT-3")
+async def test_a_readyz_asked_while_starting_is_answered_when_the_agent_is_ready(
+    readiness_server: tuple[Readiness, str],
+) -> None:
+    """The runtime's first ask comes as the process starts: it is held and answered 200 the moment
+    the agent serves (not 503, to be asked again later); held at most HOLD, then 503 starting."""
+    ready, base = readiness_server
+    async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+        started = time.monotonic()
+        r = await http.get("/readyz")
+        assert (r.status_code, r.text) == (503, "not ready: starting\n")
+        assert time.monotonic() - started >= HOLD * 0.9, "held while starting"
+        asked = asyncio.ensure_future(http.get("/readyz"))
+        await asyncio.sleep(0.05)
+        assert not asked.done(), "held, not answered 503 at once"
+        ready.mark_ready()
+        r = await asyncio.wait_for(asked, HOLD)
+        assert (r.status_code, r.text) == (200, "ready\n")
 
 
 @pytest.mark.clause("RT-3")

@@ -11,6 +11,9 @@ endpoint: the runtime alone reaches it, no client is ever given its address.
   not ready: starting`` before and ``503 not ready: stopping`` once the process was told to stop;
   any other path ``404``, any other method ``405``, a request that is not HTTP/1 ``400``. One
   request per connection (``Connection: close``); a request head is at most 8 KiB.
+- When: a ``/readyz`` request that comes while the agent is starting is held until it is ready or
+  told to stop, at most HOLD seconds (then ``503 not ready: starting``): the runtime's first ask,
+  made as the process starts, is answered the moment the agent serves, not at its next ask.
 
 Standard library only: it must cost the Actor's start next to nothing.
 """
@@ -29,6 +32,7 @@ READY_PORT_ENV = "SESSIONQ_READY_PORT"
 PATH = "/readyz"
 HEAD_LIMIT = 8 * 1024
 READ_TIMEOUT = 5.0  # seconds a connection may take to send its request's head
+HOLD = 0.25  # seconds a request that comes while starting waits for the state to change
 
 
 def env_listener(fd_env: str, port_env: str, *, default_port: int | None, backlog: int) -> socket.socket | None:
@@ -64,19 +68,28 @@ class Readiness:
     def __init__(self) -> None:
         self.state = "starting"
         self._server: asyncio.Server | None = None
+        self._changed = asyncio.Event()  # the state left `starting`
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def ready(self) -> bool:
         return self.state == "ready"
 
     def mark_ready(self) -> None:
+        """(on the endpoint's event loop)"""
         if self.state == "starting":
             self.state = "ready"
+            self._changed.set()
 
     def mark_stopping(self) -> None:
+        """(any thread, a signal handler too)"""
         self.state = "stopping"
+        if self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nothing is held
+                self._loop.call_soon_threadsafe(self._changed.set)
 
     async def start(self, sock: socket.socket | None) -> None:
+        self._loop = asyncio.get_running_loop()
         if sock is not None:
             self._server = await asyncio.start_server(self._answer, sock=sock, limit=HEAD_LIMIT)
 
@@ -95,7 +108,12 @@ class Readiness:
                 status, body = "400 Bad Request", "bad request"
                 head = b""
             else:
-                status, body = self._response(head.split(b"\r\n", 1)[0])
+                line = head.split(b"\r\n", 1)[0]
+                status, body = self._response(line)
+                if body == "not ready: starting":
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._changed.wait(), HOLD)
+                    status, body = self._response(line)
             text = f"{body}\n"
             writer.write(
                 f"HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {len(text)}"

@@ -8,7 +8,9 @@ readiness endpoint, ``GET /readyz`` (sessionq.agentkit.readiness serves it), unt
   (POLL_GVISOR under gVisor) while nothing listens or it answers 503. The address is the runtime's
   alone: no client is given it, and nothing of it is recorded.
 - When: from the moment the process starts (`probe`, a task of its own) until it answers 200 or
-  the process ends. A turn waits for it (`wait_ready`) before it is sent, at most
+  the process ends (the agent kit holds an ask made while it starts until it serves, at most
+  agentkit.readiness.HOLD: an ask waiting in a handed-over socket's backlog is answered 200 the
+  moment the agent is ready). A turn waits for it (`wait_ready`) before it is sent, at most
   `ProcessConfig.ready_timeout` seconds (then it fails, saying why: `Child.not_ready`).
 """
 
