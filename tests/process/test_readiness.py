@@ -69,11 +69,14 @@ async def test_a_readyz_asked_while_starting_is_answered_when_the_agent_is_ready
         assert (r.status_code, r.text) == (503, "not ready: starting\n")
         assert time.monotonic() - started >= HOLD * 0.9, "held while starting"
         asked = asyncio.ensure_future(http.get("/readyz"))
+        sent = time.monotonic()
         await asyncio.sleep(0.05)
-        assert not asked.done(), "held, not answered 503 at once"
+        assert not asked.done() or time.monotonic() - sent >= HOLD, "held, not answered 503 at once"
+        marked = time.monotonic()
         ready.mark_ready()
-        r = await asyncio.wait_for(asked, HOLD)
-        assert (r.status_code, r.text) == (200, "ready\n")
+        r = await asyncio.wait_for(asked, 10)
+        if marked - sent < HOLD * 0.8:  # (a machine that stalled the test past HOLD gets 503 starting)
+            assert (r.status_code, r.text) == (200, "ready\n")
 
 
 @pytest.mark.clause("RT-3")
