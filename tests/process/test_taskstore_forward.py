@@ -19,7 +19,6 @@ import pytest
 from sessionq.runtime.process import ProcessSubstrate
 from sessionq.runtime.process.sandbox import Isolation
 from sessionq.runtime.process.taskstore_forward import TaskStoreForwarder
-from tests.ports import watched_port
 from tests.process.conftest import ATESPACE, config, wait_for
 from tests.process.test_isolation import SANDBOXED, WARM
 
@@ -123,9 +122,17 @@ async def test_the_forwarder_passes_the_metadata_on_and_the_answers_trailers_bac
 async def test_the_forwarder_connects_to_the_task_store_when_it_is_made() -> None:
     """The forwarder's connection to the task store is made from its creation on, so the Actor's
     first call does not wait for it."""
-    async with watched_port() as (address, connected):
-        forwarder = TaskStoreForwarder(_Here(), address)  # type: ignore[arg-type]
-        try:
-            await asyncio.wait_for(connected.wait(), 10)
-        finally:
-            await forwarder.close()
+    accepted = asyncio.Event()
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.set()
+        writer.close()
+
+    upstream = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+    forwarder = TaskStoreForwarder(_Here(), f"127.0.0.1:{upstream.sockets[0].getsockname()[1]}")  # type: ignore[arg-type]
+    try:
+        await asyncio.wait_for(accepted.wait(), 10)
+    finally:
+        await forwarder.close()
+        upstream.close()
+        await upstream.wait_closed()

@@ -20,7 +20,6 @@ from sessionq._pb.kagent.api.v1alpha1 import task_store_pb2, task_store_pb2_grpc
 from sessionq.runtime.base import ActorState, Code, InvokeRequest, SubstrateError
 from sessionq.runtime.simulator import WORKLOAD_TOKEN_ENV, SimulatedSubstrate
 from sessionq.runtime.taskstore_client import TaskStoreClient, TaskStoreError
-from tests.ports import watched_port
 
 NS = "kagent"
 TEMPLATE = f"{NS}/rev-1"
@@ -451,12 +450,20 @@ async def test_client_gives_up_after_its_retry_budget() -> None:
 async def test_client_connects_when_it_is_made() -> None:
     """An Actor's first task store call comes once its server is up and a request came in: the
     client's connection is made from its creation on, not at that call."""
-    async with watched_port() as (address, connected):
-        client = TaskStoreClient(address, TOKEN)
-        try:
-            await asyncio.wait_for(connected.wait(), 10)
-        finally:
-            await client.close()
+    accepted = asyncio.Event()
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.set()
+        writer.close()
+
+    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+    client = TaskStoreClient(f"127.0.0.1:{server.sockets[0].getsockname()[1]}", TOKEN)
+    try:
+        await asyncio.wait_for(accepted.wait(), 10)
+    finally:
+        await client.close()
+        server.close()
+        await server.wait_closed()
 
 
 async def test_client_round_trip(store: tuple[FakeTaskStore, str]) -> None:
