@@ -4,7 +4,6 @@ inside the sandbox."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 import sys
@@ -117,22 +116,3 @@ async def test_the_forwarder_passes_the_metadata_on_and_the_answers_trailers_bac
         await forwarder.close()
     assert handler.calls == [("/kagent.api.v1alpha1.TaskStoreService/UpdateTask", "Bearer sqw.t.x")]
     assert handler.settle == ["1"]
-
-
-async def test_the_forwarder_connects_to_the_task_store_when_it_is_made() -> None:
-    """The forwarder's connection to the task store is made from its creation on, so the Actor's
-    first call does not wait for it."""
-    accepted = asyncio.Event()
-
-    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        accepted.set()
-        writer.close()
-
-    upstream = await asyncio.start_server(on_connect, "127.0.0.1", 0)
-    forwarder = TaskStoreForwarder(_Here(), f"127.0.0.1:{upstream.sockets[0].getsockname()[1]}")  # type: ignore[arg-type]
-    try:
-        await asyncio.wait_for(accepted.wait(), 10)
-    finally:
-        await forwarder.close()
-        upstream.close()
-        await upstream.wait_closed()

@@ -447,25 +447,6 @@ async def test_client_gives_up_after_its_retry_budget() -> None:
     assert 0.1 <= time.monotonic() - started < 2
 
 
-async def test_client_connects_when_it_is_made() -> None:
-    """An Actor's first task store call comes once its server is up and a request came in: the
-    client's connection is made from its creation on, not at that call."""
-    accepted = asyncio.Event()
-
-    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        accepted.set()
-        writer.close()
-
-    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
-    client = TaskStoreClient(f"127.0.0.1:{server.sockets[0].getsockname()[1]}", TOKEN)
-    try:
-        await asyncio.wait_for(accepted.wait(), 10)
-    finally:
-        await client.close()
-        server.close()
-        await server.wait_closed()
-
-
 async def test_client_round_trip(store: tuple[FakeTaskStore, str]) -> None:
     servicer, address = store
     async with TaskStoreClient(address, TOKEN) as client:
