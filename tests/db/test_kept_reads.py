@@ -13,6 +13,7 @@ failing what is left."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 from collections.abc import AsyncIterator, Callable
 from typing import Any, NamedTuple
@@ -343,3 +344,88 @@ async def test_a_statement_every_read_of_which_gave_up_is_cancelled_on_the_serve
     # a while, is answered
     assert _quotient(await reads.read(DIVIDE, (9, 3, 0.3))) == 3
     await reads.close()
+
+
+async def test_a_reader_the_event_loop_lost_is_armed_again(pool: AsyncConnectionPool) -> None:
+    """A statement in flight whose reader the event loop no longer watches (what uvloop does now and
+    then when a descriptor number comes back: the next test) is read at the next tick but one, not
+    never."""
+    reads = _reads(pool, keep=0.2)
+    assert _quotient(await reads.read(DIVIDE, (1, 1, 0.0))) == 1
+    slow = reads.read(DIVIDE, (6, 3, 0.3))
+    await _sent(reads)
+    asyncio.get_running_loop().remove_reader(reads._fd)  # lost, behind the store's back
+    row = await asyncio.wait_for(slow, 5)  # without the tick: never
+    assert _quotient(row) == 2 and reads.rearmed >= 1
+    assert _quotient(await reads.read(DIVIDE, (9, 3, 0.0))) == 3  # and the reader stays armed
+    await reads.close()
+
+
+def test_reads_under_uvloop_outlive_their_connections_being_ended(database_url: str) -> None:
+    """The failover harness's stall (an API replica whose GetSessions never answered after the first
+    failover) in a few seconds: uvloop, 16 readers, other pool users and sockets opened and closed
+    on the loop, and every backend of the pool ended again and again. Before the tick re-armed a
+    statement's reader, the reads stopped for good within some 30 ends on this machine (uvloop had
+    dropped the kept connection's descriptor from epoll); now each end costs at most a tick."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def scenario() -> tuple[float, int, int]:
+        name = "sessionq-test-kept-ends"
+        pool = AsyncConnectionPool(database_url, min_size=2, max_size=6, open=False,
+                                   kwargs={"autocommit": True, "application_name": name})
+        await pool.open(wait=True)
+        reads = KeptReads(pool, keep=0.2)
+        stop = asyncio.Event()
+        last_ok = [asyncio.get_running_loop().time()]
+        longest = [0.0]
+
+        async def reader(i: int) -> None:
+            while not stop.is_set():
+                try:
+                    row = await asyncio.wait_for(reads.get(DIVIDE, (i, 1, 0.0)), 2.0)
+                    assert _quotient(row) == i
+                    now = asyncio.get_running_loop().time()
+                    longest[0] = max(longest[0], now - last_ok[0])
+                    last_ok[0] = now
+                except (psycopg.Error, PoolTimeout, TimeoutError):
+                    await asyncio.sleep(0.01)
+
+        async def other() -> None:
+            while not stop.is_set():
+                try:
+                    async with pool.connection() as conn:
+                        await conn.execute("SELECT 1")
+                except (psycopg.Error, PoolTimeout):
+                    await asyncio.sleep(0.01)
+
+        async def churn() -> None:  # descriptor numbers taken and given back, as a server's connections do
+            server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+            port = server.sockets[0].getsockname()[1]
+            while not stop.is_set():
+                with contextlib.suppress(OSError):
+                    _, writer = await asyncio.open_connection("127.0.0.1", port)
+                    writer.close()
+                await asyncio.sleep(0.001)
+            server.close()
+
+        tasks = [asyncio.create_task(reader(i)) for i in range(16)]
+        tasks += [asyncio.create_task(other()) for _ in range(4)] + [asyncio.create_task(churn())]
+        ends = 0
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as admin:
+            until = asyncio.get_running_loop().time() + 8.0
+            while asyncio.get_running_loop().time() < until:
+                await asyncio.sleep(random.uniform(0.03, 0.12))
+                await admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                                    " WHERE application_name = %s", (name,))
+                ends += 1
+            await asyncio.sleep(1.5)  # the reads go on after the last end
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        answered = await asyncio.wait_for(reads.get(DIVIDE, (12, 4, 0.0)), 5)
+        await reads.close()
+        await pool.close()
+        return longest[0], ends, _quotient(answered)
+
+    longest, ends, last = uvloop.run(scenario())
+    assert ends > 40 and last == 3
+    assert longest < 3.0, f"the reads stopped for {longest:.1f} s"

@@ -27,7 +27,10 @@ whose caller gave up (its future cancelled) drops out of its batch's answer; whe
 statement in flight has given up (`get` cancelled), the statement is cancelled on the server (a
 libpq cancel request) so that the reads queued behind it do not wait for its end; the next
 statement goes once the cancel request is through, so that it can only reach the statement it was
-meant for. Reads of a closing store fail with OperationalError.
+meant for. Reads of a closing store fail with OperationalError. A statement still in flight at two
+ticks in a row (the kept connection's timer, every `keep` seconds) has its reader armed again and
+what arrived read: uvloop can lose a long-lived reader when its descriptor number comes back, and
+without this one lost reader stopped every read of the process for good.
 """
 
 from __future__ import annotations
@@ -88,6 +91,9 @@ class KeptReads:
         self.batches = 0  # batch statements sent, and the largest batch (tests, profiling)
         self.largest = 0
         self.cancels = 0  # statements cancelled because every read of theirs gave up (tests)
+        self.rearmed = 0  # readers armed again for a statement in flight a whole tick (tests)
+        self._sent = 0  # statements sent on this store, and that count at the last tick
+        self._sent_at_tick = -1
         self._fd = -1
         self._kind: PointRead[Any, Any] | None = None
         self._statement: RawStatement | None = None
@@ -170,6 +176,7 @@ class KeptReads:
     def _send(self) -> None:
         conn, statement = self.conn, self._statement
         assert conn is not None and statement is not None
+        self._sent += 1
         pgconn = conn.pgconn
         try:
             if conn.prepare_threshold is None:  # through a transaction pooler: unnamed, each time
@@ -311,8 +318,17 @@ class KeptReads:
             await self.pool.putconn(conn)
             return
         self.conn = conn
-        self._fd = conn.pgconn.socket
-        asyncio.get_running_loop().add_reader(self._fd, self._readable)
+        loop = asyncio.get_running_loop()
+        try:
+            self._fd = conn.pgconn.socket
+            loop.add_reader(self._fd, self._readable)
+        except (psycopg.Error, OSError, RuntimeError, ValueError) as e:  # a connection that cannot be watched
+            self._release()
+            queued, self.queue = self.queue, []
+            self._answer(queued, psycopg.OperationalError(f"the connection's socket cannot be watched: {e}"))
+            return
+        if self._timer is None:  # ticks while the connection is kept (_tick)
+            self._timer = loop.call_at(loop.time() + self.keep, self._tick)
         self._next()
 
     def _broken(self, error: Exception) -> None:
@@ -333,10 +349,12 @@ class KeptReads:
         if conn is None:
             return
         loop = asyncio.get_running_loop()
-        loop.remove_reader(self._fd)
-        if self._writing:
-            loop.remove_writer(self._fd)
-            self._writing = False
+        if self._fd >= 0:
+            with contextlib.suppress(OSError, RuntimeError, ValueError):  # nothing more to stop
+                loop.remove_reader(self._fd)
+                if self._writing:
+                    loop.remove_writer(self._fd)
+        self._writing = False
         self._fd = -1
         task = loop.create_task(self.pool.putconn(conn))
         self._returning.add(task)
@@ -346,18 +364,44 @@ class KeptReads:
         loop = asyncio.get_running_loop()
         self._last_used = loop.time()
         if self._timer is None and self.conn is not None:
-            self._timer = loop.call_at(self._last_used + self.keep, self._give_back_if_idle)
+            self._timer = loop.call_at(self._last_used + self.keep, self._tick)
 
-    def _give_back_if_idle(self) -> None:
+    def _tick(self) -> None:
+        """Every `keep` seconds while a connection is kept: an idle one goes back to the pool `keep`
+        seconds after its last use; a statement still in flight since the last tick has its reader
+        armed again (`_rearm`)."""
         self._timer = None
-        if self.conn is None or self.busy:
-            return  # in use: the statement's end starts the clock again
+        if self.conn is None:
+            return
         loop = asyncio.get_running_loop()
+        if self.busy:
+            if self.inflight is not None and self._sent == self._sent_at_tick:
+                self._rearm()
+            self._sent_at_tick = self._sent
+            if self.conn is not None:
+                self._timer = loop.call_at(loop.time() + self.keep, self._tick)
+            return
         due = self._last_used + self.keep
         if loop.time() < due:
-            self._timer = loop.call_at(due, self._give_back_if_idle)
+            self._timer = loop.call_at(due, self._tick)
             return
         self._release()
+
+    def _rearm(self) -> None:
+        """Watch the socket anew and read what already arrived. uvloop (libuv) can lose a reader
+        whose descriptor number was used before by a socket it watched (the registration
+        goes from epoll while the reader stays in uvloop's books: docs/performance.md, "A kept
+        read that never ended"); psycopg's own waits arm theirs again every 0.1 s, and a reader
+        kept for many statements is armed again here, so a lost one costs a tick, not the store."""
+        loop = asyncio.get_running_loop()
+        self.rearmed += 1
+        try:
+            loop.remove_reader(self._fd)
+            loop.add_reader(self._fd, self._readable)
+        except (OSError, RuntimeError, ValueError) as e:  # it cannot be watched: the reads go on another
+            self._broken(psycopg.OperationalError(f"the connection's socket cannot be watched: {e}"))
+            return
+        self._readable()
 
     async def close(self) -> None:
         """Fail what is queued or in flight, give the connection back now (before the pool closes)."""
