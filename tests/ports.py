@@ -7,14 +7,20 @@ starts PostgreSQL first) can find it taken by a connection of the other test wor
 CI run failed so: "cannot listen on 127.0.0.1:35305 ... the address is in use"). `free_port` picks,
 at random, a port below that range that nothing is bound to now: no outgoing connection ever takes
 it, and two picks of the same port by two tests at once are unlikely (one in thousands).
+
+`watched_port` is a port that notes its first connection (a client that should connect before it
+is used).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import random
 import socket
+from collections.abc import AsyncIterator
 
-__all__ = ["free_port"]
+__all__ = ["free_port", "watched_port"]
 
 BAND = 12_000  # how many ports below the ephemeral range are picked from
 
@@ -42,3 +48,20 @@ def free_port() -> int:
     with socket.socket() as s:  # a crowded band: the kernel's pick
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def watched_port() -> AsyncIterator[tuple[str, asyncio.Event]]:
+    """("127.0.0.1:PORT", an event set once something connected to it); each connection is closed."""
+    connected = asyncio.Event()
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connected.set()
+        writer.close()
+
+    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+    try:
+        yield f"127.0.0.1:{server.sockets[0].getsockname()[1]}", connected
+    finally:
+        server.close()
+        await server.wait_closed()

@@ -4,6 +4,7 @@ inside the sandbox."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import sys
@@ -18,6 +19,7 @@ import pytest
 from sessionq.runtime.process import ProcessSubstrate
 from sessionq.runtime.process.sandbox import Isolation
 from sessionq.runtime.process.taskstore_forward import TaskStoreForwarder
+from tests.ports import watched_port
 from tests.process.conftest import ATESPACE, config, wait_for
 from tests.process.test_isolation import SANDBOXED, WARM
 
@@ -116,3 +118,14 @@ async def test_the_forwarder_passes_the_metadata_on_and_the_answers_trailers_bac
         await forwarder.close()
     assert handler.calls == [("/kagent.api.v1alpha1.TaskStoreService/UpdateTask", "Bearer sqw.t.x")]
     assert handler.settle == ["1"]
+
+
+async def test_the_forwarder_connects_to_the_task_store_when_it_is_made() -> None:
+    """The forwarder's connection to the task store is made from its creation on, so the Actor's
+    first call does not wait for it."""
+    async with watched_port() as (address, connected):
+        forwarder = TaskStoreForwarder(_Here(), address)  # type: ignore[arg-type]
+        try:
+            await asyncio.wait_for(connected.wait(), 10)
+        finally:
+            await forwarder.close()

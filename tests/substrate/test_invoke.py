@@ -20,6 +20,7 @@ from sessionq._pb.kagent.api.v1alpha1 import task_store_pb2, task_store_pb2_grpc
 from sessionq.runtime.base import ActorState, Code, InvokeRequest, SubstrateError
 from sessionq.runtime.simulator import WORKLOAD_TOKEN_ENV, SimulatedSubstrate
 from sessionq.runtime.taskstore_client import TaskStoreClient, TaskStoreError
+from tests.ports import watched_port
 
 NS = "kagent"
 TEMPLATE = f"{NS}/rev-1"
@@ -445,6 +446,17 @@ async def test_client_gives_up_after_its_retry_budget() -> None:
         await client.close()
     assert exc.value.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
     assert 0.1 <= time.monotonic() - started < 2
+
+
+async def test_client_connects_when_it_is_made() -> None:
+    """An Actor's first task store call comes once its server is up and a request came in: the
+    client's connection is made from its creation on, not at that call."""
+    async with watched_port() as (address, connected):
+        client = TaskStoreClient(address, TOKEN)
+        try:
+            await asyncio.wait_for(connected.wait(), 10)
+        finally:
+            await client.close()
 
 
 async def test_client_round_trip(store: tuple[FakeTaskStore, str]) -> None:

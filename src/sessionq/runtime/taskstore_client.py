@@ -78,6 +78,9 @@ class TaskStoreClient:
             ],
         )
         self._stub = task_store_pb2_grpc.TaskStoreServiceStub(self._channel)
+        # connecting starts now, not at the first call: an Actor's first task store call comes after
+        # its server started and a request came in, by when the connection is usually made
+        self._channel.get_state(try_to_connect=True)
 
     async def close(self) -> None:
         await self._channel.close()

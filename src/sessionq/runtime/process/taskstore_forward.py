@@ -58,6 +58,7 @@ class TaskStoreForwarder:
         self.netns = netns
         self.address = address
         self.upstream = grpc.aio.insecure_channel(address, options=_UNLIMITED)
+        self.upstream.get_state(try_to_connect=True)  # connected before the Actor's first call
         self.server = grpc.aio.server(options=[*_UNLIMITED, ("grpc.so_reuseport", 0)])
         self.server.add_generic_rpc_handlers((_Forward(self.upstream),))
 
