@@ -29,7 +29,7 @@ libpq cancel request) so that the reads queued behind it do not wait for its end
 statement goes once the cancel request is through, so that it can only reach the statement it was
 meant for. Reads of a closing store fail with OperationalError. A statement still in flight at two
 ticks in a row (the kept connection's timer, every `keep` seconds) has its reader armed again and
-what arrived read: uvloop can lose a long-lived reader when its descriptor number comes back, and
+what arrived read: uvloop can drop a watched descriptor from epoll while it keeps the reader, and
 without this one lost reader stopped every read of the process for good.
 """
 
@@ -388,11 +388,11 @@ class KeptReads:
         self._release()
 
     def _rearm(self) -> None:
-        """Watch the socket anew and read what already arrived. uvloop (libuv) can lose a reader
-        whose descriptor number was used before by a socket it watched (the registration
-        goes from epoll while the reader stays in uvloop's books: docs/performance.md, "A kept
-        read that never ended"); psycopg's own waits arm theirs again every 0.1 s, and a reader
-        kept for many statements is armed again here, so a lost one costs a tick, not the store."""
+        """Watch the socket anew and read what already arrived. uvloop (libuv) can drop a
+        descriptor from epoll right after adding it while the reader stays in uvloop's books
+        (docs/performance.md, "A kept read that never ended"); psycopg's own waits arm theirs again
+        every 0.1 s, and a reader kept for many statements is armed again here, so a lost one
+        costs a tick, not the store."""
         loop = asyncio.get_running_loop()
         self.rearmed += 1
         try:
