@@ -267,13 +267,17 @@ def webhook_deliveries(ctx: click.Context, subscription: uuid.UUID | None, state
     """Webhook deliveries, newest first (operators; read from the database): the subscription, the
     event, the state, the attempts and the last status or error. Never the URL or the secret."""
     before = None
-    if page_token:
-        if not page_token.isdigit() or int(page_token) <= 0:
+    if page_token:  # <event>.<subscription>: the last row of the previous page
+        seq, _, sub = page_token.partition(".")
+        try:
+            before = (int(seq), uuid.UUID(sub)) if seq.isdigit() and len(page_token) <= 60 else None
+        except ValueError:
+            before = None
+        if before is None:
             raise usage(f"invalid --page-token {compact(page_token, 40)!r}: use the token a previous page printed")
-        before = int(page_token)
     rows = run(ctx, database_url, lambda ops: ops.webhook_deliveries(subscription=subscription, state=state,
                                                                      before=before, limit=limit + 1))
-    next_token = str(rows[limit - 1]["id"]) if len(rows) > limit else ""
+    next_token = f"{rows[limit - 1]['id']}.{rows[limit - 1]['subscription_id']}" if len(rows) > limit else ""
     rows = rows[:limit]
     if output == "json":
         echo_json({"deliveries": rows, "next_page_token": next_token})

@@ -89,7 +89,7 @@ async def delivery_cost(srv: Server, url: str, receiver: Receiver, pids: dict[st
     delivers to several Sessions at a time, each in order), and the CPU each process used until
     the receiver had them all, per delivery. Unlike the throughput, CPU per delivery barely
     depends on what other tenants of the machine run."""
-    pending = "SELECT count(*) FROM sessionq.webhook_deliveries WHERE state = 'pending'"
+    pending = "SELECT count(*) FROM sessionq.webhook_delivery_log WHERE state = 'pending'"
     deadline = time.monotonic() + 120
     while int(await query_value(url, pending)) and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
@@ -217,7 +217,7 @@ async def one(srv: Server, log_dir: Path, on: bool, sizes: dict[str, Any], tag: 
                 latencies.append((at - created) * 1000)
             r["webhooks_delivered"] = len(receiver.received)
             r["webhooks_pending"] = int(await query_value(
-                url, "SELECT count(*) FROM sessionq.webhook_deliveries WHERE state = 'pending'"))
+                url, "SELECT count(*) FROM sessionq.webhook_delivery_log WHERE state = 'pending'"))
             r["webhook_latency_ms"] = {"p50": percentile(latencies, 0.5), "p99": percentile(latencies, 0.99),
                                        "max": percentile(latencies, 1.0)}
     finally:

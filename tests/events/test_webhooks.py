@@ -97,6 +97,17 @@ async def drain(store: Any, subscription: uuid.UUID, **options: Any) -> int:
     raise AssertionError("the deliveries never finished")
 
 
+async def settled(store: Any) -> None:
+    """Wait until every event is behind the horizon (written by a transaction older than every one
+    running on the server: another test's database being cloned holds it back for a moment)."""
+    for _ in range(400):
+        if await count(store, "SELECT count(*) FROM sessionq.lifecycle_events e"
+                              " WHERE e.xid >= pg_snapshot_xmin(pg_current_snapshot())") == 0:
+            return
+        await asyncio.sleep(0.025)
+    raise AssertionError("a transaction kept the horizon back for 10 s")
+
+
 async def operate(store: Any, sim: Any, session_id: uuid.UUID, kind: OperationKind) -> None:
     await store.admit_operation(session_id, "alice", None, kind)
     assert (await OperationExecutor(store, sim, 30).run(session_id)).status == "completed"
@@ -134,8 +145,9 @@ async def test_a_receiver_that_fails_twice_gets_each_event_once_in_order_signed(
 
 
 async def test_concurrent_jobs_deliver_every_event_once_and_each_sessions_in_order(store, sim, receiver):
-    """Racing deliver_webhooks jobs on real connections, each claiming small batches: every event
-    of every Session is POSTed exactly once, and each Session's in order."""
+    """Racing deliver_webhooks jobs on real connections, claiming small batches: one at a time holds
+    the subscription's lease, the others leave it to that one; every event of every Session is
+    POSTed exactly once, and each Session's in order."""
     hook = await store.create_webhook("alice", False, receiver.url, [], None, webhooks.new_secret())
     sessions = [await ready_session(store, sim, f"race{i}") for i in range(8)]
     for s in sessions:
@@ -207,9 +219,9 @@ async def test_a_run_of_failures_disables_the_subscription(store, sim, receiver)
     assert len(receiver.requests) == 3
     (listed,) = await store.list_webhooks("alice", False, None, 10)
     assert not listed.enabled and listed.consecutive_failures == 3 and listed.last_failure == "HTTP 500"
-    assert await count(store, "SELECT count(*) FROM sessionq.webhook_deliveries WHERE state = 'pending'") == 0
+    assert await count(store, "SELECT count(*) FROM sessionq.webhook_delivery_log WHERE state = 'pending'") == 0
     await operate(store, sim, s.id, OperationKind.SUSPEND)  # a disabled subscription gets nothing new
-    assert await count(store, "SELECT count(*) FROM sessionq.webhook_deliveries WHERE subscription_id = %s",
+    assert await count(store, "SELECT count(*) FROM sessionq.webhook_delivery_log WHERE subscription_id = %s",
                        hook.id) == 2
 
 
@@ -226,7 +238,7 @@ async def test_filters_by_owner_agent_and_type_and_deliveries_roll_back_with_the
     s = await ready_session(store, sim)
 
     async def deliveries(hook: Any) -> int:
-        return await count(store, "SELECT count(*) FROM sessionq.webhook_deliveries WHERE subscription_id = %s",
+        return await count(store, "SELECT count(*) FROM sessionq.webhook_delivery_log WHERE subscription_id = %s",
                            hook.id)
 
     assert (await deliveries(mine), await deliveries(other_agent), await deliveries(everything),
@@ -374,3 +386,106 @@ async def test_operators_read_the_deliveries_with_the_cli(store, sim, receiver, 
     assert bad.exit_code == 2 and len(bad.output) < 300 and "Traceback" not in bad.output
     bad = await cli("--subscription", "not-a-uuid")
     assert bad.exit_code == 2 and "Traceback" not in bad.output
+
+
+async def test_a_transition_writes_no_delivery_and_the_cursor_passes_what_went_out(store, sim, receiver):
+    """A transition writes its event only: the subscription's job reads it past the cursor, and an
+    event delivered at its first attempt never gets a row (operators still see it delivered)."""
+    hook = await store.create_webhook("alice", False, receiver.url, [], None, webhooks.new_secret())
+    s = await ready_session(store, sim)
+    await operate(store, sim, s.id, OperationKind.SUSPEND)
+    assert await count(store, "SELECT count(*) FROM sessionq.webhook_deliveries") == 0
+    assert await count(store, "SELECT count(*) FROM sessionq.webhook_delivery_log WHERE state = 'pending'") == 3
+    assert await drain(store, hook.id) == 3
+    assert [m["type"] for m in receiver.delivered()] == ["created", "ready", "suspended"]
+    assert await count(store, "SELECT count(*) FROM sessionq.webhook_deliveries") == 0
+    async with store.pool.connection() as conn:
+        rows = await (await conn.execute(
+            "SELECT event_type, state, attempts FROM sessionq.webhook_delivery_log WHERE subscription_id = %s"
+            " ORDER BY id", (hook.id,))).fetchall()
+        cursor = await (await conn.execute(
+            "SELECT (w.cursor_xid, w.cursor_seq) = (e.xid, e.seq) AS at_last FROM sessionq.webhook_subscriptions w,"
+            " sessionq.lifecycle_events e WHERE w.id = %s ORDER BY e.xid DESC, e.seq DESC LIMIT 1",
+            (hook.id,))).fetchone()
+    assert [tuple(r.values()) for r in rows] == [("created", "delivered", 1), ("ready", "delivered", 1),
+                                                 ("suspended", "delivered", 1)]
+    assert cursor == {"at_last": True}
+
+
+async def test_a_job_waits_for_a_transition_that_saw_it_waiting(store, sim, receiver, database_url):
+    """A transition that found the subscription's job waiting defers none: the job must not end
+    before that transition has committed, or its event would wait for the next one. Here the
+    transition is still open when the job starts, and commits 0.5 s later."""
+    import psycopg
+
+    hook = await store.create_webhook("alice", False, receiver.url, [], None, webhooks.new_secret())
+    s = await ready_session(store, sim)
+    assert await drain(store, hook.id) == 2
+    conn = await psycopg.AsyncConnection.connect(database_url)
+    try:
+        await conn.execute("SELECT * FROM sessionq.admit_operation(%s, 'alice', NULL, 'DELETE', 'user_requested',"
+                           " 'session')", (s.id,))
+        job = asyncio.create_task(webhooks.deliver_subscription(store, hook.id, policy=LOOPBACK, timeout=5))
+        await asyncio.sleep(0.5)
+        assert not job.done()  # waiting for the open transition, not finished without its event
+        await conn.commit()
+        assert await asyncio.wait_for(job, 10) == 1
+    finally:
+        await conn.close()
+    assert [m["type"] for m in receiver.delivered()] == ["created", "ready", "deleting"]
+
+
+async def test_a_second_executor_leaves_the_subscription_to_the_lease_holder_and_runs_after_it(store, sim,
+                                                                                             receiver):
+    """One executor at a time holds a subscription (each Session's events go out in order). A job
+    that finds the lease taken defers a job for the lease's end and stops; the holder's release
+    makes that job due at once, so nothing waits for the lease to lapse."""
+    hook = await store.create_webhook("alice", False, receiver.url, [], None, webhooks.new_secret())
+    await ready_session(store, sim)
+    first, second = uuid.uuid4(), uuid.uuid4()
+    await settled(store)
+    claimed = await store.claim_webhook_round(hook.id, first, 60, 10, None)
+    assert claimed is not None and len(claimed["events"]) == 2
+    due = ("SELECT extract(epoch FROM scheduled_at - clock_timestamp()) AS wait FROM procrastinate_jobs"
+           " WHERE queueing_lock = %s AND status = 'todo'")
+    lock = f"webhook:{hook.id}"
+    async with store.pool.connection() as conn:
+        # the job the transitions deferred is the first executor's: no worker runs here, so it goes
+        await conn.execute("DELETE FROM procrastinate_jobs WHERE queueing_lock = %s", (lock,))
+        assert await store.claim_webhook_round(hook.id, second, 60, 10, None) == {"busy": True}
+        (waiting,) = await (await conn.execute(due, (lock,))).fetchall()
+        assert 50 < waiting["wait"] <= 60  # at the lease's end, should its holder die
+        outcomes = [{"seq": e["seq"], "xid": e["xid"], "session_id": e["session_id"], "attempted": True, "ok": True}
+                    for e in claimed["events"]]
+        assert await store.record_webhook_round(hook.id, first, claimed["cursor"], outcomes, 0, True) == "recorded"
+        (waiting,) = await (await conn.execute(due, (lock,))).fetchall()
+        assert waiting["wait"] is None  # due now (no schedule): the holder let go
+    assert await drain(store, hook.id) == 0  # recorded as delivered: nothing twice
+
+
+async def test_a_failing_session_holds_back_its_own_events_only_and_in_order(store, sim, receiver):
+    """A failed attempt holds its Session's later events back (they become held deliveries, new
+    ones included, even when a round claims only part of what is held); other Sessions' go on."""
+    hook = await store.create_webhook("alice", False, receiver.url, [], None, webhooks.new_secret())
+    one = await ready_session(store, sim, "one")
+    two = await ready_session(store, sim, "two")
+    receiver.script = [500]
+    await settled(store)  # one round takes both Sessions' events
+    with pytest.raises(webhooks.WebhookFailed):
+        await webhooks.deliver_subscription(store, hook.id, policy=LOOPBACK, timeout=5, streams=1)
+    got = receiver.delivered()
+    assert [m["type"] for m in got if m["data"]["session_id"] == str(two.id)] == ["created", "ready"]
+    assert [m for m in got if m["data"]["session_id"] == str(one.id)] == []
+    await operate(store, sim, one.id, OperationKind.SUSPEND)  # a new event behind the held ones
+    await settled(store)  # so that the first round claims it, with the first held delivery only
+    assert await drain(store, hook.id, batch=1) == 3  # one held delivery a round: the rest wait in order
+    assert [m["type"] for m in receiver.delivered() if m["data"]["session_id"] == str(one.id)] == [
+        "created", "ready", "suspended"]
+    async with store.pool.connection() as conn:
+        rows = await (await conn.execute(
+            "SELECT session_id, event_type, state, attempts, last_status FROM sessionq.webhook_delivery_log"
+            " WHERE subscription_id = %s ORDER BY id", (hook.id,))).fetchall()
+    assert [(r["session_id"] == one.id, r["event_type"], r["state"], r["attempts"], r["last_status"]) for r in rows] == [
+        (True, "created", "delivered", 2, 204), (True, "ready", "delivered", 1, 204),
+        (False, "created", "delivered", 1, None), (False, "ready", "delivered", 1, None),
+        (True, "suspended", "delivered", 1, 204)]

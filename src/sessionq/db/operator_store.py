@@ -128,16 +128,17 @@ class OperatorStore:
         )
 
     async def webhook_deliveries(self, *, subscription: UUID | None = None, state: str | None = None,
-                                 before: int | None = None, limit: int = 50) -> list[Row]:
+                                 before: tuple[int, UUID] | None = None, limit: int = 50) -> list[Row]:
         """Webhook deliveries newest first (sessionq.webhook_delivery_log: no URL, no secret), those
-        with an id below `before` (the page token)."""
+        before `before` (the page token: the last row's event and subscription)."""
         return await self._rows(
             "SELECT * FROM sessionq.webhook_delivery_log"
             " WHERE (%(sub)s::uuid IS NULL OR subscription_id = %(sub)s)"
             "   AND (%(state)s::text IS NULL OR state = %(state)s)"
-            "   AND (%(before)s::bigint IS NULL OR id < %(before)s)"
-            " ORDER BY id DESC LIMIT %(limit)s",
-            {"sub": subscription, "state": state, "before": before, "limit": limit},
+            "   AND (%(seq)s::bigint IS NULL OR (id, subscription_id) < (%(seq)s, %(before_sub)s::uuid))"
+            " ORDER BY id DESC, subscription_id DESC LIMIT %(limit)s",
+            {"sub": subscription, "state": state, "seq": before[0] if before else None,
+             "before_sub": before[1] if before else None, "limit": limit},
         )
 
     async def job(self, job_id: int) -> Row | None:

@@ -11,15 +11,15 @@ Delivery follows A2A push's rules (domain/push.py), over connections kept betwee
 (domain/delivery_http.py): the same target rules (http(s) only; loopback, private
 and link-local addresses refused unless configured; checked again before every attempt, connecting
 only to the addresses checked), no redirects followed, one deadline for an attempt, at most a few
-KiB of the answer read. The deliver_webhooks job (one waiting per subscription: under load it
-takes every event that came while it waited) claims the oldest pending deliveries of the
-subscription in one statement (a batch, every Session's in order, under a lease; Sessions another
-job holds left out), delivers to several Sessions at a time, each Session's one after the other,
-and records the batch's outcomes in one statement. A failed attempt stops that Session's stream
-(its later events wait: in order) and, once the batch is recorded, the job raises, so
-procrastinate retries it with backoff. After
-`max_attempts` a delivery is given up and the next one goes; a run of `disable_after` failed
-attempts disables the subscription.
+KiB of the answer read. A transition writes no delivery: it makes sure the subscription's
+deliver_webhooks job waits (one waiting per subscription: under load it takes every event that
+came while it waited). The job takes the subscription's lease and claims, in one statement, its
+held deliveries and the events past its cursor up to the horizon (every Session's in order),
+delivers to several Sessions at a time, each Session's one after the other, and records the
+round in one statement, which moves the cursor. A failed attempt stops that Session's stream (it
+and its later events become held deliveries: in order) and, once the round is recorded, the job
+raises, so procrastinate retries it with backoff. After `max_attempts` a delivery is given up and
+the next one goes; a run of `disable_after` failed attempts disables the subscription.
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ SECRET_PREFIX = "whsec_"
 SECRET_BYTES = 32
 LEASE_MARGIN = 30.0  # the claim outlasts one attempt's deadline by at least this much
 STREAMS = 8  # Sessions a deliver_webhooks job delivers to at a time (each Session's in order)
-BATCH = 256  # deliveries a deliver_webhooks job claims (and records) in one statement
+BATCH = 256  # events (and held deliveries) a deliver_webhooks job claims, and records, in one statement
+HORIZON_WAIT = 5.0  # how long a job with nothing to send waits for older transactions before it retries
 
 
 class WebhookFailed(Exception):
@@ -103,63 +104,86 @@ async def deliver_subscription(
     batch: int = BATCH,
     connections: KeptConnections | None = None,
 ) -> int:
-    """The deliver_webhooks job: the subscription's pending deliveries, claimed `batch` at a time in
-    one statement (sessionq.claim_webhook_batch) and recorded in one (record_webhook_attempts);
-    `streams` Sessions at a time, each Session's in order, a failed attempt ending its stream.
-    Returns how many were delivered. Raises WebhookFailed after a batch with a failed attempt (the
-    job is retried with backoff; the rest went through) or when another job held a stream."""
+    """The deliver_webhooks job: rounds of the subscription's deliveries under its lease, each
+    claimed in one statement (sessionq.claim_webhook_round: held deliveries, then up to `batch`
+    events past the cursor) and recorded in one (record_webhook_round, which moves the cursor);
+    `streams` Sessions at a time, each Session's in order, a failed attempt holding the rest of its
+    Session back. Returns how many were delivered. Ends when a claim finds nothing and every
+    transaction that was running when the job began has ended (one of them may have seen this job
+    waiting and deferred none), or when another executor holds the lease (it defers a job for when
+    that one lets go). Raises WebhookFailed after a round with a failed attempt (the job is retried
+    with backoff; the rest went through)."""
     own = connections is None
     # every POST of the job goes to the subscription's one URL: its connections are kept between
     # POSTs (each attempt still checks the address it connects to)
     http = connections or KeptConnections(keep=streams)
     executor = uuid.uuid4()
-    # the claim covers a whole batch: a stream's attempts follow each other, a failure ends it
+    # the lease covers a whole round: a stream's attempts follow each other, a failure ends it
     lease = LEASE_MARGIN + timeout * max(1, min(batch // max(streams, 1), 8))
     delivered = 0
     failed: list[str] = []
-    busy = 0
     gate = asyncio.Semaphore(streams)
+    start: str | None = None
+    waited, pause = 0.0, 0.002
     try:
         while True:
-            claimed = await store.claim_webhook_batch(subscription_id, executor, lease, batch)
-            if claimed is None:  # the subscription is gone
+            claimed = await store.claim_webhook_round(subscription_id, executor, lease, batch, start)
+            if claimed is None or "busy" in claimed or "done" in claimed:  # gone, another's, or caught up
                 break
-            busy += int(claimed["busy"])
-            deliveries = claimed["deliveries"]
-            if not deliveries:
-                break
+            start = claimed["start"]
+            items: list[dict[str, Any]] = [*claimed["held"], *claimed["events"]]
+            if not items:
+                # a transaction older than this job's start has not ended: wait for its events
+                if waited >= HORIZON_WAIT:
+                    await store.record_webhook_round(subscription_id, executor, None, [], disable_after, True)
+                    raise WebhookFailed(f"webhook subscription {subscription_id}: a transaction has been running "
+                                        f"for over {HORIZON_WAIT:g}s; its events go out when it ends")
+                await asyncio.sleep(pause)
+                waited, pause = waited + pause, min(pause * 2, 0.1)
+                continue
+            waited, pause = 0.0, 0.002
             by_session: dict[str, list[dict[str, Any]]] = {}
-            for d in deliveries:
+            for d in items:  # held ones first: they precede their Session's new events
                 by_session.setdefault(d["session_id"], []).append(d)
             outcomes: list[dict[str, Any]] = []
+            held_back: list[dict[str, Any]] = []
 
-            async def stream(items: list[dict[str, Any]], url: str, secret: str,
-                             outcomes: list[dict[str, Any]]) -> None:
+            async def stream(items: list[dict[str, Any]], url: str, secret: str, outcomes: list[dict[str, Any]],
+                             held_back: list[dict[str, Any]]) -> None:
                 nonlocal delivered
                 async with gate:
-                    for d in items:
+                    for i, d in enumerate(items):
+                        if d.get("hold"):  # its Session has held deliveries this round did not take
+                            held_back.extend(items[i:])
+                            return
                         body, headers = message(LifecycleEvent.from_json(d["event"]), secret)
                         ok, code, error = await http.post(url, body, headers, policy, timeout)
-                        give_up = not ok and d["attempts"] + 1 >= max_attempts
-                        outcomes.append({"id": d["id"], "ok": ok, "status": code, "error": error, "give_up": give_up})
+                        attempts = d.get("attempts", 0) + 1
+                        give_up = not ok and attempts >= max_attempts
+                        outcomes.append({**_key(d), "attempted": True, "ok": ok, "status": code, "error": error,
+                                         "give_up": give_up})
                         if ok:
                             delivered += 1
                         elif give_up:
-                            log.warning("webhook delivery %s of subscription %s given up after %s attempts: %s",
-                                        d["id"], subscription_id, d["attempts"] + 1, error)
+                            log.warning("webhook delivery of event %s to subscription %s given up after %s "
+                                        "attempts: %s", d["event"]["seq"], subscription_id, attempts, error)
                         else:  # its later events wait for the retry: in order
                             # named by the subscription's id: the URL (often with a secret path) is its owner's
-                            failed.append(f"webhook delivery {d['id']} of subscription {subscription_id} failed: "
-                                          f"{errors.clip(error, 200)}")
+                            failed.append(f"webhook delivery of event {d['event']['seq']} to subscription "
+                                          f"{subscription_id} failed: {errors.clip(error, 200)}")
+                            held_back.extend(items[i + 1:])
                             return
 
-            await asyncio.gather(*(stream(items, claimed["url"], claimed["secret"], outcomes)
+            await asyncio.gather(*(stream(items, claimed["url"], claimed["secret"], outcomes, held_back)
                                    for items in by_session.values()))
-            if not await store.record_webhook_attempts(subscription_id, executor, outcomes, disable_after):
+            outcomes.extend({**_key(d), "attempted": False} for d in held_back)
+            status = await store.record_webhook_round(subscription_id, executor, claimed["cursor"], outcomes,
+                                                      disable_after, bool(failed))
+            if status == "disabled":
                 log.warning("webhook subscription %s disabled after %s failed attempts in a row", subscription_id,
                             disable_after)
                 return delivered
-            if failed or int(claimed["taken"]) < batch:  # a failure waits for the retry's backoff
+            if status == "lost" or failed:  # another executor took over; a failure waits for the backoff
                 break
     finally:
         if own:
@@ -167,10 +191,14 @@ async def deliver_subscription(
     if failed:
         raise WebhookFailed(f"{len(failed)} webhook stream(s) of subscription {subscription_id} will be retried: "
                             f"{failed[0]}")
-    if busy:
-        raise WebhookFailed(f"{busy} webhook deliveries of subscription {subscription_id} are being delivered by "
-                            "another job; retry")
     return delivered
+
+
+def _key(item: dict[str, Any]) -> dict[str, Any]:
+    """What names a round's item to record_webhook_round: a held delivery's id, or a new event."""
+    if "id" in item:
+        return {"id": item["id"]}
+    return {"seq": item["seq"], "xid": item["xid"], "session_id": item["session_id"]}
 
 
 async def check_url(url: str, policy: push.TargetPolicy) -> None:

@@ -96,21 +96,24 @@ class EventStore(StoreBase):
     async def delete_webhook(self, webhook_id: UUID, caller: str, admin: bool) -> None:
         await self._rows("SELECT sessionq.delete_webhook(%s, %s, %s)", (webhook_id, caller, admin))
 
-    async def claim_webhook_batch(
-        self, subscription_id: UUID, executor: UUID, lease: float, limit: int
+    async def claim_webhook_round(
+        self, subscription_id: UUID, executor: UUID, lease: float, limit: int, start: str | None
     ) -> dict[str, Any] | None:
-        """The subscription's next pending deliveries claimed by `executor` (sessionq.claim_webhook_batch:
-        url, secret, taken, busy, deliveries in order); None when the subscription is gone."""
-        row = await self._value("SELECT sessionq.claim_webhook_batch(%s, %s, %s, %s)",
-                                (subscription_id, executor, lease, limit))
+        """The subscription's next deliveries under `executor`'s lease (sessionq.claim_webhook_round:
+        {url, secret, start, cursor, held, events}, or {busy} or {done}); None when the subscription
+        is gone or disabled."""
+        row = await self._value("SELECT sessionq.claim_webhook_round(%s, %s, %s, %s, %s::xid8)",
+                                (subscription_id, executor, lease, limit, start))
         return row if isinstance(row, dict) else None
 
-    async def record_webhook_attempts(
-        self, subscription_id: UUID, executor: UUID, outcomes: list[dict[str, Any]], disable_after: int
-    ) -> bool:
-        """Record a batch's attempts (in the order they ended) and release its other claims; False
-        when the subscription is disabled now (a run of `disable_after` failures) or gone."""
-        return bool(await self._value(
-            "SELECT sessionq.record_webhook_attempts(%s, %s, %s, %s)",
-            (subscription_id, executor, Jsonb(outcomes), disable_after)))
+    async def record_webhook_round(
+        self, subscription_id: UUID, executor: UUID, cursor: list[Any] | None, outcomes: list[dict[str, Any]],
+        disable_after: int, release: bool,
+    ) -> str:
+        """Record a round's outcomes and move the cursor (sessionq.record_webhook_round): 'recorded',
+        'disabled' (a run of `disable_after` failures) or 'lost' (the lease was lost: nothing recorded)."""
+        xid, seq = cursor if cursor else (None, None)
+        return str(await self._value(
+            "SELECT sessionq.record_webhook_round(%s, %s, %s::xid8, %s, %s, %s, %s)",
+            (subscription_id, executor, xid, seq, Jsonb(outcomes), disable_after, release)))
 
