@@ -28,6 +28,9 @@ from sessionq.models import EventKind, OperationKind
 
 LOOPBACK = push.TargetPolicy(allow_loopback=True)
 
+# a subscription's job reads the events once no older transaction runs on the server (schema/45_events.sql)
+pytestmark = pytest.mark.quiet_horizon
+
 
 @pytest.fixture
 def settings() -> config.Settings:

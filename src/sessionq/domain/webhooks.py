@@ -49,6 +49,7 @@ SECRET_BYTES = 32
 LEASE_MARGIN = 30.0  # the claim outlasts one attempt's deadline by at least this much
 STREAMS = 8  # Sessions a deliver_webhooks job delivers to at a time (each Session's in order)
 BATCH = 256  # events (and held deliveries) a deliver_webhooks job claims, and records, in one statement
+LINGER = 0.05  # seconds a job waits after a round that was not full, before it claims the next
 HORIZON_WAIT = 5.0  # how long a job with nothing to send waits for older transactions before it retries
 
 
@@ -103,12 +104,14 @@ async def deliver_subscription(
     streams: int = STREAMS,
     batch: int = BATCH,
     connections: KeptConnections | None = None,
+    linger: float = LINGER,
 ) -> int:
     """The deliver_webhooks job: rounds of the subscription's deliveries under its lease, each
     claimed in one statement (sessionq.claim_webhook_round: held deliveries, then up to `batch`
     events past the cursor) and recorded in one (record_webhook_round, which moves the cursor);
     `streams` Sessions at a time, each Session's in order, a failed attempt holding the rest of its
-    Session back. Returns how many were delivered. Ends when a claim finds nothing and every
+    Session back; after a round that was not full it waits `linger` seconds before the next claim.
+    Returns how many were delivered. Ends when a claim finds nothing and every
     transaction that was running when the job began has ended (one of them may have seen this job
     waiting and deferred none), or when another executor holds the lease (it defers a job for when
     that one lets go). Raises WebhookFailed after a round with a failed attempt (the job is retried
@@ -185,6 +188,10 @@ async def deliver_subscription(
                 return delivered
             if status == "lost" or failed:  # another executor took over; a failure waits for the backoff
                 break
+            if len(items) < batch and linger > 0:
+                # a round that was not full: let the events of the next moments gather into one round,
+                # where under a steady load each claim would take the few that have just committed
+                await asyncio.sleep(linger)
     finally:
         if own:
             await http.aclose()
