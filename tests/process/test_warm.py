@@ -172,6 +172,32 @@ async def test_a_crash_from_a_warm_interpreter_reads_like_a_cold_one(database_ur
     assert missing == 2 and "can't open file '<ROOT>/actors/<UID>/data/no-such-script.py': [Errno 2]" in missing_text
 
 
+@pytest.mark.clause("WARM-1")
+async def test_a_process_that_ends_before_its_start_is_recorded_reads_as_a_crash_after_it(
+        database_url: str, tmp_path: Path) -> None:
+    """A warm start is quick: the process may end before the runtime has recorded its start. The
+    resume still succeeds and the crash follows it, as for a process that ends later (the runtime's
+    record of the start is held back here until the process has ended)."""
+    rt = await _open(database_url, tmp_path / "rt", 1)
+    call = rt._db.call
+
+    async def slow_start(statement: str, params: Any = None) -> Any:
+        if "finish_resume" in statement:
+            await asyncio.wait_for(rt._children[params[0]].exited.wait(), 30)  # the process has ended
+            await asyncio.sleep(0.2)  # and its watcher has had the time to record a crash
+        return await call(statement, params)
+
+    try:
+        await _template(rt, "quick", [sys.executable, PROBE, "exit", "3"])
+        actor = await rt.create_actor(ATESPACE, "quick", f"{ATESPACE}/quick")
+        rt._db.call = slow_start  # type: ignore[method-assign]
+        await rt.resume_actor(ATESPACE, "quick", actor.uid)
+        crashed = await _crashed(rt, "quick")
+        assert crashed.crash_exit_status == 3 and crashed.crash_message == "the process exited with status 3"
+    finally:
+        await rt.close()
+
+
 async def test_a_crash_message_of_a_warm_actor_quotes_no_secret(database_url: str, tmp_path: Path) -> None:
     rt = await _open(database_url, tmp_path / "rt", 1)
     try:

@@ -230,6 +230,9 @@ class Child:
     # set once the runtime has recorded how the process ended (a crash is in its state): what a caller
     # waiting on the process's end waits for, so the Actor it reads next is already CRASHED
     exit_recorded: asyncio.Event = field(default_factory=asyncio.Event)
+    # set once its start is recorded (finish_resume): a crash is recorded after it, so that a process
+    # ending at once (a warm start is quick) reads as one that ended later does
+    start_recorded: asyncio.Event = field(default_factory=asyncio.Event)
     returncode: int | None = None
     note: str | None = None  # what the runtime knows of its end beyond the status (its memory limit)
     started_at: float = field(default_factory=time.time)  # the wall-clock time it was started

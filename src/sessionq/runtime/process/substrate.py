@@ -593,8 +593,10 @@ class ProcessSubstrate:
                 (uid, self.server_id, child.pid, children.process_start_time(child.pid), child.port),
             )
         except BaseException:
+            child.start_recorded.set()
             await children.stop_child(child, 0.0)
             raise
+        child.start_recorded.set()
 
     def _sandbox_env(
         self, atespace: str, name: str, template_env: dict[str, str], actor_env: dict[str, str]
@@ -765,6 +767,12 @@ class ProcessSubstrate:
         child.exited.set()
         if self._networks.get(child.uid) is not None and self._children.get(child.uid) in (child, None):
             await self._release(child.uid)
+        if child.stopping:
+            child.exit_recorded.set()
+            return
+        # a process that ended before its start was recorded: its crash is recorded after the start
+        # (finish_resume would refuse an Actor already crashed, and the resume would fail instead)
+        await child.start_recorded.wait()
         if child.stopping:
             child.exit_recorded.set()
             return
