@@ -492,3 +492,40 @@ async def test_a_failing_session_holds_back_its_own_events_only_and_in_order(sto
         (True, "created", "delivered", 2, 204), (True, "ready", "delivered", 1, 204),
         (False, "created", "delivered", 1, None), (False, "ready", "delivered", 1, None),
         (True, "suspended", "delivered", 1, 204)]
+
+
+async def test_jobs_racing_transitions_deliver_every_event_once_in_order(store, sim, receiver):
+    """Transitions commit on real connections while four jobs race to deliver (each a loop of
+    deliver_webhooks runs, as workers would start them): every event is POSTed exactly once, each
+    Session's in order, and the last runs, started after the last commit, leave nothing behind."""
+    hook = await store.create_webhook("alice", False, receiver.url, [], None, webhooks.new_secret())
+    sessions = [await ready_session(store, sim, f"busy{i}") for i in range(6)]
+    done = asyncio.Event()
+
+    async def transitions(s: Any) -> None:
+        for _ in range(3):
+            await operate(store, sim, s.id, OperationKind.SUSPEND)
+            await operate(store, sim, s.id, OperationKind.RESUME)
+
+    async def job() -> None:
+        while not done.is_set():
+            try:
+                await webhooks.deliver_subscription(store, hook.id, policy=LOOPBACK, timeout=5, batch=4, streams=2,
+                                                    linger=0.01)
+            except webhooks.WebhookFailed:
+                pass
+            await asyncio.sleep(0.005)
+
+    jobs = [asyncio.create_task(job()) for _ in range(4)]
+    await asyncio.gather(*(transitions(s) for s in sessions))
+    done.set()
+    await asyncio.gather(*jobs)
+    await settled(store)
+    await drain(store, hook.id)
+    ids = [headers["webhook-id"] for _, headers, _ in receiver.requests]
+    assert len(ids) == len(set(ids)) == 6 * 8  # created, ready, then three suspensions and resumptions
+    got = receiver.delivered()
+    for s in sessions:
+        assert [m["type"] for m in got if m["data"]["session_id"] == str(s.id)] == [
+            "created", "ready", *["suspended", "resumed"] * 3]
+    assert await count(store, "SELECT count(*) FROM sessionq.webhook_delivery_log WHERE state <> 'delivered'") == 0
