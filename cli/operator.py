@@ -273,6 +273,8 @@ def webhook_deliveries(ctx: click.Context, subscription: uuid.UUID | None, state
             before = (int(seq), uuid.UUID(sub)) if seq.isdigit() and len(page_token) <= 60 else None
         except ValueError:
             before = None
+        if before is not None and before[0] >= 2**63:  # an event's seq is a bigint
+            before = None
         if before is None:
             raise usage(f"invalid --page-token {compact(page_token, 40)!r}: use the token a previous page printed")
     rows = run(ctx, database_url, lambda ops: ops.webhook_deliveries(subscription=subscription, state=state,

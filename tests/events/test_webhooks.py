@@ -387,6 +387,8 @@ async def test_operators_read_the_deliveries_with_the_cli(store, sim, receiver, 
     assert none.exit_code == 0 and "No webhook deliveries." in none.output
     bad = await cli("--page-token", "x" * 5000)
     assert bad.exit_code == 2 and len(bad.output) < 300 and "Traceback" not in bad.output
+    bad = await cli("--page-token", f"{2**63}.{hook.id}")  # past a bigint: refused before the database
+    assert bad.exit_code == 2 and "page-token" in bad.output
     bad = await cli("--subscription", "not-a-uuid")
     assert bad.exit_code == 2 and "Traceback" not in bad.output
 
