@@ -12,6 +12,7 @@ import time
 from typing import Any
 from uuid import UUID, uuid4
 
+import psycopg
 import pytest
 from conftest import apply_agent
 from lifecycle import AGENT, count
@@ -25,7 +26,7 @@ from sessionq.jobs.bridge import WorkerJobManager
 from sessionq.db.store import Store
 from sessionq.domain.operations import OperationExecutor
 from sessionq.errors import SessionqError
-from sessionq.models import OperationStart
+from sessionq.models import AdmissionOutcome, OperationStart
 from sessionq.runtime.base import SubstrateError
 
 
@@ -297,3 +298,55 @@ async def test_a_begin_that_fails_leaves_the_fetch_and_other_tasks_begin_nothing
         assert job is not None and job.id is not None
         assert await job_status(store, job.id) == "doing"
         assert manager.take_begun(job.id) is None
+
+
+@pytest.mark.clause("OP-16")
+async def test_a_fetch_and_a_retried_creation_holding_its_session_do_not_deadlock(
+    store: Store, sim: Any, app: App, database_url: str
+) -> None:
+    """A retried CreateSession holds its Session's row and defers the job, which waits on the job's
+    row; the fetch holds the job's row. The fetch leaves a Session locked elsewhere to the job."""
+    await apply_agent(store, sim)
+    manager = app.job_manager
+    assert isinstance(manager, WorkerJobManager)
+    manager.begin_operations_at_fetch(30)
+    adm = await store.admit_create("alice", "retried", "kagent", AGENT, "")
+    worker_id = await manager.register_worker()
+    async with await psycopg.AsyncConnection.connect(database_url) as retry:
+        async with retry.transaction():
+            await retry.execute("SELECT 1 FROM sessionq.sessions WHERE id = %s FOR UPDATE", (adm.session.id,))
+            fetch = asyncio.ensure_future(manager.fetch_job(["operations"], worker_id))
+            done, _ = await asyncio.wait({fetch}, timeout=5)
+            assert done, "the fetch waited for the Session's row while holding its job's"
+            job = fetch.result()
+            assert job is not None and job.id is not None and manager.take_begun(job.id) is None
+            # the retry joins the creation and makes sure a job waits (the fetched one is running)
+            cur = await retry.execute("SELECT outcome FROM sessionq.admit_create(%s, %s, %s, %s, %s)",
+                                      ("alice", "retried", "kagent", AGENT, ""))
+            assert (await cur.fetchone()) == ("joined",)
+    assert await job_status(store, job.id) == "doing"
+    assert await count(store, "SELECT count(*) FROM procrastinate_jobs WHERE status = 'todo' "
+                              "AND task_name = 'execute_operation'") == 1
+    out = await OperationExecutor(store, sim, 30).run(adm.session.id, job_id=job.id)
+    assert out.status == "completed" and out.session is not None and out.session.state == "READY"
+
+
+@pytest.mark.clause("OP-16")
+async def test_racing_creation_retries_and_fetches_all_end(store: Store, sim: Any, app: App) -> None:
+    await apply_agent(store, sim)
+    manager = app.job_manager
+    assert isinstance(manager, WorkerJobManager)
+    manager.begin_operations_at_fetch(30)
+    ids = [f"race-retry-{i}" for i in range(10)]
+    for rid in ids:
+        await store.admit_create("alice", rid, "kagent", AGENT, "")
+    workers = [await manager.register_worker() for _ in range(3)]
+    # every retry and every fetch ends (a deadlock aborts one of them with an error)
+    results = await asyncio.gather(
+        *(store.admit_create("alice", rid, "kagent", AGENT, "") for rid in ids for _ in range(2)),
+        *(manager.fetch_job(["operations"], workers[i % 3]) for i in range(20)),
+    )
+    assert all(r.outcome == AdmissionOutcome.JOINED for r in results[:20])  # type: ignore[union-attr]
+    fetched = [job for job in results[20:] if job is not None]
+    sessions = await count(store, "SELECT count(*) FROM sessionq.sessions WHERE operation = 'CREATE'")
+    assert sessions == 10 and len({job.task_kwargs["session_id"] for job in fetched}) == 10  # type: ignore[union-attr]
