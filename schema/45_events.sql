@@ -54,7 +54,8 @@ COMMENT ON COLUMN sessionq.lifecycle_events.created_at IS 'Database time of the 
 
 -- Webhooks: subscriptions (each its owner's, or global: an operator's, for every Session), each with
 -- a cursor in the events. A transition writes its event and, when a subscription matches, makes
--- sure that subscription's deliver_webhooks job waits; it writes no delivery. The job, under the
+-- sure at commit that subscription's deliver_webhooks job waits (queue_webhook_jobs); it writes no
+-- delivery. The job, under the
 -- subscription's lease, reads the events past the cursor up to the horizon (as event_page does),
 -- POSTs them, each Session's in order (domain/webhooks.py), and moves the cursor past them. Only a
 -- delivery that failed, and the later events of its Session that wait behind it, get a row
@@ -143,31 +144,58 @@ CREATE OR REPLACE FUNCTION sessionq.record_event(
   p_session sessionq.sessions, p_kind text, p_payload jsonb DEFAULT '{}', p_operation uuid DEFAULT NULL,
   p_task text DEFAULT NULL
 ) RETURNS void LANGUAGE plpgsql AS $$
-DECLARE
-  v_sub uuid;
 BEGIN
   INSERT INTO sessionq.lifecycle_events (session_id, kind, owner, agent_namespace, agent_name, operation_id, task_id, payload)
   VALUES (p_session.id, p_kind, p_session.creator, p_session.agent_namespace, p_session.agent_name, p_operation,
           p_task, jsonb_strip_nulls(coalesce(p_payload, '{}')));
   -- wakes the readers that follow (delivered at commit; identical payloads of one transaction fold)
   PERFORM sessionq.notify('sessionq_event', jsonb_build_object('session', p_session.id));
-  -- no delivery row: each matching subscription's job reads the events past its cursor. One waiting
-  -- job per subscription: under load it takes every event that came while it waited (and the events
-  -- of concurrent transitions do not queue behind each other's defer)
-  FOR v_sub IN
-    SELECT w.id FROM sessionq.webhook_subscriptions w
-     WHERE w.enabled AND (w.is_global OR w.owner = p_session.creator)
-       AND (cardinality(w.event_types) = 0 OR p_kind = ANY (w.event_types))
-       AND (w.agent_namespace IS NULL
-            OR w.agent_namespace = p_session.agent_namespace AND w.agent_name = p_session.agent_name)
-  LOOP
+  -- no delivery row, and no job here: the matching subscriptions' jobs are deferred at commit
+  -- (queue_webhook_jobs)
+END $$;
+COMMENT ON FUNCTION sessionq.record_event(sessionq.sessions, text, jsonb, uuid, text) IS
+  'Insert one lifecycle event of Session p_session (its owner and Agent copied from the row): kind p_kind, the payload without null members, the operation and the turn it belongs to; NOTIFY sessionq_event {"session"} wakes the readers that follow. No delivery row is written: at commit, each matching webhook subscription''s deliver_webhooks job is made sure of (queue_webhook_jobs), and the job reads the events past the subscription''s cursor (claim_webhook_round).';
+
+-- queue_webhook_jobs: at commit, make sure the deliver_webhooks job of every subscription that one
+-- of the transaction's events matches waits (one waiting job per subscription: under load it takes
+-- every event that came while it waited). A deferred trigger, so that it runs once the transaction
+-- holds every row it takes: deferring a job waits for another transaction deferring the same job
+-- (its queueing lock's unique index), and a transaction making several transitions (a bulk action's
+-- page, a batch of suspensions) must not wait so while holding a Session's row that the other one
+-- waits for. The subscriptions go in id order, so that two committing transactions never wait on
+-- each other's jobs crosswise. The transaction's first firing covers its events so far
+-- (sessionq.webhook_jobs_upto: the highest seq covered); the others return at once.
+CREATE OR REPLACE FUNCTION sessionq.queue_webhook_jobs() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  v_upto bigint := coalesce(nullif(current_setting('sessionq.webhook_jobs_upto', true), '')::bigint, 0);
+  v_last bigint;
+  v_subs uuid[];
+  v_sub uuid;
+BEGIN
+  IF NEW.seq <= v_upto THEN
+    RETURN NULL;
+  END IF;
+  SELECT max(e.seq), array_agg(DISTINCT w.id ORDER BY w.id) FILTER (WHERE w.id IS NOT NULL)
+    INTO v_last, v_subs
+    FROM sessionq.lifecycle_events e
+    LEFT JOIN sessionq.webhook_subscriptions w
+      ON w.enabled AND (w.is_global OR w.owner = e.owner)
+     AND (cardinality(w.event_types) = 0 OR e.kind = ANY (w.event_types))
+     AND (w.agent_namespace IS NULL OR w.agent_namespace = e.agent_namespace AND w.agent_name = e.agent_name)
+   WHERE e.xid = pg_current_xact_id() AND e.seq > v_upto;
+  PERFORM set_config('sessionq.webhook_jobs_upto', v_last::text, true);
+  FOREACH v_sub IN ARRAY coalesce(v_subs, '{}') LOOP
     IF NOT sessionq.job_waiting(sessionq.job_lock('deliver_webhooks', v_sub::text)) THEN
       PERFORM sessionq.defer('deliver_webhooks', v_sub::text, jsonb_build_object('subscription_id', v_sub));
     END IF;
   END LOOP;
+  RETURN NULL;
 END $$;
-COMMENT ON FUNCTION sessionq.record_event(sessionq.sessions, text, jsonb, uuid, text) IS
-  'Insert one lifecycle event of Session p_session (its owner and Agent copied from the row): kind p_kind, the payload without null members, the operation and the turn it belongs to; NOTIFY sessionq_event {"session"} wakes the readers that follow; for each enabled webhook subscription that matches (the owner''s or a global one, its event types, its Agent), its deliver_webhooks job unless one waits (queueing lock webhook:<subscription>). No delivery row is written: the job reads the events past the subscription''s cursor (claim_webhook_round).';
+COMMENT ON FUNCTION sessionq.queue_webhook_jobs() IS
+  'Deferred trigger on sessionq.lifecycle_events (runs at commit): for each enabled webhook subscription that an event of the transaction matches (the owner''s or a global one, its event types, its Agent), in id order, its deliver_webhooks job unless one waits (queueing lock webhook:<subscription>). Once per transaction (the setting sessionq.webhook_jobs_upto: the highest event seq covered).';
+DROP TRIGGER IF EXISTS lifecycle_events_webhooks ON sessionq.lifecycle_events;
+CREATE CONSTRAINT TRIGGER lifecycle_events_webhooks AFTER INSERT ON sessionq.lifecycle_events
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION sessionq.queue_webhook_jobs();
 
 -- event_snapshot: the snapshot reference an event carries.
 CREATE OR REPLACE FUNCTION sessionq.event_snapshot(p_session sessionq.sessions) RETURNS jsonb

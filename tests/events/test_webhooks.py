@@ -531,3 +531,45 @@ async def test_jobs_racing_transitions_deliver_every_event_once_in_order(store, 
         assert [m["type"] for m in got if m["data"]["session_id"] == str(s.id)] == [
             "created", "ready", *["suspended", "resumed"] * 3]
     assert await count(store, "SELECT count(*) FROM sessionq.webhook_delivery_log WHERE state <> 'delivered'") == 0
+
+
+async def test_a_transaction_of_several_transitions_and_a_transition_it_waits_for_do_not_deadlock(
+        store, sim, receiver, database_url):
+    """A transaction that makes several transitions (a bulk action's page, a batch of suspensions)
+    takes its Sessions' rows one after another; a transition on one of them that it waits for must
+    not wait for it in turn. Their subscription's job is deferred when each commits, once every row
+    is held, so neither waits on the other's job while holding a row the other needs."""
+    import psycopg
+
+    hook = await store.create_webhook("alice", False, receiver.url, [], None, webhooks.new_secret())
+    a = await ready_session(store, sim, "a")
+    b = await ready_session(store, sim, "b")
+    delete = "SELECT outcome FROM sessionq.admit_operation(%s, 'alice', NULL, 'DELETE', 'user_requested', 'session')"
+    async with await psycopg.AsyncConnection.connect(database_url) as page, \
+            await psycopg.AsyncConnection.connect(database_url) as single:
+        async with store.pool.connection() as conn:  # no job waits: each transaction defers its own
+            await conn.execute("DELETE FROM procrastinate_jobs WHERE queueing_lock = %s", (f"webhook:{hook.id}",))
+        page_pid = page.info.backend_pid
+
+        async def bulk_page() -> None:
+            async with page.transaction():
+                await page.execute(delete, (a.id,))
+                await page.execute(delete, (b.id,))  # waits for the single transition's row
+
+        async with single.transaction():
+            await single.execute("SELECT 1 FROM sessionq.sessions WHERE id = %s FOR UPDATE", (b.id,))
+            running = asyncio.create_task(bulk_page())
+            for _ in range(200):  # until the page waits for b's row
+                if await count(store, "SELECT count(*) FROM pg_stat_activity WHERE pid = %s"
+                                      " AND wait_event_type = 'Lock'", page_pid):
+                    break
+                await asyncio.sleep(0.025)
+            else:
+                raise AssertionError("the page never reached b")
+            await single.execute(delete, (b.id,))
+        await asyncio.wait_for(running, 10)
+    assert await count(store, "SELECT count(*) FROM procrastinate_jobs WHERE queueing_lock = %s AND status = 'todo'",
+                       f"webhook:{hook.id}") == 1
+    await settled(store)
+    assert await drain(store, hook.id) == 6
+    assert sorted(m["type"] for m in receiver.delivered()) == ["created"] * 2 + ["deleting"] * 2 + ["ready"] * 2
