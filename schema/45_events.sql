@@ -55,11 +55,10 @@ COMMENT ON COLUMN sessionq.lifecycle_events.created_at IS 'Database time of the 
 -- Webhooks: subscriptions (each its owner's, or global: an operator's, for every Session), each with
 -- a cursor in the events. A transition writes its event and, when a subscription matches, makes
 -- sure at commit that subscription's deliver_webhooks job waits (queue_webhook_jobs); it writes no
--- delivery. The job, under the
--- subscription's lease, reads the events past the cursor up to the horizon (as event_page does),
--- POSTs them, each Session's in order (domain/webhooks.py), and moves the cursor past them. Only a
--- delivery that failed, and the later events of its Session that wait behind it, get a row
--- (webhook_deliveries), retried from there.
+-- delivery. The job, under the subscription's lease, reads the events past the cursor up to the
+-- horizon (as event_page does), POSTs them, each Session's in order (domain/webhooks.py), and moves
+-- the cursor past them. Only a delivery that failed, and the later events of its Session that wait
+-- behind it, get a row (webhook_deliveries), retried from there.
 CREATE TABLE IF NOT EXISTS sessionq.webhook_subscriptions (
   id                   uuid PRIMARY KEY DEFAULT sessionq.uuid_v7(),
   owner                text NOT NULL,
