@@ -615,18 +615,40 @@ class CpuMeter:
             if v is not None and b is not None:
                 by[k] = round(v - b, 2)
         pg = 0.0
+        roles: dict[str, float] = {}
         for pid, v in after[1].items():
             if v is not None:
                 pg += v - (self._before[1].get(pid) or 0.0)
         if after[1]:
             by["postgres backends"] = round(pg, 2)
+            roles = self._by_role(after[1])
         busy = None
         if after[2] and self._before[2]:
             d = [a - b for a, b in zip(after[2], self._before[2], strict=False)]
             total = sum(d[:8]) or 1
             busy = round(100.0 * (total - d[3] - d[4]) / total, 1)  # idle + iowait
         self.result = {"wall_seconds": round(wall, 2), "cpu_seconds": by, "machine_busy_pct": busy,
-                       "cpus": os.cpu_count()}
+                       "cpus": os.cpu_count(), "backends_by_role": roles}
+
+    def _by_role(self, after: dict[int, float | None]) -> dict[str, float]:
+        """The server's CPU seconds by what each process is: a client backend by its connection's
+        application name ("[no name]": procrastinate's and LISTEN connections), the others by their
+        backend type (walwriter, checkpointer, autovacuum ...); "[ended]": gone before the end."""
+        try:
+            with psycopg.connect(self.srv.admin_url, autocommit=True) as conn:
+                rows = conn.execute(
+                    "SELECT pid, CASE WHEN backend_type = 'client backend' "
+                    "THEN coalesce(nullif(application_name, ''), '[no name]') ELSE backend_type END "
+                    "FROM pg_stat_activity").fetchall()
+        except psycopg.Error:
+            return {}
+        role = {int(pid): str(name) for pid, name in rows}
+        out: dict[str, float] = {}
+        for pid, v in after.items():
+            if v is not None:
+                name = role.get(pid, "[ended]")
+                out[name] = out.get(name, 0.0) + v - (self._before[1].get(pid) or 0.0)
+        return {k: round(v, 3) for k, v in sorted(out.items(), key=lambda kv: -kv[1])}
 
     def ceiling_per_s(self, n: int) -> float | None:
         """Units per second this work could reach if it had every CPU of the machine to itself:

@@ -135,6 +135,8 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
             r["cpu_per_creation_in_client_units"] = (
                 round(sum(r["cpu_ms_per_creation"].values()) / client_ms, 1) if client_ms else None)
             r["cpu_ceiling_creations_per_s"] = cpu.ceiling_per_s(done)
+            r["backend_cpu_ms_per_creation"] = {
+                k: round(v * 1000.0 / done, 2) for k, v in cpu.result.get("backends_by_role", {}).items()} if done else {}
             levels.append(r)
             procs.check()
         anatomy: dict[str, Any] = {}
@@ -154,6 +156,8 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
             f"included); CPU ms per creation {r['cpu_ms_per_creation']} (in all "
             f"{r['cpu_per_creation_in_client_units']}x the client's own); with all {os.cpu_count()} CPUs to "
             f"itself at most {r['cpu_ceiling_creations_per_s']} creations/s")
+        if r.get("backend_cpu_ms_per_creation"):
+            say(f"       the server's CPU ms per creation by role: {r['backend_cpu_ms_per_creation']}")
     if float(sizes["census_seconds"]) > 0:
         say(*census_lines(anatomy, f"creation ({sizes['census_clients']} client(s))"))
     top = next((r for r in levels if r["clients"] == 64), levels[-1])

@@ -197,6 +197,8 @@ async def one(srv: Server, log_dir: Path, on: bool, sizes: dict[str, Any], tag: 
             done = int(r["creations"] * (float(sizes["seconds"]) + float(sizes["warmup"])) / float(sizes["seconds"]))
             r["cpu_ms_per_creation"] = cpu.per_unit_ms(done)
             r["machine_busy_pct"] = cpu.result.get("machine_busy_pct")
+            r["backend_cpu_ms_per_creation"] = {
+                k: round(v * 1000.0 / done, 2) for k, v in cpu.result.get("backends_by_role", {}).items()} if done else {}
             if float(sizes.get("census_seconds", 0)) > 0:  # the statements per creation, by process
                 census = Census(srv, url)
                 async with census:
@@ -255,6 +257,8 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
     for r in runs:
         say(f"  {'on ' if r['events_on'] else 'off'}: CPU ms per creation {r['cpu_ms_per_creation']} "
             f"(machine busy {r['machine_busy_pct']}%, other tenants included)")
+        if r.get("backend_cpu_ms_per_creation"):
+            say(f"       the server's CPU ms per creation by role: {r['backend_cpu_ms_per_creation']}")
         if r.get("delivery_cost"):
             d = r["delivery_cost"]
             say(f"  on : {d['delivered']} of {d['events']} events recorded at once delivered in {d['seconds']} s; "
