@@ -1,10 +1,12 @@
 """Lifecycle events' jobs: deliver_webhooks (queue ``push``, one waiting job per subscription:
 queueing lock webhook:<subscription>) and the periodic work (a periodic task
 every minute, queue ``periodic``): record expiring_soon for Sessions whose idle TTL ends within
-events.expiringSoonLead, and purge events older than events.retention in batches (at most
+events.expiringSoonLead, purge events older than events.retention in batches (at most
 MAX_BATCHES of BATCH a tick, so one tick never holds locks or runs for long; the next tick goes
-on). Both are idempotent: two ticks at once announce a Session once (its row is locked while
-announced) and delete each event once."""
+on), and defer the deliver_webhooks job of a subscription whose events no job covers (a deferral
+left to a transaction that then rolled back). All are idempotent: two ticks at once announce a
+Session once (its row is locked while announced), delete each event once, and leave one job
+waiting per subscription."""
 
 from __future__ import annotations
 
@@ -73,4 +75,7 @@ def register(app: App) -> None:
         if purged:
             log.info("purged %d lifecycle event(s) older than events.retention (%gs)", purged,
                      d.settings.events.retention)
-        return {"announced": announced, "purged": purged}
+        woken = await d.store.wake_webhook_jobs()
+        if woken:
+            log.info("deferred the deliver_webhooks job of %d subscription(s) with events no job covered", woken)
+        return {"announced": announced, "purged": purged, "webhooks_woken": woken}

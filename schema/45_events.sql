@@ -158,18 +158,25 @@ COMMENT ON FUNCTION sessionq.record_event(sessionq.sessions, text, jsonb, uuid, 
 -- queue_webhook_jobs: at commit, make sure the deliver_webhooks job of every subscription that one
 -- of the transaction's events matches waits (one waiting job per subscription: under load it takes
 -- every event that came while it waited). A deferred trigger, so that it runs once the transaction
--- holds every row it takes: deferring a job waits for another transaction deferring the same job
--- (its queueing lock's unique index), and a transaction making several transitions (a bulk action's
--- page, a batch of suspensions) must not wait so while holding a Session's row that the other one
--- waits for. The subscriptions go in id order, so that two committing transactions never wait on
--- each other's jobs crosswise. The transaction's first firing covers its events so far
--- (sessionq.webhook_jobs_upto: the highest seq covered); the others return at once.
+-- holds every row it takes: a transaction making several transitions (a bulk action's page, a batch
+-- of suspensions) defers no job while it may still wait for a Session's row. The transaction's first
+-- firing covers its events so far (sessionq.webhook_jobs_upto: the highest seq covered); the others
+-- return at once.
+-- Only one committing transaction defers a subscription's job (pg_try_advisory_xact_lock on the job's
+-- queueing lock): deferring waits for another transaction's uncommitted insert of the same job (the
+-- queueing lock's unique index), and one subscription is every Session's, so without the lock each
+-- time the job was taken the commits of the moment queued behind the first (tens of ms each at 64
+-- clients). A transaction that finds the lock held defers nothing: the holder's job starts after
+-- the holder commits, and a job delivers only once every transaction begun before its first claim
+-- has ended (claim_webhook_round), so the events of this one are its. Should the holder roll back
+-- instead, the periodic wake_webhook_jobs defers the job within a minute.
 CREATE OR REPLACE FUNCTION sessionq.queue_webhook_jobs() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
   v_upto bigint := coalesce(nullif(current_setting('sessionq.webhook_jobs_upto', true), '')::bigint, 0);
   v_last bigint;
   v_subs uuid[];
   v_sub uuid;
+  v_lock text;
 BEGIN
   IF NEW.seq <= v_upto THEN
     RETURN NULL;
@@ -184,17 +191,41 @@ BEGIN
    WHERE e.xid = pg_current_xact_id() AND e.seq > v_upto;
   PERFORM set_config('sessionq.webhook_jobs_upto', v_last::text, true);
   FOREACH v_sub IN ARRAY coalesce(v_subs, '{}') LOOP
-    IF NOT sessionq.job_waiting(sessionq.job_lock('deliver_webhooks', v_sub::text)) THEN
+    v_lock := sessionq.job_lock('deliver_webhooks', v_sub::text);
+    IF NOT sessionq.job_waiting(v_lock) AND pg_try_advisory_xact_lock(hashtextextended('sessionq.job:' || v_lock, 0)) THEN
       PERFORM sessionq.defer('deliver_webhooks', v_sub::text, jsonb_build_object('subscription_id', v_sub));
     END IF;
   END LOOP;
   RETURN NULL;
 END $$;
 COMMENT ON FUNCTION sessionq.queue_webhook_jobs() IS
-  'Deferred trigger on sessionq.lifecycle_events (runs at commit): for each enabled webhook subscription that an event of the transaction matches (the owner''s or a global one, its event types, its Agent), in id order, its deliver_webhooks job unless one waits (queueing lock webhook:<subscription>). Once per transaction (the setting sessionq.webhook_jobs_upto: the highest event seq covered).';
+  'Deferred trigger on sessionq.lifecycle_events (runs at commit): for each enabled webhook subscription that an event of the transaction matches (the owner''s or a global one, its event types, its Agent), in id order, its deliver_webhooks job unless one waits (queueing lock webhook:<subscription>) or another committing transaction is deferring it (an advisory lock on the queueing lock: that job delivers this transaction''s events too). Once per transaction (the setting sessionq.webhook_jobs_upto: the highest event seq covered).';
 DROP TRIGGER IF EXISTS lifecycle_events_webhooks ON sessionq.lifecycle_events;
 CREATE CONSTRAINT TRIGGER lifecycle_events_webhooks AFTER INSERT ON sessionq.lifecycle_events
   DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION sessionq.queue_webhook_jobs();
+
+-- wake_webhook_jobs: the periodic safety net of queue_webhook_jobs. A transaction that found another
+-- one deferring a subscription's job deferred none; should that other one have rolled back, the
+-- events wait here for at most a tick (lifecycle_events_tick, once a minute), not for the next event.
+CREATE OR REPLACE FUNCTION sessionq.wake_webhook_jobs() RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+  w sessionq.webhook_subscriptions;
+  v_horizon xid8 := pg_snapshot_xmax(pg_current_snapshot());
+  v_woken integer := 0;
+BEGIN
+  FOR w IN SELECT * FROM sessionq.webhook_subscriptions s
+            WHERE s.enabled AND (s.claimed_until IS NULL OR s.claimed_until <= clock_timestamp())
+            ORDER BY s.id LOOP
+    IF NOT sessionq.job_waiting(sessionq.job_lock('deliver_webhooks', w.id::text))
+       AND EXISTS (SELECT 1 FROM sessionq.webhook_events(w, w.cursor_xid, w.cursor_seq, v_horizon, 1)) THEN
+      PERFORM sessionq.defer('deliver_webhooks', w.id::text, jsonb_build_object('subscription_id', w.id));
+      v_woken := v_woken + 1;
+    END IF;
+  END LOOP;
+  RETURN v_woken;
+END $$;
+COMMENT ON FUNCTION sessionq.wake_webhook_jobs() IS
+  'Defer the deliver_webhooks job of every enabled subscription that no executor holds, whose job does not wait, and that has a committed event past its cursor; returns how many were deferred. The periodic lifecycle_events_tick task runs it: a missed deferral (queue_webhook_jobs) costs at most a tick.';
 
 -- event_snapshot: the snapshot reference an event carries.
 CREATE OR REPLACE FUNCTION sessionq.event_snapshot(p_session sessionq.sessions) RETURNS jsonb

@@ -573,3 +573,79 @@ async def test_a_transaction_of_several_transitions_and_a_transition_it_waits_fo
     await settled(store)
     assert await drain(store, hook.id) == 6
     assert sorted(m["type"] for m in receiver.delivered()) == ["created"] * 2 + ["deleting"] * 2 + ["ready"] * 2
+
+
+async def _deferring(conn: Any, session_id: uuid.UUID) -> None:
+    """In conn's open transaction: a transition of the Session, and its deferred triggers run now
+    (as at its commit), so the transaction holds the deferral of its subscription's job, uncommitted."""
+    await conn.execute("SELECT * FROM sessionq.admit_operation(%s, 'alice', NULL, 'DELETE', 'user_requested',"
+                       " 'session')", (session_id,))
+    await conn.execute("SET CONSTRAINTS ALL IMMEDIATE")
+
+
+async def test_a_transition_does_not_queue_behind_another_transactions_deferral_of_the_job(
+        store, sim, receiver, database_url):
+    """One subscription is every Session's: the transitions committing while its job is being
+    deferred must not wait for that deferral's insert (the queueing lock's unique index). They defer
+    nothing, and the deferred job delivers their events too."""
+    import psycopg
+
+    hook = await store.create_webhook("alice", False, receiver.url, [], None, webhooks.new_secret())
+    sessions = [await ready_session(store, sim, name) for name in ("a", "b", "c", "d")]
+    lock = f"webhook:{hook.id}"
+    async with store.pool.connection() as conn:  # no job waits: the next committing transition defers it
+        await conn.execute("DELETE FROM procrastinate_jobs WHERE queueing_lock = %s", (lock,))
+    async with await psycopg.AsyncConnection.connect(database_url) as first:
+        async with first.transaction():
+            await _deferring(first, sessions[0].id)
+            # a transition queued behind the first one's deferral is cancelled rather than left waiting
+            others = [psycopg.AsyncConnection.connect(database_url, options="-c statement_timeout=5000")
+                      for _ in sessions[1:]]
+            conns = await asyncio.gather(*others)
+            try:
+
+                async def transition(conn: Any, session_id: uuid.UUID) -> None:
+                    async with conn.transaction():
+                        await _deferring(conn, session_id)
+
+                await asyncio.gather(*(transition(c, s.id) for c, s in zip(conns, sessions[1:], strict=True)))
+            finally:
+                for c in conns:
+                    await c.close()
+            assert await count(store, "SELECT count(*) FROM procrastinate_jobs WHERE queueing_lock = %s", lock) == 0
+    assert await count(store, "SELECT count(*) FROM procrastinate_jobs WHERE queueing_lock = %s AND status = 'todo'",
+                       lock) == 1
+    await settled(store)
+    assert await drain(store, hook.id) == 12
+    assert sorted(m["type"] for m in receiver.delivered()) == ["created"] * 4 + ["deleting"] * 4 + ["ready"] * 4
+
+
+async def test_events_left_to_a_deferral_that_rolled_back_get_their_job_from_the_periodic_tick(
+        store, sim, receiver, database_url):
+    """A transition that found another transaction deferring the job deferred none; when that one
+    rolls back, no job covers the event until the periodic wake_webhook_jobs defers one (once)."""
+    import psycopg
+
+    hook = await store.create_webhook("alice", False, receiver.url, [], None, webhooks.new_secret())
+    a = await ready_session(store, sim, "a")
+    b = await ready_session(store, sim, "b")
+    assert await drain(store, hook.id) == 4
+    lock = f"webhook:{hook.id}"
+    async with store.pool.connection() as conn:
+        await conn.execute("DELETE FROM procrastinate_jobs WHERE queueing_lock = %s", (lock,))
+    assert await store.wake_webhook_jobs() == 0  # everything delivered: nothing to wake
+    async with await psycopg.AsyncConnection.connect(database_url) as first, \
+            await psycopg.AsyncConnection.connect(database_url, options="-c statement_timeout=5000") as second:
+        async with first.transaction(force_rollback=True):
+            await _deferring(first, a.id)
+            async with second.transaction():
+                await _deferring(second, b.id)
+    jobs = "SELECT count(*) FROM procrastinate_jobs WHERE queueing_lock = %s AND status = 'todo'"
+    assert await count(store, jobs, lock) == 0  # b's event waits for a job
+    await settled(store)
+    assert await store.wake_webhook_jobs() == 1
+    assert await store.wake_webhook_jobs() == 0  # its job waits now
+    assert await count(store, jobs, lock) == 1
+    assert await drain(store, hook.id) == 1
+    assert [m["type"] for m in receiver.delivered()][-1] == "deleting"
+    assert [m["data"]["session_id"] for m in receiver.delivered()][-1] == str(b.id)

@@ -76,6 +76,11 @@ class EventStore(StoreBase):
         """Delete events older than `retention` seconds among the `limit` oldest; how many went."""
         return int(await self._value("SELECT sessionq.purge_lifecycle_events(%s, %s)", (retention, limit)))
 
+    async def wake_webhook_jobs(self) -> int:
+        """Defer the job of each subscription with committed events past its cursor and no job
+        waiting or executor holding it (the periodic safety net of the jobs deferred at commit)."""
+        return int(await self._value("SELECT sessionq.wake_webhook_jobs()"))
+
     async def create_webhook(
         self, owner: str, is_global: bool, url: str, event_types: Sequence[EventKind], agent: tuple[str, str] | None,
         secret: str,
