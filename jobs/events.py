@@ -28,8 +28,8 @@ MAX_BATCHES = 20
 
 
 async def tick(store: Store, idle_ttl: float, lead: float, retention: float, *, batch: int = BATCH,
-               max_batches: int = MAX_BATCHES) -> tuple[int, int]:
-    """(expiring_soon events recorded, events purged)."""
+               max_batches: int = MAX_BATCHES) -> tuple[int, int, int]:
+    """(expiring_soon events recorded, events purged, subscriptions whose job was deferred)."""
     announced = 0
     for _ in range(max_batches):
         n = await store.announce_expiring(idle_ttl, lead, batch)
@@ -42,7 +42,7 @@ async def tick(store: Store, idle_ttl: float, lead: float, retention: float, *, 
         purged += n
         if n < batch:
             break
-    return announced, purged
+    return announced, purged, await store.wake_webhook_jobs()
 
 
 async def deliver_webhooks(context: JobContext, subscription_id: str) -> int:
@@ -70,12 +70,11 @@ def register(app: App) -> None:
     @app.task(name=TASK, queue="periodic", pass_context=True, queueing_lock=PERIODIC_ID)
     async def lifecycle_events_tick(context: JobContext, timestamp: int) -> dict[str, int]:
         d = deps(context)
-        announced, purged = await tick(d.store, d.settings.sessions.idle_ttl, d.settings.events.expiring_soon_lead,
-                                       d.settings.events.retention)
+        announced, purged, woken = await tick(d.store, d.settings.sessions.idle_ttl,
+                                              d.settings.events.expiring_soon_lead, d.settings.events.retention)
         if purged:
             log.info("purged %d lifecycle event(s) older than events.retention (%gs)", purged,
                      d.settings.events.retention)
-        woken = await d.store.wake_webhook_jobs()
         if woken:
             log.info("deferred the deliver_webhooks job of %d subscription(s) with events no job covered", woken)
         return {"announced": announced, "purged": purged, "webhooks_woken": woken}

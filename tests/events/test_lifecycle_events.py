@@ -256,6 +256,6 @@ async def test_the_periodic_tick_announces_and_purges(store, sim):
         await conn.execute("UPDATE sessionq.sessions SET created_at = created_at - interval '3500 seconds' WHERE id = %s",
                            (s.id,))
         await conn.execute("UPDATE sessionq.lifecycle_events SET created_at = created_at - interval '8 days'")
-    assert await tick(store, 3600, 300, 7 * 86400, batch=1) == (1, 2)
+    assert await tick(store, 3600, 300, 7 * 86400, batch=1) == (1, 2, 0)
     assert await kinds(store, s.id) == ["expiring_soon"]
-    assert await tick(store, 3600, 300, 7 * 86400) == (0, 0)
+    assert await tick(store, 3600, 300, 7 * 86400) == (0, 0, 0)
