@@ -5,7 +5,26 @@
 -- deferral now takes an advisory lock first and a transaction that finds it held defers nothing (the
 -- holder's job delivers its events: a job ends only once every transaction begun before its first
 -- claim has ended); the periodic tick defers the job of a subscription whose events no job covers
--- (wake_webhook_jobs), should the holder have rolled back. No table changes.
+-- (wake_webhook_jobs), should the holder have rolled back; both defer through defer_webhook_job.
+-- No table changes.
+-- defer_webhook_job: the one way a subscription's deliver_webhooks job is made sure of by those
+-- that many transactions run at once (queue_webhook_jobs at every commit with events, and the
+-- periodic wake_webhook_jobs): nothing when a job waits, and nothing when another transaction is
+-- deferring it now (it holds the advisory lock on the job's queueing lock until it ends), so that no
+-- transaction waits for another one's uncommitted insert of the same job.
+CREATE OR REPLACE FUNCTION sessionq.defer_webhook_job(p_subscription uuid) RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+  v_lock text := sessionq.job_lock('deliver_webhooks', p_subscription::text);
+BEGIN
+  IF sessionq.job_waiting(v_lock) OR NOT pg_try_advisory_xact_lock(hashtextextended('sessionq.job:' || v_lock, 0)) THEN
+    RETURN false;
+  END IF;
+  PERFORM sessionq.defer('deliver_webhooks', p_subscription::text, jsonb_build_object('subscription_id', p_subscription));
+  RETURN true;
+END $$;
+COMMENT ON FUNCTION sessionq.defer_webhook_job(uuid) IS
+  'Defer the deliver_webhooks job of subscription p_subscription unless one waits or another transaction is deferring it (an advisory lock on its queueing lock, held until that transaction ends: its job covers the caller''s events); true when this call deferred it.';
+
 -- queue_webhook_jobs: at commit, make sure the deliver_webhooks job of every subscription that one
 -- of the transaction's events matches waits (one waiting job per subscription: under load it takes
 -- every event that came while it waited). A deferred trigger, so that it runs once the transaction
@@ -27,7 +46,6 @@ DECLARE
   v_last bigint;
   v_subs uuid[];
   v_sub uuid;
-  v_lock text;
 BEGIN
   IF NEW.seq <= v_upto THEN
     RETURN NULL;
@@ -42,10 +60,7 @@ BEGIN
    WHERE e.xid = pg_current_xact_id() AND e.seq > v_upto;
   PERFORM set_config('sessionq.webhook_jobs_upto', v_last::text, true);
   FOREACH v_sub IN ARRAY coalesce(v_subs, '{}') LOOP
-    v_lock := sessionq.job_lock('deliver_webhooks', v_sub::text);
-    IF NOT sessionq.job_waiting(v_lock) AND pg_try_advisory_xact_lock(hashtextextended('sessionq.job:' || v_lock, 0)) THEN
-      PERFORM sessionq.defer('deliver_webhooks', v_sub::text, jsonb_build_object('subscription_id', v_sub));
-    END IF;
+    PERFORM sessionq.defer_webhook_job(v_sub);
   END LOOP;
   RETURN NULL;
 END $$;
@@ -64,9 +79,8 @@ BEGIN
   FOR w IN SELECT * FROM sessionq.webhook_subscriptions s
             WHERE s.enabled AND (s.claimed_until IS NULL OR s.claimed_until <= clock_timestamp())
             ORDER BY s.id LOOP
-    IF NOT sessionq.job_waiting(sessionq.job_lock('deliver_webhooks', w.id::text))
-       AND EXISTS (SELECT 1 FROM sessionq.webhook_events(w, w.cursor_xid, w.cursor_seq, v_horizon, 1)) THEN
-      PERFORM sessionq.defer('deliver_webhooks', w.id::text, jsonb_build_object('subscription_id', w.id));
+    IF EXISTS (SELECT 1 FROM sessionq.webhook_events(w, w.cursor_xid, w.cursor_seq, v_horizon, 1))
+       AND sessionq.defer_webhook_job(w.id) THEN
       v_woken := v_woken + 1;
     END IF;
   END LOOP;

@@ -658,10 +658,11 @@ class CpuMeter:
             return None
         return round((os.cpu_count() or 1) * n / total, 1)
 
-    def per_unit_ms(self, n: int) -> dict[str, float]:
+    def per_unit_ms(self, n: int, of: str = "cpu_seconds") -> dict[str, float]:
+        """CPU ms per unit of work (n units) by process, or with of="backends_by_role" the server's by role."""
         if n <= 0:
             return {}
-        return {k: round(v * 1000.0 / n, 2) for k, v in self.result.get("cpu_seconds", {}).items()}
+        return {k: round(v * 1000.0 / n, 2) for k, v in self.result.get(of, {}).items()}
 
 
 def background_load(seconds: float = 2.0) -> float | None:

@@ -135,8 +135,7 @@ async def run(srv: Server, log_dir: Path, quick: bool, sizes: dict[str, Any] | N
             r["cpu_per_creation_in_client_units"] = (
                 round(sum(r["cpu_ms_per_creation"].values()) / client_ms, 1) if client_ms else None)
             r["cpu_ceiling_creations_per_s"] = cpu.ceiling_per_s(done)
-            r["backend_cpu_ms_per_creation"] = {
-                k: round(v * 1000.0 / done, 2) for k, v in cpu.result.get("backends_by_role", {}).items()} if done else {}
+            r["backend_cpu_ms_per_creation"] = cpu.per_unit_ms(done, "backends_by_role")
             levels.append(r)
             procs.check()
         anatomy: dict[str, Any] = {}

@@ -197,8 +197,7 @@ async def one(srv: Server, log_dir: Path, on: bool, sizes: dict[str, Any], tag: 
             done = int(r["creations"] * (float(sizes["seconds"]) + float(sizes["warmup"])) / float(sizes["seconds"]))
             r["cpu_ms_per_creation"] = cpu.per_unit_ms(done)
             r["machine_busy_pct"] = cpu.result.get("machine_busy_pct")
-            r["backend_cpu_ms_per_creation"] = {
-                k: round(v * 1000.0 / done, 2) for k, v in cpu.result.get("backends_by_role", {}).items()} if done else {}
+            r["backend_cpu_ms_per_creation"] = cpu.per_unit_ms(done, "backends_by_role")
             if float(sizes.get("census_seconds", 0)) > 0:  # the statements per creation, by process
                 census = Census(srv, url)
                 async with census:
